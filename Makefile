@@ -1,0 +1,44 @@
+# fedrca — every target works on a fresh machine as the only command.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.fedrca-installed
+
+.PHONY: demo test bench install lint typecheck system-deps kafka-jars clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Reinstall only when the dependency list changes.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+## make demo: install, then run the main job on the embedded default (no broker needed)
+demo: $(STAMP)
+	$(BIN)/fedrca demo
+
+## make test: install what tests need (Python deps, Java/Maven/promtool) and run everything
+test: $(STAMP) system-deps
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+## make bench: benchmarks against named peers, measured in the same run
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+system-deps:
+	tools/ensure-system-deps.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info out reports params .kafka

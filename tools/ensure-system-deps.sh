@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the system tools the test suite needs, only when they are missing:
+# Java + Maven (the real Kafka broker) and promtool (Prometheus rule checks).
+# Idempotent: a machine that has them is left untouched.
+set -euo pipefail
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "ensure-system-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q >/dev/null
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
