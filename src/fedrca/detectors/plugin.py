@@ -1,0 +1,106 @@
+"""Plug-in protocol for a plant's own fixed (proprietary) filter.
+
+A plant may bring any object that provides the four operations below; fedrca
+only calls them and never changes the object's parameters. ``predict`` and
+``measure`` are pure (they are also applied to the augmented state), ``step``
+advances the plant's own filter by one sample.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fedrca.detectors.kalman import FilterOutput, StepOutput
+from fedrca.exceptions import ConfigError
+
+__all__ = ["ProprietaryFilter", "filter_batch", "load_plugin"]
+
+
+@runtime_checkable
+class ProprietaryFilter(Protocol):
+    """What fedrca needs from a plant's fixed filter.
+
+    ``LinearKalmanFilter`` and ``ExtendedKalmanFilter`` implement it; so can any
+    vendor object (wrap it in a small adapter if its method names differ).
+    """
+
+    @property
+    def state_dim(self) -> int: ...  # P
+
+    @property
+    def output_dim(self) -> int: ...  # D
+
+    def predict(self, x: NDArray[np.float64], u: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        """Pure transition f(x, u); (P,) or (T, P) rows."""
+        ...
+
+    def measure(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Pure measurement h(x); (P,) -> (D,) or (T, P) -> (T, D)."""
+        ...
+
+    def step(self, y: ArrayLike, u: ArrayLike | None = None) -> StepOutput:
+        """Advance the filter with one sample; returns the step evidence."""
+        ...
+
+    def reset(self) -> None:
+        """Return to the initial estimate."""
+        ...
+
+    def get_state(self) -> dict[str, Any]: ...
+
+    def set_state(self, state: dict[str, Any]) -> None: ...
+
+
+def filter_batch(model: ProprietaryFilter, Y: NDArray[np.float64], U: NDArray[np.float64] | None = None) -> FilterOutput:
+    """Run ``model`` over a batch: its own vectorised ``filter`` when it has one, else steps."""
+    batch = getattr(model, "filter", None)
+    if callable(batch):
+        out = batch(Y, U)
+        if isinstance(out, FilterOutput):
+            return out
+    steps = [model.step(Y[t], None if U is None else U[t]) for t in range(len(Y))]
+    if not steps:
+        return FilterOutput(np.empty((0, model.state_dim)), np.empty((0, model.state_dim)), np.empty((0, model.output_dim)))
+    return FilterOutput(
+        np.array([s.x_pred for s in steps]),
+        np.array([s.x_est for s in steps]),
+        np.array([s.residual for s in steps]),
+    )
+
+
+def load_plugin(dotted: str, **kwargs: Any) -> ProprietaryFilter:
+    """Build a plant's filter from ``"package.module:factory"`` (or ``package.module.factory``).
+
+    The factory is called with ``kwargs`` and must return an object that satisfies
+    :class:`ProprietaryFilter`.
+
+    Raises
+    ------
+    ConfigError
+        When the module or attribute cannot be imported, or the object lacks a method.
+    """
+    module_name, sep, attr = dotted.partition(":")
+    if not sep:
+        module_name, _, attr = dotted.rpartition(".")
+    if not module_name or not attr:
+        raise ConfigError(f"plugin '{dotted}' must look like 'package.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"plugin '{dotted}': cannot import module '{module_name}' ({exc})") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise ConfigError(f"plugin '{dotted}': module '{module_name}' has no attribute '{attr}'")
+    model = factory(**kwargs) if callable(factory) else factory
+    missing = [m for m in ("predict", "measure", "step", "reset", "get_state", "set_state") if not callable(getattr(model, m, None))]
+    if missing or not hasattr(model, "state_dim") or not hasattr(model, "output_dim"):
+        missing += [a for a in ("state_dim", "output_dim") if not hasattr(model, a)]
+        raise ConfigError(
+            f"plugin '{dotted}' returned {type(model).__name__}, which lacks {', '.join(missing)}; "
+            "see fedrca.detectors.plugin.ProprietaryFilter"
+        )
+    return model  # type: ignore[no-any-return]
