@@ -184,7 +184,8 @@ def linear_multiplant(
     ((300, 16), True)
     """
     sys_rng = np.random.default_rng(system_seed)
-    rng = np.random.default_rng(seed)
+    # Separate streams: the noise does not depend on how many events are injected.
+    rng, event_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     M, P, D = n_plants, states_per_plant, sensors_per_plant
     graph = chain_graph(M) if graph is None else np.asarray(graph, dtype=bool)
     if graph.shape != (M, M):
@@ -202,7 +203,7 @@ def linear_multiplant(
     if radius >= 0.95:
         A *= 0.95 / radius
     C = [sys_rng.normal(size=(D, P)) / np.sqrt(P) for _ in range(M)]
-    events = schedule_events(n_samples, n_events, M, duration, rng)
+    events = schedule_events(n_samples, n_events, M, duration, event_rng)
     offsets = np.zeros((n_samples, M * P))
     for ev in events:
         offsets[ev.start : ev.end, ev.root * P : (ev.root + 1) * P] = shift / np.sqrt(P)
@@ -262,7 +263,8 @@ def nonlinear_network(
     ((400, 8), True)
     """
     sys_rng = np.random.default_rng(system_seed)
-    rng = np.random.default_rng(seed)
+    # Separate streams: the noise does not depend on how many events are injected.
+    rng, event_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     graph = np.asarray(graph, dtype=bool)
     M, P, D = graph.shape[0], 2, sensors_per_plant
     angles = sys_rng.uniform(0.2, 0.6, size=M)
@@ -277,7 +279,7 @@ def nonlinear_network(
     t_idx = np.arange(n_samples)[:, None]
     omega = 2 * np.pi / period
     cycle = 0.3 * np.stack([np.sin(omega * t_idx + phases), np.cos(omega * t_idx + phases)], -1)  # (T, M, 2)
-    events = schedule_events(n_samples, n_events, M, duration, rng)
+    events = schedule_events(n_samples, n_events, M, duration, event_rng)
     anomaly = np.zeros((n_samples, M, P))
     for ev in events:
         anomaly[ev.start : ev.end, ev.root, :] = magnitude

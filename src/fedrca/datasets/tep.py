@@ -17,9 +17,7 @@ from fedrca.exceptions import DataError
 __all__ = ["TEP_COLUMNS", "TEP_FAULT_ONSET", "TEP_SAMPLE_SECONDS", "load_tep"]
 
 #: Column names in file order: 41 measurements then 11 manipulated variables.
-TEP_COLUMNS: tuple[str, ...] = tuple(
-    [f"XMEAS({i})" for i in range(1, 42)] + [f"XMV({i})" for i in range(1, 12)]
-)
+TEP_COLUMNS: tuple[str, ...] = tuple([f"XMEAS({i})" for i in range(1, 42)] + [f"XMV({i})" for i in range(1, 12)])
 #: In the ``dNN_te.dat`` test files the fault is introduced after this many samples.
 TEP_FAULT_ONSET = 160
 #: Sampling interval of the benchmark.
@@ -63,14 +61,10 @@ def load_tep(path: str | Path) -> pd.DataFrame:
         values = values.T
     if values.shape[1] != n_cols:
         raise DataError(
-            f"{file}: {values.shape[1]} columns, a TEP file has {n_cols} "
-            "(XMEAS(1)..XMEAS(41), XMV(1)..XMV(11))"
+            f"{file}: {values.shape[1]} columns, a TEP file has {n_cols} (XMEAS(1)..XMEAS(41), XMV(1)..XMV(11))"
         )
     bad = ~np.isfinite(values)
     if bad.any():
         row, col = np.argwhere(bad)[0]
-        raise DataError(
-            f"{file}: non-finite value at row {row}, column {TEP_COLUMNS[col]}; "
-            "TEP files must be complete"
-        )
+        raise DataError(f"{file}: non-finite value at row {row}, column {TEP_COLUMNS[col]}; TEP files must be complete")
     return pd.DataFrame(values, columns=list(TEP_COLUMNS))

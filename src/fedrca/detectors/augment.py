@@ -28,10 +28,10 @@ from fedrca.exceptions import ModelError, NotFittedError
 
 __all__ = [
     "Augmentation",
-    "batched_jacobian",
     "FeatureMap",
     "IdentityFeatures",
     "RandomFourierFeatures",
+    "batched_jacobian",
     "make_feature_map",
     "transition_jacobians",
 ]
@@ -106,7 +106,9 @@ class RandomFourierFeatures:
         return np.sqrt(2.0 / self.n_features) * np.cos(np.asarray(Yz) @ self._W.T + self._b)
 
 
-def make_feature_map(kind: str, input_dim: int, n_features: int = 64, lengthscale: float = 1.0, seed: int = 0) -> FeatureMap:
+def make_feature_map(
+    kind: str, input_dim: int, n_features: int = 64, lengthscale: float = 1.0, seed: int = 0
+) -> FeatureMap:
     """Build a feature map by name: ``"identity"`` or ``"rff"``."""
     if kind == "identity":
         return IdentityFeatures(input_dim)
@@ -148,7 +150,9 @@ class Augmentation:
     def __init__(self, feature_map: FeatureMap, state_dim: int, theta: FloatArray | None = None) -> None:
         self.feature_map = feature_map
         self.state_dim = state_dim
-        self.theta = np.zeros((state_dim, feature_map.n_features)) if theta is None else np.asarray(theta, dtype=np.float64)
+        self.theta = (
+            np.zeros((state_dim, feature_map.n_features)) if theta is None else np.asarray(theta, dtype=np.float64)
+        )
 
     @property
     def theta(self) -> FloatArray:

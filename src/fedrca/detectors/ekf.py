@@ -129,7 +129,9 @@ class ExtendedKalmanFilter:
         if self.F_jacobian is not None:
             return np.asarray(self.F_jacobian(x, u), dtype=np.float64)
         u_rows = None if u is None else u[None, :]
-        return batched_jacobian(lambda z: self.predict(z, None if u_rows is None else np.repeat(u_rows, len(z), axis=0)), x[None, :])[0]
+        return batched_jacobian(
+            lambda z: self.predict(z, None if u_rows is None else np.repeat(u_rows, len(z), axis=0)), x[None, :]
+        )[0]
 
     def measurement_jacobian(self, x: FloatArray) -> FloatArray:
         """dh/dx at x, (D, P)."""

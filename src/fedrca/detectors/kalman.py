@@ -165,8 +165,7 @@ def steady_state_gain(
         P_pred = scipy.linalg.solve_discrete_are(A.T, C.T, Q, R)
     except (np.linalg.LinAlgError, ValueError) as exc:
         raise ModelError(
-            f"no steady-state Kalman gain for this model ({exc}); "
-            "use steady_state=False for the time-varying gain"
+            f"no steady-state Kalman gain for this model ({exc}); use steady_state=False for the time-varying gain"
         ) from None
     P_pred = 0.5 * (P_pred + P_pred.T)
     # S = C P C' + R
@@ -213,9 +212,7 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
             later_prev = np.vstack([z0[None, i + 1 :], modes[:-1, i + 1 :]])
             drive += later_prev @ T_mat[i, i + 1 :]
         lam = T_mat[i, i]
-        modes[:, i] = scipy.signal.lfilter(
-            [1.0], [1.0, -lam], drive, zi=np.array([lam * z0[i]])
-        )[0]
+        modes[:, i] = scipy.signal.lfilter([1.0], [1.0, -lam], drive, zi=np.array([lam * z0[i]]))[0]
     return np.real(modes @ Z.T)
 
 
@@ -272,9 +269,11 @@ class LinearKalmanFilter:
             raise ModelError(f"B must have {n} rows (the state dimension), got {self.B.shape}")
         self.steady_state = steady_state
         self._x0 = np.zeros(n) if x0 is None else np.asarray(x0, dtype=np.float64).reshape(n)
-        self._P_pred_ss, self._K_ss, self._S_ss = steady_state_gain(
-            self.A, self.C, self.Q, self.R
-        ) if steady_state else (None, None, None)
+        self._P_pred_ss: FloatArray | None = None
+        self._K_ss: FloatArray | None = None
+        self._S_ss: FloatArray | None = None
+        if steady_state:
+            self._P_pred_ss, self._K_ss, self._S_ss = steady_state_gain(self.A, self.C, self.Q, self.R)
         if P0 is not None:
             self._P0 = _as_matrix("P0", P0, (n, n))
         elif self._P_pred_ss is not None and self._K_ss is not None:

@@ -247,9 +247,7 @@ class PlantDetector(Detector):
         else:
             self._filter = self.model
             self._scaler = Standardizer.fit(Y_arr)
-        feature_map = make_feature_map(
-            self.features, Y_arr.shape[1], self.n_features, self.lengthscale, self.seed
-        )
+        feature_map = make_feature_map(self.features, Y_arr.shape[1], self.n_features, self.lengthscale, self.seed)
         self._augmentation = Augmentation(feature_map, self._filter.state_dim)
         self._filter.reset()
         self._initial_filter_state = copy.deepcopy(self._filter.get_state())

@@ -55,7 +55,9 @@ class ProprietaryFilter(Protocol):
     def set_state(self, state: dict[str, Any]) -> None: ...
 
 
-def filter_batch(model: ProprietaryFilter, Y: NDArray[np.float64], U: NDArray[np.float64] | None = None) -> FilterOutput:
+def filter_batch(
+    model: ProprietaryFilter, Y: NDArray[np.float64], U: NDArray[np.float64] | None = None
+) -> FilterOutput:
     """Run ``model`` over a batch: its own vectorised ``filter`` when it has one, else steps."""
     batch = getattr(model, "filter", None)
     if callable(batch):
@@ -64,7 +66,9 @@ def filter_batch(model: ProprietaryFilter, Y: NDArray[np.float64], U: NDArray[np
             return out
     steps = [model.step(Y[t], None if U is None else U[t]) for t in range(len(Y))]
     if not steps:
-        return FilterOutput(np.empty((0, model.state_dim)), np.empty((0, model.state_dim)), np.empty((0, model.output_dim)))
+        return FilterOutput(
+            np.empty((0, model.state_dim)), np.empty((0, model.state_dim)), np.empty((0, model.output_dim))
+        )
     return FilterOutput(
         np.array([s.x_pred for s in steps]),
         np.array([s.x_est for s in steps]),
@@ -96,11 +100,15 @@ def load_plugin(dotted: str, **kwargs: Any) -> ProprietaryFilter:
     if factory is None:
         raise ConfigError(f"plugin '{dotted}': module '{module_name}' has no attribute '{attr}'")
     model = factory(**kwargs) if callable(factory) else factory
-    missing = [m for m in ("predict", "measure", "step", "reset", "get_state", "set_state") if not callable(getattr(model, m, None))]
+    missing = [
+        m
+        for m in ("predict", "measure", "step", "reset", "get_state", "set_state")
+        if not callable(getattr(model, m, None))
+    ]
     if missing or not hasattr(model, "state_dim") or not hasattr(model, "output_dim"):
         missing += [a for a in ("state_dim", "output_dim") if not hasattr(model, a)]
         raise ConfigError(
             f"plugin '{dotted}' returned {type(model).__name__}, which lacks {', '.join(missing)}; "
             "see fedrca.detectors.plugin.ProprietaryFilter"
         )
-    return model  # type: ignore[no-any-return]
+    return model

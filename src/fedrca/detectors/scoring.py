@@ -125,7 +125,7 @@ class ResidualScorer:
         self.margin = margin
         self.smooth = smooth
         self._state: ScorerState | None = None
-        self._last: float | None = None
+        self._last: FloatArray | None = None
 
     # -- fitting ------------------------------------------------------------------------
     def fit(self, residuals: FloatArray, calibration_residuals: list[FloatArray] | None = None) -> ResidualScorer:
@@ -217,7 +217,9 @@ class ResidualScorer:
         white = (R - mean) @ whitening.T
         return np.asarray(np.einsum("td,td->t", white, white))
 
-    def _distances(self, R: FloatArray, st: ScorerState, last: FloatArray | None) -> tuple[FloatArray, FloatArray | None]:
+    def _distances(
+        self, R: FloatArray, st: ScorerState, last: FloatArray | None
+    ) -> tuple[FloatArray, FloatArray | None]:
         """(smoothed) d2 of R (T, D) continuing from the EWMA memory ``last``; returns the new memory."""
         if self.ewma is None or len(R) == 0:
             return self._mahalanobis(R, st.mean, st.whitening), last
@@ -230,9 +232,7 @@ class ResidualScorer:
             return np.asarray(out), np.asarray(out[-1:])
         start_vec = st.mean if last is None else last
         # e(t) = lam r(t) + (1 - lam) e(t-1), per column
-        smoothed, _ = scipy.signal.lfilter(
-            [lam], [1.0, -(1.0 - lam)], R, axis=0, zi=((1.0 - lam) * start_vec)[None, :]
-        )
+        smoothed, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], R, axis=0, zi=((1.0 - lam) * start_vec)[None, :])
         # d2 = (e - mu)' (lam / (2 - lam) S)^-1 (e - mu)
         d2 = self._mahalanobis(smoothed, st.mean, st.whitening) * ((2.0 - lam) / lam)
         return d2, np.asarray(smoothed[-1])

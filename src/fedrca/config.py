@@ -1,0 +1,340 @@
+"""Typed site configuration: YAML files validated into immutable objects.
+
+A configuration names the site, its plants (ordered sensor columns, optional
+input columns, model settings), the privacy settings and the topic names.
+Settings under ``defaults`` apply to every plant; a plant overrides any of them
+under its own ``model`` / ``augmentation`` / ``scoring`` keys.
+
+Every error names the file, the key path and what would be valid, e.g.::
+
+    config/tep.yaml: plants[2].sensors[3]: unknown column 'XMEAS(44)'; columns are
+    XMEAS(1)..XMEAS(41), XMV(1)..XMV(11)
+
+Examples
+--------
+>>> cfg = load_config("config/tep.yaml")
+>>> cfg.plant_names
+['feed', 'reactor', 'separator', 'stripper', 'compressor']
+>>> cfg.topic("sensors", plant="reactor")
+'tep.sensors.reactor'
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fedrca.datasets.tep import TEP_COLUMNS
+from fedrca.exceptions import ConfigError
+
+__all__ = [
+    "AugmentationSettings",
+    "DatasetSettings",
+    "GraphSettings",
+    "ModelSettings",
+    "PlantConfig",
+    "PrivacySettings",
+    "ScoringSettings",
+    "SiteConfig",
+    "TopicSettings",
+    "compress_columns",
+    "load_config",
+    "parse_config",
+]
+
+_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSettings(_Strict):
+    """The plant's fixed (proprietary) filter."""
+
+    kind: Literal["identified", "plugin"] = "identified"
+    plugin: str | None = Field(None, description="'package.module:factory' when kind is plugin")
+    plugin_args: dict[str, Any] = Field(default_factory=dict)
+    n_states: int | None = Field(None, ge=1, description="fixed state dimension; None = by energy")
+    energy: float = Field(0.9, gt=0.0, le=1.0)
+    steady_state: bool = True
+
+    @model_validator(mode="after")
+    def _plugin_named(self) -> ModelSettings:
+        if self.kind == "plugin" and not self.plugin:
+            raise ValueError("kind 'plugin' needs plugin: 'package.module:factory'")
+        return self
+
+
+class AugmentationSettings(_Strict):
+    """Feature map of the learned augmentation."""
+
+    features: Literal["identity", "rff"] = "identity"
+    n_features: int = Field(64, ge=1)
+    lengthscale: float = Field(1.0, gt=0.0)
+
+
+class SmoothingSettings(_Strict):
+    """EWMA smoothing of the distance (``d2``) or of the residual vector (``residual``, MEWMA)."""
+
+    ewma: float = Field(..., gt=0.0, le=1.0)
+    target: Literal["d2", "residual"] = "d2"
+
+
+class ScoringSettings(_Strict):
+    """Residual scoring and thresholds (nominal data only)."""
+
+    threshold: Literal["percentile", "chi2"] = "percentile"
+    percentile: float = Field(99.0, gt=0.0, lt=100.0)
+    alpha: float = Field(0.01, gt=0.0, lt=1.0)
+    smoothing: SmoothingSettings | None = None
+    margin: float = Field(1.0, ge=1.0)
+    calibration: Literal["cv", "in-sample"] = "cv"
+    folds: int = Field(5, ge=2)
+
+
+class PlantConfig(_Strict):
+    """One plant: its sensor columns (in message order), inputs and settings."""
+
+    name: str = Field(..., pattern=_NAME)
+    sensors: list[str] = Field(..., min_length=1)
+    inputs: list[str] = Field(default_factory=list)
+    model: ModelSettings = ModelSettings()
+    augmentation: AugmentationSettings = AugmentationSettings()
+    scoring: ScoringSettings = ScoringSettings()
+
+
+class PrivacySettings(_Strict):
+    """Flag privacy (randomized response) and the training privacy budget."""
+
+    flag_epsilon: float = Field(math.inf, gt=0.0, description="per published flag; inf = off")
+    seed: int = 0
+
+    @field_validator("flag_epsilon", mode="before")
+    @classmethod
+    def _parse_inf(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", ".inf", "none", "off"):
+            return math.inf
+        return value
+
+
+class TopicSettings(_Strict):
+    """Topic name templates; ``{site}`` and ``{plant}`` are substituted."""
+
+    sensors: str = "{site}.sensors.{plant}"
+    flags: str = "{site}.flags"
+    verdicts: str = "{site}.verdicts"
+    params: str = "{site}.params"
+    deadletter: str = "{site}.deadletter"
+    train: str = "{site}.train.{plant}"
+
+
+class DatasetSettings(_Strict):
+    """Where the columns come from: a known format or an explicit column list."""
+
+    format: Literal["tep", "csv", "hai", "swat", "synthetic"] = "csv"
+    columns: list[str] | None = None
+    time_column: str | None = None
+    sample_seconds: float = Field(1.0, gt=0.0)
+
+    def known_columns(self) -> list[str] | None:
+        """The valid column names, when the format fixes them."""
+        if self.columns is not None:
+            return list(self.columns)
+        if self.format == "tep":
+            return list(TEP_COLUMNS)
+        return None
+
+
+class GraphSettings(_Strict):
+    """Interdependency graph given by hand: directed edges ``[from, to]``."""
+
+    edges: list[tuple[str, str]] = Field(default_factory=list)
+
+
+class SiteConfig(_Strict):
+    """A validated site configuration."""
+
+    site: str = Field(..., pattern=_NAME)
+    dataset: DatasetSettings = DatasetSettings()
+    plants: list[PlantConfig] = Field(..., min_length=1)
+    privacy: PrivacySettings = PrivacySettings()
+    topics: TopicSettings = TopicSettings()
+    graph: GraphSettings | None = None
+    training: dict[str, Any] = Field(default_factory=dict, description="validated by fedrca.training")
+    rca: dict[str, Any] = Field(default_factory=dict, description="validated by fedrca.rca")
+    source: str | None = Field(None, exclude=True)
+
+    @property
+    def plant_names(self) -> list[str]:
+        """Plant names in configuration order."""
+        return [p.name for p in self.plants]
+
+    def plant(self, name: str) -> PlantConfig:
+        """The plant called ``name``."""
+        for p in self.plants:
+            if p.name == name:
+                return p
+        raise ConfigError(f"unknown plant '{name}'; plants are {', '.join(self.plant_names)}", source=self.source)
+
+    def topic(self, kind: str, plant: str | None = None) -> str:
+        """Resolved topic name of ``kind`` (sensors, flags, verdicts, params, deadletter, train)."""
+        template = getattr(self.topics, kind, None)
+        if template is None:
+            raise ConfigError(f"unknown topic kind '{kind}'; kinds are {', '.join(TopicSettings.model_fields)}")
+        if "{plant}" in template and plant is None:
+            raise ConfigError(f"topic '{kind}' is per plant; pass plant=")
+        return str(template).format(site=self.site, plant=plant)
+
+
+_SECTIONS = ("model", "augmentation", "scoring")
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def compress_columns(columns: list[str]) -> str:
+    """Human summary of a column list, collapsing numbered runs.
+
+    Examples
+    --------
+    >>> compress_columns(["XMEAS(1)", "XMEAS(2)", "XMEAS(3)", "XMV(1)", "flow"])
+    'XMEAS(1)..XMEAS(3), XMV(1), flow'
+    """
+    pattern = re.compile(r"^(.*?)(\d+)(\D*)$")
+    parts: list[str] = []
+    run: list[tuple[str, int, str, str]] = []
+
+    def flush() -> None:
+        if run:
+            parts.append(run[0][3] if len(run) == 1 else f"{run[0][3]}..{run[-1][3]}")
+            run.clear()
+
+    for col in columns:
+        match = pattern.match(col)
+        if match is None:
+            flush()
+            parts.append(col)
+            continue
+        prefix, number, suffix = match.group(1), int(match.group(2)), match.group(3)
+        if run and (run[-1][0], run[-1][2]) == (prefix, suffix) and run[-1][1] + 1 == number:
+            run.append((prefix, number, suffix, col))
+        else:
+            flush()
+            run.append((prefix, number, suffix, col))
+    flush()
+    return ", ".join(parts)
+
+
+def parse_config(data: Any, source: str | None = None) -> SiteConfig:
+    """Validate a configuration mapping (already parsed from YAML).
+
+    Raises
+    ------
+    ConfigError
+        With the file, the key path and the valid choices.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("the configuration must be a mapping with keys site, plants, ...", source=source)
+    data = copy.deepcopy(data)
+    defaults = data.pop("defaults", None) or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError("must be a mapping of model/augmentation/scoring settings", source=source, key="defaults")
+    unknown = set(defaults) - set(_SECTIONS)
+    if unknown:
+        raise ConfigError(
+            f"unknown section(s) {sorted(unknown)}; defaults may hold {', '.join(_SECTIONS)}",
+            source=source,
+            key="defaults",
+        )
+    plants = data.get("plants")
+    if isinstance(plants, list):
+        data["plants"] = [
+            _merge({k: defaults.get(k, {}) for k in _SECTIONS}, p) if isinstance(p, dict) else p for p in plants
+        ]
+    try:
+        config = SiteConfig.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling; see fedrca.config for the valid keys)"
+        raise ConfigError(message, source=source, key=_key_path(tuple(first["loc"]))) from None
+    _check_columns(config, source)
+    return config
+
+
+def _check_columns(config: SiteConfig, source: str | None) -> None:
+    known = config.dataset.known_columns()
+    owner: dict[str, str] = {}
+    for i, plant in enumerate(config.plants):
+        if plant.name in [p.name for p in config.plants[:i]]:
+            raise ConfigError(f"duplicate plant name '{plant.name}'", source=source, key=f"plants[{i}].name")
+        for kind in ("sensors", "inputs"):
+            for j, column in enumerate(getattr(plant, kind)):
+                key = f"plants[{i}].{kind}[{j}]"
+                if known is not None and column not in known:
+                    raise ConfigError(
+                        f"unknown column '{column}'; columns are {compress_columns(known)}", source=source, key=key
+                    )
+                if column in owner:
+                    raise ConfigError(
+                        f"column '{column}' is already used by plant '{owner[column]}'; "
+                        "each column belongs to one plant",
+                        source=source,
+                        key=key,
+                    )
+                owner[column] = plant.name
+    if config.graph is not None:
+        names = set(config.plant_names)
+        for k, (src, dst) in enumerate(config.graph.edges):
+            for end, name in (("from", src), ("to", dst)):
+                if name not in names:
+                    raise ConfigError(
+                        f"edge {end} unknown plant '{name}'; plants are {', '.join(config.plant_names)}",
+                        source=source,
+                        key=f"graph.edges[{k}]",
+                    )
+
+
+def load_config(path: str | Path) -> SiteConfig:
+    """Read and validate a YAML configuration file.
+
+    Raises
+    ------
+    ConfigError
+        When the file is missing, is not YAML, or fails validation.
+    """
+    file = Path(path)
+    source = str(path)
+    if not file.is_file():
+        raise ConfigError(
+            "no such configuration file; see config/ for examples (tep.yaml, synthetic.yaml)", source=source
+        )
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(f"{where}not valid YAML ({getattr(exc, 'problem', exc)})", source=source) from None
+    return parse_config(data, source=source)

@@ -1,0 +1,33 @@
+"""Shared fixtures: the bundled TEP data and configurations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def tep_dir() -> Path:
+    return REPO / "data" / "tep"
+
+
+def random_stable_system(rng: np.random.Generator, n: int, d: int, m: int = 0):
+    """Random (A, B, C, Q, R) with spectral radius of A below 0.95."""
+    A = rng.normal(size=(n, n))
+    A *= rng.uniform(0.3, 0.95) / max(np.abs(np.linalg.eigvals(A)))
+    C = rng.normal(size=(d, n))
+    Lq = rng.normal(size=(n, n)) * 0.3
+    Lr = rng.normal(size=(d, d)) * 0.3
+    Q = Lq @ Lq.T + 0.05 * np.eye(n)
+    R = Lr @ Lr.T + 0.1 * np.eye(d)
+    B = rng.normal(size=(n, m)) if m else None
+    return A, B, C, Q, R
