@@ -31,7 +31,7 @@ class RandomizedResponse:
     >>> round(rr.keep_probability, 4)
     0.8808
     >>> published = rr.perturb(np.zeros(100_000, dtype=bool))
-    >>> abs(rr.estimate_rate(published)) < 0.01
+    >>> bool(abs(rr.estimate_rate(published)) < 0.01)
     True
     """
 
