@@ -1,0 +1,207 @@
+"""Message contracts of the streams (JSON, versioned) and their validation.
+
+Pure functions: bytes in, typed message or :class:`MessageError` out. Every
+rejection carries a short machine-friendly ``reason`` (used as a metrics label
+and a dead-letter header) and a human ``detail``.
+
+Contracts (ARCHITECTURE.md):
+
+* sensors  ``{"site","plant","ts","seq","values":[...]}`` (values in the plant's configured order)
+* flags    ``{"site","plant","ts","seq","zc","za","eps","model_version"}`` (published flags only)
+* verdicts ``{"site","ts","seq","root_cause","propagated","posterior","evidence_window","id"}``
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedrca.exceptions import MessageError
+
+__all__ = [
+    "DEADLETTER_REASONS",
+    "FlagMessage",
+    "SensorMessage",
+    "decode_flag",
+    "decode_sensor",
+    "encode",
+    "deadletter_headers",
+]
+
+#: Every reason a message can be dead-lettered for.
+DEADLETTER_REASONS = (
+    "malformed-json",
+    "missing-field",
+    "wrong-site",
+    "unknown-plant",
+    "wrong-length",
+    "non-finite",
+    "bad-seq",
+    "bad-timestamp",
+    "bad-flag",
+    "late",
+)
+
+#: Timestamps further in the future than this (seconds) are out of range.
+MAX_FUTURE_SECONDS = 86_400.0
+
+
+@dataclass(frozen=True)
+class SensorMessage:
+    """One validated sensor reading of one plant."""
+
+    site: str
+    plant: str
+    ts: float
+    seq: int
+    values: NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class FlagMessage:
+    """One validated published-flag message."""
+
+    site: str
+    plant: str
+    ts: float
+    seq: int
+    zc: int
+    za: int
+    eps: float
+    model_version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract."""
+        return {
+            "site": self.site,
+            "plant": self.plant,
+            "ts": self.ts,
+            "seq": self.seq,
+            "zc": self.zc,
+            "za": self.za,
+            "eps": None if math.isinf(self.eps) else self.eps,
+            "model_version": self.model_version,
+        }
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """Compact JSON bytes of a message dict.
+
+    Examples
+    --------
+    >>> encode({"seq": 1, "values": [1.5]})
+    b'{"seq":1,"values":[1.5]}'
+    """
+    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _parse(raw: bytes | str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MessageError("malformed-json", f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise MessageError("malformed-json", f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _common(data: dict[str, Any], site: str, plants: dict[str, int] | set[str], now: float | None) -> tuple[str, float, int]:
+    for key in ("site", "plant", "ts", "seq"):
+        if key not in data:
+            raise MessageError("missing-field", f"no '{key}' in message")
+    if data["site"] != site:
+        raise MessageError("wrong-site", f"site '{data['site']}' is not '{site}'")
+    plant = data["plant"]
+    if not isinstance(plant, str) or plant not in plants:
+        raise MessageError("unknown-plant", f"plant {plant!r} is not one of {sorted(plants)}")
+    seq = data["seq"]
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise MessageError("bad-seq", f"seq must be a non-negative integer, got {seq!r}")
+    ts = data["ts"]
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        raise MessageError("bad-timestamp", f"ts must be a finite number of seconds, got {ts!r}")
+    horizon = (time.time() if now is None else now) + MAX_FUTURE_SECONDS
+    if ts < 0 or ts > horizon:
+        raise MessageError("bad-timestamp", f"ts {ts} is outside [0, now + {MAX_FUTURE_SECONDS:.0f} s]")
+    return plant, float(ts), seq
+
+
+def decode_sensor(raw: bytes | str, site: str, sensor_counts: dict[str, int], now: float | None = None) -> SensorMessage:
+    """Validate a sensors-topic message.
+
+    Parameters
+    ----------
+    raw : the message value
+    site : the expected site
+    sensor_counts : plant name -> number of configured sensors
+    now : current time (seconds since epoch) for the timestamp range check
+
+    Raises
+    ------
+    MessageError
+        With one of :data:`DEADLETTER_REASONS`.
+
+    Examples
+    --------
+    >>> m = decode_sensor(b'{"site":"s","plant":"p","ts":0,"seq":3,"values":[1,2]}', "s", {"p": 2})
+    >>> m.seq, m.values.tolist()
+    (3, [1.0, 2.0])
+    >>> decode_sensor(b'{"site":"s","plant":"p","ts":0,"seq":3,"values":[1]}', "s", {"p": 2})
+    Traceback (most recent call last):
+    ...
+    fedrca.exceptions.MessageError: wrong-length: plant 'p' has 2 sensors, message has 1 values
+    """
+    data = _parse(raw)
+    plant, ts, seq = _common(data, site, sensor_counts, now)
+    values = data.get("values")
+    if not isinstance(values, list):
+        raise MessageError("missing-field", "no 'values' list in message")
+    if len(values) != sensor_counts[plant]:
+        raise MessageError(
+            "wrong-length", f"plant '{plant}' has {sensor_counts[plant]} sensors, message has {len(values)} values"
+        )
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise MessageError("non-finite", "values must all be numbers")
+    array = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(array)):
+        raise MessageError("non-finite", f"NaN or inf at position {int(np.argmin(np.isfinite(array)))}")
+    return SensorMessage(site, plant, ts, seq, array)
+
+
+def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None = None) -> FlagMessage:
+    """Validate a flags-topic message (same rules; zc/za must be 0 or 1).
+
+    Examples
+    --------
+    >>> raw = b'{"site":"s","plant":"p","ts":1,"seq":0,"zc":1,"za":0,"eps":null,"model_version":"v1"}'
+    >>> decode_flag(raw, "s", {"p"}).zc
+    1
+    """
+    data = _parse(raw)
+    plant, ts, seq = _common(data, site, plants, now)
+    flags = []
+    for key in ("zc", "za"):
+        value = data.get(key)
+        if value not in (0, 1) or isinstance(value, float):
+            raise MessageError("bad-flag", f"'{key}' must be 0 or 1, got {value!r}")
+        flags.append(int(value))
+    eps = data.get("eps")
+    return FlagMessage(
+        site, plant, ts, seq, flags[0], flags[1], math.inf if eps is None else float(eps), str(data.get("model_version", ""))
+    )
+
+
+def deadletter_headers(error: MessageError, stage: str, source_topic: str) -> list[tuple[str, bytes]]:
+    """Kafka headers that travel with the original bytes to the dead-letter topic."""
+    return [
+        ("fedrca-reason", error.reason.encode()),
+        ("fedrca-detail", error.detail.encode()),
+        ("fedrca-stage", stage.encode()),
+        ("fedrca-source-topic", source_topic.encode()),
+    ]
