@@ -202,18 +202,20 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     if T_len == 0:
         return np.empty((0, P))
     T_mat, Z = scipy.linalg.schur(F.astype(np.complex128), output="complex")
-    V = W.astype(np.complex128) @ Z.conj()  # rows: Z^H w(t)
+    # Mode-major layout (P, T): each mode's time series is contiguous for the IIR filter.
+    V = Z.conj().T @ W.T.astype(np.complex128)  # columns: Z^H w(t)
     z0 = Z.conj().T @ x0.astype(np.complex128)
     modes = np.empty_like(V)
     for i in range(P - 1, -1, -1):
-        drive = V[:, i].copy()
+        drive = V[i]
         if i + 1 < P:
             # Coupling to later (already solved) modes uses their value at t-1.
-            later_prev = np.vstack([z0[None, i + 1 :], modes[:-1, i + 1 :]])
-            drive += later_prev @ T_mat[i, i + 1 :]
+            coupling = T_mat[i, i + 1 :]
+            drive[0] += coupling @ z0[i + 1 :]
+            drive[1:] += coupling @ modes[i + 1 :, :-1]
         lam = T_mat[i, i]
-        modes[:, i] = scipy.signal.lfilter([1.0], [1.0, -lam], drive, zi=np.array([lam * z0[i]]))[0]
-    return np.real(modes @ Z.T)
+        modes[i] = scipy.signal.lfilter([1.0], [1.0, -lam], drive, zi=np.array([lam * z0[i]]))[0]
+    return np.ascontiguousarray(np.real(Z @ modes).T)
 
 
 class LinearKalmanFilter:
