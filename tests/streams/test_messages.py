@@ -13,9 +13,9 @@ from fedrca.exceptions import MessageError
 from fedrca.streams.messages import (
     DEADLETTER_REASONS,
     FlagMessage,
+    deadletter_headers,
     decode_flag,
     decode_sensor,
-    deadletter_headers,
     encode,
 )
 
@@ -74,7 +74,14 @@ def test_flag_validation_and_contract():
     flag = FlagMessage("tep", "feed", 3.0, 4, 1, 0, float("inf"), "v2")
     raw = encode(flag.to_dict())
     assert json.loads(raw) == {
-        "site": "tep", "plant": "feed", "ts": 3.0, "seq": 4, "zc": 1, "za": 0, "eps": None, "model_version": "v2"
+        "site": "tep",
+        "plant": "feed",
+        "ts": 3.0,
+        "seq": 4,
+        "zc": 1,
+        "za": 0,
+        "eps": None,
+        "model_version": "v2",
     }
     assert decode_flag(raw, "tep", {"feed"}, now=NOW) == flag
     bad = json.loads(raw)

@@ -84,7 +84,8 @@ def install(
                 verdicts, rejected = runtime.process_flags([e.value for e in events])
                 await _deadletter(topics, rejected, "rca", topics.flags.get_topic_name())
                 await _send_all(
-                    topics.verdicts, [(site.encode(), encode(v), [("fedrca-verdict-id", v["id"].encode())]) for v in verdicts]
+                    topics.verdicts,
+                    [(site.encode(), encode(v), [("fedrca-verdict-id", v["id"].encode())]) for v in verdicts],
                 )
                 runtime.metrics.record_messages_out("rca", topics.verdicts.get_topic_name(), len(verdicts))
                 rca_state["rca"] = runtime.rca.get_state()
@@ -126,7 +127,9 @@ def install(
                 await consumer.stop()
 
 
-def _plant_agent(plant: str, topics: SiteTopics, runtime: Runtime, table: faust.Table) -> Callable[..., AsyncIterator[None]]:
+def _plant_agent(
+    plant: str, topics: SiteTopics, runtime: Runtime, table: faust.Table
+) -> Callable[..., AsyncIterator[None]]:
     settings = runtime.settings
     flags_topic = topics.flags
     source = topics.sensors[plant].get_topic_name()

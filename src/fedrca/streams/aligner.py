@@ -134,7 +134,9 @@ class FlagAligner:
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`get_state` output."""
-        self._buffer = {int(s): {p: (int(b[0]), int(b[1])) for p, b in row.items()} for s, row in state["buffer"].items()}
+        self._buffer = {
+            int(s): {p: (int(b[0]), int(b[1])) for p, b in row.items()} for s, row in state["buffer"].items()
+        }
         self._ts = {int(s): float(t) for s, t in state["ts"].items()}
         self._next_seq = state["next_seq"]
         self._max_seq = int(state["max_seq"])

@@ -28,10 +28,10 @@ __all__ = [
     "DEADLETTER_REASONS",
     "FlagMessage",
     "SensorMessage",
+    "deadletter_headers",
     "decode_flag",
     "decode_sensor",
     "encode",
-    "deadletter_headers",
 ]
 
 #: Every reason a message can be dead-lettered for.
@@ -111,7 +111,9 @@ def _parse(raw: bytes | str) -> dict[str, Any]:
     return data
 
 
-def _common(data: dict[str, Any], site: str, plants: dict[str, int] | set[str], now: float | None) -> tuple[str, float, int]:
+def _common(
+    data: dict[str, Any], site: str, plants: dict[str, int] | set[str], now: float | None
+) -> tuple[str, float, int]:
     for key in ("site", "plant", "ts", "seq"):
         if key not in data:
             raise MessageError("missing-field", f"no '{key}' in message")
@@ -132,7 +134,9 @@ def _common(data: dict[str, Any], site: str, plants: dict[str, int] | set[str], 
     return plant, float(ts), seq
 
 
-def decode_sensor(raw: bytes | str, site: str, sensor_counts: dict[str, int], now: float | None = None) -> SensorMessage:
+def decode_sensor(
+    raw: bytes | str, site: str, sensor_counts: dict[str, int], now: float | None = None
+) -> SensorMessage:
     """Validate a sensors-topic message.
 
     Parameters
@@ -193,7 +197,14 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
         flags.append(int(value))
     eps = data.get("eps")
     return FlagMessage(
-        site, plant, ts, seq, flags[0], flags[1], math.inf if eps is None else float(eps), str(data.get("model_version", ""))
+        site,
+        plant,
+        ts,
+        seq,
+        flags[0],
+        flags[1],
+        math.inf if eps is None else float(eps),
+        str(data.get("model_version", "")),
     )
 
 

@@ -77,9 +77,7 @@ class Runtime:
             self.metrics.set_parameter_version(name, det.parameter_version)
 
     @classmethod
-    def from_nominal(
-        cls, config: SiteConfig, train_path: str | Path, engine_factory: Any, **kwargs: Any
-    ) -> Runtime:
+    def from_nominal(cls, config: SiteConfig, train_path: str | Path, engine_factory: Any, **kwargs: Any) -> Runtime:
         """Fit the detectors on nominal data and build the RCA engine from them."""
         detectors = build_detectors(config, load_frame(config, train_path), source=str(train_path))
         return cls(config, detectors, engine_factory(config, detectors), **kwargs)

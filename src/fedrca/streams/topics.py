@@ -26,7 +26,9 @@ def declare_topics(app: faust.App, config: SiteConfig, partitions: int) -> SiteT
     """Declare every topic of the site on ``app`` (raw bytes values; JSON is decoded by the cores)."""
     raw = {"value_type": bytes, "key_type": bytes, "value_serializer": "raw", "key_serializer": "raw"}
     return SiteTopics(
-        sensors={p: app.topic(config.topic("sensors", plant=p), partitions=partitions, **raw) for p in config.plant_names},
+        sensors={
+            p: app.topic(config.topic("sensors", plant=p), partitions=partitions, **raw) for p in config.plant_names
+        },
         flags=app.topic(config.topic("flags"), partitions=1, **raw),
         verdicts=app.topic(config.topic("verdicts"), partitions=1, **raw),
         params=app.topic(config.topic("params"), partitions=1, compacting=True, **raw),
