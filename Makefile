@@ -22,17 +22,21 @@ demo: $(STAMP)
 	$(BIN)/fedrca demo
 
 ## make test: install what tests need (Python deps, Java/Maven/promtool) and run everything
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps kafka-jars
 	$(BIN)/ruff check src tests $(wildcard bench)
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 ## make bench: benchmarks against named peers, measured in the same run
-bench: $(STAMP)
+bench: $(STAMP) kafka-jars
 	$(BIN)/python bench/run.py
 
 system-deps:
 	tools/ensure-system-deps.sh
+
+## make kafka-jars: Apache Kafka jars from Maven Central into tools/kafka/lib/ (no-op when present)
+kafka-jars: system-deps
+	$(PYTHON) tools/kafka/broker.py fetch
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests $(wildcard bench)
@@ -41,4 +45,5 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
+	-$(PYTHON) tools/kafka/broker.py stop
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info out reports params .kafka

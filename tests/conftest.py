@@ -9,6 +9,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# the session-scoped real Kafka broker (`kafka_broker`, tests marked @pytest.mark.kafka)
+pytest_plugins = ["tests.kafka_broker"]
+
 
 @pytest.fixture(scope="session")
 def repo() -> Path:

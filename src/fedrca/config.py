@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ from fedrca.exceptions import ConfigError
 
 __all__ = [
     "AugmentationSettings",
+    "ColumnMatch",
     "DatasetSettings",
     "GraphSettings",
     "ModelSettings",
@@ -44,8 +46,10 @@ __all__ = [
     "SiteConfig",
     "TopicSettings",
     "compress_columns",
+    "group_columns",
     "load_config",
     "parse_config",
+    "resolve_plants",
 ]
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
@@ -99,15 +103,71 @@ class ScoringSettings(_Strict):
     folds: int = Field(5, ge=2)
 
 
+class ColumnMatch(_Strict):
+    """A plant's sensors given by a rule over a data file's columns (resolved by :func:`resolve_plants`).
+
+    Exactly one of ``prefix`` / ``regex`` (``re.search`` semantics; anchor it with ``^...$``);
+    ``exclude`` drops named columns (e.g. constant tags). Matched columns keep the file's order.
+
+    Examples
+    --------
+    >>> ColumnMatch(prefix="P1_").matches("P1_FT01")
+    True
+    >>> ColumnMatch(regex=r"^[A-Z]+1\\d\\d$").matches("AIT201")
+    False
+    """
+
+    prefix: str | None = Field(None, min_length=1)
+    regex: str | None = Field(None, min_length=1)
+    exclude: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> ColumnMatch:
+        if (self.prefix is None) == (self.regex is None):
+            raise ValueError("give exactly one of prefix: 'P1_' or regex: '^FIT1\\d\\d$'")
+        if self.regex is not None:
+            try:
+                re.compile(self.regex)
+            except re.error as exc:
+                raise ValueError(f"regex {self.regex!r} does not compile ({exc})") from None
+        return self
+
+    def matches(self, column: str) -> bool:
+        """True when ``column`` is selected by the rule (and not excluded)."""
+        if column in self.exclude:
+            return False
+        if self.prefix is not None:
+            return column.startswith(self.prefix)
+        return re.search(str(self.regex), column) is not None
+
+    def describe(self) -> str:
+        """The rule as written in YAML."""
+        return f"{{prefix: '{self.prefix}'}}" if self.prefix is not None else f"{{regex: '{self.regex}'}}"
+
+
 class PlantConfig(_Strict):
-    """One plant: its sensor columns (in message order), inputs and settings."""
+    """One plant: its sensor columns (in message order) or a rule selecting them, inputs and settings."""
 
     name: str = Field(..., pattern=_NAME)
-    sensors: list[str] = Field(..., min_length=1)
+    sensors: list[str] = Field(default_factory=list, description="explicit columns; or give match")
+    match: ColumnMatch | None = Field(None, description="rule resolved against a data file's columns")
     inputs: list[str] = Field(default_factory=list)
     model: ModelSettings = ModelSettings()
     augmentation: AugmentationSettings = AugmentationSettings()
     scoring: ScoringSettings = ScoringSettings()
+
+    @model_validator(mode="after")
+    def _sensors_or_match(self) -> PlantConfig:
+        if self.match is None and not self.sensors:
+            raise ValueError("give the sensor columns (sensors: [...]) or a rule (match: {prefix: 'P1_'})")
+        if self.match is not None and self.sensors:
+            raise ValueError("give either sensors: [...] or match: {...}, not both")
+        return self
+
+    @property
+    def resolved(self) -> bool:
+        """False while the sensors are a rule not yet resolved against a file (see :func:`resolve_plants`)."""
+        return self.match is None
 
 
 class PrivacySettings(_Strict):
@@ -142,6 +202,7 @@ class DatasetSettings(_Strict):
     columns: list[str] | None = None
     time_column: str | None = None
     sample_seconds: float = Field(1.0, gt=0.0)
+    label_columns: list[str] = Field(default_factory=list, description="generic CSV: 0/1 label columns")
 
     def known_columns(self) -> list[str] | None:
         """The valid column names, when the format fixes them."""
@@ -175,6 +236,11 @@ class SiteConfig(_Strict):
     def plant_names(self) -> list[str]:
         """Plant names in configuration order."""
         return [p.name for p in self.plants]
+
+    @property
+    def resolved(self) -> bool:
+        """True when every plant's sensors are explicit columns (no unresolved ``match`` rule)."""
+        return all(p.resolved for p in self.plants)
 
     def plant(self, name: str) -> PlantConfig:
         """The plant called ``name``."""
@@ -281,6 +347,9 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
             message = "unknown key (check the spelling; see fedrca.config for the valid keys)"
         raise ConfigError(message, source=source, key=_key_path(tuple(first["loc"]))) from None
     _check_columns(config, source)
+    known = config.dataset.known_columns()
+    if known is not None and not config.resolved:
+        config = resolve_plants(config, known)
     return config
 
 
@@ -315,6 +384,106 @@ def _check_columns(config: SiteConfig, source: str | None) -> None:
                         source=source,
                         key=f"graph.edges[{k}]",
                     )
+
+
+def group_columns(columns: Sequence[str], rules: Mapping[str, ColumnMatch | Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Group a file's columns into plants by rules (plant name -> rule); file order is kept.
+
+    Raises
+    ------
+    ConfigError
+        When a rule selects no column, or a column is selected by two plants' rules.
+
+    Examples
+    --------
+    >>> rules = {"boiler": {"prefix": "P1_"}, "turbine": {"regex": "^P2_"}}
+    >>> group_columns(["P1_FT01", "P1_LIT01", "P2_SIT01"], rules)
+    {'boiler': ['P1_FT01', 'P1_LIT01'], 'turbine': ['P2_SIT01']}
+    """
+    parsed: dict[str, ColumnMatch] = {}
+    for plant, rule in rules.items():
+        if isinstance(rule, ColumnMatch):
+            parsed[plant] = rule
+            continue
+        try:
+            parsed[plant] = ColumnMatch.model_validate(rule)
+        except ValidationError as exc:
+            raise ConfigError(exc.errors()[0]["msg"], key=f"{plant}.match") from None
+    return _apply_rules([str(c) for c in columns], parsed, claimed={})
+
+
+def _apply_rules(
+    columns: list[str],
+    rules: Mapping[str, ColumnMatch],
+    claimed: Mapping[str, str],
+    source: str | None = None,
+    keys: Mapping[str, str] | None = None,
+) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {plant: [] for plant in rules}
+    owner: dict[str, str] = {}
+    for column in columns:
+        if column in claimed:
+            continue
+        for plant, rule in rules.items():
+            if not rule.matches(column):
+                continue
+            if column in owner:
+                raise ConfigError(
+                    f"column '{column}' matches the rules of plants '{owner[column]}' and '{plant}'; "
+                    "narrow one rule or add the column to its exclude list",
+                    source=source,
+                    key=(keys or {}).get(plant, f"{plant}.match"),
+                )
+            owner[column] = plant
+            groups[plant].append(column)
+    for plant, cols in groups.items():
+        if not cols:
+            raise ConfigError(
+                f"rule {rules[plant].describe()} of plant '{plant}' selects no column; "
+                f"the data has {compress_columns(columns)}",
+                source=source,
+                key=(keys or {}).get(plant, f"{plant}.match"),
+            )
+    return groups
+
+
+def resolve_plants(config: SiteConfig, columns: Sequence[str]) -> SiteConfig:
+    """The configuration with every ``match`` rule replaced by the columns it selects in ``columns``.
+
+    Columns listed explicitly by any plant (sensors or inputs) are never taken by a rule; the
+    selected columns keep the order of ``columns``. A configuration without rules is returned
+    as it is.
+
+    Parameters
+    ----------
+    config : a validated configuration
+    columns : the data file's sensor columns, in file order
+
+    Raises
+    ------
+    ConfigError
+        When a rule selects no column or two plants' rules select the same column.
+
+    Examples
+    --------
+    >>> cfg = parse_config({"site": "hai", "plants": [{"name": "boiler", "match": {"prefix": "P1_"}},
+    ...                                               {"name": "turbine", "match": {"prefix": "P2_"}}]})
+    >>> cfg.resolved
+    False
+    >>> resolve_plants(cfg, ["P1_FT01", "P2_SIT01", "P1_LIT01"]).plant("boiler").sensors
+    ['P1_FT01', 'P1_LIT01']
+    """
+    if config.resolved:
+        return config
+    names = [str(c) for c in columns]
+    claimed = {c: p.name for p in config.plants for c in (*p.sensors, *p.inputs)}
+    rules = {p.name: p.match for p in config.plants if p.match is not None}
+    keys = {p.name: f"plants[{i}].match" for i, p in enumerate(config.plants)}
+    groups = _apply_rules(names, rules, claimed, source=config.source, keys=keys)
+    plants = [
+        p if p.match is None else p.model_copy(update={"sensors": groups[p.name], "match": None}) for p in config.plants
+    ]
+    return config.model_copy(update={"plants": plants})
 
 
 def load_config(path: str | Path) -> SiteConfig:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from fedrca.config import PlantConfig, SiteConfig, compress_columns
+from fedrca.config import PlantConfig, SiteConfig, compress_columns, resolve_plants
 from fedrca.datasets.tep import load_tep
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 from fedrca.detectors.plugin import load_plugin
@@ -59,7 +59,8 @@ def load_frame(config: SiteConfig, path: str | Path) -> pd.DataFrame:
     frame.columns = [str(c).strip() for c in frame.columns]
     if config.dataset.time_column and config.dataset.time_column in frame.columns:
         frame = frame.drop(columns=[config.dataset.time_column])
-    return frame
+    labels = [c for c in config.dataset.label_columns if c in frame.columns]
+    return frame.drop(columns=labels) if labels else frame
 
 
 def _columns(frame: pd.DataFrame, plant: PlantConfig, kind: str, source: str) -> FloatArray | None:
@@ -87,7 +88,12 @@ def _columns(frame: pd.DataFrame, plant: PlantConfig, kind: str, source: str) ->
 
 
 def plant_frames(config: SiteConfig, frame: pd.DataFrame, source: str = "data") -> dict[str, PlantData]:
-    """Split a frame into per-plant arrays in configured column order."""
+    """Split a frame into per-plant arrays in configured column order.
+
+    Plants whose sensors are a ``match`` rule take the frame's columns the rule selects
+    (:func:`fedrca.config.resolve_plants`), in the frame's column order.
+    """
+    config = resolve_plants(config, [str(c) for c in frame.columns])
     out: dict[str, PlantData] = {}
     for plant in config.plants:
         Y = _columns(frame, plant, "sensors", source)

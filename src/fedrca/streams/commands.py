@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedrca.config import SiteConfig, load_config
+from fedrca.config import SiteConfig, load_config, resolve_plants
 
 __all__ = ["register"]
 
@@ -67,21 +67,27 @@ def _replay_to_kafka(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     bootstrap = bootstrap_of(args.broker)
-    ensure_site_topics(bootstrap, config, partitions=args.partitions)
+    pacer = replay.Pacer.from_spec(args.speed)
     dataset = load_dataset(config, args.input, args.labels)
+    # plants given by match rules take the file's columns
+    config = resolve_plants(config, dataset.columns)
+    ensure_site_topics(bootstrap, config, partitions=args.partitions)
     groups = {p.name: list(p.sensors) for p in config.plants}
     sink = KafkaSink(bootstrap, config)
     started = time.perf_counter()
-    stats = replay.replay(
-        dataset,
-        groups,
-        sink,
-        site=config.site,
-        pacer=replay.Pacer.from_spec(args.speed),
-        start=args.start,
-        stop=args.stop,
-    )
-    sink.close()
+    try:
+        stats = replay.replay(
+            dataset,
+            groups,
+            sink,
+            site=config.site,
+            pacer=pacer,
+            start=args.start,
+            stop=args.stop,
+            progress=replay.progress_printer("replay-to-kafka"),
+        )
+    finally:
+        sink.close()
     elapsed = time.perf_counter() - started
     print(
         f"replayed {stats.rows} rows x {len(groups)} plants = {sink.sent} messages to {config.site}.sensors.* "
@@ -94,14 +100,7 @@ def load_dataset(config: SiteConfig, path: str | Path, labels: str | None = None
     """Load a recorded file for replay in the configured dataset format."""
     from fedrca.connectors import replay
 
-    fmt = config.dataset.format
-    if fmt == "tep":
-        return replay.load_tep_replay(path, sample_seconds=config.dataset.sample_seconds)
-    if fmt == "hai":
-        return replay.load_hai(path, labels_path=labels)
-    if fmt == "swat":
-        return replay.load_swat(path)
-    return replay.load_csv(path, time_column=config.dataset.time_column, sample_seconds=config.dataset.sample_seconds)
+    return replay.load_for_config(config, path, labels_path=labels)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

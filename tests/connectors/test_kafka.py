@@ -1,0 +1,133 @@
+"""fedrca.connectors.kafka against the real broker: topics, the replay sink, topic readers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType
+
+from fedrca.config import SiteConfig, parse_config
+from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic, verdict_ids
+from fedrca.exceptions import DataError
+from tests.kafka_broker import unique_name
+
+pytestmark = pytest.mark.kafka
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def site_config(site: str) -> SiteConfig:
+    data = yaml.safe_load((REPO / "config" / "tep.yaml").read_text())
+    data["site"] = site
+    return parse_config(data, source=f"tep.yaml as {site}")
+
+
+def describe(bootstrap: str, topics: list[str]) -> tuple[dict[str, int], dict[str, str | None]]:
+    """Partition count per topic and cleanup.policy per topic, as the broker reports them."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        partitions = {t["name"]: len(t["partitions"]) for t in admin.describe_topics(topics)}
+        configs = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics], config_filter="all"
+        )["topic"]
+        policy = {t: configs[t].get("cleanup.policy", {}).get("value") for t in topics}
+    finally:
+        admin.close()
+    return partitions, policy
+
+
+def test_site_topics_are_created_once_with_partitions_and_a_compacted_params_topic(kafka_broker):
+    site = unique_name("topics")
+    cfg = site_config(site)
+    names = ensure_site_topics(kafka_broker.bootstrap, cfg, partitions=3)
+    plants = cfg.plant_names
+    assert names == sorted(
+        [f"{site}.sensors.{p}" for p in plants] + [f"{site}.{k}" for k in ("flags", "verdicts", "deadletter", "params")]
+    )
+    partitions, policy = describe(kafka_broker.bootstrap, names)
+    assert {t: n for t, n in partitions.items() if ".sensors." in t} == {f"{site}.sensors.{p}": 3 for p in plants}
+    assert {t: n for t, n in partitions.items() if ".sensors." not in t} == {
+        f"{site}.{k}": 1 for k in ("flags", "verdicts", "deadletter", "params")
+    }
+    assert policy[f"{site}.params"] == "compact"
+    assert policy[f"{site}.flags"] == "delete" and policy[f"{site}.sensors.reactor"] == "delete"
+    # idempotent: a second call (even asking for other partition counts) changes nothing
+    assert ensure_site_topics(kafka_broker.bootstrap, cfg, partitions=5) == names
+    assert describe(kafka_broker.bootstrap, names) == (partitions, policy)
+
+
+def test_sink_delivers_every_message_in_order_under_back_pressure(kafka_broker):
+    cfg = site_config(unique_name("sink"))
+    ensure_site_topics(kafka_broker.bootstrap, cfg, partitions=2)
+    n = 20_000
+    limit = 64 * 1024
+    sink = KafkaSink(kafka_broker.bootstrap, cfg, max_pending_bytes=limit, batch_size=16 * 1024)
+    most_pending = 0
+    for seq in range(n):
+        for plant in ("feed", "reactor"):
+            sink.send(plant, {"site": cfg.site, "plant": plant, "ts": seq * 180.0, "seq": seq, "values": [seq, -seq]})
+            most_pending = max(most_pending, sink.pending_bytes)
+    # ~3.5 MB went through a 64 KiB window: send had to wait for acknowledgements, never exceeding the window
+    assert sink.sent == 2 * n
+    assert sink.waits > 0
+    assert 0 < most_pending <= limit
+    sink.close()
+    assert (sink.acked, sink.pending_bytes) == (2 * n, 0)
+    for plant in ("feed", "reactor"):
+        records = list(read_topic(kafka_broker.bootstrap, cfg.topic("sensors", plant=plant), timeout=60))
+        assert {r.key for r in records} == {plant.encode()}
+        # one key per topic -> one partition, offsets in send order
+        assert len({r.partition for r in records}) == 1
+        messages = [json.loads(r.value) for r in records]
+        assert [m["seq"] for m in messages] == list(range(n))
+        assert all(m["values"] == [m["seq"], -m["seq"]] and m["plant"] == plant for m in messages)
+
+
+def test_sink_errors_are_clear(kafka_broker):
+    cfg = site_config(unique_name("missing"))  # topics never created; the broker does not auto-create
+    sink = KafkaSink(kafka_broker.bootstrap, cfg, max_block_ms=1500)
+    with pytest.raises(DataError, match=rf"could not send to {cfg.site}.sensors.feed: .*is the broker running"):
+        sink.send("feed", {"seq": 0})
+    with pytest.raises(DataError, match="unknown plant 'boiler'; plants are feed, reactor"):
+        sink.send("boiler", {"seq": 0})
+    with pytest.raises(DataError, match="is not valid JSON"):
+        sink.send("feed", {"seq": 1, "values": [float("nan")]})
+    sink.close()
+
+
+def test_read_topic_returns_raw_bytes_keys_and_headers(kafka_broker):
+    cfg = site_config(unique_name("raw"))
+    ensure_site_topics(kafka_broker.bootstrap, cfg, partitions=1)
+    topic = cfg.topic("deadletter")
+    payloads = [b"{not json", b"\xff\xfe", b'{"ok":1}']
+    with KafkaSink(kafka_broker.bootstrap, cfg) as sink:
+        for i, value in enumerate(payloads):
+            sink.send_raw(topic, f"k{i}".encode(), value, headers=[("fedrca-reason", b"malformed-json")])
+    records = list(read_topic(kafka_broker.bootstrap, topic))
+    assert [(r.partition, r.offset) for r in records] == [(0, 0), (0, 1), (0, 2)]
+    assert [r.value for r in records] == payloads
+    assert [r.key for r in records] == [b"k0", b"k1", b"k2"]
+    assert all(r.headers == {"fedrca-reason": b"malformed-json"} for r in records)
+    assert list(read_topic(kafka_broker.bootstrap, unique_name("nosuchtopic"), timeout=5)) == []
+
+
+def test_verdict_ids_in_topic_order_skipping_malformed_records(kafka_broker):
+    cfg = site_config(unique_name("verdicts"))
+    ensure_site_topics(kafka_broker.bootstrap, cfg)
+    topic = cfg.topic("verdicts")
+    values = [
+        json.dumps({"site": cfg.site, "id": "a1", "root_cause": "reactor"}).encode(),
+        b"garbage",
+        json.dumps({"site": cfg.site, "root_cause": None}).encode(),  # no id
+        json.dumps(["not", "an", "object"]).encode(),
+        json.dumps({"site": cfg.site, "id": "b2", "root_cause": "feed"}).encode(),
+    ]
+    assert verdict_ids(kafka_broker.bootstrap, topic) == []
+    with KafkaSink(kafka_broker.bootstrap, cfg) as sink:
+        for value in values:
+            sink.send_raw(topic, None, value)
+    assert verdict_ids(kafka_broker.bootstrap, topic) == ["a1", "b2"]
