@@ -131,3 +131,11 @@ def test_verdict_ids_in_topic_order_skipping_malformed_records(kafka_broker):
         for value in values:
             sink.send_raw(topic, None, value)
     assert verdict_ids(kafka_broker.bootstrap, topic) == ["a1", "b2"]
+
+
+def test_unreachable_broker_is_a_clear_error_within_the_timeout():
+    cfg = site_config("nobroker")
+    with pytest.raises(DataError, match=r"cannot reach the Kafka broker at 127\.0\.0\.1:1 .*is it running\?"):
+        ensure_site_topics("127.0.0.1:1", cfg, timeout=1.0)
+    with pytest.raises(DataError, match=r"cannot reach the Kafka broker at 127\.0\.0\.1:1"):
+        KafkaSink("127.0.0.1:1", cfg, max_block_ms=1000)

@@ -89,7 +89,10 @@ def ensure_site_topics(bootstrap: str, config: SiteConfig, partitions: int = 2, 
     specs = site_topic_specs(config, partitions)
     try:
         admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap, client_id="fedrca-admin", request_timeout_ms=int(timeout * 1000)
+            bootstrap_servers=bootstrap,
+            client_id="fedrca-admin",
+            request_timeout_ms=int(timeout * 1000),
+            bootstrap_timeout_ms=int(timeout * 1000),
         )
     except KafkaError as exc:
         raise DataError(f"cannot reach the Kafka broker at {bootstrap} ({exc}); is it running?") from None
@@ -155,6 +158,7 @@ class KafkaSink:
                 linger_ms=linger_ms,
                 batch_size=batch_size,
                 max_block_ms=max_block_ms,
+                bootstrap_timeout_ms=max_block_ms,
             )
         except KafkaError as exc:
             raise DataError(f"cannot reach the Kafka broker at {bootstrap} ({exc}); is it running?") from None
