@@ -94,6 +94,24 @@ def test_state_survives_a_restart(data):
     assert np.allclose(again.d2_c, expected.d2_c, rtol=1e-12)
 
 
+def test_restored_state_carries_the_trained_parameters(data):
+    train, test = data
+    Y = test.plant_data(0)
+    det = PlantDetector("p1", n_states=2, epsilon=1.0).fit(train.plant_data(0))
+    theta = 0.1 * np.random.default_rng(3).normal(size=det.augmentation.theta.shape)
+    det.set_parameters(theta, scorer_a=det.calibrate_augmented(train.plant_data(0)), version="v7")
+    det.step_batch(Y[:200])
+    saved = copy.deepcopy(det.get_state())
+    expected = det.step_batch(Y[200:])
+    fresh = PlantDetector("p1", n_states=2, epsilon=1.0).fit(train.plant_data(0))  # Theta = 0, "proprietary"
+    fresh.set_state(saved)
+    again = fresh.step_batch(Y[200:])
+    assert fresh.parameter_version == "v7"
+    assert np.array_equal(fresh.augmentation.theta, theta)
+    assert np.allclose(again.d2_a, expected.d2_a, rtol=1e-12)
+    assert np.array_equal(again.za_pub, expected.za_pub)
+
+
 def test_plugin_model_from_dotted_path():
     model = load_plugin("tests.detectors.plugins:damped_filter", noise=0.05)
     det = PlantDetector("vendor", model=model).fit(plugins.simulate(1500, seed=1))

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrca.streams.aligner import FlagAligner
-from fedrca.streams.messages import FlagMessage
+from fedrca.streams.records import FlagMessage
 
 PLANTS = ["a", "b", "c"]
 

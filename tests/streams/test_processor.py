@@ -10,7 +10,7 @@ import pytest
 
 from fedrca.datasets import linear_multiplant
 from fedrca.detectors import PlantDetector
-from fedrca.streams.messages import SensorMessage, encode
+from fedrca.streams.records import SensorMessage, encode
 from fedrca.streams.processor import PlantProcessor
 
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedrca.exceptions import MessageError
-from fedrca.streams.messages import (
+from fedrca.streams.records import (
     DEADLETTER_REASONS,
     FlagMessage,
     deadletter_headers,

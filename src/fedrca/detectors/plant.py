@@ -377,7 +377,12 @@ class PlantDetector(Detector):
 
     # -- streaming state ---------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        """Everything that must survive a restart (JSON-friendly)."""
+        """Everything that must survive a restart (JSON-friendly).
+
+        Includes the trained parameters (Theta, the augmented scorer's statistics and
+        their version), so a restored detector continues exactly as the saved one
+        would have, whatever parameters the new process started with.
+        """
         return {
             "filter": self.proprietary.get_state(),
             "last_y": None if self._last_y is None else self._last_y.tolist(),
@@ -386,10 +391,15 @@ class PlantDetector(Detector):
             "scorer_a": self._scorer_a.get_state(),
             "privacy": self._privacy.get_state(),
             "parameter_version": self.parameter_version,
+            "theta": self.augmentation.theta.tolist(),
+            "scorer_a_fit": self._scorer_a.state.to_dict(),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`get_state` output."""
+        if "theta" in state:
+            self.augmentation.theta = np.asarray(state["theta"], dtype=np.float64)
+            self._scorer_a.state = ScorerState.from_dict(state["scorer_a_fit"])
         self.proprietary.set_state(state["filter"])
         self._last_y = None if state["last_y"] is None else np.asarray(state["last_y"], dtype=np.float64)
         self._last_u = None if state["last_u"] is None else np.asarray(state["last_u"], dtype=np.float64)

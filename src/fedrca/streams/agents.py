@@ -3,45 +3,70 @@
 * one plant-processor agent per plant: ``<site>.sensors.<plant>`` -> ``<site>.flags``;
 * the RCA agent: ``<site>.flags`` -> ``<site>.verdicts``;
 * a parameter task tailing the compacted ``<site>.params`` topic (every worker
-  reads all of it, outside the consumer group) and a lag timer.
+  reads all of it, outside the consumer group).
 
-Each agent decodes a batch, calls the core, sends its outputs and waits for the
-broker's acknowledgement, and only then records its state in a changelog-backed
-table; the batch's offsets are committed after the agent returns. A crash can
-therefore only cause redelivery, which the cores recognise (seq at or below the
-processed one; verdict ids already emitted) — nothing is lost, nothing is emitted twice.
+Each agent takes a batch of events, decodes it, calls the core, sends its
+outputs and waits for the broker's acknowledgements, and only then writes its
+state to a changelog-backed Faust table; the batch's offsets are acknowledged
+after that. A crash can therefore only cause redelivery, which the cores
+recognise (a seq at or below the processed one; a verdict id already emitted):
+nothing is lost, nothing is emitted twice.
+
+State is re-read from the table at every batch when it is ahead of the
+in-memory core, which is what happens after a restart or when a rebalance hands
+a plant to this worker that another worker had been processing.
+
+Why the tables use the key partitioner: Faust derives a table write's changelog
+partition from the *current event*, which ``take_events`` batches do not set.
+Keying the state by the plant name (raw bytes, exactly as producers key the
+sensor messages) lets Kafka's partitioner put it in the changelog partition
+with the number of the plant's sensor partition, which is the one this worker
+owns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import faust
+from faust.types import EventT
 
 from fedrca.exceptions import FedrcaError, MessageError
-from fedrca.streams.messages import deadletter_headers, encode
+from fedrca.streams.records import deadletter_headers, encode
 from fedrca.streams.runtime import Runtime
 from fedrca.streams.topics import SiteTopics
 
-__all__ = ["install"]
+__all__ = ["RCA_STATE_KEY", "install"]
 
 log = logging.getLogger("fedrca.streams")
 
+#: Table key of the RCA stage's state.
+RCA_STATE_KEY = b"rca"
 
-async def _send_all(topic: faust.TopicT, items: list[tuple[bytes | None, bytes, Any]]) -> None:
+Outgoing = list[tuple[bytes | None, bytes, list[tuple[str, bytes]] | None]]
+
+
+async def _send_all(topic: faust.TopicT, items: Outgoing) -> None:
     """Send and wait until the broker acknowledged every message."""
     futures = [await topic.send(key=key, value=value, headers=headers) for key, value, headers in items]
-    await asyncio.gather(*futures)
+    if futures:
+        await asyncio.gather(*futures)
 
 
 async def _deadletter(topics: SiteTopics, rejected: list[tuple[bytes, MessageError]], stage: str, source: str) -> None:
-    if rejected:
-        await _send_all(
-            topics.deadletter, [(None, raw, deadletter_headers(err, stage, source)) for raw, err in rejected]
-        )
+    await _send_all(topics.deadletter, [(None, raw, deadletter_headers(err, stage, source)) for raw, err in rejected])
+
+
+def _record_lag(app: faust.App, runtime: Runtime, stage: str, events: Sequence[EventT]) -> None:
+    """Consumer lag of the partition of the batch's last event (messages not yet consumed)."""
+    message = events[-1].message
+    highwater = app.consumer.highwater(message.tp)
+    if highwater is not None:
+        lag = max(0, highwater - message.offset - 1)
+        runtime.metrics.set_consumer_lag(stage, message.topic, message.partition, lag)
 
 
 def install(
@@ -49,108 +74,132 @@ def install(
     topics: SiteTopics,
     runtime: Runtime,
     bootstrap: str,
-    roles: tuple[str, ...] = ("plants", "rca", "params"),
+    roles: tuple[str, ...],
+    partitions: int,
     read_verdict_ids: Callable[[str, str], list[str]] | None = None,
 ) -> None:
     """Register the agents, tables and tasks of ``roles`` on ``app``."""
-    settings = runtime.settings
     site = runtime.config.site
-    plant_state = app.Table(
-        f"{site}-plant-state", default=None, key_type=str, key_serializer="json", value_serializer="json"
-    )
-    rca_state = app.Table(
-        f"{site}-rca-state", default=None, partitions=1, key_type=str, key_serializer="json", value_serializer="json"
-    )
-
+    state_schema: faust.Schema = faust.Schema(key_type=bytes, key_serializer="raw", value_serializer="json")
     if "plants" in roles:
+        plant_state = app.Table(
+            f"{site}-plant-state", default=None, partitions=partitions, use_partitioner=True, schema=state_schema
+        )
         for plant, topic in topics.sensors.items():
-            app.agent(topic, name=f"fedrca.plant.{plant}")(_plant_agent(plant, topics, runtime, plant_state))
-
+            app.agent(topic, name=f"fedrca.plant.{plant}")(_plant_agent(app, plant, topics, runtime, plant_state))
     if "rca" in roles:
-
-        async def rca_agent(stream: faust.StreamT) -> AsyncIterator[None]:
-            restored = False
-            async for events in stream.take_events(settings.batch_size, within=settings.batch_within):
-                if not restored:
-                    saved = rca_state.get("rca")
-                    if saved is not None:
-                        runtime.rca.set_state(saved)
-                    if read_verdict_ids is not None:
-                        ids = await asyncio.get_running_loop().run_in_executor(
-                            None, read_verdict_ids, bootstrap, topics.verdicts.get_topic_name()
-                        )
-                        runtime.rca.remember(ids)
-                    restored = True
-                verdicts, rejected = runtime.process_flags([e.value for e in events])
-                await _deadletter(topics, rejected, "rca", topics.flags.get_topic_name())
-                await _send_all(
-                    topics.verdicts,
-                    [(site.encode(), encode(v), [("fedrca-verdict-id", v["id"].encode())]) for v in verdicts],
-                )
-                runtime.metrics.record_messages_out("rca", topics.verdicts.get_topic_name(), len(verdicts))
-                rca_state["rca"] = runtime.rca.get_state()
-                yield None
-
-        app.agent(topics.flags, name="fedrca.rca")(rca_agent)
-
+        rca_state = app.Table(
+            f"{site}-rca-state", default=None, partitions=1, use_partitioner=True, schema=state_schema
+        )
+        app.agent(topics.flags, name="fedrca.rca")(
+            _rca_agent(app, topics, runtime, rca_state, bootstrap, read_verdict_ids)
+        )
     if "params" in roles:
-
-        @app.task
-        async def tail_parameters() -> None:
-            from aiokafka import AIOKafkaConsumer, TopicPartition
-
-            from fedrca.training.artifacts import decode_published_artifact
-
-            consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-            await consumer.start()
-            try:
-                tp = TopicPartition(topics.params.get_topic_name(), 0)
-                consumer.assign([tp])
-                await consumer.seek_to_beginning(tp)
-                while not app.should_stop:
-                    batches = await consumer.getmany(tp, timeout_ms=500)
-                    for record in batches.get(tp, []):
-                        try:
-                            plant, artifact = decode_published_artifact(record.value)
-                            runtime.offer_parameters(plant, artifact)
-                            log.info("parameters %s offered to plant %s", getattr(artifact, "version", "?"), plant)
-                        except FedrcaError as exc:
-                            runtime.metrics.record_deadletter("params", "bad-artifact")
-                            log.error("refused parameter artifact at offset %s: %s", record.offset, exc)
-                            await _deadletter(
-                                topics,
-                                [(record.value, MessageError("bad-artifact", str(exc)))],
-                                "params",
-                                topics.params.get_topic_name(),
-                            )
-            finally:
-                await consumer.stop()
+        app.task(_params_task(app, topics, runtime, bootstrap))
 
 
 def _plant_agent(
-    plant: str, topics: SiteTopics, runtime: Runtime, table: faust.Table
-) -> Callable[..., AsyncIterator[None]]:
+    app: faust.App, plant: str, topics: SiteTopics, runtime: Runtime, table: Any
+) -> Callable[[faust.StreamT], AsyncIterator[None]]:
     settings = runtime.settings
-    flags_topic = topics.flags
     source = topics.sensors[plant].get_topic_name()
+    key = plant.encode()
 
     async def plant_agent(stream: faust.StreamT) -> AsyncIterator[None]:
-        restored = False
-        async for events in stream.take_events(settings.batch_size, within=settings.batch_within):
+        batches = stream.take_events(settings.batch_size, within=settings.batch_within)  # type: ignore[attr-defined]
+        async for events in batches:
             processor = runtime.processors[plant]
-            if not restored:
-                saved = table.get(plant)
-                if saved is not None and int(saved["last_seq"]) > processor.last_seq:
-                    processor.set_state(saved)
-                    log.info("plant %s resumed after seq %s", plant, processor.last_seq)
-                restored = True
-            batch = runtime.decode_sensors([e.value for e in events], plant=plant)
-            await _deadletter(topics, batch.rejected, "plant", source)
+            saved = table.get(key)
+            if saved is not None and int(saved["last_seq"]) > processor.last_seq:
+                processor.set_state(saved)
+                log.info("plant %s resumed after seq %s", plant, processor.last_seq)
+            keyed = [e.value for e in events if e.key == key]
+            batch = runtime.decode_sensors(keyed, plant=plant)
+            for e in events:
+                if e.key != key:
+                    error = MessageError(
+                        "bad-key", f"sensor messages of plant '{plant}' must be keyed by the plant name, got {e.key!r}"
+                    )
+                    batch.rejected.append((e.value, error))
+                    runtime.metrics.record_deadletter("plant", error.reason)
             out = runtime.process_plant(plant, batch.valid)
-            await _send_all(flags_topic, [(plant.encode(), encode(f.to_dict()), None) for f in out.flags])
-            runtime.metrics.record_messages_out("plant", flags_topic.get_topic_name(), len(out.flags))
-            table[plant] = processor.get_state()
+            await _deadletter(topics, batch.rejected, "plant", source)
+            await _send_all(topics.flags, [(key, encode(f.to_dict()), None) for f in out.flags])
+            runtime.metrics.record_messages_out("plant", topics.flags.get_topic_name(), len(out.flags))
+            table[key] = processor.get_state()
+            _record_lag(app, runtime, "plant", events)
             yield None
 
     plant_agent.__name__ = f"plant_{plant}"
     return plant_agent
+
+
+def _rca_agent(
+    app: faust.App,
+    topics: SiteTopics,
+    runtime: Runtime,
+    table: Any,
+    bootstrap: str,
+    read_verdict_ids: Callable[[str, str], list[str]] | None,
+) -> Callable[[faust.StreamT], AsyncIterator[None]]:
+    settings = runtime.settings
+    verdicts_topic = topics.verdicts.get_topic_name()
+    resumed = False
+
+    async def rca_agent(stream: faust.StreamT) -> AsyncIterator[None]:
+        nonlocal resumed
+        batches = stream.take_events(settings.batch_size, within=settings.batch_within)  # type: ignore[attr-defined]
+        async for events in batches:
+            saved = table.get(RCA_STATE_KEY)
+            if saved is not None and int(saved["consumed"]) > runtime.rca.consumed:
+                runtime.rca.set_state(saved)
+                resumed = False
+            if not resumed and read_verdict_ids is not None:
+                # Verdicts emitted after the saved state (crash between send and table write).
+                ids = await asyncio.get_running_loop().run_in_executor(
+                    None, read_verdict_ids, bootstrap, verdicts_topic
+                )
+                runtime.rca.remember(ids)
+                resumed = True
+            verdicts, rejected = runtime.process_flags([e.value for e in events])
+            await _deadletter(topics, rejected, "rca", topics.flags.get_topic_name())
+            await _send_all(
+                topics.verdicts,
+                [
+                    (runtime.config.site.encode(), encode(v), [("fedrca-verdict-id", v["id"].encode())])
+                    for v in verdicts
+                ],
+            )
+            runtime.metrics.record_messages_out("rca", verdicts_topic, len(verdicts))
+            table[RCA_STATE_KEY] = runtime.rca.get_state()
+            _record_lag(app, runtime, "rca", events)
+            yield None
+
+    return rca_agent
+
+
+def _params_task(app: faust.App, topics: SiteTopics, runtime: Runtime, bootstrap: str) -> Callable[[], Any]:
+    params_topic = topics.params.get_topic_name()
+
+    async def tail_parameters() -> None:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+        await consumer.start()
+        try:
+            tp = TopicPartition(params_topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            while not app.should_stop:
+                batches = await consumer.getmany(tp, timeout_ms=500)
+                for record in batches.get(tp, []):
+                    try:
+                        runtime.offer_published_artifact(record.value)
+                    except FedrcaError as exc:
+                        log.error("refused parameter artifact at offset %s: %s", record.offset, exc)
+                        error = MessageError("bad-artifact", str(exc))
+                        await _deadletter(topics, [(record.value, error)], "params", params_topic)
+        finally:
+            await consumer.stop()
+
+    return tail_parameters

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from fedrca.streams.messages import FlagMessage
+from fedrca.streams.records import FlagMessage
 
 __all__ = ["AlignedRow", "FlagAligner"]
 
@@ -49,7 +49,7 @@ class FlagAligner:
 
     Examples
     --------
-    >>> from fedrca.streams.messages import FlagMessage
+    >>> from fedrca.streams.records import FlagMessage
     >>> al = FlagAligner(["a", "b"], allowed_lateness=2)
     >>> al.add(FlagMessage("s", "a", 0.0, 0, 1, 1, 1.0, "v"))
     ([], 'buffered')

@@ -1,25 +1,35 @@
-"""The Faust application: one per site, built from its configuration.
+"""The Faust application of a site, one per role group, built from its configuration.
 
 Layout follows the Faust examples: ``app`` (this module: the App and its
-settings), ``topics`` (topic declarations), ``agents`` (thin agents that decode,
-call the pure cores through :class:`fedrca.streams.runtime.Runtime`, emit).
+settings), ``records`` (the typed message records and their validation),
+``topics`` (topic declarations), ``agents`` (thin agents that decode, call the
+pure cores through :class:`fedrca.streams.runtime.Runtime`, emit).
 
-Start a worker with ``fedrca run --config config/tep.yaml --broker kafka://host:port
---train data/tep/d00.dat``; run several with the same config to share the
-partitions (same consumer group ``fedrca-<site>``).
+Each role group is its own Faust app and therefore its own consumer group:
+``fedrca-<site>-plants`` reads only the per-plant sensor topics,
+``fedrca-<site>-rca`` reads only the flags topic. So the central RCA worker's
+consumer group never subscribes to raw sensor data (the privacy contract), and
+plant workers scale independently of the single RCA worker. Run several plant
+workers with the same configuration to share the sensor partitions::
+
+    fedrca run --config config/tep.yaml --broker kafka://host:9092 --train data/tep/d00.dat --roles plants,params
+    fedrca run --config config/tep.yaml --broker kafka://host:9092 --train data/tep/d00.dat --roles rca
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import faust
 
 from fedrca.config import SiteConfig
+from fedrca.exceptions import ConfigError
 
-__all__ = ["StreamSettings", "create_app"]
+__all__ = ["ROLES", "StreamSettings", "app_id", "create_app"]
+
+#: Roles a worker can take: plant processors, the central RCA, parameter reload.
+ROLES = ("plants", "rca", "params")
 
 
 @dataclass(frozen=True)
@@ -29,34 +39,49 @@ class StreamSettings:
     Attributes
     ----------
     broker : ``kafka://host:port``
-    partitions : partitions of the per-plant sensor topics (flags/verdicts use 1 so the
-        RCA sees a total order)
-    data_dir : Faust's local state directory
+    partitions : partitions of the per-plant sensor topics (flags and verdicts have one,
+        so the RCA sees a total order)
+    data_dir : Faust's local state directory (one sub-directory per worker name)
+    worker_name : distinguishes the local state of several workers on one machine
     web_port : Faust's own web server port (0 = disabled)
-    metrics_port : Prometheus exporter port (None = no exporter, 0 = any free port)
-    guarantee : Faust processing guarantee
+    session_timeout : seconds after which the broker declares a silent worker dead and
+        hands its partitions to the others (Kafka consumer ``session.timeout.ms``)
     """
 
     broker: str
     partitions: int = 2
     data_dir: str = ".fedrca-faust"
-    web_port: int = 0
-    metrics_port: int | None = None
-    guarantee: str = "at_least_once"
     worker_name: str = "worker"
+    web_port: int = 0
+    session_timeout: float = 10.0
 
 
-def create_app(config: SiteConfig, settings: StreamSettings) -> faust.App:
-    """A configured (agent-less) Faust App for the site; see :func:`fedrca.streams.agents.install`."""
-    web: dict[str, Any] = {"web_enabled": False}
-    if settings.web_port:
-        web = {"web_enabled": True, "web_port": settings.web_port, "web_bind": "127.0.0.1"}
+def app_id(site: str, roles: tuple[str, ...]) -> str:
+    """Faust app id (= consumer group) of a role group.
+
+    Examples
+    --------
+    >>> app_id("tep", ("plants", "params")), app_id("tep", ("rca",))
+    ('fedrca-tep-plants', 'fedrca-tep-rca')
+    """
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown or not roles:
+        raise ConfigError(f"unknown role(s) {unknown or roles}; roles are {', '.join(ROLES)} (comma separated)")
+    consuming = [r for r in ("plants", "rca") if r in roles]
+    return f"fedrca-{site}-{'-'.join(consuming) or 'params'}"
+
+
+def create_app(config: SiteConfig, settings: StreamSettings, roles: tuple[str, ...]) -> faust.App:
+    """A configured, agent-less Faust App; :func:`fedrca.streams.agents.install` adds the agents."""
+    datadir = Path(settings.data_dir) / settings.worker_name
+    datadir.mkdir(parents=True, exist_ok=True)
     return faust.App(
-        f"fedrca-{config.site}",
+        app_id(config.site, roles),
         broker=settings.broker,
         store="memory://",
-        datadir=str(Path(settings.data_dir) / settings.worker_name),
-        processing_guarantee=settings.guarantee,
+        datadir=str(datadir),
+        # at-least-once delivery; the cores make redelivery harmless (seq and verdict-id dedup)
+        processing_guarantee="at_least_once",
         topic_partitions=settings.partitions,
         topic_replication_factor=1,
         consumer_auto_offset_reset="earliest",
@@ -64,7 +89,12 @@ def create_app(config: SiteConfig, settings: StreamSettings) -> faust.App:
         key_serializer="raw",
         broker_commit_every=1000,
         broker_commit_interval=0.5,
-        table_cleanup_interval=3600.0,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=max(0.5, settings.session_timeout / 10),
+        broker_rebalance_timeout=max(20.0, 2 * settings.session_timeout),
+        stream_recovery_delay=0.5,
         producer_linger=0.0,
-        **web,
+        web_enabled=bool(settings.web_port),
+        web_port=settings.web_port or 6066,
+        web_bind="127.0.0.1",
     )

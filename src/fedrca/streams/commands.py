@@ -14,48 +14,55 @@ from fedrca.config import SiteConfig, load_config, resolve_plants
 __all__ = ["register"]
 
 
-def _engine_factory(config: SiteConfig, detectors: dict[str, Any]) -> Any:
-    from fedrca.rca import build_engine
-
-    return build_engine(config, detectors)
-
-
 def _run(args: argparse.Namespace) -> int:
     import faust
 
-    from fedrca.connectors.kafka import bootstrap_of, ensure_site_topics, verdict_ids
+    from fedrca.connectors.kafka import bootstrap_of, ensure_site_topics, read_topic, verdict_ids
+    from fedrca.exceptions import FedrcaError
     from fedrca.streams.agents import install
-    from fedrca.streams.app import StreamSettings, create_app
+    from fedrca.streams.app import StreamSettings, app_id, create_app
     from fedrca.streams.runtime import Runtime, RuntimeSettings
     from fedrca.streams.topics import declare_topics
 
     config = load_config(args.config)
+    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
+    group = app_id(config.site, roles)
     bootstrap = bootstrap_of(args.broker)
     ensure_site_topics(bootstrap, config, partitions=args.partitions)
     runtime = Runtime.from_nominal(
         config,
         args.train,
-        _engine_factory,
-        settings=RuntimeSettings(allowed_lateness=args.allowed_lateness, batch_size=args.batch_size),
+        params_dir=args.params,
+        settings=RuntimeSettings(
+            allowed_lateness=args.allowed_lateness, batch_size=args.batch_size, batch_within=args.batch_within
+        ),
     )
-    if args.params:
-        from fedrca.training.artifacts import load_site_artifacts
-
-        for plant, artifact in load_site_artifacts(args.params).items():
-            runtime.offer_parameters(plant, artifact)
+    config = runtime.config  # plants given by match rules now list their columns
+    if "params" in roles:
+        # Start from the newest published parameters, before the first sensor batch.
+        for record in read_topic(bootstrap, config.topic("params")):
+            try:
+                runtime.offer_published_artifact(record.value)
+            except FedrcaError:
+                continue  # logged and counted; the tail task dead-letters artifacts refused while running
     settings = StreamSettings(
         broker=f"kafka://{bootstrap}",
         partitions=args.partitions,
         data_dir=args.data_dir,
         worker_name=args.worker_name,
-        metrics_port=args.metrics_port,
+        session_timeout=args.session_timeout,
     )
-    app = create_app(config, settings)
+    app = create_app(config, settings, roles)
     topics = declare_topics(app, config, args.partitions)
-    install(app, topics, runtime, bootstrap, roles=tuple(args.roles.split(",")), read_verdict_ids=verdict_ids)
+    install(app, topics, runtime, bootstrap, roles, args.partitions, read_verdict_ids=verdict_ids)
     if args.metrics_port is not None:
         port = runtime.metrics.serve(args.metrics_port)
         print(f"fedrca run: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr, flush=True)
+    print(
+        f"fedrca run: worker '{args.worker_name}' of group {group} (roles {', '.join(roles)}) on {bootstrap}",
+        file=sys.stderr,
+        flush=True,
+    )
     worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
     worker.execute_from_commandline()
     return 0
@@ -103,7 +110,7 @@ def load_dataset(config: SiteConfig, path: str | Path, labels: str | None = None
     return replay.load_for_config(config, path, labels_path=labels)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     """Add ``run`` and ``replay-to-kafka``."""
     run = sub.add_parser("run", help="run the site's stream processors as a Faust worker against a Kafka broker")
     run.add_argument("--config", required=True)
@@ -111,13 +118,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run.add_argument("--train", required=True, help="nominal data the plant detectors are fitted on")
     run.add_argument("--params", help="directory of training artifacts to start from")
     run.add_argument("--partitions", type=int, default=2, help="partitions of the sensor topics (default 2)")
-    run.add_argument("--roles", default="plants,rca,params", help="comma list of plants, rca, params")
+    run.add_argument(
+        "--roles",
+        default="plants,rca,params",
+        help="comma list of plants, rca, params; plants and rca in separate processes keep the RCA's "
+        "consumer group off the sensor topics (default: all in one)",
+    )
     run.add_argument("--worker-name", default="worker", help="distinguishes the local state of several workers")
     run.add_argument("--data-dir", default=".fedrca-faust")
     run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics (0 = any free port)")
     run.add_argument("--allowed-lateness", type=int, default=5, help="samples the RCA waits for missing flags")
-    run.add_argument("--batch-size", type=int, default=500)
-    run.add_argument("--log-level", default="warning")
+    run.add_argument("--batch-size", type=int, default=500, help="most messages an agent takes per batch")
+    run.add_argument("--batch-within", type=float, default=0.05, help="seconds an agent waits to fill a batch")
+    run.add_argument(
+        "--session-timeout", type=float, default=10.0, help="seconds before a silent worker's partitions move"
+    )
+    run.add_argument("--log-level", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     run.set_defaults(func=_run)
 
     rk = sub.add_parser("replay-to-kafka", help="replay a recorded TEP/HAI/SWaT/CSV file into the sensors topics")

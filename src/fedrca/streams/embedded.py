@@ -18,7 +18,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from fedrca.config import SiteConfig
-from fedrca.streams.messages import encode
+from fedrca.streams.records import encode
 from fedrca.streams.runtime import Runtime
 
 __all__ = ["EmbeddedRun", "replay_frame"]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedrca.detectors.plant import DetectionResult, PlantDetector
-from fedrca.streams.messages import FlagMessage, SensorMessage
+from fedrca.streams.records import FlagMessage, SensorMessage
 
 __all__ = ["PlantProcessor", "ProcessorOutput"]
 

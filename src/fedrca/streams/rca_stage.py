@@ -14,7 +14,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from fedrca.streams.aligner import AlignedRow, FlagAligner
-from fedrca.streams.messages import FlagMessage
+from fedrca.streams.records import FlagMessage
 
 __all__ = ["RCAStage", "StreamEngine", "verdict_id"]
 
@@ -59,6 +59,8 @@ class RCAStage:
         self._emitted: deque[str] = deque(maxlen=100_000)
         self._emitted_set: set[str] = set()
         self.incomplete_rows = 0
+        self.consumed = 0
+        self.rows = 0
 
     def remember(self, ids: list[str]) -> None:
         """Mark verdict ids as already emitted (e.g. read back from the verdicts topic on start)."""
@@ -71,6 +73,7 @@ class RCAStage:
 
     def add(self, flag: FlagMessage) -> tuple[list[dict[str, Any]], str]:
         """Add one flag; returns the new verdicts (contract dicts) and the flag's aligner status."""
+        self.consumed += 1
         rows, status = self.aligner.add(flag)
         return self._run(rows), status
 
@@ -81,6 +84,7 @@ class RCAStage:
     def _run(self, rows: list[AlignedRow]) -> list[dict[str, Any]]:
         verdicts = []
         for row in rows:
+            self.rows += 1
             if not row.complete:
                 self.incomplete_rows += 1
             verdict = self.engine.update(row.seq, row.flags)
@@ -114,6 +118,8 @@ class RCAStage:
             "engine": self.engine.get_state(),
             "emitted": list(self._emitted),
             "incomplete_rows": self.incomplete_rows,
+            "consumed": self.consumed,
+            "rows": self.rows,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -124,3 +130,5 @@ class RCAStage:
         self._emitted_set.clear()
         self.remember(list(state["emitted"]))
         self.incomplete_rows = int(state["incomplete_rows"])
+        self.consumed = int(state["consumed"])
+        self.rows = int(state["rows"])

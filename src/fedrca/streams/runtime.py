@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedrca.config import SiteConfig
+from fedrca.config import SiteConfig, resolve_plants
 from fedrca.connectors.metrics import Metrics
 from fedrca.detectors.plant import PlantDetector
-from fedrca.exceptions import ArtifactError, MessageError
+from fedrca.exceptions import ArtifactError, ConfigError, FedrcaError, MessageError
 from fedrca.site import build_detectors, load_frame
-from fedrca.streams.messages import FlagMessage, SensorMessage, decode_flag, decode_sensor
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
+from fedrca.streams.records import SensorMessage, decode_flag, decode_sensor
 
 __all__ = ["Runtime", "RuntimeSettings", "SensorBatch"]
 
@@ -30,12 +30,20 @@ log = logging.getLogger("fedrca.streams")
 
 @dataclass(frozen=True)
 class RuntimeSettings:
-    """Knobs of the streaming runtime (shared by Faust workers and the embedded runner)."""
+    """Knobs of the streaming runtime (shared by Faust workers and the embedded runner).
+
+    Attributes
+    ----------
+    allowed_lateness : samples a row waits for missing plants before the RCA judges it
+        without them (make it larger than the longest processor outage you want to
+        ride through without losing evidence)
+    batch_size : most messages an agent takes per batch
+    batch_within : seconds an agent waits to fill a batch
+    """
 
     allowed_lateness: int = 5
     batch_size: int = 500
     batch_within: float = 0.05
-    horizon: int | None = None
 
 
 @dataclass
@@ -52,7 +60,7 @@ class Runtime:
     Parameters
     ----------
     config : site configuration
-    detectors : fitted detectors per plant (see :func:`Runtime.from_nominal`)
+    detectors : fitted detectors per plant (see :meth:`Runtime.from_nominal`)
     engine : RCA engine for the central stage (see :func:`fedrca.rca.build_engine`)
     metrics : Prometheus metrics (a fresh registry by default)
     settings : runtime knobs
@@ -66,21 +74,47 @@ class Runtime:
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
     ) -> None:
+        if not config.resolved:
+            raise ConfigError(
+                "plants given by match rules must be resolved against the data's columns first "
+                "(fedrca.config.resolve_plants, or Runtime.from_nominal)"
+            )
         self.config = config
         self.settings = settings or RuntimeSettings()
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(plants=config.plant_names)
         self.processors = {name: PlantProcessor(config.site, det) for name, det in detectors.items()}
         self.sensor_counts = {p.name: len(p.sensors) for p in config.plants}
         self.rca = RCAStage(config.site, config.plant_names, engine, self.settings.allowed_lateness)
         self._pending: dict[str, Any] = {}
+        self.refused_artifacts = 0
         for name, det in detectors.items():
             self.metrics.set_parameter_version(name, det.parameter_version)
 
     @classmethod
-    def from_nominal(cls, config: SiteConfig, train_path: str | Path, engine_factory: Any, **kwargs: Any) -> Runtime:
-        """Fit the detectors on nominal data and build the RCA engine from them."""
-        detectors = build_detectors(config, load_frame(config, train_path), source=str(train_path))
-        return cls(config, detectors, engine_factory(config, detectors), **kwargs)
+    def from_nominal(
+        cls,
+        config: SiteConfig,
+        train_path: str | Path,
+        params_dir: str | Path | None = None,
+        **kwargs: Any,
+    ) -> Runtime:
+        """Fit the detectors on nominal data, apply trained parameters, build the RCA engine.
+
+        Plants configured by ``match`` rules take the nominal file's columns.
+        """
+        from fedrca.rca import build_engine
+
+        frame = load_frame(config, train_path)
+        config = resolve_plants(config, [str(c) for c in frame.columns])
+        detectors = build_detectors(config, frame, source=str(train_path))
+        if params_dir is not None:
+            from fedrca.training.artifacts import apply_artifact, load_site_artifacts
+
+            for plant, artifact in load_site_artifacts(params_dir).items():
+                if plant in detectors:
+                    apply_artifact(detectors[plant], artifact)
+        engine = build_engine(config, detectors, params_dir=params_dir)
+        return cls(config, detectors, engine, **kwargs)
 
     # -- plant side ------------------------------------------------------------------
     def decode_sensors(self, raws: list[bytes], plant: str | None = None) -> SensorBatch:
@@ -101,8 +135,8 @@ class Runtime:
 
     def process_plant(self, plant: str, messages: list[SensorMessage]) -> ProcessorOutput:
         """Run one plant's batch, switching parameters first if a new version arrived."""
-        self._apply_pending(plant)
         started = time.perf_counter()
+        self._apply_pending(plant)
         processor = self.processors[plant]
         out = processor.process(messages)
         self.metrics.record_messages_in("plant", plant, len(messages))
@@ -112,11 +146,41 @@ class Runtime:
         return out
 
     # -- parameters ------------------------------------------------------------------
-    def offer_parameters(self, plant: str, artifact: Any) -> None:
-        """Queue a verified artifact; the plant switches to it before its next batch."""
+    def offer_parameters(self, plant: str, artifact: Any) -> bool:
+        """Queue a verified artifact; the plant switches to it before its next batch.
+
+        Returns False (and queues nothing) when the plant already uses or awaits that version.
+        """
         if plant not in self.processors:
-            raise ArtifactError(f"artifact for unknown plant '{plant}'")
+            raise ArtifactError(f"artifact for unknown plant '{plant}'; plants are {', '.join(self.processors)}")
+        version = str(artifact.version)
+        pending = self._pending.get(plant)
+        if version == self.processors[plant].model_version or (pending is not None and pending.version == version):
+            return False
         self._pending[plant] = artifact
+        return True
+
+    def offer_published_artifact(self, raw: bytes) -> bool:
+        """Verify and queue an artifact as published on ``<site>.params``.
+
+        Raises
+        ------
+        FedrcaError
+            (IntegrityError, ArtifactError) when the artifact is tampered with, unreadable or
+            for an unknown plant; it is counted in ``fedrca_deadletters_total{stage="params"}``.
+        """
+        from fedrca.training.artifacts import SERVER, decode_published_artifact
+
+        try:
+            plant, artifact = decode_published_artifact(raw)
+            if plant == SERVER:
+                return False  # the server artifact is for the RCA's graph, not for a plant
+            return self.offer_parameters(plant, artifact)
+        except FedrcaError as exc:
+            self.refused_artifacts += 1
+            self.metrics.record_deadletter("params", "bad-artifact")
+            log.error("refused parameter artifact: %s", exc)
+            raise
 
     def _apply_pending(self, plant: str) -> None:
         artifact = self._pending.pop(plant, None)
@@ -146,17 +210,21 @@ class Runtime:
                 continue
             new, status = self.rca.add(flag)
             if status == "late":
-                err = MessageError("late", f"flag for seq {flag.seq} arrived after its row was judged")
-                rejected.append((raw, err))
+                late = MessageError(
+                    "late", f"flag of plant '{flag.plant}' seq {flag.seq} arrived after its row was judged"
+                )
+                rejected.append((raw, late))
                 self.metrics.record_deadletter("rca", "late")
             verdicts.extend(new)
-        self.metrics.record_messages_in("rca", "all", len(raws))
+        self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
         for v in verdicts:
             self.metrics.record_verdict(v["root_cause"])
         self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
-    @staticmethod
-    def flag_records(flags: list[FlagMessage]) -> list[dict[str, Any]]:
-        """Contract dicts of flag messages."""
-        return [f.to_dict() for f in flags]
+    def flush(self) -> list[dict[str, Any]]:
+        """Judge every buffered row (end of a finite stream)."""
+        verdicts = self.rca.flush()
+        for v in verdicts:
+            self.metrics.record_verdict(v["root_cause"])
+        return verdicts

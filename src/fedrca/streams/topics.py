@@ -1,4 +1,9 @@
-"""Topic declarations of a site (names from the configuration's templates)."""
+"""Topic declarations of a site (names from the configuration's templates).
+
+Values and keys are raw bytes on every topic: the pure cores validate the JSON
+themselves, so a malformed message reaches the agent with its original bytes
+and can be dead-lettered with a reason instead of being dropped by a codec.
+"""
 
 from __future__ import annotations
 
@@ -22,15 +27,24 @@ class SiteTopics:
     deadletter: faust.TopicT
 
 
+def _raw_topic(app: faust.App, name: str, partitions: int, compacting: bool = False) -> faust.TopicT:
+    return app.topic(
+        name,
+        partitions=partitions,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        compacting=compacting,
+    )
+
+
 def declare_topics(app: faust.App, config: SiteConfig, partitions: int) -> SiteTopics:
-    """Declare every topic of the site on ``app`` (raw bytes values; JSON is decoded by the cores)."""
-    raw = {"value_type": bytes, "key_type": bytes, "value_serializer": "raw", "key_serializer": "raw"}
+    """Declare every topic of the site on ``app``."""
     return SiteTopics(
-        sensors={
-            p: app.topic(config.topic("sensors", plant=p), partitions=partitions, **raw) for p in config.plant_names
-        },
-        flags=app.topic(config.topic("flags"), partitions=1, **raw),
-        verdicts=app.topic(config.topic("verdicts"), partitions=1, **raw),
-        params=app.topic(config.topic("params"), partitions=1, compacting=True, **raw),
-        deadletter=app.topic(config.topic("deadletter"), partitions=1, **raw),
+        sensors={p: _raw_topic(app, config.topic("sensors", plant=p), partitions) for p in config.plant_names},
+        flags=_raw_topic(app, config.topic("flags"), 1),
+        verdicts=_raw_topic(app, config.topic("verdicts"), 1),
+        params=_raw_topic(app, config.topic("params"), 1, compacting=True),
+        deadletter=_raw_topic(app, config.topic("deadletter"), 1),
     )
