@@ -17,6 +17,7 @@ except the unavoidable time recursion of the state (one numpy step per sample).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -61,6 +62,10 @@ class SyntheticData:
     C : per plant (D_m, P_m) measurement matrices
     events : injected anomalies
     root_cause : (T,) int, root plant index during an event, -1 otherwise
+    system : the generator's remaining parameters (nonlinear generator: ``R`` (M, 2, 2),
+        ``W`` (M, M, 2, 2), ``mask`` (M, M), ``G`` per plant, ``cycle`` (T, M, 2), ``coupling``,
+        ``state_noise``, ``sensor_noise``; linear: ``state_noise``, ``sensor_noise``), for a
+        centralised oracle that knows the true model (comparison only)
     """
 
     Y: FloatArray
@@ -73,6 +78,7 @@ class SyntheticData:
     events: list[AnomalyEvent] = field(default_factory=list)
     root_cause: NDArray[np.int64] = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     A: FloatArray | None = None
+    system: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_plants(self) -> int:
@@ -226,6 +232,7 @@ def linear_multiplant(
         events=events,
         root_cause=_root_labels(n_samples, events),
         A=A,
+        system={"state_noise": state_noise, "sensor_noise": sensor_noise},
     )
 
 
@@ -303,6 +310,16 @@ def nonlinear_network(
         C=C,
         events=events,
         root_cause=_root_labels(n_samples, events),
+        system={
+            "R": R,
+            "W": W,
+            "mask": mask,
+            "G": G,
+            "cycle": cycle,
+            "coupling": coupling,
+            "state_noise": state_noise,
+            "sensor_noise": sensor_noise,
+        },
     )
 
 

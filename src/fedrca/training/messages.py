@@ -1,0 +1,296 @@
+"""Messages of the federated training protocol and their lossless byte encoding.
+
+Clients and the server exchange nothing but these dataclasses:
+
+* :class:`StatesMessage` (client -> server): the plant's states for a window of
+  time steps, already clipped and noised by the client (with the noise level);
+* :class:`GradientMessage` (server -> client): the per-sample gradient of the
+  server loss with respect to the client's augmented predicted states, clipped and
+  noised by the server.
+
+Both carry the round, the plant and the parameter version that produced them, and
+encode to bytes (:func:`encode_message`) as a small header (JSON) followed by the
+raw array buffers with their dtype (byte order included) and shape, so decoding
+(:func:`decode_message`) gives back bit-identical arrays. The same bytes travel on
+the Kafka topic ``<site>.train.<plant>`` in production and through
+:class:`InProcessTransport` in the embedded default.
+
+Examples
+--------
+>>> import numpy as np
+>>> msg = GradientMessage(round=3, plant="reactor", version=2, start=10, grad=np.ones((4, 2)))
+>>> decode_message(encode_message(msg)) == msg
+True
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedrca.exceptions import MessageError
+
+__all__ = [
+    "GradientMessage",
+    "InProcessTransport",
+    "Message",
+    "StatesMessage",
+    "decode_message",
+    "encode_message",
+    "pack_arrays",
+    "unpack_arrays",
+]
+
+FloatArray = NDArray[np.float64]
+MAGIC = b"FRCA"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<4sBI")  # magic, format version, header length
+
+
+def pack_arrays(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+    """Encode JSON-able ``meta`` and named arrays as one byte string (lossless for any numeric dtype)."""
+    specs = []
+    buffers = []
+    offset = 0
+    for name, array in arrays.items():
+        a = np.asarray(array)
+        if a.dtype.hasobject:
+            raise MessageError("bad-array", f"array '{name}' has dtype object; only numeric arrays can be sent")
+        raw = a.tobytes(order="C")
+        specs.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": offset, "nbytes": len(raw)})
+        buffers.append(raw)
+        offset += len(raw)
+    header = json.dumps({"type": kind, "meta": meta, "arrays": specs}, separators=(",", ":")).encode("utf-8")
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(header)) + header + b"".join(buffers)
+
+
+def unpack_arrays(raw: bytes) -> tuple[str, dict[str, Any], dict[str, np.ndarray]]:
+    """Inverse of :func:`pack_arrays`; MessageError (reason code + detail) on anything malformed."""
+    if not isinstance(raw, bytes | bytearray | memoryview):
+        raise MessageError("not-bytes", f"expected bytes, got {type(raw).__name__}")
+    raw = bytes(raw)
+    if len(raw) < _HEADER.size:
+        raise MessageError("truncated", f"{len(raw)} bytes is shorter than the {_HEADER.size}-byte preamble")
+    magic, version, header_len = _HEADER.unpack_from(raw)
+    if magic != MAGIC:
+        raise MessageError("bad-magic", f"not a fedrca training message (starts with {magic!r})")
+    if version != FORMAT_VERSION:
+        raise MessageError("bad-version", f"format version {version}, this fedrca reads {FORMAT_VERSION}")
+    body_start = _HEADER.size + header_len
+    if len(raw) < body_start:
+        raise MessageError("truncated", "the header is cut short")
+    try:
+        header = json.loads(raw[_HEADER.size : body_start].decode("utf-8"))
+        kind = str(header["type"])
+        meta = dict(header["meta"])
+        specs = list(header["arrays"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MessageError("bad-header", f"header is not valid JSON of the expected form ({exc})") from None
+    body = memoryview(raw)[body_start:]
+    arrays: dict[str, np.ndarray] = {}
+    for spec in specs:
+        try:
+            dtype = np.dtype(spec["dtype"])
+            shape = tuple(int(s) for s in spec["shape"])
+            start, nbytes = int(spec["offset"]), int(spec["nbytes"])
+            name = str(spec["name"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MessageError("bad-header", f"array spec {spec!r} is malformed ({exc})") from None
+        if dtype.hasobject or nbytes != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize or start < 0:
+            raise MessageError("bad-array", f"array '{name}': {nbytes} bytes do not match {dtype.str} {shape}")
+        if start + nbytes > len(body):
+            raise MessageError("truncated", f"array '{name}' runs past the end of the message")
+        arrays[name] = np.frombuffer(body[start : start + nbytes], dtype=dtype).reshape(shape).copy()
+    return kind, meta, arrays
+
+
+def _arrays_equal(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+
+
+@dataclass(frozen=True, eq=False)
+class Message:
+    """Common header: round number, plant id, parameter version, first time index of the window."""
+
+    KIND: ClassVar[str] = ""
+    ARRAYS: ClassVar[tuple[str, ...]] = ()
+
+    round: int
+    plant: str
+    version: int
+    start: int
+
+    def __post_init__(self) -> None:
+        for name in ("round", "version", "start"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+                raise MessageError("bad-field", f"{name} must be a non-negative integer, got {value!r}")
+        if not isinstance(self.plant, str) or not self.plant:
+            raise MessageError("bad-field", f"plant must be a non-empty string, got {self.plant!r}")
+        shape: tuple[int, ...] | None = None
+        for name in self.ARRAYS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, np.ndarray) or value.ndim != 2:
+                raise MessageError("bad-array", f"{name} must be a 2-D numpy array (window, dim)")
+            if shape is not None and value.shape[0] != shape[0]:
+                raise MessageError("bad-array", f"{name} has {value.shape[0]} rows, the window has {shape[0]}")
+            shape = value.shape
+            if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+                raise MessageError("bad-array", f"{name} contains NaN or inf")
+
+    @property
+    def n_samples(self) -> int:
+        """Window length W."""
+        for name in self.ARRAYS:
+            value = getattr(self, name)
+            if value is not None:
+                return int(value.shape[0])
+        return 0
+
+    @property
+    def stop(self) -> int:
+        """One past the last time index of the window."""
+        return self.start + self.n_samples
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if f.name in self.ARRAYS:
+                if not _arrays_equal(a, b):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, eq=False)
+class StatesMessage(Message):
+    """Client m -> server: states of window ``start .. start + W - 1`` (time index t of each row).
+
+    Attributes
+    ----------
+    x_a : (W, P) augmented predicted states x_a(t) with the client's current Theta (every round)
+    xhat_c_prev : (W, P) proprietary estimates x̂_c(t-1), or None (sent once per window)
+    x_c : (W, P) proprietary predictions x_c(t) = f(x̂_c(t-1)), or None (sent once per window)
+    x_meas : (W, P) measurement states x̃(t) = argmin_x ||y(t) - h(x)||_R (one Gauss-Newton step
+        from x_c(t)), or None (sent once per window); unbiased for the state with noise that is
+        white in time, which is what makes the server's instrumental-variable estimator consistent
+    xhat_a_prev : (W, P) augmented estimates x̂_a(t-1), optional
+    u : (W, U) inputs, optional (not sent by the default client)
+    noise_sigma : standard deviation of the Gaussian noise added to every entry (0 = none)
+    clip : L2 bound every state vector was clipped to before the noise (None = not clipped)
+    """
+
+    KIND: ClassVar[str] = "states"
+    ARRAYS: ClassVar[tuple[str, ...]] = ("x_a", "xhat_c_prev", "x_c", "x_meas", "xhat_a_prev", "u")
+
+    x_a: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
+    xhat_c_prev: FloatArray | None = None
+    x_c: FloatArray | None = None
+    x_meas: FloatArray | None = None
+    xhat_a_prev: FloatArray | None = None
+    u: FloatArray | None = None
+    noise_sigma: float = 0.0
+    clip: float | None = None
+
+    @property
+    def has_fixed_states(self) -> bool:
+        """True when the window's fixed states (x̂_c(t-1), x_c(t), x̃(t)) are included."""
+        return self.xhat_c_prev is not None and self.x_c is not None and self.x_meas is not None
+
+
+@dataclass(frozen=True, eq=False)
+class GradientMessage(Message):
+    """Server -> client m: per-sample gradients d l_t / d x_a(t) of l_t = ||x_s,m(t) - x_a,m(t)||^2.
+
+    Attributes
+    ----------
+    grad : (W, P) per-sample gradients (the window's server loss is their mean), clipped and noised
+    noise_sigma : noise standard deviation per entry (0 = none)
+    clip : per-sample L2 bound applied before the noise (None = not clipped)
+    server_loss : mean l_t over the window (before clipping and noise)
+    privacy_mu2 : sum of mu^2 the server's gradient releases of this round charged to each of
+        this plant's records (it enters the plant's own accountant)
+    """
+
+    KIND: ClassVar[str] = "gradients"
+    ARRAYS: ClassVar[tuple[str, ...]] = ("grad",)
+
+    grad: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
+    noise_sigma: float = 0.0
+    clip: float | None = None
+    server_loss: float = 0.0
+    privacy_mu2: float = 0.0
+
+
+_KINDS: dict[str, type[Message]] = {"states": StatesMessage, "gradients": GradientMessage}
+
+
+def encode_message(message: Message) -> bytes:
+    """Serialise a training message to bytes (lossless: dtype and shape of every array kept)."""
+    arrays = {name: getattr(message, name) for name in message.ARRAYS if getattr(message, name) is not None}
+    meta = {f.name: getattr(message, f.name) for f in fields(message) if f.name not in message.ARRAYS}
+    meta = {k: (int(v) if isinstance(v, np.integer) else v) for k, v in meta.items()}
+    return pack_arrays(message.KIND, meta, arrays)
+
+
+def decode_message(raw: bytes) -> Message:
+    """Inverse of :func:`encode_message`; MessageError when the bytes are not a valid message."""
+    kind, meta, arrays = unpack_arrays(raw)
+    cls = _KINDS.get(kind)
+    if cls is None:
+        raise MessageError("bad-type", f"unknown training message type '{kind}'")
+    names = {f.name for f in fields(cls)}
+    unknown = (set(meta) | set(arrays)) - names
+    if unknown:
+        raise MessageError("bad-field", f"unknown field(s) {sorted(unknown)} for a {kind} message")
+    try:
+        return cls(**meta, **arrays)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise MessageError("bad-field", f"{kind} message: {exc}") from None
+
+
+class InProcessTransport:
+    """In-memory topics with consumer-group offsets: the embedded stand-in for Kafka.
+
+    ``publish(topic, key, value)`` appends; ``consume(topic, group)`` returns the
+    records the group has not seen yet, in order. Counts bytes per topic and key.
+
+    Examples
+    --------
+    >>> bus = InProcessTransport()
+    >>> bus.publish("site.train.a", "a", b"x")
+    >>> bus.consume("site.train.a", "server"), bus.consume("site.train.a", "server")
+    ([('a', b'x')], [])
+    """
+
+    def __init__(self) -> None:
+        self._topics: dict[str, list[tuple[str, bytes]]] = defaultdict(list)
+        self._offsets: dict[tuple[str, str], int] = defaultdict(int)
+        self.bytes_sent: dict[tuple[str, str], int] = defaultdict(int)
+
+    def publish(self, topic: str, key: str, value: bytes) -> None:
+        """Append a record."""
+        self._topics[topic].append((key, bytes(value)))
+        self.bytes_sent[(topic, key)] += len(value)
+
+    def consume(self, topic: str, group: str) -> list[tuple[str, bytes]]:
+        """Records of ``topic`` not yet consumed by ``group``."""
+        records = self._topics.get(topic, [])
+        start = self._offsets[(topic, group)]
+        self._offsets[(topic, group)] = len(records)
+        return list(records[start:])

@@ -1,0 +1,41 @@
+"""Small training set-ups shared by the training tests (seeded, a few seconds at most)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fedrca.config import load_config
+from fedrca.datasets import linear_multiplant, nonlinear_two_plant
+from fedrca.site import plant_frames
+from fedrca.training.settings import parse_training_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def linear_setup(n_samples: int = 1500, seed: int = 0, **training):
+    config = load_config(REPO / "config" / "synthetic_linear.yaml")
+    data = linear_multiplant(n_samples=n_samples, seed=seed)
+    frames = plant_frames(config, pd.DataFrame(data.Y, columns=data.columns()))
+    settings = parse_training_settings({**config.training, **training})
+    return config, data, frames, settings
+
+
+def nonlinear_setup(n_samples: int = 1500, seed: int = 0, **training):
+    config = load_config(REPO / "config" / "synthetic.yaml")
+    data = nonlinear_two_plant(n_samples=n_samples, seed=seed)
+    frames = plant_frames(config, pd.DataFrame(data.Y, columns=data.columns()))
+    settings = parse_training_settings({**config.training, **training})
+    return config, data, frames, settings
+
+
+@pytest.fixture
+def linear_small():
+    return linear_setup()
+
+
+@pytest.fixture
+def nonlinear_small():
+    return nonlinear_setup()

@@ -1,0 +1,152 @@
+"""Parameter artifacts: save/load, sha256 refusal, the params-topic encoding, applying to a detector."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fedrca.exceptions import ArtifactError, IntegrityError
+from fedrca.training.artifacts import (
+    SERVER,
+    ParameterArtifact,
+    apply_artifact,
+    decode_published_artifact,
+    encode_published_artifact,
+    load_artifact,
+    load_server_artifact,
+    load_site_artifacts,
+    make_artifact,
+    save_artifact,
+)
+from fedrca.training.run import FederatedTraining
+from tests.training.conftest import linear_setup
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    config, _data, frames, settings = linear_setup(n_samples=800, rounds=3)
+    out = tmp_path_factory.mktemp("params")
+    result = FederatedTraining(config, frames, settings=settings, progress=None).run(out=out)
+    return config, frames, result, out
+
+
+def test_run_writes_one_verified_artifact_per_plant_and_the_server(trained):
+    _config, _, result, out = trained
+    site = load_site_artifacts(out)
+    assert sorted(site) == ["plant1", "plant2"]
+    server = load_server_artifact(out)
+    assert server.manifest["plants"] == ["plant1", "plant2"]
+    assert server.arrays["A"].shape == (4, 4) and server.arrays["A_stderr"].shape == (4, 4)
+    assert server.arrays["state_dims"].tolist() == [2, 2] and server.arrays["state_dims"].dtype == np.int64
+    assert np.all(server.arrays["A_stderr"] > 0)
+    for plant, art in site.items():
+        assert art.version == "v1" and art.manifest["config_hash"] == result.artifacts[plant].manifest["config_hash"]
+        assert np.array_equal(art.arrays["theta"], result.clients[plant].theta)
+        for key in ("scorer_a.mean", "scorer_a.whitening", "scorer_a.threshold", "scorer_a.ewma_start"):
+            assert key in art.arrays
+        m = art.manifest
+        assert {"created", "sha256", "metrics", "epsilon_spent", "delta", "model_fingerprint"} <= set(m)
+        assert m["metrics"]["client_loss_after"] <= m["metrics"]["client_loss_before"]
+        assert m["epsilon_spent"] == 0.0
+    manifest = json.loads((out / "plant1.json").read_text())
+    assert manifest["arrays"]["theta"]["shape"] == [2, 8]
+
+
+def test_tampered_arrays_are_refused(trained, tmp_path):
+    _, _, result, _ = trained
+    art = result.artifacts["plant2"]
+    save_artifact(art, tmp_path)
+    theta = art.arrays["theta"].copy()
+    theta[0, 0] += 1e-9
+    np.savez(tmp_path / "plant2.npz", **{**{k: np.asarray(v) for k, v in art.arrays.items()}, "theta": theta})
+    with pytest.raises(IntegrityError, match="sha256"):
+        load_artifact(tmp_path, "plant2")
+    (tmp_path / "plant2.npz").write_bytes(b"not a zip")
+    with pytest.raises(IntegrityError, match="unreadable"):
+        load_artifact(tmp_path, "plant2")
+    with pytest.raises(ArtifactError, match="no artifact for 'plant9'"):
+        load_artifact(tmp_path, "plant9")
+
+
+def test_tampered_manifest_is_refused(trained, tmp_path):
+    _, _, result, _ = trained
+    save_artifact(result.artifacts["plant1"], tmp_path)
+    manifest = json.loads((tmp_path / "plant1.json").read_text())
+    manifest["sha256"] = "0" * 64
+    (tmp_path / "plant1.json").write_text(json.dumps(manifest))
+    with pytest.raises(IntegrityError):
+        load_artifact(tmp_path, "plant1")
+
+
+def test_published_encoding_round_trips_and_refuses_tampering(trained):
+    _, _, result, _ = trained
+    for name, art in result.artifacts.items():
+        plant, back = decode_published_artifact(encode_published_artifact(art))
+        assert plant == name and back.version == art.version and back.manifest == art.manifest
+        assert all(
+            np.array_equal(back.arrays[k], art.arrays[k]) and back.arrays[k].dtype == art.arrays[k].dtype
+            for k in art.arrays
+        )
+    raw = bytearray(encode_published_artifact(result.artifacts["plant1"]))
+    raw[-1] ^= 0x01  # flip one bit of the last array
+    with pytest.raises(IntegrityError):
+        decode_published_artifact(bytes(raw))
+    with pytest.raises(ArtifactError, match="not a parameter artifact"):
+        decode_published_artifact(b"garbage")
+
+
+def test_apply_artifact_installs_theta_and_the_recalibrated_scorer(trained):
+    config, frames, result, out = trained
+    from fedrca.site import build_detectors
+
+    fresh = build_detectors(config, frames)
+    det = fresh["plant2"]
+    assert det.augmentation.is_zero
+    art = load_artifact(out, "plant2")
+    apply_artifact(det, art)
+    assert np.array_equal(det.augmentation.theta, art.arrays["theta"]) and det.parameter_version == "v1"
+    assert det.scorers[1].threshold_value == float(art.arrays["scorer_a.threshold"])
+    # the detector that trained and the one that loaded the artifact flag the same samples
+    trained_det = result.detectors["plant2"]
+    trained_det.reset()
+    det.reset()
+    a, b = trained_det.step_batch(frames["plant2"].Y[:300]), det.step_batch(frames["plant2"].Y[:300])
+    assert np.array_equal(a.za, b.za) and np.allclose(a.r_a, b.r_a)
+    with pytest.raises(ArtifactError, match="cannot be applied to plant 'plant1'"):
+        apply_artifact(fresh["plant1"], art)
+    with pytest.raises(ArtifactError, match="server artifact"):
+        apply_artifact(det, load_server_artifact(out))
+
+
+def test_apply_artifact_refuses_a_tampered_or_foreign_artifact(trained):
+    config, frames, result, _ = trained
+    from fedrca.site import build_detectors
+
+    det = build_detectors(config, frames)["plant1"]
+    art = result.artifacts["plant1"]
+    forged = ParameterArtifact(art.plant, art.version, {**art.arrays, "theta": art.arrays["theta"] * 2}, art.manifest)
+    with pytest.raises(IntegrityError):
+        apply_artifact(det, forged)
+    wrong_shape = make_artifact("plant1", 2, {"theta": np.zeros((3, 8))}, config_hash="x")
+    with pytest.raises(ArtifactError, match="shape"):
+        apply_artifact(det, wrong_shape)
+    foreign = make_artifact(
+        "plant1", 2, {"theta": np.zeros((2, 8))}, config_hash="x", extra={"model_fingerprint": "f" * 64}
+    )
+    with pytest.raises(ArtifactError, match="another proprietary model"):
+        apply_artifact(det, foreign)
+    assert det.augmentation.is_zero  # nothing was applied
+
+
+def test_versions_increase_per_run_in_a_directory(tmp_path):
+    config, _, frames, settings = linear_setup(n_samples=300, rounds=1)
+    FederatedTraining(config, frames, settings=settings, progress=None).run(out=tmp_path)
+    FederatedTraining(config, frames, settings=settings, progress=None).run(out=tmp_path, rounds=2)
+    assert load_artifact(tmp_path, "plant1").version == "v2" and load_artifact(tmp_path, SERVER).version == "v2"
+
+
+def test_make_artifact_checks_the_version():
+    with pytest.raises(ArtifactError, match="v<N>"):
+        make_artifact("p", "latest", {"theta": np.zeros(2)}, config_hash="x")
