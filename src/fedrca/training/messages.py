@@ -219,7 +219,9 @@ class GradientMessage(Message):
 
     Attributes
     ----------
-    grad : (W, P) per-sample gradients (the window's server loss is their mean), clipped and noised
+    grad : (W, P) per-sample gradients (the window's server loss is their mean); with gradient
+        privacy on, ``-2 (clip(x_s - x_c) + x_c - x_a) + N(0, sigma^2)``: the part carrying other
+        plants' data is clipped to ``clip / 2`` per sample, then noised
     noise_sigma : noise standard deviation per entry (0 = none)
     clip : per-sample L2 bound applied before the noise (None = not clipped)
     server_loss : mean l_t over the window (before clipping and noise)
