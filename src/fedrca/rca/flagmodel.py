@@ -1,0 +1,240 @@
+"""Flag likelihoods: what each plant's published flag pair looks like in each role.
+
+A plant's true state is the flag pair ``s = (Z_c, Z_a)`` coded ``2 Z_c + Z_a``
+(0 = (0,0), 1 = (0,1), 2 = (1,0), 3 = (1,1)). Over an evidence window a plant
+plays one **role**, and each role is a distribution ``q(s)`` per row:
+
+* ``NORMAL``: nominal operation, ``q_N`` = the plant's nominal state frequencies
+  (its false alarms, estimated on nominal data);
+* ``ROOT``: the fault is in this plant; it alarms with probability
+  ``1 - miss``, and the augmented model cannot explain its own fault except with
+  the small ``leak`` probability::
+
+      q_R = miss q_N + (1 - miss) a_R,   a_R = [0, i, (1 - i) leak, (1 - i)(1 - leak)]
+
+* ``PROPAGATED``: the effect of a root elsewhere; visible in a row with
+  probability ``v`` and then explained by the learned interdependencies (state
+  (1,0)) with probability ``s``::
+
+      q_P(v, s) = (1 - v) q_N + v a_P(s),   a_P(s) = [0, i, (1 - i) s, (1 - i)(1 - s)]
+
+  How visible an effect is (control loops compensate some effects, not others)
+  and how well the trained augmentation explains it are not known in advance,
+  so the propagated role is a **mixture** over a grid of (v, s) with equal
+  weights, chosen once per plant and window (a compensated effect is
+  intermittent, an uncompensated one persistent; both are effects);
+* ``AUGMENTED``: only the augmented detector alarms, state (0,1) with
+  probability 1/2 per row (the signature of imperfect training);
+
+with ``i`` = ``imperfect``, the chance that an active anomaly shows as (0,1)
+(zero when Z_a equals Z_c, i.e. without trained parameters).
+
+The plant publishes each bit through randomized response with keep probability
+``p = e^eps / (1 + e^eps)``, independently per bit, so the published pair o
+has ``P(o | role) = sum_s C[o, s] q_role(s)`` with the channel ``C = K (x) K``,
+``K = [[p, 1-p], [1-p, p]]``. That is the exact likelihood the engine scores;
+nothing is debiased by hand.
+
+Examples
+--------
+>>> import numpy as np
+>>> C = rr_channel(np.log(3.0))   # p = 0.75
+>>> C[:, 0].round(4).tolist()      # published pairs given a true (0, 0)
+[0.5625, 0.1875, 0.1875, 0.0625]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fedrca.exceptions import DataError
+
+__all__ = [
+    "AUGMENTED",
+    "NORMAL",
+    "PROPAGATED",
+    "ROOT",
+    "FlagModel",
+    "default_state_rates",
+    "encode_states",
+    "nominal_state_rates",
+    "rr_channel",
+]
+
+FloatArray = NDArray[np.float64]
+
+#: Component indices of :attr:`FlagModel.log_emission`; propagated components follow ``PROPAGATED``.
+NORMAL, ROOT, AUGMENTED, PROPAGATED = 0, 1, 2, 3
+
+
+def rr_channel(epsilon: float) -> FloatArray:
+    """(4, 4) matrix ``C[o, s] = P(published pair o | true pair s)`` of randomized response.
+
+    Columns sum to 1; the identity for ``epsilon = inf``.
+    """
+    p = 1.0 if math.isinf(epsilon) else 1.0 / (1.0 + math.exp(-float(epsilon)))
+    K = np.array([[p, 1.0 - p], [1.0 - p, p]])
+    # bit order of the code 2 zc + za: zc is the major bit
+    return np.kron(K, K)
+
+
+def encode_states(flags: ArrayLike) -> NDArray[np.int64]:
+    """Code ``2 zc + za`` of flag pairs (..., 2) -> (...); -1 where a pair is missing (negative).
+
+    Examples
+    --------
+    >>> encode_states([[0, 0], [0, 1], [1, 0], [1, 1], [-1, -1]]).tolist()
+    [0, 1, 2, 3, -1]
+    """
+    F = np.asarray(flags)
+    if F.shape[-1:] != (2,):
+        raise DataError(f"flags must have a last axis of 2 (zc, za), got shape {F.shape}")
+    F = F.astype(np.int64)
+    missing = np.any(F < 0, axis=-1)
+    if np.any((F > 1) & ~missing[..., None]):
+        raise DataError("flags must be 0 or 1")
+    return np.where(missing, -1, 2 * F[..., 0] + F[..., 1])
+
+
+def nominal_state_rates(flags: Mapping[str, ArrayLike], plants: Sequence[str], floor: float = 0.0) -> FloatArray:
+    """Nominal frequencies of the four true states per plant, (M, 4), from nominal flags (T, 2).
+
+    Laplace-smoothed (add one half per state), and the proprietary alarm rate
+    P(Z_c = 1) raised to ``floor`` when below it (states (1,0), (1,1) scaled
+    together), so rare false alarms never get probability zero.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rates = nominal_state_rates({"a": np.zeros((998, 2), bool)}, ["a"])
+    >>> rates.round(4).tolist()
+    [[0.9985, 0.0005, 0.0005, 0.0005]]
+    """
+    out = np.zeros((len(plants), 4))
+    for m, name in enumerate(plants):
+        if name not in flags:
+            raise DataError(f"no nominal flags for plant '{name}'")
+        codes = encode_states(np.asarray(flags[name]))
+        codes = codes[codes >= 0]
+        counts = np.bincount(codes, minlength=4).astype(np.float64) + 0.5
+        rates = counts / counts.sum()
+        p_alarm = rates[2] + rates[3]
+        if p_alarm < floor:
+            # P(zc = 1) at least the floor: new data alarms more often than finite nominal data shows
+            rates[2:] *= floor / p_alarm
+            rates[0] = 1.0 - rates[1:].sum()
+        out[m] = rates
+    return out
+
+
+def default_state_rates(n_plants: int, false_alarm: float, coupled: bool) -> FloatArray:
+    """Nominal state frequencies (M, 4) when no nominal flags are at hand.
+
+    ``coupled``: Z_a equals Z_c (untrained augmentation), so false alarms come in
+    (1, 1); otherwise the two flags alarm independently at ``false_alarm`` each.
+    """
+    fa = float(false_alarm)
+    if coupled:
+        row = np.array([1.0 - fa, 0.0, 0.0, fa])
+    else:
+        row = np.array([(1 - fa) ** 2, (1 - fa) * fa, fa * (1 - fa), fa * fa])
+    return np.tile(row, (n_plants, 1))
+
+
+class FlagModel:
+    """Per-plant flag likelihoods of every role component, through the randomized-response channel.
+
+    Parameters
+    ----------
+    nominal : (M, 4) nominal true-state frequencies q_N per plant
+    epsilon : published flag epsilon (inf = flags published as they are)
+    miss_rate : P(a root's proprietary flag is off in a row while its fault is active)
+    leak : P(a root's own augmented model explains its fault) -> (1, 0)
+    visibility : grid of v, P(a propagated effect is visible in a row)
+    separation : grid of s, P(a visible effect is explained by the augmented model) -> (1, 0)
+    imperfect : P(an active anomaly shows only in the augmented flag) -> (0, 1)
+
+    Attributes
+    ----------
+    components : labels of the K components: normal, root, augmented, then ``propagated(v, s)``
+    true_dist : (M, K, 4) q(s) per component
+    emission : (M, K, 4) P(published o | component)
+    log_emission : log of ``emission``; -inf where impossible
+    alarm_llr : (M, 4) log P(o | alarming) - log P(o | normal), the CUSUM increment
+        (alarming: root or visible effect, P(alarm) = 1 - miss), clipped to +-1e6
+    state_posterior : (4, 4) P(true s | published o) under a flat prior
+
+    Examples
+    --------
+    >>> import math, numpy as np
+    >>> model = FlagModel(np.array([[0.99, 0.0, 0.0, 0.01]]), math.inf, 0.1, 0.0, [0.5], [1.0])
+    >>> model.emission[0, ROOT].round(3).tolist(), model.emission[0, PROPAGATED].round(3).tolist()
+    ([0.099, 0.0, 0.0, 0.901], [0.495, 0.0, 0.5, 0.005])
+    """
+
+    def __init__(
+        self,
+        nominal: ArrayLike,
+        epsilon: float,
+        miss_rate: float,
+        leak: float,
+        visibility: Sequence[float],
+        separation: Sequence[float],
+        imperfect: float = 0.0,
+    ) -> None:
+        q_N = np.asarray(nominal, dtype=np.float64)
+        if q_N.ndim != 2 or q_N.shape[1] != 4 or np.any(q_N < 0) or np.any(q_N.sum(axis=1) <= 0):
+            raise DataError(f"nominal state rates must be (M, 4) non-negative, got shape {q_N.shape}")
+        checks = [("miss_rate", miss_rate), ("leak", leak), ("imperfect", imperfect)]
+        checks += [("visibility", v) for v in visibility] + [("separation", x) for x in separation]
+        for name, value in checks:
+            if not 0.0 <= value <= 1.0:
+                raise DataError(f"{name} must be a probability in [0, 1], got {value}")
+        if not visibility or not separation:
+            raise DataError("visibility and separation need at least one value each")
+        self.nominal = q_N / q_N.sum(axis=1, keepdims=True)
+        self.epsilon = float(epsilon)
+        self.miss_rate = float(miss_rate)
+        self.leak = float(leak)
+        self.visibility = tuple(float(v) for v in visibility)
+        self.separation = tuple(float(x) for x in separation)
+        self.imperfect = float(imperfect)
+        q_N = self.nominal
+        i = self.imperfect
+
+        def affected(split: float) -> FloatArray:
+            return np.array([0.0, i, (1.0 - i) * split, (1.0 - i) * (1.0 - split)])
+
+        q_R = miss_rate * q_N + (1.0 - miss_rate) * affected(leak)
+        q_A = 0.5 * q_N + 0.5 * np.array([0.0, 1.0, 0.0, 0.0])
+        grid = [(v, x) for v in self.visibility for x in self.separation]
+        q_P = [(1.0 - v) * q_N + v * affected(x) for v, x in grid]
+        self.components = ("normal", "root", "augmented", *[f"propagated(v={v:g}, s={x:g})" for v, x in grid])
+        self.n_propagated = len(grid)
+        self.true_dist = np.stack([q_N, q_R, q_A, *q_P], axis=1)  # (M, K, s)
+        self.channel = rr_channel(self.epsilon)
+        # P(o | component) = sum_s C[o, s] q(s)
+        self.emission = np.einsum("os,mks->mko", self.channel, self.true_dist)
+        mean_split = float(np.mean(self.separation))
+        q_alarm = miss_rate * q_N + (1.0 - miss_rate) * 0.5 * (affected(leak) + affected(mean_split))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.log_emission = np.log(self.emission)
+            llr = np.log(q_alarm @ self.channel.T) - np.log(q_N @ self.channel.T)
+        self.alarm_llr = np.clip(np.nan_to_num(llr, nan=0.0, posinf=1e6, neginf=-1e6), -1e6, 1e6)
+        self.state_posterior = self.channel / self.channel.sum(axis=1, keepdims=True)
+        # P(Z_c = 1 | published o), flat prior: the channel-inverted evidence of an alarm
+        self.alarm_posterior = self.state_posterior[:, 2] + self.state_posterior[:, 3]
+
+    @property
+    def n_plants(self) -> int:
+        """M."""
+        return int(self.nominal.shape[0])
+
+    @property
+    def n_components(self) -> int:
+        """K = 3 + number of propagated components."""
+        return 3 + self.n_propagated
