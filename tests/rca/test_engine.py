@@ -22,7 +22,7 @@ STATES = [(0, 0), (0, 1), (1, 0), (1, 1)]
 def noise_free_engine(graph: InterdependencyGraph) -> RCAEngine:
     """No false alarms, no misses, no leak, perfect separation, no randomized response, horizon 1."""
     M = graph.n_plants
-    model = FlagModel(np.tile([1.0, 0.0, 0.0, 0.0], (M, 1)), math.inf, 0.0, 0.0, [0.5], [1.0])
+    model = FlagModel(np.tile([1.0, 0.0, 0.0, 0.0], (M, 1)), math.inf, [0.0], 0.0, [0.5], [1.0])
     return RCAEngine(graph, model, RCASettings(horizon=1, heartbeat=0))
 
 
@@ -94,6 +94,21 @@ def test_persistence_separates_a_root_from_an_intermittent_effect():
     rows = [{"p1": (1, 1), "p2": (1, 1) if t % 3 == 0 else (0, 0)} for t in range(30)]
     verdicts = feed(engine, rows)
     assert verdicts and verdicts[-1].root_cause == "p1"
+
+
+def test_an_intermittent_root_is_still_named_not_an_outside_root():
+    # a random-variation fault: the root alarms on and off, its effect downstream later and less often
+    rng = np.random.default_rng(3)
+    T = 120
+    flags = np.zeros((T, 3, 2), dtype=np.int64)
+    on = rng.random(T) < 0.45
+    on[:40] = False
+    flags[on, 0] = 1
+    effect = np.roll(on, 2) & (rng.random(T) < 0.5)
+    flags[effect, 1] = 1
+    verdicts = chain_engine(3).run(np.arange(T), flags)
+    named = [v.root_cause for v in verdicts if v.seq >= 40 and v.outcome != "no_anomaly"]
+    assert named and named.count("p1") > 0.8 * len(named)
 
 
 def test_propagated_plants_are_the_reachable_ones_that_show_the_effect():

@@ -14,8 +14,6 @@ from fedrca.exceptions import DataError
 from fedrca.rca.flagmodel import (
     AUGMENTED,
     NORMAL,
-    PROPAGATED,
-    ROOT,
     FlagModel,
     encode_states,
     nominal_state_rates,
@@ -28,7 +26,7 @@ probs = st.floats(0.0, 1.0)
 @settings(max_examples=50, deadline=None)
 @given(
     eps=st.floats(0.05, 20.0),
-    miss=probs,
+    miss=st.lists(probs, min_size=1, max_size=2),
     leak=probs,
     vis=st.lists(st.floats(0.01, 1.0), min_size=1, max_size=3),
     sep=st.lists(probs, min_size=1, max_size=3),
@@ -37,7 +35,7 @@ probs = st.floats(0.0, 1.0)
 def test_every_role_distribution_is_a_distribution(eps, miss, leak, vis, sep, imperfect):
     nominal = np.array([[0.97, 0.01, 0.01, 0.01], [0.99, 0.0, 0.0, 0.01]])
     model = FlagModel(nominal, eps, miss, leak, vis, sep, imperfect)
-    assert model.n_components == 3 + len(vis) * len(sep) == len(model.components)
+    assert model.n_components == 2 + len(miss) + len(vis) * len(sep) == len(model.components)
     np.testing.assert_allclose(model.emission.sum(axis=2), 1.0, atol=1e-12)
     np.testing.assert_allclose(rr_channel(eps).sum(axis=0), 1.0, atol=1e-12)
     assert np.all(model.emission > 0)  # randomized response makes every published pair possible
@@ -53,23 +51,24 @@ def test_channel_matches_the_detectors_randomized_response():
 
 
 def test_without_privacy_roles_have_the_table_supports():
-    model = FlagModel(np.array([[1.0, 0, 0, 0]]), math.inf, 0.0, 0.0, [0.5], [1.0])
+    model = FlagModel(np.array([[1.0, 0, 0, 0]]), math.inf, [0.0], 0.0, [0.5], [1.0])
     # normal only (0,0); root only (1,1); propagated (1,0) or (0,0); augmented (0,1) or (0,0)
     assert model.emission[0, NORMAL].tolist() == [1.0, 0.0, 0.0, 0.0]
-    assert model.emission[0, ROOT].tolist() == [0.0, 0.0, 0.0, 1.0]
-    assert model.emission[0, PROPAGATED].tolist() == [0.5, 0.0, 0.5, 0.0]
+    assert model.emission[0, model.root.start].tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert model.emission[0, model.propagated.start].tolist() == [0.5, 0.0, 0.5, 0.0]
     assert model.emission[0, AUGMENTED].tolist() == [0.5, 0.5, 0.0, 0.0]
     assert model.alarm_posterior.tolist() == [0.0, 0.0, 1.0, 1.0]
 
 
 def test_untrained_detectors_make_propagated_effects_look_like_roots():
     # Z_a equals Z_c without training: an effect shows (1, 1), only persistence tells it from a root
-    model = FlagModel(np.array([[0.99, 0, 0, 0.01]]), math.inf, 0.1, 0.0, [0.3, 0.9], [0.0])
+    model = FlagModel(np.array([[0.99, 0, 0, 0.01]]), math.inf, [0.1], 0.0, [0.3, 0.9], [0.0])
     assert model.emission[0, :, 2].max() == 0.0  # (1, 0) impossible
     persistent = model.log_emission[0, :, 3]  # per-row log-likelihood of (1, 1)
     quiet = model.log_emission[0, :, 0]
-    assert persistent[ROOT] == pytest.approx(persistent[PROPAGATED + 1])  # v = 0.9 = 1 - miss
-    assert quiet[PROPAGATED] > quiet[ROOT]  # an intermittent plant is better explained as an effect
+    root, prop = model.root.start, model.propagated.start
+    assert persistent[root] == pytest.approx(persistent[prop + 1])  # v = 0.9 = 1 - miss
+    assert quiet[prop] > quiet[root]  # with one miss rate, an intermittent plant is better explained as an effect
 
 
 def test_nominal_rates_are_smoothed_and_floored():
@@ -81,4 +80,4 @@ def test_nominal_rates_are_smoothed_and_floored():
     with pytest.raises(DataError, match="no nominal flags for plant 'c'"):
         nominal_state_rates(flags, ["a", "c"])
     with pytest.raises(DataError, match="probability"):
-        FlagModel(rates, 1.0, 1.5, 0.0, [0.5], [0.5])
+        FlagModel(rates, 1.0, [1.5], 0.0, [0.5], [0.5])

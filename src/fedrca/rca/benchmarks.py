@@ -32,7 +32,16 @@ from fedrca.rca.metrics import FaultEvent
 from fedrca.rca.pipeline import PipelineRun, prepare_site, run_pipeline
 from fedrca.rca.settings import RCASettings
 
-__all__ = ["SyntheticResult", "frame_of", "run_synthetic", "synthetic_config"]
+__all__ = ["SyntheticResult", "frame_of", "run_synthetic", "synthetic_config", "train_parameters"]
+
+#: Training settings of the synthetic benchmarks (those of config/synthetic.yaml: RFF clients,
+#: random-feature server, instrumental-variables Granger estimate for the graph).
+SYNTHETIC_TRAINING: dict[str, Any] = {
+    "rounds": 20,
+    "estimator": "iv",
+    "server_n_features": 64,
+    "server_lengthscale": 1.0,
+}
 
 
 def synthetic_config(
@@ -42,6 +51,7 @@ def synthetic_config(
     epsilon: float = math.inf,
     features: str = "rff",
     rca: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
     seed: int = 0,
 ) -> SiteConfig:
     """Site configuration of a synthetic data set (columns ``plantN.yK``).
@@ -61,6 +71,7 @@ def synthetic_config(
         "plants": [{"name": name, "sensors": data.sensor_names(m)} for m, name in enumerate(data.plants)],
         "privacy": {"flag_epsilon": epsilon, "seed": seed},
         "rca": dict(rca or {}),
+        "training": dict(training or {}),
     }
     if graph:
         raw["graph"] = {"edges": [[data.plants[n], data.plants[m]] for n, m in zip(*np.nonzero(data.graph))]}
@@ -81,6 +92,14 @@ class SyntheticResult:
     evaluation: Evaluation
 
 
+def train_parameters(config: SiteConfig, nominal: pd.DataFrame, out: str | Path) -> Path:
+    """Run federated training (``fedrca.training``) on nominal data; the artifacts go to ``out``."""
+    from fedrca.training.run import train_site
+
+    train_site(config, nominal, out, resume=False, progress=None, source="synthetic nominal data")
+    return Path(out)
+
+
 def run_synthetic(
     generate: Callable[..., SyntheticData],
     *,
@@ -90,6 +109,7 @@ def run_synthetic(
     epsilon: float = math.inf,
     graph: bool = True,
     params_dir: str | Path | None = None,
+    train: bool = False,
     settings: RCASettings | None = None,
     train_seed: int = 1,
     test_seed: int = 2,
@@ -98,11 +118,17 @@ def run_synthetic(
 
     ``generate(n_samples=..., n_events=..., seed=...)`` must return the same system
     for every seed (only noise and events change), as the generators of
-    :mod:`fedrca.datasets` do.
+    :mod:`fedrca.datasets` do. With ``train`` the plants first train federatedly on
+    the nominal run and the artifacts written to ``params_dir`` are used (Theta,
+    re-calibrated augmented scorers and, without ``graph``, the learned graph).
     """
     nominal = generate(n_samples=n_train, n_events=0, seed=train_seed)
     test = generate(n_samples=n_test, n_events=n_events, seed=test_seed)
-    config = synthetic_config(test, graph=graph, epsilon=epsilon)
+    config = synthetic_config(test, graph=graph, epsilon=epsilon, training=SYNTHETIC_TRAINING)
+    if train:
+        if params_dir is None:
+            raise ValueError("train=True needs params_dir (where the artifacts are written)")
+        train_parameters(config, frame_of(nominal), params_dir)
     site = prepare_site(config, frame_of(nominal), params_dir=params_dir, settings=settings)
     run = run_pipeline(site, frame_of(test))
     events = [FaultEvent(e.start, e.end, test.plants[e.root]) for e in test.events]

@@ -12,7 +12,8 @@ Hypotheses
   and ``unlisted_path`` when it is not (a learned graph can miss real paths);
 * ``external``: the root lies outside the monitored plants; every plant may
   show a propagated effect (probability 1/2), none is a root;
-* ``unexplained``: a catch-all in which every plant picks any role on its own;
+* ``unexplained``: a catch-all in which every plant picks its role on its own
+  (normal or an effect, rarely a second root or augmented-only alarms, 1 % each);
   when it wins, the flag pattern is named by
   :func:`fedrca.rca.table.classify_pattern` (independent plants, imperfect
   training, multiple roots, unexplained).
@@ -59,14 +60,11 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import logsumexp
 
 from fedrca.exceptions import ArtifactError, DataError
 from fedrca.rca.flagmodel import (
     AUGMENTED,
     NORMAL,
-    PROPAGATED,
-    ROOT,
     FlagModel,
     default_state_rates,
     encode_states,
@@ -80,6 +78,18 @@ __all__ = ["RCAEngine", "Verdict", "build_engine", "engine_for", "flag_model", "
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+
+
+def _logsumexp(a: FloatArray, axis: int) -> FloatArray:
+    """log(sum(exp(a))) along ``axis``, stable, -inf where every term is -inf.
+
+    (scipy.special.logsumexp does the same with array-API dispatch that costs more
+    than the arithmetic for the engine's tiny per-row arrays.)
+    """
+    top = np.max(a, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.asarray(np.log(np.sum(np.exp(a - top), axis=axis)) + np.squeeze(top, axis=axis))
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,7 @@ class RCAEngine:
     --------
     >>> import math, numpy as np
     >>> g = InterdependencyGraph.from_edges(["p1", "p2"], [("p1", "p2")])
-    >>> model = FlagModel(np.tile([0.98, 0.0, 0.01, 0.01], (2, 1)), math.inf, 0.1, 0.05, [0.3, 0.9], [0.5])
+    >>> model = FlagModel(np.tile([0.98, 0.0, 0.01, 0.01], (2, 1)), math.inf, [0.1], 0.05, [0.3, 0.9], [0.5])
     >>> engine = RCAEngine(g, model, RCASettings(horizon=10))
     >>> rows = [{"p1": (0, 0), "p2": (0, 0)}] * 5 + [{"p1": (1, 1), "p2": (1, 0)}] * 5
     >>> verdicts = [v for seq, row in enumerate(rows) if (v := engine.update(seq, row)) is not None]
@@ -154,6 +164,9 @@ class RCAEngine:
             self._log_affected = np.where(self._reach, math.log(1.0 - s.effect_absent), np.log(unlisted))
             self._log_unaffected = np.where(self._reach, math.log(s.effect_absent), np.log1p(-unlisted))
         self._log_prop_weight = -math.log(model.n_propagated)
+        self._log_root_weight = -math.log(model.n_root)
+        # role weights of the catch-all "unexplained" hypothesis: normal, root, augmented-only, effect
+        self._log_free_weights = np.log(np.array([0.49, 0.01, 0.01, 0.49]))
         p_root = s.prior_anomaly * (1.0 - s.prior_external) / M
         p_external = s.prior_anomaly * s.prior_external
         p_none = 1.0 - s.prior_anomaly - s.prior_unexplained
@@ -267,9 +280,10 @@ class RCAEngine:
         Also returns, per root hypothesis k and plant j, the log evidence of "j affected"
         and "j not affected" (M, M) (for the propagated list).
         """
-        S_N, S_R, S_A = S[:, NORMAL], S[:, ROOT], S[:, AUGMENTED]
-        # the propagated role mixes over its (v, s) components, chosen once per window
-        P_mix = logsumexp(S[:, PROPAGATED:] + self._log_prop_weight, axis=1)
+        S_N, S_A = S[:, NORMAL], S[:, AUGMENTED]
+        # the root and the propagated roles mix over their components, chosen once per window
+        S_R = _logsumexp(S[:, self.model.root] + self._log_root_weight, axis=1)
+        P_mix = _logsumexp(S[:, self.model.propagated] + self._log_prop_weight, axis=1)
         affected = self._log_affected + P_mix[None, :] + order  # [k, j]
         unaffected = self._log_unaffected + S_N[None, :]
         per_plant = np.logaddexp(affected, unaffected)
@@ -277,7 +291,8 @@ class RCAEngine:
         roots = S_R + per_plant.sum(axis=1)
         half = math.log(0.5)
         external = float(np.logaddexp(half + P_mix, half + S_N).sum())
-        free = logsumexp(np.stack([S_N, S_R, S_A, P_mix]) + math.log(0.25), axis=0)
+        # every plant on its own: mostly normal or an effect, rarely a second root or augmented-only
+        free = _logsumexp(np.stack([S_N, S_R, S_A, P_mix]) + self._log_free_weights[:, None], axis=0)
         evidence = np.concatenate([[S_N.sum()], roots, [external, float(free.sum())]])
         return evidence + self._log_prior, affected, unaffected
 

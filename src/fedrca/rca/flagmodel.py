@@ -10,7 +10,11 @@ plays one **role**, and each role is a distribution ``q(s)`` per row:
   ``1 - miss``, and the augmented model cannot explain its own fault except with
   the small ``leak`` probability::
 
-      q_R = miss q_N + (1 - miss) a_R,   a_R = [0, i, (1 - i) leak, (1 - i)(1 - leak)]
+      q_R(miss) = miss q_N + (1 - miss) a_R,   a_R = [0, i, (1 - i) leak, (1 - i)(1 - leak)]
+
+  A step fault keeps its unit alarming, a random-variation or sticking-valve
+  fault makes it alarm on and off, so the root role is a mixture over a grid of
+  miss rates (equal weights, chosen once per plant and window);
 
 * ``PROPAGATED``: the effect of a root elsewhere; visible in a row with
   probability ``v`` and then explained by the learned interdependencies (state
@@ -56,7 +60,6 @@ from fedrca.exceptions import DataError
 __all__ = [
     "AUGMENTED",
     "NORMAL",
-    "PROPAGATED",
     "ROOT",
     "FlagModel",
     "default_state_rates",
@@ -67,8 +70,9 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 
-#: Component indices of :attr:`FlagModel.log_emission`; propagated components follow ``PROPAGATED``.
-NORMAL, ROOT, AUGMENTED, PROPAGATED = 0, 1, 2, 3
+#: Component indices of :attr:`FlagModel.log_emission`; the root components start at ``ROOT``
+#: (:attr:`FlagModel.root` is their slice), the propagated ones follow (:attr:`FlagModel.propagated`).
+NORMAL, AUGMENTED, ROOT = 0, 1, 2
 
 
 def rr_channel(epsilon: float) -> FloatArray:
@@ -152,7 +156,7 @@ class FlagModel:
     ----------
     nominal : (M, 4) nominal true-state frequencies q_N per plant
     epsilon : published flag epsilon (inf = flags published as they are)
-    miss_rate : P(a root's proprietary flag is off in a row while its fault is active)
+    miss_rate : grid of P(a root's proprietary flag is off in a row while its fault is active)
     leak : P(a root's own augmented model explains its fault) -> (1, 0)
     visibility : grid of v, P(a propagated effect is visible in a row)
     separation : grid of s, P(a visible effect is explained by the augmented model) -> (1, 0)
@@ -160,7 +164,8 @@ class FlagModel:
 
     Attributes
     ----------
-    components : labels of the K components: normal, root, augmented, then ``propagated(v, s)``
+    components : labels of the K components: normal, augmented, ``root(miss)``..., ``propagated(v, s)``...
+    root, propagated : slices of the root and the propagated components
     true_dist : (M, K, 4) q(s) per component
     emission : (M, K, 4) P(published o | component)
     log_emission : log of ``emission``; -inf where impossible
@@ -171,8 +176,9 @@ class FlagModel:
     Examples
     --------
     >>> import math, numpy as np
-    >>> model = FlagModel(np.array([[0.99, 0.0, 0.0, 0.01]]), math.inf, 0.1, 0.0, [0.5], [1.0])
-    >>> model.emission[0, ROOT].round(3).tolist(), model.emission[0, PROPAGATED].round(3).tolist()
+    >>> model = FlagModel(np.array([[0.99, 0.0, 0.0, 0.01]]), math.inf, [0.1], 0.0, [0.5], [1.0])
+    >>> root, effect = model.root.start, model.propagated.start
+    >>> model.emission[0, root].round(3).tolist(), model.emission[0, effect].round(3).tolist()
     ([0.099, 0.0, 0.0, 0.901], [0.495, 0.0, 0.5, 0.005])
     """
 
@@ -180,7 +186,7 @@ class FlagModel:
         self,
         nominal: ArrayLike,
         epsilon: float,
-        miss_rate: float,
+        miss_rate: Sequence[float],
         leak: float,
         visibility: Sequence[float],
         separation: Sequence[float],
@@ -189,16 +195,16 @@ class FlagModel:
         q_N = np.asarray(nominal, dtype=np.float64)
         if q_N.ndim != 2 or q_N.shape[1] != 4 or np.any(q_N < 0) or np.any(q_N.sum(axis=1) <= 0):
             raise DataError(f"nominal state rates must be (M, 4) non-negative, got shape {q_N.shape}")
-        checks = [("miss_rate", miss_rate), ("leak", leak), ("imperfect", imperfect)]
+        checks = [("leak", leak), ("imperfect", imperfect)] + [("miss_rate", m) for m in miss_rate]
         checks += [("visibility", v) for v in visibility] + [("separation", x) for x in separation]
         for name, value in checks:
             if not 0.0 <= value <= 1.0:
                 raise DataError(f"{name} must be a probability in [0, 1], got {value}")
-        if not visibility or not separation:
-            raise DataError("visibility and separation need at least one value each")
+        if not visibility or not separation or not miss_rate:
+            raise DataError("miss_rate, visibility and separation need at least one value each")
         self.nominal = q_N / q_N.sum(axis=1, keepdims=True)
         self.epsilon = float(epsilon)
-        self.miss_rate = float(miss_rate)
+        self.miss_rate = tuple(float(m) for m in miss_rate)
         self.leak = float(leak)
         self.visibility = tuple(float(v) for v in visibility)
         self.separation = tuple(float(x) for x in separation)
@@ -209,18 +215,26 @@ class FlagModel:
         def affected(split: float) -> FloatArray:
             return np.array([0.0, i, (1.0 - i) * split, (1.0 - i) * (1.0 - split)])
 
-        q_R = miss_rate * q_N + (1.0 - miss_rate) * affected(leak)
+        q_R = [m * q_N + (1.0 - m) * affected(leak) for m in self.miss_rate]
         q_A = 0.5 * q_N + 0.5 * np.array([0.0, 1.0, 0.0, 0.0])
         grid = [(v, x) for v in self.visibility for x in self.separation]
         q_P = [(1.0 - v) * q_N + v * affected(x) for v, x in grid]
-        self.components = ("normal", "root", "augmented", *[f"propagated(v={v:g}, s={x:g})" for v, x in grid])
+        self.components = (
+            "normal",
+            "augmented",
+            *[f"root(miss={m:g})" for m in self.miss_rate],
+            *[f"propagated(v={v:g}, s={x:g})" for v, x in grid],
+        )
+        self.n_root = len(q_R)
         self.n_propagated = len(grid)
-        self.true_dist = np.stack([q_N, q_R, q_A, *q_P], axis=1)  # (M, K, s)
+        self.root = slice(ROOT, ROOT + self.n_root)
+        self.propagated = slice(ROOT + self.n_root, ROOT + self.n_root + self.n_propagated)
+        self.true_dist = np.stack([q_N, q_A, *q_R, *q_P], axis=1)  # (M, K, s)
         self.channel = rr_channel(self.epsilon)
         # P(o | component) = sum_s C[o, s] q(s)
         self.emission = np.einsum("os,mks->mko", self.channel, self.true_dist)
-        mean_split = float(np.mean(self.separation))
-        q_alarm = miss_rate * q_N + (1.0 - miss_rate) * 0.5 * (affected(leak) + affected(mean_split))
+        mean_split, miss = float(np.mean(self.separation)), min(self.miss_rate)
+        q_alarm = miss * q_N + (1.0 - miss) * 0.5 * (affected(leak) + affected(mean_split))
         with np.errstate(divide="ignore", invalid="ignore"):
             self.log_emission = np.log(self.emission)
             llr = np.log(q_alarm @ self.channel.T) - np.log(q_N @ self.channel.T)
@@ -236,5 +250,5 @@ class FlagModel:
 
     @property
     def n_components(self) -> int:
-        """K = 3 + number of propagated components."""
-        return 3 + self.n_propagated
+        """K = 2 + number of root components + number of propagated components."""
+        return 2 + self.n_root + self.n_propagated

@@ -47,7 +47,9 @@ class RCASettings(_Strict):
     horizon : rows of flags the evidence is accumulated over (sliding window), >= 1
     min_posterior : a verdict is issued when the best hypothesis reaches this posterior
     heartbeat : rows after which an unchanged verdict is issued again (0 = only on change)
-    miss_rate : P(a root plant's proprietary flag is off in a row while its fault is active)
+    miss_rate : values of P(a root plant's proprietary flag is off in a row while its fault
+        is active) the root role mixes over (a step keeps its unit alarming, a random
+        variation or a sticking valve makes it alarm on and off)
     leak : P(a root plant's augmented model explains its own fault, flag pair (1, 0));
         ``auto`` = 0.05 with trained parameters, 0 without (Z_a equals Z_c)
     visibility : values of P(an effect is visible in a row) the propagated role mixes over
@@ -79,7 +81,7 @@ class RCASettings(_Strict):
     horizon: int = Field(30, ge=1)
     min_posterior: float = Field(0.9, ge=0.5, lt=1.0)
     heartbeat: int = Field(10, ge=0)
-    miss_rate: float = Field(0.1, ge=0.0, lt=1.0)
+    miss_rate: list[float] = Field(default_factory=lambda: [0.1, 0.5], min_length=1)
     leak: float | Literal["auto"] = "auto"
     visibility: list[float] = Field(default_factory=lambda: [0.3, 0.9], min_length=1)
     separation: list[float] | Literal["auto"] = "auto"
@@ -93,7 +95,7 @@ class RCASettings(_Strict):
     cusum_threshold: float = Field(3.0, gt=0.0)
     prior_anomaly: float = Field(1e-3, gt=0.0, lt=1.0)
     prior_external: float = Field(0.01, gt=0.0, lt=1.0)
-    prior_unexplained: float = Field(1e-8, gt=0.0, lt=1.0)
+    prior_unexplained: float = Field(1e-6, gt=0.0, lt=1.0)
     graph: GraphOptions = GraphOptions()
 
     def separation_for(self, trained: bool) -> tuple[float, ...]:
@@ -169,6 +171,8 @@ def parse_rca_settings(data: Any, source: str | None = None) -> RCASettings:
     for name, bad in checks:
         if bad:
             raise ConfigError(_AUTO_HELP[name], source=source, key=f"rca.{name}")
+    if any(not 0.0 <= m < 1.0 for m in settings.miss_rate):
+        raise ConfigError("must be a list of probabilities in [0, 1)", source=source, key="rca.miss_rate")
     if any(not 0.0 < v <= 1.0 for v in settings.visibility):
         raise ConfigError("must be a list of probabilities in (0, 1]", source=source, key="rca.visibility")
     return settings
