@@ -39,7 +39,7 @@ from fedrca.streams.records import deadletter_headers, encode
 from fedrca.streams.runtime import Runtime
 from fedrca.streams.topics import SiteTopics
 
-__all__ = ["RCA_STATE_KEY", "install"]
+__all__ = ["RCA_STATE_KEY", "install", "plant_state_table"]
 
 log = logging.getLogger("fedrca.streams")
 
@@ -69,6 +69,17 @@ def _record_lag(app: faust.App, runtime: Runtime, stage: str, events: Sequence[E
         runtime.metrics.set_consumer_lag(stage, message.topic, message.partition, lag)
 
 
+def plant_state_table(site: str, plant: str) -> str:
+    """Name of a plant's state table; its changelog topic is ``fedrca-<site>-plants-<name>-changelog``.
+
+    Examples
+    --------
+    >>> plant_state_table("tep", "reactor")
+    'tep-state-reactor'
+    """
+    return f"{site}-state-{plant}"
+
+
 def install(
     app: faust.App,
     topics: SiteTopics,
@@ -80,17 +91,20 @@ def install(
 ) -> None:
     """Register the agents, tables and tasks of ``roles`` on ``app``."""
     site = runtime.config.site
-    state_schema: faust.Schema = faust.Schema(key_type=bytes, key_serializer="raw", value_serializer="json")
     if "plants" in roles:
-        plant_state = app.Table(
-            f"{site}-plant-state", default=None, partitions=partitions, use_partitioner=True, schema=state_schema
-        )
         for plant, topic in topics.sensors.items():
+            # One table per plant: its changelog holds that plant's filter state (derived from its
+            # raw data), so it is as private as the plant's sensor topic and gets the same ACLs.
+            plant_state = app.Table(
+                plant_state_table(site, plant),
+                default=None,
+                partitions=partitions,
+                use_partitioner=True,
+                key_type=bytes,  # raw plant-name keys, partitioned like the sensor messages; JSON values
+            )
             app.agent(topic, name=f"fedrca.plant.{plant}")(_plant_agent(app, plant, topics, runtime, plant_state))
     if "rca" in roles:
-        rca_state = app.Table(
-            f"{site}-rca-state", default=None, partitions=1, use_partitioner=True, schema=state_schema
-        )
+        rca_state = app.Table(f"{site}-rca-state", default=None, partitions=1, use_partitioner=True, key_type=bytes)
         app.agent(topics.flags, name="fedrca.rca")(
             _rca_agent(app, topics, runtime, rca_state, bootstrap, read_verdict_ids)
         )

@@ -1,4 +1,4 @@
-"""CLI commands of the streaming runtime: ``run`` (Faust worker), ``replay-to-kafka``."""
+"""CLI commands of the streaming runtime: ``run`` (Faust worker), ``replay-to-kafka``, ``publish-params``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrca.config import SiteConfig, load_config, resolve_plants
+from fedrca.exceptions import ConfigError
 
 __all__ = ["register"]
 
@@ -103,6 +104,32 @@ def _replay_to_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _publish_params(args: argparse.Namespace) -> int:
+    from fedrca.connectors.kafka import KafkaSink, bootstrap_of, ensure_site_topics
+    from fedrca.training.artifacts import SERVER, encode_published_artifact, load_artifact, load_site_artifacts
+
+    config = load_config(args.config)
+    bootstrap = bootstrap_of(args.broker)
+    artifacts = dict(load_site_artifacts(args.params))
+    if (Path(args.params) / f"{SERVER}.json").is_file():
+        artifacts[SERVER] = load_artifact(args.params, SERVER)
+    unknown = sorted(set(artifacts) - {*config.plant_names, SERVER})
+    if unknown:
+        raise ConfigError(
+            f"{args.params} holds artifacts of plants {unknown} that site '{config.site}' does not have; "
+            "publish the artifacts trained with this configuration",
+            source=args.config,
+        )
+    ensure_site_topics(bootstrap, config, partitions=args.partitions)
+    topic = config.topic("params")
+    with KafkaSink(bootstrap, config) as sink:
+        for plant, artifact in artifacts.items():
+            # Keyed by plant on a compacted topic: the broker keeps the newest artifact of each plant.
+            sink.send_raw(topic, plant.encode(), encode_published_artifact(artifact))
+            print(f"published {plant} {artifact.version} ({artifact.manifest.get('sha256', '')[:12]}) to {topic}")
+    return 0
+
+
 def load_dataset(config: SiteConfig, path: str | Path, labels: str | None = None) -> Any:
     """Load a recorded file for replay in the configured dataset format."""
     from fedrca.connectors import replay
@@ -127,7 +154,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--worker-name", default="worker", help="distinguishes the local state of several workers")
     run.add_argument("--data-dir", default=".fedrca-faust")
     run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics (0 = any free port)")
-    run.add_argument("--allowed-lateness", type=int, default=5, help="samples the RCA waits for missing flags")
+    run.add_argument(
+        "--allowed-lateness",
+        type=int,
+        default=1000,
+        help="samples a row waits for missing plants' flags before the RCA judges it without them (default 1000; "
+        "at least the batch size, and longer than the processor outages to ride through)",
+    )
     run.add_argument("--batch-size", type=int, default=500, help="most messages an agent takes per batch")
     run.add_argument("--batch-within", type=float, default=0.05, help="seconds an agent waits to fill a batch")
     run.add_argument(
@@ -135,6 +168,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--log-level", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     run.set_defaults(func=_run)
+
+    pp = sub.add_parser("publish-params", help="publish trained parameter artifacts to the site's params topic")
+    pp.add_argument("--config", required=True)
+    pp.add_argument("--params", required=True, help="directory written by fedrca train")
+    pp.add_argument("--broker", required=True, help="kafka://host:port")
+    pp.add_argument("--partitions", type=int, default=2, help="partitions of the sensor topics if they are created")
+    pp.set_defaults(func=_publish_params)
 
     rk = sub.add_parser("replay-to-kafka", help="replay a recorded TEP/HAI/SWaT/CSV file into the sensors topics")
     rk.add_argument("--config", required=True)
