@@ -10,8 +10,8 @@ import pytest
 
 from fedrca.datasets import linear_multiplant
 from fedrca.detectors import PlantDetector
-from fedrca.streams.records import SensorMessage, encode
 from fedrca.streams.processor import PlantProcessor
+from fedrca.streams.records import SensorMessage, encode
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from fedrca.config import SiteConfig
+from fedrca.config import SiteConfig, resolve_plants
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 from fedrca.exceptions import ArtifactError
 from fedrca.rca.engine import RCAEngine, Verdict, build_engine
@@ -96,6 +96,9 @@ def prepare_site(
         config = without_privacy(config)
     source = str(train) if isinstance(train, str | Path) else "nominal data"
     frame = load_frame(config, train) if isinstance(train, str | Path) else train
+    if isinstance(frame, pd.DataFrame):
+        # plants given by match rules take the nominal file's columns
+        config = resolve_plants(config, [str(c) for c in frame.columns])
     nominal = _as_plant_data(config, frame, source)
     detectors = build_detectors(config, nominal, source=source)
     version = "proprietary"
