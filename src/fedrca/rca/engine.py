@@ -36,7 +36,8 @@ Evidence
 3. **Accumulation** over a sliding horizon of ``horizon`` rows, cut at the start
    of the current alarm episode (the earliest onset among the alarming plants),
    so rows before the fault do not dilute the evidence and one isolated alarm is
-   outweighed by the prior (``prior_anomaly``).
+   outweighed by the prior (``prior_anomaly``); once no plant alarms any more the
+   episode is over and its rows no longer count (the verdict is cleared).
 
 The posterior over the hypotheses is the softmax of the summed log evidence and
 log priors. A :class:`Verdict` is issued when the best anomaly hypothesis
@@ -189,6 +190,7 @@ class RCAEngine:
         self._onset = np.full(M, -1, dtype=np.int64)
         self._alarmed = np.zeros(M, dtype=bool)
         self._episode_start: int | None = None
+        self._episode_end: int | None = None
         self._last_seq: int | None = None
         self._active = False
         self._last_key: tuple[str, str | None, tuple[str, ...]] | None = None
@@ -208,6 +210,7 @@ class RCAEngine:
             "onset": self._onset.tolist(),
             "alarmed": self._alarmed.astype(int).tolist(),
             "episode_start": self._episode_start,
+            "episode_end": self._episode_end,
             "last_seq": self._last_seq,
             "active": self._active,
             "last_key": None if self._last_key is None else [*self._last_key[:2], list(self._last_key[2])],
@@ -235,6 +238,7 @@ class RCAEngine:
         self._onset = np.asarray(state["onset"], dtype=np.int64)
         self._alarmed = np.asarray(state["alarmed"], dtype=bool)
         self._episode_start = state["episode_start"]
+        self._episode_end = state["episode_end"]
         self._last_seq = state["last_seq"]
         self._active = bool(state["active"])
         key = state["last_key"]
@@ -372,13 +376,18 @@ class RCAEngine:
         if self._alarmed.any():
             first = int(self._onset[self._alarmed].min())
             self._episode_start = first if self._episode_start is None else min(self._episode_start, first)
-        else:
+        elif self._episode_start is not None:
             self._episode_start = None
+            self._episode_end = seq
 
     def _window(self, seq: int) -> NDArray[np.bool_]:
+        """The evidence rows: the last ``horizon`` rows, from the current episode's start, or
+        after the last episode's end when none is active (a finished episode is history)."""
         mask = self._buf_valid.copy()
         if self._episode_start is not None:
             mask &= self._buf_seq >= self._episode_start
+        elif self._episode_end is not None:
+            mask &= self._buf_seq >= self._episode_end
         return mask
 
     def _order_penalty(self) -> FloatArray:
