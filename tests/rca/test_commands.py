@@ -188,3 +188,36 @@ def test_evaluate_errors_are_one_clear_line(repo, extra, fragment):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("fedrca evaluate: error:") and fragment in last
     assert "Traceback" not in result.stderr
+
+
+def test_replay_with_trained_parameters_uses_them_and_the_learned_graph(repo, tmp_path, capsys):
+    from fedrca.config import load_config
+    from fedrca.site import load_frame
+    from fedrca.training.run import train_site
+
+    config = load_config(repo / "config/tep.yaml")
+    params = tmp_path / "params"
+    train_site(config, load_frame(config, repo / "data/tep/d00.dat"), params, resume=False, progress=None)
+    verdicts = tmp_path / "v.jsonl"
+    code = main(
+        [
+            "replay",
+            "--config",
+            str(repo / "config/tep.yaml"),
+            "--train",
+            str(repo / "data/tep/d00.dat"),
+            "--input",
+            str(repo / "data/tep/d06_te.dat"),
+            "--params",
+            str(params),
+            "--flags-out",
+            str(tmp_path / "f.jsonl"),
+            "--verdicts-out",
+            str(verdicts),
+        ]
+    )
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "parameters: v" in err and "graph: learned" in err
+    named = [json.loads(line)["root_cause"] for line in verdicts.read_text().splitlines()]
+    assert named and named.count("feed") > len(named) / 2  # fault 06: A feed loss
