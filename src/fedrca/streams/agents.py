@@ -125,7 +125,7 @@ def _plant_agent(
             processor = runtime.processors[plant]
             saved = table.get(key)
             if saved is not None and int(saved["last_seq"]) > processor.last_seq:
-                processor.set_state(saved)
+                runtime.resume_plant(plant, saved)
                 log.info("plant %s resumed after seq %s", plant, processor.last_seq)
             keyed = [e.value for e in events if e.key == key]
             batch = runtime.decode_sensors(keyed, plant=plant)

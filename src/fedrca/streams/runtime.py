@@ -85,7 +85,7 @@ class Runtime:
         self.processors = {name: PlantProcessor(config.site, det) for name, det in detectors.items()}
         self.sensor_counts = {p.name: len(p.sensors) for p in config.plants}
         self.rca = RCAStage(config.site, config.plant_names, engine, self.settings.allowed_lateness)
-        self._pending: dict[str, Any] = {}
+        self._latest: dict[str, Any] = {}
         self.refused_artifacts = 0
         for name, det in detectors.items():
             self.metrics.set_parameter_version(name, det.parameter_version)
@@ -134,9 +134,8 @@ class Runtime:
         return batch
 
     def process_plant(self, plant: str, messages: list[SensorMessage]) -> ProcessorOutput:
-        """Run one plant's batch, switching parameters first if a new version arrived."""
+        """Run one plant's batch."""
         started = time.perf_counter()
-        self._apply_pending(plant)
         processor = self.processors[plant]
         out = processor.process(messages)
         self.metrics.record_messages_in("plant", plant, len(messages))
@@ -145,23 +144,36 @@ class Runtime:
         self.metrics.record_latency("plant", time.perf_counter() - started)
         return out
 
+    def resume_plant(self, plant: str, state: dict[str, Any]) -> None:
+        """Restore a plant processor's saved state (after a restart or a rebalance).
+
+        The saved state carries the parameters it was produced with; when a newer
+        artifact has been offered since, the plant switches to it right away.
+        """
+        self.processors[plant].set_state(state)
+        latest = self._latest.get(plant)
+        if latest is not None and str(latest.version) != self.processors[plant].model_version:
+            self._apply(plant, latest)
+        self.metrics.set_parameter_version(plant, self.processors[plant].model_version)
+
     # -- parameters ------------------------------------------------------------------
     def offer_parameters(self, plant: str, artifact: Any) -> bool:
-        """Queue a verified artifact; the plant switches to it before its next batch.
+        """Switch a plant to a verified artifact, between two batches.
 
-        Returns False (and queues nothing) when the plant already uses or awaits that version.
+        Returns False (and changes nothing) when the plant already uses that version.
+        Cores run on one thread (the worker's event loop or the embedded loop), so the
+        switch can never fall inside a batch.
         """
         if plant not in self.processors:
             raise ArtifactError(f"artifact for unknown plant '{plant}'; plants are {', '.join(self.processors)}")
-        version = str(artifact.version)
-        pending = self._pending.get(plant)
-        if version == self.processors[plant].model_version or (pending is not None and pending.version == version):
+        self._latest[plant] = artifact
+        if str(artifact.version) == self.processors[plant].model_version:
             return False
-        self._pending[plant] = artifact
+        self._apply(plant, artifact)
         return True
 
     def offer_published_artifact(self, raw: bytes) -> bool:
-        """Verify and queue an artifact as published on ``<site>.params``.
+        """Verify and apply an artifact as published on ``<site>.params``.
 
         Raises
         ------
@@ -182,10 +194,7 @@ class Runtime:
             log.error("refused parameter artifact: %s", exc)
             raise
 
-    def _apply_pending(self, plant: str) -> None:
-        artifact = self._pending.pop(plant, None)
-        if artifact is None:
-            return
+    def _apply(self, plant: str, artifact: Any) -> None:
         from fedrca.training.artifacts import apply_artifact
 
         detector = self.processors[plant].detector

@@ -1,0 +1,227 @@
+"""Dead letters and parameter hot-reload on a real broker, through one ``fedrca run`` worker.
+
+A stream of TEP rows with malformed records interleaved (sensor and flag
+messages): every bad record lands on the dead-letter topic with its original
+bytes and a reason, every good one is processed. Trained parameters published
+mid-stream are used for every later sample and recorded in the flags; a
+tampered artifact is refused, dead-lettered and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedrca.config import SiteConfig, load_config
+from fedrca.connectors import replay
+from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
+from fedrca.training.artifacts import load_artifact
+from fedrca.training.messages import pack_arrays
+from tests.kafka_broker import unique_name, wait_until
+from tests.streams.workers import Cluster, group_assignment, site_config
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "data" / "tep" / "d00.dat"
+FAULT = REPO / "data" / "tep" / "d01_te.dat"
+FEDRCA = [sys.executable, "-m", "fedrca.cli"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _metric(port: int, name: str, **labels: str) -> float | None:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{"):
+            series, _, value = line.rpartition(" ")
+            got = ",".join(sorted(series[len(name) + 1 : -1].split(",")))
+            if got == want:
+                return float(value)
+    return None
+
+
+def _send_rows(config: SiteConfig, sink: KafkaSink, rows: range) -> None:
+    dataset = replay.load_for_config(config, FAULT)
+    groups = {p.name: list(p.sensors) for p in config.plants}
+    replay.replay(dataset, groups, sink, site=config.site, start=rows.start, stop=rows.stop)
+    sink.flush()
+
+
+def _flags_by_key(bootstrap: str, config: SiteConfig) -> dict[tuple[str, int], dict]:
+    """The processors' flags (the malformed records injected into the topic are skipped)."""
+    out = {}
+    for record in read_topic(bootstrap, config.topic("flags")):
+        try:
+            f = json.loads(record.value)
+        except ValueError:
+            continue
+        if f.get("model_version") != "x":  # not one of the injected bad flags
+            out[(f["plant"], f["seq"])] = f
+    return out
+
+
+def _bad_sensor_records(config: SiteConfig) -> list[tuple[str, bytes | None, bytes, str]]:
+    """(topic, key, value, expected reason) of malformed sensor messages, none with real data."""
+    site = config.site
+    feed = config.topic("sensors", plant="feed")
+    n = len(config.plant("feed").sensors)
+
+    def msg(**fields) -> bytes:
+        base = {"site": site, "plant": "feed", "ts": 5.0, "seq": 10_000, "values": [1.25] * n}
+        base.update(fields)
+        return json.dumps(base).encode()
+
+    return [
+        (feed, b"feed", b'{"site": "' + site.encode() + b'", "plant": "feed", "seq": 3', "malformed-json"),
+        (feed, b"feed", b"\xff\xfe not utf-8", "malformed-json"),
+        (feed, b"feed", msg(values=[1.25] * (n - 1)), "wrong-length"),
+        (feed, b"feed", msg(values=[1.25] * (n - 1) + [float("nan")]), "non-finite"),
+        (feed, b"feed", msg(values=[1.25] * (n - 1) + ["x"]), "non-finite"),
+        (feed, b"feed", msg(plant="boiler"), "unknown-plant"),
+        (feed, b"feed", msg(ts=-60.0), "bad-timestamp"),
+        (feed, b"feed", msg(ts=4.0e10), "bad-timestamp"),
+        (feed, b"feed", msg(site="elsewhere"), "wrong-site"),
+        (feed, b"feed", msg(seq=-1), "bad-seq"),
+        (feed, b"feed", json.dumps({"site": site, "plant": "feed", "seq": 1}).encode(), "missing-field"),
+        (feed, None, msg(), "bad-key"),
+    ]
+
+
+def _bad_flag_records(config: SiteConfig) -> list[tuple[str, bytes | None, bytes, str]]:
+    flags = config.topic("flags")
+    site = config.site
+    base = {"site": site, "plant": "reactor", "ts": 1.0, "seq": 7, "zc": 1, "za": 0, "eps": None, "model_version": "x"}
+    return [
+        (flags, b"reactor", b"not json at all", "malformed-json"),
+        (flags, b"reactor", json.dumps({**base, "zc": 2}).encode(), "bad-flag"),
+        (flags, b"boiler", json.dumps({**base, "plant": "boiler"}).encode(), "unknown-plant"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def live(kafka_broker, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dlq")
+    bootstrap = kafka_broker.bootstrap
+    config_path = site_config(tmp, unique_name("tep"))
+    config = load_config(config_path)
+    params = tmp / "params"
+    subprocess.run(
+        [*FEDRCA, "train", "--config", str(config_path), "--data", str(TRAIN), "--out", str(params), "--quiet"],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
+    ensure_site_topics(bootstrap, config, partitions=2)
+    port = _free_port()
+    cluster = Cluster(config_path, bootstrap, TRAIN, tmp)
+    cluster.add("all", "plants,rca,params", ["--metrics-port", str(port), "--allowed-lateness", "2000"])
+    try:
+        wait_until(
+            lambda: group_assignment(bootstrap, f"fedrca-{config.site}-plants-rca") is not None, 180, "the worker"
+        )
+        yield config, bootstrap, port, params, cluster
+    except BaseException:
+        print(cluster.diagnostics())
+        raise
+    finally:
+        cluster.stop_all()
+
+
+def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reload(live):
+    config, bootstrap, port, params, cluster = live
+    deadletter = config.topic("deadletter")
+    bad_sensors, bad_flags = _bad_sensor_records(config), _bad_flag_records(config)
+    with KafkaSink(bootstrap, config) as sink:
+        # rows 0..199 with the malformed records interleaved
+        for i, (topic, key, value, _) in enumerate(bad_sensors):
+            _send_rows(config, sink, range(i * 15, (i + 1) * 15))
+            sink.send_raw(topic, key, value)
+        _send_rows(config, sink, range(len(bad_sensors) * 15, 200))
+        for topic, key, value, _ in bad_flags:
+            sink.send_raw(topic, key, value)
+
+    def part_done(rows: range) -> bool:
+        flags = _flags_by_key(bootstrap, config)
+        return all((p, t) in flags for p in config.plant_names for t in rows)
+
+    expected_bad = bad_sensors + bad_flags
+    wait_until(lambda: part_done(range(200)), 120, "flags of rows 0..199", interval=0.5)
+    wait_until(lambda: sum(1 for _ in read_topic(bootstrap, deadletter)) >= len(expected_bad), 60, "dead letters")
+
+    records = list(read_topic(bootstrap, deadletter))
+    assert len(records) == len(expected_bad)
+    got = Counter((r.value, r.headers["fedrca-reason"].decode()) for r in records)
+    assert got == Counter((value, reason) for _, _, value, reason in expected_bad)
+    for r in records:
+        assert r.headers["fedrca-detail"], "every dead letter says why"
+    flags = _flags_by_key(bootstrap, config)
+    assert set(flags) == {(p, t) for p in config.plant_names for t in range(200)}, "good ones processed, no extras"
+    assert {f["model_version"] for f in flags.values()} == {"proprietary"}
+    reasons = Counter(reason for *_, reason in bad_sensors)
+    for reason, n in reasons.items():
+        assert _metric(port, "fedrca_deadletters_total", stage="plant", reason=reason) == n
+
+    # Publish the trained parameters mid-stream; the processors switch between two batches.
+    subprocess.run(
+        [
+            *FEDRCA,
+            "publish-params",
+            "--config",
+            str(cluster.config),
+            "--params",
+            str(params),
+            "--broker",
+            f"kafka://{bootstrap}",
+        ],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
+    version = load_artifact(params, "reactor").version
+    wait_until(
+        lambda: all(_metric(port, "fedrca_parameter_info", plant=p, version=version) == 1 for p in config.plant_names),
+        60,
+        "the new parameter version to be offered",
+    )
+    with KafkaSink(bootstrap, config) as sink:
+        _send_rows(config, sink, range(200, 400))
+    wait_until(lambda: part_done(range(200, 400)), 120, "flags of rows 200..399", interval=0.5)
+    flags = _flags_by_key(bootstrap, config)
+    assert {flags[(p, t)]["model_version"] for p in config.plant_names for t in range(200, 400)} == {version}
+
+    # A tampered artifact (Theta changed, manifest kept) is refused and reported.
+    artifact = load_artifact(params, "reactor")
+    arrays = {k: np.asarray(v).copy() for k, v in artifact.arrays.items()}
+    arrays["theta"] = arrays["theta"] + 1.0
+    meta = {"plant": "reactor", "version": "v999", "manifest": {**dict(artifact.manifest), "version": "v999"}}
+    tampered = pack_arrays("artifact", meta, arrays)
+    with KafkaSink(bootstrap, config) as sink:
+        sink.send_raw(config.topic("params"), b"reactor", tampered)
+    wait_until(
+        lambda: _metric(port, "fedrca_deadletters_total", stage="params", reason="bad-artifact") == 1,
+        60,
+        "the tampered artifact to be refused",
+    )
+    refused = [r for r in read_topic(bootstrap, deadletter) if r.headers["fedrca-reason"] == b"bad-artifact"]
+    assert len(refused) == 1 and refused[0].value == tampered
+    assert b"sha256" in refused[0].headers["fedrca-detail"]
+    with KafkaSink(bootstrap, config) as sink:
+        _send_rows(config, sink, range(400, 500))
+    wait_until(lambda: part_done(range(400, 500)), 120, "flags of rows 400..499", interval=0.5)
+    flags = _flags_by_key(bootstrap, config)
+    assert {flags[(p, t)]["model_version"] for p in config.plant_names for t in range(400, 500)} == {version}
+    assert _metric(port, "fedrca_parameter_info", plant="reactor", version="v999") is None
