@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError
 
 from fedrca.connectors.kafka import read_topic
 
@@ -121,6 +122,8 @@ def group_assignment(bootstrap: str, group: str) -> list[dict[str, list[int]]] |
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fedrca-test")
     try:
         described = admin.describe_groups([group])[group]
+    except KafkaError:
+        return None  # e.g. no group coordinator yet on a fresh broker: not ready
     finally:
         admin.close()
     if described.get("error") or described.get("group_state") != "Stable":
