@@ -110,34 +110,6 @@ def _detect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    """Detection figures on the bundled TEP data (grown into the full pipeline by the streams)."""
-    data_dir = Path(args.data_dir)
-    config = load_config(args.config)
-    started = time.perf_counter()
-    print(f"fedrca {__version__} demo: {len(config.plants)} TEP plants, trained on {data_dir / 'tep/d00.dat'}")
-    train = load_frame(config, data_dir / "tep" / "d00.dat")
-    detectors = build_detectors(config, train, source="d00.dat")
-    onset = 160
-    rows = []
-    for name in ["00", "01", "04", "05", "06"]:
-        path = data_dir / "tep" / f"d{name}_te.dat"
-        for det in detectors.values():
-            det.reset()
-        results = run_detectors(detectors, plant_frames(config, load_frame(config, path), str(path)))
-        window = slice(0, None) if name == "00" else slice(onset, None)
-        row: dict[str, object] = {"file": path.name, "measure": "false-alarm" if name == "00" else "detection"}
-        for plant, r in results.items():
-            row[plant] = f"{r.zc[window].mean():.3f}"
-        row["any plant"] = f"{np.any([r.zc[window] for r in results.values()], axis=0).mean():.3f}"
-        rows.append(row)
-        print(f"  processed {path.name}", file=sys.stderr)
-    print("\nPer-plant Z_c rates (false-alarm on nominal d00_te; detection on samples 161..960 of faults):")
-    print(pd.DataFrame(rows).to_string(index=False))
-    print(f"\ndone in {time.perf_counter() - started:.1f} s")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every available subcommand."""
     parser = argparse.ArgumentParser(
@@ -153,10 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     detect.add_argument("--out", required=True, help="output JSON-lines file of flags")
     detect.set_defaults(func=_detect)
 
-    demo = sub.add_parser("demo", help="run the embedded demo on the bundled TEP data (no broker)")
-    demo.add_argument("--config", default=str(default_config_dir() / "tep.yaml"))
-    demo.add_argument("--data-dir", default=str(default_data_dir()))
-    demo.set_defaults(func=_demo)
+    from fedrca.streams.demo import register_demo
+
+    register_demo(sub, default_config_dir() / "tep.yaml", default_data_dir())
 
     for module_name in COMMAND_MODULES:
         try:

@@ -9,11 +9,12 @@ from fedrca.datasets.synthetic import (
     nonlinear_two_plant,
     schedule_events,
 )
-from fedrca.datasets.tep import TEP_COLUMNS, TEP_FAULT_ONSET, TEP_SAMPLE_SECONDS, load_tep
+from fedrca.datasets.tep import TEP_COLUMNS, TEP_FAULT_ONSET, TEP_FAULT_ROOTS, TEP_SAMPLE_SECONDS, load_tep
 
 __all__ = [
     "TEP_COLUMNS",
     "TEP_FAULT_ONSET",
+    "TEP_FAULT_ROOTS",
     "TEP_SAMPLE_SECONDS",
     "AnomalyEvent",
     "SyntheticData",

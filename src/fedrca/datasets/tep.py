@@ -14,12 +14,14 @@ import pandas as pd
 
 from fedrca.exceptions import DataError
 
-__all__ = ["TEP_COLUMNS", "TEP_FAULT_ONSET", "TEP_SAMPLE_SECONDS", "load_tep"]
+__all__ = ["TEP_COLUMNS", "TEP_FAULT_ONSET", "TEP_FAULT_ROOTS", "TEP_SAMPLE_SECONDS", "load_tep"]
 
 #: Column names in file order: 41 measurements then 11 manipulated variables.
 TEP_COLUMNS: tuple[str, ...] = tuple([f"XMEAS({i})" for i in range(1, 42)] + [f"XMV({i})" for i in range(1, 12)])
 #: In the ``dNN_te.dat`` test files the fault is introduced after this many samples.
 TEP_FAULT_ONSET = 160
+#: Unit where each bundled fault originates (data/tep/README.md), named as in config/tep.yaml.
+TEP_FAULT_ROOTS: dict[str, str] = {"01": "feed", "04": "reactor", "05": "separator", "06": "feed"}
 #: Sampling interval of the benchmark.
 TEP_SAMPLE_SECONDS = 180.0
 

@@ -2,8 +2,8 @@
 
 Replays recorded files through the *same* cores the Faust workers run
 (:class:`fedrca.streams.runtime.Runtime`: message validation, plant
-processors, flag alignment, RCA stage), with in-memory queues in place of the
-topics. Messages are encoded to and decoded from JSON bytes exactly as on
+processors, flag alignment, RCA stage), with in-memory hand-over in place of
+the topics. Messages are encoded to and decoded from JSON bytes exactly as on
 Kafka, so this path exercises the production contracts.
 """
 
@@ -18,19 +18,26 @@ from typing import Any, TextIO
 import numpy as np
 
 from fedrca.config import SiteConfig
+from fedrca.connectors.replay import Pacer
+from fedrca.detectors.plant import DetectionResult
 from fedrca.streams.records import encode
 from fedrca.streams.runtime import Runtime
 
-__all__ = ["EmbeddedRun", "replay_frame"]
+__all__ = ["EmbeddedRun", "progress_bar", "replay_frame"]
 
 
 @dataclass
 class EmbeddedRun:
-    """What one replay produced (the same records the topics would hold)."""
+    """What one replay produced (the same records the topics would hold).
+
+    ``results`` is each plant processor's local evidence (d2, flags), kept for the
+    operator report of the embedded default; it never reaches the RCA stage.
+    """
 
     flags: list[dict[str, Any]] = field(default_factory=list)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     deadletters: list[tuple[bytes, str]] = field(default_factory=list)
+    results: dict[str, DetectionResult] = field(default_factory=dict)
     rows: int = 0
     seconds: float = 0.0
 
@@ -42,23 +49,37 @@ def replay_frame(
     sample_seconds: float = 1.0,
     start_ts: float = 0.0,
     chunk: int = 20,
+    pacer: Pacer | None = None,
     on_verdict: Callable[[dict[str, Any]], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> EmbeddedRun:
-    """Replay per-plant arrays (T, D_m) row by row through the runtime, in chunks of ``chunk`` rows.
+    """Replay per-plant arrays (T, D_m) through the runtime, ``chunk`` rows at a time.
 
     Each row becomes one sensors message per plant (bytes), each flag one flags
-    message (bytes); verdicts are collected in order.
+    message (bytes); verdicts are collected in order. With a ``pacer`` the rows are
+    released at their sample time scaled by its speed (``Pacer.from_spec("x600")``).
     """
     config: SiteConfig = runtime.config
     plants = config.plant_names
     T = len(next(iter(plant_values.values())))
     out = EmbeddedRun(rows=T)
     started = time.perf_counter()
-    value_lists = {p: plant_values[p].tolist() for p in plants}
+    value_lists = {p: np.asarray(plant_values[p], dtype=np.float64).tolist() for p in plants}
+    parts: dict[str, list[DetectionResult]] = {p: [] for p in plants}
+    if pacer is not None:
+        pacer.begin(start_ts)
+
+    def emit(verdicts: list[dict[str, Any]]) -> None:
+        for v in verdicts:
+            out.verdicts.append(v)
+            if on_verdict is not None:
+                on_verdict(v)
+
     for lo in range(0, T, chunk):
         hi = min(T, lo + chunk)
-        flag_bytes: list[bytes] = []
+        if pacer is not None:
+            pacer.wait(start_ts + lo * sample_seconds)
+        chunk_flags: list[dict[str, Any]] = []
         for plant in plants:
             raws = [
                 encode(
@@ -75,33 +96,37 @@ def replay_frame(
             batch = runtime.decode_sensors(raws, plant=plant)
             out.deadletters += [(raw, err.reason) for raw, err in batch.rejected]
             result = runtime.process_plant(plant, batch.valid)
-            records = [f.to_dict() for f in result.flags]
-            out.flags += records
-            flag_bytes += [encode(r) for r in records]
-        verdicts, rejected = runtime.process_flags(flag_bytes)
+            if result.result is not None:
+                parts[plant].append(result.result)
+            chunk_flags += [f.to_dict() for f in result.flags]
+        # Flags reach the RCA sample by sample, as from processors that keep pace with the sensors.
+        order = {p: i for i, p in enumerate(plants)}
+        chunk_flags.sort(key=lambda r: (r["seq"], order[r["plant"]]))
+        out.flags += chunk_flags
+        verdicts, rejected = runtime.process_flags([encode(r) for r in chunk_flags])
         out.deadletters += [(raw, err.reason) for raw, err in rejected]
-        for v in verdicts:
-            out.verdicts.append(v)
-            if on_verdict is not None:
-                on_verdict(v)
+        emit(verdicts)
         if progress is not None:
             progress(hi, T)
-    for v in runtime.rca.flush():
-        out.verdicts.append(v)
-        if on_verdict is not None:
-            on_verdict(v)
+    emit(runtime.flush())
+    out.results = {p: DetectionResult.concat(parts[p]) for p in plants if parts[p]}
     out.seconds = time.perf_counter() - started
     return out
 
 
 def progress_bar(label: str, stream: TextIO = sys.stderr, width: int = 30) -> Callable[[int, int], None]:
-    """A one-line progress display (carriage-return updated)."""
+    """A one-line progress display (carriage-return updated when ``stream`` is a terminal)."""
+    interactive = stream.isatty()
+    shown = [-1]
 
     def show(done: int, total: int) -> None:
+        percent = int(100 * done / max(total, 1))
+        if not interactive and percent // 25 == shown[0] // 25 and done < total:
+            return  # logs get a line per quarter, terminals a live bar
+        shown[0] = percent
         filled = int(width * done / max(total, 1))
-        stream.write(f"\r  {label:<14} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        if done >= total:
-            stream.write("\n")
+        end = "\n" if done >= total or not interactive else ""
+        stream.write(f"\r  {label:<14} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}{end}")
         stream.flush()
 
     return show

@@ -90,6 +90,11 @@ class PlantProcessor:
         ]
         return ProcessorOutput(flags=flags, duplicates=duplicates, result=result)
 
+    def reset(self) -> None:
+        """Forget the stream (a new recording starts at seq 0); parameters are kept."""
+        self.detector.reset()
+        self._last_seq = -1
+
     def get_state(self) -> dict[str, Any]:
         """Everything needed to resume after a restart."""
         return {"detector": copy.deepcopy(self.detector.get_state()), "last_seq": self._last_seq}

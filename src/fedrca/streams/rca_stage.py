@@ -28,6 +28,8 @@ class StreamEngine(Protocol):
 
     def set_state(self, state: dict[str, Any]) -> None: ...
 
+    def reset(self) -> None: ...
+
 
 def verdict_id(site: str, root_cause: str | None, window: tuple[int, int]) -> str:
     """Deterministic verdict id.
@@ -61,6 +63,14 @@ class RCAStage:
         self.incomplete_rows = 0
         self.consumed = 0
         self.rows = 0
+
+    def reset(self) -> None:
+        """Forget the stream: alignment, engine evidence and emitted ids (a new recording)."""
+        self.aligner = FlagAligner(self.plants, allowed_lateness=self.aligner.allowed_lateness)
+        self.engine.reset()
+        self._emitted.clear()
+        self._emitted_set.clear()
+        self.incomplete_rows = self.consumed = self.rows = 0
 
     def remember(self, ids: list[str]) -> None:
         """Mark verdict ids as already emitted (e.g. read back from the verdicts topic on start)."""
@@ -108,6 +118,7 @@ class RCAStage:
             "propagated": list(verdict.propagated),
             "posterior": float(verdict.posterior),
             "evidence_window": list(window),
+            "outcome": str(getattr(verdict, "outcome", "root_cause" if verdict.root_cause else "no_anomaly")),
             "id": verdict_id(self.site, verdict.root_cause, window),
         }
 

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedrca.config import SiteConfig, resolve_plants
+from fedrca.config import SiteConfig
 from fedrca.connectors.metrics import Metrics
 from fedrca.detectors.plant import PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, FedrcaError, MessageError
-from fedrca.site import build_detectors, load_frame
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
 from fedrca.streams.records import SensorMessage, decode_flag, decode_sensor
@@ -41,7 +40,7 @@ class RuntimeSettings:
     batch_within : seconds an agent waits to fill a batch
     """
 
-    allowed_lateness: int = 5
+    allowed_lateness: int = 1000
     batch_size: int = 500
     batch_within: float = 0.05
 
@@ -84,6 +83,7 @@ class Runtime:
         self.metrics = metrics or Metrics(plants=config.plant_names)
         self.processors = {name: PlantProcessor(config.site, det) for name, det in detectors.items()}
         self.sensor_counts = {p.name: len(p.sensors) for p in config.plants}
+        self.engine = engine
         self.rca = RCAStage(config.site, config.plant_names, engine, self.settings.allowed_lateness)
         self._latest: dict[str, Any] = {}
         self.refused_artifacts = 0
@@ -100,21 +100,24 @@ class Runtime:
     ) -> Runtime:
         """Fit the detectors on nominal data, apply trained parameters, build the RCA engine.
 
-        Plants configured by ``match`` rules take the nominal file's columns.
+        Exactly the site preparation of ``fedrca replay`` / ``fedrca evaluate``
+        (:func:`fedrca.rca.pipeline.prepare_site`), so the live system and the offline
+        commands issue the same verdicts on the same data. Plants configured by
+        ``match`` rules take the nominal file's columns.
         """
-        from fedrca.rca import build_engine
+        from fedrca.rca.pipeline import prepare_site
 
-        frame = load_frame(config, train_path)
-        config = resolve_plants(config, [str(c) for c in frame.columns])
-        detectors = build_detectors(config, frame, source=str(train_path))
-        if params_dir is not None:
-            from fedrca.training.artifacts import apply_artifact, load_site_artifacts
+        site = prepare_site(config, train_path, params_dir=params_dir)
+        return cls(site.config, site.detectors, site.engine, **kwargs)
 
-            for plant, artifact in load_site_artifacts(params_dir).items():
-                if plant in detectors:
-                    apply_artifact(detectors[plant], artifact)
-        engine = build_engine(config, detectors, params_dir=params_dir)
-        return cls(config, detectors, engine, **kwargs)
+    def reset(self) -> None:
+        """Start a new recording: processors, alignment and the RCA engine forget the stream.
+
+        Parameters, fitted statistics and metrics are kept.
+        """
+        for processor in self.processors.values():
+            processor.reset()
+        self.rca.reset()
 
     # -- plant side ------------------------------------------------------------------
     def decode_sensors(self, raws: list[bytes], plant: str | None = None) -> SensorBatch:
