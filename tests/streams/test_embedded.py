@@ -107,3 +107,19 @@ def test_demo_serves_metrics_while_it_runs_and_ends_with_the_evaluation(tmp_path
     assert (tmp_path / "report" / "index.html").is_file()
     assert (tmp_path / "report" / "d04_te" / "timeline.png").stat().st_size > 1000
     assert (tmp_path / "params" / "reactor.json").is_file()
+
+
+def test_trained_parameters_export_their_version_and_privacy_spend(tep, tmp_path):
+    from fedrca.training.artifacts import load_artifact
+    from fedrca.training.run import train_site
+
+    config, frame, values = tep
+    train_site(config, load_frame(config, REPO / "data" / "tep" / "d00.dat"), tmp_path, progress=None)
+    runtime = Runtime.from_nominal(config, REPO / "data" / "tep" / "d00.dat", params_dir=tmp_path)
+    manifest = load_artifact(tmp_path, "reactor").manifest
+    m = runtime.metrics
+    assert m.value("fedrca_privacy_epsilon_spent", plant="reactor") == pytest.approx(manifest["epsilon_spent"])
+    assert m.value("fedrca_privacy_epsilon_budget", plant="reactor") == manifest["privacy"]["budget"]
+    assert m.value("fedrca_parameter_info", plant="reactor", version=manifest["version"]) == 1.0
+    flags = replay_frame(runtime, {p: v[:50] for p, v in values.items()}, sample_seconds=180.0).flags
+    assert {f["model_version"] for f in flags} == {manifest["version"]}

@@ -210,10 +210,6 @@ def run_demo(args: argparse.Namespace) -> int:
     _say(table[["plant", "states", "client loss before", "client loss after", "epsilon"]].to_string(index=False))
     version = next(iter(trained.artifacts.values())).version if trained.artifacts else "proprietary"
     _say(f"  artifacts {version} in {out / 'params'} ({trained.seconds:.1f} s)")
-    for plant in config.plant_names:
-        client = trained.clients.get(plant)
-        if client is not None:
-            metrics.set_privacy(plant, client.accountant.summary()["epsilon"])
 
     # 2. the live pipeline on the embedded default
     _say("\n2/3 plant processors + RCA stream (embedded; same cores as the Kafka workers)")

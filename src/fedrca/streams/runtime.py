@@ -9,6 +9,7 @@ the in-process default execute the same code.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,7 +109,14 @@ class Runtime:
         from fedrca.rca.pipeline import prepare_site
 
         site = prepare_site(config, train_path, params_dir=params_dir)
-        return cls(site.config, site.detectors, site.engine, **kwargs)
+        runtime = cls(site.config, site.detectors, site.engine, **kwargs)
+        if params_dir is not None:
+            from fedrca.training.artifacts import load_site_artifacts
+
+            for plant, artifact in load_site_artifacts(params_dir).items():
+                if plant in runtime.processors:
+                    runtime._record(plant, artifact)  # applied by prepare_site
+        return runtime
 
     def reset(self) -> None:
         """Start a new recording: processors, alignment and the RCA engine forget the stream.
@@ -202,8 +210,18 @@ class Runtime:
 
         detector = self.processors[plant].detector
         apply_artifact(detector, artifact)
-        self.metrics.set_parameter_version(plant, detector.parameter_version)
+        self._record(plant, artifact)
         log.info("plant %s switched to parameter version %s", plant, detector.parameter_version)
+
+    def _record(self, plant: str, artifact: Any) -> None:
+        """Remember the plant's newest artifact and export its version and privacy spend."""
+        self._latest[plant] = artifact
+        self.metrics.set_parameter_version(plant, str(artifact.version))
+        privacy = artifact.manifest.get("privacy") or {}
+        spent = artifact.manifest.get("epsilon_spent")
+        if spent is not None:
+            budget = privacy.get("budget")
+            self.metrics.set_privacy(plant, float(spent), math.inf if budget is None else float(budget))
 
     # -- RCA side ------------------------------------------------------------------------
     def process_flags(self, raws: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[bytes, MessageError]]]:
