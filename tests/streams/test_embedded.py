@@ -113,7 +113,7 @@ def test_trained_parameters_export_their_version_and_privacy_spend(tep, tmp_path
     from fedrca.training.artifacts import load_artifact
     from fedrca.training.run import train_site
 
-    config, frame, values = tep
+    config, _, values = tep
     train_site(config, load_frame(config, REPO / "data" / "tep" / "d00.dat"), tmp_path, progress=None)
     runtime = Runtime.from_nominal(config, REPO / "data" / "tep" / "d00.dat", params_dir=tmp_path)
     manifest = load_artifact(tmp_path, "reactor").manifest

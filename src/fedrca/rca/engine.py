@@ -174,6 +174,18 @@ class RCAEngine:
         self._log_prior = np.log(np.array([p_none, *([p_root] * M), p_external, s.prior_unexplained]))
         self._log_violation = math.log(s.order_violation)
         self._cusum_max = 2.0 * s.cusum_threshold
+        unknown = [p for p in s.unobserved_entry if p not in self._index]
+        if unknown:
+            from fedrca.exceptions import ConfigError
+
+            raise ConfigError(
+                f"unknown plant(s) {', '.join(unknown)}; plants are {', '.join(self.plants)}", key="rca.unobserved_entry"
+            )
+        self._blind = np.array([p in s.unobserved_entry for p in self.plants], dtype=bool)
+        # direct successors of each plant, and the plant itself: where an unobserved disturbance enters
+        self._entry = graph.adjacency | np.eye(M, dtype=bool)
+        self._log_seen = math.log(1.0 - s.unobserved_weight)
+        self._log_unseen = math.log(s.unobserved_weight)
         self.reset()
 
     # -- state -------------------------------------------------------------------------------
@@ -278,8 +290,18 @@ class RCAEngine:
         lp = self.model.log_emission[np.arange(M)[None, :], :, observed]
         return np.asarray(np.where((codes < 0)[:, :, None], 0.0, lp))
 
-    def _hypothesis_evidence(self, S: FloatArray, order: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    def _hypothesis_evidence(
+        self,
+        S: FloatArray,
+        order: FloatArray,
+        S_pre: FloatArray | None = None,
+        order_unseen: FloatArray | None = None,
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Log evidence (M + 3,) of the hypotheses from window sums S (M, K) and order penalties (M, M).
+
+        ``S_pre`` (M, K): the part of S from rows before each plant's own onset, and
+        ``order_unseen`` (M, M): the order penalties measured from the entry time, for
+        the unobserved-entry variant of the roots in ``rca.unobserved_entry``.
 
         Also returns, per root hypothesis k and plant j, the log evidence of "j affected"
         and "j not affected" (M, M) (for the propagated list).
@@ -293,6 +315,19 @@ class RCAEngine:
         per_plant = np.logaddexp(affected, unaffected)
         np.fill_diagonal(per_plant, 0.0)
         roots = S_R + per_plant.sum(axis=1)
+        if S_pre is not None and order_unseen is not None and self._blind.any():
+            # unobserved entry: the root's own rows before its onset are nominal, its effects are
+            # timed from the entry (the earliest onset among the root and its direct successors)
+            S_post = S[:, self.model.root] - S_pre[:, self.model.root]
+            S_R_unseen = _logsumexp(S_post + S_pre[:, [NORMAL]] + self._log_root_weight, axis=1)
+            aff_u = self._log_affected + P_mix[None, :] + order_unseen
+            per_u = np.logaddexp(aff_u, unaffected)
+            np.fill_diagonal(per_u, 0.0)
+            unseen = np.where(self._blind & self._alarmed, S_R_unseen + per_u.sum(axis=1), -np.inf)
+            seen = np.where(self._blind, self._log_seen, 0.0) + roots
+            use_unseen = unseen > seen
+            roots = np.logaddexp(seen, self._log_unseen + unseen)
+            affected = np.where(use_unseen[:, None], aff_u, affected)
         half = math.log(0.5)
         external = float(np.logaddexp(half + P_mix, half + S_N).sum())
         # every plant on its own: mostly normal or an effect, rarely a second root or augmented-only
@@ -390,14 +425,24 @@ class RCAEngine:
             mask &= self._buf_seq >= self._episode_end
         return mask
 
-    def _order_penalty(self) -> FloatArray:
+    def _order_penalty(self, unseen: bool = False) -> FloatArray:
         """log-evidence (M, M) of the onset order: [k, j] = log order_violation when plant j
-        started alarming more than ``onset_slack`` rows before plant k (or k is not alarming)."""
+        started alarming more than ``onset_slack`` rows before plant k (or k is not alarming).
+
+        ``unseen``: for a root whose own sensors may see its disturbance late, time its
+        effects from the entry instead: the earliest onset among k and its direct
+        successors, which are then never early themselves.
+        """
         M = len(self.plants)
         if not self._alarmed.any():
             return np.zeros((M, M))
         onset = np.where(self._alarmed, self._onset.astype(np.float64), np.inf)
-        early = self._alarmed[None, :] & (onset[None, :] < onset[:, None] - self.settings.onset_slack)
+        start = onset
+        if unseen:
+            start = np.where(self._entry, onset[None, :], np.inf).min(axis=1)
+        early = self._alarmed[None, :] & (onset[None, :] < start[:, None] - self.settings.onset_slack)
+        if unseen:
+            early &= ~self._entry
         np.fill_diagonal(early, False)
         return np.where(early, self._log_violation, 0.0)
 
@@ -405,7 +450,12 @@ class RCAEngine:
         mask = self._window(seq)
         M = len(self.plants)
         S = self._buf_lp[mask].sum(axis=0)
-        evidence, affected, unaffected = self._hypothesis_evidence(S, self._order_penalty())
+        S_pre, order_unseen = None, None
+        if self._blind.any() and self._alarmed.any():
+            before = mask[:, None] & (self._buf_seq[:, None] < self._onset[None, :]) & self._alarmed[None, :]
+            S_pre = np.where(before[:, :, None], self._buf_lp, 0.0).sum(axis=0)
+            order_unseen = self._order_penalty(unseen=True)
+        evidence, affected, unaffected = self._hypothesis_evidence(S, self._order_penalty(), S_pre, order_unseen)
         top = float(np.max(evidence))
         with np.errstate(invalid="ignore"):
             weights = np.exp(evidence - top)

@@ -96,6 +96,8 @@ class RCASettings(_Strict):
     prior_anomaly: float = Field(1e-3, gt=0.0, lt=1.0)
     prior_external: float = Field(0.01, gt=0.0, lt=1.0)
     prior_unexplained: float = Field(1e-6, gt=0.0, lt=1.0)
+    unobserved_entry: list[str] = Field(default_factory=list)
+    unobserved_weight: float = Field(0.5, gt=0.0, lt=1.0)
     graph: GraphOptions = GraphOptions()
 
     def separation_for(self, trained: bool) -> tuple[float, ...]:
