@@ -9,6 +9,7 @@ import pytest
 
 from fedrca.exceptions import ArtifactError, IntegrityError
 from fedrca.training.artifacts import (
+    NOMINAL_STATE_COUNTS,
     SERVER,
     ParameterArtifact,
     apply_artifact,
@@ -150,3 +151,17 @@ def test_versions_increase_per_run_in_a_directory(tmp_path):
 def test_make_artifact_checks_the_version():
     with pytest.raises(ArtifactError, match="v<N>"):
         make_artifact("p", "latest", {"theta": np.zeros(2)}, config_hash="x")
+
+
+def test_plant_artifacts_carry_the_nominal_flag_state_counts(trained):
+    config, frames, _result, out = trained
+    from fedrca.site import build_detectors
+
+    for plant in config.plant_names:
+        det = build_detectors(config, frames)[plant]
+        art = load_artifact(out, plant)
+        apply_artifact(det, art)
+        flags = det.step_batch(frames[plant].Y)
+        counts = [int(np.sum((flags.zc == zc) & (flags.za == za))) for zc in (0, 1) for za in (0, 1)]
+        assert art.arrays[NOMINAL_STATE_COUNTS].tolist() == counts
+        assert sum(counts) == len(frames[plant].Y)

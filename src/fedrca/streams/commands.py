@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     topics = declare_topics(app, config, args.partitions)
     install(app, topics, runtime, bootstrap, roles, args.partitions, read_verdict_ids=verdict_ids)
     if args.metrics_port is not None:
-        port = runtime.metrics.serve(args.metrics_port)
+        port = runtime.metrics.serve(args.metrics_port, addr=args.metrics_addr)
         print(f"fedrca run: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr, flush=True)
     print(
         f"fedrca run: worker '{args.worker_name}' of group {group} (roles {', '.join(roles)}) on {bootstrap}",
@@ -154,6 +154,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--worker-name", default="worker", help="distinguishes the local state of several workers")
     run.add_argument("--data-dir", default=".fedrca-faust")
     run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics (0 = any free port)")
+    run.add_argument(
+        "--metrics-addr", default="127.0.0.1", help="address the metrics server binds (0.0.0.0 in a pod)"
+    )
     run.add_argument(
         "--allowed-lateness",
         type=int,

@@ -42,6 +42,7 @@ from fedrca.exceptions import ArtifactError, IntegrityError, MessageError
 from fedrca.training.messages import pack_arrays, unpack_arrays
 
 __all__ = [
+    "NOMINAL_STATE_COUNTS",
     "SERVER",
     "ParameterArtifact",
     "apply_artifact",
@@ -60,6 +61,9 @@ __all__ = [
 
 #: Pseudo-plant name of the server artifact.
 SERVER = "_server"
+#: Plant artifact array: counts of the flag states (Z_c, Z_a) = (0,0), (0,1), (1,0), (1,1) on the
+#: nominal data with the trained parameters; what the RCA learns of a plant's false-alarm behaviour.
+NOMINAL_STATE_COUNTS = "nominal_state_counts"
 FORMAT = "fedrca-artifact/1"
 
 

@@ -11,6 +11,7 @@ the server artifact.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -31,6 +32,7 @@ from fedrca.detectors.plant import PlantDetector
 from fedrca.exceptions import ArtifactError, PrivacyBudgetExceeded
 from fedrca.site import PlantData, build_detectors, plant_frames
 from fedrca.training.artifacts import (
+    NOMINAL_STATE_COUNTS,
     SERVER,
     ParameterArtifact,
     make_artifact,
@@ -430,6 +432,14 @@ class FederatedTraining:
             scorer = det.calibrate_augmented(self.data[plant].Y, self.data[plant].U)
             det.set_parameters(client.theta, scorer_a=scorer, version=f"v{version}")
             summary = client.accountant.summary()
+            # The RCA's only knowledge of this plant's detector: how often each flag state occurs
+            # on nominal data (aggregate counts, no sample travels).
+            saved = copy.deepcopy(det.get_state())
+            det.reset()
+            nominal = det.step_batch(self.data[plant].Y, self.data[plant].U)
+            det.set_state(saved)
+            det.reset()
+            state_counts = np.bincount(2 * nominal.zc.astype(np.int64) + nominal.za, minlength=4)
             metrics = {
                 "rounds": self.round,
                 "client_loss_before": client.initial_loss,
@@ -443,7 +453,7 @@ class FederatedTraining:
             artifacts[plant] = make_artifact(
                 plant,
                 version,
-                {"theta": client.theta, **scorer_arrays(scorer)},
+                {"theta": client.theta, **scorer_arrays(scorer), NOMINAL_STATE_COUNTS: state_counts},
                 config_hash=self.config_hash,
                 metrics=metrics,
                 epsilon_spent=summary["epsilon"],
