@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedrca-installed
 
-.PHONY: demo test bench install lint typecheck system-deps kafka-jars clean
+.PHONY: demo test bench install lint typecheck system-deps kafka-jars k8s clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ system-deps:
 kafka-jars: system-deps
 	$(PYTHON) tools/kafka/broker.py fetch
 
+## make k8s: regenerate k8s/configmap.yaml and the PrometheusRule from config/ (tests/test_k8s.py checks them)
+k8s: $(STAMP)
+	$(BIN)/python tools/sync-k8s.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests $(wildcard bench)
 
@@ -46,4 +50,4 @@ typecheck: $(STAMP)
 
 clean:
 	-$(PYTHON) tools/kafka/broker.py stop
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info out reports params .kafka
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info out reports params .kafka .fedrca-faust
