@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrca.exceptions import DataError
+from fedrca.exceptions import ConfigError, DataError
 from fedrca.rca import InterdependencyGraph, RCASettings, engine_for, lookup
 from fedrca.rca.engine import RCAEngine
 from fedrca.rca.flagmodel import FlagModel
@@ -85,6 +85,49 @@ def test_an_effect_cannot_precede_its_cause_onset_order_decides_on_a_complete_gr
         rows = [{first: (1, 1), second: (0, 0)}] * 1 + [{first: (1, 1), second: (1, 1)}] * 12
         verdicts = feed(engine, rows)
         assert verdicts and {v.root_cause for v in verdicts} == {first}
+
+
+def common_cause_rows(first: dict[str, int], T: int = 40) -> list[dict]:
+    """Persistent (1, 1) alarms from each plant's first row on (plants not listed stay normal)."""
+    return [{p: (1, 1) if p in first and t >= first[p] else (0, 0) for p in ["src", "a", "b", "c"]} for t in range(T)]
+
+
+def source_engine(unseen: list[str], edges: list[tuple[str, str]] | None = None) -> RCAEngine:
+    plants = ["src", "a", "b", "c"]
+    graph = InterdependencyGraph.from_edges(plants, edges or [("src", "a"), ("src", "b")])
+    return engine_for(plants, graph, settings=RCASettings(unobserved_entry=unseen))
+
+
+def test_a_source_whose_sensors_see_its_disturbance_late_is_the_common_cause_of_its_successors():
+    # a and b (no path between them) start together; their only common parent src alarms 4 rows later
+    rows = common_cause_rows({"a": 20, "b": 20, "src": 24})
+    ordinary = feed(source_engine([]), rows)
+    assert not [v for v in ordinary if v.root_cause == "src"]  # src started last: an effect by the onset order
+    verdicts = feed(source_engine(["src"]), rows)
+    assert verdicts and {v.root_cause for v in verdicts} == {"src"}
+    assert verdicts[-1].propagated == ("a", "b") and verdicts[-1].seq >= 24  # named only once src shows it
+
+
+def test_an_unseen_entry_still_obeys_the_onset_order_beyond_the_entry():
+    # c drives a and src; c starts first, so "src, entered unseen into a" is contradicted by c
+    edges = [("src", "a"), ("c", "a"), ("c", "src")]
+    rows = common_cause_rows({"c": 20, "a": 21, "src": 24})
+    verdicts = feed(source_engine(["src"], edges), rows)
+    assert verdicts and {v.root_cause for v in verdicts} == {"c"}
+
+
+def test_an_unseen_entry_needs_the_source_to_alarm_at_some_point():
+    rows = common_cause_rows({"a": 20})
+    assert [v.to_record() for v in feed(source_engine(["src"]), rows)] == [
+        v.to_record() for v in feed(source_engine([]), rows)
+    ]
+    assert {v.root_cause for v in feed(source_engine(["src"]), rows)} == {"a"}
+
+
+def test_unobserved_entry_must_name_plants_of_the_graph():
+    with pytest.raises(ConfigError, match=r"unknown plant.*zz") as info:
+        source_engine(["zz"])
+    assert info.value.key == "rca.unobserved_entry"
 
 
 def test_persistence_separates_a_root_from_an_intermittent_effect():
@@ -179,11 +222,16 @@ flag_rows = st.lists(
 
 
 @settings(max_examples=40, deadline=None)
-@given(rows=flag_rows, eps=st.sampled_from([math.inf, 1.0, 3.0]), cut=st.integers(0, 60))
-def test_batch_equals_streaming_and_state_survives_a_restart(rows, eps, cut):
+@given(
+    rows=flag_rows,
+    eps=st.sampled_from([math.inf, 1.0, 3.0]),
+    cut=st.integers(0, 60),
+    unseen=st.sampled_from([[], ["p1"], ["p2", "p3"]]),
+)
+def test_batch_equals_streaming_and_state_survives_a_restart(rows, eps, cut, unseen):
     flags = np.array(rows, dtype=np.int64)
     seqs = np.arange(len(rows)) * 2 + 3  # gaps in seq are allowed
-    s = RCASettings(horizon=7, heartbeat=3)
+    s = RCASettings(horizon=7, heartbeat=3, unobserved_entry=unseen)
     batch = chain_engine(3, epsilon=eps, settings=s).run(seqs, flags)
     streaming = chain_engine(3, epsilon=eps, settings=s)
     restarted = chain_engine(3, epsilon=eps, settings=s)

@@ -30,6 +30,8 @@ def test_defaults_and_overrides():
         ({"unlisted_path": "some"}, "rca.unlisted_path", "'auto' or a probability"),
         ({"visibility": [0.0]}, "rca.visibility", "probabilities in"),
         ({"min_posterior": 0.2}, "rca.min_posterior", "greater than or equal to 0.5"),
+        ({"unobserved_weight": 1.0}, "rca.unobserved_weight", "less than 1"),
+        ({"unobserved_entry": "feed"}, "rca.unobserved_entry", "valid list"),
         ("fast", "rca", "mapping"),
     ],
 )
@@ -46,6 +48,10 @@ def test_build_engine_validates_the_config_section(repo):
         build_engine(config, {})
     engine = build_engine(parse_config({**base, "rca": {"horizon": 9}}), {})
     assert engine.horizon == 9 and engine.graph.source == "config" and engine.graph.edges() == [("plant1", "plant2")]
+    with pytest.raises(ConfigError, match=r"x\.yaml: rca\.unobserved_entry: unknown plant\(s\) feed"):
+        build_engine(parse_config({**base, "rca": {"unobserved_entry": ["feed"]}}, source="x.yaml"), {})
+    unseen = build_engine(parse_config({**base, "rca": {"unobserved_entry": ["plant1"]}}), {})
+    assert unseen.settings.unobserved_entry == ["plant1"]
     forced = build_engine(parse_config({**base, "rca": {"graph": {"source": "complete"}}}), {})
     assert forced.graph.source == "complete"
     with pytest.raises(ConfigError, match=r"no graph\.edges"):

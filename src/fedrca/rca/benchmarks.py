@@ -1,4 +1,4 @@
-"""Synthetic RCA benchmarks: site configurations for generated plants and one-call runs.
+"""RCA benchmarks: site configurations for generated plants, one-call runs, the TEP flowsheet.
 
 Used by ``bench/bench_rca.py`` and the tests. A synthetic data set from
 :mod:`fedrca.datasets` becomes a site configuration (one plant per generated
@@ -32,7 +32,38 @@ from fedrca.rca.metrics import FaultEvent
 from fedrca.rca.pipeline import PipelineRun, prepare_site, run_pipeline
 from fedrca.rca.settings import RCASettings
 
-__all__ = ["SyntheticResult", "frame_of", "run_synthetic", "synthetic_config", "train_parameters"]
+__all__ = [
+    "TEP_FLOWSHEET",
+    "TEP_MATERIAL_FLOW",
+    "SyntheticResult",
+    "frame_of",
+    "run_synthetic",
+    "synthetic_config",
+    "train_parameters",
+]
+
+#: Material flows between the five TEP plants of ``config/tep.yaml`` (Downs & Vogel 1993):
+#: streams 1-3 (A, D, E) enter the reactor, stream 4 (A and C) enters the stripper, the
+#: stripper overhead (stream 5) and the recycle (stream 8) join the reactor feed, the reactor
+#: product goes to the condenser/separator, whose vapour goes to the compressor (and purge)
+#: and whose liquid goes to the stripper.
+TEP_MATERIAL_FLOW: list[tuple[str, str]] = [
+    ("feed", "reactor"),
+    ("feed", "stripper"),
+    ("stripper", "reactor"),
+    ("compressor", "reactor"),
+    ("reactor", "separator"),
+    ("separator", "compressor"),
+    ("separator", "stripper"),
+]
+
+#: The TEP interdependencies a site can declare (``graph.edges``): the material flows plus the
+#: control loops of the data set's decentralised control structure that cross plants. The
+#: reactor-feed analysers (XMEAS 23, 26, 27) set the A, D and E feed flow set points and the
+#: reactor level (XMEAS 8) sets the A and C feed set point, so the reactor drives the feed
+#: unit's flows and valves (the strongest block of the graph learned without DP noise, too).
+#: Its reachability is complete (recycle + control): every plant can reach every other.
+TEP_FLOWSHEET: list[tuple[str, str]] = [*TEP_MATERIAL_FLOW, ("reactor", "feed")]
 
 #: Training settings of the synthetic benchmarks (those of config/synthetic.yaml: RFF clients,
 #: random-feature server, instrumental-variables Granger estimate for the graph).

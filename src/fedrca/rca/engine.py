@@ -32,7 +32,13 @@ Evidence
    the onset of an alarm is where the CUSUM last left zero. Under "root k", an
    affected plant that started alarming more than ``onset_slack`` rows before k
    contradicts the hypothesis (an effect cannot precede its cause):
-   ``log order_violation`` per such plant.
+   ``log order_violation`` per such plant. A plant listed in
+   ``rca.unobserved_entry`` (its sensors do not measure what its own disturbances
+   change) may be seen after the plants its disturbance enters: its root
+   hypothesis mixes in (prior share ``unobserved_weight``) a variant timed from
+   the **entry**, the earliest onset among k and its direct successors in the
+   graph; every other plant must still not start before the entry, and k must
+   alarm itself at some point.
 3. **Accumulation** over a sliding horizon of ``horizon`` rows, cut at the start
    of the current alarm episode (the earliest onset among the alarming plants),
    so rows before the fault do not dilute the evidence and one isolated alarm is
@@ -62,7 +68,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedrca.exceptions import ArtifactError, DataError
+from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.rca.flagmodel import (
     AUGMENTED,
     NORMAL,
@@ -174,17 +180,18 @@ class RCAEngine:
         self._log_prior = np.log(np.array([p_none, *([p_root] * M), p_external, s.prior_unexplained]))
         self._log_violation = math.log(s.order_violation)
         self._cusum_max = 2.0 * s.cusum_threshold
+        # plants through which a disturbance can enter unseen (rca.unobserved_entry): their sensors
+        # may show it only after their direct successors do (e.g. feed compositions measured by
+        # flow meters alone), so their root hypothesis mixes in a variant timed from the entry
         unknown = [p for p in s.unobserved_entry if p not in self._index]
         if unknown:
-            from fedrca.exceptions import ConfigError
-
             raise ConfigError(
-                f"unknown plant(s) {', '.join(unknown)}; plants are {', '.join(self.plants)}", key="rca.unobserved_entry"
+                f"unknown plant(s) {', '.join(unknown)}; plants are {', '.join(self.plants)}",
+                key="rca.unobserved_entry",
             )
-        self._blind = np.array([p in s.unobserved_entry for p in self.plants], dtype=bool)
-        # direct successors of each plant, and the plant itself: where an unobserved disturbance enters
-        self._entry = graph.adjacency | np.eye(M, dtype=bool)
-        self._log_seen = math.log(1.0 - s.unobserved_weight)
+        self._unseen = np.array([p in s.unobserved_entry for p in self.plants], dtype=bool)
+        self._entry = graph.adjacency | np.eye(M, dtype=bool)  # where a root's disturbance enters
+        self._log_seen = np.where(self._unseen, math.log1p(-s.unobserved_weight), 0.0)
         self._log_unseen = math.log(s.unobserved_weight)
         self.reset()
 
@@ -294,14 +301,15 @@ class RCAEngine:
         self,
         S: FloatArray,
         order: FloatArray,
-        S_pre: FloatArray | None = None,
         order_unseen: FloatArray | None = None,
+        unseen_roots: NDArray[np.bool_] | None = None,
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Log evidence (M + 3,) of the hypotheses from window sums S (M, K) and order penalties (M, M).
 
-        ``S_pre`` (M, K): the part of S from rows before each plant's own onset, and
-        ``order_unseen`` (M, M): the order penalties measured from the entry time, for
-        the unobserved-entry variant of the roots in ``rca.unobserved_entry``.
+        ``order_unseen`` (M, M): the order penalties timed from the entry (see
+        :meth:`_order_penalty`) of the unseen-entry variant of the roots in
+        ``unseen_roots`` (M,) (plants of ``rca.unobserved_entry`` that are alarming:
+        a root seen late must be seen); None = no such variant.
 
         Also returns, per root hypothesis k and plant j, the log evidence of "j affected"
         and "j not affected" (M, M) (for the propagated list).
@@ -315,19 +323,15 @@ class RCAEngine:
         per_plant = np.logaddexp(affected, unaffected)
         np.fill_diagonal(per_plant, 0.0)
         roots = S_R + per_plant.sum(axis=1)
-        if S_pre is not None and order_unseen is not None and self._blind.any():
-            # unobserved entry: the root's own rows before its onset are nominal, its effects are
-            # timed from the entry (the earliest onset among the root and its direct successors)
-            S_post = S[:, self.model.root] - S_pre[:, self.model.root]
-            S_R_unseen = _logsumexp(S_post + S_pre[:, [NORMAL]] + self._log_root_weight, axis=1)
-            aff_u = self._log_affected + P_mix[None, :] + order_unseen
-            per_u = np.logaddexp(aff_u, unaffected)
+        if order_unseen is not None and unseen_roots is not None:
+            # "k is the root and its disturbance entered unseen": the same flags, effects timed from the entry
+            affected_u = self._log_affected + P_mix[None, :] + order_unseen
+            per_u = np.logaddexp(affected_u, unaffected)
             np.fill_diagonal(per_u, 0.0)
-            unseen = np.where(self._blind & self._alarmed, S_R_unseen + per_u.sum(axis=1), -np.inf)
-            seen = np.where(self._blind, self._log_seen, 0.0) + roots
-            use_unseen = unseen > seen
-            roots = np.logaddexp(seen, self._log_unseen + unseen)
-            affected = np.where(use_unseen[:, None], aff_u, affected)
+            seen = roots + self._log_seen
+            unseen = np.where(unseen_roots, S_R + self._log_unseen + per_u.sum(axis=1), -np.inf)
+            roots = np.logaddexp(seen, unseen)
+            affected = np.where((unseen > seen)[:, None], affected_u, affected)
         half = math.log(0.5)
         external = float(np.logaddexp(half + P_mix, half + S_N).sum())
         # every plant on its own: mostly normal or an effect, rarely a second root or augmented-only
@@ -429,9 +433,10 @@ class RCAEngine:
         """log-evidence (M, M) of the onset order: [k, j] = log order_violation when plant j
         started alarming more than ``onset_slack`` rows before plant k (or k is not alarming).
 
-        ``unseen``: for a root whose own sensors may see its disturbance late, time its
-        effects from the entry instead: the earliest onset among k and its direct
-        successors, which are then never early themselves.
+        ``unseen``: for a root whose disturbance may enter unseen, time its effects from
+        the **entry** instead: the earliest onset among k and its direct successors in
+        the graph (where the disturbance enters), which are then never early themselves;
+        any other plant that started before the entry still contradicts the hypothesis.
         """
         M = len(self.plants)
         if not self._alarmed.any():
@@ -450,12 +455,9 @@ class RCAEngine:
         mask = self._window(seq)
         M = len(self.plants)
         S = self._buf_lp[mask].sum(axis=0)
-        S_pre, order_unseen = None, None
-        if self._blind.any() and self._alarmed.any():
-            before = mask[:, None] & (self._buf_seq[:, None] < self._onset[None, :]) & self._alarmed[None, :]
-            S_pre = np.where(before[:, :, None], self._buf_lp, 0.0).sum(axis=0)
-            order_unseen = self._order_penalty(unseen=True)
-        evidence, affected, unaffected = self._hypothesis_evidence(S, self._order_penalty(), S_pre, order_unseen)
+        unseen_roots = self._unseen & self._alarmed
+        order_unseen = self._order_penalty(unseen=True) if unseen_roots.any() else None
+        evidence, affected, unaffected = self._hypothesis_evidence(S, self._order_penalty(), order_unseen, unseen_roots)
         top = float(np.max(evidence))
         with np.errstate(invalid="ignore"):
             weights = np.exp(evidence - top)
@@ -576,6 +578,13 @@ def build_engine(
     """
     s = settings or rca_settings(config)
     plants = list(config.plant_names)
+    unknown = [p for p in s.unobserved_entry if p not in plants]
+    if unknown:
+        raise ConfigError(
+            f"unknown plant(s) {', '.join(unknown)}; plants are {', '.join(plants)}",
+            source=getattr(config, "source", None),
+            key="rca.unobserved_entry",
+        )
     trained = params_dir is not None or any(
         getattr(det, "parameter_version", "proprietary") != "proprietary" for det in detectors.values()
     )

@@ -76,6 +76,16 @@ class RCASettings(_Strict):
     prior_external : the share of ``prior_anomaly`` on "the root is outside the monitored
         plants" (an unobserved root is the less economical explanation of a root-like plant)
     prior_unexplained : prior probability of the catch-all "unexplained" hypothesis
+    unobserved_entry : plants through which a disturbance can enter **unseen**: their own
+        sensors do not measure what the disturbance changes (a feed unit with flow meters
+        and valves but no analysers sees a feed-composition change only when the control
+        loops move its flows, after the units it feeds). For such a plant the hypothesis
+        "root k" also admits that k's direct successors in the graph start alarming
+        before k itself: the onset order is then timed from the entry (the earliest onset
+        among k and its direct successors). Needs a graph with real direct edges (with the
+        complete graph every plant is a direct successor and the order says nothing).
+    unobserved_weight : prior share of the unseen-entry variant within such a plant's root
+        hypothesis (the rest keeps the ordinary onset order)
     """
 
     horizon: int = Field(30, ge=1)
