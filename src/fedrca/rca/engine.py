@@ -76,12 +76,21 @@ from fedrca.rca.flagmodel import (
     default_state_rates,
     encode_states,
     nominal_state_rates,
+    state_rates_from_counts,
 )
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.rca.settings import RCASettings, rca_settings
 from fedrca.rca.table import EXTERNAL_ROOT, NO_ANOMALY, ROOT_CAUSE, classify_pattern
 
-__all__ = ["RCAEngine", "Verdict", "build_engine", "engine_for", "flag_model", "resolve_graph"]
+__all__ = [
+    "RCAEngine",
+    "Verdict",
+    "artifact_state_counts",
+    "build_engine",
+    "engine_for",
+    "flag_model",
+    "resolve_graph",
+]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -571,7 +580,9 @@ def build_engine(
         trained augmentation means propagated effects can show as (1, 0))
     params_dir : directory of training artifacts; its server artifact gives the learned graph
     nominal_flags : per plant the true flags (T, 2) on nominal data, to estimate the
-        false-alarm rates (else ``rca.false_alarm_rate``)
+        false-alarm rates; without them the nominal flag-state counts of the plant artifacts
+        in ``params_dir`` (what an RCA worker without any plant's data uses), else
+        ``rca.false_alarm_rate``
     graph : use this graph instead of resolving one
     settings : use these settings instead of ``config.rca``
     epsilon : published flag epsilon (default ``config.privacy.flag_epsilon``)
@@ -588,12 +599,25 @@ def build_engine(
     trained = params_dir is not None or any(
         getattr(det, "parameter_version", "proprietary") != "proprietary" for det in detectors.values()
     )
+    counts = None if nominal_flags is not None or params_dir is None else artifact_state_counts(params_dir, plants)
     if nominal_flags is not None:
         nominal = nominal_state_rates(nominal_flags, plants, floor=s.min_false_alarm)
+    elif counts is not None:
+        nominal = state_rates_from_counts(counts, floor=s.min_false_alarm)
     else:
         nominal = default_state_rates(len(plants), max(s.false_alarm_rate, s.min_false_alarm), coupled=not trained)
     eps = config.privacy.flag_epsilon if epsilon is None else epsilon
     return RCAEngine(resolve_graph(config, s, params_dir, graph), flag_model(s, nominal, eps, trained), s)
+
+
+def artifact_state_counts(params_dir: str | Path, plants: Sequence[str]) -> FloatArray | None:
+    """Nominal flag-state counts (M, 4) from the plant artifacts, or None when a plant's are missing."""
+    from fedrca.training.artifacts import NOMINAL_STATE_COUNTS, load_site_artifacts
+
+    artifacts = load_site_artifacts(params_dir)
+    if not all(p in artifacts and NOMINAL_STATE_COUNTS in artifacts[p].arrays for p in plants):
+        return None
+    return np.stack([np.asarray(artifacts[p].arrays[NOMINAL_STATE_COUNTS], dtype=np.float64) for p in plants])
 
 
 def engine_for(

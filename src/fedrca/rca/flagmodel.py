@@ -66,6 +66,7 @@ __all__ = [
     "encode_states",
     "nominal_state_rates",
     "rr_channel",
+    "state_rates_from_counts",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -118,14 +119,32 @@ def nominal_state_rates(flags: Mapping[str, ArrayLike], plants: Sequence[str], f
     >>> rates.round(4).tolist()
     [[0.9985, 0.0005, 0.0005, 0.0005]]
     """
-    out = np.zeros((len(plants), 4))
+    counts = np.zeros((len(plants), 4))
     for m, name in enumerate(plants):
         if name not in flags:
             raise DataError(f"no nominal flags for plant '{name}'")
         codes = encode_states(np.asarray(flags[name]))
-        codes = codes[codes >= 0]
-        counts = np.bincount(codes, minlength=4).astype(np.float64) + 0.5
-        rates = counts / counts.sum()
+        counts[m] = np.bincount(codes[codes >= 0], minlength=4)
+    return state_rates_from_counts(counts, floor)
+
+
+def state_rates_from_counts(counts: ArrayLike, floor: float = 0.0) -> FloatArray:
+    """Per-plant state frequencies (M, 4) from nominal counts of (0,0), (0,1), (1,0), (1,1) (M, 4).
+
+    The counts are all a plant needs to share with the RCA about its detector (they
+    travel in its training artifact); see :func:`nominal_state_rates` for the smoothing.
+
+    Examples
+    --------
+    >>> state_rates_from_counts([[998, 0, 0, 0]]).round(4).tolist()
+    [[0.9985, 0.0005, 0.0005, 0.0005]]
+    """
+    C = np.atleast_2d(np.asarray(counts, dtype=np.float64))
+    if C.shape[-1] != 4 or np.any(C < 0) or not np.all(np.isfinite(C)):
+        raise DataError(f"nominal state counts must be non-negative (M, 4), got shape {C.shape}")
+    out = np.zeros_like(C)
+    for m in range(len(C)):
+        rates = (C[m] + 0.5) / (C[m] + 0.5).sum()
         p_alarm = rates[2] + rates[3]
         if p_alarm < floor:
             # P(zc = 1) at least the floor: new data alarms more often than finite nominal data shows

@@ -1,0 +1,30 @@
+"""An RCA worker builds its engine from the training artifacts alone, without any plant's data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fedrca.config import load_config
+from fedrca.datasets import nonlinear_two_plant
+from fedrca.rca import build_engine
+from fedrca.rca.pipeline import prepare_site, run_pipeline
+from fedrca.training.run import train_site
+from tests.training.conftest import REPO
+
+
+def test_engine_from_artifacts_equals_the_engine_from_nominal_flags(tmp_path):
+    config = load_config(REPO / "config" / "synthetic.yaml")
+    data = nonlinear_two_plant(n_samples=1200, seed=3)
+    nominal = pd.DataFrame(data.Y, columns=data.columns())
+    train_site(config, nominal, tmp_path, progress=None)
+    site = prepare_site(config, nominal, params_dir=tmp_path)  # has every plant's nominal data
+    remote = build_engine(config, {}, params_dir=tmp_path)  # has only the artifacts
+    assert np.array_equal(site.engine.model.nominal, remote.model.nominal)
+    untrained = build_engine(config, {})
+    assert not np.array_equal(untrained.model.nominal, remote.model.nominal)
+    test = nonlinear_two_plant(n_samples=600, seed=4, n_events=6)
+    run = run_pipeline(site, pd.DataFrame(test.Y, columns=test.columns()))
+    remote_verdicts = remote.run(np.arange(run.n_samples), run.published())
+    assert [v.to_record() for v in remote_verdicts] == [v.to_record() for v in run.verdicts]
+    assert any(v.root_cause is not None for v in remote_verdicts)
