@@ -228,7 +228,11 @@ def scaling_table() -> bool:
         job.run_round()  # first round: fixed states + the server's closed-form fit
         first = time.perf_counter()
         stamps = [first]
-        result = job.run(rounds=SCALING_ROUNDS, on_round=lambda _job: stamps.append(time.perf_counter()))
+
+        def stamp(_job: FederatedTraining, stamps: list[float] = stamps) -> None:
+            stamps.append(time.perf_counter())
+
+        result = job.run(rounds=SCALING_ROUNDS, on_round=stamp)
         # median round: robust to the other processes of a shared 2-core machine
         per_round = float(np.median(np.diff(stamps)))
         # peer: centralised joint Kalman filter of the true model over the same data
