@@ -79,7 +79,5 @@ def test_prometheus_rule_is_the_shipped_alert_rules():
 def test_topics_of_the_site_are_declared(kind):
     config = parse_config(yaml.safe_load((REPO / "config" / "tep.yaml").read_text(encoding="utf-8")))
     names = {doc["metadata"]["name"] for _, doc in documents() if doc["kind"] == "KafkaTopic"}
-    wanted = (
-        {config.topic(kind, plant=p) for p in config.plant_names} if kind == "sensors" else {config.topic(kind)}
-    )
+    wanted = {config.topic(kind, plant=p) for p in config.plant_names} if kind == "sensors" else {config.topic(kind)}
     assert wanted <= names

@@ -33,9 +33,10 @@ from typing import Any
 
 import faust
 from faust.types import EventT
+from faust.types.enums import ProcessingGuarantee
 
 from fedrca.exceptions import FedrcaError, MessageError
-from fedrca.streams.records import deadletter_headers, encode
+from fedrca.streams.records import deadletter_headers, encode, encode_flags
 from fedrca.streams.runtime import Runtime
 from fedrca.streams.topics import SiteTopics
 
@@ -54,6 +55,37 @@ async def _send_all(topic: faust.TopicT, items: Outgoing) -> None:
     futures = [await topic.send(key=key, value=value, headers=headers) for key, value, headers in items]
     if futures:
         await asyncio.gather(*futures)
+
+
+async def _send_keyed(app: faust.App, topic: faust.TopicT, key: bytes, values: list[bytes]) -> None:
+    """Send ``values`` under one ``key`` to ``topic`` and wait until the broker acknowledged all of them.
+
+    The same records, in the same order and partition, as one ``topic.send`` per value, but
+    appended to Kafka record batches directly (aiokafka's batch API): a flag costs one append
+    instead of a Faust future message, an aiokafka send and an acknowledgement future each,
+    which was the largest share of a plant worker's time per sensor message.
+    """
+    if not values:
+        return
+    producer = await app.maybe_start_producer()
+    ensure = getattr(producer, "_ensure_producer", None)
+    if ensure is None or app.conf.processing_guarantee != ProcessingGuarantee.AT_LEAST_ONCE:
+        await _send_all(topic, [(key, value, None) for value in values])  # another transport or transactions
+        return
+    client = ensure()
+    name = topic.get_topic_name()
+    await client.partitions_for(name)  # waits for the topic's metadata (needed by the partitioner)
+    partition = producer.key_partition(name, key).partition
+    futures = []
+    batch = client.create_batch()
+    for value in values:
+        if batch.append(key=key, value=value, timestamp=None) is None:
+            # full: ship it and start the next (an empty batch takes any one message)
+            futures.append(await client.send_batch(batch, name, partition=partition))
+            batch = client.create_batch()
+            batch.append(key=key, value=value, timestamp=None)
+    futures.append(await client.send_batch(batch, name, partition=partition))
+    await asyncio.gather(*futures)
 
 
 async def _deadletter(topics: SiteTopics, rejected: list[tuple[bytes, MessageError]], stage: str, source: str) -> None:
@@ -138,9 +170,12 @@ def _plant_agent(
                     runtime.metrics.record_deadletter("plant", error.reason)
             out = runtime.process_plant(plant, batch.valid)
             await _deadletter(topics, batch.rejected, "plant", source)
-            await _send_all(topics.flags, [(key, encode(f.to_dict()), None) for f in out.flags])
+            await _send_keyed(app, topics.flags, key, encode_flags(out.flags))
             runtime.metrics.record_messages_out("plant", topics.flags.get_topic_name(), len(out.flags))
-            table[key] = processor.get_state()
+            # The table serialises the value into its changelog message right here, and reads its
+            # in-memory copy back only when it is ahead of the processor (a restore), so the
+            # detector state needs no defensive deep copy.
+            table[key] = processor.get_state(copy_state=False)
             _record_lag(app, runtime, "plant", events)
             yield None
 

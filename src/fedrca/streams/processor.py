@@ -95,9 +95,14 @@ class PlantProcessor:
         self.detector.reset()
         self._last_seq = -1
 
-    def get_state(self) -> dict[str, Any]:
-        """Everything needed to resume after a restart."""
-        return {"detector": copy.deepcopy(self.detector.get_state()), "last_seq": self._last_seq}
+    def get_state(self, copy_state: bool = True) -> dict[str, Any]:
+        """Everything needed to resume after a restart.
+
+        ``copy_state=False`` skips the defensive deep copy of the detector's state, for a
+        caller that serialises the state at once (the Faust agent writing its table).
+        """
+        state = self.detector.get_state()
+        return {"detector": copy.deepcopy(state) if copy_state else state, "last_seq": self._last_seq}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`get_state` output."""

@@ -21,7 +21,7 @@ from fedrca.detectors.plant import PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, FedrcaError, MessageError
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
-from fedrca.streams.records import SensorMessage, decode_flag, decode_sensor
+from fedrca.streams.records import SensorMessage, decode_flag, decode_sensors
 
 __all__ = ["Runtime", "RuntimeSettings", "SensorBatch"]
 
@@ -133,16 +133,11 @@ class Runtime:
 
         With ``plant``, messages of any other plant are rejected (they are on the wrong topic).
         """
-        batch = SensorBatch()
-        now = time.time()
         counts = self.sensor_counts if plant is None else {plant: self.sensor_counts[plant]}
-        for raw in raws:
-            try:
-                batch.valid.append(decode_sensor(raw, self.config.site, counts, now))
-            except MessageError as err:
-                batch.rejected.append((raw, err))
-                self.metrics.record_deadletter("plant", err.reason)
-        return batch
+        valid, rejected = decode_sensors(raws, self.config.site, counts, time.time())
+        for _, err in rejected:
+            self.metrics.record_deadletter("plant", err.reason)
+        return SensorBatch(valid, rejected)
 
     def process_plant(self, plant: str, messages: list[SensorMessage]) -> ProcessorOutput:
         """Run one plant's batch."""
