@@ -62,6 +62,14 @@ def test_rca_worker_and_processors_are_separate_consumer_groups():
     assert "rca" not in roles["processors.yaml"].split(",")
 
 
+def test_the_rca_pod_gets_no_plant_data():
+    # Privacy contract: the central RCA sees flags and published artifacts only.
+    (rca,) = [c for name, c in containers() if name == "rca.yaml"]
+    args = build_parser().parse_args([str(a) for a in rca["args"]][1:])
+    assert args.train is None
+    assert [m["mountPath"] for m in rca.get("volumeMounts", [])] == ["/etc/fedrca"]
+
+
 def test_configmap_is_the_shipped_site_configuration():
     configmap = next(doc for name, doc in documents() if doc["kind"] == "ConfigMap")
     shipped = (REPO / "config" / "tep.yaml").read_text(encoding="utf-8")

@@ -1,8 +1,9 @@
 """The live system on a real Kafka broker: ``fedrca run`` worker processes, TEP fault 04 replayed.
 
-Acceptance of the streaming runtime: two plant-processor workers and one RCA
-worker consume the replay; one plant worker is killed with SIGKILL mid-stream
-and restarted. Every verdict the in-process pipeline produces on the same data
+Acceptance of the streaming runtime: parameters are trained and published on the
+params topic, two plant-processor workers and one RCA worker (no plant data: it
+builds its engine from the published artifacts) consume the replay; one plant
+worker is killed with SIGKILL mid-stream and restarted. Every verdict the in-process pipeline produces on the same data
 must appear exactly once on the verdicts topic, every (plant, seq) flag must be
 there with the same bits, and no raw sensor value may appear on any topic
 outside the plants' own.
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -49,6 +52,7 @@ class CrashRun:
     verdicts: list[dict[str, Any]]
     flags: list[dict[str, Any]]
     rca_assignment: list[dict[str, list[int]]] | None
+    rca_log: str
 
 
 def _replay(
@@ -84,24 +88,46 @@ def _covers_all_sensor_partitions(bootstrap: str, group: str, config: SiteConfig
     return all((config.topic("sensors", plant=n), p) in covered for n in config.plant_names for p in (0, 1))
 
 
+def _missing(expected: EmbeddedRun, verdicts: list[dict[str, Any]], flags: list[dict[str, Any]]) -> str:
+    """What is missing on the broker, for the failure report."""
+    got = {(f["plant"], f["seq"]): (f["zc"], f["za"], f["model_version"]) for f in flags}
+    want = {(f["plant"], f["seq"]): (f["zc"], f["za"], f["model_version"]) for f in expected.flags}
+    wrong = sorted(k for k in want if got.get(k) != want[k])
+    ids = {v["id"] for v in expected.verdicts} - {v["id"] for v in verdicts}
+    return f"{len(ids)} verdicts missing; {len(wrong)} flags missing or different, first {wrong[:10]}"
+
+
 @pytest.fixture(scope="module")
 def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
     tmp = tmp_path_factory.mktemp("crash")
     bootstrap = kafka_broker.bootstrap
     config_path = site_config(tmp, unique_name("tep"))
     config = load_config(config_path)
+    params = tmp / "params"
+    fedrca = [sys.executable, "-m", "fedrca.cli"]
+    subprocess.run(
+        [*fedrca, "train", "--config", str(config_path), "--data", str(TRAIN), "--out", str(params), "--quiet"],
+        check=True,
+        capture_output=True,
+    )
     settings = RuntimeSettings(allowed_lateness=LATENESS)
-    runtime = Runtime.from_nominal(config, TRAIN, settings=settings)
+    runtime = Runtime.from_nominal(config, TRAIN, params_dir=params, settings=settings)
     data = plant_frames(config, load_frame(config, FAULT))
     expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=180.0)
 
     ensure_site_topics(bootstrap, config, partitions=2)
+    broker = ["--broker", f"kafka://{bootstrap}"]
+    subprocess.run(
+        [*fedrca, "publish-params", "--config", str(config_path), "--params", str(params), *broker],
+        check=True,
+        capture_output=True,
+    )
     cluster = Cluster(config_path, bootstrap, TRAIN, tmp)
     lateness = ["--allowed-lateness", str(LATENESS)]
     try:
         for name in ("w1", "w2"):
             cluster.add(name, "plants,params")
-        cluster.add("rca", "rca", lateness)
+        cluster.add("rca", "rca", lateness, plant_data=False)
         plants_group, rca_group = f"fedrca-{config.site}-plants", f"fedrca-{config.site}-rca"
         wait_until(lambda: _covers_all_sensor_partitions(bootstrap, plants_group, config, 2), 180, "two plant workers")
         wait_until(lambda: group_assignment(bootstrap, rca_group) is not None, 180, "the RCA worker")
@@ -122,7 +148,11 @@ def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
         def all_verdicts_in() -> bool:
             return expected_ids <= {v["id"] for v in json_records(bootstrap, verdicts_topic)}
 
-        wait_until(all_verdicts_in, 300, "every expected verdict", interval=1.0)
+        try:
+            wait_until(all_verdicts_in, 300, "every expected verdict", interval=1.0)
+        except BaseException:
+            print(_missing(expected, json_records(bootstrap, verdicts_topic), json_records(bootstrap, flags_topic)))
+            raise
         # The RCA has consumed every flag: no verdict can still be on its way.
         wait_until(lambda: _lag(bootstrap, rca_group, flags_topic) == 0, 120, "the RCA to consume every flag")
         return CrashRun(
@@ -133,6 +163,7 @@ def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
             json_records(bootstrap, verdicts_topic),
             json_records(bootstrap, flags_topic),
             group_assignment(bootstrap, rca_group),
+            cluster.workers["rca"].log_tail(400),
         )
     except BaseException:
         print(cluster.diagnostics())
@@ -154,6 +185,15 @@ def test_fault_04_verdicts_name_the_reactor_each_exactly_once_after_a_kill(crash
     for v in run.expected.verdicts:  # same content, not only same ids
         assert by_id[v["id"]]["root_cause"] == v["root_cause"]
         assert by_id[v["id"]]["evidence_window"] == v["evidence_window"]
+
+
+def test_the_rca_worker_without_plant_data_uses_the_published_parameters(crash_run):
+    # Its engine (learned graph, nominal flag rates) came from the params topic; the verdicts
+    # equal those of the in-process runtime fitted on the nominal data with the same artifacts.
+    log = crash_run.rca_log
+    assert "RCA engine from the published parameters" in log, log
+    for plant in (*crash_run.config.plant_names, "_server"):
+        assert f"{plant} " in log.split("published parameters", 1)[1].splitlines()[0]
 
 
 def test_no_flag_lost_and_redeliveries_are_identical(crash_run):

@@ -81,7 +81,9 @@ class Cluster:
     workdir: Path
     workers: dict[str, Worker] = field(default_factory=dict)
 
-    def add(self, name: str, roles: str, extra: Sequence[str] = ()) -> Worker:
+    def add(self, name: str, roles: str, extra: Sequence[str] = (), plant_data: bool = True) -> Worker:
+        """Start a ``fedrca run`` worker; ``plant_data=False`` leaves out ``--train`` (an RCA-only worker)."""
+        train = ["--train", str(self.train)] if plant_data else []
         command = [
             sys.executable,
             "-m",
@@ -91,8 +93,7 @@ class Cluster:
             str(self.config),
             "--broker",
             f"kafka://{self.bootstrap}",
-            "--train",
-            str(self.train),
+            *train,
             "--roles",
             roles,
             "--worker-name",

@@ -32,10 +32,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import faust
-from faust.types import EventT
+from faust.types import TP, EventT
 from faust.types.enums import ProcessingGuarantee
 
 from fedrca.exceptions import FedrcaError, MessageError
+from fedrca.streams.delivery import OffsetGuard
 from fedrca.streams.records import deadletter_headers, encode, encode_flags
 from fedrca.streams.runtime import Runtime
 from fedrca.streams.topics import SiteTopics
@@ -101,6 +102,22 @@ def _record_lag(app: faust.App, runtime: Runtime, stage: str, events: Sequence[E
         runtime.metrics.set_consumer_lag(stage, message.topic, message.partition, lag)
 
 
+async def _admit(
+    app: faust.App, guard: OffsetGuard, topic: str, fetched: list[EventT], saved: dict[str, Any] | None
+) -> tuple[list[EventT], dict[str, int]]:
+    """The events of a batch to process and the offset cursor after them (see :mod:`fedrca.streams.delivery`).
+
+    Seeks the consumer back when the batch shows that records were skipped.
+    """
+    admission = guard.admit(
+        [(e.message.partition, e.message.offset, e.message.generation_id) for e in fetched],
+        None if saved is None else saved.get("offsets"),
+    )
+    for partition, offset in admission.seeks.items():
+        await app.consumer.seek(TP(topic, partition), offset)
+    return [fetched[i] for i in admission.keep], admission.cursor
+
+
 def plant_state_table(site: str, plant: str) -> str:
     """Name of a plant's state table; its changelog topic is ``fedrca-<site>-plants-<name>-changelog``.
 
@@ -151,14 +168,20 @@ def _plant_agent(
     source = topics.sensors[plant].get_topic_name()
     key = plant.encode()
 
+    guard = OffsetGuard(source)
+
     async def plant_agent(stream: faust.StreamT) -> AsyncIterator[None]:
         batches = stream.take_events(settings.batch_size, within=settings.batch_within)  # type: ignore[attr-defined]
-        async for events in batches:
+        async for fetched in batches:
             processor = runtime.processors[plant]
             saved = table.get(key)
             if saved is not None and int(saved["last_seq"]) > processor.last_seq:
                 runtime.resume_plant(plant, saved)
                 log.info("plant %s resumed after seq %s", plant, processor.last_seq)
+            events, cursor = await _admit(app, guard, source, fetched, saved)
+            if not events and saved is not None and cursor == saved.get("offsets"):
+                yield None
+                continue
             keyed = [e.value for e in events if e.key == key]
             batch = runtime.decode_sensors(keyed, plant=plant)
             for e in events:
@@ -175,8 +198,8 @@ def _plant_agent(
             # The table serialises the value into its changelog message right here, and reads its
             # in-memory copy back only when it is ahead of the processor (a restore), so the
             # detector state needs no defensive deep copy.
-            table[key] = processor.get_state(copy_state=False)
-            _record_lag(app, runtime, "plant", events)
+            table[key] = {**processor.get_state(copy_state=False), "offsets": cursor}
+            _record_lag(app, runtime, "plant", fetched)
             yield None
 
     plant_agent.__name__ = f"plant_{plant}"
@@ -193,12 +216,14 @@ def _rca_agent(
 ) -> Callable[[faust.StreamT], AsyncIterator[None]]:
     settings = runtime.settings
     verdicts_topic = topics.verdicts.get_topic_name()
+    flags_topic = topics.flags.get_topic_name()
+    guard = OffsetGuard(flags_topic)
     resumed = False
 
     async def rca_agent(stream: faust.StreamT) -> AsyncIterator[None]:
         nonlocal resumed
         batches = stream.take_events(settings.batch_size, within=settings.batch_within)  # type: ignore[attr-defined]
-        async for events in batches:
+        async for fetched in batches:
             saved = table.get(RCA_STATE_KEY)
             if saved is not None and int(saved["consumed"]) > runtime.rca.consumed:
                 runtime.rca.set_state(saved)
@@ -210,8 +235,12 @@ def _rca_agent(
                 )
                 runtime.rca.remember(ids)
                 resumed = True
+            events, cursor = await _admit(app, guard, flags_topic, fetched, saved)
+            if not events and saved is not None and cursor == saved.get("offsets"):
+                yield None
+                continue
             verdicts, rejected = runtime.process_flags([e.value for e in events])
-            await _deadletter(topics, rejected, "rca", topics.flags.get_topic_name())
+            await _deadletter(topics, rejected, "rca", flags_topic)
             await _send_all(
                 topics.verdicts,
                 [
@@ -220,8 +249,8 @@ def _rca_agent(
                 ],
             )
             runtime.metrics.record_messages_out("rca", verdicts_topic, len(verdicts))
-            table[RCA_STATE_KEY] = runtime.rca.get_state()
-            _record_lag(app, runtime, "rca", events)
+            table[RCA_STATE_KEY] = {**runtime.rca.get_state(), "offsets": cursor}
+            _record_lag(app, runtime, "rca", fetched)
             yield None
 
     return rca_agent

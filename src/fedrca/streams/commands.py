@@ -15,6 +15,8 @@ from fedrca.exceptions import ConfigError
 
 __all__ = ["register"]
 
+log = logging.getLogger("fedrca.streams")
+
 
 def _run(args: argparse.Namespace) -> int:
     import faust
@@ -31,15 +33,24 @@ def _run(args: argparse.Namespace) -> int:
     roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
     group = app_id(config.site, roles)
     bootstrap = bootstrap_of(args.broker)
+    needs_data = sorted({"plants", "params"} & set(roles))
+    if args.train is None and needs_data:
+        raise ConfigError(
+            f"--train is required for the role(s) {', '.join(needs_data)}: the plant detectors are fitted on the "
+            "plant's nominal data; a worker with --roles rca alone needs no plant data (give --params DIR, or let "
+            "it read the artifacts published on the params topic)"
+        )
     ensure_site_topics(bootstrap, config, partitions=args.partitions)
-    runtime = Runtime.from_nominal(
-        config,
-        args.train,
-        params_dir=args.params,
-        settings=RuntimeSettings(
-            allowed_lateness=args.allowed_lateness, batch_size=args.batch_size, batch_within=args.batch_within
-        ),
+    runtime_settings = RuntimeSettings(
+        allowed_lateness=args.allowed_lateness, batch_size=args.batch_size, batch_within=args.batch_within
     )
+    if args.train is None:
+        params_dir = args.params or _published_params(
+            bootstrap, config, Path(args.data_dir) / args.worker_name / "published-params"
+        )
+        runtime = Runtime.for_rca(config, params_dir=params_dir, settings=runtime_settings)
+    else:
+        runtime = Runtime.from_nominal(config, args.train, params_dir=args.params, settings=runtime_settings)
     config = runtime.config  # plants given by match rules now list their columns
     if "params" in roles:
         # Start from the newest published parameters, before the first sensor batch.
@@ -113,6 +124,38 @@ def _replay_to_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _published_params(bootstrap: str, config: SiteConfig, directory: Path) -> Path | None:
+    """Save the newest artifact of each plant and of the server on the params topic into ``directory``.
+
+    What an RCA worker without ``--params`` starts from: the learned graph and the
+    plants' nominal flag-state counts, as published by ``fedrca publish-params``.
+    Returns None when nothing usable is published (the engine then uses its defaults).
+    """
+    from fedrca.connectors.kafka import read_topic
+    from fedrca.exceptions import FedrcaError
+    from fedrca.training.artifacts import SERVER, decode_published_artifact, save_artifact
+
+    newest: dict[str, Any] = {}
+    for record in read_topic(bootstrap, config.topic("params")):
+        try:
+            plant, artifact = decode_published_artifact(record.value)
+        except FedrcaError as exc:
+            log.warning("skipping a record of %s: %s", config.topic("params"), exc)
+            continue
+        if plant in config.plant_names or plant == SERVER:
+            newest[plant] = artifact  # the topic is in publication order: the last one wins
+    if not newest:
+        print(f"fedrca run: no parameters on {config.topic('params')}; RCA engine with defaults", file=sys.stderr)
+        return None
+    for stale in (*directory.glob("*.npz"), *directory.glob("*.json")):
+        stale.unlink()
+    for artifact in newest.values():
+        save_artifact(artifact, directory)
+    versions = ", ".join(f"{p} {a.version}" for p, a in sorted(newest.items()))
+    print(f"fedrca run: RCA engine from the published parameters ({versions})", file=sys.stderr, flush=True)
+    return directory
+
+
 def _publish_params(args: argparse.Namespace) -> int:
     from fedrca.connectors.kafka import KafkaSink, bootstrap_of, ensure_site_topics
     from fedrca.training.artifacts import SERVER, encode_published_artifact, load_artifact, load_site_artifacts
@@ -151,8 +194,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run the site's stream processors as a Faust worker against a Kafka broker")
     run.add_argument("--config", required=True)
     run.add_argument("--broker", required=True, help="kafka://host:port")
-    run.add_argument("--train", required=True, help="nominal data the plant detectors are fitted on")
-    run.add_argument("--params", help="directory of training artifacts to start from")
+    run.add_argument(
+        "--train", help="nominal data the plant detectors are fitted on (required for the plants and params roles)"
+    )
+    run.add_argument(
+        "--params",
+        help="directory of training artifacts to start from (an RCA-only worker without it reads the params topic)",
+    )
     run.add_argument("--partitions", type=int, default=2, help="partitions of the sensor topics (default 2)")
     run.add_argument(
         "--roles",

@@ -74,7 +74,7 @@ class Runtime:
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
     ) -> None:
-        if not config.resolved:
+        if detectors and not config.resolved:
             raise ConfigError(
                 "plants given by match rules must be resolved against the data's columns first "
                 "(fedrca.config.resolve_plants, or Runtime.from_nominal)"
@@ -117,6 +117,21 @@ class Runtime:
                 if plant in runtime.processors:
                     runtime._record(plant, artifact)  # applied by prepare_site
         return runtime
+
+    @classmethod
+    def for_rca(cls, config: SiteConfig, params_dir: str | Path | None = None, **kwargs: Any) -> Runtime:
+        """A runtime with the central RCA stage only: no plant processor, no plant data.
+
+        The engine comes from the configuration and the training artifacts alone
+        (:func:`fedrca.rca.build_engine`): the learned graph from the server artifact and
+        the nominal flag rates from the flag-state counts each plant artifact carries, so
+        it equals the engine :meth:`from_nominal` builds from the nominal data. Without
+        ``params_dir`` the engine uses the configured graph (else the complete graph) and
+        ``rca.false_alarm_rate``.
+        """
+        from fedrca.rca.engine import build_engine
+
+        return cls(config, {}, build_engine(config, {}, params_dir=params_dir), **kwargs)
 
     def reset(self) -> None:
         """Start a new recording: processors, alignment and the RCA engine forget the stream.
