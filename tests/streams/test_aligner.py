@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import random
 
 from hypothesis import given, settings
@@ -97,3 +98,9 @@ def test_state_round_trip_mid_stream():
     tail, _ = feed(restored, flags[30:])
     assert [(r.seq, r.flags) for r in tail] == [(r.seq, r.flags) for r in tail_expected]
     assert [r.seq for r in head + tail] == list(range(20))
+    # the restored memory of released rows still tells a redelivery from new information
+    again = FlagAligner(PLANTS, allowed_lateness=2)
+    again.set_state(json.loads(json.dumps(al.get_state())))
+    assert again.add(flag("a", 3, 1, 0))[1] == "duplicate"
+    assert again.add(flag("a", 3, 0, 0))[1] == "late"
+    assert again.add(flag("b", 5, 1, 0))[1] == "late"  # b never reported seq 5

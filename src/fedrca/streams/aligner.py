@@ -68,7 +68,10 @@ class FlagAligner:
         self._ts: dict[int, float] = {}
         self._next_seq: int | None = None
         self._max_seq = -1
-        self._released: deque[tuple[int, dict[str, tuple[int, int]]]] = deque(maxlen=memory)
+        self._index = {p: i for i, p in enumerate(self.plants)}
+        # Released rows as (seq, one character per plant: "-" absent, else 2*zc + za): the
+        # memory is written to the changelog with every batch, so it is kept compact.
+        self._released: deque[tuple[int, str]] = deque(maxlen=memory)
 
     def add(self, flag: FlagMessage) -> tuple[list[AlignedRow], str]:
         """Add one flag; returns the rows now released and the flag's status.
@@ -81,9 +84,11 @@ class FlagAligner:
             self._next_seq = flag.seq
         bits = (flag.zc, flag.za)
         if flag.seq < self._next_seq:
-            for seq, flags in reversed(self._released):
+            for seq, code in reversed(self._released):
                 if seq == flag.seq:
-                    return [], "duplicate" if flags.get(flag.plant) == bits else "late"
+                    index = self._index.get(flag.plant)
+                    same = index is not None and code[index] == str(2 * flag.zc + flag.za)
+                    return [], "duplicate" if same else "late"
                 if seq < flag.seq:
                     break
             return [], "late"
@@ -118,9 +123,12 @@ class FlagAligner:
                 break
             del self._buffer[seq]
             out.append(AlignedRow(seq, self._ts.pop(seq), dict(row), complete=len(row) == n_plants))
-            self._released.append((seq, dict(row)))
+            self._released.append((seq, self._code(row)))
             self._next_seq = seq + 1
         return out
+
+    def _code(self, row: dict[str, tuple[int, int]]) -> str:
+        return "".join(str(2 * row[p][0] + row[p][1]) if p in row else "-" for p in self.plants)
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state."""
@@ -129,7 +137,8 @@ class FlagAligner:
             "ts": {str(s): t for s, t in self._ts.items()},
             "next_seq": self._next_seq,
             "max_seq": self._max_seq,
-            "released": [[s, {p: list(b) for p, b in row.items()}] for s, row in self._released],
+            "released_seqs": [s for s, _ in self._released],
+            "released_codes": "".join(code for _, code in self._released),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -140,7 +149,9 @@ class FlagAligner:
         self._ts = {int(s): float(t) for s, t in state["ts"].items()}
         self._next_seq = state["next_seq"]
         self._max_seq = int(state["max_seq"])
+        width = len(self.plants)
+        codes = state["released_codes"]
         self._released = deque(
-            ((int(s), {p: (int(b[0]), int(b[1])) for p, b in row.items()}) for s, row in state["released"]),
+            ((int(seq), codes[k * width : (k + 1) * width]) for k, seq in enumerate(state["released_seqs"])),
             maxlen=self.memory,
         )
