@@ -20,6 +20,7 @@ cost is O(T P^2) in vectorised numpy instead of T Python iterations.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -175,6 +176,17 @@ def steady_state_gain(
     return P_pred, K, S
 
 
+@lru_cache(maxsize=64)
+def _complex_schur(F_bytes: bytes, P: int) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
+    # A filter's F is fixed between parameter updates while the stream runs it batch after
+    # batch (a few samples each): decompose it once, not per batch.
+    F = np.frombuffer(F_bytes, dtype=np.float64).reshape(P, P)
+    T_mat, Z = scipy.linalg.schur(F.astype(np.complex128), output="complex")
+    T_mat.setflags(write=False)
+    Z.setflags(write=False)
+    return T_mat, Z
+
+
 def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     """All states of ``x(t) = F x(t-1) + W[t]`` for t = 0..T-1, with ``x(-1) = x0``.
 
@@ -201,7 +213,7 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     T_len, P = W.shape
     if T_len == 0:
         return np.empty((0, P))
-    T_mat, Z = scipy.linalg.schur(F.astype(np.complex128), output="complex")
+    T_mat, Z = _complex_schur(np.ascontiguousarray(F, dtype=np.float64).tobytes(), P)
     # Mode-major layout (P, T): each mode's time series is contiguous for the IIR filter.
     V = Z.conj().T @ W.T.astype(np.complex128)  # columns: Z^H w(t)
     z0 = Z.conj().T @ x0.astype(np.complex128)
