@@ -10,7 +10,9 @@ outputs and waits for the broker's acknowledgements, and only then writes its
 state to a changelog-backed Faust table; the batch's offsets are acknowledged
 after that. A crash can therefore only cause redelivery, which the cores
 recognise (a seq at or below the processed one; a verdict id already emitted):
-nothing is lost, nothing is emitted twice.
+nothing is lost, nothing is emitted twice. The state also holds the last offset
+processed per partition, so records the consumer skipped in a rebalance are
+noticed and read again (:mod:`fedrca.streams.delivery`).
 
 State is re-read from the table at every batch when it is ahead of the
 in-memory core, which is what happens after a restart or when a rebalance hands
