@@ -106,17 +106,20 @@ def _record_lag(app: faust.App, runtime: Runtime, stage: str, events: Sequence[E
 
 async def _admit(
     app: faust.App, guard: OffsetGuard, topic: str, fetched: list[EventT], saved: dict[str, Any] | None
-) -> tuple[list[EventT], dict[str, int]]:
+) -> tuple[list[EventT], dict[str, int]] | None:
     """The events of a batch to process and the offset cursor after them (see :mod:`fedrca.streams.delivery`).
 
-    Seeks the consumer back when the batch shows that records were skipped.
+    Seeks the consumer back when the batch shows that records were skipped. None when the
+    batch changes nothing (every event dropped, cursor as saved): no output, no state write.
     """
+    saved_cursor = None if saved is None else saved.get("offsets")
     admission = guard.admit(
-        [(e.message.partition, e.message.offset, e.message.generation_id) for e in fetched],
-        None if saved is None else saved.get("offsets"),
+        [(e.message.partition, e.message.offset, e.message.generation_id) for e in fetched], saved_cursor
     )
     for partition, offset in admission.seeks.items():
         await app.consumer.seek(TP(topic, partition), offset)
+    if not admission.keep and saved is not None and admission.cursor == saved_cursor:
+        return None
     return [fetched[i] for i in admission.keep], admission.cursor
 
 
@@ -180,10 +183,11 @@ def _plant_agent(
             if saved is not None and int(saved["last_seq"]) > processor.last_seq:
                 runtime.resume_plant(plant, saved)
                 log.info("plant %s resumed after seq %s", plant, processor.last_seq)
-            events, cursor = await _admit(app, guard, source, fetched, saved)
-            if not events and saved is not None and cursor == saved.get("offsets"):
+            admitted = await _admit(app, guard, source, fetched, saved)
+            if admitted is None:
                 yield None
                 continue
+            events, cursor = admitted
             keyed = [e.value for e in events if e.key == key]
             batch = runtime.decode_sensors(keyed, plant=plant)
             for e in events:
@@ -237,10 +241,11 @@ def _rca_agent(
                 )
                 runtime.rca.remember(ids)
                 resumed = True
-            events, cursor = await _admit(app, guard, flags_topic, fetched, saved)
-            if not events and saved is not None and cursor == saved.get("offsets"):
+            admitted = await _admit(app, guard, flags_topic, fetched, saved)
+            if admitted is None:
                 yield None
                 continue
+            events, cursor = admitted
             verdicts, rejected = runtime.process_flags([e.value for e in events])
             await _deadletter(topics, rejected, "rca", flags_topic)
             await _send_all(
