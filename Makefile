@@ -25,6 +25,7 @@ demo: $(STAMP)
 test: $(STAMP) system-deps kafka-jars
 	$(BIN)/ruff check src tests $(wildcard bench)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 ## make bench: benchmarks against named peers, measured in the same run
@@ -44,6 +45,7 @@ k8s: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests $(wildcard bench)
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -31,10 +31,11 @@ from filterpy.kalman import KalmanFilter
 from scipy.spatial import distance
 
 from fedrca.config import load_config
+from fedrca.datasets.loader import load_frame, plant_frames
+from fedrca.detectors.factory import build_detector
 from fedrca.detectors.identify import Standardizer, identify_linear_model
 from fedrca.detectors.kalman import lti_recursion
 from fedrca.detectors.plant import PlantDetector
-from fedrca.site import build_detector, load_frame, plant_frames
 
 REPO = Path(__file__).resolve().parents[1]
 N_SAMPLES = 100_000

@@ -36,13 +36,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrca.config import load_config
+from fedrca.cli.evaluation import evaluate_run
+from fedrca.cli.site import PipelineRun, prepare_site, run_pipeline
+from fedrca.cli.synthetic import run_synthetic
+from fedrca.config import RCASettings, load_config
 from fedrca.datasets import chain_graph, nonlinear_network, nonlinear_two_plant
-from fedrca.rca import InterdependencyGraph, RCASettings, build_engine, engine_for, lookup
-from fedrca.rca.benchmarks import TEP_FLOWSHEET, TEP_MATERIAL_FLOW, run_synthetic
-from fedrca.rca.evaluation import evaluate_run
+from fedrca.datasets.tep import TEP_FLOWSHEET, TEP_MATERIAL_FLOW
+from fedrca.rca import InterdependencyGraph, build_engine, engine_for, lookup
 from fedrca.rca.metrics import FaultEvent
-from fedrca.rca.pipeline import PipelineRun, prepare_site, run_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 EPSILONS = [1.0, 2.0, 4.0, math.inf]
@@ -150,9 +151,12 @@ def variant_rows(label: str, site, runs: dict[str, PipelineRun]) -> list[dict]:
         row: dict = {"parameters": label, "variant": name}
         for fault, run in runs.items():
             engine = build_engine(
-                site.config, site.detectors, nominal_flags=site.nominal_flags, graph=graph,
+                site.config,
+                trained=site.params_version != "proprietary",
+                nominal_flags=site.nominal_flags,
+                graph=graph,
                 settings=RCASettings(**settings),
-            )  # fmt: skip
+            )
             verdicts = engine.run(np.arange(run.n_samples), run.published())
             rerun = PipelineRun(dataclasses.replace(site, engine=engine), run.results, verdicts)
             after = evaluate_run(rerun, [FaultEvent(160, run.n_samples, TEP_FAULTS[fault])]).after_onset
@@ -170,8 +174,8 @@ def tep(trained: bool) -> tuple[list[dict], bool, list[dict], list[dict]]:
         with tempfile.TemporaryDirectory() as tmp:
             params = None
             if train:
-                from fedrca.site import load_frame
-                from fedrca.training.run import train_site
+                from fedrca.cli.training import train_site
+                from fedrca.datasets.loader import load_frame
 
                 train_site(config, load_frame(config, REPO / "data/tep/d00.dat"), tmp, resume=False, progress=None)
                 params = tmp

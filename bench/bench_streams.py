@@ -378,11 +378,12 @@ def _consume_verdicts(bootstrap: str, topic: str, wanted: list[str], ready: Any,
 def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
     import pandas as pd
 
+    from fedrca.cli.site import site_runtime
     from fedrca.config import load_config
     from fedrca.connectors.kafka import ensure_site_topics
     from fedrca.datasets.tep import load_tep
     from fedrca.streams.embedded import replay_frame
-    from fedrca.streams.runtime import Runtime, RuntimeSettings
+    from fedrca.streams.runtime import RuntimeSettings
 
     site = f"benchlat{uuid.uuid4().hex[:8]}"
     config_path = site_config(workdir, site)
@@ -400,7 +401,7 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
     ]
     try:
         # What the same cores issue on this data in-process (while the workers start): the verdicts to expect.
-        runtime = Runtime.from_nominal(config, TRAIN, settings=RuntimeSettings(allowed_lateness=1000))
+        runtime = site_runtime(config, TRAIN, settings=RuntimeSettings(allowed_lateness=1000))
         expected = replay_frame(
             runtime, {p: frame[cols].round(5).to_numpy() for p, cols in plants.items()}, sample_seconds=180.0
         ).verdicts
@@ -424,7 +425,7 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
 
         ctx = multiprocessing.get_context("spawn")
         ready, stop, results = ctx.Event(), ctx.Event(), ctx.Queue()
-        args = (bootstrap, config.topic("verdicts"), [v["id"] for v in expected], ready, stop, results)
+        args = (bootstrap, config.topic("verdicts"), [v.id for v in expected], ready, stop, results)
         reader = ctx.Process(target=consume, args=args, daemon=True)
         reader.start()
         if not ready.wait(60):
@@ -468,7 +469,7 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
             worker.stop()
     problem = check_flags(flags, list(plants), total)
     ids = [vid for vid, _, _, _ in got]
-    want = {v["id"] for v in expected}
+    want = {v.id for v in expected}
     if problem is None and set(ids) != want:
         problem = f"{len(want - set(ids))} expected verdicts missing, {len(set(ids) - want)} unexpected"
     if problem is None and len(ids) != len(set(ids)):

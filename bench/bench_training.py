@@ -24,15 +24,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrca.config import load_config
+from fedrca.config import load_config, parse_training_settings
 from fedrca.datasets import chain_graph, linear_multiplant, nonlinear_two_plant
+from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.detectors.kalman import LinearKalmanFilter
-from fedrca.site import PlantData, load_frame, plant_frames
+from fedrca.training.federated import FederatedTraining
 from fedrca.training.oracle import linear_oracle, nonlinear_oracle
 from fedrca.training.privacy import GaussianMechanism
-from fedrca.training.run import FederatedTraining
-from fedrca.training.settings import parse_training_settings
-from fedrca.training.settings import training_settings as config_training
 
 REPO = Path(__file__).resolve().parents[1]
 LINEAR_SAMPLES = 10_000
@@ -44,7 +42,7 @@ def _linear_job(samples: int = LINEAR_SAMPLES, seed: int = 0, **training: object
     config = load_config(REPO / "config" / "synthetic_linear.yaml")
     data = linear_multiplant(n_samples=samples, seed=seed)
     frames = plant_frames(config, pd.DataFrame(data.Y, columns=data.columns()))
-    settings = parse_training_settings({**config.training, **training})
+    settings = parse_training_settings({**config.training.model_dump(), **training})
     return config, data, frames, settings
 
 
@@ -57,9 +55,9 @@ def linear_tables() -> bool:
         ("ols", "least squares on x̂_c"),
         ("gd", "published protocol (gradient)"),
     ):
-        s = parse_training_settings({**config.training, "estimator": estimator})
+        s = parse_training_settings({**config.training.model_dump(), "estimator": estimator})
         started = time.perf_counter()
-        result = FederatedTraining(config, frames, settings=s, progress=None).run()
+        result = FederatedTraining(config, frames, settings=s).run()
         results[estimator] = result
         server = result.server
         rows.append(
@@ -80,9 +78,13 @@ def linear_tables() -> bool:
     dp_rows = []
     for eps in (math.inf, 100.0, 30.0, 10.0, 3.0, 1.0):
         s = parse_training_settings(
-            {**config.training, "rounds": 5, "privacy": {**config.training["privacy"], "state_epsilon": eps}}
+            {
+                **config.training.model_dump(),
+                "rounds": 5,
+                "privacy": {**config.training["privacy"], "state_epsilon": eps},
+            }
         )
-        result = FederatedTraining(config, frames, settings=s, progress=None).run()
+        result = FederatedTraining(config, frames, settings=s).run()
         mech = GaussianMechanism(eps, s.privacy.delta, s.privacy.state_clip)
         server = result.server
         dp_rows.append(
@@ -134,7 +136,7 @@ def nonlinear_tables() -> bool:
     config = load_config(REPO / "config" / "synthetic.yaml")
     train = nonlinear_two_plant(n_samples=3000, seed=0)
     frames = plant_frames(config, pd.DataFrame(train.Y, columns=train.columns()))
-    result = FederatedTraining(config, frames, progress=None).run()
+    result = FederatedTraining(config, frames).run()
     test = nonlinear_two_plant(n_samples=2000, seed=1)
     oracle = nonlinear_oracle(test)
     rows = []
@@ -223,7 +225,7 @@ def scaling_table() -> bool:
         config = parse_config(site)
         frames = {n: PlantData(data.plant_data(m), None) for m, n in enumerate(names)}
         started = time.perf_counter()
-        job = FederatedTraining(config, frames, progress=None)
+        job = FederatedTraining(config, frames)
         built = time.perf_counter()
         job.run_round()  # first round: fixed states + the server's closed-form fit
         first = time.perf_counter()
@@ -271,7 +273,7 @@ def tep_table() -> bool:
     config = load_config(REPO / "config" / "tep.yaml")
     started = time.perf_counter()
     nominal = plant_frames(config, load_frame(config, REPO / "data" / "tep" / "d00.dat"))
-    result = FederatedTraining(config, nominal, progress=None).run()
+    result = FederatedTraining(config, nominal).run()
     seconds = time.perf_counter() - started
     test = plant_frames(config, load_frame(config, REPO / "data" / "tep" / "d00_te.dat"))
     rows = []
@@ -290,7 +292,7 @@ def tep_table() -> bool:
         )
     table = pd.DataFrame(rows)
     lower = int((table["augmented"] < table["proprietary"]).sum())
-    s = config_training(config)
+    s = config.training
     print(
         f"\n[5] TEP: config/tep.yaml ({s.rounds} rounds, state epsilon {s.privacy.state_epsilon} per release, "
         f"budget {s.privacy.budget}) trained on d00.dat in {seconds:.2f} s; mean residual norm on d00_te.dat"

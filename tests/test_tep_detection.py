@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedrca.cli.site import build_detectors, run_detectors
 from fedrca.config import load_config
-from fedrca.site import build_detectors, load_frame, plant_frames, run_detectors
+from fedrca.datasets.loader import load_frame, plant_frames
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,11 @@ Messages always say what was wrong *and* how to fix it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedrca.contracts.deadletter import DeadLetterReason
+
 __all__ = [
     "ArtifactError",
     "ConfigError",
@@ -64,9 +69,16 @@ class DataError(FedrcaError):
 
 
 class MessageError(DataError):
-    """A single stream message is malformed; ``reason`` is a short machine-friendly code."""
+    """A single message is malformed; ``reason`` says why (it goes to the dead-letter topic with it).
 
-    def __init__(self, reason: str, detail: str):
+    Parameters
+    ----------
+    reason : the machine-friendly code, a member of
+        :class:`fedrca.contracts.deadletter.DeadLetterReason`
+    detail : what was wrong, for a human (never the message's raw values)
+    """
+
+    def __init__(self, reason: DeadLetterReason, detail: str):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason}: {detail}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from kafka import KafkaAdminClient
@@ -12,6 +13,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from fedrca.config import SiteConfig, parse_config
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic, verdict_ids
+from fedrca.contracts import SensorMessage
 from fedrca.exceptions import DataError
 from tests.kafka_broker import unique_name
 
@@ -69,7 +71,7 @@ def test_sink_delivers_every_message_in_order_under_back_pressure(kafka_broker):
     most_pending = 0
     for seq in range(n):
         for plant in ("feed", "reactor"):
-            sink.send(plant, {"site": cfg.site, "plant": plant, "ts": seq * 180.0, "seq": seq, "values": [seq, -seq]})
+            sink.send(SensorMessage(cfg.site, plant, seq * 180.0, seq, np.array([seq, -seq], dtype=float)))
             most_pending = max(most_pending, sink.pending_bytes)
     # ~3.5 MB went through a 64 KiB window: send had to wait for acknowledgements, never exceeding the window
     assert sink.sent == 2 * n
@@ -91,11 +93,11 @@ def test_sink_errors_are_clear(kafka_broker):
     cfg = site_config(unique_name("missing"))  # topics never created; the broker does not auto-create
     sink = KafkaSink(kafka_broker.bootstrap, cfg, max_block_ms=1500)
     with pytest.raises(DataError, match=rf"could not send to {cfg.site}.sensors.feed: .*is the broker running"):
-        sink.send("feed", {"seq": 0})
+        sink.send(SensorMessage(cfg.site, "feed", 0.0, 0, np.zeros(2)))
     with pytest.raises(DataError, match="unknown plant 'boiler'; plants are feed, reactor"):
-        sink.send("boiler", {"seq": 0})
-    with pytest.raises(DataError, match="is not valid JSON"):
-        sink.send("feed", {"seq": 1, "values": [float("nan")]})
+        sink.send(SensorMessage(cfg.site, "boiler", 0.0, 0, np.zeros(2)))
+    with pytest.raises(DataError, match="non-finite: plant 'feed' seq 1: NaN or inf values cannot be sent"):
+        sink.send(SensorMessage(cfg.site, "feed", 0.0, 1, np.array([np.nan, 0.0])))
     sink.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from fedrca.connectors.replay import (
     replay,
     swat_stage,
 )
+from fedrca.contracts import SensorMessage
 from fedrca.datasets.tep import TEP_COLUMNS, load_tep
 from fedrca.exceptions import ConfigError, DataError
 
@@ -271,12 +273,12 @@ def test_replay_messages_follow_the_contract(tep_dir):
     assert (stats.rows, stats.messages, stats.first_row, stats.stop_row) == (30, 150, 100, 130)
     frame = load_tep(tep_dir / "d01_te.dat")
     # row-major: every plant's message of row t before any of row t+1
-    assert [(p, m["seq"]) for p, m in sink.messages] == [(p, t) for t in range(100, 130) for p in cfg.plant_names]
-    for plant, message in sink.messages:
-        assert set(message) == {"site", "plant", "ts", "seq", "values"}
-        assert message["site"] == "tep" and message["plant"] == plant
-        assert message["ts"] == message["seq"] * 180.0
-        assert message["values"] == frame.loc[message["seq"], groups[plant]].tolist()
+    assert [(m.plant, m.seq) for m in sink.messages] == [(p, t) for t in range(100, 130) for p in cfg.plant_names]
+    for message in sink.messages:
+        assert set(json.loads(message.encode())) == {"site", "plant", "ts", "seq", "values"}
+        assert message.site == "tep"
+        assert message.ts == message.seq * 180.0
+        assert message.values.tolist() == frame.loc[message.seq, groups[message.plant]].tolist()
 
 
 def test_replay_with_rules_and_errors():
@@ -284,7 +286,7 @@ def test_replay_with_rules_and_errors():
     sink = ListSink()
     replay(data, {"water": ColumnMatch(prefix="P3_")}, sink, site="hai", stop=3)
     p3 = [c for c in data.columns if c.startswith("P3_")]
-    assert [m["values"] for _, m in sink.messages] == data.frame[p3].iloc[:3].to_numpy().tolist()
+    assert [m.values.tolist() for m in sink.messages] == data.frame[p3].iloc[:3].to_numpy().tolist()
     with pytest.raises(DataError, match="plant 'x' needs column\\(s\\) FIT101, which the file does not have"):
         replay(data, {"x": ["FIT101"]}, ListSink(), site="hai")
     with pytest.raises(DataError, match=r"row range 60\.\.61 is empty or outside"):
@@ -316,9 +318,9 @@ class SlowSink(ListSink):
         self.fake = fake
         self.cost = cost
 
-    def send(self, plant, message):
+    def send(self, message):
         self.fake.now += self.cost
-        super().send(plant, message)
+        super().send(message)
 
 
 @pytest.mark.parametrize(("spec", "factor"), [("realtime", 1.0), ("x60", 60.0), ("x2.5", 2.5), ("10x", 10.0)])
@@ -351,7 +353,7 @@ def test_pacer_catches_up_after_a_slow_sink_and_never_drops():
                    pacer=Pacer(4.0, clock=fake2.clock, sleep=fake2.sleep), stop=10)  # fmt: skip
     assert fake2.sleeps == [] and len(sink2.messages) == 20
     assert stats.max_lag == pytest.approx(9 * 0.6 - 9 * 0.25)
-    assert [m["seq"] for _, m in sink2.messages] == [t for t in range(10) for _ in range(2)]
+    assert [m.seq for m in sink2.messages] == [t for t in range(10) for _ in range(2)]
 
 
 def test_asap_never_sleeps_and_bad_specs_are_rejected():
@@ -370,7 +372,7 @@ def test_asap_never_sleeps_and_bad_specs_are_rejected():
 def test_queue_sink_blocks_the_replay_until_the_consumer_takes_messages():
     data = load_hai(HAI_2103)
     sink = QueueSink(maxsize=5)
-    received: list[tuple[str, dict]] = []
+    received: list[SensorMessage] = []
     release = threading.Event()
     done = threading.Event()
 
@@ -391,14 +393,15 @@ def test_queue_sink_blocks_the_replay_until_the_consumer_takes_messages():
         received.append(sink.queue.get(timeout=10))
     assert done.wait(10)
     thread.join(10)
-    assert [(p, m["seq"]) for p, m in received] == [(p, t) for t in range(60) for p in ("boiler", "water")]
+    assert [(m.plant, m.seq) for m in received] == [(p, t) for t in range(60) for p in ("boiler", "water")]
 
 
 def test_queue_sink_times_out_with_a_clear_error():
     sink = QueueSink(maxsize=1, timeout=0.05)
-    sink.send("p", {})
+    message = SensorMessage("s", "p", 0.0, 0, np.zeros(1))
+    sink.send(message)
     with pytest.raises(DataError, match=r"the consumer took no message for 0\.05 s"):
-        sink.send("p", {})
+        sink.send(message)
 
 
 @settings(max_examples=60, deadline=None)
@@ -417,9 +420,9 @@ def test_pacer_never_releases_early_never_drops_and_is_exact_when_the_sink_is_fr
     sent_at: list[float] = []
 
     class Recording(SlowSink):
-        def send(self, plant, message):
+        def send(self, message):
             sent_at.append(self.fake.now)
-            super().send(plant, message)
+            super().send(message)
 
     replay(data, {"p": ["a"]}, Recording(fake, cost), site="s", pacer=Pacer(speed, clock=fake.clock, sleep=fake.sleep))
     due = 100.0 + (ts - ts[0]) / speed
@@ -445,11 +448,11 @@ def test_generic_csv_with_a_config_mapping_end_to_end(tmp_path):
     groups = {"feed": ColumnMatch(prefix="feed_"), "tank": ColumnMatch(regex="^(tank|pump)_")}
     replay(data, groups, sink, site="demo", stop=2)
     header, rows = raw_rows(GENERIC)
-    assert sink.messages[0] == ("feed", {"site": "demo", "plant": "feed", "ts": 0.0, "seq": 0,
-                                        "values": [float(rows[0][1]), float(rows[0][2])]})  # fmt: skip
-    assert sink.messages[1][1]["values"] == [float(x) for x in rows[0][3:6]]
+    assert json.loads(sink.messages[0].encode()) == {"site": "demo", "plant": "feed", "ts": 0.0, "seq": 0,
+                                                     "values": [float(rows[0][1]), float(rows[0][2])]}  # fmt: skip
+    assert sink.messages[1].values.tolist() == [float(x) for x in rows[0][3:6]]
     # the site path (training/detection) drops time and label columns and resolves the same rules
-    from fedrca.site import load_frame, plant_frames
+    from fedrca.datasets.loader import load_frame, plant_frames
 
     frame = load_frame(cfg, GENERIC)
     assert list(frame.columns) == header[1:-1]

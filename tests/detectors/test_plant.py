@@ -133,3 +133,20 @@ def test_errors_name_the_plant():
         det.step_batch(np.ones((2, 4)))
     with pytest.raises(DataError, match="NaN"):
         det.step_batch(np.array([[1.0, np.nan, 0.0]]))
+
+
+def test_detached_scoring_leaves_no_trace_even_when_it_fails():
+    rng = np.random.default_rng(4)
+    nominal = rng.normal(size=(300, 4)).cumsum(axis=0) * 0.05 + rng.normal(size=(300, 4))
+    det = PlantDetector(n_states=2, seed=0).fit(nominal)
+    det.step_batch(nominal[:50] + 3.0)  # the stream is somewhere
+    before = det.get_state()
+    with det.detached():
+        fresh = det.step_batch(nominal[:20])
+    assert det.get_state() == before
+    again = PlantDetector(n_states=2, seed=0).fit(nominal).step_batch(nominal[:20])
+    np.testing.assert_array_equal(fresh.d2_c, again.d2_c)  # it started from the initial state
+    with pytest.raises(RuntimeError), det.detached():
+        det.step_batch(nominal[:10])
+        raise RuntimeError("interrupted")
+    assert det.get_state() == before

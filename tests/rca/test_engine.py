@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedrca.config import RCASettings
 from fedrca.exceptions import ConfigError, DataError
-from fedrca.rca import InterdependencyGraph, RCASettings, engine_for, lookup
+from fedrca.rca import InterdependencyGraph, engine_for, lookup
 from fedrca.rca.engine import RCAEngine
 from fedrca.rca.flagmodel import FlagModel
 
@@ -36,7 +37,7 @@ def test_two_plants_noise_free_horizon_one_reproduce_the_table(c1, c2):
     assert decision.outcome == table.outcome
     assert decision.root_cause == (None if table.root_cause is None else names[table.root_cause])
     assert decision.propagated == tuple(names[i] for i in table.propagated)
-    assert decision.window == (0, 0)
+    assert decision.evidence_window == (0, 0)
 
 
 def test_equivalence_holds_row_after_row_with_horizon_one():
@@ -45,7 +46,7 @@ def test_equivalence_holds_row_after_row_with_horizon_one():
         engine.update(seq, {"c1": c1, "c2": c2})
         table = lookup(c1, c2)
         assert engine.decision.outcome == table.outcome, (seq, c1, c2)
-        assert engine.decision.window == (seq, seq)
+        assert engine.decision.evidence_window == (seq, seq)
 
 
 def chain_engine(M: int = 3, **kw) -> RCAEngine:
@@ -66,7 +67,7 @@ def test_one_isolated_root_candidate_is_not_a_verdict_but_a_sustained_one_is():
     engine = chain_engine()
     verdicts = feed(engine, [quiet] * 20 + [alarm] * 6)
     assert verdicts and verdicts[0].root_cause == "p1" and verdicts[0].outcome == "root_cause"
-    assert verdicts[0].window[0] == 20  # evidence starts at the onset, not before
+    assert verdicts[0].evidence_window[0] == 20  # evidence starts at the onset, not before
 
 
 def test_the_graph_direction_decides_between_simultaneous_candidates():
@@ -118,8 +119,8 @@ def test_an_unseen_entry_still_obeys_the_onset_order_beyond_the_entry():
 
 def test_an_unseen_entry_needs_the_source_to_alarm_at_some_point():
     rows = common_cause_rows({"a": 20})
-    assert [v.to_record() for v in feed(source_engine(["src"]), rows)] == [
-        v.to_record() for v in feed(source_engine([]), rows)
+    assert [v.to_dict() for v in feed(source_engine(["src"]), rows)] == [
+        v.to_dict() for v in feed(source_engine([]), rows)
     ]
     assert {v.root_cause for v in feed(source_engine(["src"]), rows)} == {"a"}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fedrca.config import load_config, parse_config
+from fedrca.config import load_config, parse_config, parse_rca_settings
 from fedrca.exceptions import ConfigError
-from fedrca.rca import build_engine, parse_rca_settings
+from fedrca.rca import build_engine
 
 
 def test_defaults_and_overrides():
@@ -41,19 +41,18 @@ def test_errors_name_the_key(section, key, fragment):
     assert info.value.key == key and str(info.value).startswith(f"site.yaml: {key}:")
 
 
-def test_build_engine_validates_the_config_section(repo):
+def test_the_rca_section_is_validated_with_the_configuration(repo):
     base = load_config(repo / "config/synthetic.yaml").model_dump(exclude={"source"})
-    config = parse_config({**base, "rca": {"horizon": -3}}, source="x.yaml")
     with pytest.raises(ConfigError, match=r"x\.yaml: rca\.horizon"):
-        build_engine(config, {})
-    engine = build_engine(parse_config({**base, "rca": {"horizon": 9}}), {})
+        parse_config({**base, "rca": {"horizon": -3}}, source="x.yaml")
+    engine = build_engine(parse_config({**base, "rca": {"horizon": 9}}))
     assert engine.horizon == 9 and engine.graph.source == "config" and engine.graph.edges() == [("plant1", "plant2")]
-    with pytest.raises(ConfigError, match=r"x\.yaml: rca\.unobserved_entry: unknown plant\(s\) feed"):
-        build_engine(parse_config({**base, "rca": {"unobserved_entry": ["feed"]}}, source="x.yaml"), {})
-    unseen = build_engine(parse_config({**base, "rca": {"unobserved_entry": ["plant1"]}}), {})
+    with pytest.raises(ConfigError, match=r"x\.yaml: rca\.unobserved_entry\[0\]: unknown plant 'feed'"):
+        parse_config({**base, "rca": {"unobserved_entry": ["feed"]}}, source="x.yaml")
+    unseen = build_engine(parse_config({**base, "rca": {"unobserved_entry": ["plant1"]}}))
     assert unseen.settings.unobserved_entry == ["plant1"]
-    forced = build_engine(parse_config({**base, "rca": {"graph": {"source": "complete"}}}), {})
+    forced = build_engine(parse_config({**base, "rca": {"graph": {"source": "complete"}}}))
     assert forced.graph.source == "complete"
-    with pytest.raises(ConfigError, match=r"no graph\.edges"):
+    with pytest.raises(ConfigError, match=r"rca\.graph\.source: .*graph\.edges"):
         tep = load_config(repo / "config/tep.yaml").model_dump(exclude={"source"})
-        build_engine(parse_config({**tep, "rca": {"graph": {"source": "config"}}}), {})
+        parse_config({**tep, "rca": {"graph": {"source": "config"}}})

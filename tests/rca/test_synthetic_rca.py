@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from fedrca.cli.synthetic import run_synthetic
 from fedrca.datasets import chain_graph, nonlinear_network, nonlinear_two_plant
-from fedrca.rca.benchmarks import run_synthetic
 
 
 def test_nonlinear_two_plant_rca_f1_without_flag_privacy():
@@ -21,7 +21,7 @@ def test_nonlinear_two_plant_rca_f1_without_flag_privacy():
 def test_flag_privacy_costs_recall_but_not_determinism():
     strict = run_synthetic(nonlinear_two_plant, n_train=2000, n_test=3000, n_events=40, epsilon=1.0)
     again = run_synthetic(nonlinear_two_plant, n_train=2000, n_test=3000, n_events=40, epsilon=1.0)
-    assert [v.to_record() for v in strict.run.verdicts] == [v.to_record() for v in again.run.verdicts]
+    assert [v.to_dict() for v in strict.run.verdicts] == [v.to_dict() for v in again.run.verdicts]
     open_ = run_synthetic(nonlinear_two_plant, n_train=2000, n_test=3000, n_events=40, epsilon=math.inf)
     assert strict.evaluation.rca.recall < open_.evaluation.rca.recall
     assert strict.evaluation.rca.precision >= 0.7

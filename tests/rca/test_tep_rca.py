@@ -15,20 +15,20 @@ import dataclasses
 
 import pytest
 
-from fedrca.config import load_config
-from fedrca.rca import InterdependencyGraph, RCASettings, build_engine
-from fedrca.rca.benchmarks import TEP_FLOWSHEET
-from fedrca.rca.evaluation import evaluate_run
+from fedrca.cli.evaluation import evaluate_run
+from fedrca.cli.site import PipelineRun, prepare_site, run_pipeline
+from fedrca.config import RCASettings, load_config
+from fedrca.datasets.loader import load_frame
+from fedrca.datasets.tep import TEP_FLOWSHEET
+from fedrca.rca import InterdependencyGraph, build_engine
 from fedrca.rca.metrics import FaultEvent
-from fedrca.rca.pipeline import PipelineRun, prepare_site, run_pipeline
-from fedrca.site import load_frame
 
 FAULTS = {"04": "reactor", "05": "separator", "06": "feed"}
 
 
 @pytest.fixture(scope="module")
 def trained_site(repo, tmp_path_factory):
-    from fedrca.training.run import train_site
+    from fedrca.cli.training import train_site
 
     config = load_config(repo / "config/tep.yaml")
     params = tmp_path_factory.mktemp("tep_params")
@@ -74,7 +74,11 @@ def rerun(site, run, **settings) -> PipelineRun:
     """The same published flags through an engine with the declared TEP flowsheet and ``settings``."""
     graph = InterdependencyGraph.from_edges(site.config.plant_names, TEP_FLOWSHEET)
     engine = build_engine(
-        site.config, site.detectors, nominal_flags=site.nominal_flags, graph=graph, settings=RCASettings(**settings)
+        site.config,
+        trained=site.params_version != "proprietary",
+        nominal_flags=site.nominal_flags,
+        graph=graph,
+        settings=RCASettings(**settings),
     )
     return PipelineRun(dataclasses.replace(site, engine=engine), run.results, engine.run(range(960), run.published()))
 

@@ -9,8 +9,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedrca.contracts import FlagMessage
 from fedrca.streams.aligner import FlagAligner
-from fedrca.streams.records import FlagMessage
 
 PLANTS = ["a", "b", "c"]
 

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from fedrca.cli.site import prepare_site, run_pipeline, site_runtime
 from fedrca.config import load_config
 from fedrca.connectors.replay import Pacer
-from fedrca.rca.pipeline import prepare_site, run_pipeline
-from fedrca.site import load_frame, plant_frames
+from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.streams.embedded import replay_frame
-from fedrca.streams.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,20 +32,21 @@ def tep():
 
 
 def _key(v):
-    return v["seq"], v["root_cause"], tuple(v["propagated"]), tuple(v.get("evidence_window", v.get("window")))
+    return v.seq, v.root_cause, v.propagated, v.evidence_window
 
 
 def test_streaming_runtime_issues_the_verdicts_of_the_offline_pipeline(tep):
     config, frame, values = tep
     offline = run_pipeline(prepare_site(config, REPO / "data" / "tep" / "d00.dat"), frame)
-    runtime = Runtime.from_nominal(config, REPO / "data" / "tep" / "d00.dat")
+    runtime = site_runtime(config, REPO / "data" / "tep" / "d00.dat")
     live = replay_frame(runtime, values, sample_seconds=180.0, chunk=37)
     assert not live.deadletters
     assert len(live.flags) == 5 * 960
-    assert [_key(v) for v in live.verdicts] == [_key(v.to_record()) for v in offline.verdicts]
-    assert sum(v["root_cause"] == "reactor" for v in live.verdicts) > 40
+    assert [_key(v) for v in live.verdicts] == [_key(v) for v in offline.verdicts]
+    assert live.verdicts == offline.verdicts  # the one verdict schema: same time stamps and ids too
+    assert sum(v.root_cause == "reactor" for v in live.verdicts) > 40
     for plant in config.plant_names:  # published flags identical, randomized response included
-        mine = [(f["zc"], f["za"]) for f in live.flags if f["plant"] == plant]
+        mine = [(f.zc, f.za) for f in live.flags if f.plant == plant]
         theirs = list(zip(offline.results[plant].zc_pub.astype(int), offline.results[plant].za_pub.astype(int)))
         assert mine == theirs
 
@@ -54,7 +54,7 @@ def test_streaming_runtime_issues_the_verdicts_of_the_offline_pipeline(tep):
 def test_reset_starts_a_new_recording(tep):
     config, _, values = tep
     plain = config.model_copy(update={"privacy": config.privacy.model_copy(update={"flag_epsilon": float("inf")})})
-    runtime = Runtime.from_nominal(plain, REPO / "data" / "tep" / "d00.dat")
+    runtime = site_runtime(plain, REPO / "data" / "tep" / "d00.dat")
     first = replay_frame(runtime, values, sample_seconds=180.0)
     again = replay_frame(runtime, values, sample_seconds=180.0)
     assert len(first.flags) == 5 * 960
@@ -66,7 +66,7 @@ def test_reset_starts_a_new_recording(tep):
 
 def test_pacer_releases_chunks_at_scaled_sample_time(tep):
     config, _, values = tep
-    runtime = Runtime.from_nominal(config, REPO / "data" / "tep" / "d00.dat")
+    runtime = site_runtime(config, REPO / "data" / "tep" / "d00.dat")
     now = [0.0]
     pacer = Pacer(600.0, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     short = {p: v[:100] for p, v in values.items()}
@@ -110,16 +110,16 @@ def test_demo_serves_metrics_while_it_runs_and_ends_with_the_evaluation(tmp_path
 
 
 def test_trained_parameters_export_their_version_and_privacy_spend(tep, tmp_path):
-    from fedrca.training.artifacts import load_artifact
-    from fedrca.training.run import train_site
+    from fedrca.cli.training import train_site
+    from fedrca.contracts import load_artifact
 
     config, _, values = tep
     train_site(config, load_frame(config, REPO / "data" / "tep" / "d00.dat"), tmp_path, progress=None)
-    runtime = Runtime.from_nominal(config, REPO / "data" / "tep" / "d00.dat", params_dir=tmp_path)
+    runtime = site_runtime(config, REPO / "data" / "tep" / "d00.dat", params_dir=tmp_path)
     manifest = load_artifact(tmp_path, "reactor").manifest
     m = runtime.metrics
     assert m.value("fedrca_privacy_epsilon_spent", plant="reactor") == pytest.approx(manifest["epsilon_spent"])
     assert m.value("fedrca_privacy_epsilon_budget", plant="reactor") == manifest["privacy"]["budget"]
     assert m.value("fedrca_parameter_info", plant="reactor", version=manifest["version"]) == 1.0
     flags = replay_frame(runtime, {p: v[:50] for p, v in values.items()}, sample_seconds=180.0).flags
-    assert {f["model_version"] for f in flags} == {manifest["version"]}
+    assert {f.model_version for f in flags} == {manifest["version"]}

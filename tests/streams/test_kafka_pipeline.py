@@ -25,13 +25,15 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
+from fedrca.cli.site import site_runtime
 from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
-from fedrca.site import load_frame, plant_frames
+from fedrca.contracts import Verdict
+from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.streams.agents import plant_state_table
 from fedrca.streams.embedded import EmbeddedRun, replay_frame
-from fedrca.streams.runtime import Runtime, RuntimeSettings
+from fedrca.streams.runtime import RuntimeSettings
 from tests.kafka_broker import unique_name, wait_until
 from tests.streams.workers import Cluster, count, group_assignment, json_records, site_config
 
@@ -91,9 +93,9 @@ def _covers_all_sensor_partitions(bootstrap: str, group: str, config: SiteConfig
 def _missing(expected: EmbeddedRun, verdicts: list[dict[str, Any]], flags: list[dict[str, Any]]) -> str:
     """What is missing on the broker, for the failure report."""
     got = {(f["plant"], f["seq"]): (f["zc"], f["za"], f["model_version"]) for f in flags}
-    want = {(f["plant"], f["seq"]): (f["zc"], f["za"], f["model_version"]) for f in expected.flags}
+    want = {(f.plant, f.seq): (f.zc, f.za, f.model_version) for f in expected.flags}
     wrong = sorted(k for k in want if got.get(k) != want[k])
-    ids = {v["id"] for v in expected.verdicts} - {v["id"] for v in verdicts}
+    ids = {v.id for v in expected.verdicts} - {v["id"] for v in verdicts}
     return f"{len(ids)} verdicts missing; {len(wrong)} flags missing or different, first {wrong[:10]}"
 
 
@@ -111,7 +113,7 @@ def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
         capture_output=True,
     )
     settings = RuntimeSettings(allowed_lateness=LATENESS)
-    runtime = Runtime.from_nominal(config, TRAIN, params_dir=params, settings=settings)
+    runtime = site_runtime(config, TRAIN, params_dir=params, settings=settings)
     data = plant_frames(config, load_frame(config, FAULT))
     expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=180.0)
 
@@ -142,7 +144,7 @@ def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
         cluster.workers["w1"].start()
         feeder.join(timeout=300)
 
-        expected_ids = {v["id"] for v in expected.verdicts}
+        expected_ids = {v.id for v in expected.verdicts}
         verdicts_topic = config.topic("verdicts")
 
         def all_verdicts_in() -> bool:
@@ -176,15 +178,14 @@ def test_fault_04_verdicts_name_the_reactor_each_exactly_once_after_a_kill(crash
     run = crash_run
     assert 0 < run.flags_at_kill < 5 * 960, "the worker was killed mid-stream"
     ids = Counter(v["id"] for v in run.verdicts)
-    assert set(ids) == {v["id"] for v in run.expected.verdicts}
+    assert set(ids) == {v.id for v in run.expected.verdicts}
     assert max(ids.values()) == 1, "a verdict was emitted twice"
     named = Counter(v["root_cause"] for v in run.verdicts if v["root_cause"] is not None)
     assert named.most_common(1)[0][0] == "reactor"
     assert named["reactor"] / sum(named.values()) > 0.5
     by_id = {v["id"]: v for v in run.verdicts}
     for v in run.expected.verdicts:  # same content, not only same ids
-        assert by_id[v["id"]]["root_cause"] == v["root_cause"]
-        assert by_id[v["id"]]["evidence_window"] == v["evidence_window"]
+        assert Verdict.from_dict(by_id[v.id]) == v
 
 
 def test_the_rca_worker_without_plant_data_uses_the_published_parameters(crash_run):
@@ -203,7 +204,7 @@ def test_no_flag_lost_and_redeliveries_are_identical(crash_run):
         bits = (f["zc"], f["za"])
         assert seen.setdefault((f["plant"], f["seq"]), bits) == bits, "a redelivered flag changed"
     assert set(seen) == {(p, t) for p in run.config.plant_names for t in range(960)}
-    expected = {(f["plant"], f["seq"]): (f["zc"], f["za"]) for f in run.expected.flags}
+    expected = {(f.plant, f.seq): (f.zc, f.za) for f in run.expected.flags}
     assert seen == expected
 
 

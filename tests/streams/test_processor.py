@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from fedrca.contracts import SensorMessage, encode
 from fedrca.datasets import linear_multiplant
 from fedrca.detectors import PlantDetector
 from fedrca.streams.processor import PlantProcessor
-from fedrca.streams.records import SensorMessage, encode
 
 
 @pytest.fixture(scope="module")

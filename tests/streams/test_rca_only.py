@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from fedrca.cli import main
+from fedrca.cli.site import rca_runtime, site_runtime
 from fedrca.config import load_config
-from fedrca.site import load_frame, plant_frames
+from fedrca.contracts import encode_flags
+from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.streams.embedded import replay_frame
-from fedrca.streams.records import encode
-from fedrca.streams.runtime import Runtime, RuntimeSettings
+from fedrca.streams.runtime import RCARuntime, RuntimeSettings
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config" / "tep.yaml"
@@ -30,18 +31,18 @@ def params(tmp_path_factory) -> Path:
 def test_rca_only_runtime_issues_the_verdicts_of_the_runtime_fitted_on_the_data(params):
     config = load_config(CONFIG)
     settings = RuntimeSettings(allowed_lateness=1000)
-    full = Runtime.from_nominal(config, TRAIN, params_dir=params, settings=settings)
+    full = site_runtime(config, TRAIN, params_dir=params, settings=settings)
     data = plant_frames(full.config, load_frame(full.config, FAULT))
     expected = replay_frame(full, {p: d.Y for p, d in data.items()})
     assert expected.verdicts, "fault 04 gives verdicts"
 
-    rca_only = Runtime.for_rca(config, params_dir=params, settings=settings)
-    assert rca_only.processors == {}
-    order = np.argsort([f["seq"] for f in expected.flags], kind="stable")  # per sample, plants in order
-    verdicts, rejected = rca_only.process_flags([encode(expected.flags[i]) for i in order])
+    rca_only = rca_runtime(config, params_dir=params, settings=settings)
+    assert isinstance(rca_only, RCARuntime)
+    order = np.argsort([f.seq for f in expected.flags], kind="stable")  # per sample, plants in order
+    verdicts, rejected = rca_only.process_flags(encode_flags([expected.flags[i] for i in order]))
     verdicts += rca_only.flush()  # the end of the recording releases the rows still waiting
     assert rejected == []
-    assert [(v["id"], v["root_cause"]) for v in verdicts] == [(v["id"], v["root_cause"]) for v in expected.verdicts]
+    assert [(v.id, v.root_cause) for v in verdicts] == [(v.id, v.root_cause) for v in expected.verdicts]
 
 
 def test_run_without_train_is_refused_for_the_plant_roles(capsys):

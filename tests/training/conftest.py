@@ -7,10 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedrca.config import load_config
+from fedrca.config import load_config, parse_training_settings
 from fedrca.datasets import linear_multiplant, nonlinear_two_plant
-from fedrca.site import plant_frames
-from fedrca.training.settings import parse_training_settings
+from fedrca.datasets.loader import plant_frames
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +18,7 @@ def linear_setup(n_samples: int = 1500, seed: int = 0, **training):
     config = load_config(REPO / "config" / "synthetic_linear.yaml")
     data = linear_multiplant(n_samples=n_samples, seed=seed)
     frames = plant_frames(config, pd.DataFrame(data.Y, columns=data.columns()))
-    settings = parse_training_settings({**config.training, **training})
+    settings = parse_training_settings({**config.training.model_dump(), **training})
     return config, data, frames, settings
 
 
@@ -27,7 +26,7 @@ def nonlinear_setup(n_samples: int = 1500, seed: int = 0, **training):
     config = load_config(REPO / "config" / "synthetic.yaml")
     data = nonlinear_two_plant(n_samples=n_samples, seed=seed)
     frames = plant_frames(config, pd.DataFrame(data.Y, columns=data.columns()))
-    settings = parse_training_settings({**config.training, **training})
+    settings = parse_training_settings({**config.training.model_dump(), **training})
     return config, data, frames, settings
 
 

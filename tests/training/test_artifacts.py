@@ -7,12 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from fedrca.exceptions import ArtifactError, IntegrityError
-from fedrca.training.artifacts import (
+from fedrca.cli.training import run_training
+from fedrca.contracts import (
     NOMINAL_STATE_COUNTS,
     SERVER,
     ParameterArtifact,
-    apply_artifact,
     decode_published_artifact,
     encode_published_artifact,
     load_artifact,
@@ -21,7 +20,9 @@ from fedrca.training.artifacts import (
     make_artifact,
     save_artifact,
 )
-from fedrca.training.run import FederatedTraining
+from fedrca.detectors.parameters import apply_artifact
+from fedrca.exceptions import ArtifactError, IntegrityError
+from fedrca.training.federated import FederatedTraining
 from tests.training.conftest import linear_setup
 
 
@@ -29,7 +30,7 @@ from tests.training.conftest import linear_setup
 def trained(tmp_path_factory):
     config, _data, frames, settings = linear_setup(n_samples=800, rounds=3)
     out = tmp_path_factory.mktemp("params")
-    result = FederatedTraining(config, frames, settings=settings, progress=None).run(out=out)
+    result = run_training(FederatedTraining(config, frames, settings=settings), out)
     return config, frames, result, out
 
 
@@ -100,7 +101,7 @@ def test_published_encoding_round_trips_and_refuses_tampering(trained):
 
 def test_apply_artifact_installs_theta_and_the_recalibrated_scorer(trained):
     config, frames, result, out = trained
-    from fedrca.site import build_detectors
+    from fedrca.cli.site import build_detectors
 
     fresh = build_detectors(config, frames)
     det = fresh["plant2"]
@@ -123,7 +124,7 @@ def test_apply_artifact_installs_theta_and_the_recalibrated_scorer(trained):
 
 def test_apply_artifact_refuses_a_tampered_or_foreign_artifact(trained):
     config, frames, result, _ = trained
-    from fedrca.site import build_detectors
+    from fedrca.cli.site import build_detectors
 
     det = build_detectors(config, frames)["plant1"]
     art = result.artifacts["plant1"]
@@ -143,8 +144,8 @@ def test_apply_artifact_refuses_a_tampered_or_foreign_artifact(trained):
 
 def test_versions_increase_per_run_in_a_directory(tmp_path):
     config, _, frames, settings = linear_setup(n_samples=300, rounds=1)
-    FederatedTraining(config, frames, settings=settings, progress=None).run(out=tmp_path)
-    FederatedTraining(config, frames, settings=settings, progress=None).run(out=tmp_path, rounds=2)
+    run_training(FederatedTraining(config, frames, settings=settings), tmp_path)
+    run_training(FederatedTraining(config, frames, settings=settings), tmp_path, rounds=2)
     assert load_artifact(tmp_path, "plant1").version == "v2" and load_artifact(tmp_path, SERVER).version == "v2"
 
 
@@ -155,7 +156,7 @@ def test_make_artifact_checks_the_version():
 
 def test_plant_artifacts_carry_the_nominal_flag_state_counts(trained):
     config, frames, _result, out = trained
-    from fedrca.site import build_detectors
+    from fedrca.cli.site import build_detectors
 
     for plant in config.plant_names:
         det = build_detectors(config, frames)[plant]

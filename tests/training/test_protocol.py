@@ -11,9 +11,9 @@ from fedrca.detectors.ekf import ExtendedKalmanFilter
 from fedrca.detectors.plant import PlantDetector
 from fedrca.exceptions import ConvergenceError, MessageError
 from fedrca.training.client import Client, measurement_states
+from fedrca.training.federated import FederatedTraining
 from fedrca.training.linear import instrumental_variables, lagged_design, ordinary_least_squares
 from fedrca.training.messages import GradientMessage, decode_message, encode_message
-from fedrca.training.run import FederatedTraining
 from fedrca.training.server import Server
 from tests.training.conftest import linear_setup, nonlinear_setup
 
@@ -38,7 +38,7 @@ def _fd_gradient(f, theta, h=1e-6):
 @pytest.mark.parametrize("setup", [linear_setup, nonlinear_setup])
 def test_client_gradient_matches_finite_differences_of_its_objective(setup):
     config, _, frames, settings = setup(n_samples=400, server_weight=0.7, ridge=0.05)
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     grads = _round(job)
     rng = np.random.default_rng(1)
     for plant, client in job.clients.items():
@@ -57,7 +57,7 @@ def test_client_gradient_matches_finite_differences_of_its_objective(setup):
 
 def test_server_gradient_is_the_derivative_of_its_loss():
     config, _, frames, settings = linear_setup(n_samples=300)
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     grads = _round(job)
     server, rows = job.server, slice(job.clients["plant1"].window(0).start, job.clients["plant1"].window(0).stop)
     for m, plant in enumerate(server.plants):
@@ -77,7 +77,7 @@ def test_server_gradient_is_the_derivative_of_its_loss():
 
 def test_published_protocol_server_step_is_the_gradient_of_the_server_loss():
     config, _, frames, settings = linear_setup(n_samples=300, estimator="gd")
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     _round(job)
     server = job.server
     rows = slice(job.clients["plant1"].window(0).start, job.clients["plant1"].window(0).stop)
@@ -148,7 +148,7 @@ def test_measurement_states_for_a_nonlinear_measurement_invert_it_locally():
 
 def test_client_convergence_check_matches_the_exact_spectrum(linear_small):
     config, _, frames, settings = linear_small
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     client = job.clients["plant2"]
     # linear proprietary model: the preconditioner is the exact Hessian, so lr P^-1 H = lr I
     lo, hi = client.iteration_spectrum(lr=0.5)
@@ -159,14 +159,14 @@ def test_client_convergence_check_matches_the_exact_spectrum(linear_small):
 def test_divergent_learning_rates_are_refused_with_the_fix(linear_small):
     config, _, frames, _ = linear_small
     settings = linear_setup(n_samples=300, client_lr=2.5)[3]
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     with pytest.raises(ConvergenceError, match=r"client_lr below 2"):
         job.run(rounds=2)
 
 
 def test_nonlinear_client_spectrum_and_contraction(nonlinear_small):
     config, _, frames, settings = nonlinear_small
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     client = job.clients["plant2"]
     lo, hi = client.iteration_spectrum(lr=1.0)
     assert 0.0 < lo <= hi < 2.0
@@ -208,16 +208,16 @@ def _joint_radius(job: FederatedTraining) -> float:
 
 def test_joint_iteration_of_the_published_protocol_checked_against_its_true_spectral_radius():
     config, _, frames, settings = linear_setup(n_samples=200, estimator="gd", client_lr=0.5)
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     job.run_round()  # round 0 sends the fixed states and fits the server
     lam = job.server.curvature()
     assert _joint_radius(job) < 1.0  # the default steps pass the check and do converge
     too_big = linear_setup(n_samples=200, estimator="gd", client_lr=0.5, server_lr=3.0 / lam)[3]
-    job = FederatedTraining(config, frames, settings=too_big, progress=None)
+    job = FederatedTraining(config, frames, settings=too_big)
     with pytest.raises(ConvergenceError, match="server_lr below"):
         job.run_round()
     # ... and that step really diverges: the joint map's spectral radius exceeds 1
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     job.run_round()
     job.server._server_lr = 3.0 / lam
     assert _joint_radius(job) > 1.0
@@ -225,7 +225,7 @@ def test_joint_iteration_of_the_published_protocol_checked_against_its_true_spec
 
 def test_clients_send_only_states_never_raw_data(linear_small):
     config, _, frames, settings = linear_small
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     for plant, client in job.clients.items():
         message = decode_message(encode_message(client.states_message(0)))
         Y = frames[plant].Y
@@ -243,7 +243,7 @@ def test_states_are_clipped_noised_and_charged_when_state_privacy_is_on():
     config, _, frames, settings = linear_setup(
         n_samples=600, privacy={"state_epsilon": 2.0, "state_clip": 0.5, "delta": 1e-5}
     )
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     mu = _mu(2.0)
     for client in job.clients.values():
         rows = client.window(0)
@@ -275,7 +275,7 @@ def _mu(epsilon: float) -> float:
 def test_self_correction_removes_the_clients_own_noise_exactly(linear_small):
     config, _, frames, _ = linear_small
     noisy = linear_setup(n_samples=300, privacy={"state_epsilon": 1.0, "state_clip": 0.5})[3]
-    job = FederatedTraining(config, frames, settings=noisy, progress=None)
+    job = FederatedTraining(config, frames, settings=noisy)
     grads = _round(job)
     server = job.server
     for m, (plant, client) in enumerate(job.clients.items()):
@@ -294,7 +294,7 @@ def test_gradient_privacy_clips_the_other_plants_part_and_charges_the_others():
     config, _, frames, settings = linear_setup(
         n_samples=300, privacy={"gradient_epsilon": 1.0, "gradient_clip": 0.05, "delta": 1e-5}
     )
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     grads = _round(job)
     mu = _mu(1.0)
     for plant, message in grads.items():
@@ -307,7 +307,7 @@ def test_gradient_privacy_clips_the_other_plants_part_and_charges_the_others():
 
 def test_out_of_order_messages_are_refused(linear_small):
     config, _, frames, settings = linear_small
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     client = job.clients["plant1"]
     with pytest.raises(MessageError, match="without a pending"):
         client.apply_gradient(GradientMessage(round=0, plant="plant1", version=0, start=10, grad=np.zeros((5, 2))))

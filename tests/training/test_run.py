@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from fedrca.cli import main
-from fedrca.config import load_config, parse_config
+from fedrca.cli.training import run_training
+from fedrca.config import load_config, parse_config, parse_training_settings
+from fedrca.contracts import load_artifact, load_server_artifact
 from fedrca.datasets import linear_multiplant, nonlinear_two_plant
+from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.exceptions import ArtifactError, ConfigError, PrivacyBudgetExceeded
-from fedrca.site import load_frame, plant_frames
-from fedrca.training.artifacts import load_artifact, load_server_artifact
+from fedrca.training.federated import FederatedTraining
 from fedrca.training.oracle import linear_oracle, nonlinear_oracle
 from fedrca.training.privacy import gaussian_epsilon, gaussian_mu
-from fedrca.training.run import FederatedTraining
-from fedrca.training.settings import parse_training_settings, training_settings
 from tests.training.conftest import REPO, linear_setup, nonlinear_setup
 
 
@@ -24,10 +24,10 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     config, _, frames, settings = linear_setup(
         n_samples=600, rounds=6, window=150, privacy={"state_epsilon": 20.0, "state_clip": 0.5}
     )
-    straight = FederatedTraining(config, frames, settings=settings, progress=None).run()
-    first = FederatedTraining(config, frames, settings=settings, progress=None).run(out=tmp_path, stop_after=4)
+    straight = FederatedTraining(config, frames, settings=settings).run()
+    first = run_training(FederatedTraining(config, frames, settings=settings), tmp_path, stop_after=4)
     assert first.rounds == 4 and not first.artifacts and not (tmp_path / "plant1.npz").exists()
-    resumed = FederatedTraining(config, frames, settings=settings, progress=None).run(out=tmp_path)
+    resumed = run_training(FederatedTraining(config, frames, settings=settings), tmp_path)
     assert resumed.resumed_from == 4 and resumed.rounds == 6
     for plant in ("plant1", "plant2"):
         assert np.array_equal(resumed.clients[plant].theta, straight.clients[plant].theta)
@@ -38,16 +38,16 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
 
 def test_resume_refuses_another_configuration_or_data(tmp_path):
     config, _, frames, settings = linear_setup(n_samples=300, rounds=3)
-    FederatedTraining(config, frames, settings=settings, progress=None).run(out=tmp_path, stop_after=1)
+    run_training(FederatedTraining(config, frames, settings=settings), tmp_path, stop_after=1)
     other = linear_setup(n_samples=300, seed=5, rounds=3)
     with pytest.raises(ArtifactError, match=r"another training data.*--fresh"):
-        FederatedTraining(config, other[2], settings=settings, progress=None).run(out=tmp_path)
+        run_training(FederatedTraining(config, other[2], settings=settings), tmp_path)
     raw = load_config(REPO / "config" / "synthetic_linear.yaml").model_dump(exclude={"source"})
     raw["training"] = {**raw["training"], "ridge": 0.5}
     changed = parse_config(raw)
     with pytest.raises(ArtifactError, match="another configuration"):
-        FederatedTraining(changed, frames, progress=None).run(out=tmp_path)
-    fresh = FederatedTraining(config, frames, settings=settings, progress=None).run(out=tmp_path, resume=False)
+        run_training(FederatedTraining(changed, frames), tmp_path)
+    fresh = run_training(FederatedTraining(config, frames, settings=settings), tmp_path, resume=False)
     assert fresh.resumed_from == 0 and fresh.rounds == 3
 
 
@@ -59,15 +59,15 @@ def test_training_refuses_to_start_past_the_privacy_budget():
     # every round releases every record once: k rounds are exactly one release of sqrt(k) mu
     fit = max(k for k in range(1, 11) if gaussian_epsilon(math.sqrt(k) * mu, 1e-5) <= 5.0)
     assert fit < 10
-    job = FederatedTraining(config, frames, settings=settings, progress=None)
+    job = FederatedTraining(config, frames, settings=settings)
     with pytest.raises(PrivacyBudgetExceeded, match=rf"at most {fit} round\(s\) fit") as info:
         job.run()
     assert f"{gaussian_epsilon(math.sqrt(10) * mu, 1e-5):.3g}" in str(info.value)
     assert all(c.accountant.epsilon() == 0.0 for c in job.clients.values())  # nothing left any plant
-    ok = FederatedTraining(config, frames, settings=settings, progress=None).run(rounds=fit)
+    ok = FederatedTraining(config, frames, settings=settings).run(rounds=fit)
     assert all(c.accountant.epsilon() <= 5.0 for c in ok.clients.values())
     with pytest.raises(PrivacyBudgetExceeded):
-        ok_job = FederatedTraining(config, frames, settings=settings, progress=None)
+        ok_job = FederatedTraining(config, frames, settings=settings)
         ok_job.run(rounds=fit)
         ok_job.run_round()  # one more round by hand: the client's own ledger refuses it
 
@@ -91,16 +91,16 @@ def test_bad_training_settings_name_the_key(training, key, text):
 
 def test_shipped_configurations_have_valid_training_sections():
     for name in ("tep.yaml", "synthetic.yaml", "synthetic_linear.yaml"):
-        settings = training_settings(load_config(REPO / "config" / name))
+        settings = load_config(REPO / "config" / name).training
         assert settings.rounds >= 1
-    assert math.isfinite(training_settings(load_config(REPO / "config" / "tep.yaml")).privacy.state_epsilon)
+    assert math.isfinite(load_config(REPO / "config" / "tep.yaml").training.privacy.state_epsilon)
 
 
 # -- acceptance bars (issue 3) ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def linear_trained():
     config, data, frames, settings = linear_setup(n_samples=10000)
-    return data, FederatedTraining(config, frames, settings=settings, progress=None).run()
+    return data, FederatedTraining(config, frames, settings=settings).run()
 
 
 def test_acceptance_1_linear_granger_blocks(linear_trained):
@@ -132,7 +132,7 @@ def test_acceptance_2_driven_plant_loss_and_distance_to_the_oracle(linear_traine
 
 def test_acceptance_3_nonlinear_residual_order_on_held_out_data():
     config, _, frames, settings = nonlinear_setup(n_samples=3000)
-    result = FederatedTraining(config, frames, settings=settings, progress=None).run()
+    result = FederatedTraining(config, frames, settings=settings).run()
     test = nonlinear_two_plant(n_samples=1000, seed=1)
     oracle = nonlinear_oracle(test)
     det = result.detectors["plant2"]
@@ -147,7 +147,7 @@ def test_acceptance_3_nonlinear_residual_order_on_held_out_data():
 def test_acceptance_5_tep_augmented_residuals_lower_for_most_plants(tep_dir):
     config = load_config(REPO / "config" / "tep.yaml")
     nominal = plant_frames(config, load_frame(config, tep_dir / "d00.dat"))
-    result = FederatedTraining(config, nominal, progress=None).run()
+    result = FederatedTraining(config, nominal).run()
     test = plant_frames(config, load_frame(config, tep_dir / "d00_te.dat"))
     lower = 0
     for plant, det in result.detectors.items():

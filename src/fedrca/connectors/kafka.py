@@ -18,6 +18,7 @@ from kafka import errors as kafka_errors
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from fedrca.config import SiteConfig
+from fedrca.contracts import SensorMessage
 from fedrca.exceptions import ConfigError, DataError
 
 __all__ = [
@@ -208,16 +209,18 @@ class KafkaSink:
             self.waits += 1
             self._wait_for(self.max_pending_bytes // 2)
 
-    def send(self, plant: str, message: dict[str, Any]) -> None:
-        """Queue one sensors message of ``plant`` (blocks under back-pressure)."""
-        topic = self._topics.get(plant)
+    def send(self, message: SensorMessage) -> None:
+        """Queue one sensors message (blocks under back-pressure).
+
+        Raises
+        ------
+        DataError
+            For a plant the site does not have, values that are not finite, or a failed delivery.
+        """
+        topic = self._topics.get(message.plant)
         if topic is None:
-            raise DataError(f"unknown plant '{plant}'; plants are {', '.join(self._topics)}")
-        try:
-            value = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
-        except ValueError as exc:
-            raise DataError(f"message of plant '{plant}' seq {message.get('seq')} is not valid JSON ({exc})") from None
-        self._queue(topic, self._keys[plant], value, None)
+            raise DataError(f"unknown plant '{message.plant}'; plants are {', '.join(self._topics)}")
+        self._queue(topic, self._keys[message.plant], message.encode(), None)
 
     def send_raw(
         self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]] | None = None

@@ -57,6 +57,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from fedrca.config import ColumnMatch, SiteConfig, group_columns
+from fedrca.contracts import SensorMessage
 from fedrca.datasets.tep import TEP_FAULT_ONSET, TEP_SAMPLE_SECONDS, load_tep
 from fedrca.exceptions import ConfigError, DataError
 
@@ -502,39 +503,32 @@ def load_for_config(config: SiteConfig, path: str | Path, labels_path: str | Pat
 class Sink(Protocol):
     """Where replayed messages go; ``send`` blocks while the consumer is behind (back-pressure)."""
 
-    def send(self, plant: str, message: dict[str, Any]) -> None:
-        """Deliver (or queue) one sensors message of ``plant``."""
+    def send(self, message: SensorMessage) -> None:
+        """Deliver (or queue) one sensors message."""
 
 
 @dataclass
 class ListSink:
-    """In-process sink keeping ``(plant, message)`` pairs in order (the embedded default, tests)."""
+    """In-process sink keeping the messages in order (the embedded default, tests)."""
 
-    messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    messages: list[SensorMessage] = field(default_factory=list)
 
-    def send(self, plant: str, message: dict[str, Any]) -> None:
+    def send(self, message: SensorMessage) -> None:
         """Append one message."""
-        self.messages.append((plant, message))
-
-    def by_plant(self) -> dict[str, list[dict[str, Any]]]:
-        """Messages grouped by plant, in send order."""
-        out: dict[str, list[dict[str, Any]]] = {}
-        for plant, message in self.messages:
-            out.setdefault(plant, []).append(message)
-        return out
+        self.messages.append(message)
 
 
 class QueueSink:
     """A bounded in-process queue: ``send`` blocks while the queue is full (back-pressure)."""
 
     def __init__(self, maxsize: int, timeout: float | None = None) -> None:
-        self.queue: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(maxsize=maxsize)
+        self.queue: queue.Queue[SensorMessage] = queue.Queue(maxsize=maxsize)
         self.timeout = timeout
 
-    def send(self, plant: str, message: dict[str, Any]) -> None:
+    def send(self, message: SensorMessage) -> None:
         """Put one message, waiting for room (DataError after ``timeout`` seconds, if set)."""
         try:
-            self.queue.put((plant, message), block=True, timeout=self.timeout)
+            self.queue.put(message, block=True, timeout=self.timeout)
         except queue.Full:
             raise DataError(f"the consumer took no message for {self.timeout} s; is it still running?") from None
 
@@ -645,14 +639,14 @@ def replay(
     ----------
     dataset : the loaded file
     groups : plant -> its sensor columns in message order (or plant -> :class:`ColumnMatch` rule)
-    sink : receives ``(plant, {"site","plant","ts","seq","values"})``; ``seq`` is the row number
-        in the file, ``ts`` the row's timestamp in seconds; ``flush()`` is called at the end
+    sink : receives one :class:`~fedrca.contracts.SensorMessage` per plant and row; ``seq`` is the
+        row number in the file, ``ts`` the row's timestamp in seconds; ``flush()`` is called at the end
         when the sink has it (a :class:`~fedrca.connectors.kafka.KafkaSink` then raises if
         anything was not delivered)
     site : the site name written into every message
     pacer : release schedule (default: as fast as possible)
     start, stop : row range (``stop`` None = to the end)
-    chunk : rows converted to Python lists at a time (bounds memory on large files)
+    chunk : rows between two progress reports
     progress : called as ``progress(rows_done, rows_total)`` after each chunk
 
     Raises
@@ -673,14 +667,13 @@ def replay(
     pacer.begin(float(ts[start]))
     for lo in range(start, stop, chunk):
         hi = min(stop, lo + chunk)
-        values = {p: a[lo:hi].tolist() for p, a in arrays.items()}
         times = ts[lo:hi].tolist()
         for i, t in enumerate(times):
             pacer.wait(t)
             seq = lo + i
-            for plant, rows in values.items():
-                sink.send(plant, {"site": site, "plant": plant, "ts": t, "seq": seq, "values": rows[i]})
-            messages += len(values)
+            for plant, values in arrays.items():
+                sink.send(SensorMessage(site, plant, t, seq, values[seq]))
+            messages += len(arrays)
         if progress is not None:
             progress(hi - start, stop - start)
     flush = getattr(sink, "flush", None)

@@ -12,18 +12,48 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedrca.config.formats import TEP_COLUMNS
 from fedrca.exceptions import DataError
 
-__all__ = ["TEP_COLUMNS", "TEP_FAULT_ONSET", "TEP_FAULT_ROOTS", "TEP_SAMPLE_SECONDS", "load_tep"]
+__all__ = [
+    "TEP_COLUMNS",
+    "TEP_FAULT_ONSET",
+    "TEP_FAULT_ROOTS",
+    "TEP_FLOWSHEET",
+    "TEP_MATERIAL_FLOW",
+    "TEP_SAMPLE_SECONDS",
+    "load_tep",
+]
 
-#: Column names in file order: 41 measurements then 11 manipulated variables.
-TEP_COLUMNS: tuple[str, ...] = tuple([f"XMEAS({i})" for i in range(1, 42)] + [f"XMV({i})" for i in range(1, 12)])
 #: In the ``dNN_te.dat`` test files the fault is introduced after this many samples.
 TEP_FAULT_ONSET = 160
 #: Unit where each bundled fault originates (data/tep/README.md), named as in config/tep.yaml.
 TEP_FAULT_ROOTS: dict[str, str] = {"01": "feed", "04": "reactor", "05": "separator", "06": "feed"}
 #: Sampling interval of the benchmark.
 TEP_SAMPLE_SECONDS = 180.0
+
+#: Material flows between the five TEP plants of ``config/tep.yaml`` (Downs & Vogel 1993):
+#: streams 1-3 (A, D, E) enter the reactor, stream 4 (A and C) enters the stripper, the
+#: stripper overhead (stream 5) and the recycle (stream 8) join the reactor feed, the reactor
+#: product goes to the condenser/separator, whose vapour goes to the compressor (and purge)
+#: and whose liquid goes to the stripper.
+TEP_MATERIAL_FLOW: list[tuple[str, str]] = [
+    ("feed", "reactor"),
+    ("feed", "stripper"),
+    ("stripper", "reactor"),
+    ("compressor", "reactor"),
+    ("reactor", "separator"),
+    ("separator", "compressor"),
+    ("separator", "stripper"),
+]
+
+#: The TEP interdependencies a site can declare (``graph.edges``): the material flows plus the
+#: control loops of the data set's decentralised control structure that cross plants. The
+#: reactor-feed analysers (XMEAS 23, 26, 27) set the A, D and E feed flow set points and the
+#: reactor level (XMEAS 8) sets the A and C feed set point, so the reactor drives the feed
+#: unit's flows and valves (the strongest block of the graph learned without DP noise, too).
+#: Its reachability is complete (recycle + control): every plant can reach every other.
+TEP_FLOWSHEET: list[tuple[str, str]] = [*TEP_MATERIAL_FLOW, ("reactor", "feed")]
 
 
 def load_tep(path: str | Path) -> pd.DataFrame:

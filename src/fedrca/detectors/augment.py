@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.detectors.ekf import batched_jacobian
-from fedrca.detectors.plugin import ProprietaryFilter
+from fedrca.detectors.plugin import LinearModel, ProprietaryFilter
 from fedrca.exceptions import ModelError, NotFittedError
 
 __all__ = [
@@ -100,6 +100,16 @@ class RandomFourierFeatures:
         object.__setattr__(self, "_W", rng.normal(0.0, 1.0 / self.lengthscale, (self.n_features, self.input_dim)))
         object.__setattr__(self, "_b", rng.uniform(0.0, 2.0 * np.pi, self.n_features))
 
+    @property
+    def weights(self) -> FloatArray:
+        """W (F, D), read-only."""
+        return self._W
+
+    @property
+    def phases(self) -> FloatArray:
+        """b (F,), read-only."""
+        return self._b
+
     def transform(self, Yz: FloatArray) -> FloatArray:
         """(T, D) -> (T, F)."""
         # psi = sqrt(2/F) cos(W y + b)
@@ -122,10 +132,9 @@ def transition_jacobians(model: ProprietaryFilter, X: FloatArray, U: FloatArray 
 
     Linear models (with ``transition_matrix``) return A broadcast without evaluating f.
     """
-    A = getattr(model, "transition_matrix", None)
     T, P = X.shape
-    if A is not None:
-        return np.broadcast_to(np.asarray(A), (T, P, P))
+    if isinstance(model, LinearModel):
+        return np.broadcast_to(np.asarray(model.transition_matrix), (T, P, P))
     U_rep = None if U is None else np.repeat(U, P, axis=0)
     return batched_jacobian(lambda Z: model.predict(Z, U_rep), X)
 
@@ -211,10 +220,9 @@ class Augmentation:
         ``dL/dTheta = sum_t J_f(x̂_a(t-1))' g_t psi(y(t-1))'``, shape (P, F).
         """
         Psi = self.feature_map.transform(yz_prev)
-        A = getattr(model, "transition_matrix", None)
-        if A is not None:
+        if isinstance(model, LinearModel):
             # dL/dTheta = A' (G' Psi)  (one matmul for all t)
-            return np.asarray(np.asarray(A).T @ (upstream.T @ Psi))
+            return np.asarray(np.asarray(model.transition_matrix).T @ (upstream.T @ Psi))
         J = transition_jacobians(model, xhat_a_prev, u)
         # dL/dTheta[q, f] = sum_t sum_k J[t, k, q] g[t, k] psi[t, f]
         return np.asarray(np.einsum("tkq,tk,tf->qf", J, upstream, Psi, optimize=True))
@@ -244,10 +252,9 @@ class Augmentation:
         residual = y_target - model.measure(x_a)
         T = len(residual)
         loss = float(np.sum(residual**2) / T)
-        C = getattr(model, "C", None)
-        if C is not None and getattr(model, "transition_matrix", None) is not None:
+        if isinstance(model, LinearModel):
             # dL/dx_a(t) = -(2/T) C' r(t)
-            g = -(2.0 / T) * residual @ np.asarray(C)
+            g = -(2.0 / T) * residual @ np.asarray(model.C)
         else:
             H = batched_jacobian(model.measure, x_a)
             # dL/dx_a(t) = -(2/T) H_t' r(t)

@@ -8,13 +8,12 @@ directions).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import scipy.linalg
 from numpy.typing import ArrayLike, NDArray
 
-from fedrca.detectors.kalman import FilterOutput, StepOutput
+from fedrca.detectors.kalman import FilterOutput, GaussianFilter, StepOutput
 from fedrca.exceptions import DataError, ModelError
 
 __all__ = ["ExtendedKalmanFilter", "batched_jacobian"]
@@ -45,7 +44,7 @@ def batched_jacobian(fn: Callable[[FloatArray], FloatArray], X: FloatArray, eps:
     return np.asarray(np.swapaxes((plus - minus) / (2.0 * steps[:, :, None]), 1, 2))
 
 
-class ExtendedKalmanFilter:
+class ExtendedKalmanFilter(GaussianFilter):
     """EKF over user functions ``f(x, u)`` and ``h(x)``.
 
     Parameters
@@ -93,28 +92,9 @@ class ExtendedKalmanFilter:
         self.reset()
 
     @property
-    def state_dim(self) -> int:
-        """State dimension P."""
-        return int(self.Q.shape[0])
-
-    @property
     def output_dim(self) -> int:
         """Measurement dimension D."""
         return int(self.R.shape[0])
-
-    def reset(self) -> None:
-        """Return to the initial estimate."""
-        self._x = self._x0.copy()
-        self._P = self._P0.copy()
-
-    def get_state(self) -> dict[str, Any]:
-        """The mutable filter state, as plain lists."""
-        return {"x": self._x.tolist(), "P": self._P.tolist()}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore a state produced by :meth:`get_state`."""
-        self._x = np.asarray(state["x"], dtype=np.float64).reshape(self.state_dim)
-        self._P = np.asarray(state["P"], dtype=np.float64).reshape(self.state_dim, self.state_dim)
 
     def predict(self, x: FloatArray, u: FloatArray | None = None) -> FloatArray:
         """Pure transition f(x, u), (P,) or (T, P)."""

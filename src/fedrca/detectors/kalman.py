@@ -32,6 +32,7 @@ from fedrca.exceptions import DataError, ModelError
 
 __all__ = [
     "FilterOutput",
+    "GaussianFilter",
     "LinearKalmanFilter",
     "StepOutput",
     "kf_predict",
@@ -230,7 +231,51 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     return np.ascontiguousarray(np.real(Z @ modes).T)
 
 
-class LinearKalmanFilter:
+class GaussianFilter:
+    """The state every Kalman-type filter keeps: the estimate x(t|t) and its covariance P(t|t).
+
+    Shared by :class:`LinearKalmanFilter` and
+    :class:`~fedrca.detectors.ekf.ExtendedKalmanFilter`: the initial estimate, reset,
+    the JSON-friendly state of a checkpoint, and the plug-in protocol's dimensions
+    (subclasses set ``_x0`` (P,) and ``_P0`` (P, P) and give ``output_dim``).
+    """
+
+    _x0: FloatArray
+    _P0: FloatArray
+    _x: FloatArray
+    _P: FloatArray
+
+    @property
+    def state_dim(self) -> int:
+        """State dimension P."""
+        return int(self._x0.shape[0])
+
+    @property
+    def output_dim(self) -> int:
+        """Measurement dimension D."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Return to the initial estimate."""
+        self._x = self._x0.copy()
+        self._P = self._P0.copy()
+
+    def get_state(self) -> dict[str, Any]:
+        """The mutable filter state (for checkpoints/tables); plain lists."""
+        return {"x": self._x.tolist(), "P": self._P.tolist()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by :meth:`get_state`."""
+        self._x = np.asarray(state["x"], dtype=np.float64).reshape(self.state_dim)
+        self._P = np.asarray(state["P"], dtype=np.float64).reshape(self.state_dim, self.state_dim)
+
+    @property
+    def x(self) -> FloatArray:
+        """Current estimate x(t|t) (copy)."""
+        return self._x.copy()
+
+
+class LinearKalmanFilter(GaussianFilter):
     """Linear Gaussian Kalman filter of a fixed (proprietary) state-space model.
 
     ``x(t) = A x(t-1) + B u + w``, ``y(t) = C x(t) + v``, ``w ~ N(0, Q)``, ``v ~ N(0, R)``.
@@ -298,49 +343,19 @@ class LinearKalmanFilter:
 
     # -- properties -----------------------------------------------------------------
     @property
-    def state_dim(self) -> int:
-        """State dimension P."""
-        return int(self.A.shape[0])
-
-    @property
     def output_dim(self) -> int:
         """Measurement dimension D."""
         return int(self.C.shape[0])
 
     @property
     def transition_matrix(self) -> FloatArray:
-        """A; lets the augmentation use closed-form gradients."""
+        """A; lets the augmentation use closed-form gradients (:class:`~fedrca.detectors.plugin.LinearModel`)."""
         return self.A
 
     @property
     def gain(self) -> FloatArray | None:
         """The steady-state gain K (P, D), or None for the time-varying filter."""
         return self._K_ss
-
-    @property
-    def innovation_cov(self) -> FloatArray | None:
-        """The steady-state innovation covariance S (D, D), or None."""
-        return self._S_ss
-
-    # -- state ------------------------------------------------------------------------
-    def reset(self) -> None:
-        """Return to the initial estimate."""
-        self._x = self._x0.copy()
-        self._P = self._P0.copy()
-
-    def get_state(self) -> dict[str, Any]:
-        """The mutable filter state (for checkpoints/tables); plain lists."""
-        return {"x": self._x.tolist(), "P": self._P.tolist()}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore a state produced by :meth:`get_state`."""
-        self._x = np.asarray(state["x"], dtype=np.float64).reshape(self.state_dim)
-        self._P = np.asarray(state["P"], dtype=np.float64).reshape(self.state_dim, self.state_dim)
-
-    @property
-    def x(self) -> FloatArray:
-        """Current estimate x(t|t) (copy)."""
-        return self._x.copy()
 
     # -- plug-in protocol (pure transition and measurement) ------------------------------
     def predict(self, x: FloatArray, u: FloatArray | None = None) -> FloatArray:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -98,11 +100,29 @@ class Detector(ABC):
 
     def score(self, Y: ArrayLike, U: ArrayLike | None = None) -> FloatArray:
         """Anomaly scores (T,) of ``Y`` continuing from the current state, which is left unchanged."""
+        with self.detached(reset=False):
+            return self.step_batch(Y, U).score
+
+    @contextmanager
+    def detached(self, reset: bool = True) -> Iterator[Detector]:
+        """Process samples without a trace: the streaming state is restored on exit.
+
+        For scoring data outside the stream (the nominal data, to count its flag
+        states or re-calibrate a scorer): inside the block the detector starts from
+        its initial state (``reset=True``) or continues from the current one; on exit
+        (also on an error) it is exactly as it was before, parameters included.
+        """
         saved = copy.deepcopy(self.get_state())
         try:
-            return self.step_batch(Y, U).score
+            if reset:
+                self.reset()
+            yield self
         finally:
             self.set_state(saved)
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget the stream (the learned parameters are kept)."""
 
 
 class PlantDetector(Detector):
@@ -291,13 +311,11 @@ class PlantDetector(Detector):
 
     def calibrate_augmented(self, Y: ArrayLike, U: ArrayLike | None = None) -> ScorerState:
         """Refit the augmented scorer on nominal data with the current Theta; returns its state."""
-        saved = copy.deepcopy(self.get_state())
-        self.reset()
         Y_arr = self._check_batch(Y, expect_dim=self.proprietary.output_dim if self._identified is None else None)
         U_arr = None if U is None else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
-        result = self._run(Y_arr, U_arr, score=False)
-        self._scorer_a.fit(result.r_a)
-        self.set_state(saved)
+        with self.detached():
+            result = self._run(Y_arr, U_arr, score=False)
+            self._scorer_a.fit(result.r_a)
         return self._scorer_a.state
 
     def set_parameters(self, theta: FloatArray, scorer_a: ScorerState | None = None, version: str = "trained") -> None:

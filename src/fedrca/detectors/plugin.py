@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from fedrca.detectors.kalman import FilterOutput, StepOutput
 from fedrca.exceptions import ConfigError
 
-__all__ = ["ProprietaryFilter", "filter_batch", "load_plugin"]
+__all__ = ["LinearModel", "ProprietaryFilter", "filter_batch", "load_plugin"]
 
 
 @runtime_checkable
@@ -53,6 +53,23 @@ class ProprietaryFilter(Protocol):
     def get_state(self) -> dict[str, Any]: ...
 
     def set_state(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class LinearModel(Protocol):
+    """A filter whose transition and measurement are linear: ``f(x) = A x (+ B u)``, ``h(x) = C x``.
+
+    The augmentation, the training client and the artifact fingerprint check
+    ``isinstance(model, LinearModel)`` and then use the matrices in closed form
+    (gradients, Hessians, measurement states) instead of Jacobians by finite
+    differences. :class:`~fedrca.detectors.kalman.LinearKalmanFilter` is one.
+    """
+
+    @property
+    def transition_matrix(self) -> NDArray[np.float64]: ...  # A (P, P)
+
+    @property
+    def C(self) -> NDArray[np.float64]: ...  # (D, P)
 
 
 def filter_batch(

@@ -61,13 +61,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedrca.config import RCASettings, SiteConfig
+from fedrca.contracts import NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, Verdict, flag_states
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.rca.flagmodel import (
     AUGMENTED,
@@ -79,12 +79,10 @@ from fedrca.rca.flagmodel import (
     state_rates_from_counts,
 )
 from fedrca.rca.graph import InterdependencyGraph
-from fedrca.rca.settings import RCASettings, rca_settings
-from fedrca.rca.table import EXTERNAL_ROOT, NO_ANOMALY, ROOT_CAUSE, classify_pattern
+from fedrca.rca.table import EXTERNAL_ROOT, NO_ANOMALY, ROOT_CAUSE, UNEXPLAINED, classify_pattern
 
 __all__ = [
     "RCAEngine",
-    "Verdict",
     "artifact_state_counts",
     "build_engine",
     "engine_for",
@@ -108,38 +106,6 @@ def _logsumexp(a: FloatArray, axis: int) -> FloatArray:
         return np.asarray(np.log(np.sum(np.exp(a - top), axis=axis)) + np.squeeze(top, axis=axis))
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """One RCA verdict.
-
-    Attributes
-    ----------
-    seq : row (sample index) at which the verdict is issued
-    root_cause : the root-cause plant, or None (no anomaly / not a single-root situation; see outcome)
-    propagated : plants showing the propagated effect
-    posterior : posterior probability of the decided hypothesis
-    window : evidence window (first seq, last seq), inclusive
-    outcome : outcome code (:data:`fedrca.rca.table.OUTCOMES`)
-    """
-
-    seq: int
-    root_cause: str | None
-    propagated: tuple[str, ...]
-    posterior: float
-    window: tuple[int, int]
-    outcome: str
-
-    def to_record(self) -> dict[str, Any]:
-        """The verdict line of ``fedrca replay``: ``{"seq","root_cause","propagated","posterior","window"}``."""
-        return {
-            "seq": self.seq,
-            "root_cause": self.root_cause,
-            "propagated": list(self.propagated),
-            "posterior": round(self.posterior, 6),
-            "window": list(self.window),
-        }
-
-
 class RCAEngine:
     """Streaming RCA over published flags (see the module docstring for the model).
 
@@ -148,6 +114,7 @@ class RCAEngine:
     graph : interdependency graph; its plant order is the engine's plant order
     model : flag likelihoods of the plants (same order)
     settings : RCA settings (horizon, thresholds, priors, onset evidence)
+    site : the site named in the verdicts
 
     Examples
     --------
@@ -158,13 +125,16 @@ class RCAEngine:
     >>> rows = [{"p1": (0, 0), "p2": (0, 0)}] * 5 + [{"p1": (1, 1), "p2": (1, 0)}] * 5
     >>> verdicts = [v for seq, row in enumerate(rows) if (v := engine.update(seq, row)) is not None]
     >>> v = verdicts[0]
-    >>> v.root_cause, v.propagated, v.window, v.posterior > 0.9
+    >>> v.root_cause, v.propagated, v.evidence_window, v.posterior > 0.9
     ('p1', ('p2',), (5, 6), True)
     """
 
-    def __init__(self, graph: InterdependencyGraph, model: FlagModel, settings: RCASettings | None = None) -> None:
+    def __init__(
+        self, graph: InterdependencyGraph, model: FlagModel, settings: RCASettings | None = None, site: str = ""
+    ) -> None:
         if model.n_plants != graph.n_plants:
             raise DataError(f"flag model has {model.n_plants} plants, the graph {graph.n_plants}")
+        self.site = site
         self.settings = settings or RCASettings()
         self.graph = graph
         self.model = model
@@ -294,7 +264,7 @@ class RCAEngine:
                 raise DataError(f"plant '{plant}': flags must be a pair (zc, za) of 0/1, got {pair!r}") from None
             if zc not in (0, 1) or za not in (0, 1):
                 raise DataError(f"plant '{plant}': flags must be 0 or 1, got ({zc}, {za})")
-            codes[m] = 2 * zc + za
+            codes[m] = int(flag_states(zc, za))
         return codes
 
     def _row_logprob(self, codes: IntArray) -> FloatArray:
@@ -361,11 +331,11 @@ class RCAEngine:
         return ["none", *[f"root:{p}" for p in self.plants], "external", "unexplained"]
 
     # -- streaming -------------------------------------------------------------------------
-    def update(self, seq: int, flags: Mapping[str, tuple[int, int]]) -> Verdict | None:
+    def update(self, seq: int, flags: Mapping[str, tuple[int, int]], ts: float = 0.0) -> Verdict | None:
         """Add the published flags of row ``seq`` (pairs (zc, za) per plant; absent plants = no evidence).
 
-        Returns the verdict issued at this row, if any; :attr:`decision` always
-        holds the current decision.
+        Returns the verdict issued at this row (stamped with the row's time ``ts``), if
+        any; :attr:`decision` always holds the current decision.
 
         Raises
         ------
@@ -373,27 +343,29 @@ class RCAEngine:
             When seq does not increase, a plant is unknown or a flag is not 0/1.
         """
         codes = self.encode(flags)
-        return self._step(int(seq), codes, self._row_logprob(codes[None, :])[0])
+        return self._step(int(seq), float(ts), codes, self._row_logprob(codes[None, :])[0])
 
-    def run(self, seqs: ArrayLike, flags: ArrayLike) -> list[Verdict]:
-        """Process many rows at once: seqs (T,), flags (T, M, 2) in plant order (negative = absent).
+    def run(self, seqs: ArrayLike, flags: ArrayLike, ts: ArrayLike | None = None) -> list[Verdict]:
+        """Process many rows at once: seqs (T,), flags (T, M, 2) in plant order (negative = absent),
+        row times ts (T,) in seconds (default 0).
 
         The likelihoods of all rows are computed in one vectorised pass; the
         result equals calling :meth:`update` row by row.
         """
         seq_arr = np.asarray(seqs, dtype=np.int64)
+        ts_arr = np.zeros(len(seq_arr)) if ts is None else np.asarray(ts, dtype=np.float64).reshape(len(seq_arr))
         codes = encode_states(flags)
         if codes.ndim != 2 or codes.shape != (len(seq_arr), len(self.plants)):
             raise DataError(f"flags must be (T, {len(self.plants)}, 2) for {len(seq_arr)} seqs, got {np.shape(flags)}")
         lp = self._row_logprob(codes)
         out = []
         for t in range(len(seq_arr)):
-            verdict = self._step(int(seq_arr[t]), codes[t], lp[t])
+            verdict = self._step(int(seq_arr[t]), float(ts_arr[t]), codes[t], lp[t])
             if verdict is not None:
                 out.append(verdict)
         return out
 
-    def _step(self, seq: int, codes: IntArray, lp: FloatArray) -> Verdict | None:
+    def _step(self, seq: int, ts: float, codes: IntArray, lp: FloatArray) -> Verdict | None:
         if self._last_seq is not None and seq <= self._last_seq:
             raise DataError(f"rows must arrive in increasing seq order: got {seq} after {self._last_seq}")
         self._last_seq = seq
@@ -404,7 +376,7 @@ class RCAEngine:
         self._buf_lp[slot] = lp
         self._buf_valid[slot] = True
         self._n_rows += 1
-        decision = self._decide(seq)
+        decision = self._decide(seq, ts)
         self.decision = decision
         return self._emit(decision)
 
@@ -460,7 +432,7 @@ class RCAEngine:
         np.fill_diagonal(early, False)
         return np.where(early, self._log_violation, 0.0)
 
-    def _decide(self, seq: int) -> Verdict:
+    def _decide(self, seq: int, ts: float) -> Verdict:
         mask = self._window(seq)
         M = len(self.plants)
         S = self._buf_lp[mask].sum(axis=0)
@@ -468,29 +440,46 @@ class RCAEngine:
         order_unseen = self._order_penalty(unseen=True) if unseen_roots.any() else None
         evidence, affected, unaffected = self._hypothesis_evidence(S, self._order_penalty(), order_unseen, unseen_roots)
         top = float(np.max(evidence))
-        with np.errstate(invalid="ignore"):
-            weights = np.exp(evidence - top)
-        posterior = weights / weights.sum()
-        h = int(np.argmax(posterior))
         seqs = self._buf_seq[mask]
         window = (int(seqs.min()), int(seqs.max()))
+        if not math.isfinite(top):
+            # every hypothesis deems a pair of the window impossible (e.g. (1, 0) from untrained
+            # detectors, whose Z_a equals Z_c): no hypothesis explains the flags, with no confidence
+            # (tests/rca/test_engine.py::test_batch_equals_streaming_and_state_survives_a_restart)
+            return self._verdict(ts, seq, None, (), 0.0, window, UNEXPLAINED)
+        weights = np.exp(evidence - top)
+        posterior = weights / weights.sum()
+        h = int(np.argmax(posterior))
         codes = self._buf_codes[mask]
         prob = float(posterior[h])
         if h == 0:
-            return Verdict(seq, None, (), prob, window, NO_ANOMALY)
+            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY)
         alarming = self._alarm_share(codes) >= 0.5
         if h <= M:
             k = h - 1
             shown = alarming & (affected[k] > unaffected[k])
             shown[k] = False
             propagated = tuple(self.plants[j] for j in np.flatnonzero(shown))
-            return Verdict(seq, self.plants[k], propagated, prob, window, ROOT_CAUSE)
+            return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE)
         if h == M + 1:
             propagated = tuple(self.plants[j] for j in np.flatnonzero(alarming))
-            return Verdict(seq, None, propagated, prob, window, EXTERNAL_ROOT)
+            return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT)
         dominant = self._dominant_states(codes)
         pattern = classify_pattern([(int(c) >> 1, int(c) & 1) for c in dominant])
-        return Verdict(seq, None, (), prob, window, pattern.outcome)
+        return self._verdict(ts, seq, None, (), prob, window, pattern.outcome)
+
+    def _verdict(
+        self,
+        ts: float,
+        seq: int,
+        root: str | None,
+        propagated: tuple[str, ...],
+        posterior: float,
+        window: tuple[int, int],
+        outcome: str,
+    ) -> Verdict:
+        # the posterior is a softmax: clip its float rounding into [0, 1], the contract's range
+        return Verdict(self.site, ts, seq, root, propagated, min(max(posterior, 0.0), 1.0), window, outcome)
 
     def _alarm_share(self, codes: IntArray) -> FloatArray:
         """Channel-inverted share of window rows in which each plant's Z_c is on (M,)."""
@@ -527,12 +516,15 @@ class RCAEngine:
 
 
 def resolve_graph(
-    config: Any, settings: RCASettings, params_dir: str | Path | None = None, graph: InterdependencyGraph | None = None
+    config: SiteConfig,
+    settings: RCASettings,
+    server: ParameterArtifact | None = None,
+    graph: InterdependencyGraph | None = None,
 ) -> InterdependencyGraph:
     """The graph the engine uses: given, from the config, learned from the server artifact, or complete.
 
-    ``settings.graph.source`` decides (``auto``: config edges when present, else
-    the learned graph when ``params_dir`` holds a server artifact, else complete).
+    ``settings.graph.source`` decides (``auto``: config edges when present, else the
+    learned graph when a ``server`` artifact is given, else complete).
     """
     plants = list(config.plant_names)
     if graph is not None:
@@ -542,19 +534,15 @@ def resolve_graph(
     source = settings.graph.source
     has_config = config.graph is not None and bool(config.graph.edges)
     if source == "config" or (source == "auto" and has_config):
-        if not has_config:
-            from fedrca.exceptions import ConfigError
-
+        if config.graph is None or not has_config:
             raise ConfigError(
                 "graph source is 'config' but the configuration has no graph.edges", key="rca.graph.source"
             )
-        return InterdependencyGraph.from_edges(plants, [tuple(e) for e in config.graph.edges], source="config")
-    if source == "learned" or (source == "auto" and params_dir is not None):
-        if params_dir is None:
-            raise ArtifactError("graph source 'learned' needs trained parameters (--params DIR)")
-        from fedrca.training.artifacts import load_server_artifact
-
-        learned = InterdependencyGraph.from_server_artifact(load_server_artifact(params_dir), settings.graph.alpha)
+        return InterdependencyGraph.from_edges(plants, list(config.graph.edges), source="config")
+    if source == "learned" or (source == "auto" and server is not None):
+        if server is None:
+            raise ArtifactError("graph source 'learned' needs trained parameters (--params DIR with a server artifact)")
+        learned = InterdependencyGraph.from_server_artifact(server, settings.graph.alpha)
         if list(learned.plants) != plants:
             raise ArtifactError(f"server artifact plants {list(learned.plants)} differ from the config's {plants}")
         return learned
@@ -562,44 +550,36 @@ def resolve_graph(
 
 
 def build_engine(
-    config: Any,
-    detectors: Mapping[str, Any],
+    config: SiteConfig,
     *,
-    params_dir: str | Path | None = None,
+    artifacts: Mapping[str, ParameterArtifact] | None = None,
+    trained: bool | None = None,
     nominal_flags: Mapping[str, ArrayLike] | None = None,
     graph: InterdependencyGraph | None = None,
     settings: RCASettings | None = None,
     epsilon: float | None = None,
 ) -> RCAEngine:
-    """The site's RCA engine from its configuration and fitted detectors.
+    """The site's RCA engine from its configuration and what the plants published.
 
     Parameters
     ----------
-    config : :class:`fedrca.config.SiteConfig` (its ``rca:`` section is validated here)
-    detectors : fitted plant detectors by name (only their parameter version is read:
-        trained augmentation means propagated effects can show as (1, 0))
-    params_dir : directory of training artifacts; its server artifact gives the learned graph
+    config : the site configuration
+    artifacts : the training artifacts by plant (and :data:`~fedrca.contracts.SERVER`), as
+        loaded by :func:`fedrca.contracts.load_artifacts`; the server's gives the learned graph
+    trained : whether the plants' augmentation is trained (propagated effects can then show
+        as (1, 0)); default: artifacts were given
     nominal_flags : per plant the true flags (T, 2) on nominal data, to estimate the
         false-alarm rates; without them the nominal flag-state counts of the plant artifacts
-        in ``params_dir`` (what an RCA worker without any plant's data uses), else
-        ``rca.false_alarm_rate``
+        (what an RCA worker without any plant's data uses), else ``rca.false_alarm_rate``
     graph : use this graph instead of resolving one
     settings : use these settings instead of ``config.rca``
     epsilon : published flag epsilon (default ``config.privacy.flag_epsilon``)
     """
-    s = settings or rca_settings(config)
+    s = settings or config.rca
     plants = list(config.plant_names)
-    unknown = [p for p in s.unobserved_entry if p not in plants]
-    if unknown:
-        raise ConfigError(
-            f"unknown plant(s) {', '.join(unknown)}; plants are {', '.join(plants)}",
-            source=getattr(config, "source", None),
-            key="rca.unobserved_entry",
-        )
-    trained = params_dir is not None or any(
-        getattr(det, "parameter_version", "proprietary") != "proprietary" for det in detectors.values()
-    )
-    counts = None if nominal_flags is not None or params_dir is None else artifact_state_counts(params_dir, plants)
+    if trained is None:
+        trained = bool(artifacts)
+    counts = None if nominal_flags is not None or not artifacts else artifact_state_counts(artifacts, plants)
     if nominal_flags is not None:
         nominal = nominal_state_rates(nominal_flags, plants, floor=s.min_false_alarm)
     elif counts is not None:
@@ -607,14 +587,12 @@ def build_engine(
     else:
         nominal = default_state_rates(len(plants), max(s.false_alarm_rate, s.min_false_alarm), coupled=not trained)
     eps = config.privacy.flag_epsilon if epsilon is None else epsilon
-    return RCAEngine(resolve_graph(config, s, params_dir, graph), flag_model(s, nominal, eps, trained), s)
+    server = None if artifacts is None else artifacts.get(SERVER)
+    return RCAEngine(resolve_graph(config, s, server, graph), flag_model(s, nominal, eps, trained), s, site=config.site)
 
 
-def artifact_state_counts(params_dir: str | Path, plants: Sequence[str]) -> FloatArray | None:
+def artifact_state_counts(artifacts: Mapping[str, ParameterArtifact], plants: Sequence[str]) -> FloatArray | None:
     """Nominal flag-state counts (M, 4) from the plant artifacts, or None when a plant's are missing."""
-    from fedrca.training.artifacts import NOMINAL_STATE_COUNTS, load_site_artifacts
-
-    artifacts = load_site_artifacts(params_dir)
     if not all(p in artifacts and NOMINAL_STATE_COUNTS in artifacts[p].arrays for p in plants):
         return None
     return np.stack([np.asarray(artifacts[p].arrays[NOMINAL_STATE_COUNTS], dtype=np.float64) for p in plants])

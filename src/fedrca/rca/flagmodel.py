@@ -55,6 +55,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedrca.contracts.flagstate import flag_states
 from fedrca.exceptions import DataError
 
 __all__ = [
@@ -102,7 +103,7 @@ def encode_states(flags: ArrayLike) -> NDArray[np.int64]:
     missing = np.any(F < 0, axis=-1)
     if np.any((F > 1) & ~missing[..., None]):
         raise DataError("flags must be 0 or 1")
-    return np.where(missing, -1, 2 * F[..., 0] + F[..., 1])
+    return np.where(missing, -1, flag_states(F[..., 0], F[..., 1]))
 
 
 def nominal_state_rates(flags: Mapping[str, ArrayLike], plants: Sequence[str], floor: float = 0.0) -> FloatArray:

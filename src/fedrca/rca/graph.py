@@ -27,13 +27,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.stats
 from numpy.typing import ArrayLike, NDArray
 
+from fedrca.contracts.artifacts import ParameterArtifact
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 
 __all__ = ["InterdependencyGraph", "transitive_closure"]
@@ -199,8 +199,8 @@ class InterdependencyGraph:
         return cls(tuple(plants), adjacency, weight, pvalue=pvalue, source="learned", threshold=alpha)
 
     @classmethod
-    def from_server_artifact(cls, artifact: Any, alpha: float = 0.01) -> InterdependencyGraph:
-        """Learned graph from a server :class:`fedrca.training.artifacts.ParameterArtifact`."""
+    def from_server_artifact(cls, artifact: ParameterArtifact, alpha: float = 0.01) -> InterdependencyGraph:
+        """Learned graph from the server's :class:`~fedrca.contracts.artifacts.ParameterArtifact`."""
         arrays: Mapping[str, Any] = artifact.arrays
         if "A" not in arrays or "state_dims" not in arrays:
             raise ArtifactError("the server artifact has no 'A' / 'state_dims'; retrain with fedrca train")
@@ -281,55 +281,3 @@ class InterdependencyGraph:
             return cls.from_dict(json.loads(text))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise DataError(f"not an interdependency graph JSON document ({exc})") from None
-
-    def save(self, path: str | Path) -> Path:
-        """Write the JSON description to ``path``."""
-        out = Path(path)
-        out.write_text(self.to_json() + "\n", encoding="utf-8")
-        return out
-
-    def draw(self, path: str | Path, title: str | None = None) -> Path:
-        """Save a picture of the graph (PNG/SVG by extension): plants on a circle, arrows by weight."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import FancyArrowPatch
-
-        M = self.n_plants
-        angles = np.pi / 2 - 2 * np.pi * np.arange(M) / max(M, 1)
-        xy = np.column_stack([np.cos(angles), np.sin(angles)]) if M > 1 else np.zeros((1, 2))
-        fig, ax = plt.subplots(figsize=(5.5, 5.5), dpi=110)
-        strengths = self.weight[self.adjacency]
-        top = float(strengths.max()) if strengths.size and strengths.max() > 0 else 1.0
-        for n, m in zip(*np.nonzero(self.adjacency)):
-            width = 0.8 + 3.2 * float(self.weight[n, m]) / top
-            both = bool(self.adjacency[m, n])
-            arrow = FancyArrowPatch(
-                tuple(xy[n]),
-                tuple(xy[m]),
-                arrowstyle="-|>",
-                mutation_scale=16,
-                lw=width,
-                color="#3465a4",
-                shrinkA=26,
-                shrinkB=26,
-                connectionstyle=f"arc3,rad={0.18 if both else 0.0}",
-            )
-            ax.add_patch(arrow)
-        for k, name in enumerate(self.plants):
-            x, y = float(xy[k, 0]), float(xy[k, 1])
-            ax.scatter([x], [y], s=2200, color="#f6f6f6", edgecolors="#333333", zorder=3)
-            ax.text(x, y, name, ha="center", va="center", fontsize=9, zorder=4)
-        ax.set_xlim(-1.45, 1.45)
-        ax.set_ylim(-1.45, 1.45)
-        ax.set_aspect("equal")
-        ax.axis("off")
-        label = title or f"interdependency graph ({self.source}"
-        if title is None:
-            label += f", alpha {self.threshold})" if self.threshold is not None else ")"
-        ax.set_title(label, fontsize=10)
-        out = Path(path)
-        fig.savefig(out, bbox_inches="tight")
-        plt.close(fig)
-        return out

@@ -1,4 +1,5 @@
-"""Faust agents of a site: thin shells over :class:`fedrca.streams.runtime.Runtime`.
+"""Faust agents of a site: thin shells over :class:`~fedrca.streams.runtime.PlantRuntime` and
+:class:`~fedrca.streams.runtime.RCARuntime`.
 
 * one plant-processor agent per plant: ``<site>.sensors.<plant>`` -> ``<site>.flags``;
 * the RCA agent: ``<site>.flags`` -> ``<site>.verdicts``;
@@ -37,10 +38,10 @@ import faust
 from faust.types import TP, EventT
 from faust.types.enums import ProcessingGuarantee
 
+from fedrca.contracts import DeadLetterReason, DeadLetterStage, deadletter_headers, encode_flags
 from fedrca.exceptions import FedrcaError, MessageError
 from fedrca.streams.delivery import OffsetGuard
-from fedrca.streams.records import deadletter_headers, encode, encode_flags
-from fedrca.streams.runtime import Runtime
+from fedrca.streams.runtime import PlantRuntime, RCARuntime
 from fedrca.streams.topics import SiteTopics
 
 __all__ = ["RCA_STATE_KEY", "install", "plant_state_table"]
@@ -91,11 +92,13 @@ async def _send_keyed(app: faust.App, topic: faust.TopicT, key: bytes, values: l
     await asyncio.gather(*futures)
 
 
-async def _deadletter(topics: SiteTopics, rejected: list[tuple[bytes, MessageError]], stage: str, source: str) -> None:
+async def _deadletter(
+    topics: SiteTopics, rejected: list[tuple[bytes, MessageError]], stage: DeadLetterStage, source: str
+) -> None:
     await _send_all(topics.deadletter, [(None, raw, deadletter_headers(err, stage, source)) for raw, err in rejected])
 
 
-def _record_lag(app: faust.App, runtime: Runtime, stage: str, events: Sequence[EventT]) -> None:
+def _record_lag(app: faust.App, runtime: PlantRuntime | RCARuntime, stage: str, events: Sequence[EventT]) -> None:
     """Consumer lag of the partition of the batch's last event (messages not yet consumed)."""
     message = events[-1].message
     highwater = app.consumer.highwater(message.tp)
@@ -137,15 +140,16 @@ def plant_state_table(site: str, plant: str) -> str:
 def install(
     app: faust.App,
     topics: SiteTopics,
-    runtime: Runtime,
+    plants: PlantRuntime | None,
+    rca: RCARuntime,
     bootstrap: str,
     roles: tuple[str, ...],
     partitions: int,
     read_verdict_ids: Callable[[str, str], list[str]] | None = None,
 ) -> None:
-    """Register the agents, tables and tasks of ``roles`` on ``app``."""
-    site = runtime.config.site
-    if "plants" in roles:
+    """Register the agents, tables and tasks of ``roles`` on ``app`` (``plants`` is None for an RCA-only worker)."""
+    site = rca.config.site
+    if plants is not None and "plants" in roles:
         for plant, topic in topics.sensors.items():
             # One table per plant: its changelog holds that plant's filter state (derived from its
             # raw data), so it is as private as the plant's sensor topic and gets the same ACLs.
@@ -156,18 +160,16 @@ def install(
                 use_partitioner=True,
                 key_type=bytes,  # raw plant-name keys, partitioned like the sensor messages; JSON values
             )
-            app.agent(topic, name=f"fedrca.plant.{plant}")(_plant_agent(app, plant, topics, runtime, plant_state))
+            app.agent(topic, name=f"fedrca.plant.{plant}")(_plant_agent(app, plant, topics, plants, plant_state))
     if "rca" in roles:
         rca_state = app.Table(f"{site}-rca-state", default=None, partitions=1, use_partitioner=True, key_type=bytes)
-        app.agent(topics.flags, name="fedrca.rca")(
-            _rca_agent(app, topics, runtime, rca_state, bootstrap, read_verdict_ids)
-        )
-    if "params" in roles:
-        app.task(_params_task(app, topics, runtime, bootstrap))
+        app.agent(topics.flags, name="fedrca.rca")(_rca_agent(app, topics, rca, rca_state, bootstrap, read_verdict_ids))
+    if plants is not None and "params" in roles:
+        app.task(_params_task(app, topics, plants, bootstrap))
 
 
 def _plant_agent(
-    app: faust.App, plant: str, topics: SiteTopics, runtime: Runtime, table: Any
+    app: faust.App, plant: str, topics: SiteTopics, runtime: PlantRuntime, table: Any
 ) -> Callable[[faust.StreamT], AsyncIterator[None]]:
     settings = runtime.settings
     source = topics.sensors[plant].get_topic_name()
@@ -193,12 +195,12 @@ def _plant_agent(
             for e in events:
                 if e.key != key:
                     error = MessageError(
-                        "bad-key", f"sensor messages of plant '{plant}' must be keyed by the plant name, got {e.key!r}"
+                        DeadLetterReason.BAD_KEY,
+                        f"sensor messages of plant '{plant}' must be keyed by the plant name, got {e.key!r}",
                     )
-                    batch.rejected.append((e.value, error))
-                    runtime.metrics.record_deadletter("plant", error.reason)
+                    runtime.reject(batch, e.value, error)
             out = runtime.process_plant(plant, batch.valid)
-            await _deadletter(topics, batch.rejected, "plant", source)
+            await _deadletter(topics, batch.rejected, DeadLetterStage.PLANT, source)
             await _send_keyed(app, topics.flags, key, encode_flags(out.flags))
             runtime.metrics.record_messages_out("plant", topics.flags.get_topic_name(), len(out.flags))
             # The table serialises the value into its changelog message right here, and reads its
@@ -215,7 +217,7 @@ def _plant_agent(
 def _rca_agent(
     app: faust.App,
     topics: SiteTopics,
-    runtime: Runtime,
+    runtime: RCARuntime,
     table: Any,
     bootstrap: str,
     read_verdict_ids: Callable[[str, str], list[str]] | None,
@@ -231,15 +233,15 @@ def _rca_agent(
         batches = stream.take_events(settings.batch_size, within=settings.batch_within)  # type: ignore[attr-defined]
         async for fetched in batches:
             saved = table.get(RCA_STATE_KEY)
-            if saved is not None and int(saved["consumed"]) > runtime.rca.consumed:
-                runtime.rca.set_state(saved)
+            if saved is not None and int(saved["consumed"]) > runtime.stage.consumed:
+                runtime.stage.set_state(saved)
                 resumed = False
             if not resumed and read_verdict_ids is not None:
                 # Verdicts emitted after the saved state (crash between send and table write).
                 ids = await asyncio.get_running_loop().run_in_executor(
                     None, read_verdict_ids, bootstrap, verdicts_topic
                 )
-                runtime.rca.remember(ids)
+                runtime.stage.remember(ids)
                 resumed = True
             admitted = await _admit(app, guard, flags_topic, fetched, saved)
             if admitted is None:
@@ -247,23 +249,20 @@ def _rca_agent(
                 continue
             events, cursor = admitted
             verdicts, rejected = runtime.process_flags([e.value for e in events])
-            await _deadletter(topics, rejected, "rca", flags_topic)
+            await _deadletter(topics, rejected, DeadLetterStage.RCA, flags_topic)
             await _send_all(
                 topics.verdicts,
-                [
-                    (runtime.config.site.encode(), encode(v), [("fedrca-verdict-id", v["id"].encode())])
-                    for v in verdicts
-                ],
+                [(runtime.config.site.encode(), v.encode(), [("fedrca-verdict-id", v.id.encode())]) for v in verdicts],
             )
             runtime.metrics.record_messages_out("rca", verdicts_topic, len(verdicts))
-            table[RCA_STATE_KEY] = {**runtime.rca.get_state(), "offsets": cursor}
+            table[RCA_STATE_KEY] = {**runtime.stage.get_state(), "offsets": cursor}
             _record_lag(app, runtime, "rca", fetched)
             yield None
 
     return rca_agent
 
 
-def _params_task(app: faust.App, topics: SiteTopics, runtime: Runtime, bootstrap: str) -> Callable[[], Any]:
+def _params_task(app: faust.App, topics: SiteTopics, runtime: PlantRuntime, bootstrap: str) -> Callable[[], Any]:
     params_topic = topics.params.get_topic_name()
 
     async def tail_parameters() -> None:
@@ -282,8 +281,8 @@ def _params_task(app: faust.App, topics: SiteTopics, runtime: Runtime, bootstrap
                         runtime.offer_published_artifact(record.value)
                     except FedrcaError as exc:
                         log.error("refused parameter artifact at offset %s: %s", record.offset, exc)
-                        error = MessageError("bad-artifact", str(exc))
-                        await _deadletter(topics, [(record.value, error)], "params", params_topic)
+                        error = MessageError(DeadLetterReason.BAD_ARTIFACT, str(exc))
+                        await _deadletter(topics, [(record.value, error)], DeadLetterStage.PARAMS, params_topic)
         finally:
             await consumer.stop()
 

@@ -23,7 +23,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from fedrca.streams.records import FlagMessage
+from fedrca.contracts import FlagMessage, FlagState
+from fedrca.exceptions import ConfigError
 
 __all__ = ["AlignedRow", "FlagAligner"]
 
@@ -49,7 +50,7 @@ class FlagAligner:
 
     Examples
     --------
-    >>> from fedrca.streams.records import FlagMessage
+    >>> from fedrca.contracts import FlagMessage
     >>> al = FlagAligner(["a", "b"], allowed_lateness=2)
     >>> al.add(FlagMessage("s", "a", 0.0, 0, 1, 1, 1.0, "v"))
     ([], 'buffered')
@@ -60,7 +61,7 @@ class FlagAligner:
 
     def __init__(self, plants: list[str], allowed_lateness: int = 5, memory: int = 10_000) -> None:
         if allowed_lateness < 0:
-            raise ValueError("allowed_lateness must be >= 0 samples")
+            raise ConfigError(f"allowed lateness must be >= 0 samples, got {allowed_lateness}")
         self.plants = list(plants)
         self.allowed_lateness = allowed_lateness
         self.memory = memory
@@ -69,7 +70,7 @@ class FlagAligner:
         self._next_seq: int | None = None
         self._max_seq = -1
         self._index = {p: i for i, p in enumerate(self.plants)}
-        # Released rows as (seq, one character per plant: "-" absent, else 2*zc + za): the
+        # Released rows as (seq, one character per plant: "-" absent, else its FlagState): the
         # memory is written to the changelog with every batch, so it is kept compact.
         self._released: deque[tuple[int, str]] = deque(maxlen=memory)
 
@@ -87,7 +88,7 @@ class FlagAligner:
             for seq, code in reversed(self._released):
                 if seq == flag.seq:
                     index = self._index.get(flag.plant)
-                    same = index is not None and code[index] == str(2 * flag.zc + flag.za)
+                    same = index is not None and code[index] == str(int(FlagState.of(flag.zc, flag.za)))
                     return [], "duplicate" if same else "late"
                 if seq < flag.seq:
                     break
@@ -128,7 +129,7 @@ class FlagAligner:
         return out
 
     def _code(self, row: dict[str, tuple[int, int]]) -> str:
-        return "".join(str(2 * row[p][0] + row[p][1]) if p in row else "-" for p in self.plants)
+        return "".join(str(int(FlagState.of(*row[p]))) if p in row else "-" for p in self.plants)
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state."""

@@ -1,7 +1,7 @@
 """The embedded default: the whole pipeline in one process, no broker.
 
-Replays recorded files through the *same* cores the Faust workers run
-(:class:`fedrca.streams.runtime.Runtime`: message validation, plant
+Replays recorded files through the *same* cores the Kafka workers run
+(:class:`fedrca.streams.runtime.SiteRuntime`: message validation, plant
 processors, flag alignment, RCA stage), with in-memory hand-over in place of
 the topics. Messages are encoded to and decoded from JSON bytes exactly as on
 Kafka, so this path exercises the production contracts.
@@ -13,15 +13,15 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
 import numpy as np
 
 from fedrca.config import SiteConfig
 from fedrca.connectors.replay import Pacer
+from fedrca.contracts import FlagMessage, SensorMessage, Verdict, encode_flags
 from fedrca.detectors.plant import DetectionResult
-from fedrca.streams.records import encode
-from fedrca.streams.runtime import Runtime
+from fedrca.streams.runtime import SiteRuntime
 
 __all__ = ["EmbeddedRun", "progress_bar", "replay_frame"]
 
@@ -34,8 +34,8 @@ class EmbeddedRun:
     operator report of the embedded default; it never reaches the RCA stage.
     """
 
-    flags: list[dict[str, Any]] = field(default_factory=list)
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    flags: list[FlagMessage] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
     deadletters: list[tuple[bytes, str]] = field(default_factory=list)
     results: dict[str, DetectionResult] = field(default_factory=dict)
     rows: int = 0
@@ -43,14 +43,14 @@ class EmbeddedRun:
 
 
 def replay_frame(
-    runtime: Runtime,
+    runtime: SiteRuntime,
     plant_values: dict[str, np.ndarray],
     *,
     sample_seconds: float = 1.0,
     start_ts: float = 0.0,
     chunk: int = 20,
     pacer: Pacer | None = None,
-    on_verdict: Callable[[dict[str, Any]], None] | None = None,
+    on_verdict: Callable[[Verdict], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> EmbeddedRun:
     """Replay per-plant arrays (T, D_m) through the runtime, ``chunk`` rows at a time.
@@ -64,12 +64,12 @@ def replay_frame(
     T = len(next(iter(plant_values.values())))
     out = EmbeddedRun(rows=T)
     started = time.perf_counter()
-    value_lists = {p: np.asarray(plant_values[p], dtype=np.float64).tolist() for p in plants}
+    arrays = {p: np.asarray(plant_values[p], dtype=np.float64) for p in plants}
     parts: dict[str, list[DetectionResult]] = {p: [] for p in plants}
     if pacer is not None:
         pacer.begin(start_ts)
 
-    def emit(verdicts: list[dict[str, Any]]) -> None:
+    def emit(verdicts: list[Verdict]) -> None:
         for v in verdicts:
             out.verdicts.append(v)
             if on_verdict is not None:
@@ -79,36 +79,28 @@ def replay_frame(
         hi = min(T, lo + chunk)
         if pacer is not None:
             pacer.wait(start_ts + lo * sample_seconds)
-        chunk_flags: list[dict[str, Any]] = []
+        chunk_flags: list[FlagMessage] = []
         for plant in plants:
             raws = [
-                encode(
-                    {
-                        "site": config.site,
-                        "plant": plant,
-                        "ts": start_ts + t * sample_seconds,
-                        "seq": t,
-                        "values": value_lists[plant][t],
-                    }
-                )
+                SensorMessage(config.site, plant, start_ts + t * sample_seconds, t, arrays[plant][t]).encode()
                 for t in range(lo, hi)
             ]
-            batch = runtime.decode_sensors(raws, plant=plant)
+            batch = runtime.plants.decode_sensors(raws, plant=plant)
             out.deadletters += [(raw, err.reason) for raw, err in batch.rejected]
-            result = runtime.process_plant(plant, batch.valid)
+            result = runtime.plants.process_plant(plant, batch.valid)
             if result.result is not None:
                 parts[plant].append(result.result)
-            chunk_flags += [f.to_dict() for f in result.flags]
+            chunk_flags += result.flags
         # Flags reach the RCA sample by sample, as from processors that keep pace with the sensors.
         order = {p: i for i, p in enumerate(plants)}
-        chunk_flags.sort(key=lambda r: (r["seq"], order[r["plant"]]))
+        chunk_flags.sort(key=lambda f: (f.seq, order[f.plant]))
         out.flags += chunk_flags
-        verdicts, rejected = runtime.process_flags([encode(r) for r in chunk_flags])
+        verdicts, rejected = runtime.rca.process_flags(encode_flags(chunk_flags))
         out.deadletters += [(raw, err.reason) for raw, err in rejected]
         emit(verdicts)
         if progress is not None:
             progress(hi, T)
-    emit(runtime.flush())
+    emit(runtime.rca.flush())
     out.results = {p: DetectionResult.concat(parts[p]) for p in plants if parts[p]}
     out.seconds = time.perf_counter() - started
     return out

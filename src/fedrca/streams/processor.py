@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from fedrca.contracts import FlagMessage, SensorMessage
 from fedrca.detectors.plant import DetectionResult, PlantDetector
-from fedrca.streams.records import FlagMessage, SensorMessage
 
 __all__ = ["PlantProcessor", "ProcessorOutput"]
 

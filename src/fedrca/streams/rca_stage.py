@@ -1,45 +1,34 @@
 """Pure core of the central RCA stream: flags in, verdicts out.
 
-Aligns the published flags of all plants by seq (:class:`FlagAligner`), feeds
-each aligned row to the RCA engine, and turns the engine's verdicts into the
-verdicts-topic contract. Verdict ids are deterministic (site, root cause,
-evidence window), and the stage remembers the ids it emitted, so a replayed or
-re-processed window never produces a second verdict.
+Aligns the published flags of all plants by seq (:class:`FlagAligner`) and feeds
+each aligned row, with its time, to the RCA engine, whose verdicts are the
+verdicts-topic contract (:class:`fedrca.contracts.Verdict`). Verdict ids are
+deterministic (site, root cause, evidence window), and the stage remembers the
+ids it emitted, so a replayed or re-processed window never produces a second
+verdict.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from typing import Any, Protocol
 
+from fedrca.contracts import FlagMessage, Verdict
 from fedrca.streams.aligner import AlignedRow, FlagAligner
-from fedrca.streams.records import FlagMessage
 
-__all__ = ["RCAStage", "StreamEngine", "verdict_id"]
+__all__ = ["RCAStage", "StreamEngine"]
 
 
 class StreamEngine(Protocol):
-    """What the stage needs from the RCA engine (fedrca.rca)."""
+    """What the stage needs from the RCA engine (:class:`fedrca.rca.RCAEngine`)."""
 
-    def update(self, seq: int, flags: dict[str, tuple[int, int]]) -> Any: ...
+    def update(self, seq: int, flags: dict[str, tuple[int, int]], ts: float = 0.0) -> Verdict | None: ...
 
     def get_state(self) -> dict[str, Any]: ...
 
     def set_state(self, state: dict[str, Any]) -> None: ...
 
     def reset(self) -> None: ...
-
-
-def verdict_id(site: str, root_cause: str | None, window: tuple[int, int]) -> str:
-    """Deterministic verdict id.
-
-    Examples
-    --------
-    >>> verdict_id("tep", "reactor", (161, 170)) == verdict_id("tep", "reactor", (161, 170))
-    True
-    """
-    return hashlib.sha1(f"{site}|{root_cause}|{window[0]}|{window[1]}".encode()).hexdigest()[:16]
 
 
 class RCAStage:
@@ -81,46 +70,28 @@ class RCAStage:
                 self._emitted.append(vid)
                 self._emitted_set.add(vid)
 
-    def add(self, flag: FlagMessage) -> tuple[list[dict[str, Any]], str]:
-        """Add one flag; returns the new verdicts (contract dicts) and the flag's aligner status."""
+    def add(self, flag: FlagMessage) -> tuple[list[Verdict], str]:
+        """Add one flag; returns the new verdicts and the flag's aligner status."""
         self.consumed += 1
         rows, status = self.aligner.add(flag)
         return self._run(rows), status
 
-    def flush(self) -> list[dict[str, Any]]:
+    def flush(self) -> list[Verdict]:
         """Release and judge every buffered row (end of a finite stream)."""
         return self._run(self.aligner.flush())
 
-    def _run(self, rows: list[AlignedRow]) -> list[dict[str, Any]]:
+    def _run(self, rows: list[AlignedRow]) -> list[Verdict]:
         verdicts = []
         for row in rows:
             self.rows += 1
             if not row.complete:
                 self.incomplete_rows += 1
-            verdict = self.engine.update(row.seq, row.flags)
-            if verdict is None:
+            verdict = self.engine.update(row.seq, row.flags, row.ts)
+            if verdict is None or verdict.id in self._emitted_set:
                 continue
-            record = self.to_record(verdict, row.ts)
-            if record["id"] in self._emitted_set:
-                continue
-            self.remember([record["id"]])
-            verdicts.append(record)
+            self.remember([verdict.id])
+            verdicts.append(verdict)
         return verdicts
-
-    def to_record(self, verdict: Any, ts: float) -> dict[str, Any]:
-        """The verdicts-topic contract of an engine verdict."""
-        window = (int(verdict.window[0]), int(verdict.window[1]))
-        return {
-            "site": self.site,
-            "ts": ts,
-            "seq": int(verdict.seq),
-            "root_cause": verdict.root_cause,
-            "propagated": list(verdict.propagated),
-            "posterior": float(verdict.posterior),
-            "evidence_window": list(window),
-            "outcome": str(getattr(verdict, "outcome", "root_cause" if verdict.root_cause else "no_anomaly")),
-            "id": verdict_id(self.site, verdict.root_cause, window),
-        }
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state."""

@@ -1,9 +1,13 @@
-"""The cores a worker (or the embedded runner) runs, built from one configuration.
+"""The cores a worker (or the embedded runner) runs: :class:`PlantRuntime` and :class:`RCARuntime`.
 
-A :class:`Runtime` holds one :class:`PlantProcessor` per plant, the
-:class:`RCAStage`, the metrics and the parameter-reload logic. The Faust
-agents and the embedded runner both call into it, so the production path and
-the in-process default execute the same code.
+A :class:`PlantRuntime` holds one :class:`~fedrca.streams.processor.PlantProcessor`
+per plant, its metrics and the parameter hot-reload; an :class:`RCARuntime` holds
+the :class:`~fedrca.streams.rca_stage.RCAStage` over the RCA engine and its
+metrics. The Kafka workers run one of them per role; the embedded runner runs
+both (:class:`SiteRuntime`). Both paths execute the same code.
+
+The runtimes take fitted cores; building them from a configuration and data is
+the shell's (:func:`fedrca.cli.site.site_runtime`).
 """
 
 from __future__ import annotations
@@ -11,34 +15,46 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fedrca.config import SiteConfig
-from fedrca.connectors.metrics import Metrics
+from fedrca.contracts import (
+    SERVER,
+    DeadLetterReason,
+    DeadLetterStage,
+    ParameterArtifact,
+    SensorMessage,
+    Verdict,
+    decode_flag,
+    decode_published_artifact,
+    decode_sensors,
+)
+from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, FedrcaError, MessageError
+from fedrca.observability import Metrics
+from fedrca.rca.engine import RCAEngine
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
-from fedrca.streams.records import SensorMessage, decode_flag, decode_sensors
 
-__all__ = ["Runtime", "RuntimeSettings", "SensorBatch"]
+__all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "SiteRuntime"]
 
 log = logging.getLogger("fedrca.streams")
 
 
 @dataclass(frozen=True)
 class RuntimeSettings:
-    """Knobs of the streaming runtime (shared by Faust workers and the embedded runner).
+    """Knobs of the streaming runtime (shared by the Kafka workers and the embedded runner).
 
     Attributes
     ----------
     allowed_lateness : samples a row waits for missing plants before the RCA judges it
         without them (make it larger than the longest processor outage you want to
         ride through without losing evidence)
-    batch_size : most messages an agent takes per batch
-    batch_within : seconds an agent waits to fill a batch
+    batch_size : most messages a worker takes per batch
+    batch_within : seconds a worker waits to fill a batch
     """
 
     allowed_lateness: int = 1000
@@ -54,14 +70,13 @@ class SensorBatch:
     rejected: list[tuple[bytes, MessageError]] = field(default_factory=list)
 
 
-class Runtime:
-    """Processors + RCA stage + metrics for one site.
+class PlantRuntime:
+    """The plant side of a site: processors, metrics, parameter hot-reload.
 
     Parameters
     ----------
-    config : site configuration
-    detectors : fitted detectors per plant (see :meth:`Runtime.from_nominal`)
-    engine : RCA engine for the central stage (see :func:`fedrca.rca.build_engine`)
+    config : site configuration (plants resolved to explicit columns)
+    detectors : fitted detectors per plant (a worker may hold any subset of the site's plants)
     metrics : Prometheus metrics (a fresh registry by default)
     settings : runtime knobs
     """
@@ -69,80 +84,33 @@ class Runtime:
     def __init__(
         self,
         config: SiteConfig,
-        detectors: dict[str, PlantDetector],
-        engine: Any,
+        detectors: Mapping[str, PlantDetector],
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
     ) -> None:
-        if detectors and not config.resolved:
+        if not config.resolved:
             raise ConfigError(
                 "plants given by match rules must be resolved against the data's columns first "
-                "(fedrca.config.resolve_plants, or Runtime.from_nominal)"
+                "(fedrca.config.resolve_plants, or fedrca.cli.site.prepare_site)"
             )
+        unknown = sorted(set(detectors) - set(config.plant_names))
+        if unknown:
+            raise ConfigError(f"detectors of unknown plant(s) {unknown}; plants are {', '.join(config.plant_names)}")
         self.config = config
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         self.processors = {name: PlantProcessor(config.site, det) for name, det in detectors.items()}
         self.sensor_counts = {p.name: len(p.sensors) for p in config.plants}
-        self.engine = engine
-        self.rca = RCAStage(config.site, config.plant_names, engine, self.settings.allowed_lateness)
-        self._latest: dict[str, Any] = {}
+        self._latest: dict[str, ParameterArtifact] = {}
         self.refused_artifacts = 0
         for name, det in detectors.items():
             self.metrics.set_parameter_version(name, det.parameter_version)
 
-    @classmethod
-    def from_nominal(
-        cls,
-        config: SiteConfig,
-        train_path: str | Path,
-        params_dir: str | Path | None = None,
-        **kwargs: Any,
-    ) -> Runtime:
-        """Fit the detectors on nominal data, apply trained parameters, build the RCA engine.
-
-        Exactly the site preparation of ``fedrca replay`` / ``fedrca evaluate``
-        (:func:`fedrca.rca.pipeline.prepare_site`), so the live system and the offline
-        commands issue the same verdicts on the same data. Plants configured by
-        ``match`` rules take the nominal file's columns.
-        """
-        from fedrca.rca.pipeline import prepare_site
-
-        site = prepare_site(config, train_path, params_dir=params_dir)
-        runtime = cls(site.config, site.detectors, site.engine, **kwargs)
-        if params_dir is not None:
-            from fedrca.training.artifacts import load_site_artifacts
-
-            for plant, artifact in load_site_artifacts(params_dir).items():
-                if plant in runtime.processors:
-                    runtime._record(plant, artifact)  # applied by prepare_site
-        return runtime
-
-    @classmethod
-    def for_rca(cls, config: SiteConfig, params_dir: str | Path | None = None, **kwargs: Any) -> Runtime:
-        """A runtime with the central RCA stage only: no plant processor, no plant data.
-
-        The engine comes from the configuration and the training artifacts alone
-        (:func:`fedrca.rca.build_engine`): the learned graph from the server artifact and
-        the nominal flag rates from the flag-state counts each plant artifact carries, so
-        it equals the engine :meth:`from_nominal` builds from the nominal data. Without
-        ``params_dir`` the engine uses the configured graph (else the complete graph) and
-        ``rca.false_alarm_rate``.
-        """
-        from fedrca.rca.engine import build_engine
-
-        return cls(config, {}, build_engine(config, {}, params_dir=params_dir), **kwargs)
-
     def reset(self) -> None:
-        """Start a new recording: processors, alignment and the RCA engine forget the stream.
-
-        Parameters, fitted statistics and metrics are kept.
-        """
+        """Start a new recording: the processors forget the stream (parameters and metrics are kept)."""
         for processor in self.processors.values():
             processor.reset()
-        self.rca.reset()
 
-    # -- plant side ------------------------------------------------------------------
     def decode_sensors(self, raws: list[bytes], plant: str | None = None) -> SensorBatch:
         """Validate raw sensor messages; invalid ones are kept with their reason.
 
@@ -151,8 +119,13 @@ class Runtime:
         counts = self.sensor_counts if plant is None else {plant: self.sensor_counts[plant]}
         valid, rejected = decode_sensors(raws, self.config.site, counts, time.time())
         for _, err in rejected:
-            self.metrics.record_deadletter("plant", err.reason)
+            self.metrics.record_deadletter(DeadLetterStage.PLANT, err.reason)
         return SensorBatch(valid, rejected)
+
+    def reject(self, batch: SensorBatch, raw: bytes, error: MessageError) -> None:
+        """Add a message refused outside decoding (e.g. a wrong key) to the batch's dead letters."""
+        batch.rejected.append((raw, error))
+        self.metrics.record_deadletter(DeadLetterStage.PLANT, error.reason)
 
     def process_plant(self, plant: str, messages: list[SensorMessage]) -> ProcessorOutput:
         """Run one plant's batch."""
@@ -177,8 +150,7 @@ class Runtime:
             self._apply(plant, latest)
         self.metrics.set_parameter_version(plant, self.processors[plant].model_version)
 
-    # -- parameters ------------------------------------------------------------------
-    def offer_parameters(self, plant: str, artifact: Any) -> bool:
+    def offer_parameters(self, plant: str, artifact: ParameterArtifact) -> bool:
         """Switch a plant to a verified artifact, between two batches.
 
         Returns False (and changes nothing) when the plant already uses that version.
@@ -202,8 +174,6 @@ class Runtime:
             (IntegrityError, ArtifactError) when the artifact is tampered with, unreadable or
             for an unknown plant; it is counted in ``fedrca_deadletters_total{stage="params"}``.
         """
-        from fedrca.training.artifacts import SERVER, decode_published_artifact
-
         try:
             plant, artifact = decode_published_artifact(raw)
             if plant == SERVER:
@@ -211,20 +181,12 @@ class Runtime:
             return self.offer_parameters(plant, artifact)
         except FedrcaError as exc:
             self.refused_artifacts += 1
-            self.metrics.record_deadletter("params", "bad-artifact")
+            self.metrics.record_deadletter(DeadLetterStage.PARAMS, DeadLetterReason.BAD_ARTIFACT)
             log.error("refused parameter artifact: %s", exc)
             raise
 
-    def _apply(self, plant: str, artifact: Any) -> None:
-        from fedrca.training.artifacts import apply_artifact
-
-        detector = self.processors[plant].detector
-        apply_artifact(detector, artifact)
-        self._record(plant, artifact)
-        log.info("plant %s switched to parameter version %s", plant, detector.parameter_version)
-
-    def _record(self, plant: str, artifact: Any) -> None:
-        """Remember the plant's newest artifact and export its version and privacy spend."""
+    def record_artifact(self, plant: str, artifact: ParameterArtifact) -> None:
+        """Remember a plant's newest artifact (already applied) and export its version and privacy spend."""
         self._latest[plant] = artifact
         self.metrics.set_parameter_version(plant, str(artifact.version))
         privacy = artifact.manifest.get("privacy") or {}
@@ -233,38 +195,96 @@ class Runtime:
             budget = privacy.get("budget")
             self.metrics.set_privacy(plant, float(spent), math.inf if budget is None else float(budget))
 
-    # -- RCA side ------------------------------------------------------------------------
-    def process_flags(self, raws: list[bytes]) -> tuple[list[dict[str, Any]], list[tuple[bytes, MessageError]]]:
-        """Validate flags, align, judge; returns (verdict records, rejected flags)."""
+    def _apply(self, plant: str, artifact: ParameterArtifact) -> None:
+        detector = self.processors[plant].detector
+        apply_artifact(detector, artifact)
+        self.record_artifact(plant, artifact)
+        log.info("plant %s switched to parameter version %s", plant, detector.parameter_version)
+
+
+class RCARuntime:
+    """The central RCA side of a site: flags in, verdicts out, with metrics. Never sees plant data.
+
+    Parameters
+    ----------
+    config : site configuration
+    engine : the RCA engine (:func:`fedrca.rca.build_engine`)
+    metrics : Prometheus metrics (a fresh registry by default)
+    settings : runtime knobs (its ``allowed_lateness`` bounds how long a row waits for plants)
+    """
+
+    def __init__(
+        self,
+        config: SiteConfig,
+        engine: RCAEngine,
+        metrics: Metrics | None = None,
+        settings: RuntimeSettings | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = settings or RuntimeSettings()
+        self.metrics = metrics or Metrics(plants=config.plant_names)
+        self.engine = engine
+        self.stage = RCAStage(config.site, config.plant_names, engine, self.settings.allowed_lateness)
+        self._plants = set(config.plant_names)
+
+    def reset(self) -> None:
+        """Start a new recording: alignment and engine evidence are forgotten."""
+        self.stage.reset()
+
+    def process_flags(self, raws: list[bytes]) -> tuple[list[Verdict], list[tuple[bytes, MessageError]]]:
+        """Validate flags, align, judge; returns (verdicts, rejected flags)."""
         started = time.perf_counter()
-        verdicts: list[dict[str, Any]] = []
+        verdicts: list[Verdict] = []
         rejected: list[tuple[bytes, MessageError]] = []
-        plants = set(self.config.plant_names)
         now = time.time()
         for raw in raws:
             try:
-                flag = decode_flag(raw, self.config.site, plants, now)
+                flag = decode_flag(raw, self.config.site, self._plants, now)
             except MessageError as err:
                 rejected.append((raw, err))
-                self.metrics.record_deadletter("rca", err.reason)
+                self.metrics.record_deadletter(DeadLetterStage.RCA, err.reason)
                 continue
-            new, status = self.rca.add(flag)
+            new, status = self.stage.add(flag)
             if status == "late":
                 late = MessageError(
-                    "late", f"flag of plant '{flag.plant}' seq {flag.seq} arrived after its row was judged"
+                    DeadLetterReason.LATE,
+                    f"flag of plant '{flag.plant}' seq {flag.seq} arrived after its row was judged",
                 )
                 rejected.append((raw, late))
-                self.metrics.record_deadletter("rca", "late")
+                self.metrics.record_deadletter(DeadLetterStage.RCA, DeadLetterReason.LATE)
             verdicts.extend(new)
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
         for v in verdicts:
-            self.metrics.record_verdict(v["root_cause"])
+            self.metrics.record_verdict(v.root_cause)
         self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
-    def flush(self) -> list[dict[str, Any]]:
+    def flush(self) -> list[Verdict]:
         """Judge every buffered row (end of a finite stream)."""
-        verdicts = self.rca.flush()
+        verdicts = self.stage.flush()
         for v in verdicts:
-            self.metrics.record_verdict(v["root_cause"])
+            self.metrics.record_verdict(v.root_cause)
         return verdicts
+
+
+@dataclass
+class SiteRuntime:
+    """Both sides of a site in one process (the embedded default); they share one metrics registry."""
+
+    plants: PlantRuntime
+    rca: RCARuntime
+
+    @property
+    def config(self) -> SiteConfig:
+        """The site configuration."""
+        return self.plants.config
+
+    @property
+    def metrics(self) -> Metrics:
+        """The shared metrics."""
+        return self.plants.metrics
+
+    def reset(self) -> None:
+        """Start a new recording on both sides."""
+        self.plants.reset()
+        self.rca.reset()

@@ -34,13 +34,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from fedrca.config import TrainingSettings
+from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.detectors.augment import Augmentation, batched_jacobian, transition_jacobians
 from fedrca.detectors.plant import PlantDetector
-from fedrca.detectors.plugin import ProprietaryFilter, filter_batch
+from fedrca.detectors.plugin import LinearModel, ProprietaryFilter, filter_batch
 from fedrca.exceptions import ConvergenceError, DataError, MessageError
 from fedrca.training.messages import GradientMessage, StatesMessage
 from fedrca.training.privacy import GaussianMechanism, PrivacyAccountant
-from fedrca.training.settings import TrainingSettings
 
 __all__ = ["Client", "ClientData", "measurement_states", "prepare_client_data"]
 
@@ -96,9 +97,8 @@ def measurement_states(model: ProprietaryFilter, x_c: FloatArray, Y_model: Float
     [[2.0]]
     """
     residual = Y_model - model.measure(x_c)
-    C = getattr(model, "C", None)
-    if C is not None and getattr(model, "transition_matrix", None) is not None:
-        C = np.asarray(C)
+    if isinstance(model, LinearModel):
+        C = np.asarray(model.C)
         info = C.T @ C
         info += 1e-9 * np.trace(info) / len(info) * np.eye(len(info))
         # x̃ = x_c + (C'C)^-1 C' r
@@ -240,11 +240,6 @@ class Client:
         """The trained time indices."""
         return slice(self.data.first_row, self.data.n_samples)
 
-    @property
-    def n_windows(self) -> int:
-        """Windows per pass over the data."""
-        return self._n_windows
-
     def window(self, round_: int) -> slice:
         """The time indices of round ``round_``'s window (windows cycle over the data)."""
         k = round_ % self._n_windows
@@ -297,7 +292,7 @@ class Client:
             When this round would take the plant past its privacy budget.
         """
         if self._pending is not None:
-            raise MessageError("out-of-order", f"plant '{self.plant}': round {self._pending[0]} still awaits gradients")
+            raise MessageError(R.OUT_OF_ORDER, f"plant '{self.plant}': round {self._pending[0]} still awaits gradients")
         rows = self.window(round_)
         xhat_a_prev, x_a = self.augmented(rows)
         send_fixed = not self._sent_fixed[rows].all()
@@ -336,16 +331,16 @@ class Client:
 
     def _gradient(self, message: GradientMessage) -> tuple[float, FloatArray, slice]:
         if self._pending is None:
-            raise MessageError("out-of-order", f"plant '{self.plant}': gradients without a pending states message")
+            raise MessageError(R.OUT_OF_ORDER, f"plant '{self.plant}': gradients without a pending states message")
         round_, start, stop, xhat_a_prev, perturbation = self._pending
         if message.plant != self.plant or message.round != round_ or message.start != start or message.stop != stop:
             raise MessageError(
-                "mismatch",
+                R.MISMATCH,
                 f"plant '{self.plant}' awaits round {round_} window {start}..{stop}, got "
                 f"'{message.plant}' round {message.round} window {message.start}..{message.stop}",
             )
         if message.grad.shape[1] != self.state_dim:
-            raise MessageError("bad-array", f"gradient has {message.grad.shape[1]} columns, expected {self.state_dim}")
+            raise MessageError(R.BAD_ARRAY, f"gradient has {message.grad.shape[1]} columns, expected {self.state_dim}")
         rows = slice(start, stop)
         d = self.data
         loss, grad_c, _ = self._aug.local_loss_gradient(
@@ -380,11 +375,9 @@ class Client:
         Psi = self._aug.feature_map.transform(d.yz_prev[rows])
         S = Psi.T @ Psi / len(Psi)
         lam = self.settings.server_weight
-        A = getattr(self._model, "transition_matrix", None)
-        C = getattr(self._model, "C", None)
         P = self.state_dim
-        if A is not None and C is not None:
-            A, C = np.asarray(A), np.asarray(C)
+        if isinstance(self._model, LinearModel):
+            A, C = np.asarray(self._model.transition_matrix), np.asarray(self._model.C)
             # M = 2 A' (C'C + lambda I) A
             M = 2.0 * A.T @ (C.T @ C + lam * np.eye(P)) @ A
         else:
@@ -464,7 +457,7 @@ class Client:
     def get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """(arrays, JSON meta) to resume after a completed round."""
         if self._pending is not None:
-            raise MessageError("out-of-order", "cannot checkpoint a client in the middle of a round")
+            raise MessageError(R.OUT_OF_ORDER, "cannot checkpoint a client in the middle of a round")
         arrays = {
             "theta": self._aug.theta.copy(),
             "sent_fixed": self._sent_fixed.copy(),

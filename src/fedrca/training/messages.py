@@ -25,15 +25,15 @@ True
 
 from __future__ import annotations
 
-import json
-import struct
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
+from fedrca.contracts.binary import pack_arrays, unpack_arrays
+from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import MessageError
 
 __all__ = [
@@ -43,71 +43,9 @@ __all__ = [
     "StatesMessage",
     "decode_message",
     "encode_message",
-    "pack_arrays",
-    "unpack_arrays",
 ]
 
 FloatArray = NDArray[np.float64]
-MAGIC = b"FRCA"
-FORMAT_VERSION = 1
-_HEADER = struct.Struct("<4sBI")  # magic, format version, header length
-
-
-def pack_arrays(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
-    """Encode JSON-able ``meta`` and named arrays as one byte string (lossless for any numeric dtype)."""
-    specs = []
-    buffers = []
-    offset = 0
-    for name, array in arrays.items():
-        a = np.asarray(array)
-        if a.dtype.hasobject:
-            raise MessageError("bad-array", f"array '{name}' has dtype object; only numeric arrays can be sent")
-        raw = a.tobytes(order="C")
-        specs.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": offset, "nbytes": len(raw)})
-        buffers.append(raw)
-        offset += len(raw)
-    header = json.dumps({"type": kind, "meta": meta, "arrays": specs}, separators=(",", ":")).encode("utf-8")
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(header)) + header + b"".join(buffers)
-
-
-def unpack_arrays(raw: bytes) -> tuple[str, dict[str, Any], dict[str, np.ndarray]]:
-    """Inverse of :func:`pack_arrays`; MessageError (reason code + detail) on anything malformed."""
-    if not isinstance(raw, bytes | bytearray | memoryview):
-        raise MessageError("not-bytes", f"expected bytes, got {type(raw).__name__}")
-    raw = bytes(raw)
-    if len(raw) < _HEADER.size:
-        raise MessageError("truncated", f"{len(raw)} bytes is shorter than the {_HEADER.size}-byte preamble")
-    magic, version, header_len = _HEADER.unpack_from(raw)
-    if magic != MAGIC:
-        raise MessageError("bad-magic", f"not a fedrca training message (starts with {magic!r})")
-    if version != FORMAT_VERSION:
-        raise MessageError("bad-version", f"format version {version}, this fedrca reads {FORMAT_VERSION}")
-    body_start = _HEADER.size + header_len
-    if len(raw) < body_start:
-        raise MessageError("truncated", "the header is cut short")
-    try:
-        header = json.loads(raw[_HEADER.size : body_start].decode("utf-8"))
-        kind = str(header["type"])
-        meta = dict(header["meta"])
-        specs = list(header["arrays"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MessageError("bad-header", f"header is not valid JSON of the expected form ({exc})") from None
-    body = memoryview(raw)[body_start:]
-    arrays: dict[str, np.ndarray] = {}
-    for spec in specs:
-        try:
-            dtype = np.dtype(spec["dtype"])
-            shape = tuple(int(s) for s in spec["shape"])
-            start, nbytes = int(spec["offset"]), int(spec["nbytes"])
-            name = str(spec["name"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MessageError("bad-header", f"array spec {spec!r} is malformed ({exc})") from None
-        if dtype.hasobject or nbytes != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize or start < 0:
-            raise MessageError("bad-array", f"array '{name}': {nbytes} bytes do not match {dtype.str} {shape}")
-        if start + nbytes > len(body):
-            raise MessageError("truncated", f"array '{name}' runs past the end of the message")
-        arrays[name] = np.frombuffer(body[start : start + nbytes], dtype=dtype).reshape(shape).copy()
-    return kind, meta, arrays
 
 
 def _arrays_equal(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -132,21 +70,21 @@ class Message:
         for name in ("round", "version", "start"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-                raise MessageError("bad-field", f"{name} must be a non-negative integer, got {value!r}")
+                raise MessageError(R.BAD_FIELD, f"{name} must be a non-negative integer, got {value!r}")
         if not isinstance(self.plant, str) or not self.plant:
-            raise MessageError("bad-field", f"plant must be a non-empty string, got {self.plant!r}")
+            raise MessageError(R.BAD_FIELD, f"plant must be a non-empty string, got {self.plant!r}")
         shape: tuple[int, ...] | None = None
         for name in self.ARRAYS:
             value = getattr(self, name)
             if value is None:
                 continue
             if not isinstance(value, np.ndarray) or value.ndim != 2:
-                raise MessageError("bad-array", f"{name} must be a 2-D numpy array (window, dim)")
+                raise MessageError(R.BAD_ARRAY, f"{name} must be a 2-D numpy array (window, dim)")
             if shape is not None and value.shape[0] != shape[0]:
-                raise MessageError("bad-array", f"{name} has {value.shape[0]} rows, the window has {shape[0]}")
+                raise MessageError(R.BAD_ARRAY, f"{name} has {value.shape[0]} rows, the window has {shape[0]}")
             shape = value.shape
             if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-                raise MessageError("bad-array", f"{name} contains NaN or inf")
+                raise MessageError(R.BAD_ARRAY, f"{name} contains NaN or inf")
 
     @property
     def n_samples(self) -> int:
@@ -255,15 +193,15 @@ def decode_message(raw: bytes) -> Message:
     kind, meta, arrays = unpack_arrays(raw)
     cls = _KINDS.get(kind)
     if cls is None:
-        raise MessageError("bad-type", f"unknown training message type '{kind}'")
+        raise MessageError(R.BAD_TYPE, f"unknown training message type '{kind}'")
     names = {f.name for f in fields(cls)}
     unknown = (set(meta) | set(arrays)) - names
     if unknown:
-        raise MessageError("bad-field", f"unknown field(s) {sorted(unknown)} for a {kind} message")
+        raise MessageError(R.BAD_FIELD, f"unknown field(s) {sorted(unknown)} for a {kind} message")
     try:
         return cls(**meta, **arrays)  # type: ignore[arg-type]
     except TypeError as exc:
-        raise MessageError("bad-field", f"{kind} message: {exc}") from None
+        raise MessageError(R.BAD_FIELD, f"{kind} message: {exc}") from None
 
 
 class InProcessTransport:

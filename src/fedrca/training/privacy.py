@@ -252,6 +252,30 @@ class PrivacyAccountant:
         total[self._records(records)] += mu2
         return gaussian_epsilon(math.sqrt(float(total.max())), self.delta) if self.n_records else 0.0
 
+    def plan(self, releases: Sequence[tuple[float, slice | NDArray[np.int64] | None]]) -> tuple[float, int]:
+        """Epsilon after a planned sequence of releases ``(mu2, records)``, and how many of them fit the budget.
+
+        Returns ``(epsilon after all of them, the longest prefix that stays within the budget)``.
+
+        Examples
+        --------
+        >>> acc = PrivacyAccountant(n_records=10, delta=1e-5, budget=2.0)
+        >>> eps, fit = acc.plan([(0.04, None)] * 50)
+        >>> fit < 50 < eps * 100
+        True
+        """
+        total = self.total_mu2()
+        fit = len(releases)
+        for k, (mu2, records) in enumerate(releases):
+            total[self._records(records)] += mu2
+            over = (
+                gaussian_epsilon(math.sqrt(float(total.max())), self.delta) > self.budget if self.n_records else False
+            )
+            if over and fit == len(releases):
+                fit = k
+        eps = gaussian_epsilon(math.sqrt(float(total.max())), self.delta) if self.n_records else 0.0
+        return eps, fit
+
     def check(self, mu2: float, records: slice | NDArray[np.int64] | None = None) -> None:
         """Raise PrivacyBudgetExceeded if a release of ``mu2`` on ``records`` would pass the budget."""
         if math.isinf(mu2):

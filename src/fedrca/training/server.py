@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from fedrca.config import TrainingSettings
+from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import ConvergenceError, MessageError, ModelError
 from fedrca.training.linear import (
     instrumental_variables,
@@ -50,7 +52,6 @@ from fedrca.training.linear import (
 from fedrca.training.messages import GradientMessage, StatesMessage
 from fedrca.training.nonlinear import RandomFeatureCrossModel
 from fedrca.training.privacy import GaussianMechanism, clip_rows
-from fedrca.training.settings import TrainingSettings
 
 __all__ = ["Server"]
 
@@ -146,11 +147,6 @@ class Server:
         """True once the closed-form fit has run (all fixed states received)."""
         return self._fitted
 
-    @property
-    def rff_model(self) -> RandomFeatureCrossModel | None:
-        """The random-feature cross model (``features='rff'``)."""
-        return self._rff
-
     def block(self, m: int, n: int) -> FloatArray:
         """Â_mn."""
         o = self._offsets
@@ -170,21 +166,21 @@ class Server:
     def receive(self, message: StatesMessage) -> None:
         """Take one plant's states for the current round."""
         if not isinstance(message, StatesMessage):
-            raise MessageError("bad-type", f"the server takes states messages, got {type(message).__name__}")
+            raise MessageError(R.BAD_TYPE, f"the server takes states messages, got {type(message).__name__}")
         if message.plant not in self.plants:
-            raise MessageError("unknown-plant", f"states from unknown plant '{message.plant}'")
+            raise MessageError(R.UNKNOWN_PLANT, f"states from unknown plant '{message.plant}'")
         if message.round != self.round:
             raise MessageError(
-                "bad-round", f"states of round {message.round} from '{message.plant}' in round {self.round}"
+                R.BAD_ROUND, f"states of round {message.round} from '{message.plant}' in round {self.round}"
             )
         if message.plant in self._pending:
-            raise MessageError("duplicate", f"second states message from '{message.plant}' in round {self.round}")
+            raise MessageError(R.DUPLICATE, f"second states message from '{message.plant}' in round {self.round}")
         m = self.plants.index(message.plant)
         P = self.state_dims[m]
         if message.x_a.shape[1] != P:
-            raise MessageError("bad-array", f"'{message.plant}' sent {message.x_a.shape[1]} states, expected {P}")
+            raise MessageError(R.BAD_ARRAY, f"'{message.plant}' sent {message.x_a.shape[1]} states, expected {P}")
         if message.start < self.first_row or message.stop > self.n_samples:
-            raise MessageError("bad-window", f"window {message.start}..{message.stop} outside the training range")
+            raise MessageError(R.BAD_WINDOW, f"window {message.start}..{message.stop} outside the training range")
         rows, cols = slice(message.start, message.stop), self._slice(m)
         self._x_a[rows, cols] = message.x_a
         if message.has_fixed_states:
@@ -193,18 +189,18 @@ class Server:
             self._x_meas[rows, cols] = message.x_meas
             self._received[rows, m] = True
         elif not self._received[rows, m].all():
-            raise MessageError("missing-states", f"'{message.plant}' never sent the fixed states of this window")
+            raise MessageError(R.MISSING_STATES, f"'{message.plant}' never sent the fixed states of this window")
         self._pending[message.plant] = message
 
     def respond(self) -> dict[str, GradientMessage]:
         """Gradients for every plant of the current round (all plants must have sent their states)."""
         missing = [p for p in self.plants if p not in self._pending]
         if missing:
-            raise MessageError("missing-states", f"round {self.round}: no states yet from {', '.join(missing)}")
+            raise MessageError(R.MISSING_STATES, f"round {self.round}: no states yet from {', '.join(missing)}")
         starts = {msg.start for msg in self._pending.values()}
         stops = {msg.stop for msg in self._pending.values()}
         if len(starts) != 1 or len(stops) != 1:
-            raise MessageError("bad-window", f"round {self.round}: plants sent different windows")
+            raise MessageError(R.BAD_WINDOW, f"round {self.round}: plants sent different windows")
         start, stop = starts.pop(), stops.pop()
         if not self._fitted and self._received[self.first_row :].all():
             self._fit()

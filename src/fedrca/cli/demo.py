@@ -1,0 +1,257 @@
+"""``fedrca demo``: the main job on the embedded default (one process, no broker).
+
+1. federated training on the nominal TEP file (clients and server in process;
+   the artifacts go to ``<out>/params``);
+2. the plant processors and the RCA stage of :class:`~fedrca.streams.runtime.SiteRuntime`
+   (the code the Kafka workers run) built from the trained parameters;
+3. the bundled nominal test file and fault files replayed as live streams
+   (JSON sensor messages in, JSON flags and verdicts out), verdicts printed as they
+   change, Prometheus metrics served on ``/metrics`` while it runs;
+4. the evaluation table and a report directory (PNG plots + HTML page per file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedrca import __version__
+from fedrca.cli.bundled import bundled_config, bundled_data_dir
+from fedrca.cli.report import write_report
+from fedrca.cli.site import site_runtime
+from fedrca.cli.training import train_site
+from fedrca.config import load_config
+from fedrca.connectors.replay import Pacer
+from fedrca.contracts import Verdict
+from fedrca.datasets.loader import load_frame, plant_frames
+from fedrca.datasets.tep import TEP_FAULT_ONSET, TEP_FAULT_ROOTS, TEP_SAMPLE_SECONDS
+from fedrca.exceptions import ConfigError, DataError
+from fedrca.observability import Metrics
+from fedrca.streams.embedded import EmbeddedRun, progress_bar, replay_frame
+from fedrca.streams.runtime import SiteRuntime
+
+__all__ = ["FileResult", "register", "run_demo"]
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """One replayed file and what the pipeline made of it."""
+
+    name: str
+    root: str | None  # None for nominal data
+    run: EmbeddedRun
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _verdict_printer(name: str) -> Any:
+    last: list[tuple[Any, ...]] = [()]
+
+    def show(v: Verdict) -> None:
+        key = (v.root_cause, v.propagated, v.outcome)
+        if key == last[0]:
+            return  # print changes, not every row of an episode
+        last[0] = key
+        if v.root_cause is not None:
+            what = f"root cause {v.root_cause}" + (f", propagated to {', '.join(v.propagated)}" if v.propagated else "")
+        else:
+            what = v.outcome.replace("_", " ")
+        first, last_seq = v.evidence_window
+        if sys.stderr.isatty():
+            sys.stderr.write("\r" + " " * 70 + "\r")  # clear the live progress bar
+        _say(f"  [{name}] sample {v.seq:>4}: {what} (posterior {v.posterior:.2f}, evidence {first}..{last_seq})")
+
+    return show
+
+
+def _score(result: FileResult, plants: list[str], onset: int) -> dict[str, Any]:
+    run = result.run
+    zc = np.asarray(np.column_stack([run.results[p].zc for p in plants]).any(axis=1))
+    verdicts = run.verdicts
+    if result.root is None:
+        naming = [v for v in verdicts if v.root_cause is not None]
+        return {
+            "file": result.name,
+            "true root": "- (nominal)",
+            "alarm rate": f"{zc.mean():.3f} (false)",
+            "verdicts": len(verdicts),
+            "naming a root": len(naming),
+            "correct after onset": "-",
+            "majority after onset": "-",
+            "RCA delay": "-",
+        }
+    after = [v for v in verdicts if v.seq >= onset]
+    named = Counter(v.root_cause for v in after if v.root_cause is not None)
+    correct = sum(1 for v in after if v.root_cause == result.root)
+    first = next((v.seq for v in after if v.root_cause == result.root), None)
+    return {
+        "file": result.name,
+        "true root": result.root,
+        "alarm rate": f"{zc[onset:].mean():.3f} (detection)",
+        "verdicts": len(verdicts),
+        "naming a root": sum(named.values()),
+        "correct after onset": f"{correct}/{len(after)}",
+        "majority after onset": named.most_common(1)[0][0] if named else "-",
+        "RCA delay": "-" if first is None else f"{first - onset} samples",
+    }
+
+
+def _report(out: Path, result: FileResult, runtime: SiteRuntime, onset: int) -> Path:
+    plants = runtime.config.plant_names
+    run = result.run
+    published = np.stack(
+        [np.column_stack([run.results[p].zc_pub, run.results[p].za_pub]) for p in plants], axis=1
+    ).astype(np.int64)
+    detectors = {p: runtime.plants.processors[p].detector for p in plants}
+    row = _score(result, plants, onset)
+    return write_report(
+        out / result.name.removesuffix(".dat"),
+        title=f"fedrca demo: {result.name}",
+        summary=(
+            f"site {runtime.config.site}, {len(plants)} plants, {run.rows} samples"
+            + (f", fault from sample {onset} in {result.root}" if result.root else ", nominal operation")
+        ),
+        plants=plants,
+        d2c={p: run.results[p].d2_c for p in plants},
+        d2a={p: run.results[p].d2_a for p in plants},
+        thresholds={p: (d.scorers[0].threshold_value, d.scorers[1].threshold_value) for p, d in detectors.items()},
+        published=published,
+        verdicts=run.verdicts,
+        graph=runtime.rca.engine.graph,
+        metrics=row,
+        detection_rows=[{k: row[k] for k in ("file", "alarm rate")}],
+        rca_rows=[{k: v for k, v in row.items() if k != "alarm rate"}],
+        fault_start=onset if result.root else None,
+        root_cause=result.root,
+    )
+
+
+def _index(out: Path, rows: list[dict[str, Any]]) -> Path:
+    links = "".join(
+        f'<li><a href="{r["file"].removesuffix(".dat")}/index.html">{r["file"]}</a> (true root: {r["true root"]})</li>'
+        for r in rows
+    )
+    table = pd.DataFrame(rows).to_html(index=False, border=0)
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>fedrca demo</title>"
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{padding:4px 10px;border-bottom:1px solid #ddd}</style></head><body>"
+        f"<h1>fedrca demo</h1>{table}<ul>{links}</ul></body></html>\n"
+    )
+    index = out / "index.html"
+    index.write_text(page, encoding="utf-8")
+    return index
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """The demo (see the module docstring); returns the exit code."""
+    started = time.perf_counter()
+    config = load_config(args.config or bundled_config("tep.yaml"))
+    data_dir = Path(args.data_dir or bundled_data_dir()) / "tep"
+    out = Path(args.out)
+    faults = [f.strip().zfill(2) for f in args.faults.split(",") if f.strip()]
+    unknown = [f for f in faults if f not in TEP_FAULT_ROOTS]
+    if unknown:
+        raise ConfigError(
+            f"no bundled fault file for {unknown}; faults are {', '.join(TEP_FAULT_ROOTS)}", key="--faults"
+        )
+    roots = {TEP_FAULT_ROOTS[f] for f in faults}
+    if config.dataset.format != "tep" or not roots <= set(config.plant_names):
+        raise ConfigError(
+            f"the demo replays the TEP files and needs plants {sorted(roots)}: use config/tep.yaml", key="--config"
+        )
+    nominal_path = data_dir / "d00.dat"
+    if not nominal_path.is_file():
+        raise DataError(f"{nominal_path}: no such file; --data-dir must hold tep/d00.dat (the bundled data/)")
+    pacer_spec = args.speed
+
+    metrics = Metrics(plants=config.plant_names)
+    try:
+        port = metrics.serve(args.metrics_port)
+    except OSError:
+        port = metrics.serve(0)  # the default port is taken (another exporter): any free one
+    _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), no broker")
+    _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
+
+    # 1. federated training (clients and server in process; only noised states and gradients move)
+    _say(f"\n1/3 federated training on {nominal_path} ...")
+    nominal = load_frame(config, nominal_path)
+    with contextlib.redirect_stderr(io.StringIO()):
+        trained = train_site(config, nominal, out / "params", resume=False, progress=None, source=str(nominal_path))
+    table = trained.table()
+    _say(table[["plant", "states", "client loss before", "client loss after", "epsilon"]].to_string(index=False))
+    version = next(iter(trained.artifacts.values())).version if trained.artifacts else "proprietary"
+    _say(f"  artifacts {version} in {out / 'params'} ({trained.seconds:.1f} s)")
+
+    # 2. the live pipeline on the embedded default
+    _say("\n2/3 plant processors + RCA stream (embedded; same cores as the Kafka workers)")
+    runtime = site_runtime(config, nominal_path, params_dir=out / "params", metrics=metrics)
+    _say(
+        f"  parameters {runtime.plants.processors[config.plant_names[0]].model_version}, graph "
+        f"{runtime.rca.engine.graph.source}, flag epsilon {config.privacy.flag_epsilon}, replay speed {pacer_spec}"
+    )
+    files = [("d00_te.dat", None)] + [(f"d{f}_te.dat", TEP_FAULT_ROOTS[f]) for f in faults]
+    results: list[FileResult] = []
+    for name, root in files:
+        path = data_dir / name
+        frame = load_frame(config, path)
+        values = {p: d.Y for p, d in plant_frames(config, frame, str(path)).items()}
+        runtime.reset()  # each file is a new recording
+        what = "nominal operation" if root is None else f"fault from sample {TEP_FAULT_ONSET}, true root {root}"
+        _say(f"\n  replaying {name} ({len(frame)} samples; {what})")
+        run = replay_frame(
+            runtime,
+            values,
+            sample_seconds=TEP_SAMPLE_SECONDS,
+            pacer=Pacer.from_spec(pacer_spec),
+            on_verdict=_verdict_printer(name.removesuffix("_te.dat")),
+            progress=progress_bar(name),
+        )
+        results.append(FileResult(name, root, run))
+
+    # 3. evaluation and report
+    rows = [_score(r, config.plant_names, TEP_FAULT_ONSET) for r in results]
+    _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
+    pd.set_option("display.width", 160)
+    _say(pd.DataFrame(rows).to_string(index=False))
+    report = out / "report"
+    report.mkdir(parents=True, exist_ok=True)
+    for result in results:
+        _report(report, result, runtime, TEP_FAULT_ONSET)
+    index = _index(report, rows)
+    dead = sum(len(r.run.deadletters) for r in results)
+    _say(f"\nreport: {index}   dead letters: {dead}   done in {time.perf_counter() - started:.1f} s")
+    if args.hold > 0:
+        _say(f"serving metrics for {args.hold:.0f} more seconds (Ctrl-C to stop)")
+        time.sleep(args.hold)
+    metrics.close()
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``fedrca demo``."""
+    demo = sub.add_parser("demo", help="the main job on the embedded default: train, replay TEP faults live, RCA")
+    demo.add_argument("--config", default=None, help="TEP site configuration (default: the bundled config/tep.yaml)")
+    demo.add_argument(
+        "--data-dir", default=None, help="directory holding tep/*.dat (default: $FEDRCA_DATA, else the bundled data)"
+    )
+    demo.add_argument("--out", default="out/demo", help="trained parameters and the report go here")
+    demo.add_argument("--faults", default="01,04,05,06", help="bundled fault files to replay (default 01,04,05,06)")
+    demo.add_argument(
+        "--speed", default="x40000", help="replay speed: asap, realtime or xN of the 3-minute sampling (default x40000)"
+    )
+    demo.add_argument("--metrics-port", type=int, default=9464, help="Prometheus port (0 = any free port)")
+    demo.add_argument("--hold", type=float, default=0.0, help="keep serving /metrics this many seconds at the end")
+    demo.set_defaults(func=run_demo)

@@ -1,0 +1,157 @@
+"""CLI commands of the RCA: ``fedrca replay`` and ``fedrca evaluate``.
+
+Both run the in-process pipeline (detectors -> published flags -> RCA engine)
+on a recorded file with the same pure cores the streaming runtime uses.
+
+``replay`` writes one flags line per plant and sample
+``{"plant","seq","zc","za","zc_pub","za_pub","d2c","d2a"}`` and one verdict
+line per verdict in the verdicts-topic contract
+(:class:`fedrca.contracts.Verdict`; ``seq`` = 0-based input row, ``root_cause``
+null when none). ``evaluate``
+prints the metrics against a fault that starts at ``--fault-start`` in
+``--root-cause`` and optionally writes them as JSON and an HTML report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from fedrca.cli.detect import write_flags_jsonl
+from fedrca.cli.evaluation import evaluate_run, json_safe
+from fedrca.cli.report import write_report
+from fedrca.cli.site import PipelineRun, prepare_site, run_pipeline
+from fedrca.config import load_config
+from fedrca.exceptions import DataError
+from fedrca.rca.metrics import FaultEvent
+
+__all__ = ["register"]
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _prepare(args: argparse.Namespace) -> PipelineRun:
+    config = load_config(args.config)
+    started = time.perf_counter()
+    _progress(f"fitting {len(config.plants)} plant detectors on {args.train} ...")
+    site = prepare_site(config, args.train, params_dir=args.params, no_privacy=args.no_privacy)
+    _progress(
+        f"  parameters: {site.params_version}; graph: {site.graph.source} "
+        f"({len(site.graph.edges())} edges); flag epsilon {site.config.privacy.flag_epsilon}"
+    )
+    _progress(f"processing {args.input} ...")
+    run = run_pipeline(site, args.input)
+    _progress(f"  {run.n_samples} rows, {len(run.verdicts)} verdicts in {time.perf_counter() - started:.2f} s")
+    return run
+
+
+def _replay(args: argparse.Namespace) -> int:
+    run = _prepare(args)
+    n_flags = write_flags_jsonl(args.flags_out, run.results, published=True)
+    lines = [v.encode().decode() for v in run.verdicts]
+    Path(args.verdicts_out).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    named = Counter(v.root_cause or v.outcome for v in run.verdicts)
+    print(f"wrote {n_flags} flag lines to {args.flags_out} and {len(lines)} verdicts to {args.verdicts_out}")
+    if named:
+        print("verdicts: " + ", ".join(f"{k} {n}" for k, n in named.most_common()))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    run = _prepare(args)
+    plants = run.plants
+    if args.root_cause not in plants:
+        raise DataError(f"--root-cause '{args.root_cause}' is not a plant; plants are {', '.join(plants)}")
+    if not 0 <= args.fault_start < run.n_samples:
+        raise DataError(f"--fault-start {args.fault_start} is outside the input's rows 0..{run.n_samples - 1}")
+    event = FaultEvent(args.fault_start, run.n_samples, args.root_cause)
+    result = evaluate_run(run, [event])
+    pd.set_option("display.width", 160)
+    print(f"\nDetection (fault from row {args.fault_start}; ARL in samples):")
+    print(pd.DataFrame(result.detection_rows()).round(3).to_string(index=False))
+    print(f"\nRoot cause analysis (true root: {args.root_cause}):")
+    print(pd.DataFrame(result.rca_rows()).round(3).to_string(index=False))
+    after = result.after_onset
+    print(
+        f"\n{after['correct']} of {after['verdicts']} verdicts after onset name {args.root_cause}; "
+        f"named after onset: {after['named'] or '{}'}; RCA delay: "
+        f"{'-' if after['rca_delay'] is None else after['rca_delay']} samples"
+    )
+    payload = {
+        "input": str(args.input),
+        "fault_start": args.fault_start,
+        "root_cause": args.root_cause,
+        "plants": plants,
+        "params_version": run.site.params_version,
+        "flag_epsilon": run.site.config.privacy.flag_epsilon,
+        "graph": run.site.graph.to_dict(),
+        **result.as_dict(),
+    }
+    payload = json_safe(payload)
+    if args.json:
+        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    if args.report:
+        detectors = run.site.detectors
+        index = write_report(
+            args.report,
+            title=f"fedrca evaluate: {Path(args.input).name}",
+            summary=(
+                f"site {run.site.config.site}, {len(plants)} plants, {run.n_samples} samples, fault from row "
+                f"{args.fault_start} in {args.root_cause}; parameters {run.site.params_version}, graph "
+                f"{run.site.graph.source}, flag epsilon {run.site.config.privacy.flag_epsilon}"
+            ),
+            plants=plants,
+            d2c={p: run.results[p].d2_c for p in plants},
+            d2a={p: run.results[p].d2_a for p in plants},
+            thresholds={
+                p: (detectors[p].scorers[0].threshold_value, detectors[p].scorers[1].threshold_value) for p in plants
+            },
+            published=run.published(),
+            verdicts=run.verdicts,
+            graph=run.site.graph,
+            metrics=payload,
+            detection_rows=result.detection_rows(),
+            rca_rows=result.rca_rows(),
+            fault_start=args.fault_start,
+            root_cause=args.root_cause,
+        )
+        print(f"wrote the report {index}")
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="site configuration YAML (e.g. config/tep.yaml)")
+    parser.add_argument(
+        "--train", required=True, help="nominal data the detectors are fitted on (e.g. data/tep/d00.dat)"
+    )
+    parser.add_argument("--input", required=True, help="recorded data to replay (e.g. data/tep/d04_te.dat)")
+    parser.add_argument("--params", help="directory of training artifacts (fedrca train --out DIR); default: Theta = 0")
+    parser.add_argument("--no-privacy", action="store_true", help="publish flags without randomized response")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``replay`` and ``evaluate``."""
+    replay = sub.add_parser(
+        "replay", help="run detectors -> published flags -> RCA in-process over a file; write flags and verdicts"
+    )
+    _common(replay)
+    replay.add_argument("--flags-out", required=True, help="JSON-lines file of flags (one line per plant and sample)")
+    replay.add_argument("--verdicts-out", required=True, help="JSON-lines file of RCA verdicts")
+    replay.set_defaults(func=_replay)
+
+    evaluate = sub.add_parser("evaluate", help="replay a file with a known fault and report detection and RCA metrics")
+    _common(evaluate)
+    evaluate.add_argument("--fault-start", type=int, required=True, help="0-based row where the fault starts")
+    evaluate.add_argument("--root-cause", required=True, help="the plant where the fault originates")
+    evaluate.add_argument("--json", help="write the metrics as JSON to this file")
+    evaluate.add_argument("--report", help="write PNG plots and index.html into this directory")
+    evaluate.set_defaults(func=_evaluate)

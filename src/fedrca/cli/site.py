@@ -1,0 +1,253 @@
+"""A site assembled from its configuration: fitted detectors, trained parameters, RCA engine; and the
+in-process pipeline of ``fedrca replay`` / ``fedrca evaluate`` (detectors -> published flags -> RCA).
+
+:func:`prepare_site` is the one way every command (and the live workers) builds a
+site, so the offline commands and the streaming runtime issue the same verdicts on
+the same data. :func:`run_pipeline` runs the same pure cores as the streaming
+runtime, in one process and in batch: every plant's
+:class:`~fedrca.detectors.plant.PlantDetector` processes its own sensors (raw
+values never leave it), publishes its flags through randomized response, and the
+RCA engine sees only the published flags (and the graph).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from fedrca.config import RCASettings, SiteConfig, resolve_plants
+from fedrca.contracts import ParameterArtifact, Verdict, load_artifacts, load_site_artifacts
+from fedrca.datasets.loader import PlantData, load_frame, plant_frames
+from fedrca.detectors.factory import build_detector, fit_detectors
+from fedrca.detectors.parameters import apply_artifact
+from fedrca.detectors.plant import DetectionResult, PlantDetector
+from fedrca.exceptions import ArtifactError
+from fedrca.observability import Metrics
+from fedrca.rca.engine import RCAEngine, build_engine
+from fedrca.rca.graph import InterdependencyGraph
+from fedrca.streams.runtime import PlantRuntime, RCARuntime, RuntimeSettings, SiteRuntime
+
+__all__ = [
+    "PipelineRun",
+    "Site",
+    "apply_params",
+    "build_detector",
+    "build_detectors",
+    "prepare_site",
+    "rca_runtime",
+    "run_detectors",
+    "run_pipeline",
+    "site_runtime",
+    "without_privacy",
+]
+
+BoolArray = NDArray[np.bool_]
+
+
+def without_privacy(config: SiteConfig) -> SiteConfig:
+    """The same configuration with flags published as they are (epsilon = inf)."""
+    privacy = config.privacy.model_copy(update={"flag_epsilon": math.inf})
+    return config.model_copy(update={"privacy": privacy})
+
+
+def apply_params(
+    detectors: Mapping[str, PlantDetector], artifacts: Mapping[str, ParameterArtifact], params_dir: str | Path
+) -> str:
+    """Apply every plant's training artifact (loaded from ``params_dir``) to its detector; returns the version."""
+    missing = [name for name in detectors if name not in artifacts]
+    if missing:
+        raise ArtifactError(f"{params_dir}: no artifact for plant(s) {', '.join(missing)}; run fedrca train first")
+    for name, det in detectors.items():
+        apply_artifact(det, artifacts[name])
+    versions = sorted({det.parameter_version for det in detectors.values()})
+    return ",".join(versions)
+
+
+@dataclass
+class Site:
+    """Fitted detectors of a site, their nominal flags and the RCA engine."""
+
+    config: SiteConfig
+    detectors: dict[str, PlantDetector]
+    nominal_flags: dict[str, BoolArray]
+    engine: RCAEngine
+    params_version: str
+
+    @property
+    def graph(self) -> InterdependencyGraph:
+        """The engine's interdependency graph."""
+        return self.engine.graph
+
+
+def _as_plant_data(
+    config: SiteConfig, data: pd.DataFrame | Mapping[str, PlantData], source: str
+) -> dict[str, PlantData]:
+    if isinstance(data, pd.DataFrame):
+        return plant_frames(config, data, source)
+    return dict(data)
+
+
+def prepare_site(
+    config: SiteConfig,
+    train: str | Path | pd.DataFrame | Mapping[str, PlantData],
+    *,
+    params_dir: str | Path | None = None,
+    no_privacy: bool = False,
+    settings: RCASettings | None = None,
+    graph: InterdependencyGraph | None = None,
+) -> Site:
+    """Fit the detectors on nominal data, apply trained parameters, estimate nominal flag rates, build the engine.
+
+    The nominal flag rates come from each detector's own (true) flags on the
+    nominal data; only these per-plant rates reach the RCA side.
+    """
+    if no_privacy:
+        config = without_privacy(config)
+    source = str(train) if isinstance(train, str | Path) else "nominal data"
+    frame = load_frame(config, train) if isinstance(train, str | Path) else train
+    if isinstance(frame, pd.DataFrame):
+        # plants given by match rules take the nominal file's columns
+        config = resolve_plants(config, [str(c) for c in frame.columns])
+    nominal = _as_plant_data(config, frame, source)
+    detectors = build_detectors(config, nominal, source=source)
+    version = "proprietary"
+    artifacts = None
+    if params_dir is not None:
+        artifacts = load_artifacts(params_dir)
+        version = apply_params(detectors, artifacts, params_dir)
+    nominal_flags = {}
+    for name, det in detectors.items():
+        with det.detached():
+            result = det.step_batch(nominal[name].Y, nominal[name].U)
+        nominal_flags[name] = np.column_stack([result.zc, result.za])
+    engine = build_engine(
+        config,
+        artifacts=artifacts,
+        trained=version != "proprietary",
+        nominal_flags=nominal_flags,
+        settings=settings,
+        graph=graph,
+    )
+    return Site(config, detectors, nominal_flags, engine, version)
+
+
+@dataclass
+class PipelineRun:
+    """What one in-process run produced."""
+
+    site: Site
+    results: dict[str, DetectionResult]
+    verdicts: list[Verdict]
+
+    @property
+    def plants(self) -> list[str]:
+        """Plant names in order."""
+        return list(self.site.config.plant_names)
+
+    @property
+    def n_samples(self) -> int:
+        """Rows processed."""
+        return len(next(iter(self.results.values())))
+
+    def published(self) -> NDArray[np.int64]:
+        """Published flags (T, M, 2) as the RCA saw them."""
+        return np.stack(
+            [np.column_stack([self.results[p].zc_pub, self.results[p].za_pub]) for p in self.plants], axis=1
+        ).astype(np.int64)
+
+    def true_flags(self) -> NDArray[np.int64]:
+        """The plants' own flags before randomized response (T, M, 2) (for detector metrics only)."""
+        return np.stack(
+            [np.column_stack([self.results[p].zc, self.results[p].za]) for p in self.plants], axis=1
+        ).astype(np.int64)
+
+
+def run_pipeline(
+    site: Site, data: str | Path | pd.DataFrame | Mapping[str, PlantData], reset: bool = True
+) -> PipelineRun:
+    """Process a data set: every detector in batch, then the engine over the published flags.
+
+    With ``reset`` the detectors and the engine start fresh (a new recording).
+    """
+    config = site.config
+    source = str(data) if isinstance(data, str | Path) else "input"
+    frame = load_frame(config, data) if isinstance(data, str | Path) else data
+    arrays = _as_plant_data(config, frame, source)
+    if reset:
+        for det in site.detectors.values():
+            det.reset()
+        site.engine.reset()
+    results = run_detectors(site.detectors, arrays)
+    plants = config.plant_names
+    published = np.stack([np.column_stack([results[p].zc_pub, results[p].za_pub]) for p in plants], axis=1)
+    seqs = np.arange(len(published))
+    # rows are stamped like the live stream's: seq times the sampling interval
+    verdicts = site.engine.run(seqs, published.astype(np.int64), ts=seqs * config.dataset.sample_seconds)
+    return PipelineRun(site, results, verdicts)
+
+
+def build_detectors(
+    config: SiteConfig,
+    nominal: pd.DataFrame | Mapping[str, PlantData],
+    seed: int | None = None,
+    source: str = "nominal data",
+) -> dict[str, PlantDetector]:
+    """One detector per plant, fitted on the nominal data (a frame or per-plant arrays)."""
+    data = plant_frames(config, nominal, source) if isinstance(nominal, pd.DataFrame) else nominal
+    return fit_detectors(config, data, seed)
+
+
+def run_detectors(detectors: Mapping[str, PlantDetector], data: Mapping[str, PlantData]) -> dict[str, DetectionResult]:
+    """Process every plant's batch (each detector continues from its current state)."""
+    return {name: det.step_batch(data[name].Y, data[name].U) for name, det in detectors.items()}
+
+
+def site_runtime(
+    config: SiteConfig,
+    train: str | Path | pd.DataFrame | Mapping[str, PlantData],
+    *,
+    params_dir: str | Path | None = None,
+    metrics: Metrics | None = None,
+    settings: RuntimeSettings | None = None,
+) -> SiteRuntime:
+    """Both streaming runtimes of a site, built exactly like ``fedrca replay`` builds its site.
+
+    The detectors are fitted on the nominal data, trained parameters from ``params_dir``
+    applied and the RCA engine built (:func:`prepare_site`), so the live system and the
+    offline commands issue the same verdicts on the same data. Plants configured by
+    ``match`` rules take the nominal file's columns.
+    """
+    site = prepare_site(config, train, params_dir=params_dir)
+    metrics = metrics or Metrics(plants=site.config.plant_names)
+    plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings)
+    if params_dir is not None:
+        for plant, artifact in load_site_artifacts(params_dir).items():
+            if plant in plants.processors:
+                plants.record_artifact(plant, artifact)  # applied by prepare_site
+    return SiteRuntime(plants, RCARuntime(site.config, site.engine, metrics=metrics, settings=settings))
+
+
+def rca_runtime(
+    config: SiteConfig,
+    params_dir: str | Path | None = None,
+    *,
+    metrics: Metrics | None = None,
+    settings: RuntimeSettings | None = None,
+) -> RCARuntime:
+    """The central RCA runtime alone: no plant processor, no plant data.
+
+    The engine comes from the configuration and the training artifacts alone
+    (:func:`fedrca.rca.build_engine`): the learned graph from the server artifact and
+    the nominal flag rates from the flag-state counts each plant artifact carries, so
+    it equals the engine :func:`site_runtime` builds from the nominal data. Without
+    ``params_dir`` the engine uses the configured graph (else the complete graph) and
+    ``rca.false_alarm_rate``.
+    """
+    artifacts = None if params_dir is None else load_artifacts(params_dir)
+    return RCARuntime(config, build_engine(config, artifacts=artifacts), metrics=metrics, settings=settings)

@@ -1,0 +1,61 @@
+"""The site configuration: one strict YAML read, one validation pass, typed immutable objects.
+
+:func:`load_config` reads a site's YAML strictly (:mod:`fedrca.config._yaml`: no
+duplicate keys, bounded aliases and nesting, UTF-8 only) and validates every
+section at once: site, dataset, plants, privacy, topics, graph, ``training``
+(:class:`TrainingSettings`) and ``rca`` (:class:`RCASettings`), each a frozen
+model on the one strict base (:mod:`fedrca.config._base`). Every error is one
+:class:`~fedrca.exceptions.ConfigError` line with the file, the key path and what
+would be valid; nothing is validated later.
+
+This package imports nothing of fedrca but :mod:`fedrca.exceptions`.
+"""
+
+from fedrca.config.formats import KNOWN_COLUMNS, TEP_COLUMNS
+from fedrca.config.rca import GraphOptions, RCASettings, parse_rca_settings
+from fedrca.config.site import (
+    AugmentationSettings,
+    ColumnMatch,
+    DatasetSettings,
+    GraphSettings,
+    ModelSettings,
+    PlantConfig,
+    PrivacySettings,
+    ScoringSettings,
+    SiteConfig,
+    SmoothingSettings,
+    TopicSettings,
+    compress_columns,
+    group_columns,
+    load_config,
+    parse_config,
+    resolve_plants,
+)
+from fedrca.config.training import TrainingPrivacySettings, TrainingSettings, parse_training_settings
+
+__all__ = [
+    "KNOWN_COLUMNS",
+    "TEP_COLUMNS",
+    "AugmentationSettings",
+    "ColumnMatch",
+    "DatasetSettings",
+    "GraphOptions",
+    "GraphSettings",
+    "ModelSettings",
+    "PlantConfig",
+    "PrivacySettings",
+    "RCASettings",
+    "ScoringSettings",
+    "SiteConfig",
+    "SmoothingSettings",
+    "TopicSettings",
+    "TrainingPrivacySettings",
+    "TrainingSettings",
+    "compress_columns",
+    "group_columns",
+    "load_config",
+    "parse_config",
+    "parse_rca_settings",
+    "parse_training_settings",
+    "resolve_plants",
+]

@@ -1,0 +1,125 @@
+"""The one strict base of every configuration model, and the one translator of its errors.
+
+Every section of a site configuration (plants, privacy, topics, ``training``,
+``rca``, ...) is a frozen pydantic model on :class:`Strict` (unknown keys are
+errors), validated in one pass by :func:`fedrca.config.load_config`. A
+validation error becomes one :class:`~fedrca.exceptions.ConfigError` naming the
+file, the key path (``plants[2].sensors[3]``, ``rca.graph.alpha``) and what would
+be valid (:func:`translate`).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from fedrca.exceptions import ConfigError
+
+__all__ = ["Strict", "key_path", "parse_inf", "translate"]
+
+#: Spellings of "no limit" accepted wherever a number may be infinite.
+_INF_WORDS = ("inf", "infinity", ".inf", "none", "off")
+
+
+class Strict(BaseModel):
+    """Frozen model that refuses unknown keys.
+
+    A field may carry a ``json_schema_extra={"hint": "..."}``: any error on that
+    field is then reported with the hint (clearer than pydantic's message for
+    unions such as ``float | 'auto'``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def parse_inf(value: Any) -> Any:
+    """``inf`` / ``off`` / ``none`` (any case) as ``math.inf``; other values unchanged (a ``mode="before"`` validator).
+
+    Examples
+    --------
+    >>> parse_inf("Off"), parse_inf(3)
+    (inf, 3)
+    """
+    if isinstance(value, str) and value.strip().lower() in _INF_WORDS:
+        return math.inf
+    return value
+
+
+def key_path(parts: Sequence[str | int]) -> str:
+    """``("plants", 2, "sensors", 3)`` -> ``plants[2].sensors[3]``.
+
+    Examples
+    --------
+    >>> key_path(["rca", "graph", "alpha"]), key_path(["plants", 2, "sensors", 3])
+    ('rca.graph.alpha', 'plants[2].sensors[3]')
+    """
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The model classes an annotation may hold (through Optional, unions, lists, dicts)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    out: list[type[BaseModel]] = []
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, list, tuple, dict, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            out += _models_in(arg)
+    return out
+
+
+def _is_type_tag(part: str, info: Any) -> bool:
+    """True for the union-member names pydantic puts in error locations (``float``, ``literal['auto']``)."""
+    if "[" in part or part in ("float", "int", "str", "bool", "none"):
+        return True
+    return info is not None and any(part == m.__name__ for m in _models_in(info.annotation))
+
+
+def _walk(model: type[BaseModel], loc: Sequence[Any]) -> tuple[list[str | int], type[BaseModel], Any]:
+    """Follow a pydantic error location through the models.
+
+    Returns the key path (union-member names dropped), the innermost model reached and
+    the field info of the last field named (None when no field was named).
+    """
+    path: list[str | int] = []
+    current: type[BaseModel] | None = model
+    info: Any = None
+    for part in loc:
+        if isinstance(part, int):
+            path.append(part)
+        elif current is not None and part in current.model_fields:
+            path.append(part)
+            info = current.model_fields[part]
+            models = _models_in(info.annotation)
+            current = models[0] if models else None
+        elif not _is_type_tag(str(part), info):
+            path.append(str(part))  # a key the model does not have
+    return path, current or model, info
+
+
+def translate(
+    exc: ValidationError, model: type[BaseModel], *, source: str | None, prefix: Sequence[str] = ()
+) -> ConfigError:
+    """The :class:`ConfigError` of the first error of ``exc`` (raised validating ``model``).
+
+    ``prefix`` is the key path of ``model`` inside the file (``("rca",)`` for the RCA section).
+    """
+    first = exc.errors()[0]
+    loc = tuple(first["loc"])
+    path, _, info = _walk(model, loc)
+    message = str(first["msg"])
+    if first["type"] == "extra_forbidden":
+        _, parent_model, _ = _walk(model, loc[:-1])
+        message = f"unknown key; valid keys are {', '.join(parent_model.model_fields)}"
+    elif info is not None and isinstance(info.json_schema_extra, dict) and "hint" in info.json_schema_extra:
+        message = str(info.json_schema_extra["hint"])
+    elif message.startswith("Value error, "):
+        message = message.removeprefix("Value error, ")
+    return ConfigError(message, source=source, key=key_path([*prefix, *path]) or None)

@@ -1,0 +1,502 @@
+"""The site configuration: YAML validated into immutable objects in one pass.
+
+A configuration names the site, its plants (ordered sensor columns, optional
+input columns, model settings), the privacy settings and the topic names.
+Settings under ``defaults`` apply to every plant; a plant overrides any of them
+under its own ``model`` / ``augmentation`` / ``scoring`` keys.
+
+Every error names the file, the key path and what would be valid, e.g.::
+
+    config/tep.yaml: plants[2].sensors[3]: unknown column 'XMEAS(44)'; columns are
+    XMEAS(1)..XMEAS(41), XMV(1)..XMV(11)
+
+Examples
+--------
+>>> cfg = load_config("config/tep.yaml")
+>>> cfg.plant_names
+['feed', 'reactor', 'separator', 'stripper', 'compressor']
+>>> cfg.topic("sensors", plant="reactor")
+'tep.sensors.reactor'
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from fedrca.config._base import Strict, parse_inf, translate
+from fedrca.config._yaml import read_yaml
+from fedrca.config.formats import KNOWN_COLUMNS
+from fedrca.config.rca import RCASettings
+from fedrca.config.training import TrainingSettings
+from fedrca.exceptions import ConfigError
+
+__all__ = [
+    "AugmentationSettings",
+    "ColumnMatch",
+    "DatasetSettings",
+    "GraphSettings",
+    "ModelSettings",
+    "PlantConfig",
+    "PrivacySettings",
+    "ScoringSettings",
+    "SiteConfig",
+    "TopicSettings",
+    "compress_columns",
+    "group_columns",
+    "load_config",
+    "parse_config",
+    "resolve_plants",
+]
+
+_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
+
+
+class ModelSettings(Strict):
+    """The plant's fixed (proprietary) filter."""
+
+    kind: Literal["identified", "plugin"] = "identified"
+    plugin: str | None = Field(None, description="'package.module:factory' when kind is plugin")
+    plugin_args: dict[str, Any] = Field(default_factory=dict)
+    n_states: int | None = Field(None, ge=1, description="fixed state dimension; None = by energy")
+    energy: float = Field(0.9, gt=0.0, le=1.0)
+    steady_state: bool = True
+
+    @model_validator(mode="after")
+    def _plugin_named(self) -> ModelSettings:
+        if self.kind == "plugin" and not self.plugin:
+            raise ValueError("kind 'plugin' needs plugin: 'package.module:factory'")
+        return self
+
+
+class AugmentationSettings(Strict):
+    """Feature map of the learned augmentation."""
+
+    features: Literal["identity", "rff"] = "identity"
+    n_features: int = Field(64, ge=1)
+    lengthscale: float = Field(1.0, gt=0.0)
+
+
+class SmoothingSettings(Strict):
+    """EWMA smoothing of the distance (``d2``) or of the residual vector (``residual``, MEWMA)."""
+
+    ewma: float = Field(..., gt=0.0, le=1.0)
+    target: Literal["d2", "residual"] = "d2"
+
+
+class ScoringSettings(Strict):
+    """Residual scoring and thresholds (nominal data only)."""
+
+    threshold: Literal["percentile", "chi2"] = "percentile"
+    percentile: float = Field(99.0, gt=0.0, lt=100.0)
+    alpha: float = Field(0.01, gt=0.0, lt=1.0)
+    smoothing: SmoothingSettings | None = None
+    margin: float = Field(1.0, ge=1.0)
+    calibration: Literal["cv", "in-sample"] = "cv"
+    folds: int = Field(5, ge=2)
+
+
+class ColumnMatch(Strict):
+    """A plant's sensors given by a rule over a data file's columns (resolved by :func:`resolve_plants`).
+
+    Exactly one of ``prefix`` / ``regex`` (``re.search`` semantics; anchor it with ``^...$``);
+    ``exclude`` drops named columns (e.g. constant tags). Matched columns keep the file's order.
+
+    Examples
+    --------
+    >>> ColumnMatch(prefix="P1_").matches("P1_FT01")
+    True
+    >>> ColumnMatch(regex=r"^[A-Z]+1\\d\\d$").matches("AIT201")
+    False
+    """
+
+    prefix: str | None = Field(None, min_length=1)
+    regex: str | None = Field(None, min_length=1)
+    exclude: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> ColumnMatch:
+        if (self.prefix is None) == (self.regex is None):
+            raise ValueError("give exactly one of prefix: 'P1_' or regex: '^FIT1\\d\\d$'")
+        if self.regex is not None:
+            try:
+                re.compile(self.regex)
+            except re.error as exc:
+                raise ValueError(f"regex {self.regex!r} does not compile ({exc})") from None
+        return self
+
+    def matches(self, column: str) -> bool:
+        """True when ``column`` is selected by the rule (and not excluded)."""
+        if column in self.exclude:
+            return False
+        if self.prefix is not None:
+            return column.startswith(self.prefix)
+        return re.search(str(self.regex), column) is not None
+
+    def describe(self) -> str:
+        """The rule as written in YAML."""
+        return f"{{prefix: '{self.prefix}'}}" if self.prefix is not None else f"{{regex: '{self.regex}'}}"
+
+
+class PlantConfig(Strict):
+    """One plant: its sensor columns (in message order) or a rule selecting them, inputs and settings."""
+
+    name: str = Field(..., pattern=_NAME)
+    sensors: list[str] = Field(default_factory=list, description="explicit columns; or give match")
+    match: ColumnMatch | None = Field(None, description="rule resolved against a data file's columns")
+    inputs: list[str] = Field(default_factory=list)
+    model: ModelSettings = ModelSettings()
+    augmentation: AugmentationSettings = AugmentationSettings()
+    scoring: ScoringSettings = ScoringSettings()
+
+    @model_validator(mode="after")
+    def _sensors_or_match(self) -> PlantConfig:
+        if self.match is None and not self.sensors:
+            raise ValueError("give the sensor columns (sensors: [...]) or a rule (match: {prefix: 'P1_'})")
+        if self.match is not None and self.sensors:
+            raise ValueError("give either sensors: [...] or match: {...}, not both")
+        return self
+
+    @property
+    def resolved(self) -> bool:
+        """False while the sensors are a rule not yet resolved against a file (see :func:`resolve_plants`)."""
+        return self.match is None
+
+
+class PrivacySettings(Strict):
+    """Flag privacy (randomized response) and the training privacy budget."""
+
+    flag_epsilon: float = Field(math.inf, gt=0.0, description="per published flag; inf = off")
+    seed: int = 0
+
+    _inf = field_validator("flag_epsilon", mode="before")(parse_inf)
+
+
+class TopicSettings(Strict):
+    """Topic name templates; ``{site}`` and ``{plant}`` are substituted."""
+
+    sensors: str = "{site}.sensors.{plant}"
+    flags: str = "{site}.flags"
+    verdicts: str = "{site}.verdicts"
+    params: str = "{site}.params"
+    deadletter: str = "{site}.deadletter"
+    train: str = "{site}.train.{plant}"
+
+
+class DatasetSettings(Strict):
+    """Where the columns come from: a known format or an explicit column list."""
+
+    format: Literal["tep", "csv", "hai", "swat", "synthetic"] = "csv"
+    columns: list[str] | None = None
+    time_column: str | None = None
+    sample_seconds: float = Field(1.0, gt=0.0)
+    label_columns: list[str] = Field(default_factory=list, description="generic CSV: 0/1 label columns")
+
+    def known_columns(self) -> list[str] | None:
+        """The valid column names, when the format fixes them."""
+        if self.columns is not None:
+            return list(self.columns)
+        known = KNOWN_COLUMNS.get(self.format)
+        return None if known is None else list(known)
+
+
+class GraphSettings(Strict):
+    """Interdependency graph given by hand: directed edges ``[from, to]``."""
+
+    edges: list[tuple[str, str]] = Field(default_factory=list)
+
+
+class SiteConfig(Strict):
+    """A validated site configuration."""
+
+    site: str = Field(..., pattern=_NAME)
+    dataset: DatasetSettings = DatasetSettings()
+    plants: list[PlantConfig] = Field(..., min_length=1)
+    privacy: PrivacySettings = PrivacySettings()
+    topics: TopicSettings = TopicSettings()
+    graph: GraphSettings | None = None
+    training: TrainingSettings = TrainingSettings()
+    rca: RCASettings = RCASettings()
+    source: str | None = Field(None, exclude=True)
+
+    @property
+    def plant_names(self) -> list[str]:
+        """Plant names in configuration order."""
+        return [p.name for p in self.plants]
+
+    @property
+    def resolved(self) -> bool:
+        """True when every plant's sensors are explicit columns (no unresolved ``match`` rule)."""
+        return all(p.resolved for p in self.plants)
+
+    def plant(self, name: str) -> PlantConfig:
+        """The plant called ``name``."""
+        for p in self.plants:
+            if p.name == name:
+                return p
+        raise ConfigError(f"unknown plant '{name}'; plants are {', '.join(self.plant_names)}", source=self.source)
+
+    def topic(self, kind: str, plant: str | None = None) -> str:
+        """Resolved topic name of ``kind`` (sensors, flags, verdicts, params, deadletter, train)."""
+        template = getattr(self.topics, kind, None)
+        if template is None:
+            raise ConfigError(f"unknown topic kind '{kind}'; kinds are {', '.join(TopicSettings.model_fields)}")
+        if "{plant}" in template and plant is None:
+            raise ConfigError(f"topic '{kind}' is per plant; pass plant=")
+        return str(template).format(site=self.site, plant=plant)
+
+
+_SECTIONS = ("model", "augmentation", "scoring")
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def compress_columns(columns: list[str]) -> str:
+    """Human summary of a column list, collapsing numbered runs.
+
+    Examples
+    --------
+    >>> compress_columns(["XMEAS(1)", "XMEAS(2)", "XMEAS(3)", "XMV(1)", "flow"])
+    'XMEAS(1)..XMEAS(3), XMV(1), flow'
+    """
+    pattern = re.compile(r"^(.*?)(\d+)(\D*)$")
+    parts: list[str] = []
+    run: list[tuple[str, int, str, str]] = []
+
+    def flush() -> None:
+        if run:
+            parts.append(run[0][3] if len(run) == 1 else f"{run[0][3]}..{run[-1][3]}")
+            run.clear()
+
+    for col in columns:
+        match = pattern.match(col)
+        if match is None:
+            flush()
+            parts.append(col)
+            continue
+        prefix, number, suffix = match.group(1), int(match.group(2)), match.group(3)
+        if run and (run[-1][0], run[-1][2]) == (prefix, suffix) and run[-1][1] + 1 == number:
+            run.append((prefix, number, suffix, col))
+        else:
+            flush()
+            run.append((prefix, number, suffix, col))
+    flush()
+    return ", ".join(parts)
+
+
+def parse_config(data: Any, source: str | None = None) -> SiteConfig:
+    """Validate a configuration mapping (already parsed from YAML).
+
+    Raises
+    ------
+    ConfigError
+        With the file, the key path and the valid choices.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("the configuration must be a mapping with keys site, plants, ...", source=source)
+    data = copy.deepcopy(data)
+    defaults = data.pop("defaults", None) or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError("must be a mapping of model/augmentation/scoring settings", source=source, key="defaults")
+    unknown = set(defaults) - set(_SECTIONS)
+    if unknown:
+        raise ConfigError(
+            f"unknown section(s) {sorted(unknown)}; defaults may hold {', '.join(_SECTIONS)}",
+            source=source,
+            key="defaults",
+        )
+    plants = data.get("plants")
+    if isinstance(plants, list):
+        data["plants"] = [
+            _merge({k: defaults.get(k, {}) for k in _SECTIONS}, p) if isinstance(p, dict) else p for p in plants
+        ]
+    for section in ("training", "rca"):
+        if data.get(section, ...) is None:
+            data[section] = {}  # an empty section in YAML means "the defaults"
+    try:
+        config = SiteConfig.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        raise translate(exc, SiteConfig, source=source) from None
+    _check_columns(config, source)
+    known = config.dataset.known_columns()
+    if known is not None and not config.resolved:
+        config = resolve_plants(config, known)
+    return config
+
+
+def _check_columns(config: SiteConfig, source: str | None) -> None:
+    known = config.dataset.known_columns()
+    owner: dict[str, str] = {}
+    for i, plant in enumerate(config.plants):
+        if plant.name in [p.name for p in config.plants[:i]]:
+            raise ConfigError(f"duplicate plant name '{plant.name}'", source=source, key=f"plants[{i}].name")
+        for kind in ("sensors", "inputs"):
+            for j, column in enumerate(getattr(plant, kind)):
+                key = f"plants[{i}].{kind}[{j}]"
+                if known is not None and column not in known:
+                    raise ConfigError(
+                        f"unknown column '{column}'; columns are {compress_columns(known)}", source=source, key=key
+                    )
+                if column in owner:
+                    raise ConfigError(
+                        f"column '{column}' is already used by plant '{owner[column]}'; "
+                        "each column belongs to one plant",
+                        source=source,
+                        key=key,
+                    )
+                owner[column] = plant.name
+    names = set(config.plant_names)
+    for k, entry in enumerate(config.rca.unobserved_entry):
+        if entry not in names:
+            raise ConfigError(
+                f"unknown plant '{entry}'; plants are {', '.join(config.plant_names)}",
+                source=source,
+                key=f"rca.unobserved_entry[{k}]",
+            )
+    if config.rca.graph.source == "config" and (config.graph is None or not config.graph.edges):
+        raise ConfigError(
+            "graph source 'config' needs the graph's edges under graph.edges: [[from, to], ...]",
+            source=source,
+            key="rca.graph.source",
+        )
+    if config.graph is not None:
+        for k, (src, dst) in enumerate(config.graph.edges):
+            for end, name in (("from", src), ("to", dst)):
+                if name not in names:
+                    raise ConfigError(
+                        f"edge {end} unknown plant '{name}'; plants are {', '.join(config.plant_names)}",
+                        source=source,
+                        key=f"graph.edges[{k}]",
+                    )
+
+
+def group_columns(columns: Sequence[str], rules: Mapping[str, ColumnMatch | Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Group a file's columns into plants by rules (plant name -> rule); file order is kept.
+
+    Raises
+    ------
+    ConfigError
+        When a rule selects no column, or a column is selected by two plants' rules.
+
+    Examples
+    --------
+    >>> rules = {"boiler": {"prefix": "P1_"}, "turbine": {"regex": "^P2_"}}
+    >>> group_columns(["P1_FT01", "P1_LIT01", "P2_SIT01"], rules)
+    {'boiler': ['P1_FT01', 'P1_LIT01'], 'turbine': ['P2_SIT01']}
+    """
+    parsed: dict[str, ColumnMatch] = {}
+    for plant, rule in rules.items():
+        if isinstance(rule, ColumnMatch):
+            parsed[plant] = rule
+            continue
+        try:
+            parsed[plant] = ColumnMatch.model_validate(rule)
+        except ValidationError as exc:
+            raise ConfigError(exc.errors()[0]["msg"], key=f"{plant}.match") from None
+    return _apply_rules([str(c) for c in columns], parsed, claimed={})
+
+
+def _apply_rules(
+    columns: list[str],
+    rules: Mapping[str, ColumnMatch],
+    claimed: Mapping[str, str],
+    source: str | None = None,
+    keys: Mapping[str, str] | None = None,
+) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {plant: [] for plant in rules}
+    owner: dict[str, str] = {}
+    for column in columns:
+        if column in claimed:
+            continue
+        for plant, rule in rules.items():
+            if not rule.matches(column):
+                continue
+            if column in owner:
+                raise ConfigError(
+                    f"column '{column}' matches the rules of plants '{owner[column]}' and '{plant}'; "
+                    "narrow one rule or add the column to its exclude list",
+                    source=source,
+                    key=(keys or {}).get(plant, f"{plant}.match"),
+                )
+            owner[column] = plant
+            groups[plant].append(column)
+    for plant, cols in groups.items():
+        if not cols:
+            raise ConfigError(
+                f"rule {rules[plant].describe()} of plant '{plant}' selects no column; "
+                f"the data has {compress_columns(columns)}",
+                source=source,
+                key=(keys or {}).get(plant, f"{plant}.match"),
+            )
+    return groups
+
+
+def resolve_plants(config: SiteConfig, columns: Sequence[str]) -> SiteConfig:
+    """The configuration with every ``match`` rule replaced by the columns it selects in ``columns``.
+
+    Columns listed explicitly by any plant (sensors or inputs) are never taken by a rule; the
+    selected columns keep the order of ``columns``. A configuration without rules is returned
+    as it is.
+
+    Parameters
+    ----------
+    config : a validated configuration
+    columns : the data file's sensor columns, in file order
+
+    Raises
+    ------
+    ConfigError
+        When a rule selects no column or two plants' rules select the same column.
+
+    Examples
+    --------
+    >>> cfg = parse_config({"site": "hai", "plants": [{"name": "boiler", "match": {"prefix": "P1_"}},
+    ...                                               {"name": "turbine", "match": {"prefix": "P2_"}}]})
+    >>> cfg.resolved
+    False
+    >>> resolve_plants(cfg, ["P1_FT01", "P2_SIT01", "P1_LIT01"]).plant("boiler").sensors
+    ['P1_FT01', 'P1_LIT01']
+    """
+    if config.resolved:
+        return config
+    names = [str(c) for c in columns]
+    claimed = {c: p.name for p in config.plants for c in (*p.sensors, *p.inputs)}
+    rules = {p.name: p.match for p in config.plants if p.match is not None}
+    keys = {p.name: f"plants[{i}].match" for i, p in enumerate(config.plants)}
+    groups = _apply_rules(names, rules, claimed, source=config.source, keys=keys)
+    plants = [
+        p if p.match is None else p.model_copy(update={"sensors": groups[p.name], "match": None}) for p in config.plants
+    ]
+    return config.model_copy(update={"plants": plants})
+
+
+def load_config(path: str | Path) -> SiteConfig:
+    """Read and validate a YAML configuration file.
+
+    Raises
+    ------
+    ConfigError
+        When the file is missing, unreadable, not strict YAML (see :mod:`fedrca.config._yaml`)
+        or fails validation; the message names the file, the key path and what would be valid.
+    """
+    file = Path(path)
+    source = str(path)
+    if not file.is_file():
+        raise ConfigError(
+            "no such configuration file; see config/ for examples (tep.yaml, synthetic.yaml)", source=source
+        )
+    return parse_config(read_yaml(file, source), source=source)

@@ -1,0 +1,94 @@
+"""Training settings: the ``training:`` section of a site configuration, validated.
+
+Every key is optional; an empty section trains with the defaults below. Errors
+name the key path, e.g. ``config/tep.yaml: training.privacy.delta: Input should
+be less than 1``.
+
+Examples
+--------
+>>> from fedrca.config import load_config
+>>> settings = load_config("config/tep.yaml").training
+>>> settings.estimator, settings.rounds > 0
+('iv', True)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from fedrca.config._base import Strict, parse_inf, translate
+from fedrca.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from fedrca.config.site import SiteConfig
+
+__all__ = ["TrainingPrivacySettings", "TrainingSettings", "parse_training_settings"]
+
+
+class TrainingPrivacySettings(Strict):
+    """Differential privacy of the training messages (see :mod:`fedrca.training.privacy`).
+
+    ``state_epsilon`` / ``gradient_epsilon`` are the (epsilon, delta) of *one* release of
+    one record (one time step's state vectors, one per-sample gradient); ``inf`` turns the
+    mechanism off (no clipping, no noise). ``budget`` is the total epsilon (at ``delta``)
+    any plant may spend over the whole run; training refuses to start or continue past it.
+    """
+
+    state_epsilon: float = Field(math.inf, gt=0.0)
+    gradient_epsilon: float = Field(math.inf, gt=0.0)
+    delta: float = Field(1e-5, gt=0.0, lt=1.0)
+    state_clip: float = Field(10.0, gt=0.0, description="L2 bound of each state vector (state units)")
+    gradient_clip: float = Field(10.0, gt=0.0, description="L2 bound of each per-sample gradient")
+    budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant")
+
+    _inf = field_validator("state_epsilon", "gradient_epsilon", "budget", mode="before")(parse_inf)
+
+
+class TrainingSettings(Strict):
+    """Settings of the federated training job (``training:`` in the site YAML)."""
+
+    rounds: int = Field(20, ge=1, description="communication rounds")
+    window: int | None = Field(None, ge=16, description="samples per round message; None = all")
+    warm_up: int = Field(10, ge=1, description="leading samples skipped (filter transient)")
+    client_lr: float = Field(0.5, gt=0.0, description="step of the preconditioned client update")
+    server_lr: float | None = Field(None, gt=0.0, description="estimator 'gd' only; None = half the stable step")
+    server_weight: float = Field(1.0, ge=0.0, description="lambda: weight of the server loss in the client objective")
+    ridge: float = Field(1e-3, ge=0.0, description="relative L2 penalty on Theta")
+    estimator: Literal["iv", "ols", "gd"] = "iv"
+    instruments: int = Field(2, ge=1, le=10, description="lags of measurement states used as instruments (iv)")
+    hac_lags: int = Field(2, ge=0, le=20, description="Newey-West lags of the standard errors")
+    server_features: Literal["auto", "linear", "rff"] = "auto"
+    server_n_features: int = Field(64, ge=1)
+    server_lengthscale: float = Field(1.0, gt=0.0)
+    server_ridge: float = Field(1e-2, ge=0.0)
+    seed: int = 0
+    privacy: TrainingPrivacySettings = TrainingPrivacySettings()
+
+    def resolved_server_features(self, config: SiteConfig) -> str:
+        """'linear' or 'rff' ('auto' = rff when any plant's augmentation uses random features)."""
+        if self.server_features != "auto":
+            return self.server_features
+        return "rff" if any(p.augmentation.features == "rff" for p in config.plants) else "linear"
+
+
+def parse_training_settings(data: Any, source: str | None = None) -> TrainingSettings:
+    """Validate a ``training:`` mapping on its own (a site configuration validates its section in one pass).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``training.<key>`` and what would be valid.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "must be a mapping of training settings (rounds, privacy, ...)", source=source, key="training"
+        )
+    try:
+        return TrainingSettings.model_validate(data)
+    except ValidationError as exc:
+        raise translate(exc, TrainingSettings, source=source, prefix=("training",)) from None

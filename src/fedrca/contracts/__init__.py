@@ -1,0 +1,72 @@
+"""Everything that crosses a process boundary, as validated, immutable value objects.
+
+* :mod:`~fedrca.contracts.messages`: the sensor, flag and verdict messages of the
+  topics (one schema each, also used by the replay files and the reports) and their
+  JSON codecs;
+* :mod:`~fedrca.contracts.flagstate`: the flag state ``2 * Z_c + Z_a`` of a plant's
+  published pair;
+* :mod:`~fedrca.contracts.deadletter`: why a message was refused, and the headers
+  a dead letter carries;
+* :mod:`~fedrca.contracts.artifacts`: the parameter-artifact format (files and the
+  params topic), on the binary container of :mod:`~fedrca.contracts.binary`.
+
+Every producer and consumer uses these; nothing builds a message dict by hand.
+This package imports nothing of fedrca but :mod:`fedrca.exceptions`.
+"""
+
+from fedrca.contracts.artifacts import (
+    NOMINAL_STATE_COUNTS,
+    SERVER,
+    ParameterArtifact,
+    decode_published_artifact,
+    encode_published_artifact,
+    load_artifact,
+    load_artifacts,
+    load_server_artifact,
+    load_site_artifacts,
+    make_artifact,
+    save_artifact,
+)
+from fedrca.contracts.deadletter import DeadLetterReason, DeadLetterStage, deadletter_headers
+from fedrca.contracts.flagstate import N_FLAG_STATES, FlagState, flag_bits, flag_states
+from fedrca.contracts.messages import (
+    FlagMessage,
+    SensorMessage,
+    Verdict,
+    decode_flag,
+    decode_sensor,
+    decode_sensors,
+    encode,
+    encode_flags,
+    verdict_id,
+)
+
+__all__ = [
+    "NOMINAL_STATE_COUNTS",
+    "N_FLAG_STATES",
+    "SERVER",
+    "DeadLetterReason",
+    "DeadLetterStage",
+    "FlagMessage",
+    "FlagState",
+    "ParameterArtifact",
+    "SensorMessage",
+    "Verdict",
+    "deadletter_headers",
+    "decode_flag",
+    "decode_published_artifact",
+    "decode_sensor",
+    "decode_sensors",
+    "encode",
+    "encode_flags",
+    "encode_published_artifact",
+    "flag_bits",
+    "flag_states",
+    "load_artifact",
+    "load_artifacts",
+    "load_server_artifact",
+    "load_site_artifacts",
+    "make_artifact",
+    "save_artifact",
+    "verdict_id",
+]

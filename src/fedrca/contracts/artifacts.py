@@ -1,0 +1,279 @@
+"""The parameter-artifact format: what a training run hands to the plant processors and the RCA.
+
+One artifact per plant (its Theta and the augmented scorer re-calibrated on nominal
+data with that Theta) and one for the server (:data:`SERVER`: the learned block
+transition ``A``, its standard errors and the plants' state dimensions). On disk an
+artifact is ``<dir>/<plant>.npz`` (the arrays) + ``<dir>/<plant>.json`` (the
+manifest: version, created, config hash, sha256 of the arrays, metrics, epsilon
+spent, delta). On the ``<site>.params`` topic it is one byte string
+(:func:`encode_published_artifact`). Every reader recomputes the sha256 of the arrays
+and refuses a mismatch with :class:`~fedrca.exceptions.IntegrityError`. (The sha256
+detects corruption and tampering of the arrays; it is not a signature.)
+
+Examples
+--------
+>>> import numpy as np, tempfile
+>>> art = make_artifact("reactor", 1, {"theta": np.zeros((2, 3))}, config_hash="abc")
+>>> with tempfile.TemporaryDirectory() as d:
+...     _ = save_artifact(art, d)
+...     load_artifact(d, "reactor").version
+'v1'
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import io
+import json
+import math
+import os
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedrca.contracts.binary import pack_arrays, unpack_arrays
+from fedrca.exceptions import ArtifactError, IntegrityError, MessageError
+
+__all__ = [
+    "NOMINAL_STATE_COUNTS",
+    "SERVER",
+    "ParameterArtifact",
+    "arrays_sha256",
+    "decode_published_artifact",
+    "encode_published_artifact",
+    "load_artifact",
+    "load_artifacts",
+    "load_server_artifact",
+    "load_site_artifacts",
+    "make_artifact",
+    "save_artifact",
+]
+
+#: Pseudo-plant name of the server artifact.
+SERVER = "_server"
+#: Plant artifact array: counts of the flag states (Z_c, Z_a) = (0,0), (0,1), (1,0), (1,1) on the
+#: nominal data with the trained parameters; what the RCA learns of a plant's false-alarm behaviour.
+NOMINAL_STATE_COUNTS = "nominal_state_counts"
+FORMAT = "fedrca-artifact/1"
+
+
+def arrays_sha256(arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 over the arrays in name order: name, dtype, shape and C-order bytes of each.
+
+    Examples
+    --------
+    >>> a = {"x": np.arange(3.0)}
+    >>> arrays_sha256(a) == arrays_sha256({"x": np.arange(3.0)}), arrays_sha256(a) == arrays_sha256({"x": np.ones(3)})
+    (True, False)
+    """
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.asarray(arrays[name])
+        digest.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode("utf-8"))
+        digest.update(a.tobytes(order="C"))
+    return digest.hexdigest()
+
+
+def _json_safe(value: Any) -> Any:
+    """Manifest values as strict JSON (inf/nan as strings, numpy scalars as Python ones)."""
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
+    return value
+
+
+@dataclass(frozen=True)
+class ParameterArtifact:
+    """A plant's (or the server's) trained parameters and their manifest.
+
+    Attributes
+    ----------
+    plant : plant name, or :data:`SERVER`
+    version : "v<N>", N increasing per training run in an output directory
+    arrays : plant: "theta" (P, F) and the augmented scorer ("scorer_a.mean", "scorer_a.whitening",
+        "scorer_a.threshold", "scorer_a.ewma_start"); server: "A" (S, S), "A_stderr" (S, S),
+        "state_dims" (M,) int (and "rff.*" for the random-feature server model)
+    manifest : version, created, config_hash, sha256, arrays (dtype/shape/sha256 each), metrics,
+        epsilon_spent, delta, plants (server: names in block order), model_fingerprint (plant)
+    """
+
+    plant: str
+    version: str
+    arrays: Mapping[str, np.ndarray]
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+
+    def verify(self) -> None:
+        """Raise IntegrityError when the arrays do not match the manifest's sha256."""
+        expected = self.manifest.get("sha256")
+        if not expected:
+            raise IntegrityError(f"artifact '{self.plant}' {self.version}: the manifest has no sha256")
+        actual = arrays_sha256(self.arrays)
+        if actual != expected:
+            raise IntegrityError(
+                f"artifact '{self.plant}' {self.version}: sha256 of the arrays is {actual[:16]}..., the manifest "
+                f"says {str(expected)[:16]}...; the parameters were corrupted or changed after training: "
+                "re-run fedrca train or restore the artifact"
+            )
+        if self.manifest.get("plant", self.plant) != self.plant or self.manifest.get("version", self.version) != (
+            self.version
+        ):
+            raise IntegrityError(f"artifact '{self.plant}' {self.version}: the manifest names another plant/version")
+
+
+def make_artifact(
+    plant: str,
+    version: int | str,
+    arrays: Mapping[str, np.ndarray],
+    *,
+    config_hash: str,
+    metrics: Mapping[str, Any] | None = None,
+    epsilon_spent: float = 0.0,
+    delta: float | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> ParameterArtifact:
+    """Build an artifact with its manifest (sha256 of the arrays computed here)."""
+    version_str = version if isinstance(version, str) else f"v{int(version)}"
+    if not version_str.startswith("v") or not version_str[1:].isdigit():
+        raise ArtifactError(f"artifact version must look like 'v<N>', got {version_str!r}")
+    frozen = {name: np.array(a, copy=True) for name, a in arrays.items()}
+    for a in frozen.values():
+        a.setflags(write=False)
+    manifest = {
+        "format": FORMAT,
+        "plant": plant,
+        "version": version_str,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "config_hash": config_hash,
+        "sha256": arrays_sha256(frozen),
+        "arrays": {
+            name: {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+            for name, a in sorted(frozen.items())
+        },
+        "metrics": _json_safe(dict(metrics or {})),
+        "epsilon_spent": _json_safe(float(epsilon_spent)),
+        "delta": delta,
+        **_json_safe(dict(extra or {})),
+    }
+    return ParameterArtifact(plant, version_str, frozen, manifest)
+
+
+def _paths(directory: str | Path, plant: str) -> tuple[Path, Path]:
+    d = Path(directory)
+    return d / f"{plant}.npz", d / f"{plant}.json"
+
+
+def save_artifact(artifact: ParameterArtifact, directory: str | Path) -> Path:
+    """Write ``<dir>/<plant>.npz`` and ``<dir>/<plant>.json`` (atomically: temp file + rename); returns the npz."""
+    artifact.verify()
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    npz, manifest = _paths(d, artifact.plant)
+    buffer = io.BytesIO()
+    np.savez(buffer, **{name: np.asarray(a) for name, a in artifact.arrays.items()})  # type: ignore[arg-type]
+    for path, payload in (
+        (npz, buffer.getvalue()),
+        (manifest, (json.dumps(artifact.manifest, indent=2, sort_keys=True) + "\n").encode("utf-8")),
+    ):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(payload)
+        os.replace(tmp, path)
+    return npz
+
+
+def load_artifact(directory: str | Path, plant: str) -> ParameterArtifact:
+    """Read and verify one artifact.
+
+    Raises
+    ------
+    ArtifactError
+        When a file is missing or unreadable.
+    IntegrityError
+        When the arrays do not match the manifest's sha256.
+    """
+    npz, manifest_path = _paths(directory, plant)
+    if not npz.is_file() or not manifest_path.is_file():
+        raise ArtifactError(
+            f"{directory}: no artifact for '{plant}' ({npz.name} + {manifest_path.name}); run fedrca train"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{manifest_path}: unreadable manifest ({exc})") from None
+    try:
+        with np.load(npz, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise IntegrityError(f"{npz}: unreadable parameter file ({exc}); re-run fedrca train") from None
+    if not isinstance(manifest, dict) or "version" not in manifest:
+        raise ArtifactError(f"{manifest_path}: not a fedrca artifact manifest")
+    artifact = ParameterArtifact(plant, str(manifest["version"]), arrays, manifest)
+    artifact.verify()
+    return artifact
+
+
+def load_site_artifacts(directory: str | Path) -> dict[str, ParameterArtifact]:
+    """plant -> verified artifact for every plant artifact in ``directory`` (the server's excluded)."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise ArtifactError(f"{directory}: no such artifact directory; run fedrca train --out {directory}")
+    plants = sorted(p.stem for p in d.glob("*.json") if p.stem != SERVER and p.with_suffix(".npz").is_file())
+    return {plant: load_artifact(d, plant) for plant in plants}
+
+
+def load_server_artifact(directory: str | Path) -> ParameterArtifact:
+    """The verified server artifact of ``directory``."""
+    return load_artifact(directory, SERVER)
+
+
+def load_artifacts(directory: str | Path) -> dict[str, ParameterArtifact]:
+    """Every verified artifact of ``directory``: each plant's and, when present, the server's (key :data:`SERVER`)."""
+    artifacts = load_site_artifacts(directory)
+    if (Path(directory) / f"{SERVER}.json").is_file():
+        artifacts[SERVER] = load_server_artifact(directory)
+    return artifacts
+
+
+# -- the params topic ----------------------------------------------------------------------------
+def encode_published_artifact(artifact: ParameterArtifact) -> bytes:
+    """The value of a ``<site>.params`` record (key = plant): manifest + arrays in one byte string."""
+    artifact.verify()
+    return pack_arrays(
+        "artifact",
+        {"plant": artifact.plant, "version": artifact.version, "manifest": dict(artifact.manifest)},
+        {name: np.asarray(a) for name, a in artifact.arrays.items()},
+    )
+
+
+def decode_published_artifact(raw: bytes) -> tuple[str, ParameterArtifact]:
+    """Inverse of :func:`encode_published_artifact`: (plant, verified artifact).
+
+    Raises
+    ------
+    IntegrityError
+        When the arrays do not match the manifest's sha256 (tampered or corrupted record).
+    ArtifactError
+        When the bytes are not an artifact record at all.
+    """
+    try:
+        kind, meta, arrays = unpack_arrays(raw)
+    except MessageError as exc:
+        raise ArtifactError(f"not a parameter artifact record ({exc})") from None
+    if kind != "artifact":
+        raise ArtifactError(f"not a parameter artifact record (a '{kind}' message)")
+    try:
+        plant, version, manifest = str(meta["plant"]), str(meta["version"]), dict(meta["manifest"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"artifact record header is incomplete ({exc})") from None
+    artifact = ParameterArtifact(plant, version, arrays, manifest)
+    artifact.verify()
+    return plant, artifact

@@ -1,0 +1,87 @@
+"""Dead letters: why a message was refused, and the headers that travel with it.
+
+A message that breaks its contract is never dropped and never crashes a worker:
+it goes to a dead-letter topic with a reason from :class:`DeadLetterReason` (the
+complete list: the type checker refuses any other value, and
+``tests/test_contracts.py`` checks that the code uses no bare reason string).
+
+Where dead letters go (the privacy boundary, ``docs/streams.md``): a plant
+stage's dead letters hold raw sensor bytes, so they go to the plant's own
+``<site>.deadletter.<plant>`` topic, which only that plant's processor may
+write and read like its sensors topic; the RCA stage's dead letters are flags
+(published bits, no raw value) and go to ``<site>.deadletter``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedrca.exceptions import MessageError
+
+__all__ = ["DeadLetterReason", "DeadLetterStage", "deadletter_headers"]
+
+
+class DeadLetterReason(StrEnum):
+    """Every reason a message can be refused for (the ``fedrca-reason`` header, a metrics label)."""
+
+    # -- stream messages (sensors, flags) ----------------------------------------------------
+    MALFORMED_JSON = "malformed-json"  #: not JSON, or not a JSON object
+    MISSING_FIELD = "missing-field"  #: a required field is absent
+    WRONG_SITE = "wrong-site"  #: the message names another site
+    UNKNOWN_PLANT = "unknown-plant"  #: the plant is not configured
+    BAD_KEY = "bad-key"  #: a sensor message not keyed by its plant's name
+    WRONG_LENGTH = "wrong-length"  #: not as many values as the plant has sensors
+    NON_FINITE = "non-finite"  #: NaN, inf, a non-number or a number beyond float range
+    BAD_SEQ = "bad-seq"  #: seq is not a non-negative integer
+    BAD_TIMESTAMP = "bad-timestamp"  #: ts is not a finite time in range
+    BAD_FLAG = "bad-flag"  #: zc / za is not 0 or 1
+    LATE = "late"  #: a flag whose row the RCA had already judged without it
+    # -- parameter artifacts (params topic) -----------------------------------------------------
+    BAD_ARTIFACT = "bad-artifact"  #: unreadable, tampered with, or for an unknown plant
+    # -- binary messages (training protocol, artifacts on the wire) ------------------------------
+    NOT_BYTES = "not-bytes"  #: the value is not a byte string
+    TRUNCATED = "truncated"  #: shorter than its header says
+    BAD_MAGIC = "bad-magic"  #: not a fedrca binary message
+    BAD_VERSION = "bad-version"  #: a format version this fedrca cannot read
+    BAD_HEADER = "bad-header"  #: the JSON header is malformed
+    BAD_ARRAY = "bad-array"  #: an array's dtype, shape or values are invalid
+    BAD_TYPE = "bad-type"  #: an unknown message type
+    BAD_FIELD = "bad-field"  #: an unknown or invalid field
+    BAD_WINDOW = "bad-window"  #: a training window that does not fit the data
+    MISSING_STATES = "missing-states"  #: a states message without the states the server needs
+    OUT_OF_ORDER = "out-of-order"  #: a training message while the party awaits another kind
+    BAD_ROUND = "bad-round"  #: a training message of another round than the current one
+    MISMATCH = "mismatch"  #: gradients for another window than the states they answer
+    DUPLICATE = "duplicate"  #: a second training message for the same round and plant
+
+
+class DeadLetterStage(StrEnum):
+    """The stage that refused a message (the ``fedrca-stage`` header, a metrics label)."""
+
+    PLANT = "plant"
+    RCA = "rca"
+    PARAMS = "params"
+
+
+def deadletter_headers(error: MessageError, stage: DeadLetterStage, source_topic: str) -> list[tuple[str, bytes]]:
+    """Kafka headers that travel with a dead letter: reason, detail, stage, source topic.
+
+    The detail names what was wrong without quoting the message's values (a plant's
+    raw readings never leave its boundary through a header either).
+
+    Examples
+    --------
+    >>> from fedrca.exceptions import MessageError
+    >>> error = MessageError(DeadLetterReason.BAD_SEQ, "seq must be >= 0")
+    >>> h = deadletter_headers(error, DeadLetterStage.RCA, "t.flags")
+    >>> dict(h)["fedrca-reason"], dict(h)["fedrca-stage"]
+    (b'bad-seq', b'rca')
+    """
+    return [
+        ("fedrca-reason", str(error.reason).encode()),
+        ("fedrca-detail", error.detail.encode()),
+        ("fedrca-stage", str(stage).encode()),
+        ("fedrca-source-topic", source_topic.encode()),
+    ]

@@ -1,0 +1,115 @@
+"""A detector's side of the parameter-artifact contract: what Theta means, and applying it.
+
+Training writes a plant's artifact (:mod:`fedrca.contracts.artifacts`) with its
+Theta, the augmented scorer re-calibrated on nominal data with that Theta, and
+the fingerprint of what Theta's meaning depends on (:func:`model_fingerprint`);
+:func:`apply_artifact` checks all of it against the detector and hot-swaps the
+parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fedrca.contracts.artifacts import SERVER, ParameterArtifact
+from fedrca.detectors.augment import RandomFourierFeatures
+from fedrca.detectors.plant import PlantDetector
+from fedrca.detectors.plugin import LinearModel
+from fedrca.detectors.scoring import ScorerState
+from fedrca.exceptions import ArtifactError
+
+__all__ = ["apply_artifact", "model_fingerprint", "scorer_arrays", "scorer_from_arrays"]
+
+
+def scorer_arrays(state: ScorerState, prefix: str = "scorer_a") -> dict[str, np.ndarray]:
+    """The arrays of a scorer state (threshold and EWMA start as 0-d arrays)."""
+    return {
+        f"{prefix}.mean": np.asarray(state.mean, dtype=np.float64),
+        f"{prefix}.whitening": np.asarray(state.whitening, dtype=np.float64),
+        f"{prefix}.threshold": np.asarray(state.threshold, dtype=np.float64),
+        f"{prefix}.ewma_start": np.asarray(state.ewma_start, dtype=np.float64),
+    }
+
+
+def scorer_from_arrays(arrays: Mapping[str, np.ndarray], prefix: str = "scorer_a") -> ScorerState | None:
+    """Inverse of :func:`scorer_arrays` (None when the artifact carries no scorer)."""
+    if f"{prefix}.mean" not in arrays:
+        return None
+    return ScorerState(
+        np.asarray(arrays[f"{prefix}.mean"], dtype=np.float64).copy(),
+        np.asarray(arrays[f"{prefix}.whitening"], dtype=np.float64).copy(),
+        float(arrays[f"{prefix}.threshold"]),
+        float(arrays[f"{prefix}.ewma_start"]),
+    )
+
+
+def model_fingerprint(detector: PlantDetector) -> str:
+    """sha256 of what Theta's meaning depends on: the proprietary model, the scaler and the feature map.
+
+    Rounded to 9 significant digits so that re-fitting on the same data on another machine matches.
+    """
+
+    def canon(a: Any) -> list[Any]:
+        arr = np.asarray(a, dtype=np.float64)
+        return [list(arr.shape), [float(f"{v:.9g}") for v in arr.ravel()]]
+
+    model = detector.proprietary
+    aug = detector.augmentation
+    fmap = aug.feature_map
+    parts: dict[str, Any] = {
+        "model": type(model).__name__,
+        "state_dim": model.state_dim,
+        "output_dim": model.output_dim,
+        "features": type(fmap).__name__,
+        "n_features": fmap.n_features,
+        "scaler": [canon(detector.scaler.mean), canon(detector.scaler.std)],
+    }
+    if isinstance(model, LinearModel):
+        parts["transition_matrix"] = canon(model.transition_matrix)
+        parts["C"] = canon(model.C)
+    if isinstance(fmap, RandomFourierFeatures):
+        parts["rff_W"] = canon(fmap.weights)
+        parts["rff_b"] = canon(fmap.phases)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def apply_artifact(detector: PlantDetector, artifact: ParameterArtifact) -> None:
+    """Verify a plant artifact and hot-swap it into the detector (Theta + re-calibrated augmented scorer).
+
+    Raises
+    ------
+    IntegrityError
+        When the arrays do not match the manifest's sha256.
+    ArtifactError
+        When the artifact is for another plant, is the server's, or was trained for another
+        proprietary model / feature map than the detector's.
+    """
+    artifact.verify()
+    if artifact.plant == SERVER:
+        raise ArtifactError("the server artifact holds no plant parameters; apply a plant's artifact")
+    if artifact.plant != detector.name:
+        raise ArtifactError(f"artifact for plant '{artifact.plant}' cannot be applied to plant '{detector.name}'")
+    if "theta" not in artifact.arrays:
+        raise ArtifactError(f"artifact '{artifact.plant}' {artifact.version} has no 'theta'")
+    theta = np.asarray(artifact.arrays["theta"], dtype=np.float64)
+    expected = detector.augmentation.theta.shape
+    if theta.shape != expected:
+        raise ArtifactError(
+            f"artifact '{artifact.plant}' {artifact.version}: Theta has shape {theta.shape}, the detector's "
+            f"augmentation needs {expected}; retrain with the current configuration"
+        )
+    fingerprint = artifact.manifest.get("model_fingerprint")
+    if fingerprint is not None and fingerprint != model_fingerprint(detector):
+        raise ArtifactError(
+            f"artifact '{artifact.plant}' {artifact.version} was trained for another proprietary model or feature "
+            "map than this detector's (fitted on other nominal data or with other settings); retrain"
+        )
+    scorer = scorer_from_arrays(artifact.arrays)
+    if scorer is not None and scorer.mean.shape != (detector.scaler.mean.shape[0],):
+        raise ArtifactError(f"artifact '{artifact.plant}': the augmented scorer is for another sensor count")
+    detector.set_parameters(theta, scorer_a=scorer, version=artifact.version)

@@ -1,0 +1,708 @@
+"""Prometheus exporter of a fedrca worker (built on ``prometheus_client``).
+
+One :class:`Metrics` object owns its own :class:`~prometheus_client.CollectorRegistry`,
+so several workers, runtimes or tests in one process never collide with each
+other or with the library's global registry. The exposition format is always
+produced by ``prometheus_client`` (:func:`~prometheus_client.generate_latest`
+and its HTTP server), never by hand.
+
+Metrics (all prefixed ``fedrca_``)
+-----------------------------------
+=============================================  =========  ==========================
+name                                           type       labels
+=============================================  =========  ==========================
+``fedrca_messages_in_total``                   counter    stage, plant
+``fedrca_messages_out_total``                  counter    stage, topic
+``fedrca_deadletters_total``                   counter    stage, reason
+``fedrca_d2``                                  histogram  plant, kind (``c`` / ``a``)
+``fedrca_d2_dropped_total``                    counter    plant, kind
+``fedrca_flags_total``                         counter    plant, kind (zc, za, zc_pub, za_pub)
+``fedrca_verdicts_total``                      counter    root_cause (``none`` = no root cause)
+``fedrca_processing_latency_seconds``          histogram  stage
+``fedrca_consumer_lag``                        gauge      stage, topic, partition
+``fedrca_parameter_version``                   gauge      plant
+``fedrca_parameter_info``                      gauge      plant, version (always 1)
+``fedrca_parameter_loaded_timestamp_seconds``  gauge      plant
+``fedrca_privacy_epsilon_spent``               gauge      plant
+``fedrca_privacy_epsilon_budget``              gauge      plant
+``fedrca_plant_anomalous``                     gauge      plant
+``fedrca_root_cause``                          gauge      plant
+=============================================  =========  ==========================
+
+Why ``fedrca_d2`` is a custom collector
+---------------------------------------
+A plant processor scores every sample of a batch (hundreds to thousands of
+Mahalanobis distances per batch, two kinds per plant). ``prometheus_client``'s
+:class:`~prometheus_client.Histogram` only has a per-value ``observe`` that
+takes a lock and walks the bucket list in Python for each value, which would
+cost more than the detection itself. :class:`Metrics` therefore keeps the d2
+histograms in a small collector of its own: a batch is bucketed at once with
+:func:`numpy.searchsorted` + :func:`numpy.bincount` (Prometheus ``le``
+semantics: a value equal to a bound falls in that bound's bucket, which
+:func:`numpy.histogram`'s half-open bins would get wrong) and exposed through
+the library's :class:`~prometheus_client.core.HistogramMetricFamily`. Non-finite
+distances (NaN, inf) are not observed — a single inf would make ``_sum``
+infinite forever and break every ``rate(_sum)/rate(_count)`` — they are counted
+in ``fedrca_d2_dropped_total`` instead. The latency histogram receives one
+value per batch, so it uses the library's Histogram directly.
+
+Examples
+--------
+>>> import numpy as np
+>>> m = Metrics()
+>>> m.observe_d2("reactor", "c", np.array([0.7, 3.0, 3.0, 2500.0]))
+4
+>>> m.value("fedrca_d2_count", plant="reactor", kind="c")
+4.0
+>>> m.record_verdict("reactor", plants=["reactor", "separator"])
+>>> m.value("fedrca_root_cause", plant="separator")
+0.0
+>>> b"fedrca_verdicts_total" in m.render()
+True
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from fedrca.exceptions import ConfigError, FedrcaError
+
+if TYPE_CHECKING:
+    from prometheus_client.context_managers import Timer
+    from prometheus_client.metrics_core import Metric
+
+__all__ = [
+    "D2_BUCKETS",
+    "D2_KINDS",
+    "FLAG_KINDS",
+    "LATENCY_BUCKETS",
+    "NO_ROOT_CAUSE",
+    "DetectionLike",
+    "Metrics",
+    "numeric_version",
+]
+
+#: Upper bounds of the ``fedrca_d2`` buckets: 23 log-spaced bounds from 0.5 to 1000
+#: (ratio ~1.41, rounded to 3 significant digits). A chi-square d2 of a nominal
+#: plant with d sensors sits around d; faults drive it to hundreds or more.
+D2_BUCKETS: Final[tuple[float, ...]] = tuple(float(f"{b:.3g}") for b in np.geomspace(0.5, 1000.0, 23))
+
+#: Upper bounds of ``fedrca_processing_latency_seconds`` (0.5 ms .. 5 s, 1-2.5-5 steps).
+LATENCY_BUCKETS: Final[tuple[float, ...]] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+
+#: ``kind`` label values of ``fedrca_d2``: proprietary (``c``) and augmented (``a``) model.
+D2_KINDS: Final[tuple[str, ...]] = ("c", "a")
+
+#: ``kind`` label values of ``fedrca_flags_total``: raw and published (privatised) flags.
+FLAG_KINDS: Final[tuple[str, ...]] = ("zc", "za", "zc_pub", "za_pub")
+
+#: ``root_cause`` label of ``fedrca_verdicts_total`` for a verdict that names no plant.
+NO_ROOT_CAUSE: Final[str] = "none"
+
+_TRAILING_INT = re.compile(r"(\d+)$")
+
+
+class DetectionLike(Protocol):
+    """What :meth:`Metrics.record_detection` reads from a detection result.
+
+    :class:`fedrca.detectors.plant.DetectionResult` satisfies it.
+    """
+
+    @property
+    def d2_c(self) -> NDArray[Any]:
+        """(T,) d2 of the proprietary model."""
+
+    @property
+    def d2_a(self) -> NDArray[Any]:
+        """(T,) d2 of the augmented model."""
+
+    @property
+    def zc(self) -> NDArray[Any]:
+        """(T,) raw proprietary flags."""
+
+    @property
+    def za(self) -> NDArray[Any]:
+        """(T,) raw augmented flags."""
+
+    @property
+    def zc_pub(self) -> NDArray[Any]:
+        """(T,) published proprietary flags."""
+
+    @property
+    def za_pub(self) -> NDArray[Any]:
+        """(T,) published augmented flags."""
+
+
+def numeric_version(version: str | float) -> float:
+    """Map a parameter version to the number exported by ``fedrca_parameter_version``.
+
+    Parameters
+    ----------
+    version : str or float
+        A number is used as is. A string is parsed as a number if it is one,
+        otherwise its trailing integer is used (``"v12"`` -> 12,
+        ``"round-3"`` -> 3). A string without one (``"proprietary"``, the
+        plant's own parameters, or ``"trained"``) maps to 0; the exact string
+        is still exported by ``fedrca_parameter_info``.
+
+    Returns
+    -------
+    float
+        The numeric version.
+
+    Examples
+    --------
+    >>> numeric_version(7), numeric_version("3.5"), numeric_version("v12"), numeric_version("proprietary")
+    (7.0, 3.5, 12.0, 0.0)
+    """
+    if not isinstance(version, str):
+        return float(version)
+    try:
+        value = float(version)
+    except ValueError:
+        match = _TRAILING_INT.search(version.strip())
+        return float(match.group(1)) if match else 0.0
+    return value if math.isfinite(value) else 0.0
+
+
+class _BatchHistogram:
+    """Labelled histogram that buckets whole numpy batches at once (see module docstring).
+
+    State per label tuple: non-cumulative bucket counts (last slot = above the
+    highest bound, i.e. only in ``+Inf``) and the sum of observed values.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]) -> None:
+        bounds = np.asarray(buckets, dtype=np.float64)
+        if bounds.ndim != 1 or bounds.size == 0 or not np.all(np.diff(bounds) > 0) or not np.all(np.isfinite(bounds)):
+            raise ConfigError("buckets must be a non-empty, strictly increasing sequence of finite bounds")
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._bounds = bounds
+        self._le = [floatToGoString(b) for b in bounds] + ["+Inf"]
+        self._state: dict[tuple[str, ...], tuple[NDArray[np.int64], float]] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, labelvalues: tuple[str, ...], values: NDArray[np.float64]) -> None:
+        """Add a 1-D batch of finite values to the series ``labelvalues``."""
+        idx = np.searchsorted(self._bounds, values, side="left")  # bounds[i-1] < v <= bounds[i]
+        counts = np.bincount(idx, minlength=self._bounds.size + 1).astype(np.int64)
+        total = float(values.sum())
+        with self._lock:
+            old_counts, old_sum = self._state.get(labelvalues, (np.zeros(self._bounds.size + 1, np.int64), 0.0))
+            self._state[labelvalues] = (old_counts + counts, old_sum + total)
+
+    def _family(self) -> HistogramMetricFamily:
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def describe(self) -> Iterator[Metric]:
+        """Name and type only (lets the registry detect name clashes)."""
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        """One histogram family with cumulative buckets, ``_count`` and ``_sum`` per series."""
+        with self._lock:
+            snapshot = [(labels, counts.copy(), total) for labels, (counts, total) in self._state.items()]
+        family = self._family()
+        for labels, counts, total in snapshot:
+            cumulative = np.cumsum(counts)
+            family.add_metric(list(labels), list(zip(self._le, cumulative.astype(float).tolist())), total)
+        yield family
+
+
+class Metrics:
+    """The Prometheus metrics of one fedrca worker, in a registry of its own.
+
+    Parameters
+    ----------
+    plants : sequence of str, optional
+        Plant names known up front. ``fedrca_root_cause`` is set to 0 for every
+        known plant not named by a verdict; plants seen by any plant-labelled
+        method are added automatically.
+    registry : CollectorRegistry, optional
+        Registry to register into; a fresh one by default (never the global one).
+
+    Attributes
+    ----------
+    registry : CollectorRegistry
+        The registry holding every metric of this object.
+
+    Examples
+    --------
+    >>> m = Metrics(plants=["reactor", "separator"])
+    >>> m.record_messages_in("plant", "reactor", 3)
+    >>> m.value("fedrca_messages_in_total", stage="plant", plant="reactor")
+    3.0
+    >>> m.set_privacy("reactor", spent=1.5, budget=4.0)
+    >>> m.value("fedrca_privacy_epsilon_budget", plant="reactor")
+    4.0
+    """
+
+    def __init__(self, plants: Iterable[str] = (), registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self._lock = threading.Lock()
+        self._plants: dict[str, None] = {}  # insertion-ordered set
+        self._versions: dict[str, str] = {}
+        self._server: Any = None
+        self._server_thread: threading.Thread | None = None
+
+        self.messages_in = Counter(
+            "fedrca_messages_in_total",
+            "Valid input messages consumed, by processing stage (plant, rca) and plant (rca stage: 'all').",
+            ["stage", "plant"],
+            registry=r,
+        )
+        self.messages_out = Counter(
+            "fedrca_messages_out_total",
+            "Messages produced, by processing stage and destination topic.",
+            ["stage", "topic"],
+            registry=r,
+        )
+        self.deadletters = Counter(
+            "fedrca_deadletters_total",
+            "Input messages rejected to the dead-letter topic, by stage and machine-friendly reason.",
+            ["stage", "reason"],
+            registry=r,
+        )
+        self._d2 = _BatchHistogram(
+            "fedrca_d2",
+            "Mahalanobis distance d2 of each scored sample, by plant and model kind "
+            "(c = proprietary model, a = augmented model).",
+            ["plant", "kind"],
+            D2_BUCKETS,
+        )
+        r.register(self._d2)
+        self.d2_dropped = Counter(
+            "fedrca_d2_dropped_total",
+            "Non-finite d2 values (NaN/inf) left out of fedrca_d2, by plant and model kind.",
+            ["plant", "kind"],
+            registry=r,
+        )
+        self.flags = Counter(
+            "fedrca_flags_total",
+            "Raised anomaly flags, by plant and kind (zc/za = raw proprietary/augmented flags, "
+            "zc_pub/za_pub = the flags as published after randomized response).",
+            ["plant", "kind"],
+            registry=r,
+        )
+        self.verdicts = Counter(
+            "fedrca_verdicts_total",
+            "Root-cause verdicts emitted by the central RCA stage, by named root-cause plant ('none' = no plant).",
+            ["root_cause"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "fedrca_processing_latency_seconds",
+            "Wall-clock time to process one batch, by stage.",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "fedrca_consumer_lag",
+            "Messages between the committed consumer offset and the end of the partition.",
+            ["stage", "topic", "partition"],
+            registry=r,
+        )
+        self.parameter_version = Gauge(
+            "fedrca_parameter_version",
+            "Numeric version of the detector parameters a plant currently uses (0 = proprietary/unnumbered).",
+            ["plant"],
+            registry=r,
+        )
+        self.parameter_info = Gauge(
+            "fedrca_parameter_info",
+            "Always 1; the version label carries the exact parameter version string a plant currently uses.",
+            ["plant", "version"],
+            registry=r,
+        )
+        self.parameter_loaded = Gauge(
+            "fedrca_parameter_loaded_timestamp_seconds",
+            "Unix time at which a plant's current detector parameters were loaded (or created).",
+            ["plant"],
+            registry=r,
+        )
+        self.epsilon_spent = Gauge(
+            "fedrca_privacy_epsilon_spent",
+            "Differential-privacy budget (epsilon) a plant has spent so far.",
+            ["plant"],
+            registry=r,
+        )
+        self.epsilon_budget = Gauge(
+            "fedrca_privacy_epsilon_budget",
+            "Differential-privacy budget (epsilon) a plant may spend in total (+Inf = unlimited).",
+            ["plant"],
+            registry=r,
+        )
+        self.plant_anomalous = Gauge(
+            "fedrca_plant_anomalous",
+            "1 while the latest published flags of a plant say anomalous (zc_pub or za_pub), else 0.",
+            ["plant"],
+            registry=r,
+        )
+        self.root_cause = Gauge(
+            "fedrca_root_cause",
+            "1 for the plant named root cause by the latest verdict, 0 for every other known plant.",
+            ["plant"],
+            registry=r,
+        )
+        for plant in plants:
+            self._know(plant)
+
+    # -- helpers ---------------------------------------------------------------------
+    def _know(self, plant: str) -> None:
+        """Remember a plant name; a new plant starts with ``fedrca_root_cause`` 0."""
+        with self._lock:
+            if plant in self._plants:
+                return
+            self._plants[plant] = None
+        self.root_cause.labels(plant=plant).set(0)
+
+    @property
+    def plants(self) -> list[str]:
+        """Plant names known so far, in the order they were first seen."""
+        with self._lock:
+            return list(self._plants)
+
+    @staticmethod
+    def _check_kind(kind: str, allowed: tuple[str, ...], what: str) -> None:
+        if kind not in allowed:
+            raise ConfigError(f"{what} kind must be one of {', '.join(allowed)}, got {kind!r}")
+
+    # -- counters --------------------------------------------------------------------
+    def record_messages_in(self, stage: str, plant: str, n: int = 1) -> None:
+        """Count ``n`` consumed input messages.
+
+        Parameters
+        ----------
+        stage : str
+            Processing stage (``"plant"``, ``"rca"``, ...).
+        plant : str
+            Plant the messages came from (``"all"`` for the central stage).
+        n : int, default 1
+            Number of messages (>= 0).
+        """
+        self.messages_in.labels(stage=stage, plant=plant).inc(n)
+
+    def record_messages_out(self, stage: str, topic: str, n: int = 1) -> None:
+        """Count ``n`` produced messages.
+
+        Parameters
+        ----------
+        stage : str
+            Processing stage that produced them.
+        topic : str
+            Destination topic.
+        n : int, default 1
+            Number of messages (>= 0).
+        """
+        self.messages_out.labels(stage=stage, topic=topic).inc(n)
+
+    def record_deadletter(self, stage: str, reason: str, n: int = 1) -> None:
+        """Count ``n`` messages sent to the dead-letter topic.
+
+        Parameters
+        ----------
+        stage : str
+            Stage that rejected them.
+        reason : str
+            Machine-friendly reason (:attr:`fedrca.exceptions.MessageError.reason`).
+        n : int, default 1
+            Number of messages (>= 0).
+        """
+        self.deadletters.labels(stage=stage, reason=reason).inc(n)
+
+    # -- detection -------------------------------------------------------------------
+    def observe_d2(self, plant: str, kind: str, values: ArrayLike) -> int:
+        """Observe a whole batch of Mahalanobis distances in ``fedrca_d2`` (vectorised).
+
+        Parameters
+        ----------
+        plant : str
+            Plant name.
+        kind : {"c", "a"}
+            ``"c"`` proprietary model, ``"a"`` augmented model.
+        values : array_like of float
+            The distances (any shape; flattened).
+
+        Returns
+        -------
+        int
+            Number of values observed. Non-finite values are not observed but
+            counted in ``fedrca_d2_dropped_total``.
+
+        Raises
+        ------
+        ValueError
+            If ``kind`` is not ``"c"`` or ``"a"``.
+        """
+        self._check_kind(kind, D2_KINDS, "d2")
+        self._know(plant)
+        arr = np.asarray(values, dtype=np.float64).ravel()
+        finite = np.isfinite(arr)
+        kept = arr if finite.all() else arr[finite]
+        dropped = arr.size - kept.size
+        self._d2.observe((plant, kind), kept)
+        if dropped:
+            self.d2_dropped.labels(plant=plant, kind=kind).inc(dropped)
+        return int(kept.size)
+
+    def record_flags(self, plant: str, flags: Mapping[str, ArrayLike]) -> None:
+        """Count raised flags of a batch.
+
+        Parameters
+        ----------
+        plant : str
+            Plant name.
+        flags : mapping of str to array_like of bool
+            Flag arrays by kind (``zc``, ``za``, ``zc_pub``, ``za_pub``); the
+            number of nonzero entries of each is added to its counter.
+
+        Raises
+        ------
+        ValueError
+            If a key is not a known flag kind.
+        """
+        for kind in flags:
+            self._check_kind(kind, FLAG_KINDS, "flag")
+        self._know(plant)
+        for kind, arr in flags.items():
+            self.flags.labels(plant=plant, kind=kind).inc(int(np.count_nonzero(np.asarray(arr))))
+
+    def set_plant_anomalous(self, plant: str, anomalous: bool) -> None:
+        """Set ``fedrca_plant_anomalous`` of a plant to 1 (anomalous) or 0.
+
+        Parameters
+        ----------
+        plant : str
+            Plant name.
+        anomalous : bool
+            Whether the plant's latest published flags say anomalous.
+        """
+        self._know(plant)
+        self.plant_anomalous.labels(plant=plant).set(1 if anomalous else 0)
+
+    def record_detection(self, plant: str, result: DetectionLike) -> None:
+        """Record everything a plant detector's batch result says.
+
+        Observes ``d2_c``/``d2_a`` in ``fedrca_d2``, counts the four flag
+        arrays in ``fedrca_flags_total`` and sets ``fedrca_plant_anomalous``
+        from the last published row (``zc_pub or za_pub``).
+
+        Parameters
+        ----------
+        plant : str
+            Plant name.
+        result : DetectionLike
+            E.g. a :class:`fedrca.detectors.plant.DetectionResult`.
+        """
+        self.observe_d2(plant, "c", result.d2_c)
+        self.observe_d2(plant, "a", result.d2_a)
+        self.record_flags(plant, {"zc": result.zc, "za": result.za, "zc_pub": result.zc_pub, "za_pub": result.za_pub})
+        zc_pub, za_pub = np.asarray(result.zc_pub), np.asarray(result.za_pub)
+        if zc_pub.size and za_pub.size:
+            self.set_plant_anomalous(plant, bool(zc_pub.ravel()[-1]) or bool(za_pub.ravel()[-1]))
+
+    # -- RCA -------------------------------------------------------------------------
+    def record_verdict(self, root_cause: str | None, plants: Iterable[str] = ()) -> None:
+        """Count a verdict and point ``fedrca_root_cause`` at its plant.
+
+        Parameters
+        ----------
+        root_cause : str or None
+            Plant named root cause; ``None`` names none (counted as ``"none"``,
+            every plant's ``fedrca_root_cause`` goes to 0).
+        plants : iterable of str, optional
+            More plant names to know (set to 0 unless named).
+        """
+        for plant in plants:
+            self._know(plant)
+        if root_cause is not None:
+            self._know(root_cause)
+        self.verdicts.labels(root_cause=NO_ROOT_CAUSE if root_cause is None else root_cause).inc()
+        for plant in self.plants:
+            self.root_cause.labels(plant=plant).set(1 if plant == root_cause else 0)
+
+    # -- latency, lag ----------------------------------------------------------------
+    def record_latency(self, stage: str, seconds: float) -> None:
+        """Observe the processing time of one batch.
+
+        Parameters
+        ----------
+        stage : str
+            Processing stage.
+        seconds : float
+            Wall-clock duration in seconds.
+        """
+        self.latency.labels(stage=stage).observe(seconds)
+
+    def latency_timer(self, stage: str) -> Timer:
+        """Context manager / decorator timing a block into ``fedrca_processing_latency_seconds``.
+
+        Parameters
+        ----------
+        stage : str
+            Processing stage.
+
+        Returns
+        -------
+        prometheus_client.context_managers.Timer
+            Use as ``with metrics.latency_timer("rca"): ...``.
+        """
+        return self.latency.labels(stage=stage).time()
+
+    def set_consumer_lag(self, stage: str, topic: str, partition: int, lag: float) -> None:
+        """Set the consumer lag of one topic partition.
+
+        Parameters
+        ----------
+        stage : str
+            Consuming stage.
+        topic : str
+            Topic name.
+        partition : int
+            Partition number.
+        lag : float
+            End offset minus committed offset (messages).
+        """
+        self.consumer_lag.labels(stage=stage, topic=topic, partition=str(partition)).set(lag)
+
+    # -- parameters, privacy -----------------------------------------------------------
+    def set_parameter_version(self, plant: str, version: str | float, loaded_at: float | None = None) -> None:
+        """Record the parameter version a plant now uses and when it was loaded.
+
+        Parameters
+        ----------
+        plant : str
+            Plant name.
+        version : str or float
+            Parameter version; exported numerically (see :func:`numeric_version`)
+            and verbatim in ``fedrca_parameter_info``.
+        loaded_at : float, optional
+            Unix time the parameters were loaded or created; now by default.
+            Pass an artifact's creation time so that restarting a worker on
+            old parameters does not look like fresh ones.
+        """
+        self._know(plant)
+        text = str(version)
+        with self._lock:
+            previous = self._versions.get(plant)
+            self._versions[plant] = text
+        if previous is not None and previous != text:
+            self.parameter_info.remove(plant, previous)
+        self.parameter_info.labels(plant=plant, version=text).set(1)
+        self.parameter_version.labels(plant=plant).set(numeric_version(version))
+        self.parameter_loaded.labels(plant=plant).set(time.time() if loaded_at is None else loaded_at)
+
+    def set_privacy(self, plant: str, spent: float, budget: float = math.inf) -> None:
+        """Set the privacy budget (epsilon) a plant has spent and may spend.
+
+        Parameters
+        ----------
+        plant : str
+            Plant name.
+        spent : float
+            Epsilon spent so far.
+        budget : float, default inf
+            Total epsilon allowed (inf = unlimited).
+        """
+        self._know(plant)
+        self.epsilon_spent.labels(plant=plant).set(spent)
+        self.epsilon_budget.labels(plant=plant).set(budget)
+
+    # -- exposition --------------------------------------------------------------------
+    def render(self) -> bytes:
+        """The registry in the Prometheus text exposition format.
+
+        Returns
+        -------
+        bytes
+            Output of :func:`prometheus_client.generate_latest`.
+        """
+        return generate_latest(self.registry)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """Current value of one sample (e.g. ``fedrca_d2_count``), or None if absent.
+
+        Parameters
+        ----------
+        name : str
+            Sample name, with its suffix (``_total``, ``_bucket``, ``_count``...).
+        **labels : str
+            The sample's exact labels.
+
+        Returns
+        -------
+        float or None
+        """
+        return self.registry.get_sample_value(name, labels)
+
+    def serve(self, port: int = 0, addr: str = "127.0.0.1") -> int:
+        """Serve ``/metrics`` over HTTP from a daemon thread.
+
+        Parameters
+        ----------
+        port : int, default 0
+            TCP port; 0 picks a free one.
+        addr : str, default "127.0.0.1"
+            Address to bind (``"0.0.0.0"`` for every interface, e.g. in a pod).
+
+        Returns
+        -------
+        int
+            The port actually bound.
+
+        Raises
+        ------
+        FedrcaError
+            If this object is already serving.
+        OSError
+            If the address cannot be bound.
+        """
+        if self._server is not None:
+            raise FedrcaError(f"metrics already served on port {self.port}; call close() first")
+        # prometheus-client >= 0.20 (the pinned minimum) returns the server and its thread
+        self._server, self._server_thread = start_http_server(port, addr, registry=self.registry)
+        return int(self._server.server_port)
+
+    @property
+    def port(self) -> int | None:
+        """Port served by :meth:`serve`, or None when not serving."""
+        return None if self._server is None else int(self._server.server_port)
+
+    def close(self) -> None:
+        """Stop the HTTP server started by :meth:`serve` (no-op when not serving)."""
+        server, thread = self._server, self._server_thread
+        self._server, self._server_thread = None, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)

@@ -1,0 +1,396 @@
+"""A site's federated training job: clients + server + transport, rounds, state, artifacts (no I/O).
+
+:class:`FederatedTraining` wires one :class:`~fedrca.training.client.Client` per plant
+and the :class:`~fedrca.training.server.Server` through a transport (the in-process
+one by default; the byte messages are the ones that travel on ``<site>.train.<plant>``),
+runs rounds, refuses a plan that would pass a plant's privacy budget, exposes the
+whole job's state after a completed round (:meth:`FederatedTraining.get_state`, what
+a checkpoint stores) and finally builds one artifact per plant (Theta + the augmented
+scorer re-calibrated on the nominal data with that Theta) and the server artifact.
+Files, checkpoints and progress lines are the shell's (:mod:`fedrca.cli.training`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from fedrca.config import SiteConfig, TrainingSettings
+from fedrca.contracts import N_FLAG_STATES, NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, flag_states, make_artifact
+from fedrca.detectors.factory import fit_detectors
+from fedrca.detectors.parameters import model_fingerprint, scorer_arrays
+from fedrca.detectors.plant import PlantDetector
+from fedrca.exceptions import ArtifactError, PrivacyBudgetExceeded
+from fedrca.training.client import Client
+from fedrca.training.messages import (
+    GradientMessage,
+    InProcessTransport,
+    StatesMessage,
+    decode_message,
+    encode_message,
+)
+from fedrca.training.server import Server
+
+__all__ = [
+    "FederatedTraining",
+    "PartyState",
+    "TrainingData",
+    "TrainingResult",
+    "TrainingState",
+    "Transport",
+    "config_hash",
+    "data_hash",
+]
+
+FloatArray = NDArray[np.float64]
+
+
+class Transport(Protocol):
+    """What the orchestration needs from a message bus (in-process or Kafka)."""
+
+    def publish(self, topic: str, key: str, value: bytes) -> None: ...
+
+    def consume(self, topic: str, group: str) -> list[tuple[str, bytes]]: ...
+
+
+def config_hash(config: SiteConfig) -> str:
+    """sha256 of the configuration's canonical JSON (what the artifacts were trained with)."""
+    payload = json.dumps(config.model_dump(mode="python"), sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class TrainingData(Protocol):
+    """One plant's nominal training data: sensors Y (T, D) and inputs U (T, U) or None."""
+
+    @property
+    def Y(self) -> FloatArray: ...
+
+    @property
+    def U(self) -> FloatArray | None: ...
+
+
+#: One party's (a client's or the server's) state: its arrays and its JSON-able metadata.
+PartyState = tuple[dict[str, np.ndarray], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    """The whole job after a completed round: what a checkpoint stores.
+
+    Attributes
+    ----------
+    round : rounds completed
+    clients : plant -> the client's state
+    server : the server's state
+    config_hash, data_hash : what the job was built with (a checkpoint of another job is refused)
+    bytes_up, bytes_down, raw_bytes : per plant, message bytes so far (states up, gradients down)
+        and the bytes the raw data of the same windows would have taken
+    """
+
+    round: int
+    clients: dict[str, PartyState]
+    server: PartyState
+    config_hash: str
+    data_hash: str
+    bytes_up: dict[str, int]
+    bytes_down: dict[str, int]
+    raw_bytes: dict[str, int]
+
+
+def data_hash(data: Mapping[str, TrainingData]) -> str:
+    """sha256 of the training arrays of every plant (to refuse resuming on other data)."""
+    digest = hashlib.sha256()
+    for name in sorted(data):
+        digest.update(name.encode("utf-8"))
+        digest.update(np.ascontiguousarray(data[name].Y).tobytes())
+        if data[name].U is not None:
+            digest.update(np.ascontiguousarray(data[name].U).tobytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class TrainingResult:
+    """What a run produced: the trained detectors, artifacts and the figures of the final table."""
+
+    detectors: dict[str, PlantDetector]
+    artifacts: dict[str, ParameterArtifact]
+    clients: dict[str, Client]
+    server: Server
+    rounds: int
+    resumed_from: int
+    seconds: float
+    bytes_up: dict[str, float] = field(default_factory=dict)
+    bytes_down: dict[str, float] = field(default_factory=dict)
+    raw_bytes: dict[str, float] = field(default_factory=dict)
+
+    def table(self) -> pd.DataFrame:
+        """Per plant: client loss before/after, server loss, bytes per round vs raw, epsilon spent."""
+        rows = []
+        for plant, client in self.clients.items():
+            summary = client.accountant.summary()
+            rows.append(
+                {
+                    "plant": plant,
+                    "states": client.state_dim,
+                    "client loss before": round(client.initial_loss, 5),
+                    "client loss after": round(client.reconstruction_loss(), 5),
+                    "server loss": round(self.server.losses.get(plant, math.nan), 5),
+                    "bytes/round up": round(self.bytes_up.get(plant, 0.0)),
+                    "bytes/round down": round(self.bytes_down.get(plant, 0.0)),
+                    "raw bytes/round": round(self.raw_bytes.get(plant, 0.0)),
+                    "epsilon": _fmt_eps(summary["epsilon"]),
+                }
+            )
+        return pd.DataFrame(rows)
+
+
+def _fmt_eps(value: float) -> str:
+    return "0 (no noise)" if value == 0.0 else f"{value:.3g}"
+
+
+class FederatedTraining:
+    """One site's training job (pure: no files, no printing; see :mod:`fedrca.cli.training` for those).
+
+    Parameters
+    ----------
+    config : the site configuration (its ``training:`` section gives the settings)
+    data : per-plant nominal data on a common time axis
+    detectors : fitted detectors per plant (built from the configuration and fitted on ``data``
+        when None)
+    settings : overrides the configuration's training settings
+    transport : message bus (in-process by default)
+    """
+
+    def __init__(
+        self,
+        config: SiteConfig,
+        data: Mapping[str, TrainingData],
+        detectors: Mapping[str, PlantDetector] | None = None,
+        settings: TrainingSettings | None = None,
+        transport: Transport | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = settings if settings is not None else config.training
+        self.data = dict(data)
+        lengths = {len(d.Y) for d in self.data.values()}
+        if len(lengths) != 1:
+            raise ArtifactError(f"plants' training data must share one time axis, got lengths {sorted(lengths)}")
+        self.detectors = dict(detectors) if detectors is not None else fit_detectors(config, self.data)
+        self.transport: Transport = transport if transport is not None else InProcessTransport()
+        s = self.settings
+        plants = config.plant_names
+        self.clients = {
+            name: Client(
+                self.detectors[name],
+                self.data[name].Y,
+                self.data[name].U,
+                settings=s,
+                n_plants=len(plants),
+                seed=s.seed * 7919 + 2 * i + 1,
+            )
+            for i, name in enumerate(plants)
+        }
+        first = next(iter(self.clients.values()))
+        self.server = Server(
+            plants,
+            [self.clients[p].state_dim for p in plants],
+            first.data.n_samples,
+            first.data.first_row,
+            s,
+            features=s.resolved_server_features(config),
+            seed=s.seed * 7919,
+        )
+        self.round = 0
+        self._bytes_up = dict.fromkeys(plants, 0)
+        self._bytes_down = dict.fromkeys(plants, 0)
+        self._raw_bytes = dict.fromkeys(plants, 0)
+        self.config_hash = config_hash(config)
+        self.data_hash = data_hash(self.data)
+
+    # -- rounds ---------------------------------------------------------------------------------
+    def topic(self, plant: str) -> str:
+        """The plant's training topic (``<site>.train.<plant>``)."""
+        return self.config.topic("train", plant=plant)
+
+    def check(self, rounds: int) -> None:
+        """Refuse learning rates that would not converge and runs that would pass a plant's privacy budget."""
+        shared = self.settings.estimator == "gd"
+        for client in self.clients.values():
+            client.check_convergence(shared=shared)
+        budget = self.settings.privacy.budget
+        if math.isinf(budget):
+            return
+        for plant, client in self.clients.items():
+            planned = [(client.round_mu2(r), client.window(r)) for r in range(self.round, rounds)]
+            eps_total, fit = client.accountant.plan(planned)
+            if fit < len(planned):
+                raise PrivacyBudgetExceeded(
+                    f"plant '{plant}': {rounds - self.round} more round(s) would spend epsilon {eps_total:.3g} "
+                    f"(delta={client.accountant.delta:g}), above training.privacy.budget = {budget:g}; at most "
+                    f"{fit} round(s) fit: lower training.rounds, lower the per-release epsilons "
+                    "(more noise) or raise the budget"
+                )
+
+    def run_round(self) -> None:
+        """One communication round: states up, gradients down, client steps."""
+        r = self.round
+        for plant, client in self.clients.items():
+            raw = encode_message(client.states_message(r))
+            self.transport.publish(self.topic(plant), plant, raw)
+            self._bytes_up[plant] += len(raw)
+            rows = client.window(r)
+            self._raw_bytes[plant] += (rows.stop - rows.start) * client.data.y_model.shape[1] * 8
+        for plant in self.clients:
+            for _, raw in self.transport.consume(self.topic(plant), "server"):
+                message = decode_message(raw)
+                if isinstance(message, StatesMessage):
+                    self.server.receive(message)
+        for plant, message in self.server.respond().items():
+            raw = encode_message(message)
+            self.transport.publish(self.topic(plant), SERVER, raw)
+            self._bytes_down[plant] += len(raw)
+        for plant, client in self.clients.items():
+            for _, raw in self.transport.consume(self.topic(plant), f"client-{plant}"):
+                message = decode_message(raw)
+                if isinstance(message, GradientMessage):
+                    client.apply_gradient(message)
+        self.round += 1
+
+    # -- state (what a checkpoint stores) ------------------------------------------------------------
+    def get_state(self) -> TrainingState:
+        """The job after the last completed round (raises while a round is half done)."""
+        return TrainingState(
+            round=self.round,
+            clients={plant: client.get_state() for plant, client in self.clients.items()},
+            server=self.server.get_state(),
+            config_hash=self.config_hash,
+            data_hash=self.data_hash,
+            bytes_up=dict(self._bytes_up),
+            bytes_down=dict(self._bytes_down),
+            raw_bytes=dict(self._raw_bytes),
+        )
+
+    def set_state(self, state: TrainingState) -> None:
+        """Continue from :meth:`get_state` output of a job with the same configuration and data.
+
+        Raises
+        ------
+        ArtifactError
+            When the state was made with another configuration or other training data.
+        """
+        if state.config_hash != self.config_hash or state.data_hash != self.data_hash:
+            which = "configuration" if state.config_hash != self.config_hash else "training data"
+            raise ArtifactError(f"the saved training state was made with another {which}")
+        for plant, client in self.clients.items():
+            client.set_state(*state.clients[plant])
+        self.server.set_state(*state.server)
+        self.round = int(state.round)
+        self._bytes_up = {k: int(v) for k, v in state.bytes_up.items()}
+        self._bytes_down = {k: int(v) for k, v in state.bytes_down.items()}
+        self._raw_bytes = {k: int(v) for k, v in state.raw_bytes.items()}
+
+    # -- the whole run ------------------------------------------------------------------------------
+    def run(
+        self,
+        rounds: int | None = None,
+        stop_after: int | None = None,
+        on_round: Callable[[FederatedTraining], None] | None = None,
+        version: int = 1,
+    ) -> TrainingResult:
+        """Run the remaining rounds and build the artifacts (in memory).
+
+        Parameters
+        ----------
+        rounds : total rounds (default: ``training.rounds``)
+        stop_after : stop after this many rounds in this call (no artifacts then)
+        on_round : called after every completed round (checkpoints, progress lines)
+        version : the artifacts' version number
+        """
+        started = time.perf_counter()
+        total = rounds if rounds is not None else self.settings.rounds
+        resumed_from = self.round
+        self.check(total)
+        done_here = 0
+        while self.round < total:
+            if stop_after is not None and done_here >= stop_after:
+                break
+            self.run_round()
+            done_here += 1
+            if on_round is not None:
+                on_round(self)
+        artifacts = self.finalize(version) if self.round >= total else {}
+        n = max(self.round, 1)
+        return TrainingResult(
+            detectors=self.detectors,
+            artifacts=artifacts,
+            clients=self.clients,
+            server=self.server,
+            rounds=self.round,
+            resumed_from=resumed_from,
+            seconds=time.perf_counter() - started,
+            bytes_up={p: v / n for p, v in self._bytes_up.items()},
+            bytes_down={p: v / n for p, v in self._bytes_down.items()},
+            raw_bytes={p: v / n for p, v in self._raw_bytes.items()},
+        )
+
+    def finalize(self, version: int) -> dict[str, ParameterArtifact]:
+        """Install the trained Theta in every detector, re-calibrate its augmented scorer, build the artifacts."""
+        artifacts: dict[str, ParameterArtifact] = {}
+        delta = self.settings.privacy.delta
+        n = max(self.round, 1)
+        for plant, client in self.clients.items():
+            det = self.detectors[plant]
+            det.set_parameters(client.theta, version=f"v{version}")
+            scorer = det.calibrate_augmented(self.data[plant].Y, self.data[plant].U)
+            det.set_parameters(client.theta, scorer_a=scorer, version=f"v{version}")
+            summary = client.accountant.summary()
+            # The RCA's only knowledge of this plant's detector: how often each flag state occurs
+            # on nominal data (aggregate counts, no sample travels).
+            with det.detached():
+                nominal = det.step_batch(self.data[plant].Y, self.data[plant].U)
+            state_counts = np.bincount(flag_states(nominal.zc, nominal.za), minlength=N_FLAG_STATES)
+            metrics = {
+                "rounds": self.round,
+                "client_loss_before": client.initial_loss,
+                "client_loss_after": client.reconstruction_loss(),
+                "server_loss": self.server.losses.get(plant, math.nan),
+                "bytes_per_round_up": self._bytes_up[plant] / n,
+                "bytes_per_round_down": self._bytes_down[plant] / n,
+                "raw_bytes_per_round": self._raw_bytes[plant] / n,
+                "states_clipped": client.clipped,
+            }
+            artifacts[plant] = make_artifact(
+                plant,
+                version,
+                {"theta": client.theta, **scorer_arrays(scorer), NOMINAL_STATE_COUNTS: state_counts},
+                config_hash=self.config_hash,
+                metrics=metrics,
+                epsilon_spent=summary["epsilon"],
+                delta=delta,
+                extra={"model_fingerprint": model_fingerprint(det), "privacy": summary},
+            )
+        eps = [c.accountant.epsilon() for c in self.clients.values()]
+        artifacts[SERVER] = make_artifact(
+            SERVER,
+            version,
+            self.server.artifact_arrays(),
+            config_hash=self.config_hash,
+            metrics={"rounds": self.round, "server_loss": self.server.loss, "losses": self.server.losses},
+            epsilon_spent=max(eps) if eps else 0.0,
+            delta=delta,
+            extra={
+                "plants": list(self.clients),
+                "estimator": self.settings.estimator,
+                "features": self.server.features,
+            },
+        )
+        return artifacts

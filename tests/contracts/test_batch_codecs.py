@@ -1,0 +1,149 @@
+"""The batch codecs of the plant worker's hot path equal the per-message contracts exactly.
+
+``decode_sensors`` must give, for any mix of good and bad messages, the same valid
+messages and the same errors (reason and detail), in arrival order, as ``decode_sensor``
+message by message; ``encode_flags`` must give byte-identical JSON to
+``encode(flag.to_dict())``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedrca.contracts import FlagMessage, decode_sensor, decode_sensors, encode, encode_flags
+from fedrca.exceptions import MessageError
+
+COUNTS = {"feed": 3, "reactor": 2}
+NOW = 1_700_000_000.0
+
+
+def one_by_one(raws):
+    valid, rejected = [], []
+    for raw in raws:
+        try:
+            valid.append(decode_sensor(raw, "tep", COUNTS, now=NOW))
+        except MessageError as err:
+            rejected.append((raw, err))
+    return valid, rejected
+
+
+def assert_same(batch, single):
+    (valid_b, rejected_b), (valid_s, rejected_s) = batch, single
+    assert [(m.site, m.plant, m.ts, m.seq) for m in valid_b] == [(m.site, m.plant, m.ts, m.seq) for m in valid_s]
+    for mb, ms in zip(valid_b, valid_s, strict=True):
+        assert mb.values.dtype == np.float64
+        assert np.array_equal(mb.values, ms.values)
+        assert type(mb.ts) is float
+    assert [(raw, err.reason, err.detail) for raw, err in rejected_b] == [
+        (raw, err.reason, err.detail) for raw, err in rejected_s
+    ]
+
+
+def good(plant="feed", seq=7, ts=1000.0, values=None):
+    values = [1.0, 2.5, -3.0][: COUNTS[plant]] if values is None else values
+    return json.dumps({"site": "tep", "plant": plant, "ts": ts, "seq": seq, "values": values}).encode()
+
+
+BAD = [
+    b"{not json",
+    b"\xff\xfe",
+    b"[1, 2]",
+    b'"a string"',
+    b"{}",
+    json.dumps({"site": "tep", "plant": "feed", "ts": 1.0, "values": [1, 2, 3]}).encode(),
+    good().replace(b'"tep"', b'"other"'),
+    good().replace(b'"feed"', b'"boiler"'),
+    good().replace(b'"feed"', b'["feed"]'),
+    good(values=[1.0, 2.0]),
+    good(values=[1.0, "x", 2.0]),
+    good(values=[1.0, True, 2.0]),
+    good(values=[1.0, None, 2.0]),
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":null}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,NaN,2.0]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,-Infinity,2.0]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,1e400,2.0]}',
+    good(seq=-1),
+    good(seq=1.5),
+    good(seq=True),
+    good(ts=-5),
+    good(ts=NOW + 10 * 86400),
+    good(ts="yesterday"),
+    b'{"site":"tep","plant":"feed","ts":NaN,"seq":1,"values":[1.0,2.0,3.0]}',
+    b'{"site":"tep","plant":"feed","ts":Infinity,"seq":1,"values":[1.0,2.0,3.0]}',
+    HUGE_TS := b'{"site":"tep","plant":"feed","ts":1' + b"0" * 400 + b',"seq":1,"values":[1.0,2.0,3.0]}',
+    HUGE_VALUE := b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,1' + b"0" * 400 + b",3.0]}",
+]
+BAD += [good(seq=13) + b" x", b"\x00" + good()]
+#: Valid for json.loads but not plain UTF-8: the batch decoder's slow path must accept them too.
+ODD = [b"\xef\xbb\xbf" + good(seq=11), good(seq=12).decode().encode("utf-16"), good(seq=14).decode()]
+GOOD = [
+    good(),
+    good(plant="reactor", seq=8, ts=0, values=[4, -2]),
+    good(seq=0, ts=NOW + 3600, values=[0.1, 1e300, -7]),
+]
+
+
+def test_every_bad_shape_gets_the_same_error_as_one_by_one_in_order():
+    others = BAD + ODD
+    raws = [x for pair in zip(GOOD * len(others), others, strict=False) for x in pair]
+    batch = decode_sensors(raws, "tep", COUNTS, now=NOW)
+    assert_same(batch, one_by_one(raws))
+    assert len(batch[1]) == len(BAD) and len(batch[0]) == len(others) + len(ODD)
+
+
+def test_integers_beyond_the_float_range_are_dead_letters_not_crashes():
+    _, rejected = decode_sensors([good(), HUGE_TS, HUGE_VALUE], "tep", COUNTS, now=NOW)
+    assert [err.reason for _, err in rejected] == ["bad-timestamp", "non-finite"]
+
+
+def test_only_good_messages_decode_to_one_array_per_batch():
+    raws = [good(seq=s, values=[s, s + 0.5, -s]) for s in range(50)]
+    valid, rejected = decode_sensors(raws, "tep", COUNTS, now=NOW)
+    assert rejected == []
+    assert np.array_equal(np.vstack([m.values for m in valid]), [[s, s + 0.5, -s] for s in range(50)])
+    assert decode_sensors([], "tep", COUNTS, now=NOW) == ([], [])
+
+
+numbers = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**20), 10**20), st.booleans(), st.none()
+)
+fields = st.fixed_dictionaries(
+    {
+        "site": st.sampled_from(["tep", "other"]),
+        "plant": st.sampled_from(["feed", "reactor", "boiler"]),
+        "ts": st.one_of(st.floats(-10.0, 2e9), st.integers(-10, 2 * 10**9), st.just(float("nan"))),
+        "seq": st.one_of(st.integers(-2, 10**6), st.floats(0, 10)),
+        "values": st.lists(numbers, min_size=0, max_size=4),
+    }
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(fields, max_size=12))
+def test_random_batches_decode_exactly_as_one_by_one(messages):
+    raws = [json.dumps(m).encode() for m in messages]
+    assert_same(decode_sensors(raws, "tep", COUNTS, now=NOW), one_by_one(raws))
+
+
+flags = st.builds(
+    FlagMessage,
+    site=st.text(max_size=8),
+    plant=st.text(max_size=8),
+    ts=st.one_of(st.floats(0, 1e12), st.integers(0, 10**12)),
+    seq=st.integers(0, 10**12),
+    zc=st.sampled_from([0, 1]),
+    za=st.sampled_from([0, 1]),
+    eps=st.one_of(st.just(math.inf), st.floats(0.01, 50), st.integers(1, 5)),
+    model_version=st.text(max_size=12),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(flags, max_size=8))
+def test_flag_encoding_is_byte_identical_to_the_contract(batch):
+    assert encode_flags(batch) == [encode(f.to_dict()) for f in batch]
