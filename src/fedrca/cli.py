@@ -31,7 +31,12 @@ from fedrca.site import build_detectors, load_frame, plant_frames, run_detectors
 __all__ = ["default_data_dir", "main", "write_flags_jsonl"]
 
 #: Packages whose ``commands.register(subparsers)`` adds subcommands, when present.
-COMMAND_MODULES = ("fedrca.training.commands", "fedrca.rca.commands", "fedrca.streams.commands")
+COMMAND_MODULES = (
+    "fedrca.training.commands",
+    "fedrca.rca.commands",
+    "fedrca.streams.commands",
+    "fedrca.connectors.simulator_commands",
+)
 
 
 def default_data_dir() -> Path:
