@@ -228,3 +228,15 @@ def test_cli_without_the_extra_exits_2_with_one_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'fedrca[sim]'" in lines[0], result.stderr
     assert not (tmp_path / "x.dat").exists()
+
+
+@needs_sim
+def test_lean_step_equals_advance():
+    # the lean control step must give bitwise the plant that tep-studio's public advance() gives
+    spec = SimulationSpec(hours=0.5, seed=156, disturbances=(Disturbance(14, 0.1),))
+    sim = simulator.TEPSimulator(spec)
+    assert sim.lean
+    lean = np.array([row for _, row in sim.rows()])
+    sim.lean = False
+    public = np.array([row for _, row in sim.rows()])
+    np.testing.assert_array_equal(lean, public)
