@@ -186,6 +186,30 @@ def pca_factory(variance: float = 0.9, alpha: float = 0.01) -> MonitorFactory:
     return factory
 
 
+def monitor_factory(config: SiteConfig, **kwargs: Any) -> MonitorFactory:
+    """The prototype :class:`fedrca.detectors.monitor.PlantMonitor` per plant (detection only, no RCA)."""
+    from fedrca.detectors.monitor import PlantMonitor
+    from fedrca.site import plant_frames
+
+    def factory(nominal: pd.DataFrame) -> Monitor:
+        groups = nominal.attrs.get("groups")
+        data = plant_frames(config, nominal)
+        monitors = {name: PlantMonitor(**kwargs).fit(d.Y, groups) for name, d in data.items()}
+
+        def monitor(frame: pd.DataFrame) -> MonitorOutput:
+            arrays = plant_frames(config, frame)
+            flags = []
+            for name, m in monitors.items():
+                m.reset()
+                flags.append(m.step_batch(arrays[name].Y)[1])
+            plant = np.column_stack(flags)
+            return MonitorOutput(plant.any(axis=1), [], plant)
+
+        return monitor
+
+    return factory
+
+
 # --------------------------------------------------------------------------------------------
 # figures of one run
 def detection_delay(alarm: np.ndarray, onset: int, persist: int = PERSIST) -> int | None:
@@ -233,7 +257,10 @@ def load_library(library: Library, generate: bool = True) -> tuple[pd.DataFrame,
             print(f"  note: {spec.key(run.version)} shut down after {len(run.values)} rows ({run.shutdown})")
         return run
 
-    train = pd.concat([_frame(get(library.nominal(s))) for s in library.train_seeds], ignore_index=True)
+    runs = [_frame(get(library.nominal(s))) for s in library.train_seeds]
+    train = pd.concat(runs, ignore_index=True)
+    # which nominal run each training row comes from (monitors may use it for folds)
+    train.attrs["groups"] = np.repeat(np.arange(len(runs)), [len(r) for r in runs])
     far = {s: _frame(get(library.nominal(s))) for s in library.far_seeds}
     faults = {(i, s): _frame(get(library.fault(i, s))) for s in library.fault_seeds for i in library.idvs}
     return train, far, faults
