@@ -246,8 +246,13 @@ def _frame(run: SimulatedRun) -> pd.DataFrame:
     return pd.DataFrame(run.values, columns=list(TEP_COLUMNS))
 
 
-def load_library(library: Library, generate: bool = True) -> tuple[pd.DataFrame, dict[int, pd.DataFrame], dict]:
-    """(nominal training frame, FAR frames by seed, fault frames by (idv, seed)); missing runs generated."""
+def load_library(
+    library: Library, generate: bool = True, available: bool = False
+) -> tuple[pd.DataFrame, dict[int, pd.DataFrame], dict]:
+    """(nominal training frame, FAR frames by seed, fault frames by (idv, seed)); missing runs generated.
+
+    With ``available`` missing fault runs are left out (and listed) instead.
+    """
 
     def get(spec):
         run = cached_run(spec, generate=generate)
@@ -262,7 +267,13 @@ def load_library(library: Library, generate: bool = True) -> tuple[pd.DataFrame,
     # which nominal run each training row comes from (monitors may use it for folds)
     train.attrs["groups"] = np.repeat(np.arange(len(runs)), [len(r) for r in runs])
     far = {s: _frame(get(library.nominal(s))) for s in library.far_seeds}
-    faults = {(i, s): _frame(get(library.fault(i, s))) for s in library.fault_seeds for i in library.idvs}
+    faults = {}
+    for s in library.fault_seeds:
+        for i in library.idvs:
+            if available and cached_run(library.fault(i, s), generate=False) is None:
+                print(f"  left out (not cached): IDV {i} seed {s}")
+                continue
+            faults[(i, s)] = _frame(get(library.fault(i, s)))
     return train, far, faults
 
 
@@ -353,6 +364,14 @@ def idv_table(results: dict[str, list[dict]], variants: Sequence[str], idvs: Seq
             "FDR PCA": float(np.mean([r["FDR"] for r in pca])),
             "delay fedrca": _median(r["delay"] for r in pr),
             "delay PCA": _median(r["delay"] for r in pca),
+            **(
+                {
+                    "FDR prototype": float(np.mean([r["FDR"] for r in results["monitor"] if r["idv"] == idv])),
+                    "delay prototype": _median(r["delay"] for r in results["monitor"] if r["idv"] == idv),
+                }
+                if "monitor" in results
+                else {}
+            ),
             "majority roots": ", ".join(f"{r['root'] or '-'} {_fmt(r['root share'], 2)}" for r in pr),
         }
         for v in variants:
@@ -365,18 +384,20 @@ def idv_table(results: dict[str, list[dict]], variants: Sequence[str], idvs: Seq
 
 def summary_rows(results: dict[str, list[dict]], far: dict[str, list[dict]], variants: Sequence[str]) -> pd.DataFrame:
     rows = []
-    for v in [*variants, "pca"]:
+    for v in [*variants, "pca", *(["monitor"] if "monitor" in results else [])]:
         runs = results[v]
         scored = [r for r in runs if r["correct"] is not None]
         rows.append(
             {
-                "monitor": "PCA T2+SPE (peer)" if v == "pca" else VARIANTS[v][0],
+                "monitor": {"pca": "PCA T2+SPE (peer)", "monitor": "prototype (detectors/monitor.py)"}.get(
+                    v, VARIANTS[v][0] if v in VARIANTS else v
+                ),
                 "FAR mean": float(np.mean([f["FAR"] for f in far[v]])),
                 "FAR max": float(np.max([f["FAR"] for f in far[v]])),
-                "root verdicts on nominal": sum(f["root verdicts"] for f in far[v]) if v != "pca" else None,
+                "root verdicts on nominal": sum(f["root verdicts"] for f in far[v]) if v in VARIANTS else None,
                 "mean FDR": float(np.mean([r["FDR"] for r in runs])),
                 "majority root correct": "-"
-                if v == "pca"
+                if v not in VARIANTS
                 else f"{sum(bool(r['correct']) for r in scored)}/{len(scored)}"
                 f" ({np.mean([bool(r['correct']) for r in scored]):.2f})",
             }
@@ -428,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=str(REPO / "config" / "tep.yaml"))
     parser.add_argument("--out", default=str(REPO / "docs" / "faults.md"), help="markdown file, '-' to only print")
     parser.add_argument("--no-generate", action="store_true", help="fail instead of simulating missing runs")
+    parser.add_argument(
+        "--prototype", action="store_true", help="also measure the prototype detectors/monitor.py (detection only)"
+    )
+    parser.add_argument("--available", action="store_true", help="use only the cached fault runs (partial library)")
     # bench/run.py calls main() without arguments: the defaults, never run.py's own argv
     argv = [] if argv is None else list(argv)
     args = parser.parse_args(argv)
@@ -440,13 +465,15 @@ def main(argv: list[str] | None = None) -> int:
     if min((*library.fault_seeds, *library.train_seeds, *library.far_seeds)) < 100:
         print("bench_faults: note: seeds below 100 are the independent check's; use them only for that check")
     started = time.perf_counter()
-    train, far_frames, fault_frames = load_library(library, generate=not args.no_generate)
+    train, far_frames, fault_frames = load_library(library, generate=not args.no_generate, available=args.available)
     print(
         f"library: {len(train)} training rows ({len(library.train_seeds)} nominal seeds), "
         f"{len(far_frames)} FAR runs, {len(fault_frames)} fault runs ({time.perf_counter() - started:.1f} s)"
     )
     config = load_config(args.config)
     factories: dict[str, MonitorFactory] = {"pca": pca_factory()}
+    if args.prototype:
+        factories["monitor"] = monitor_factory(config, alpha=0.002, ewma=0.1)
     for v in variants:
         _, trained, eps = VARIANTS[v]
         factories[v] = fedrca_factory(config, trained=trained, epsilon=eps)
@@ -459,13 +486,11 @@ def main(argv: list[str] | None = None) -> int:
         recorded[name] = evaluate_recorded(factory)
         print(f"  {name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
-    table = idv_table(results, variants, library.idvs)
+    table = idv_table(results, variants, sorted({i for i, _ in fault_frames}))
     summary = summary_rows(results, far, variants)
-    far_table = pd.DataFrame(
-        [{"monitor": n, **{f"seed {f['seed']}": f["FAR"] for f in far[n]}} for n in ["pca", *variants]]
-    )
+    far_table = pd.DataFrame([{"monitor": n, **{f"seed {f['seed']}": f["FAR"] for f in far[n]}} for n in far])
     rec_rows = []
-    for name in ["pca", *variants]:
+    for name in recorded:
         for r in recorded[name]:
             rec_rows.append(
                 {
@@ -500,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
                 "",
                 f"Library: revised TEP (tep-studio {_version()}) under its decentralised control at the "
                 "design rate (0.0005 h), mode 1, 48 h, "
-                f"3-minute samples, IDV on from 8 h (row {ONSET_SAMPLE}); fault seeds {list(library.fault_seeds)}, "
+                f"3-minute samples, IDV on from 8 h (row {ONSET_SAMPLE}); fault seeds {list(library.fault_seeds)} "
+                f"({len(fault_frames)} fault runs in this table), "
                 f"training seeds {list(library.train_seeds)} (all monitors calibrated on these {len(train)} nominal "
                 f"rows only), FAR seeds {list(library.far_seeds)}. Alarm = any plant, any flag (Z_c or Z_a); "
                 f"delay = rows from the onset to the first alarm lasting {PERSIST} rows; root = majority among the "
