@@ -281,11 +281,8 @@ class TEPSimulator:
     ----------
     spec : what to simulate
 
-    Examples
-    --------
-    >>> sim = TEPSimulator(SimulationSpec(hours=0.1, seed=123))  # doctest: +SKIP
-    >>> [row.shape for _, row in sim.rows()]  # doctest: +SKIP
-    [(52,), (52,)]
+    ``TEPSimulator(SimulationSpec(hours=0.1, seed=123)).rows()`` yields two rows of
+    shape (52,) (``tests/connectors/test_simulator.py`` runs it).
     """
 
     def __init__(self, spec: SimulationSpec) -> None:
