@@ -73,7 +73,7 @@ TEP_MODES = ("mode1", "mode2", "mode3", "mode4", "mode5", "mode6")
 #: Sample time (h) of the decentralised controller's loops (tep-studio's ``RICKER_MODE1``
 #: ``ts_base``). Sampling the controller slower changes the plant: at 0.01 h the reactor
 #: temperature and pressures vary 2-3x more than at the design rate (measured, see
-#: docs/faults.md), so the design rate is the default.
+#: docs/connectors.md), so the design rate is the default.
 DESIGN_CONTROL_INTERVAL_H = 0.0005
 #: Number of TEP disturbances (IDV 1..28) in the revised model.
 N_IDV = 28
