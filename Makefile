@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # Reinstall only when the dependency list changes.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,sim]'
 	touch $@
 
 install: $(STAMP)

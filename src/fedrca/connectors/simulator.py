@@ -1,0 +1,441 @@
+"""Live Tennessee Eastman simulator source (optional extra ``fedrca[sim]`` = ``tep-studio``).
+
+Runs the revised TEP model of Bathelt, Ricker & Jelali (2015, the ``temexd_mod``
+kernel) under its decentralised multi-loop PI control (Ricker 1996), as packaged
+by ``tep-studio``, and produces samples in the 52-column layout of the recorded
+Braatz files that :func:`fedrca.datasets.tep.load_tep` reads:
+
+* ``XMEAS(1..41)`` = ``measurement.*`` of the package's schema, in schema order
+  (22 continuous measurements, then the reactor-feed, purge and product analysers);
+* ``XMV(1..11)`` = the **implemented** actions of the first 11 manipulated
+  variables in schema order (the 11 valves of Downs & Vogel; the 12th, the reactor
+  agitator speed, is not a TEP XMV column);
+* one row every ``sample_seconds`` (180 s = 3 minutes), row k holding the plant at
+  time ``(k + 1) * sample_seconds``.
+
+The column map is checked against the schema at run time (:func:`column_map`) and
+against Downs & Vogel's order by ``tests/connectors/test_simulator.py``.
+
+The core install does not need the simulator: ``tep_studio`` is imported only when
+a simulation is built, and its absence is a :class:`fedrca.exceptions.ModelError`
+naming ``pip install 'fedrca[sim]'``.
+
+Runs are deterministic in ``seed`` (the kernel's measurement-noise and random
+disturbance generator). :func:`cached_run` keeps finished runs under
+``$FEDRCA_CACHE`` (default ``~/.cache/fedrca``)``/tep-library``, keyed by every
+setting and the ``tep-studio`` version.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from fedrca.datasets.tep import TEP_COLUMNS
+from fedrca.exceptions import ConfigError, DataError, ModelError
+
+__all__ = [
+    "DESIGN_CONTROL_INTERVAL_H",
+    "SIM_EXTRA_HINT",
+    "TEP_MODES",
+    "Disturbance",
+    "SimulatedRun",
+    "SimulationSpec",
+    "TEPSimulator",
+    "cached_run",
+    "column_map",
+    "default_cache_dir",
+    "load_tep_studio",
+    "parse_disturbance",
+    "simulate",
+    "simulator_version",
+    "write_tep_dat",
+]
+
+FloatArray = NDArray[np.float64]
+
+#: What to run when the optional simulator is missing.
+SIM_EXTRA_HINT = "pip install 'fedrca[sim]'"
+#: Operating modes of the revised model.
+TEP_MODES = ("mode1", "mode2", "mode3", "mode4", "mode5", "mode6")
+#: Sample time (h) of the decentralised controller's loops (tep-studio's ``RICKER_MODE1``
+#: ``ts_base``). Sampling the controller slower changes the plant: at 0.01 h the reactor
+#: temperature and pressures vary 2-3x more than at the design rate (measured, see
+#: docs/connectors.md), so the design rate is the default.
+DESIGN_CONTROL_INTERVAL_H = 0.0005
+#: Number of TEP disturbances (IDV 1..28) in the revised model.
+N_IDV = 28
+
+
+def load_tep_studio() -> ModuleType:
+    """Import ``tep_studio`` or raise a one-line :class:`ModelError` naming the extra."""
+    try:
+        return importlib.import_module("tep_studio")
+    except ImportError as exc:
+        raise ModelError(
+            f"the TEP simulator needs the optional extra 'sim' (tep-studio): {SIM_EXTRA_HINT} ({exc})"
+        ) from None
+
+
+def simulator_version() -> str:
+    """The installed ``tep-studio`` version (ModelError when the extra is missing)."""
+    return str(load_tep_studio().__version__)
+
+
+def column_map() -> list[tuple[str, str]]:
+    """``(TEP column, tep-studio schema variable)`` for the 52 columns, checked against the schema.
+
+    Returns
+    -------
+    list of (str, str)
+        ``("XMEAS(i)", "measurement.<name>")`` for i = 1..41 and
+        ``("XMV(j)", "implemented_action.<name>")`` for j = 1..11.
+
+    Raises
+    ------
+    ModelError
+        When the installed schema does not have 41 measurements and at least 11
+        manipulated variables, or its analysers do not carry the legacy XMEAS(23..41)
+        numbers (a tep-studio release with another layout).
+    """
+    schema = load_tep_studio().TEP_SCHEMA
+    measurements = schema.measurements
+    valves = schema.manipulated_variables
+    if len(measurements) != 41 or len(valves) < 11:
+        raise ModelError(
+            f"tep-studio schema has {len(measurements)} measurements and {len(valves)} manipulated variables; "
+            f"fedrca needs 41 and >= 11 (install a supported version: {SIM_EXTRA_HINT})"
+        )
+    for i, var in enumerate(measurements):
+        legacy = getattr(var, "legacy_index", None)
+        if var.index != i or (legacy is not None and legacy != i + 1):
+            raise ModelError(
+                f"tep-studio measurement {var.name!r} is at index {var.index} (legacy XMEAS {legacy}), "
+                f"expected XMEAS({i + 1}); this tep-studio version is not supported ({SIM_EXTRA_HINT})"
+            )
+    pairs = [(f"XMEAS({i + 1})", f"measurement.{v.name}") for i, v in enumerate(measurements)]
+    pairs += [(f"XMV({j + 1})", f"implemented_action.{valves[j].name}") for j in range(11)]
+    return pairs
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """One TEP disturbance IDV(``idv``) switched on at ``onset_h`` hours (latched, as in TEP).
+
+    Examples
+    --------
+    >>> Disturbance(14, 8.0).name
+    'idv_14'
+    """
+
+    idv: int
+    onset_h: float = 0.0
+    magnitude: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.idv <= N_IDV:
+            raise ConfigError(f"IDV {self.idv} does not exist; TEP disturbances are 1..{N_IDV}", key="--idv")
+        if not (math.isfinite(self.onset_h) and self.onset_h >= 0):
+            raise ConfigError(f"IDV {self.idv}: onset {self.onset_h} h must be a finite time >= 0", key="--idv")
+        if not 0.0 <= self.magnitude <= 1.0:
+            raise ConfigError(f"IDV {self.idv}: magnitude {self.magnitude} must be in [0, 1]", key="--idv")
+
+    @property
+    def name(self) -> str:
+        """The schema name, ``idv_NN``."""
+        return f"idv_{self.idv:02d}"
+
+
+def parse_disturbance(text: str) -> Disturbance:
+    """Parse ``"14"`` (on from the start) or ``"14@8"`` (on from hour 8) into a :class:`Disturbance`.
+
+    Examples
+    --------
+    >>> parse_disturbance("14@8")
+    Disturbance(idv=14, onset_h=8.0, magnitude=1.0)
+    """
+    number, _, onset = text.strip().partition("@")
+    try:
+        idv = int(number.lower().removeprefix("idv").removeprefix("_"))
+        onset_h = float(onset) if onset else 0.0
+    except ValueError:
+        raise ConfigError(f"{text!r} is not a disturbance; write IDV[@HOURS], e.g. 14@8", key="--idv") from None
+    return Disturbance(idv, onset_h)
+
+
+@dataclass(frozen=True)
+class SimulationSpec:
+    """Everything that determines a simulated run (and its cache key).
+
+    Parameters
+    ----------
+    hours : simulated time, h (> 0)
+    seed : the kernel's noise / random-disturbance seed (an integer >= 0)
+    disturbances : IDVs switched on during the run
+    mode : operating mode, ``mode1`` .. ``mode6``
+    control_interval : controller sample time and integration interval, h
+    sample_seconds : interval between recorded rows, s (a multiple of the control interval)
+    """
+
+    hours: float
+    seed: int
+    disturbances: tuple[Disturbance, ...] = ()
+    mode: str = "mode1"
+    control_interval: float = DESIGN_CONTROL_INTERVAL_H
+    sample_seconds: float = 180.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.hours) and self.hours > 0):
+            raise ConfigError(f"hours must be > 0, got {self.hours}", key="--hours")
+        if int(self.seed) != self.seed or self.seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed}", key="--seed")
+        if self.mode not in TEP_MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; modes are {', '.join(TEP_MODES)}", key="--mode")
+        if not (0 < self.control_interval <= 0.05):
+            raise ConfigError(
+                f"control interval {self.control_interval} h must be in (0, 0.05]", key="--control-interval"
+            )
+        if (
+            self.steps_per_sample < 1
+            or abs(self.steps_per_sample * self.control_interval * 3600 - self.sample_seconds) > 1e-6
+        ):
+            raise ConfigError(
+                f"sample interval {self.sample_seconds} s must be a multiple of the control interval "
+                f"{self.control_interval} h ({self.control_interval * 3600:g} s)",
+                key="--sample-seconds",
+            )
+        if len({d.idv for d in self.disturbances}) != len(self.disturbances):
+            raise ConfigError("each IDV may be given once", key="--idv")
+
+    @property
+    def steps_per_sample(self) -> int:
+        """Control intervals per recorded row."""
+        return round(self.sample_seconds / (self.control_interval * 3600))
+
+    @property
+    def n_samples(self) -> int:
+        """Rows of a run that does not shut down."""
+        return round(self.hours * 3600 / self.sample_seconds)
+
+    def idv_vector(self, time_h: float) -> FloatArray:
+        """The 28 IDV activations in force during the interval that starts at ``time_h``."""
+        vec = np.zeros(N_IDV)
+        for d in self.disturbances:
+            if time_h >= d.onset_h - 1e-9:
+                vec[d.idv - 1] = d.magnitude
+        return vec
+
+    def key(self, version: str) -> str:
+        """File-name-safe cache key naming every setting and the simulator ``version``."""
+        idv = "-".join(f"{d.idv}@{d.onset_h:g}x{d.magnitude:g}" for d in sorted(self.disturbances, key=lambda d: d.idv))
+        return (
+            f"{self.mode}_seed{self.seed}_idv{idv or 'none'}_h{self.hours:g}_ci{self.control_interval:g}"
+            f"_s{self.sample_seconds:g}_tep-studio-{version}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly settings."""
+        return {
+            "hours": self.hours,
+            "seed": self.seed,
+            "disturbances": [[d.idv, d.onset_h, d.magnitude] for d in self.disturbances],
+            "mode": self.mode,
+            "control_interval": self.control_interval,
+            "sample_seconds": self.sample_seconds,
+        }
+
+
+@dataclass(frozen=True)
+class SimulatedRun:
+    """A finished run: ``values`` (T, 52) in :data:`TEP_COLUMNS` order and how it ended."""
+
+    spec: SimulationSpec
+    values: FloatArray
+    terminated: bool
+    shutdown: str | None
+    version: str
+    cpu_seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """The run as :func:`fedrca.datasets.tep.load_tep` returns a file."""
+        return pd.DataFrame(self.values, columns=list(TEP_COLUMNS))
+
+
+class TEPSimulator:
+    """A live closed-loop TEP plant that yields one 52-value row per sample interval.
+
+    Parameters
+    ----------
+    spec : what to simulate
+
+    ``TEPSimulator(SimulationSpec(hours=0.1, seed=123)).rows()`` yields two rows of
+    shape (52,) (``tests/connectors/test_simulator.py`` runs it).
+    """
+
+    def __init__(self, spec: SimulationSpec) -> None:
+        tep = load_tep_studio()
+        config = importlib.import_module("tep_studio.ui.config")
+        service = importlib.import_module("tep_studio.ui.service")
+        self.spec = spec
+        self.version = str(tep.__version__)
+        column_map()  # fail early on an unsupported schema
+        # The package's own scenario builders: the mode's setpoints and the controller
+        # with its safety overrides on (tep-studio's default for a closed-loop scenario).
+        scenario = config.ScenarioConfig(mode=spec.mode, control_interval=spec.control_interval, horizon=spec.hours)
+        self._sim = service.build_simulator(scenario)
+        self._controller = service.build_controller(scenario)
+        self.terminated = False
+        self.shutdown: str | None = None
+        #: the lean step (see :meth:`_lean_step`) when this tep-studio has its internals
+        self.lean = all(hasattr(self._sim, a) for a in ("_integrate_fixed", "kernel")) and hasattr(
+            self._sim.kernel, "outputs"
+        )
+        self._shutdown_code: Callable[[], float] | None = None
+        native = importlib.import_module("tep_studio.simulation.native")
+        if self.lean and hasattr(native.lib, "tep_shutdown_code") and hasattr(self._sim.kernel, "_handle"):
+            kernel = self._sim.kernel
+            self._shutdown_code = lambda: float(native.lib.tep_shutdown_code(kernel._handle))
+        else:
+            self.lean = False
+
+    def _lean_step(self, action: FloatArray, idv: FloatArray) -> tuple[FloatArray, FloatArray, bool]:
+        """One control interval: what ``TennesseeEastmanProcess.advance`` computes, without its bookkeeping.
+
+        ``advance`` also snapshots the kernel, builds a result record with ten array
+        copies, constraint margins and cost terms every interval; at the design rate
+        that is ~40% of the run time. The plant trajectory is bitwise the same
+        (``tests/connectors/test_simulator.py::test_lean_step_equals_advance``).
+        Returns (measurements (41,), implemented action (12,), shut down?).
+        """
+        sim, kernel = self._sim, self._sim.kernel
+        implemented = np.clip(np.asarray(action, dtype=np.float64), 0.0, 100.0)
+        kernel.set_inputs(implemented, idv)
+        start = sim.time
+        end = start + self.spec.control_interval
+        state, _ = sim._integrate_fixed(start, end)
+        if not np.isfinite(state).all():
+            raise ModelError(f"TEP integration diverged at {start:.4f} h; use a smaller --control-interval")
+        sim.state = state
+        sim.time = end
+        kernel.state = state.copy()
+        kernel.time = end
+        measurements = kernel.outputs(end, state)["measurements"]
+        assert self._shutdown_code is not None
+        return measurements, implemented, self._shutdown_code() != 0.0
+
+    def _advance_step(self, action: FloatArray, idv: FloatArray) -> tuple[FloatArray, FloatArray, bool]:
+        """One control interval through the package's public ``advance``."""
+        result = self._sim.advance(action, control_interval=self.spec.control_interval, disturbances=idv)
+        return result.measurements, result.implemented_action, bool(result.shutdown_status["terminated"])
+
+    def rows(self) -> Iterator[tuple[int, FloatArray]]:
+        """Yield ``(k, row)`` for k = 0, 1, ... with row (52,) the plant at ``(k + 1) * sample_seconds``.
+
+        Stops after :attr:`SimulationSpec.n_samples` rows, or earlier when the plant
+        shuts down (:attr:`terminated`, :attr:`shutdown` then say why).
+        """
+        spec = self.spec
+        sim, controller = self._sim, self._controller
+        meas, _ = sim.reset(mode=spec.mode, seed=float(spec.seed))
+        controller.reset(meas, time=sim.time)
+        self.terminated, self.shutdown = False, None
+        step = self._lean_step if self.lean else self._advance_step
+        row = np.empty(len(TEP_COLUMNS))
+        implemented = np.zeros(12)
+        for k in range(spec.n_samples):
+            for _ in range(spec.steps_per_sample):
+                t = sim.time
+                action, _ = controller.compute_action(meas, time=t)
+                meas, implemented, down = step(action, spec.idv_vector(t))
+                if down:
+                    self.terminated = True
+                    self.shutdown = str(sim.kernel.shutdown_status()[1]).strip() or "plant shutdown"
+                    return
+            # XMEAS(1..41) = the 41 measurements; XMV(1..11) = the valves as implemented
+            row[:41] = meas
+            row[41:] = implemented[:11]
+            yield k, row.copy()
+
+
+def simulate(spec: SimulationSpec, progress: Callable[[int, int], None] | None = None) -> SimulatedRun:
+    """Run ``spec`` to the end (or to a shutdown) and return the rows.
+
+    ``progress(k, n)`` is called after every row when given.
+    """
+    sim = TEPSimulator(spec)
+    started = time.process_time()
+    rows = []
+    for k, row in sim.rows():
+        rows.append(row)
+        if progress is not None:
+            progress(k + 1, spec.n_samples)
+    values = np.array(rows, dtype=np.float64).reshape(-1, len(TEP_COLUMNS))
+    return SimulatedRun(spec, values, sim.terminated, sim.shutdown, sim.version, time.process_time() - started)
+
+
+def default_cache_dir() -> Path:
+    """``$FEDRCA_CACHE/tep-library`` (default ``~/.cache/fedrca/tep-library``)."""
+    root = os.environ.get("FEDRCA_CACHE") or str(Path.home() / ".cache" / "fedrca")
+    return Path(root) / "tep-library"
+
+
+def cached_run(
+    spec: SimulationSpec, cache_dir: str | Path | None = None, *, generate: bool = True
+) -> SimulatedRun | None:
+    """The run of ``spec`` from the cache, simulated and stored first when missing.
+
+    With ``generate=False`` a missing run returns None instead of simulating.
+    Files: ``<key>.npz`` (values) and ``<key>.json`` (settings, how it ended, CPU time).
+    """
+    version = simulator_version()
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key = spec.key(version)
+    data_file, meta_file = directory / f"{key}.npz", directory / f"{key}.json"
+    if data_file.is_file() and meta_file.is_file():
+        meta = json.loads(meta_file.read_text())
+        with np.load(data_file) as stored:
+            values = stored["values"]
+        return SimulatedRun(spec, values, meta["terminated"], meta["shutdown"], version, meta.get("cpu_seconds", 0.0))
+    if not generate:
+        return None
+    run = simulate(spec)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f"{key}.tmp.npz"
+    np.savez_compressed(tmp, values=run.values)
+    tmp.replace(data_file)
+    meta = {
+        "spec": spec.as_dict(),
+        "terminated": run.terminated,
+        "shutdown": run.shutdown,
+        "rows": len(run.values),
+        "cpu_seconds": run.cpu_seconds,
+        "tep_studio": version,
+    }
+    meta_file.write_text(json.dumps(meta, indent=1))
+    return run
+
+
+def write_tep_dat(values: FloatArray, path: str | Path) -> Path:
+    """Write rows (T, 52) as a whitespace-separated TEP ``.dat`` file (the Braatz layout)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[1] != len(TEP_COLUMNS):
+        raise DataError(f"{path}: a TEP file has {len(TEP_COLUMNS)} columns, got shape {arr.shape}")
+    out = Path(path)
+    try:
+        np.savetxt(out, arr, fmt="%.10g")
+    except OSError as exc:
+        raise DataError(f"{out}: cannot write ({exc.strerror}); pass a writable --out path") from None
+    return out
