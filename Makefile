@@ -39,7 +39,7 @@ system-deps:
 kafka-jars: system-deps
 	$(PYTHON) tools/kafka/broker.py fetch
 
-## make k8s: regenerate k8s/configmap.yaml and the PrometheusRule from config/ (tests/test_k8s.py checks them)
+## make k8s: regenerate k8s/base/ from config/ (tools/sync-k8s.py; tests/deploy checks it is up to date)
 k8s: $(STAMP)
 	$(BIN)/python tools/sync-k8s.py
 
