@@ -48,7 +48,6 @@ def test_tep_file_replayed_into_the_sensors_topics(kafka_broker, tmp_path, tep_d
     data = tep_dir / "d04_te.dat"
     proc = fedrca(
         "replay-to-kafka", "--config", str(config_path), "--input", str(data), "--broker", kafka_broker.url,
-        "--partitions", "2",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert f"replayed 960 rows x 5 plants = 4800 messages to {cfg.site}.sensors.*" in proc.stdout

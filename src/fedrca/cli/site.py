@@ -13,7 +13,7 @@ RCA engine sees only the published flags (and the graph).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from fedrca.config import RCASettings, SiteConfig, resolve_plants
-from fedrca.contracts import ParameterArtifact, Verdict, load_artifacts, load_site_artifacts
+from fedrca.contracts import ParameterArtifact, Verdict, load_artifacts
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.detectors.factory import build_detector, fit_detectors
 from fedrca.detectors.parameters import apply_artifact
@@ -39,6 +39,7 @@ __all__ = [
     "apply_params",
     "build_detector",
     "build_detectors",
+    "plant_runtime",
     "prepare_site",
     "rca_runtime",
     "run_detectors",
@@ -226,11 +227,12 @@ def site_runtime(
     site = prepare_site(config, train, params_dir=params_dir)
     metrics = metrics or Metrics(plants=site.config.plant_names)
     plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings)
-    if params_dir is not None:
-        for plant, artifact in load_site_artifacts(params_dir).items():
-            if plant in plants.processors:
-                plants.record_artifact(plant, artifact)  # applied by prepare_site
-    return SiteRuntime(plants, RCARuntime(site.config, site.engine, metrics=metrics, settings=settings))
+    artifacts = None if params_dir is None else load_artifacts(params_dir)
+    for plant, artifact in (artifacts or {}).items():
+        if plant in plants.processors:
+            plants.record_artifact(plant, artifact)  # applied by prepare_site
+    rca = RCARuntime(site.config, site.engine, metrics=metrics, settings=settings, artifacts=artifacts)
+    return SiteRuntime(plants, rca)
 
 
 def rca_runtime(
@@ -250,4 +252,38 @@ def rca_runtime(
     ``rca.false_alarm_rate``.
     """
     artifacts = None if params_dir is None else load_artifacts(params_dir)
-    return RCARuntime(config, build_engine(config, artifacts=artifacts), metrics=metrics, settings=settings)
+    engine = build_engine(config, artifacts=artifacts)
+    return RCARuntime(config, engine, metrics=metrics, settings=settings, artifacts=artifacts)
+
+
+def plant_runtime(
+    config: SiteConfig,
+    train: str | Path | pd.DataFrame | Mapping[str, PlantData],
+    *,
+    plants: Sequence[str] | None = None,
+    params_dir: str | Path | None = None,
+    metrics: Metrics | None = None,
+    settings: RuntimeSettings | None = None,
+) -> PlantRuntime:
+    """The plant runtime of a worker serving ``plants`` (default all): only their detectors are fitted.
+
+    A worker of one plant needs only that plant's nominal data (and its own artifact).
+    """
+    source = str(train) if isinstance(train, str | Path) else "nominal data"
+    frame = load_frame(config, train) if isinstance(train, str | Path) else train
+    if isinstance(frame, pd.DataFrame):
+        config = resolve_plants(config, [str(c) for c in frame.columns])
+    served = list(config.plant_names if plants is None else plants)
+    nominal = _as_plant_data(config, frame, source)
+    detectors = {
+        p.name: build_detector(config, p).fit(nominal[p.name].Y, nominal[p.name].U)
+        for p in config.plants
+        if p.name in served
+    }
+    runtime = PlantRuntime(config, detectors, metrics=metrics, settings=settings)
+    if params_dir is not None:
+        artifacts = load_artifacts(params_dir)
+        apply_params(detectors, artifacts, params_dir)
+        for plant in served:
+            runtime.record_artifact(plant, artifacts[plant])
+    return runtime

@@ -42,6 +42,7 @@ __all__ = [
     "ColumnMatch",
     "DatasetSettings",
     "GraphSettings",
+    "KafkaSettings",
     "ModelSettings",
     "PlantConfig",
     "PrivacySettings",
@@ -179,14 +180,50 @@ class PrivacySettings(Strict):
 
 
 class TopicSettings(Strict):
-    """Topic name templates; ``{site}`` and ``{plant}`` are substituted."""
+    """Topic name templates; ``{site}`` and ``{plant}`` are substituted.
+
+    Plant-private topics (a plant's sensors, its dead letters, its processor's state)
+    carry ``{plant}`` so that each can get the ACLs of its own plant (docs/deploy.md).
+    """
 
     sensors: str = "{site}.sensors.{plant}"
     flags: str = "{site}.flags"
     verdicts: str = "{site}.verdicts"
     params: str = "{site}.params"
     deadletter: str = "{site}.deadletter"
+    plant_deadletter: str = "{site}.deadletter.{plant}"
+    state: str = "{site}.state.{plant}"
+    rca_state: str = "{site}.state.rca"
     train: str = "{site}.train.{plant}"
+
+
+class KafkaSettings(Strict):
+    """How the workers and tools connect to a secured Kafka cluster (all optional; plaintext by default).
+
+    Secrets never live in the file: the SASL password is read from the environment
+    variable named by ``sasl_password_env``. Every value can also be given (and is
+    overridden) by the environment: ``FEDRCA_KAFKA_SECURITY_PROTOCOL``,
+    ``FEDRCA_KAFKA_SASL_MECHANISM``, ``FEDRCA_KAFKA_SASL_USERNAME``,
+    ``FEDRCA_KAFKA_SSL_CAFILE``, ``FEDRCA_KAFKA_SSL_CERTFILE``, ``FEDRCA_KAFKA_SSL_KEYFILE``
+    (docs/deploy.md).
+    """
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password_env: str = Field("FEDRCA_KAFKA_SASL_PASSWORD", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL") and (self.sasl_mechanism is None or not self.sasl_username):
+            raise ValueError(
+                f"security_protocol {self.security_protocol} needs sasl_mechanism (e.g. SCRAM-SHA-512) "
+                "and sasl_username"
+            )
+        return self
 
 
 class DatasetSettings(Strict):
@@ -220,6 +257,7 @@ class SiteConfig(Strict):
     plants: list[PlantConfig] = Field(..., min_length=1)
     privacy: PrivacySettings = PrivacySettings()
     topics: TopicSettings = TopicSettings()
+    kafka: KafkaSettings = KafkaSettings()
     graph: GraphSettings | None = None
     training: TrainingSettings = TrainingSettings()
     rca: RCASettings = RCASettings()
