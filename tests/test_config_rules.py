@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fedrca.config import ColumnMatch, group_columns, load_config, parse_config, resolve_plants
-from fedrca.connectors.replay import load_hai, load_swat
+from fedrca.datasets import load_hai, load_swat
 from fedrca.exceptions import ConfigError
 from fedrca.site import load_frame, plant_frames
 

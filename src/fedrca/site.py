@@ -1,12 +1,12 @@
 """A site's detectors built from its configuration (the glue between config and cores).
 
-Loads a data file in the configured format, splits it into per-plant sensor and
-input arrays, and builds one fitted :class:`PlantDetector` per plant.
+Loads a data file in the configured format (through the one loader of :mod:`fedrca.datasets`),
+splits it into per-plant sensor and input arrays, checks that nominal data can carry a detector,
+and builds one fitted :class:`PlantDetector` per plant.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,12 +15,21 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig, compress_columns, resolve_plants
-from fedrca.datasets.tep import load_tep
+from fedrca.datasets.loader import load_dataset
+from fedrca.datasets.nominal import check_nominal
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 from fedrca.detectors.plugin import load_plugin
 from fedrca.exceptions import DataError
 
-__all__ = ["PlantData", "build_detector", "build_detectors", "load_frame", "plant_frames", "run_detectors"]
+__all__ = [
+    "PlantData",
+    "build_detector",
+    "build_detectors",
+    "check_nominal_plant",
+    "load_frame",
+    "plant_frames",
+    "run_detectors",
+]
 
 FloatArray = NDArray[np.float64]
 
@@ -34,33 +43,17 @@ class PlantData:
 
 
 def load_frame(config: SiteConfig, path: str | Path) -> pd.DataFrame:
-    """Load a data file in the configured ``dataset.format`` as a numeric frame.
+    """The sensor columns of a data file in the configured ``dataset.format`` (time and label columns dropped).
+
+    The same parser as ``replay-to-kafka`` (:func:`fedrca.datasets.load_dataset`), so every
+    command accepts and refuses the same files.
 
     Raises
     ------
     DataError
-        When the file is missing or malformed (the message names the file and the fix).
+        When the file is missing or malformed (the message names the file, the line and the fix).
     """
-    file = Path(path)
-    fmt = config.dataset.format
-    if fmt == "tep":
-        return load_tep(file)
-    if not file.is_file():
-        raise DataError(f"{file}: no such file")
-    if fmt in ("hai", "swat"):
-        # connectors import the cores, never the reverse: resolve the loader at run time
-        replay = importlib.import_module("fedrca.connectors.replay")
-        loaded = replay.load_hai(file) if fmt == "hai" else replay.load_swat(file)
-        return loaded.frame
-    try:
-        frame = pd.read_csv(file, sep=None, engine="python")
-    except (ValueError, pd.errors.ParserError) as exc:
-        raise DataError(f"{file}: not a readable CSV file ({exc})") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
-    if config.dataset.time_column and config.dataset.time_column in frame.columns:
-        frame = frame.drop(columns=[config.dataset.time_column])
-    labels = [c for c in config.dataset.label_columns if c in frame.columns]
-    return frame.drop(columns=labels) if labels else frame
+    return load_dataset(config.dataset, path).frame
 
 
 def _columns(frame: pd.DataFrame, plant: PlantConfig, kind: str, source: str) -> FloatArray | None:
@@ -140,11 +133,26 @@ def build_detectors(
     source: str = "nominal data",
 ) -> dict[str, PlantDetector]:
     """One detector per plant, fitted on the nominal data (a frame or per-plant arrays)."""
-    data = plant_frames(config, nominal, source) if isinstance(nominal, pd.DataFrame) else nominal
-    return {
-        plant.name: build_detector(config, plant, seed).fit(data[plant.name].Y, data[plant.name].U)
-        for plant in config.plants
-    }
+    if isinstance(nominal, pd.DataFrame):
+        config = resolve_plants(config, [str(c) for c in nominal.columns])
+        data = plant_frames(config, nominal, source)
+    else:
+        data = nominal
+    detectors = {}
+    for plant in config.plants:
+        check_nominal_plant(config, plant, data[plant.name], source)
+        detectors[plant.name] = build_detector(config, plant, seed).fit(data[plant.name].Y, data[plant.name].U)
+    return detectors
+
+
+def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData, source: str) -> None:
+    """Refuse nominal data a plant's detector cannot be fitted on (:func:`fedrca.datasets.nominal.check_nominal`)."""
+    folds = plant.scoring.folds if plant.scoring.calibration == "cv" else None
+    names = plant.sensors if len(plant.sensors) == data.Y.shape[1] else [f"#{j}" for j in range(data.Y.shape[1])]
+    check_nominal(data.Y, names, plant=plant.name, source=source, folds=folds)
+    if data.U is not None:
+        inputs = plant.inputs if len(plant.inputs) == data.U.shape[1] else [f"#{j}" for j in range(data.U.shape[1])]
+        check_nominal(data.U, inputs, plant=plant.name, source=source, where="inputs")
 
 
 def run_detectors(detectors: dict[str, PlantDetector], data: dict[str, PlantData]) -> dict[str, DetectionResult]:

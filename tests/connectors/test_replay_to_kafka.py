@@ -13,7 +13,7 @@ import yaml
 
 from fedrca.config import load_config, resolve_plants
 from fedrca.connectors.kafka import read_topic
-from fedrca.connectors.replay import load_hai
+from fedrca.datasets import load_hai
 from fedrca.datasets.tep import load_tep
 from tests.kafka_broker import unique_name
 

@@ -28,6 +28,7 @@ from kafka.admin import KafkaAdminClient
 from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
+from fedrca.datasets import load_dataset
 from fedrca.site import load_frame, plant_frames
 from fedrca.streams.agents import plant_state_table
 from fedrca.streams.embedded import EmbeddedRun, replay_frame
@@ -58,7 +59,7 @@ class CrashRun:
 def _replay(
     config: SiteConfig, bootstrap: str, path: Path, speed: str, start: int = 0, stop: int | None = None
 ) -> None:
-    dataset = replay.load_for_config(config, path)
+    dataset = load_dataset(config.dataset, path)
     groups = {p.name: list(p.sensors) for p in config.plants}
     with KafkaSink(bootstrap, config) as sink:
         replay.replay(

@@ -105,6 +105,12 @@ class Detector(ABC):
             self.set_state(saved)
 
 
+#: Fewest nominal samples a plant is fitted on, one minimum for ``detect``/``replay``/``evaluate`` and ``train``:
+#: the federated client drops ``training.warm_up`` (10) samples of filter transient and needs 8 more
+#: (fedrca.training.client.prepare_client_data); thresholds from fewer samples are noise.
+MIN_NOMINAL_SAMPLES = 18
+
+
 class PlantDetector(Detector):
     """One plant's detector: fixed filter, augmentation, scorers and randomized response.
 

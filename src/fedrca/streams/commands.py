@@ -183,10 +183,10 @@ def _publish_params(args: argparse.Namespace) -> int:
 
 
 def load_dataset(config: SiteConfig, path: str | Path, labels: str | None = None) -> Any:
-    """Load a recorded file for replay in the configured dataset format."""
-    from fedrca.connectors import replay
+    """Load a recorded file for replay in the configured dataset format (the loader every command uses)."""
+    from fedrca.datasets.loader import load_dataset as load
 
-    return replay.load_for_config(config, path, labels_path=labels)
+    return load(config.dataset, path, labels_path=labels)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -237,7 +237,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     rk = sub.add_parser("replay-to-kafka", help="replay a recorded TEP/HAI/SWaT/CSV file into the sensors topics")
     rk.add_argument("--config", required=True)
     rk.add_argument("--input", required=True)
-    rk.add_argument("--labels", help="separate label CSV (HAI 22.04/23.05)")
+    rk.add_argument(
+        "--labels",
+        help="label file of HAI 23.05 / HAIEnd 23.05 data (label-test1.csv, label-test2.csv); other formats carry "
+        "their labels in the data file",
+    )
     rk.add_argument("--broker", required=True, help="kafka://host:port")
     rk.add_argument("--speed", default="asap", help="asap, realtime, or xN (e.g. x60)")
     rk.add_argument("--start", type=int, default=0, help="first row")
