@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fedrca import __version__
-from fedrca.config import load_config
+from fedrca.config import load_config, resolve_plants
 from fedrca.detectors.plant import DetectionResult
 from fedrca.exceptions import FedrcaError
 from fedrca.site import build_detectors, load_frame, plant_frames, run_detectors
@@ -79,6 +79,8 @@ def _detect(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     config = load_config(args.config)
     train = load_frame(config, args.train)
+    # plants given by match rules take the nominal file's columns; the input must have them all
+    config = resolve_plants(config, [str(c) for c in train.columns])
     data = load_frame(config, args.input)
     detectors = build_detectors(config, train, source=str(args.train))
     fitted = time.perf_counter()

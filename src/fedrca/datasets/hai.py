@@ -106,7 +106,7 @@ def load_hai(
             )
         labels = {_label_name(c): np.asarray(table.values[c], dtype=np.int8) for c in label_cols}
     elif labels_path is not None:
-        labels = {"attack": _label_file(Path(labels_path), ts, table.lines, file, tz, timezone, time_format)}
+        labels = {"attack": _label_file(Path(labels_path), ts, table.lines, file, timezone, time_format)}
     return Dataset.build(str(file), "hai", table.matrix(sensors), sensors, ts, labels)
 
 
@@ -115,7 +115,6 @@ def _label_file(
     data_ts: np.ndarray,
     data_lines: np.ndarray,
     data_file: Path,
-    tz: object,
     timezone: str,
     time_format: str | None,
 ) -> np.ndarray:
@@ -123,26 +122,29 @@ def _label_file(
     timers: dict[str, TimeParser] = {}
     found: dict[str, str] = {}
 
-    def is_header(fields: list[str]) -> bool:
-        return _is_time_header(fields) and any(f.lower() in ("label", "attack") for f in fields[1:])
-
     def parsers(names: list[str]) -> dict[str, ColumnParser]:
-        label = next(c for c in names[1:] if c.lower() in ("label", "attack"))
+        label = next((c for c in names[1:] if c.lower() in ("label", "attack")), None)
+        if label is None:
+            raise DataError(
+                f"{file}: no 'label' column (the header has {', '.join(cell(c) for c in names[:10])}); a HAI label "
+                "file has the columns timestamp,label"
+            )
         found["label"] = label
         timers["time"] = TimeParser(file, names[0], HAI_FORMATS, time_format)
         out: dict[str, ColumnParser] = {names[0]: timers["time"], label: ZeroOneParser(file, label)}
-        # other columns of a label file are not used; read them as text
+        # other columns of a label file are not used
         out.update({c: _ignore for c in names[1:] if c != label})
         return out
 
-    table = read_table(file, "HAI label CSV (timestamp,label)", is_header, parsers)
+    table = read_table(file, "HAI label CSV (timestamp,label)", _is_time_header, parsers)
     time_col = table.columns[0]
+    tz = zone(timezone)
     ts = np.asarray(table.values[time_col], dtype=np.float64)
     if timers["time"].wall_clock:
-        ts = localize(ts, zone(timezone), file, time_col, table.lines)
+        ts = localize(ts, tz, file, time_col, table.lines)
     check_increasing(ts, file, time_col, table.lines)
     values = np.asarray(table.values[found["label"]], dtype=np.int8)
-    return align_labels(data_ts, data_lines, data_file, ts, values, table.lines, file, zone(timezone))
+    return align_labels(data_ts, data_lines, data_file, ts, values, table.lines, file, tz)
 
 
 def _ignore(strings: np.ndarray, lines: np.ndarray) -> np.ndarray:

@@ -85,9 +85,8 @@ def check_nominal(
     finite = np.isfinite(Y)
     if not finite.all():
         row, col = np.argwhere(~finite)[0]
-        raise DataError(
-            f"{source}: plant '{plant}': non-finite value at row {row}, column {cell(columns[int(col)])}; clean the file"
-        )
+        where_bad = f"row {row}, column {cell(columns[int(col)])}"
+        raise DataError(f"{source}: plant '{plant}': non-finite value at {where_bad}; clean the file")
     huge = np.abs(Y).max(axis=0) > MAX_ABS_VALUE
     if huge.any():
         bad = [columns[int(j)] for j in np.flatnonzero(huge)]

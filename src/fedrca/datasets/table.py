@@ -136,9 +136,11 @@ def _header(
     lines: Iterator[tuple[int, str]], file: Path, what: str, is_header: Callable[[list[str]], bool], scan: int
 ) -> tuple[int, str, list[str]]:
     seen = 0
+    stopped = False
     for number, line in lines:
         if _is_blank(line, ",;\t"):
             if number >= scan:
+                stopped = True
                 break
             continue
         seen += 1
@@ -147,9 +149,12 @@ def _header(
         if is_header(fields):
             return number, sep, fields
         if number >= scan:
+            stopped = True
             break
-    if seen == 0:
+    if seen == 0 and not stopped:
         raise DataError(f"{file}: no data (the file is empty or blank); a {what} file has a header line and data rows")
+    if seen == 0:
+        raise DataError(f"{file}: the first {scan} lines are blank; a {what} file starts with its header line")
     raise DataError(
         f"{file}: no {what} header line found in the first {scan} lines; is this a {what} file (and is the "
         "dataset.format right)?"
