@@ -45,8 +45,10 @@ HAI_FORMATS: tuple[str, ...] = (*ISO_FORMATS, "%Y%m%d %H:%M:%S")
 #: SWaT: day first, 12-hour clock (`` 28/12/2015 10:00:00 AM``), its 24-hour re-saves, then ISO 8601.
 SWAT_FORMATS: tuple[str, ...] = ("%d/%m/%Y %I:%M:%S %p", "%d/%m/%Y %H:%M:%S", "%d/%m/%Y %H:%M", *ISO_FORMATS)
 
-_EPOCH = pd.Timestamp(0)
 _EPOCH_UTC = pd.Timestamp(0, tz="UTC")
+# times must stay within pandas' nanosecond range (1677-09-21 .. 2262-04-11) with a day to spare
+_FIRST = pd.Timestamp("1678-01-01").timestamp()
+_LAST = pd.Timestamp("2261-12-31").timestamp()
 
 
 def zone(name: str, source: str | None = None) -> ZoneInfo:
@@ -146,9 +148,17 @@ class TimeParser:
                 f"{self.file}: line {lines[0]:,}, column '{cell(self.column)}': times with and without a UTC offset "
                 "are mixed; write every time the same way"
             )
-        if aware:
-            return np.asarray(((parsed.dt.tz_convert("UTC") - _EPOCH_UTC) / pd.Timedelta(seconds=1)), dtype=np.float64)
-        return np.asarray((parsed - _EPOCH) / pd.Timedelta(seconds=1), dtype=np.float64)
+        naive = parsed.dt.tz_convert("UTC").dt.tz_localize(None) if aware else parsed
+        micros = naive.to_numpy(dtype="datetime64[us]").astype(np.int64)
+        seconds = micros / 1e6
+        outside = (seconds < _FIRST) | (seconds > _LAST)
+        if outside.any():
+            row = int(np.flatnonzero(outside)[0])
+            raise DataError(
+                f"{self.file}: line {lines[row]:,}, column '{cell(self.column)}': '{cell(text.iloc[row])}' is outside "
+                "the years 1678..2261; fix the value"
+            )
+        return seconds
 
     def _choose(self, first: str, line: int) -> None:
         self.first_line = line
