@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +90,22 @@ def _xlsx_bomb(path: Path) -> None:
                 entry.write(block)
 
 
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)  # opening it for reading would wait for a writer forever
+
+
+def _xlsx_far_cell(path: Path) -> None:
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.append([" Timestamp", "FIT101", "Normal/Attack"])
+    for i in range(30):
+        sheet.append([f"28/12/2015 10:00:{i:02d} AM", float(i), "Normal"])
+    sheet.cell(row=20, column=16000, value=1.0)  # the sheet's dimension becomes A1:WNN31
+    book.save(path)
+
+
 def _tep_52_by_53(path: Path) -> None:
     np.savetxt(path, np.random.default_rng(0).normal(size=(52, 53)))
 
@@ -124,6 +141,7 @@ CASES = [
     Case("gz-fake", "fake.csv.gz", csv_text(ROWS), "named .gz but not gzip-compressed"),
     Case("directory", "adir.csv", _directory, "is a directory"),
     Case("missing", "missing.csv", lambda p: None, "no such file"),
+    Case("fifo", "pipe.csv", _fifo, "not a regular file (a device, pipe or socket)"),
     Case(
         "zip-as-csv",
         "book.csv",
@@ -213,6 +231,9 @@ CASES = [
     Case("xlsx-truncated", "cut.xlsx", _xlsx_truncated, "not a readable .xlsx workbook", config="swat"),
     Case("xlsx-no-header", "nohead.xlsx", _xlsx_without_header, "no sheet has a SWaT header row", config="swat"),
     Case("xlsx-bomb", "bomb.xlsx", _xlsx_bomb, "shared-string table unpacks to", config="swat"),
+    Case(
+        "xlsx-far-cell", "far.xlsx", _xlsx_far_cell, "line 20 has values beyond the header's 3 columns", config="swat"
+    ),
     Case("xlsx-random", "rand.xlsx", b"PK\x03\x04" + bytes(range(200)), "not a readable .xlsx workbook", config="swat"),
     # -- HAI: a 22.04 file carries its own labels
     Case("hai-2204", "test1.csv", _hai_2204, None, config="hai"),

@@ -30,7 +30,8 @@ MAX_XLSX_BYTES = 8 << 30
 #: Largest shared-string table (held in memory by openpyxl).
 MAX_SHARED_STRINGS_BYTES = 256 << 20
 
-_CHUNK_ROWS = 20_000
+#: Cells converted at a time (bounds memory whatever the row width).
+_CHUNK_CELLS = 1 << 20
 
 
 def is_workbook(path: str | Path) -> bool:
@@ -88,6 +89,10 @@ def _text(value: object) -> str:
 
 def _rows(sheet: Any, file: Path) -> Iterator[tuple[int, tuple[Any, ...]]]:
     try:
+        # rows as written, not padded to the sheet's declared dimension (which a file can inflate)
+        reset = getattr(sheet, "reset_dimensions", None)
+        if callable(reset):
+            reset()
         for number, row in enumerate(sheet.iter_rows(values_only=True), start=1):
             yield number, tuple(row)
     except DataError:
@@ -180,12 +185,12 @@ def _read_rows(
             raise DataError(
                 f"{file}: line {number:,} has values beyond the header's {n} columns; delete them or name the column"
             )
-        chunk.append(row)
+        chunk.append(row[:n])
         numbers.append(number)
         total += 1
         if total * n > MAX_VALUES:
             raise DataError(f"{file}: more than {MAX_VALUES:,} values (line {number:,}); split the sheet into parts")
-        if len(chunk) >= _CHUNK_ROWS:
+        if len(chunk) * n >= _CHUNK_CELLS:
             flush()
             chunk, numbers = [], []
     if chunk:

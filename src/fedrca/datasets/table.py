@@ -125,7 +125,9 @@ def split_fields(line: str, sep: str, file: Path, number: int) -> list[str]:
             csv.reader([line], delimiter=sep, quotechar='"', doublequote=True, skipinitialspace=True, strict=True)
         )
     except (csv.Error, StopIteration) as exc:
-        raise DataError(f"{file}: line {number:,}: badly quoted field ({exc}); close every '\"' on its line") from None
+        raise DataError(
+            f"{file}: line {number:,}: badly quoted field ({cell(str(exc), 60)}); close every '\"' on its line"
+        ) from None
 
 
 def _is_blank(line: str, sep: str) -> bool:

@@ -42,7 +42,8 @@ TEP_SAMPLE_SECONDS = 180.0
 #: Samples per line of the transposed ``d00.dat`` (52 lines of 500 values).
 TEP_TRANSPOSED_SAMPLES = 500
 
-_CHUNK_LINES = 20_000
+#: Characters of lines parsed at a time (bounds memory whatever the line width).
+_CHUNK_CHARS = 4 << 20
 
 
 def _parse(lines: list[str], numbers: list[int], file: Path) -> NDArray[np.float64]:
@@ -69,6 +70,7 @@ def _read(file: Path) -> NDArray[np.float64]:
     width = 0
     first = 0
     rows = 0
+    size = 0
     for number, line in open_lines(file, "TEP .dat"):
         tokens = line.split()
         if not tokens:
@@ -83,11 +85,12 @@ def _read(file: Path) -> NDArray[np.float64]:
         chunk.append(line)
         numbers.append(number)
         rows += 1
+        size += len(line)
         if rows * width > MAX_VALUES:
             raise DataError(f"{file}: more than {MAX_VALUES:,} values (line {number:,}); split the file into parts")
-        if len(chunk) >= _CHUNK_LINES:
+        if size >= _CHUNK_CHARS:
             blocks.append(_parse(chunk, numbers, file))
-            chunk, numbers = [], []
+            chunk, numbers, size = [], [], 0
     if chunk:
         blocks.append(_parse(chunk, numbers, file))
     if not blocks:

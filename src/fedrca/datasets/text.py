@@ -4,8 +4,10 @@ Every file parser reads its file through :func:`open_lines`, which turns any
 byte string into either numbered lines of text or one :class:`DataError` line
 naming the file, the place and the fix. Memory stays bounded whatever the file
 holds: bytes are read in blocks of :data:`BLOCK_BYTES`, a line may not exceed
-:data:`MAX_LINE_CHARS`, and nothing the file contains is quoted back when it is
-not text (NUL bytes, invalid UTF-8). ``.gz`` files (detected by their magic
+:data:`MAX_LINE_CHARS`, plain files of :data:`PRESCAN_BYTES` or more are first
+scanned for binary and non-UTF-8 bytes (so garbage at the end of a large file is
+refused before any of it is parsed), and nothing the file contains is quoted back
+when it is not text (NUL bytes, invalid UTF-8). ``.gz`` files (detected by their magic
 bytes, not only by their name) are decompressed as a stream, so a truncated or
 fake archive fails with its byte offset instead of a traceback.
 
@@ -36,6 +38,7 @@ from fedrca.exceptions import DataError
 __all__ = [
     "BLOCK_BYTES",
     "MAX_LINE_CHARS",
+    "PRESCAN_BYTES",
     "ByteStream",
     "check_file",
     "open_binary",
@@ -46,6 +49,8 @@ __all__ = [
 BLOCK_BYTES = 1 << 20
 #: Longest accepted line in characters (a HAIEnd line of 226 fields has ~3,000).
 MAX_LINE_CHARS = 1 << 20
+#: Plain files at least this large are scanned for binary and non-UTF-8 bytes before parsing.
+PRESCAN_BYTES = 64 << 20
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -76,6 +81,8 @@ def check_file(path: str | Path, what: str) -> Path:
             raise DataError(f"{file}: no such file; pass the path of a {what} file")
         if file.is_dir():
             raise DataError(f"{file}: is a directory; pass the path of a {what} file")
+        if not file.is_file():
+            raise DataError(f"{file}: not a regular file (a device, pipe or socket); pass the path of a {what} file")
         with open(file, "rb"):
             pass
     except PermissionError:
@@ -158,9 +165,50 @@ def open_lines(path: str | Path, what: str) -> Iterator[tuple[int, str]]:
     stream = open_binary(path, what)
     file = Path(path)
     try:
+        if not isinstance(stream, _GzipStream) and file.stat().st_size >= PRESCAN_BYTES:
+            _prescan(stream, file, what)
         yield from _lines(stream, file, what)
     finally:
         stream.close()
+
+
+def _prescan(stream: ByteStream, file: Path, what: str) -> None:
+    """Refuse binary or non-UTF-8 content anywhere in a large file before parsing any of it.
+
+    A large file whose NUL bytes or invalid UTF-8 come late would otherwise be parsed (and
+    held in memory) up to that point; this pass reads it once in blocks at memory speed.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
+    offset = 0
+    lines = 1
+    while True:
+        block = stream.read(BLOCK_BYTES * 8)
+        nul = block.find(b"\x00")
+        if nul >= 0:
+            raise _binary(file, what, offset + nul, lines + block.count(b"\n", 0, nul))
+        try:
+            decoder.decode(block, final=not block)
+        except UnicodeDecodeError as exc:
+            at = max(exc.start, 0)
+            raise _not_utf8(file, lines + block.count(b"\n", 0, at), offset + at) from None
+        if not block:
+            break
+        offset += len(block)
+        lines += block.count(b"\n")
+    stream.seek(0)  # type: ignore[attr-defined]
+
+
+def _binary(file: Path, what: str, offset: int, line: int) -> DataError:
+    return DataError(
+        f"{file}: binary data (a NUL byte at byte {offset:,}, line {line:,}); not a text {what} file - check the "
+        "path (UTF-16 text must be re-saved as UTF-8)"
+    )
+
+
+def _not_utf8(file: Path, line: int, offset: int) -> DataError:
+    return DataError(
+        f"{file}: line {line:,} is not UTF-8 text (invalid byte at byte {offset:,}); re-save the file as UTF-8"
+    )
 
 
 def _lines(stream: ByteStream, file: Path, what: str) -> Iterator[tuple[int, str]]:
@@ -182,19 +230,12 @@ def _lines(stream: ByteStream, file: Path, what: str) -> Iterator[tuple[int, str
                 raise DataError(f"{file}: UTF-16 text; re-save the file as UTF-8")
         nul = block.find(b"\x00")
         if nul >= 0:
-            at = number + 1 + block.count(b"\n", 0, nul)
-            raise DataError(
-                f"{file}: binary data (a NUL byte at byte {offset + nul:,}, line {at:,}); not a text {what} "
-                "file - check the path (UTF-16 text must be re-saved as UTF-8)"
-            )
+            raise _binary(file, what, offset + nul, number + 1 + block.count(b"\n", 0, nul))
         try:
             text = decoder.decode(block, final=final)
         except UnicodeDecodeError as exc:
-            bad = offset + max(exc.start, 0)
-            at = number + 1 + block.count(b"\n", 0, max(exc.start, 0))
-            raise DataError(
-                f"{file}: line {at:,} is not UTF-8 text (invalid byte at byte {bad:,}); re-save the file as UTF-8"
-            ) from None
+            at = max(exc.start, 0)
+            raise _not_utf8(file, number + 1 + block.count(b"\n", 0, at), offset + at) from None
         offset += len(block)
         if first and text.startswith("\ufeff"):
             text = text[1:]
