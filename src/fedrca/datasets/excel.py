@@ -11,6 +11,7 @@ unpacked). Messages say "line N" for sheet row N.
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -71,7 +72,9 @@ def _open(file: Path) -> Any:
     except ModuleNotFoundError:  # pragma: no cover - a declared dependency
         raise DataError(f"{file}: reading .xlsx needs openpyxl; pip install openpyxl") from None
     try:
-        return openpyxl.load_workbook(file, read_only=True, data_only=True, keep_links=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # openpyxl warns about styles, data validation ... it does not use
+            return openpyxl.load_workbook(file, read_only=True, data_only=True, keep_links=False)
     except Exception as exc:  # openpyxl raises many types (KeyError, XML errors, ...) on a broken workbook
         raise DataError(
             f"{file}: not a readable .xlsx workbook ({type(exc).__name__}); open and re-save it in a spreadsheet "

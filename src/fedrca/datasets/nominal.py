@@ -63,7 +63,7 @@ def check_nominal(
     >>> try:
     ...     check_nominal(Y, ["a", "b"], plant="p", source="x.csv")
     ... except DataError as exc:
-    ...     print(str(exc)[:70])
+    ...     print(str(exc)[:69])
     x.csv: plant 'p': sensor column(s) b never change in the nominal data
     """
     Y = np.asarray(values, dtype=np.float64)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import codecs
 import gzip
-import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +41,7 @@ __all__ = [
     "ByteStream",
     "check_file",
     "open_binary",
+    "open_line_blocks",
     "open_lines",
 ]
 
@@ -54,7 +54,6 @@ PRESCAN_BYTES = 64 << 20
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZIP_MAGIC = b"PK\x03\x04"
-_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 class ByteStream(Protocol):
@@ -162,12 +161,21 @@ def open_lines(path: str | Path, what: str) -> Iterator[tuple[int, str]]:
         Missing/unreadable file, binary data (a NUL byte), text that is not UTF-8,
         a line longer than :data:`MAX_LINE_CHARS`, an xlsx/zip workbook, corrupt gzip.
     """
+    for first, lines in open_line_blocks(path, what):
+        yield from enumerate(lines, start=first)
+
+
+def open_line_blocks(path: str | Path, what: str) -> Iterator[tuple[int, list[str]]]:
+    """The lines of :func:`open_lines` in blocks: ``(number of the first line, lines)``.
+
+    One block per read block of the file, so callers can check many lines at C speed.
+    """
     stream = open_binary(path, what)
     file = Path(path)
     try:
         if not isinstance(stream, _GzipStream) and file.stat().st_size >= PRESCAN_BYTES:
             _prescan(stream, file, what)
-        yield from _lines(stream, file, what)
+        yield from _blocks(stream, file, what)
     finally:
         stream.close()
 
@@ -211,7 +219,7 @@ def _not_utf8(file: Path, line: int, offset: int) -> DataError:
     )
 
 
-def _lines(stream: ByteStream, file: Path, what: str) -> Iterator[tuple[int, str]]:
+def _blocks(stream: ByteStream, file: Path, what: str) -> Iterator[tuple[int, list[str]]]:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
     pending = ""
     number = 0  # lines completed so far
@@ -244,18 +252,23 @@ def _lines(stream: ByteStream, file: Path, what: str) -> Iterator[tuple[int, str
         pending += text
         # a trailing '\r' may be the first half of a '\r\n' split across blocks: keep it for the next block
         tail = "\r" if not final and pending.endswith("\r") else ""
-        parts = _LINE_END.split(pending[: len(pending) - len(tail)])
+        body = pending[: len(pending) - len(tail)]
+        if "\r" in body:
+            body = body.replace("\r\n", "\n").replace("\r", "\n")
+        parts = body.split("\n")
         pending = parts.pop() + tail
-        for line in parts:
-            number += 1
-            if len(line) > MAX_LINE_CHARS:
-                raise _too_long(file, number)
-            yield number, line
+        if final and pending:
+            parts.append(pending)
+            pending = ""
+        if parts:
+            if max(map(len, parts)) > MAX_LINE_CHARS:
+                k = next(k for k, line in enumerate(parts) if len(line) > MAX_LINE_CHARS)
+                raise _too_long(file, number + 1 + k)
+            yield number + 1, parts
+            number += len(parts)
         if len(pending) > MAX_LINE_CHARS:
             raise _too_long(file, number + 1)
         if final:
-            if pending:
-                yield number + 1, pending
             return
 
 
