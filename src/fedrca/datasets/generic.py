@@ -11,7 +11,7 @@ from fedrca.datasets.dataset import Dataset
 from fedrca.datasets.labels import ZeroOneParser
 from fedrca.datasets.table import ColumnParser, cell, read_table
 from fedrca.datasets.times import ISO_FORMATS, TimeParser, check_increasing, localize, zone
-from fedrca.exceptions import DataError
+from fedrca.exceptions import ConfigError, DataError
 
 __all__ = ["load_csv"]
 
@@ -45,6 +45,12 @@ def load_csv(
     file = Path(path)
     tz = zone(timezone)
     timers: dict[str, TimeParser] = {}
+
+    if time_column and time_column in label_columns:
+        raise ConfigError(
+            f"column '{time_column}' is both the time column and a label column; fix dataset.label_columns",
+            key="dataset.label_columns",
+        )
 
     def parsers(names: list[str]) -> dict[str, ColumnParser]:
         for kind, wanted in (("time column", [time_column] if time_column else []), ("label column", label_columns)):

@@ -104,7 +104,15 @@ def load_hai(
                 f"{file}: has its own label column(s) {', '.join(cell(c) for c in label_cols)}; drop the label file "
                 f"{labels_path} (only HAI 23.05 and HAIEnd 23.05 keep their labels in separate files)"
             )
-        labels = {_label_name(c): np.asarray(table.values[c], dtype=np.int8) for c in label_cols}
+        names = [_label_name(c) for c in label_cols]
+        clash = sorted({n for n in names if names.count(n) > 1})
+        if clash:
+            same = [c for c in label_cols if _label_name(c) in clash]
+            raise DataError(
+                f"{file}: label columns {', '.join(cell(c) for c in same)} are the same label spelled differently; "
+                "keep one of them"
+            )
+        labels = {n: np.asarray(table.values[c], dtype=np.int8) for n, c in zip(names, label_cols)}
     elif labels_path is not None:
         labels = {"attack": _label_file(Path(labels_path), ts, table.lines, file, timezone, time_format)}
     return Dataset.build(str(file), "hai", table.matrix(sensors), sensors, ts, labels)

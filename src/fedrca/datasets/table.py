@@ -122,9 +122,7 @@ def split_fields(line: str, sep: str, file: Path, number: int) -> list[str]:
     if '"' not in line:
         return line.split(sep)
     try:
-        return next(
-            csv.reader([line], delimiter=sep, quotechar='"', doublequote=True, strict=True)
-        )
+        return next(csv.reader([line], delimiter=sep, quotechar='"', doublequote=True, strict=True))
     except (csv.Error, StopIteration) as exc:
         raise DataError(
             f"{file}: line {number:,}: badly quoted field ({cell(str(exc), 60)}); close every '\"' on its line"

@@ -29,6 +29,7 @@ from fedrca.exceptions import ConfigError, DataError
 __all__ = [
     "HAI_FORMATS",
     "ISO_FORMATS",
+    "MAX_SECONDS",
     "SWAT_FORMATS",
     "TimeParser",
     "check_increasing",
@@ -44,6 +45,9 @@ ISO_FORMATS: tuple[str, ...] = ("ISO8601", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"
 HAI_FORMATS: tuple[str, ...] = (*ISO_FORMATS, "%Y%m%d %H:%M:%S")
 #: SWaT: day first, 12-hour clock (`` 28/12/2015 10:00:00 AM``), its 24-hour re-saves, then ISO 8601.
 SWAT_FORMATS: tuple[str, ...] = ("%d/%m/%Y %I:%M:%S %p", "%d/%m/%Y %H:%M:%S", "%d/%m/%Y %H:%M", *ISO_FORMATS)
+
+#: Largest magnitude of a numeric time column (about 31,700 years of seconds).
+MAX_SECONDS = 1e12
 
 _EPOCH_UTC = pd.Timestamp(0, tz="UTC")
 # times must stay within pandas' nanosecond range (1677-09-21 .. 2262-04-11) with a day to spare
@@ -116,12 +120,13 @@ class TimeParser:
             self._choose(str(text.iloc[0]), int(lines[0]))
         if self.chosen == "seconds":
             values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-            bad = ~np.isfinite(values)
+            bad = ~(np.abs(values) <= MAX_SECONDS)
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
                 raise DataError(
                     f"{self.file}: line {lines[row]:,}, column '{cell(self.column)}': '{cell(text.iloc[row])}' is not "
-                    f"a number of seconds like the column's first value (line {self.first_line:,}); fix the value"
+                    f"a number of seconds (at most {MAX_SECONDS:g}) like the column's first value (line "
+                    f"{self.first_line:,}); fix the value"
                 )
             return values
         fmt = str(self.chosen)
