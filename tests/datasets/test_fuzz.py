@@ -23,11 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedrca.datasets import Dataset, load_csv, load_hai, load_swat, load_tep_dataset
+from fedrca.datasets.hai import _label_file as hai_label_file
 from fedrca.datasets.text import open_lines
 from fedrca.exceptions import FedrcaError
 
@@ -71,8 +73,9 @@ def build(kind: str, seed: int) -> bytes:
     if kind == "tep":
         cols = rng.choice([52, 52, 3, 53])
         rows = [[f"{rng.gauss(0, 100):.{rng.randint(0, 6)}f}" for _ in range(cols)] for _ in range(n)]
-        if rng.random() < 0.2:  # the transposed layout
-            rows = [[f"{rng.random():.3f}" for _ in range(rng.choice([500, 499]))] for _ in range(52)]
+        if rng.random() < 0.2:  # the transposed layout (one line of samples, repeated: cheap to build)
+            line = [f"{rng.random():.3f}" for _ in range(rng.choice([500, 499]))]
+            rows = [line] * 52
         lines = [" ".join(r) for r in rows]
     else:
         names = {
@@ -167,9 +170,18 @@ LABELS_DATA = b"timestamp,P1_FT01\n" + b"".join(f"2022-08-17 00:00:0{i},{i}.5\n"
 
 
 def _hai_labels(directory: Path) -> Callable[[Path], object]:
+    """The label-file parser on its own, against the rows of a fixed data file (parsed once)."""
     data = directory / "data.csv"
     data.write_bytes(LABELS_DATA)
-    return lambda path: load_hai(data, labels_path=path)
+    parsed = load_hai(data, timezone="Asia/Seoul")
+    lines = np.arange(2, 2 + parsed.rows)
+
+    def parse(path: Path) -> Dataset:
+        labels = hai_label_file(path, parsed.timestamps, lines, data, "Asia/Seoul", None)
+        assert labels.shape == (parsed.rows,) and set(np.unique(labels)) <= {0, 1}
+        return Dataset(parsed.frame, parsed.timestamps, pd.DataFrame({"attack": labels}), str(path), "hai")
+
+    return parse
 
 
 def _workbook() -> bytes:
@@ -235,8 +247,6 @@ PARSERS: dict[str, tuple[Callable[[Path], Callable[[Path], object]], str, Callab
 def _lines(path: Path) -> Dataset:
     """The bounded reader alone: drain it, then report a tiny valid dataset."""
     count = sum(1 for _ in open_lines(path, "CSV"))
-    import pandas as pd
-
     return Dataset(pd.DataFrame({"lines": [float(count)]}), np.zeros(1), None, str(path), "csv")
 
 
