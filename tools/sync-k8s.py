@@ -2,7 +2,7 @@
 """Generate ``k8s/base/`` from the site configuration and the alert rules (``make k8s``).
 
 Sources: ``config/tep.yaml`` (plants, topic templates), ``config/prometheus/alerts.yml`` and the
-worker naming of :mod:`fedrca.streams` (consumer groups, state tables). Every file of
+worker naming of :mod:`fedrca.connectors.names` (topics, consumer groups, transactional ids). Every file of
 ``k8s/base/`` is written here; ``tests/deploy/test_manifests.py`` fails when one of them differs
 from what this script would write, so edit this script (or the sources), never the output.
 
@@ -51,12 +51,12 @@ KAFKA_CLUSTER = "fedrca"
 KAFKA_PORT = 9093
 #: Port of the worker's HTTP server: Prometheus ``/metrics`` and the ``/healthz`` / ``/readyz`` probes.
 METRICS_PORT = 9400
-#: Partitions of each plant's sensors topic and state changelog (``fedrca run --partitions``).
-SENSOR_PARTITIONS = 2
+#: Partitions of each plant's sensors topic: a plant's stream is one ordered partition (fedrca.connectors.names).
+SENSOR_PARTITIONS = 1
 REPLICAS = 3
 MIN_INSYNC = 2
 DAY_MS = 86_400_000
-#: Where the worker keeps Faust's local state (an emptyDir: the changelog topics are the durable copy).
+#: The worker's local directory (an emptyDir: the state topics are the durable copy).
 DATA_DIR = "/var/lib/fedrca"
 CONFIG_DIR = "/etc/fedrca"
 KAFKA_CA_DIR = "/etc/kafka-ca"  # not under CONFIG_DIR: a ConfigMap volume is read-only
@@ -73,8 +73,8 @@ def k8s_name(text: str) -> str:
 
     Examples
     --------
-    >>> k8s_name("fedrca-tep-plants-feed-__assignor-__leader")
-    'fedrca-tep-plants-feed---assignor---leader'
+    >>> k8s_name("tep.state.feed_2")
+    'tep.state.feed-2'
     """
     name = re.sub(r"[^a-z0-9.-]", "-", text.lower()).strip("-.")
     if not name or len(name) > 253:
@@ -102,7 +102,7 @@ class Site:
 
     def plant_deadletter(self, plant: str) -> str:
         """The plant's own dead-letter topic (sensor dead letters hold raw values: plant-private)."""
-        return f"{self.topic('deadletter')}.{plant}"
+        return self.topic("plant_deadletter", plant)
 
     def train_prefix(self) -> str:
         template = str(self.config.topics.train)
@@ -111,35 +111,36 @@ class Site:
         return template.removesuffix("{plant}").format(site=self.site)
 
     # -- consumer groups, state, transactional ids --------------------------------------------
+    @property
+    def names(self) -> Any:
+        from fedrca.connectors.names import SiteNames
+
+        return SiteNames(self.config)
+
     def processor_group(self, plant: str) -> str:
-        """Consumer group (= Faust app id) of a plant's processor: ``fedrca-<site>-plants-<plant>``.
+        """Consumer group of a plant's processor (``fedrca run --plants <plant>``): ``fedrca-<site>-plants-<plant>``.
 
         One group per plant: members of one group must be allowed to describe every topic the
         group subscribes to, so plants with separate principals need separate groups.
         """
-        from fedrca.streams.app import app_id
+        return str(self.names.processor_group([plant]))
 
-        return f"{app_id(self.site, ('plants', 'params'))}-{plant}"
+    def processor_transactions(self, plant: str) -> str:
+        """Prefix of the transactional ids of a plant's processor (one id per input partition)."""
+        return str(self.names.transactional_id(self.topic("sensors", plant), 0)).removesuffix("0")
 
     def rca_group(self) -> str:
-        from fedrca.streams.app import app_id
+        return str(self.names.rca_group)
 
-        return app_id(self.site, ("rca",))
+    def rca_transactions(self) -> str:
+        return str(self.names.rca_transactional_id(0)).removesuffix("0")
 
-    def plant_changelog(self, plant: str) -> str:
-        """Faust changelog of the plant's state table: ``<app id>-<table>-changelog``."""
-        from fedrca.streams.agents import plant_state_table
+    def plant_state(self, plant: str) -> str:
+        """The plant processor's compacted state topic (its detector state: as private as its sensors)."""
+        return str(self.names.state(plant))
 
-        return f"{self.processor_group(plant)}-{plant_state_table(self.site, plant)}-changelog"
-
-    def rca_changelog(self) -> str:
-        # table name of fedrca.streams.agents.install (role rca)
-        return f"{self.rca_group()}-{self.site}-rca-state-changelog"
-
-    @staticmethod
-    def leader_topic(group: str) -> str:
-        """Faust's partition-assignor leader topic of an app."""
-        return f"{group}-__assignor-__leader"
+    def rca_state(self) -> str:
+        return self.topic("rca_state")
 
     # -- principals ---------------------------------------------------------------------------
     def processor_user(self, plant: str) -> str:
@@ -165,10 +166,10 @@ class Site:
         seen: dict[str, str] = {}
         for plant in self.plants:
             for other in self.plants:
-                if other != plant and self.processor_group(other).startswith(self.processor_group(plant) + "-"):
+                if other != plant and self.processor_transactions(other).startswith(self.processor_transactions(plant)):
                     raise SystemExit(
-                        f"sync-k8s: plant names '{plant}' and '{other}': the prefix ACLs of '{plant}' "
-                        f"({self.processor_group(plant)}-*) would cover the state of '{other}'; rename one"
+                        f"sync-k8s: plant names '{plant}' and '{other}': the transactional-id prefix ACL of '{plant}' "
+                        f"({self.processor_transactions(plant)}*) would cover the producers of '{other}'; rename one"
                     )
             name = self.processor_user(plant)
             if name in seen:
@@ -219,8 +220,7 @@ def topics(site: Site) -> list[dict[str, Any]]:
             ),
             kafka_topic(site.plant_deadletter(plant), 1, {**delete, "retention.ms": 14 * DAY_MS}, private),
             # the detector state, keyed by plant: as private as the sensors
-            kafka_topic(site.plant_changelog(plant), SENSOR_PARTITIONS, compact, private),
-            kafka_topic(site.leader_topic(site.processor_group(plant)), 1, {**delete, "retention.ms": DAY_MS}, private),
+            kafka_topic(site.plant_state(plant), 1, compact, private),
             # noised training messages of the plant (federated training)
             kafka_topic(site.topic("train", plant), 1, {**delete, "retention.ms": 7 * DAY_MS}, None),
         ]
@@ -231,8 +231,7 @@ def topics(site: Site) -> list[dict[str, Any]]:
         # newest artifact per key (plant or _server); compaction at least daily
         kafka_topic(site.topic("params"), 1, {**compact, "segment.ms": DAY_MS}, None),
         kafka_topic(site.topic("deadletter"), 1, {**delete, "retention.ms": 14 * DAY_MS}, None),
-        kafka_topic(site.rca_changelog(), 1, compact, None),
-        kafka_topic(site.leader_topic(site.rca_group()), 1, {**delete, "retention.ms": DAY_MS}, None),
+        kafka_topic(site.rca_state(), 1, compact, None),
     ]
     return out
 
@@ -277,10 +276,10 @@ def users(site: Site) -> list[dict[str, Any]]:
                     acl("topic", site.topic("flags"), WRITE),
                     acl("topic", site.plant_deadletter(plant), WRITE),
                     acl("topic", site.topic("params"), READ),
-                    # its state changelog and Faust's internal topics: <group>-...
-                    acl("topic", f"{group}-", OWN, "prefix"),
+                    # its detector state, written in the same transactions as its flags
+                    acl("topic", site.plant_state(plant), ("Read", "Write", "Describe")),
                     acl("group", group, ["Read"]),
-                    acl("transactionalId", f"{group}-", WRITE, "prefix"),
+                    acl("transactionalId", site.processor_transactions(plant), WRITE, "prefix"),
                     acl("cluster", "", ["IdempotentWrite"]),
                 ],
             )
@@ -299,13 +298,13 @@ def users(site: Site) -> list[dict[str, Any]]:
             "central RCA worker",
             [
                 acl("topic", site.topic("flags"), READ),
-                # Read: at restart it reads back the verdict ids already emitted (no duplicates)
-                acl("topic", site.topic("verdicts"), ("Read", "Write", "Describe")),
+                acl("topic", site.topic("verdicts"), WRITE),
                 acl("topic", site.topic("params"), READ),
                 acl("topic", site.topic("deadletter"), WRITE),
-                acl("topic", f"{group}-", OWN, "prefix"),
+                # its alignment and evidence state, written in the same transactions as its verdicts
+                acl("topic", site.rca_state(), ("Read", "Write", "Describe")),
                 acl("group", group, ["Read"]),
-                acl("transactionalId", f"{group}-", WRITE, "prefix"),
+                acl("transactionalId", site.rca_transactions(), WRITE, "prefix"),
                 acl("cluster", "", ["IdempotentWrite"]),
             ],
         )
@@ -421,7 +420,6 @@ def worker_args(site: Site, roles: str, worker: str, extra: list[str]) -> list[s
         "--broker", "kafka://$(FEDRCA_KAFKA_BOOTSTRAP)",
         "--roles", roles,
         *extra,
-        "--partitions", str(SENSOR_PARTITIONS),
         "--worker-name", worker,
         "--data-dir", DATA_DIR,
         "--metrics-port", str(METRICS_PORT),
@@ -471,7 +469,7 @@ def processors(site: Site) -> list[dict[str, Any]]:
             "image": IMAGE,
             "command": ["fedrca"],
             "args": worker_args(
-                site, "plants,params", "$(POD_NAME)", ["--plants", plant, "--train", "/data/nominal.dat"]
+                site, "plants", "$(POD_NAME)", ["--plants", plant, "--train", "/data/nominal.dat"]
             ),
             "env": [*COMMON_ENV, *kafka_env(site.processor_user(plant))],
             "envFrom": ENV_FROM,
@@ -538,9 +536,11 @@ def processors(site: Site) -> list[dict[str, Any]]:
                 "metadata": {"name": name, "labels": lbl},
                 "spec": {
                     "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                    # never more workers than sensor partitions: a worker without a partition idles
+                    # a plant is one partition: one worker processes it; a second replica is a warm
+                    # standby (detectors fitted, in the group) that takes the partition over when the
+                    # active one dies, without a cold start
                     "minReplicas": 1,
-                    "maxReplicas": SENSOR_PARTITIONS,
+                    "maxReplicas": SENSOR_PARTITIONS + 1,
                     "metrics": [
                         {
                             "type": "Resource",
@@ -624,8 +624,6 @@ def training(site: Site) -> list[dict[str, Any]]:
             "/params",
             "--broker",
             "kafka://$(FEDRCA_KAFKA_BOOTSTRAP)",
-            "--partitions",
-            str(SENSOR_PARTITIONS),
         ],
         "env": [*COMMON_ENV, *kafka_env(site.publisher_user())],
         "envFrom": ENV_FROM,

@@ -85,16 +85,11 @@ def test_only_a_plants_own_processor_reads_its_private_topics(rendered, site, ku
     rules = rules_of(of_kind(rendered[kustomization], "KafkaUser"))
     for plant in site.plants:
         own = {site.processor_user(plant)}
-        private = [
-            site.topic("sensors", plant),
-            site.plant_deadletter(plant),
-            site.plant_changelog(plant),
-            site.leader_topic(site.processor_group(plant)),
-        ]
+        private = [site.topic("sensors", plant), site.plant_deadletter(plant), site.plant_state(plant)]
         for topic in private:
             assert principals_that(rules, "Read", "topic", topic) <= own, f"another principal reads {topic}"
         # ... and the processor can read what it needs
-        for topic in (site.topic("sensors", plant), site.plant_changelog(plant)):
+        for topic in (site.topic("sensors", plant), site.plant_state(plant)):
             assert principals_that(rules, "Read", "topic", topic) == own, topic
         # and only the plant's data source writes its sensor data
         assert principals_that(rules, "Write", "topic", site.topic("sensors", plant)) == {
@@ -103,7 +98,9 @@ def test_only_a_plants_own_processor_reads_its_private_topics(rendered, site, ku
         # nobody else joins its consumer group or takes over its transactions
         group = site.processor_group(plant)
         assert principals_that(rules, "Read", "group", group) == own
-        assert principals_that(rules, "Write", "transactionalId", f"{group}-{group}-0") == own
+        names = site.names
+        own_id = names.transactional_id(site.topic("sensors", plant), 0)
+        assert principals_that(rules, "Write", "transactionalId", own_id) == own
 
 
 @pytest.mark.parametrize("kustomization", list(support.KUSTOMIZATIONS))
@@ -129,14 +126,9 @@ def writable(rules: list[Rule], principal: str, topics: list[str]) -> set[str]:
 def test_what_the_central_principals_may_touch(base, site):
     rules = rules_of(of_kind(base, "KafkaUser"))
     topics = [t["spec"]["topicName"] for t in of_kind(base, "KafkaTopic")]
-    rca_state = {site.rca_changelog(), site.leader_topic(site.rca_group())}
-    # the RCA: published flags, the artifacts, its own verdicts (read back at restart) and state
-    assert readable(rules, site.rca_user(), topics) == {
-        site.topic("flags"),
-        site.topic("params"),
-        site.topic("verdicts"),
-        *rca_state,
-    }
+    rca_state = {site.rca_state()}
+    # the RCA: published flags, the artifacts and its own state; it writes verdicts, dead letters, state
+    assert readable(rules, site.rca_user(), topics) == {site.topic("flags"), site.topic("params"), *rca_state}
     assert writable(rules, site.rca_user(), topics) == {site.topic("verdicts"), site.topic("deadletter"), *rca_state}
     train = {site.topic("train", p) for p in site.plants}
     assert readable(rules, site.training_user(), topics) == train
@@ -153,8 +145,7 @@ def test_what_the_central_principals_may_touch(base, site):
         assert writable(rules, user, topics) == {
             site.topic("flags"),
             site.plant_deadletter(plant),
-            site.plant_changelog(plant),
-            site.leader_topic(site.processor_group(plant)),
+            site.plant_state(plant),
         }
 
 
@@ -207,5 +198,5 @@ def test_plant_names_whose_prefixes_overlap_are_refused(site_config):
     raw = yaml.safe_load((support.REPO / "config" / "tep.yaml").read_text(encoding="utf-8"))
     raw["plants"][1]["name"] = f"{raw['plants'][0]['name']}-2"  # feed, feed-2: feed's prefix ACL covers feed-2
     site = support.sync_module().Site(parse_config(raw))
-    with pytest.raises(SystemExit, match="would cover the state of"):
+    with pytest.raises(SystemExit, match="would cover the producers of"):
         site.check()

@@ -16,17 +16,9 @@ import yaml
 
 from fedrca.cli import build_parser
 from fedrca.config import parse_config
-from fedrca.connectors.kafka import site_topic_specs
+from fedrca.connectors.names import SiteNames, topic_specs
 from tests.deploy import support
 from tests.deploy.support import REPO, containers, label_selector_matches, of_kind, pod_specs
-
-#: Options the manifests use that ``fedrca`` does not have yet, with what they are for. They are
-#: taken out before the command line is parsed; test_pending_cli_options_are_still_pending fails
-#: as soon as the CLI knows one of them, so that it is then parsed like every other option.
-PENDING_CLI_OPTIONS = {
-    "--plants": "fedrca run --plants NAME: process only this plant (its own principal and consumer group "
-    "fedrca-<site>-plants-<plant>)",
-}
 
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|JAAS|PRIVATE", re.IGNORECASE)
 
@@ -47,7 +39,7 @@ def expand(arg: str, env: dict[str, str]) -> str:
 
 
 def command_lines(docs: list[support.Doc]):
-    """(owner, container, argv after ``fedrca``, pending options) of every container."""
+    """(owner, container, argv after ``fedrca``) of every container."""
     for owner, container in containers(docs):
         assert container.get("command") == ["fedrca"], (
             f"{owner['metadata']['name']}: command must be the image's fedrca"
@@ -56,22 +48,14 @@ def command_lines(docs: list[support.Doc]):
         argv = [expand(str(a), env) for a in container.get("args", [])]
         unexpanded = [a for a in argv if "$(" in a]
         assert not unexpanded, f"{owner['metadata']['name']}: variables not in the container's env: {unexpanded}"
-        pending: dict[str, str] = {}
-        rest: list[str] = []
-        it = iter(argv)
-        for arg in it:
-            if arg in PENDING_CLI_OPTIONS:
-                pending[arg] = next(it)
-            else:
-                rest.append(arg)
-        yield owner, container, rest, pending
+        yield owner, container, argv
 
 
 @pytest.mark.parametrize("kustomization", list(support.KUSTOMIZATIONS))
 def test_every_container_runs_a_real_fedrca_command(rendered, site_config, kustomization):
     docs = rendered[kustomization]
     seen = set()
-    for owner, container, argv, pending in command_lines(docs):
+    for owner, container, argv in command_lines(docs):
         name = owner["metadata"]["name"]
         args = build_parser().parse_args(argv)  # exits (fails the test) on an unknown option
         seen.add(args.command)
@@ -84,27 +68,20 @@ def test_every_container_runs_a_real_fedrca_command(rendered, site_config, kusto
             assert args.metrics_port == ports["metrics"], f"{name}: --metrics-port is not the port named metrics"
             assert args.data_dir in mounts and not mounts[args.data_dir].get("readOnly"), f"{name}: --data-dir"
             assert args.broker.startswith("kafka://") and "$(" not in args.broker
-        if "--plants" in pending:
-            assert pending["--plants"] in site_config.plant_names, f"{name}: unknown plant {pending['--plants']}"
+        if args.command == "run" and args.plants:
+            assert args.plants in site_config.plant_names, f"{name}: unknown plant {args.plants}"
     assert {"run", "train", "publish-params"} <= seen
-
-
-def test_pending_cli_options_are_still_pending():
-    parser = build_parser()
-    for option, purpose in PENDING_CLI_OPTIONS.items():
-        _, unknown = parser.parse_known_args(["run", "--config", "c.yaml", "--broker", "kafka://b:1", option, "x"])
-        assert option in unknown, f"fedrca run knows {option} now ({purpose}): remove it from PENDING_CLI_OPTIONS"
 
 
 def test_each_processor_is_one_plant_and_the_rca_gets_no_plant_data(base, site_config):
     processed = []
-    for owner, _, argv, pending in command_lines(base):
+    for owner, _, argv in command_lines(base):
         args = build_parser().parse_args(argv)
         component = owner["metadata"]["labels"]["app.kubernetes.io/component"]
         if component == "processor":
-            plant = pending["--plants"]
+            plant = args.plants
             processed.append(plant)
-            assert set(args.roles.split(",")) == {"plants", "params"}
+            assert args.roles == "plants"
             assert owner["metadata"]["labels"]["fedrca/plant"] == support.sync_module().k8s_name(plant)
             claims = [v["persistentVolumeClaim"]["claimName"] for v in owner["spec"]["template"]["spec"]["volumes"]
                       if "persistentVolumeClaim" in v]  # fmt: skip
@@ -162,37 +139,28 @@ def topics_by_name(docs: list[support.Doc]) -> dict[str, support.Doc]:
 
 def test_every_topic_of_the_site_is_declared_as_the_code_creates_it(base, site_config, sync):
     declared = topics_by_name(base)
-    specs = site_topic_specs(site_config, partitions=sync.SENSOR_PARTITIONS)
-    for name, spec in specs.items():
-        assert name in declared, f"topic {name} (fedrca.connectors.kafka.site_topic_specs) has no KafkaTopic"
+    for name, spec in topic_specs(site_config).items():
+        assert name in declared, f"topic {name} (fedrca.connectors.names.topic_specs) has no KafkaTopic"
         topic = declared[name]["spec"]
         assert topic["partitions"] == spec["num_partitions"], name
         wanted = spec.get("configs", {}).get("cleanup.policy", "delete")
         assert topic["config"]["cleanup.policy"] == wanted, name
-    site = sync.Site(site_config)
+    names = SiteNames(site_config)
     for plant in site_config.plant_names:
-        for name in (site.plant_deadletter(plant), site.topic("train", plant), site.plant_changelog(plant)):
+        for name in (names.plant_deadletter(plant), site_config.topic("train", plant=plant), names.state(plant)):
             assert name in declared, name
-        assert declared[site.plant_changelog(plant)]["spec"]["config"]["cleanup.policy"] == "compact"
+        assert declared[names.state(plant)]["spec"]["config"]["cleanup.policy"] == "compact"
     for topic in declared.values():
         assert topic["spec"]["config"]["min.insync.replicas"] < topic["spec"]["replicas"]
 
 
-def test_worker_partitions_match_the_topics(base, site_config, sync):
+def test_each_plant_is_one_partition_and_a_standby_at_most(base, site_config):
     declared = topics_by_name(base)
-    site = sync.Site(site_config)
-    sensors = {declared[site.topic("sensors", p)]["spec"]["partitions"] for p in site_config.plant_names}
-    assert len(sensors) == 1, "one --partitions for every sensors topic"
-    (partitions,) = sensors
-    for owner, _, argv, _ in command_lines(base):
-        args = build_parser().parse_args(argv)
-        if hasattr(args, "partitions"):
-            assert args.partitions == partitions, owner["metadata"]["name"]
-    for plant in site_config.plant_names:
-        assert declared[site.plant_changelog(plant)]["spec"]["partitions"] == partitions
+    names = SiteNames(site_config)
+    assert {declared[names.sensors(p)]["spec"]["partitions"] for p in site_config.plant_names} == {1}
     for hpa in of_kind(base, "HorizontalPodAutoscaler"):
-        # a worker beyond the partition count would idle
-        assert hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"] <= partitions
+        # one worker processes a plant; one more is a warm standby, more would only idle
+        assert hpa["spec"]["minReplicas"] == 1 and hpa["spec"]["maxReplicas"] == 2
 
 
 @pytest.mark.parametrize("kustomization", list(support.KUSTOMIZATIONS))

@@ -27,6 +27,7 @@ from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.contracts import load_artifact
+from fedrca.datasets import load_dataset
 from fedrca.training.messages import pack_arrays
 from tests.kafka_broker import unique_name, wait_until
 from tests.streams.workers import Cluster, group_assignment, site_config
@@ -58,7 +59,7 @@ def _metric(port: int, name: str, **labels: str) -> float | None:
 
 
 def _send_rows(config: SiteConfig, sink: KafkaSink, rows: range) -> None:
-    dataset = replay.load_for_config(config, FAULT)
+    dataset = load_dataset(config.dataset, FAULT)
     groups = {p.name: list(p.sensors) for p in config.plants}
     replay.replay(dataset, groups, sink, site=config.site, start=rows.start, stop=rows.stop)
     sink.flush()

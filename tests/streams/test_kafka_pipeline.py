@@ -30,6 +30,7 @@ from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.contracts import Verdict
+from fedrca.datasets import load_dataset
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.streams.embedded import EmbeddedRun, replay_frame
 from fedrca.streams.runtime import RuntimeSettings
@@ -59,7 +60,7 @@ class CrashRun:
 def _replay(
     config: SiteConfig, bootstrap: str, path: Path, speed: str, start: int = 0, stop: int | None = None
 ) -> None:
-    dataset = replay.load_for_config(config, path)
+    dataset = load_dataset(config.dataset, path)
     groups = {p.name: list(p.sensors) for p in config.plants}
     with KafkaSink(bootstrap, config) as sink:
         replay.replay(

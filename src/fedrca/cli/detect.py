@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from fedrca.cli.site import build_detectors, run_detectors
-from fedrca.config import load_config
+from fedrca.config import load_config, resolve_plants
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.detectors.plant import DetectionResult
 
@@ -51,6 +51,8 @@ def _detect(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     config = load_config(args.config)
     train = load_frame(config, args.train)
+    # plants given by match rules take the nominal file's columns; the input must have them all
+    config = resolve_plants(config, [str(c) for c in train.columns])
     data = load_frame(config, args.input)
     detectors = build_detectors(config, train, source=str(args.train))
     fitted = time.perf_counter()

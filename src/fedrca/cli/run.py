@@ -24,6 +24,7 @@ from fedrca.contracts import (
     load_site_artifacts,
     save_artifact,
 )
+from fedrca.datasets.loader import load_dataset
 from fedrca.exceptions import ConfigError, FedrcaError
 from fedrca.streams.runtime import RuntimeSettings
 
@@ -51,7 +52,16 @@ def _run(args: argparse.Namespace) -> int:
             "published on the params topic)"
         )
     served = _served_plants(config, args.plants)
-    ensure_site_topics(bootstrap, config, options=options)
+    needed = SiteNames(config)
+    ensure_site_topics(
+        bootstrap,
+        config,
+        options=options,
+        only={
+            *(needed.plant_topics(served) if "plants" in roles else []),
+            *(needed.rca_topics() if "rca" in roles else []),
+        },
+    )
     runtime_settings = RuntimeSettings(
         allowed_lateness=args.allowed_lateness, batch_size=args.batch_size, batch_within=args.batch_within
     )
@@ -126,11 +136,12 @@ def _replay_to_kafka(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     bootstrap = bootstrap_of(args.broker)
     pacer = replay.Pacer.from_spec(args.speed)
-    dataset = load_dataset(config, args.input, args.labels)
+    dataset = load_dataset(config.dataset, args.input, labels_path=args.labels)
     # plants given by match rules take the file's columns
     config = resolve_plants(config, dataset.columns)
     options = KafkaOptions.from_settings(config.kafka)
-    ensure_site_topics(bootstrap, config, options=options)
+    sensors = [config.topic("sensors", plant=p) for p in config.plant_names]
+    ensure_site_topics(bootstrap, config, options=options, only=sensors)
     groups = {p.name: list(p.sensors) for p in config.plants}
     sink = KafkaSink(bootstrap, config, options=options)
     started = time.perf_counter()
@@ -197,19 +208,14 @@ def _publish_params(args: argparse.Namespace) -> int:
             source=args.config,
         )
     options = KafkaOptions.from_settings(config.kafka)
-    ensure_site_topics(bootstrap, config, options=options)
     topic = config.topic("params")
+    ensure_site_topics(bootstrap, config, options=options, only=[topic])
     with KafkaSink(bootstrap, config, options=options) as sink:
         for plant, artifact in artifacts.items():
             # Keyed by plant on a compacted topic: the broker keeps the newest artifact of each plant.
             sink.send_raw(topic, plant.encode(), encode_published_artifact(artifact))
             print(f"published {plant} {artifact.version} ({artifact.manifest.get('sha256', '')[:12]}) to {topic}")
     return 0
-
-
-def load_dataset(config: SiteConfig, path: str | Path, labels: str | None = None) -> Any:
-    """Load a recorded file for replay in the configured dataset format."""
-    return replay.load_for_config(config, path, labels_path=labels)
 
 
 def register(sub: Any) -> None:
@@ -265,7 +271,11 @@ def register(sub: Any) -> None:
     rk = sub.add_parser("replay-to-kafka", help="replay a recorded TEP/HAI/SWaT/CSV file into the sensors topics")
     rk.add_argument("--config", required=True)
     rk.add_argument("--input", required=True)
-    rk.add_argument("--labels", help="separate label CSV (HAI 22.04/23.05)")
+    rk.add_argument(
+        "--labels",
+        help="label file of HAI 23.05 / HAIEnd 23.05 data (label-test1.csv, label-test2.csv); other formats carry "
+        "their labels in the data file",
+    )
     rk.add_argument("--broker", required=True, help="kafka://host:port")
     rk.add_argument("--speed", default="asap", help="asap, realtime, or xN (e.g. x60)")
     rk.add_argument("--start", type=int, default=0, help="first row")

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from fedrca.config import RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict, load_artifacts
-from fedrca.datasets.loader import PlantData, load_frame, plant_frames
+from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames
 from fedrca.detectors.factory import build_detector, fit_detectors
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import DetectionResult, PlantDetector
@@ -199,8 +199,15 @@ def build_detectors(
     seed: int | None = None,
     source: str = "nominal data",
 ) -> dict[str, PlantDetector]:
-    """One detector per plant, fitted on the nominal data (a frame or per-plant arrays)."""
-    data = plant_frames(config, nominal, source) if isinstance(nominal, pd.DataFrame) else nominal
+    """One detector per plant, fitted on the nominal data (a frame or per-plant arrays) once it is checked
+    (:func:`fedrca.datasets.loader.check_nominal_plant`: enough rows, finite, no constant column)."""
+    if isinstance(nominal, pd.DataFrame):
+        config = resolve_plants(config, [str(c) for c in nominal.columns])
+        data = plant_frames(config, nominal, source)
+    else:
+        data = dict(nominal)
+    for plant in config.plants:
+        check_nominal_plant(config, plant, data[plant.name], source)
     return fit_detectors(config, data, seed)
 
 
@@ -275,6 +282,9 @@ def plant_runtime(
         config = resolve_plants(config, [str(c) for c in frame.columns])
     served = list(config.plant_names if plants is None else plants)
     nominal = _as_plant_data(config, frame, source)
+    for plant_config in config.plants:
+        if plant_config.name in served:
+            check_nominal_plant(config, plant_config, nominal[plant_config.name], source)
     detectors = {
         p.name: build_detector(config, p).fit(nominal[p.name].Y, nominal[p.name].U)
         for p in config.plants

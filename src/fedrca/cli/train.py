@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedrca.cli.site import build_detectors
 from fedrca.cli.training import run_training
 from fedrca.config import SiteConfig, load_config
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
@@ -108,7 +109,8 @@ def _train(args: argparse.Namespace) -> int:
         f"estimator {settings.estimator}, {args.rounds or settings.rounds} rounds",
         file=sys.stderr,
     )
-    job = FederatedTraining(config, data, settings=settings)
+    detectors = build_detectors(config, data, source=source)  # checks the nominal data first
+    job = FederatedTraining(config, data, detectors=detectors, settings=settings)
     result = run_training(
         job, args.out, rounds=args.rounds, resume=not args.fresh, progress=None if args.quiet else sys.stderr
     )

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
+from fedrca.cli.site import build_detectors
 from fedrca.config import SiteConfig, TrainingSettings
 from fedrca.contracts import save_artifact
 from fedrca.datasets.loader import PlantData, plant_frames
@@ -204,5 +205,6 @@ def train_site(
 ) -> TrainingResult:
     """Fit the site's detectors on nominal data, train them federatedly and write the artifacts to ``out``."""
     data = plant_frames(config, nominal, source) if isinstance(nominal, pd.DataFrame) else dict(nominal)
-    job = FederatedTraining(config, data, settings=settings, **job_options)
+    detectors = build_detectors(config, data, source=source)  # checks the nominal data first
+    job = FederatedTraining(config, data, detectors=detectors, settings=settings, **job_options)
     return run_training(job, out, rounds=rounds, resume=resume, progress=progress)

@@ -11,7 +11,7 @@ would be valid; nothing is validated later.
 This package imports nothing of fedrca but :mod:`fedrca.exceptions`.
 """
 
-from fedrca.config.formats import KNOWN_COLUMNS, TEP_COLUMNS
+from fedrca.config.formats import KNOWN_COLUMNS, MIN_NOMINAL_SAMPLES, TEP_COLUMNS
 from fedrca.config.rca import GraphOptions, RCASettings, parse_rca_settings
 from fedrca.config.site import (
     AugmentationSettings,
@@ -36,6 +36,7 @@ from fedrca.config.training import TrainingPrivacySettings, TrainingSettings, pa
 
 __all__ = [
     "KNOWN_COLUMNS",
+    "MIN_NOMINAL_SAMPLES",
     "TEP_COLUMNS",
     "AugmentationSettings",
     "ColumnMatch",

@@ -234,6 +234,19 @@ class DatasetSettings(Strict):
     time_column: str | None = None
     sample_seconds: float = Field(1.0, gt=0.0)
     label_columns: list[str] = Field(default_factory=list, description="generic CSV: 0/1 label columns")
+    timezone: str = Field("UTC", description="IANA zone of times without offset (HAI Asia/Seoul, SWaT Asia/Singapore)")
+    time_format: str | None = Field(None, description="strftime format of the time column; default: per format")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone '{value}'; use an IANA name such as UTC, Asia/Seoul") from None
+        return value
 
     def known_columns(self) -> list[str] | None:
         """The valid column names, when the format fixes them."""

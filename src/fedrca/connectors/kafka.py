@@ -12,7 +12,7 @@ import os
 import ssl
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,12 +153,18 @@ def bootstrap_of(broker: str) -> str:
 
 
 def ensure_site_topics(
-    bootstrap: str, config: SiteConfig, timeout: float = 30.0, options: KafkaOptions | None = None
+    bootstrap: str,
+    config: SiteConfig,
+    timeout: float = 30.0,
+    options: KafkaOptions | None = None,
+    only: Iterable[str] | None = None,
 ) -> list[str]:
     """Create the site's topics if missing (idempotent); returns their names, sorted.
 
     Topics that already exist are left as they are. Returns once every topic has a
     leader for each partition. See :func:`fedrca.connectors.names.topic_specs` for the topics.
+    ``only`` restricts it to the topics a process uses (a principal under ACLs sees and may
+    create no other; on a cluster whose topics an operator such as Strimzi manages, they exist).
 
     Raises
     ------
@@ -166,6 +172,12 @@ def ensure_site_topics(
         When the broker cannot be reached or refuses a topic (the reason is named).
     """
     specs = topic_specs(config)
+    if only is not None:
+        wanted = set(only)
+        unknown = sorted(wanted - set(specs))
+        if unknown:
+            raise ConfigError(f"not topics of site '{config.site}': {', '.join(unknown)}")
+        specs = {name: spec for name, spec in specs.items() if name in wanted}
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap,

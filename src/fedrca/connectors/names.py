@@ -83,6 +83,16 @@ class SiteNames:
         """The fixed transactional id of a plant's input partition: ``fedrca-<site>-plants-<plant>-<p>``."""
         return f"fedrca-{self.site}-plants-{self.plant_of(sensors_topic)}-{partition}"
 
+    def plant_topics(self, plants: Sequence[str]) -> list[str]:
+        """The topics a processor of ``plants`` reads or writes."""
+        own = [name for p in plants for name in (self.sensors(p), self.plant_deadletter(p), self.state(p))]
+        return [*own, self.config.topic("flags"), self.config.topic("params")]
+
+    def rca_topics(self) -> list[str]:
+        """The topics the RCA worker reads or writes."""
+        c = self.config
+        return [c.topic("flags"), c.topic("verdicts"), c.topic("deadletter"), c.topic("rca_state"), c.topic("params")]
+
     @property
     def rca_group(self) -> str:
         """Consumer group of the RCA worker."""
