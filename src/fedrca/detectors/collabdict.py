@@ -123,6 +123,8 @@ class FleetSettings:
     em_tol : EM stops when the fleet log-likelihood changes by less than em_tol x |LL|
     prune : drop component k when Nbar_k < prune x (fleet sample count)
     init_scale : initial means are drawn from N(0, init_scale^2 R), R the fleet correlation
+    n_init : candidate sets of initial means; the fleet keeps the one with the highest
+        summed log-likelihood (one small consensus)
     glasso_tol, glasso_max_iter : graphical lasso dual-gap tolerance and iterations
     folds : cross-fitting folds for the threshold (0 = in-sample scores)
     percentile : threshold = this percentile of the fleet's nominal scores
@@ -142,9 +144,10 @@ class FleetSettings:
     step: StepRule | float = "degree"
     max_rounds: int = 100_000
     max_iter: int = 100
-    em_tol: float = 1e-7
+    em_tol: float = 1e-6
     prune: float = 1e-3
     init_scale: float = 1.0
+    n_init: int = 10
     glasso_tol: float = 1e-6
     glasso_max_iter: int = 500
     folds: int = 5
@@ -167,6 +170,7 @@ class FleetSettings:
             ("em_tol", self.em_tol >= 0, ">= 0"),
             ("prune", 0 <= self.prune < 1, "in [0, 1)"),
             ("init_scale", self.init_scale >= 0, ">= 0"),
+            ("n_init", self.n_init >= 1, ">= 1"),
             ("glasso_tol", self.glasso_tol > 0, "> 0"),
             ("glasso_max_iter", self.glasso_max_iter >= 1, ">= 1"),
             ("folds", self.folds == 0 or self.folds >= 2, "0 or >= 2"),
@@ -229,12 +233,29 @@ class FleetInit:
     means : (K, M) initial means (standardised)
     precisions : (K, M, M) initial precisions (identity)
     n_total : the fleet's sample count
+    candidates : (n_init, K, M) the candidate initial means ``means`` was chosen from
     """
 
     scaler: Standardizer
     means: FloatArray
     precisions: FloatArray
     n_total: float
+    candidates: FloatArray
+
+    def candidate_loglik(self, Z: FloatArray) -> FloatArray:
+        """Local log-likelihood (n_init,) of standardised data Z under each candidate (uniform pi, Lambda = I)."""
+        K = self.candidates.shape[1]
+        out = np.empty(len(self.candidates))
+        for c, means in enumerate(self.candidates):
+            # ln sum_k 1/K N(z | mu_k, I)
+            logp = -component_nll(Z, means, self.precisions) - math.log(K)
+            out[c] = float(logsumexp(logp, axis=1).sum()) if len(Z) else 0.0
+        return out
+
+    def choose(self, fleet_loglik: ArrayLike) -> FleetInit:
+        """The initialisation with the candidate of the highest fleet log-likelihood (n_init,)."""
+        best = int(np.argmax(np.asarray(fleet_loglik, dtype=np.float64)))
+        return replace(self, means=self.candidates[best].copy())
 
 
 def initialise(sums: ArrayLike, n_dims: int, settings: FleetSettings) -> FleetInit:
@@ -242,6 +263,8 @@ def initialise(sums: ArrayLike, n_dims: int, settings: FleetSettings) -> FleetIn
 
     Initial means are ``init_scale`` x draws from N(0, R) (R the fleet correlation
     matrix) with the shared seed: data-shaped starting points without any sample.
+    ``n_init`` candidate sets are drawn; :meth:`FleetInit.choose` keeps the best
+    once the fleet has summed :meth:`FleetInit.candidate_loglik`.
     """
     N, s1, s2, _ = unpack_statistics(sums, 1, n_dims)
     n = float(N[0])
@@ -256,11 +279,11 @@ def initialise(sums: ArrayLike, n_dims: int, settings: FleetSettings) -> FleetIn
     R = cov / np.outer(std, std)
     w, V = np.linalg.eigh((R + R.T) / 2.0)
     rng = np.random.default_rng([int(settings.seed), 0x5EED])
-    z = rng.standard_normal((settings.n_components, n_dims))
+    z = rng.standard_normal((settings.n_init, settings.n_components, n_dims))
     # mu_k^0 = init_scale V sqrt(w) z_k  ~  N(0, init_scale^2 R)
-    means = settings.init_scale * (z * np.sqrt(np.clip(w, 0.0, None))) @ V.T
+    candidates = settings.init_scale * (z * np.sqrt(np.clip(w, 0.0, None))) @ V.T
     precisions = np.tile(np.eye(n_dims), (settings.n_components, 1, 1))
-    return FleetInit(Standardizer(mean=mean, std=std), means, precisions, n)
+    return FleetInit(Standardizer(mean=mean, std=std), candidates[0].copy(), precisions, n, candidates)
 
 
 # -- E-step ------------------------------------------------------------------------------------
@@ -833,7 +856,7 @@ def fit_centralised(
     ----------
     datasets : per participant raw data (N_s, M)
     settings : the fleet settings
-    init : initial parameters (default: :func:`initialise` on the pooled sums)
+    init : initial parameters (default: :func:`initialise` on the pooled sums, best candidate)
     """
     Xs = [np.asarray(x, dtype=np.float64) for x in datasets]
     if not Xs or any(x.ndim != 2 or x.shape[1] != Xs[0].shape[1] for x in Xs):
@@ -841,6 +864,8 @@ def fit_centralised(
     M = Xs[0].shape[1]
     if init is None:
         init = initialise(np.sum([scale_statistics(x) for x in Xs], axis=0), M, settings)
+        Zs = [init.scaler.transform(x) for x in Xs]
+        init = init.choose(np.sum([init.candidate_loglik(Z) for Z in Zs], axis=0))
     Zs = [init.scaler.transform(x) for x in Xs]
     glob, learners = _em_exact(Zs, init, settings)
     model = FleetModel(init.scaler.mean, init.scaler.std, glob.means, glob.precisions)

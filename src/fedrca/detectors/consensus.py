@@ -358,7 +358,8 @@ def make_chunks(xi: ArrayLike, n_chunks: int, rng: np.random.Generator) -> Float
     """Split ``xi`` (d,) into ``n_chunks`` random chunks (C, d) that sum to it.
 
     chunk_l = xi / C + eta_l with zero-sum Gaussian noise eta whose scale per element
-    is |xi_i| + mean|xi|: a chunk alone says little about the statistic's value or sign.
+    is |xi_i| + mean|xi| + 1: a chunk alone says little about the statistic's value or
+    sign, and an all-zero statistic (e.g. empty histogram bins) is hidden as well.
 
     Examples
     --------
@@ -373,7 +374,7 @@ def make_chunks(xi: ArrayLike, n_chunks: int, rng: np.random.Generator) -> Float
         raise ConfigError(f"chunks must be >= 1, got {n_chunks}")
     if n_chunks == 1:
         return x[None, :].copy()
-    scale = np.abs(x) + np.mean(np.abs(x)) + 1e-300
+    scale = np.abs(x) + np.mean(np.abs(x)) + 1.0
     eta = rng.standard_normal((n_chunks, x.size)) * scale
     # sum_l eta_l = 0 so that sum_l chunk_l = xi
     eta -= eta.mean(axis=0)
@@ -416,9 +417,10 @@ def session_labellings(graph: PeerGraph, n_chunks: int, seed: int, key: str, max
         labels = np.stack([rng.permutation(S) for _ in range(n_chunks)]).astype(np.int64)
         if not _shared_peer(labels, nbr_sets):
             return labels
+    complete = " (it is complete: every peer sees every chunk)" if graph.max_degree == S - 1 else ""
     raise ConfigError(
-        f"chunks: no re-labelling of this {S}-participant graph keeps every peer from seeing all "
-        f"{n_chunks} chunks of a neighbour; use more chunks or a larger fleet"
+        f"chunks: no re-labelling of this {S}-participant graph{complete} keeps every peer from seeing all "
+        f"{n_chunks} chunks of a neighbour; use more chunks, a sparser graph or a larger fleet"
     )
 
 

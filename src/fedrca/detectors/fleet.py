@@ -9,8 +9,9 @@ or over Kafka (:mod:`fedrca.connectors.fleet_kafka`).
 
 The protocol of one participant:
 
-1. **scale**: the fleet sums [N, sum x, sum x x^T] -> the fleet standardiser and the
-   initial means (identical everywhere, :func:`fedrca.detectors.collabdict.initialise`);
+1. **scale**: the fleet sums [N, sum x, sum x x^T] -> the fleet standardiser and
+   candidate initial means (identical everywhere, :func:`fedrca.detectors.collabdict.initialise`);
+   **init**: the fleet sums every candidate's local log-likelihood and keeps the best;
 2. **fit**: EM iterations ``local_update -> consensus -> optimize`` until the fleet
    log-likelihood settles (every participant decides the same, from the same sums);
 3. **folds** (``settings.folds`` > 0): the same EM with block f of every participant
@@ -257,6 +258,8 @@ class FleetParticipant:
         sums = yield from self.fleet_sum(scale_statistics(self._X), "scale")
         init = initialise(sums, self.n_dims, s)
         Z = init.scaler.transform(self._X)
+        if s.n_init > 1:
+            init = init.choose((yield from self.fleet_sum(init.candidate_loglik(Z), "init")))
         trace: list[tuple[FloatArray, bool]] = []
         glob, local = yield from self._em(Z, init, "fit", trace)
         floor = score_floor(glob.precisions)
