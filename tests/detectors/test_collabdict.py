@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -120,9 +121,13 @@ def test_centralised_fit_recovers_shared_patterns_and_weights():
 def test_pruning_drops_components_nobody_uses():
     rng = np.random.default_rng(5)
     data = [rng.normal(size=(200, 2)) for _ in range(3)]
-    fit = fit_centralised(data, FleetSettings(n_components=6, folds=0, prune=0.05, seed=0))
-    assert fit.model.n_components < 6
-    assert all(len(w) == fit.model.n_components and math.isclose(w.sum(), 1.0) for w in fit.weights)
+    s = FleetSettings(n_components=6, folds=0, prune=0.01, seed=0)
+    init = initialise(np.sum([scale_statistics(x) for x in data], axis=0), 2, s)
+    # two starting means in the data, four far outside it: nobody's samples go there
+    far = np.array([[0.5, 0.0], [-0.5, 0.0], [40.0, 40.0], [-40.0, 40.0], [40.0, -40.0], [-40.0, -40.0]])
+    fit = fit_centralised(data, s, init=dataclasses.replace(init, means=far))
+    assert fit.model.n_components == 2
+    assert all(len(w) == 2 and math.isclose(w.sum(), 1.0) for w in fit.weights)
 
 
 @settings(max_examples=20, deadline=None)
