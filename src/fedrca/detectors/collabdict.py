@@ -373,13 +373,22 @@ def _glasso(emp: FloatArray, alpha: float, tol: float, max_iter: int) -> FloatAr
             return np.asarray(np.linalg.inv(emp))
         except np.linalg.LinAlgError:
             raise ConvergenceError("a component covariance is singular; use rho > 0") from None
+    # argmax ln|L| - Tr(L S) - alpha ||L||_1 is c L' with L' the solution for (c S, c alpha): the same
+    # problem, but scikit-learn's coordinate descent breaks down ("Non SPD result") on well-conditioned
+    # matrices with small variances (tests/detectors/test_contract.py, fleet-ggm); c = M / Tr(S)
+    # gives it unit mean variance
+    c = emp.shape[0] / float(np.trace(emp))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         try:
             # the inner lasso solves 100x tighter than the outer dual gap, or the gap stalls above tol
-            _, precision = graphical_lasso(emp, alpha, tol=tol, enet_tol=tol * 1e-2, max_iter=max_iter)
-        except FloatingPointError as exc:
-            raise ConvergenceError(f"graphical lasso failed ({exc}); raise rho") from None
+            _, scaled = graphical_lasso(c * emp, c * alpha, tol=tol, enet_tol=tol * 1e-2, max_iter=max_iter)
+        except FloatingPointError:
+            try:
+                _, scaled = graphical_lasso(c * emp, c * alpha, mode="lars", tol=tol, max_iter=max_iter)
+            except FloatingPointError as exc:
+                raise ConvergenceError(f"graphical lasso failed ({exc}); raise rho") from None
+    precision = c * scaled
     return np.asarray((precision + precision.T) / 2.0)
 
 

@@ -43,8 +43,8 @@ class FleetDetector(Detector):
     name : plant name (for messages)
     model : the fleet's shared model (``fedrca fleet`` writes it); when None,
         :meth:`fit` learns one on this plant's data alone (a fleet of one)
-    n_components, rho, lambda0, folds, percentile : model settings for a fleet of one
-        (see :class:`~fedrca.detectors.collabdict.FleetSettings`); ``percentile`` also
+    n_components, rho, lambda0, folds, percentile, max_iter : model settings for a fleet of
+        one (see :class:`~fedrca.detectors.collabdict.FleetSettings`); ``percentile`` also
         sets the threshold when the shared model carries none
     margin : multiplies the threshold (>= 1)
     epsilon : flag privacy budget per published flag (inf = no perturbation)
@@ -72,6 +72,7 @@ class FleetDetector(Detector):
         lambda0: float = 1.0,
         folds: int = 5,
         percentile: float = 99.5,
+        max_iter: int = 100,
         margin: float = 1.0,
         epsilon: float = math.inf,
         seed: int = 0,
@@ -85,6 +86,7 @@ class FleetDetector(Detector):
         self.lambda0 = lambda0
         self.folds = folds
         self.percentile = percentile
+        self.max_iter = max_iter
         self.margin = margin
         self.epsilon = epsilon
         self.seed = seed
@@ -159,6 +161,7 @@ class FleetDetector(Detector):
                 lambda0=self.lambda0,
                 folds=self.folds,
                 percentile=self.percentile,
+                max_iter=self.max_iter,
                 chunks=1,
                 seed=self.seed,
             )
