@@ -31,7 +31,12 @@ from fedrca.site import build_detectors, load_frame, plant_frames, run_detectors
 __all__ = ["default_data_dir", "main", "write_flags_jsonl"]
 
 #: Packages whose ``commands.register(subparsers)`` adds subcommands, when present.
-COMMAND_MODULES = ("fedrca.training.commands", "fedrca.rca.commands", "fedrca.streams.commands")
+COMMAND_MODULES = (
+    "fedrca.training.commands",
+    "fedrca.rca.commands",
+    "fedrca.streams.commands",
+    "fedrca.fleet.commands",
+)
 
 
 def default_data_dir() -> Path:
@@ -93,7 +98,7 @@ def _detect(args: argparse.Namespace) -> int:
             {
                 "plant": name,
                 "sensors": r.r_c.shape[1],
-                "states": det.proprietary.state_dim,
+                "states": det.proprietary.state_dim if hasattr(det, "proprietary") else "-",  # fleet: none
                 "threshold": round(det.scorers[0].threshold_value, 2),
                 "Z_c rate": f"{r.zc.mean():.3f}",
                 "Z_a rate": f"{r.za.mean():.3f}",

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig, compress_columns, resolve_plants
 from fedrca.datasets.tep import load_tep
+from fedrca.detectors.fleet_detector import FleetDetector
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 from fedrca.detectors.plugin import load_plugin
 from fedrca.exceptions import DataError
@@ -104,12 +105,18 @@ def plant_frames(config: SiteConfig, frame: pd.DataFrame, source: str = "data") 
 
 
 def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = None) -> PlantDetector:
-    """An unfitted detector with the plant's configured settings."""
+    """An unfitted detector with the plant's configured settings.
+
+    A plant with ``detector.kind: fleet`` gets a :class:`~fedrca.detectors.fleet_detector.FleetDetector`
+    (duck-typed like a plant detector: ``step_batch``, flags, ``scorers[0].threshold_value``).
+    """
+    base_seed = config.privacy.seed if seed is None else seed
+    if plant.detector.kind == "fleet":
+        return _fleet_detector(config, plant, base_seed)  # type: ignore[return-value]
     model = None
     if plant.model.kind == "plugin" and plant.model.plugin:
         model = load_plugin(plant.model.plugin, **plant.model.plugin_args)
     smoothing = plant.scoring.smoothing
-    base_seed = config.privacy.seed if seed is None else seed
     return PlantDetector(
         name=plant.name,
         model=model,
@@ -129,6 +136,22 @@ def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = No
         folds=plant.scoring.folds,
         epsilon=config.privacy.flag_epsilon,
         # Distinct, reproducible randomness per plant.
+        seed=base_seed * 1000 + config.plant_names.index(plant.name),
+    )
+
+
+def _fleet_detector(config: SiteConfig, plant: PlantConfig, base_seed: int) -> FleetDetector:
+    from fedrca.fleet.store import load_fleet_model
+
+    d = plant.detector
+    return FleetDetector(
+        name=plant.name,
+        model=None if d.model is None else load_fleet_model(d.model),
+        n_components=d.components,
+        rho=d.rho,
+        folds=d.folds,
+        percentile=d.percentile,
+        epsilon=config.privacy.flag_epsilon,
         seed=base_seed * 1000 + config.plant_names.index(plant.name),
     )
 

@@ -596,8 +596,13 @@ def build_engine(
             source=getattr(config, "source", None),
             key="rca.unobserved_entry",
         )
+    # plants without an independent Z_a (detector.kind: fleet) are neither trained nor untrained:
+    # the flag model ignores their Z_a bit (FlagModel ``augmented``)
+    augmented = [_has_augmented(config, detectors, p) for p in plants]
     trained = params_dir is not None or any(
-        getattr(det, "parameter_version", "proprietary") != "proprietary" for det in detectors.values()
+        getattr(det, "parameter_version", "proprietary") != "proprietary"
+        for name, det in detectors.items()
+        if getattr(det, "has_augmented", True)
     )
     counts = None if nominal_flags is not None or params_dir is None else artifact_state_counts(params_dir, plants)
     if nominal_flags is not None:
@@ -607,7 +612,19 @@ def build_engine(
     else:
         nominal = default_state_rates(len(plants), max(s.false_alarm_rate, s.min_false_alarm), coupled=not trained)
     eps = config.privacy.flag_epsilon if epsilon is None else epsilon
-    return RCAEngine(resolve_graph(config, s, params_dir, graph), flag_model(s, nominal, eps, trained), s)
+    model = flag_model(s, nominal, eps, trained, augmented)
+    return RCAEngine(resolve_graph(config, s, params_dir, graph), model, s)
+
+
+def _has_augmented(config: Any, detectors: Mapping[str, Any], plant: str) -> bool:
+    """False for a plant whose detector publishes no independent Z_a (the fleet detector):
+    known from its detector, or from its configuration when no detector is at hand (RCA worker)."""
+    if plant in detectors:
+        return bool(getattr(detectors[plant], "has_augmented", True))
+    try:
+        return str(config.plant(plant).detector.kind) != "fleet"
+    except AttributeError:
+        return True
 
 
 def artifact_state_counts(params_dir: str | Path, plants: Sequence[str]) -> FloatArray | None:
@@ -639,8 +656,15 @@ def engine_for(
     return RCAEngine(graph or InterdependencyGraph.complete(list(plants)), flag_model(s, q_N, epsilon, trained), s)
 
 
-def flag_model(settings: RCASettings, nominal: ArrayLike, epsilon: float, trained: bool) -> FlagModel:
-    """The flag likelihoods of the settings (``auto`` values resolved for trained or untrained detectors)."""
+def flag_model(
+    settings: RCASettings,
+    nominal: ArrayLike,
+    epsilon: float,
+    trained: bool,
+    augmented: Sequence[bool] | None = None,
+) -> FlagModel:
+    """The flag likelihoods of the settings (``auto`` values resolved for trained or untrained detectors);
+    ``augmented`` (M,) is False for plants whose Z_a carries no information of its own."""
     s = settings
     return FlagModel(
         nominal,
@@ -650,4 +674,5 @@ def flag_model(settings: RCASettings, nominal: ArrayLike, epsilon: float, traine
         s.visibility,
         s.separation_for(trained),
         s.imperfect_for(trained),
+        augmented=augmented,
     )

@@ -45,6 +45,8 @@ def apply_params(detectors: Mapping[str, PlantDetector], params_dir: str | Path)
     except ModuleNotFoundError as exc:
         raise ArtifactError(f"--params needs fedrca.training.artifacts, which is not available ({exc})") from None
     artifacts = load_site_artifacts(params_dir)
+    # fleet detectors (detector.kind: fleet) have no augmentation, so no training artifact
+    detectors = {name: det for name, det in detectors.items() if getattr(det, "has_augmented", True)}
     missing = [name for name in detectors if name not in artifacts]
     if missing:
         raise ArtifactError(f"{params_dir}: no artifact for plant(s) {', '.join(missing)}; run fedrca train first")

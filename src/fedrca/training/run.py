@@ -29,7 +29,7 @@ import pandas as pd
 
 from fedrca.config import SiteConfig
 from fedrca.detectors.plant import PlantDetector
-from fedrca.exceptions import ArtifactError, PrivacyBudgetExceeded
+from fedrca.exceptions import ArtifactError, ConfigError, PrivacyBudgetExceeded
 from fedrca.site import PlantData, build_detectors, plant_frames
 from fedrca.training.artifacts import (
     NOMINAL_STATE_COUNTS,
@@ -185,6 +185,13 @@ class FederatedTraining:
         if len(lengths) != 1:
             raise ArtifactError(f"plants' training data must share one time axis, got lengths {sorted(lengths)}")
         self.detectors = dict(detectors) if detectors is not None else build_detectors(config, self.data)
+        fleet = [name for name, det in self.detectors.items() if not getattr(det, "has_augmented", True)]
+        if fleet:
+            raise ConfigError(
+                f"plant(s) {', '.join(fleet)} use the fleet detector, which has no augmentation to train; "
+                "federated training needs detector.kind: plant for every plant",
+                source=config.source,
+            )
         self.transport: Transport = transport if transport is not None else InProcessTransport()
         self.progress = progress
         s = self.settings
