@@ -20,6 +20,7 @@ streaming state is the randomized-response generator.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,9 +31,16 @@ from fedrca.detectors.plant import DetectionResult, Detector
 from fedrca.detectors.privacy import RandomizedResponse
 from fedrca.exceptions import DataError, ModelError, NotFittedError
 
-__all__ = ["FleetDetector"]
+__all__ = ["FleetDetector", "ThresholdView"]
 
 FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class ThresholdView:
+    """What the site shell reads of a plant detector's scorers: ``threshold_value``."""
+
+    threshold_value: float
 
 
 class FleetDetector(Detector):
@@ -117,6 +125,12 @@ class FleetDetector(Detector):
         if self._threshold is None:
             raise NotFittedError(f"plant '{self.name}': detector is not fitted; call fit(nominal) first")
         return self._threshold
+
+    @property
+    def scorers(self) -> tuple[ThresholdView, ThresholdView]:
+        """(Z_c, Z_a) thresholds as the site shell reads a plant detector's (the same tau twice)."""
+        view = ThresholdView(self.threshold_value)
+        return view, view
 
     @property
     def privacy(self) -> RandomizedResponse:
