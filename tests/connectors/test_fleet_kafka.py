@@ -60,3 +60,32 @@ def test_five_participants_over_kafka_reach_the_in_process_parameters(kafka_brok
             m = decode_consensus(r.value)
             assert m.receiver == n and r.key == m.sender.encode()
     assert total == local.messages
+
+
+@pytest.mark.kafka
+def test_fleet_command_runs_over_kafka(kafka_broker, tmp_path, capsys):
+    import pandas as pd
+    import yaml
+
+    from fedrca.cli import main
+    from fedrca.fleet.store import load_fleet_model
+
+    fleet = fleet_patterns(n_participants=5, n_samples=60, n_dims=2, n_patterns=2, seed=2)
+    for n, X in fleet.datasets.items():
+        pd.DataFrame(X, columns=["a", "b"]).to_csv(tmp_path / f"{n}.csv", index=False)
+    config = {
+        "fleet": unique_name("cli"),
+        "data": {"format": "csv"},
+        "participants": [{"name": n, "file": str(tmp_path / f"{n}.csv")} for n in fleet.datasets],
+        "model": {"components": 2, "max_iter": 2, "n_init": 1},
+        "consensus": {"tolerance": 1e-8},
+        "threshold": {"folds": 0},
+    }
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    args = ["fleet", "--config", str(tmp_path / "fleet.yaml"), "--out", str(tmp_path / "out")]
+    assert main([*args, "--kafka", f"kafka://{kafka_broker.bootstrap}"]) == 0
+    assert f"(Kafka at kafka://{kafka_broker.bootstrap})" in capsys.readouterr().out
+    remote = load_fleet_model(tmp_path / "out" / "model.npz")
+    assert main([*args[:-1], str(tmp_path / "local")]) == 0
+    local = load_fleet_model(tmp_path / "local" / "model.npz")
+    assert remote == local

@@ -2,13 +2,15 @@
 
 Runs the participants of the configuration in this process (message passing only)
 or, with ``--kafka host:port``, over a Kafka broker (one topic per participant,
-one thread per participant). Writes the shared model (``model.npz`` + ``.json``),
-each participant's own weights and ``report.json`` to ``--out``.
+``<fleet>.<run id>.peer.<participant>``, one thread per participant in this
+process). Writes the shared model (``model.npz`` + ``.json``), each participant's
+own weights and ``report.json`` to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import uuid
 import warnings
 from typing import Any
 
@@ -29,9 +31,11 @@ def _fleet(args: argparse.Namespace) -> int:
         from fedrca.connectors.kafka import bootstrap_of
 
         bootstrap = bootstrap_of(args.kafka)
+        # a fresh topic prefix per run: a participant reads its topic from the beginning
+        prefix = f"{config.fleet}.{uuid.uuid4().hex[:8]}"
 
         def runner(data: Any) -> Any:
-            return kafka_fleet(bootstrap, data, config.settings(), config.peer_graph(), seed=config.seed)
+            return kafka_fleet(bootstrap, data, config.settings(), config.peer_graph(), seed=config.seed, fleet=prefix)
 
     with warnings.catch_warnings():
         # every firing is recorded per participant and summarised below, once
