@@ -197,8 +197,9 @@ def test_posterior_pseudo_samples_follow_the_posterior():
 
 def test_model_arrays_round_trip_and_bad_arrays_are_refused():
     fit = fit_centralised([np.random.default_rng(9).normal(size=(100, 2))], FleetSettings(n_components=1, folds=0))
-    again = FleetModel.from_arrays(fit.model.to_arrays())
-    assert again == fit.model
+    again = FleetModel.from_arrays({k: v.copy() for k, v in fit.model.to_arrays().items()})
+    assert again == fit.model and again is not fit.model
+    assert again != dataclasses.replace(fit.model, means=fit.model.means + 1e-12)
     broken = dict(fit.model.to_arrays(), precisions=np.zeros((1, 3, 3)))
     with pytest.raises(DataError, match="shapes"):
         FleetModel.from_arrays(broken)

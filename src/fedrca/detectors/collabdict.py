@@ -715,7 +715,7 @@ class GlobalLearner:
 
 
 # -- the fitted model ----------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FleetModel:
     """The shared result of a fleet: standardiser, K patterns and the fleet threshold.
 
@@ -744,6 +744,17 @@ class FleetModel:
     def n_dims(self) -> int:
         """M."""
         return int(self.means.shape[1])
+
+    def __eq__(self, other: object) -> bool:
+        """Same arrays (bit for bit) and threshold; ``info`` is not compared."""
+        if not isinstance(other, FleetModel):
+            return NotImplemented
+        return self.threshold == other.threshold and all(
+            np.array_equal(getattr(self, name), getattr(other, name))
+            for name in ("center", "scale", "means", "precisions")
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
     def standardise(self, X: ArrayLike) -> FloatArray:
         """(X - center) / scale, X (N, M) in raw units."""
