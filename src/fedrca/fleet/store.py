@@ -10,7 +10,7 @@ Examples
 >>> from fedrca.detectors.collabdict import FleetModel
 >>> model = FleetModel(np.zeros(2), np.ones(2), np.zeros((1, 2)), np.eye(2)[None], 3.5, {"participants": 4})
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "model.npz"
->>> save_fleet_model(path, model, columns=["a", "b"])
+>>> _ = save_fleet_model(path, model, columns=["a", "b"])
 >>> again = load_fleet_model(path)
 >>> again == model, again.info["columns"]
 (True, ['a', 'b'])
