@@ -27,8 +27,8 @@ from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.contracts import load_artifact
+from fedrca.contracts.binary import pack_arrays
 from fedrca.datasets import load_dataset
-from fedrca.training.messages import pack_arrays
 from tests.kafka_broker import unique_name, wait_until
 from tests.streams.workers import Cluster, group_assignment, site_config
 

@@ -14,7 +14,7 @@ import pandas as pd
 from fedrca.cli.site import build_detectors, run_detectors
 from fedrca.config import load_config, resolve_plants
 from fedrca.datasets.loader import load_frame, plant_frames
-from fedrca.detectors.plant import DetectionResult
+from fedrca.detectors.plant import DetectionResult, PlantDetector
 
 __all__ = ["register", "write_flags_jsonl"]
 
@@ -67,8 +67,8 @@ def _detect(args: argparse.Namespace) -> int:
             {
                 "plant": name,
                 "sensors": r.r_c.shape[1],
-                "states": det.proprietary.state_dim,
-                "threshold": round(det.scorers[0].threshold_value, 2),
+                "states": det.proprietary.state_dim if isinstance(det, PlantDetector) else "-",  # fleet: none
+                "threshold": round(det.thresholds[0], 2),
                 "Z_c rate": f"{r.zc.mean():.3f}",
                 "Z_a rate": f"{r.za.mean():.3f}",
                 "first Z_c": int(first[0]) if len(first) else "-",

@@ -112,9 +112,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             plants=plants,
             d2c={p: run.results[p].d2_c for p in plants},
             d2a={p: run.results[p].d2_a for p in plants},
-            thresholds={
-                p: (detectors[p].scorers[0].threshold_value, detectors[p].scorers[1].threshold_value) for p in plants
-            },
+            thresholds={p: detectors[p].thresholds for p in plants},
             published=run.published(),
             verdicts=run.verdicts,
             graph=run.site.graph,

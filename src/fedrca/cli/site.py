@@ -21,12 +21,14 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from fedrca.cli.fleet.store import load_fleet_model
 from fedrca.config import RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict, load_artifacts
 from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames
+from fedrca.detectors.collabdict import FleetModel
 from fedrca.detectors.factory import build_detector, fit_detectors
 from fedrca.detectors.parameters import apply_artifact
-from fedrca.detectors.plant import DetectionResult, PlantDetector
+from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
 from fedrca.exceptions import ArtifactError
 from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
@@ -58,15 +60,19 @@ def without_privacy(config: SiteConfig) -> SiteConfig:
 
 
 def apply_params(
-    detectors: Mapping[str, PlantDetector], artifacts: Mapping[str, ParameterArtifact], params_dir: str | Path
+    detectors: Mapping[str, Detector], artifacts: Mapping[str, ParameterArtifact], params_dir: str | Path
 ) -> str:
-    """Apply every plant's training artifact (loaded from ``params_dir``) to its detector; returns the version."""
-    missing = [name for name in detectors if name not in artifacts]
+    """Apply every plant's training artifact (loaded from ``params_dir``) to its detector; returns the version.
+
+    Fleet detectors (``detector.kind: fleet``) have no augmentation and so no training artifact.
+    """
+    trainable = {name: det for name, det in detectors.items() if isinstance(det, PlantDetector)}
+    missing = [name for name in trainable if name not in artifacts]
     if missing:
         raise ArtifactError(f"{params_dir}: no artifact for plant(s) {', '.join(missing)}; run fedrca train first")
-    for name, det in detectors.items():
+    for name, det in trainable.items():
         apply_artifact(det, artifacts[name])
-    versions = sorted({det.parameter_version for det in detectors.values()})
+    versions = sorted({det.parameter_version for det in trainable.values()})
     return ",".join(versions)
 
 
@@ -75,7 +81,7 @@ class Site:
     """Fitted detectors of a site, their nominal flags and the RCA engine."""
 
     config: SiteConfig
-    detectors: dict[str, PlantDetector]
+    detectors: dict[str, Detector]
     nominal_flags: dict[str, BoolArray]
     engine: RCAEngine
     params_version: str
@@ -198,9 +204,12 @@ def build_detectors(
     nominal: pd.DataFrame | Mapping[str, PlantData],
     seed: int | None = None,
     source: str = "nominal data",
-) -> dict[str, PlantDetector]:
+) -> dict[str, Detector]:
     """One detector per plant, fitted on the nominal data (a frame or per-plant arrays) once it is checked
-    (:func:`fedrca.datasets.loader.check_nominal_plant`: enough rows, finite, no constant column)."""
+    (:func:`fedrca.datasets.loader.check_nominal_plant`: enough rows, finite, no constant column).
+
+    A fleet plant's shared model is read from the file its configuration names.
+    """
     if isinstance(nominal, pd.DataFrame):
         config = resolve_plants(config, [str(c) for c in nominal.columns])
         data = plant_frames(config, nominal, source)
@@ -208,10 +217,19 @@ def build_detectors(
         data = dict(nominal)
     for plant in config.plants:
         check_nominal_plant(config, plant, data[plant.name], source)
-    return fit_detectors(config, data, seed)
+    return fit_detectors(config, data, seed, fleet_models(config))
 
 
-def run_detectors(detectors: Mapping[str, PlantDetector], data: Mapping[str, PlantData]) -> dict[str, DetectionResult]:
+def fleet_models(config: SiteConfig) -> dict[str, FleetModel]:
+    """The shared model of every fleet plant that names one (``detector.model``), read from its file."""
+    return {
+        p.name: load_fleet_model(p.detector.model)
+        for p in config.plants
+        if p.detector.kind == "fleet" and p.detector.model is not None
+    }
+
+
+def run_detectors(detectors: Mapping[str, Detector], data: Mapping[str, PlantData]) -> dict[str, DetectionResult]:
     """Process every plant's batch (each detector continues from its current state)."""
     return {name: det.step_batch(data[name].Y, data[name].U) for name, det in detectors.items()}
 
@@ -285,8 +303,9 @@ def plant_runtime(
     for plant_config in config.plants:
         if plant_config.name in served:
             check_nominal_plant(config, plant_config, nominal[plant_config.name], source)
+    models = fleet_models(config)
     detectors = {
-        p.name: build_detector(config, p).fit(nominal[p.name].Y, nominal[p.name].U)
+        p.name: build_detector(config, p, fleet_model=models.get(p.name)).fit(nominal[p.name].Y, nominal[p.name].U)
         for p in config.plants
         if p.name in served
     }

@@ -41,6 +41,7 @@ __all__ = [
     "AugmentationSettings",
     "ColumnMatch",
     "DatasetSettings",
+    "DetectorSettings",
     "GraphSettings",
     "KafkaSettings",
     "ModelSettings",
@@ -103,6 +104,26 @@ class ScoringSettings(Strict):
     folds: int = Field(5, ge=2)
 
 
+class DetectorSettings(Strict):
+    """Which detector the plant runs: its own (``plant``: filter, augmentation, residual scorer) or
+    the fleet's CollabDict model (``fleet``, docs/fleet.md; yields Z_c only)."""
+
+    kind: Literal["plant", "fleet"] = "plant"
+    model: str | None = Field(None, description="fleet model file written by `fedrca fleet`; None = learn alone")
+    components: int = Field(2, ge=1, description="patterns K when the plant learns alone")
+    rho: float = Field(10.0, ge=0.0)
+    percentile: float = Field(99.5, gt=0.0, lt=100.0)
+    folds: int = Field(5, ge=0)
+
+    @model_validator(mode="after")
+    def _fleet_keys(self) -> DetectorSettings:
+        if self.kind == "plant" and self.model is not None:
+            raise ValueError("model: is the fleet model file of kind 'fleet'; remove it or set kind: fleet")
+        if self.folds == 1:
+            raise ValueError("folds must be 0 (in-sample threshold) or >= 2")
+        return self
+
+
 class ColumnMatch(Strict):
     """A plant's sensors given by a rule over a data file's columns (resolved by :func:`resolve_plants`).
 
@@ -155,6 +176,7 @@ class PlantConfig(Strict):
     model: ModelSettings = ModelSettings()
     augmentation: AugmentationSettings = AugmentationSettings()
     scoring: ScoringSettings = ScoringSettings()
+    detector: DetectorSettings = DetectorSettings()
 
     @model_validator(mode="after")
     def _sensors_or_match(self) -> PlantConfig:

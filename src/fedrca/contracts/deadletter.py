@@ -54,7 +54,13 @@ class DeadLetterReason(StrEnum):
     OUT_OF_ORDER = "out-of-order"  #: a training message while the party awaits another kind
     BAD_ROUND = "bad-round"  #: a training message of another round than the current one
     MISMATCH = "mismatch"  #: gradients for another window than the states they answer
-    DUPLICATE = "duplicate"  #: a second training message for the same round and plant
+    DUPLICATE = "duplicate"  #: a second message for the same round and sender
+    # -- peer-to-peer consensus (the fleet detector) ----------------------------------------------
+    UNEXPECTED = "unexpected"  #: a consensus message of a session or round the participant is not in
+    MISSING_MESSAGES = "missing"  #: a consensus round without a message from every neighbour
+    UNKNOWN_RECEIVER = "unknown-receiver"  #: addressed to a participant the fleet does not have
+    WRONG_RECEIVER = "wrong-receiver"  #: delivered to a participant it is not addressed to
+    BAD_SENDER = "bad-sender"  #: a participant sending in another participant's name
 
 
 class DeadLetterStage(StrEnum):

@@ -15,7 +15,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig
-from fedrca.detectors.plant import PlantDetector
+from fedrca.detectors.collabdict import FleetModel
+from fedrca.detectors.fleet_detector import FleetDetector
+from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.detectors.plugin import load_plugin
 
 __all__ = ["PlantArrays", "build_detector", "fit_detectors"]
@@ -31,18 +33,35 @@ class PlantArrays(Protocol):
     def U(self) -> NDArray[np.float64] | None: ...
 
 
-def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = None) -> PlantDetector:
+def build_detector(
+    config: SiteConfig, plant: PlantConfig, seed: int | None = None, fleet_model: FleetModel | None = None
+) -> Detector:
     """An unfitted detector with the plant's configured settings.
 
-    Randomness (random features, randomized response) is seeded per plant from
-    ``privacy.seed`` (or ``seed``) and the plant's position, so every plant draws
-    differently and every run draws the same.
+    A plant with ``detector.kind: fleet`` gets a :class:`~fedrca.detectors.fleet_detector.FleetDetector`
+    on ``fleet_model`` (the fleet's shared model, loaded by the caller; None = the plant learns alone),
+    every other plant a :class:`~fedrca.detectors.plant.PlantDetector`. Randomness (random features,
+    randomized response) is seeded per plant from ``privacy.seed`` (or ``seed``) and the plant's
+    position, so every plant draws differently and every run draws the same.
     """
+    base_seed = config.privacy.seed if seed is None else seed
+    plant_seed = base_seed * 1000 + config.plant_names.index(plant.name)
+    if plant.detector.kind == "fleet":
+        d = plant.detector
+        return FleetDetector(
+            name=plant.name,
+            model=fleet_model,
+            n_components=d.components,
+            rho=d.rho,
+            folds=d.folds,
+            percentile=d.percentile,
+            epsilon=config.privacy.flag_epsilon,
+            seed=plant_seed,
+        )
     model = None
     if plant.model.kind == "plugin" and plant.model.plugin:
         model = load_plugin(plant.model.plugin, **plant.model.plugin_args)
     smoothing = plant.scoring.smoothing
-    base_seed = config.privacy.seed if seed is None else seed
     return PlantDetector(
         name=plant.name,
         model=model,
@@ -61,15 +80,24 @@ def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = No
         calibration=plant.scoring.calibration,
         folds=plant.scoring.folds,
         epsilon=config.privacy.flag_epsilon,
-        seed=base_seed * 1000 + config.plant_names.index(plant.name),
+        seed=plant_seed,
     )
 
 
 def fit_detectors(
-    config: SiteConfig, nominal: Mapping[str, PlantArrays], seed: int | None = None
-) -> dict[str, PlantDetector]:
-    """One detector per plant, fitted on its nominal data (per-plant arrays in configured column order)."""
+    config: SiteConfig,
+    nominal: Mapping[str, PlantArrays],
+    seed: int | None = None,
+    fleet_models: Mapping[str, FleetModel] | None = None,
+) -> dict[str, Detector]:
+    """One detector per plant, fitted on its nominal data (per-plant arrays in configured column order).
+
+    ``fleet_models``: the shared model of each fleet plant that has one (see :func:`build_detector`).
+    """
+    models = fleet_models or {}
     return {
-        plant.name: build_detector(config, plant, seed).fit(nominal[plant.name].Y, nominal[plant.name].U)
+        plant.name: build_detector(config, plant, seed, models.get(plant.name)).fit(
+            nominal[plant.name].Y, nominal[plant.name].U
+        )
         for plant in config.plants
     }

@@ -579,6 +579,10 @@ def build_engine(
     plants = list(config.plant_names)
     if trained is None:
         trained = bool(artifacts)
+    # plants without an independent Z_a (detector.kind: fleet) publish Z_a = Z_c: the flag model
+    # ignores their Z_a bit (FlagModel ``augmented``); known from the configuration, so an RCA
+    # worker without any plant's detector knows it too
+    augmented = [config.plant(p).detector.kind != "fleet" for p in plants]
     counts = None if nominal_flags is not None or not artifacts else artifact_state_counts(artifacts, plants)
     if nominal_flags is not None:
         nominal = nominal_state_rates(nominal_flags, plants, floor=s.min_false_alarm)
@@ -588,7 +592,8 @@ def build_engine(
         nominal = default_state_rates(len(plants), max(s.false_alarm_rate, s.min_false_alarm), coupled=not trained)
     eps = config.privacy.flag_epsilon if epsilon is None else epsilon
     server = None if artifacts is None else artifacts.get(SERVER)
-    return RCAEngine(resolve_graph(config, s, server, graph), flag_model(s, nominal, eps, trained), s, site=config.site)
+    model = flag_model(s, nominal, eps, trained, augmented)
+    return RCAEngine(resolve_graph(config, s, server, graph), model, s, site=config.site)
 
 
 def artifact_state_counts(artifacts: Mapping[str, ParameterArtifact], plants: Sequence[str]) -> FloatArray | None:
@@ -617,8 +622,15 @@ def engine_for(
     return RCAEngine(graph or InterdependencyGraph.complete(list(plants)), flag_model(s, q_N, epsilon, trained), s)
 
 
-def flag_model(settings: RCASettings, nominal: ArrayLike, epsilon: float, trained: bool) -> FlagModel:
-    """The flag likelihoods of the settings (``auto`` values resolved for trained or untrained detectors)."""
+def flag_model(
+    settings: RCASettings,
+    nominal: ArrayLike,
+    epsilon: float,
+    trained: bool,
+    augmented: Sequence[bool] | None = None,
+) -> FlagModel:
+    """The flag likelihoods of the settings (``auto`` values resolved for trained or untrained detectors);
+    ``augmented`` (M,) is False for plants whose Z_a carries no information of its own."""
     s = settings
     return FlagModel(
         nominal,
@@ -628,4 +640,5 @@ def flag_model(settings: RCASettings, nominal: ArrayLike, epsilon: float, traine
         s.visibility,
         s.separation_for(trained),
         s.imperfect_for(trained),
+        augmented=augmented,
     )

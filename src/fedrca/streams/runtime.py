@@ -31,7 +31,7 @@ from fedrca.contracts import (
     decode_sensors,
 )
 from fedrca.detectors.parameters import apply_artifact
-from fedrca.detectors.plant import PlantDetector
+from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, MessageError
 from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
@@ -83,7 +83,7 @@ class PlantRuntime:
     def __init__(
         self,
         config: SiteConfig,
-        detectors: Mapping[str, PlantDetector],
+        detectors: Mapping[str, Detector],
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
     ) -> None:
@@ -180,6 +180,8 @@ class PlantRuntime:
 
     def _apply(self, plant: str, artifact: ParameterArtifact) -> None:
         detector = self.processors[plant].detector
+        if not isinstance(detector, PlantDetector):
+            raise ArtifactError(f"plant '{plant}' runs the fleet detector, which takes no training artifact")
         apply_artifact(detector, artifact)
         self.record_artifact(plant, artifact)
         log.info("plant %s switched to parameter version %s", plant, detector.parameter_version)

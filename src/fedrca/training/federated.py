@@ -28,8 +28,8 @@ from fedrca.config import SiteConfig, TrainingSettings
 from fedrca.contracts import N_FLAG_STATES, NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, flag_states, make_artifact
 from fedrca.detectors.factory import fit_detectors
 from fedrca.detectors.parameters import model_fingerprint, scorer_arrays
-from fedrca.detectors.plant import PlantDetector
-from fedrca.exceptions import ArtifactError, PrivacyBudgetExceeded
+from fedrca.detectors.plant import Detector, PlantDetector
+from fedrca.exceptions import ArtifactError, ConfigError, PrivacyBudgetExceeded
 from fedrca.training.client import Client
 from fedrca.training.messages import (
     GradientMessage,
@@ -174,7 +174,7 @@ class FederatedTraining:
         self,
         config: SiteConfig,
         data: Mapping[str, TrainingData],
-        detectors: Mapping[str, PlantDetector] | None = None,
+        detectors: Mapping[str, Detector] | None = None,
         settings: TrainingSettings | None = None,
         transport: Transport | None = None,
     ) -> None:
@@ -184,7 +184,15 @@ class FederatedTraining:
         lengths = {len(d.Y) for d in self.data.values()}
         if len(lengths) != 1:
             raise ArtifactError(f"plants' training data must share one time axis, got lengths {sorted(lengths)}")
-        self.detectors = dict(detectors) if detectors is not None else fit_detectors(config, self.data)
+        built = dict(detectors) if detectors is not None else fit_detectors(config, self.data)
+        fleet = [name for name, det in built.items() if not isinstance(det, PlantDetector)]
+        if fleet:
+            raise ConfigError(
+                f"plant(s) {', '.join(fleet)} use the fleet detector, which has no augmentation to train; "
+                "federated training needs detector.kind: plant for every plant",
+                source=config.source,
+            )
+        self.detectors = {name: det for name, det in built.items() if isinstance(det, PlantDetector)}
         self.transport: Transport = transport if transport is not None else InProcessTransport()
         s = self.settings
         plants = config.plant_names
