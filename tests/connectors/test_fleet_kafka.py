@@ -20,7 +20,7 @@ def test_consensus_messages_survive_the_byte_encoding_bit_for_bit():
     rng = np.random.default_rng(0)
     m = ConsensusMessage("fit/it3/c2", 17, "agree", "seg1", "seg4", rng.normal(size=300), [2.0])
     assert decode_consensus(encode_consensus(m)) == m
-    with pytest.raises(MessageError, match="bad-kind"):
+    with pytest.raises(MessageError, match="bad-type"):
         decode_consensus(pack_arrays("other", {}, {}))
     with pytest.raises(MessageError, match="lacks"):
         decode_consensus(pack_arrays("fleet-consensus", {"session": "s"}, {"value": np.zeros(1), "flood": np.ones(1)}))
