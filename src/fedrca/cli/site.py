@@ -29,7 +29,7 @@ from fedrca.detectors.collabdict import FleetModel
 from fedrca.detectors.factory import build_detector, fit_detectors
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
-from fedrca.exceptions import ArtifactError
+from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
@@ -41,6 +41,8 @@ __all__ = [
     "apply_params",
     "build_detector",
     "build_detectors",
+    "configured_graph",
+    "load_graph_file",
     "plant_runtime",
     "prepare_site",
     "rca_runtime",
@@ -100,6 +102,27 @@ def _as_plant_data(
     return dict(data)
 
 
+def load_graph_file(path: str | Path, plants: Sequence[str]) -> InterdependencyGraph:
+    """Read a graph JSON (``fedrca graph --out``, ``fedrca report``'s graph.json) in the order of ``plants``."""
+    file = Path(path)
+    if not file.is_file():
+        raise ArtifactError(
+            f"{file}: no such graph file (rca.graph.path); write one with fedrca graph --config ... --out {file}"
+        )
+    try:
+        return InterdependencyGraph.from_json(file.read_text(encoding="utf-8")).reordered(plants)
+    except (DataError, ConfigError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{file}: {exc}") from None
+
+
+def configured_graph(config: SiteConfig, settings: RCASettings | None = None) -> InterdependencyGraph | None:
+    """The graph file the configuration names (``rca.graph.source: file``), else None (the engine resolves it)."""
+    options = (settings or config.rca).graph
+    if options.source != "file" or options.path is None:
+        return None
+    return load_graph_file(options.path, config.plant_names)
+
+
 def prepare_site(
     config: SiteConfig,
     train: str | Path | pd.DataFrame | Mapping[str, PlantData],
@@ -139,7 +162,7 @@ def prepare_site(
         trained=version != "proprietary",
         nominal_flags=nominal_flags,
         settings=settings,
-        graph=graph,
+        graph=graph if graph is not None else configured_graph(config, settings),
     )
     return Site(config, detectors, nominal_flags, engine, version)
 
@@ -256,7 +279,8 @@ def site_runtime(
     for plant, artifact in (artifacts or {}).items():
         if plant in plants.processors:
             plants.record_artifact(plant, artifact)  # applied by prepare_site
-    rca = RCARuntime(site.config, site.engine, metrics=metrics, settings=settings, artifacts=artifacts)
+    graph = configured_graph(site.config)
+    rca = RCARuntime(site.config, site.engine, metrics=metrics, settings=settings, artifacts=artifacts, graph=graph)
     return SiteRuntime(plants, rca)
 
 
@@ -277,8 +301,9 @@ def rca_runtime(
     ``rca.false_alarm_rate``.
     """
     artifacts = None if params_dir is None else load_artifacts(params_dir)
-    engine = build_engine(config, artifacts=artifacts)
-    return RCARuntime(config, engine, metrics=metrics, settings=settings, artifacts=artifacts)
+    graph = configured_graph(config)
+    engine = build_engine(config, artifacts=artifacts, graph=graph)
+    return RCARuntime(config, engine, metrics=metrics, settings=settings, artifacts=artifacts, graph=graph)
 
 
 def plant_runtime(

@@ -521,7 +521,8 @@ def resolve_graph(
     server: ParameterArtifact | None = None,
     graph: InterdependencyGraph | None = None,
 ) -> InterdependencyGraph:
-    """The graph the engine uses: given, from the config, learned from the server artifact, or complete.
+    """The graph the engine uses: given (e.g. read from ``rca.graph.path``), from the config, learned
+    from the server artifact, or complete.
 
     ``settings.graph.source`` decides (``auto``: config edges when present, else the
     learned graph when a ``server`` artifact is given, else complete).
@@ -532,6 +533,12 @@ def resolve_graph(
             raise DataError(f"graph plants {list(graph.plants)} differ from the config's {plants}")
         return graph
     source = settings.graph.source
+    if source == "file":
+        # reading the file is the shell's job (fedrca.cli.site.configured_graph): the core does no I/O
+        raise ConfigError(
+            f"graph source 'file' needs the graph read from {settings.graph.path} and given to build_engine(graph=...)",
+            key="rca.graph.source",
+        )
     has_config = config.graph is not None and bool(config.graph.edges)
     if source == "config" or (source == "auto" and has_config):
         if config.graph is None or not has_config:

@@ -35,6 +35,7 @@ from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, MessageError
 from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
+from fedrca.rca.graph import InterdependencyGraph
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
 
@@ -196,6 +197,8 @@ class RCARuntime:
     engine : the RCA engine (:func:`fedrca.rca.build_engine`)
     metrics : Prometheus metrics (a fresh registry by default)
     settings : runtime knobs (its ``allowed_lateness`` bounds how long a row waits for plants)
+    artifacts : the artifacts ``engine`` was built from (plant -> artifact)
+    graph : a fixed graph (read from ``rca.graph.path``) kept when a new artifact rebuilds the engine
     """
 
     def __init__(
@@ -205,8 +208,10 @@ class RCARuntime:
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
         artifacts: Mapping[str, ParameterArtifact] | None = None,
+        graph: InterdependencyGraph | None = None,
     ) -> None:
         self.config = config
+        self._graph = graph
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         self.engine = engine
@@ -231,7 +236,7 @@ class RCARuntime:
         if current is not None and current.version == artifact.version:
             return False
         artifacts = {**self._artifacts, name: artifact}
-        engine = build_engine(self.config, artifacts=artifacts, settings=self.engine.settings)
+        engine = build_engine(self.config, artifacts=artifacts, settings=self.engine.settings, graph=self._graph)
         engine.set_state(self.engine.get_state())  # same plants: the stored rows are re-scored by the new model
         self._artifacts = artifacts
         self.engine = engine

@@ -27,6 +27,7 @@ def _fleet(args: argparse.Namespace) -> int:
     config = load_fleet_config(args.config)
     runner: Runner | None = None
     if args.kafka:
+        # start-up cost: the Kafka client is imported only for a fleet run over a broker
         from fedrca.connectors.fleet_kafka import kafka_fleet
         from fedrca.connectors.kafka import bootstrap_of
 
