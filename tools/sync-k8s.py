@@ -468,9 +468,7 @@ def processors(site: Site) -> list[dict[str, Any]]:
             "name": "processor",
             "image": IMAGE,
             "command": ["fedrca"],
-            "args": worker_args(
-                site, "plants", "$(POD_NAME)", ["--plants", plant, "--train", "/data/nominal.dat"]
-            ),
+            "args": worker_args(site, "plants", "$(POD_NAME)", ["--plants", plant, "--train", "/data/nominal.dat"]),
             "env": [*COMMON_ENV, *kafka_env(site.processor_user(plant))],
             "envFrom": ENV_FROM,
             "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],

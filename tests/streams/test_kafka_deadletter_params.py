@@ -26,10 +26,11 @@ import pytest
 from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
-from fedrca.contracts import load_artifact
+from fedrca.contracts import SERVER, load_artifact
 from fedrca.contracts.artifacts import manifest_digest
 from fedrca.contracts.binary import pack_arrays
 from fedrca.datasets import load_dataset
+from fedrca.observability import numeric_version
 from tests.kafka_broker import unique_name, wait_until
 from tests.streams.workers import Cluster, group_assignment, site_config
 
@@ -56,6 +57,15 @@ def _metric(port: int, name: str, **labels: str) -> float | None:
             got = ",".join(sorted(series[len(name) + 1 : -1].split(",")))
             if got == want:
                 return float(value)
+    return None
+
+
+def _scalar(port: int, name: str) -> float | None:
+    """An unlabelled series of the worker's exporter (None when absent)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
     return None
 
 
@@ -195,6 +205,7 @@ def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reloa
         assert _metric(port, "fedrca_deadletters_total", stage="plant", reason=reason) == n
 
     # Publish the trained parameters mid-stream; the processors switch between two batches.
+    reloads_before = _scalar(port, "fedrca_rca_reloads_total") or 0.0
     subprocess.run(
         [
             *FEDRCA,
@@ -217,6 +228,20 @@ def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reloa
         60,
         "the new parameter version to be offered",
     )
+    # The RCA role of the same running worker rebuilds its engine from the published server
+    # artifact (learned graph, nominal flag rates) without a restart.
+    server_version = numeric_version(load_artifact(params, SERVER).version)
+    wait_or_dump(
+        cluster,
+        # one rebuild per published artifact: the server's and each plant's (nominal flag rates)
+        lambda: (
+            _scalar(port, "fedrca_rca_reloads_total") == reloads_before + len(config.plant_names) + 1
+            and _scalar(port, "fedrca_rca_parameter_version") == server_version
+        ),
+        60,
+        "the RCA engine to be rebuilt from the published server artifact",
+    )
+    assert cluster.workers["all"].starts == 1 and cluster.workers["all"].alive
     with KafkaSink(bootstrap, config) as sink:
         _send_rows(config, sink, range(200, 400))
     wait_or_dump(cluster, lambda: part_done(range(200, 400)), 120, "flags of rows 200..399", interval=0.5)

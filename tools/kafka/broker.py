@@ -10,6 +10,8 @@ root (override with ``--home`` or ``FEDRCA_KAFKA_HOME``)::
     tools/kafka/broker.py status     # "running 127.0.0.1:40123 pid=1234", exit 1 when not running
     tools/kafka/broker.py stop       # SIGTERM, wait, then SIGKILL
     tools/kafka/broker.py fetch      # only fetch the jars
+    tools/kafka/broker.py restart [--hard]   # same data, ports and cluster id (fault injection)
+    tools/kafka/broker.py pause | resume     # SIGSTOP / SIGCONT the broker (fault injection)
 
 ``start`` is idempotent: when a broker of this home is already running and
 answering, it is reused and its address printed. A fresh start wipes the data
@@ -397,37 +399,76 @@ def start(
         )
         if fmt.returncode != 0:
             raise BrokerError(f"StorageTool format failed (exit {fmt.returncode}): {(fmt.stdout + fmt.stderr).strip()}")
-        out = open(home.logs / "stdout.log", "ab")  # noqa: SIM115 - handed to the child
-        proc = subprocess.Popen(
-            _java_cmd(java, heap, home, "kafka.Kafka", str(home.config)),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # survives the caller; its own process group
-            cwd=home.path,
-        )
-        out.close()
-        bootstrap = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + timeout
-        while not answers(bootstrap):
-            if proc.poll() is not None:
-                raise BrokerError(f"the broker exited with code {proc.returncode} while starting; {_log_tail(home)}")
-            if time.monotonic() > deadline:
-                _terminate(proc.pid, 10.0)
-                raise BrokerError(f"the broker did not answer on {bootstrap} within {timeout:.0f} s; {_log_tail(home)}")
-            time.sleep(0.2)
+        proc = _launch(java, heap, home, port, timeout)
         state = {
             "pid": proc.pid,
-            "bootstrap": bootstrap,
+            "bootstrap": f"127.0.0.1:{port}",
             "controller": f"127.0.0.1:{controller_port}",
             "kafka_version": KAFKA_VERSION,
             "started": time.time(),
             "start_seconds": round(time.monotonic() - began, 2),
             "home": str(home.path),
+            "heap": heap,
         }
         home.state_file.write_text(json.dumps(state, indent=1))
         home.add_lease(lease)
         return {**state, "reused": False}
+
+
+def _launch(java: str, heap: str, home: Home, port: int, timeout: float) -> subprocess.Popen[bytes]:
+    """Start ``kafka.Kafka`` on the home's existing config and data; wait until it answers on ``port``."""
+    out = open(home.logs / "stdout.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        _java_cmd(java, heap, home, "kafka.Kafka", str(home.config)),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # survives the caller; its own process group
+        cwd=home.path,
+    )
+    out.close()
+    bootstrap = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while not answers(bootstrap):
+        if proc.poll() is not None:
+            raise BrokerError(f"the broker exited with code {proc.returncode} while starting; {_log_tail(home)}")
+        if time.monotonic() > deadline:
+            _terminate(proc.pid, 10.0)
+            raise BrokerError(f"the broker did not answer on {bootstrap} within {timeout:.0f} s; {_log_tail(home)}")
+        time.sleep(0.2)
+    return proc
+
+
+def restart(home: Home, hard: bool = False, grace: float = 30.0, timeout: float = 120.0) -> dict[str, object]:
+    """Stop the running broker (SIGTERM, or SIGKILL when ``hard``) and start it again on the same
+    data, ports and cluster id: topics, committed offsets and open transactions survive as they
+    would on a production broker restart. Leases are kept. Used by ``tools/faults.py``."""
+    with home.locked():
+        state = home.read_state()
+        if not state or not is_our_broker(int(state.get("pid", 0)), home):  # type: ignore[call-overload]
+            raise BrokerError(f"no running broker in {home.path} to restart; start one first")
+        pid = int(state["pid"])  # type: ignore[call-overload]
+        if hard:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        _terminate(pid, 0.0 if hard else grace)
+        port = int(str(state["bootstrap"]).rsplit(":", 1)[1])
+        began = time.monotonic()
+        proc = _launch(java_binary(), str(state.get("heap", "512m")), home, port, timeout)
+        state = {**state, "pid": proc.pid, "started": time.time(), "start_seconds": round(time.monotonic() - began, 2)}
+        home.state_file.write_text(json.dumps(state, indent=1))
+        return state
+
+
+def pause(home: Home, resume: bool = False) -> str:
+    """SIGSTOP (or SIGCONT with ``resume``) the broker's process group: a broker that hangs without
+    closing its sockets, as a long GC pause or a frozen VM would. Used by ``tools/faults.py``."""
+    state = home.read_state()
+    if not state or not is_our_broker(int(state.get("pid", 0)), home):  # type: ignore[call-overload]
+        raise BrokerError(f"no running broker in {home.path}")
+    pid = int(state["pid"])  # type: ignore[call-overload]
+    os.killpg(pid, signal.SIGCONT if resume else signal.SIGSTOP)
+    return f"{'resumed' if resume else 'paused'} pid {pid}"
 
 
 def _log_tail(home: Home, lines: int = 15) -> str:
@@ -516,6 +557,10 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--lease", required=True)
     sub.add_parser("stop", help="stop the broker now (SIGTERM, wait, then SIGKILL)")
     sub.add_parser("status", help="print whether the broker runs; exit 1 when it does not")
+    rs = sub.add_parser("restart", help="stop and start the running broker on the same data and ports")
+    rs.add_argument("--hard", action="store_true", help="SIGKILL instead of a clean SIGTERM shutdown")
+    sub.add_parser("pause", help="SIGSTOP the broker (it hangs with its sockets open)")
+    sub.add_parser("resume", help="SIGCONT a paused broker")
     sub.add_parser("fetch", help="fetch the jars from Maven Central (no-op when present)")
     args = parser.parse_args(argv)
     home = Home((args.home or default_home()).resolve())
@@ -535,6 +580,11 @@ def main(argv: list[str] | None = None) -> int:
                 print("not running")
                 return 1
             print(f"running {state['bootstrap']} pid={state['pid']} leases={','.join(home.live_leases()) or '-'}")
+        elif args.command == "restart":
+            state = restart(home, hard=args.hard)
+            log(f"restarted in {state['start_seconds']} s, pid {state['pid']} at {state['bootstrap']}")
+        elif args.command in ("pause", "resume"):
+            log(pause(home, resume=args.command == "resume"))
         elif args.command == "fetch":
             log(f"jars in {fetch_jars()}")
     except BrokerError as exc:
