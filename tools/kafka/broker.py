@@ -281,17 +281,22 @@ def cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -
             return text
 
 
-def format_command(java: str, home: Home, cluster: str) -> list[str]:
+def format_command(java: str, home: Home, cluster: str, scram: tuple[str, str] | None = None) -> list[str]:
     """The ``kafka.tools.StorageTool format`` command for ``home`` with cluster id ``cluster``.
 
     Values go in the ``--option=value`` form: kafka-storage (argparse4j) would parse a
     separate value that begins with ``-`` as an option and stop with "expected one argument".
+    ``scram`` = (user, password) adds that SCRAM-SHA-256 credential to the metadata log
+    (KIP-900), so the SASL listener has a user from the first start.
     """
+    extra = [] if scram is None else [f"--add-scram=SCRAM-SHA-256=[name={scram[0]},password={scram[1]}]"]
     return _java_cmd(java, "256m", home, "kafka.tools.StorageTool", "format",
-                     f"--cluster-id={cluster}", f"--config={home.config}")  # fmt: skip
+                     f"--cluster-id={cluster}", f"--config={home.config}", *extra)  # fmt: skip
 
 
-def write_config(home: Home, port: int, controller_port: int, partitions: int, auto_create: bool) -> None:
+def write_config(
+    home: Home, port: int, controller_port: int, partitions: int, auto_create: bool, sasl_port: int | None = None
+) -> None:
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -320,6 +325,17 @@ def write_config(home: Home, port: int, controller_port: int, partitions: int, a
         "log.cleaner.threads": "1",
         "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
     }
+    if sasl_port is not None:
+        # a second client listener that authenticates with SCRAM-SHA-256 (the brokers of a
+        # secured cluster); the broker itself keeps talking PLAINTEXT to itself
+        sasl = f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+        props["listeners"] += "," + sasl
+        props["advertised.listeners"] += "," + sasl
+        props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+        props["sasl.enabled.mechanisms"] = "SCRAM-SHA-256"
+        props["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        )
     home.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     home.log4j.write_text(
         "log4j.rootLogger=INFO, file\n"
@@ -369,8 +385,13 @@ def start(
     auto_create: bool = False,
     heap: str = "512m",
     timeout: float = 120.0,
+    scram: tuple[str, str] | None = None,
 ) -> dict[str, object]:
-    """Start (or reuse) the broker of ``home``; returns its state (``bootstrap``, ``pid``, ``reused``)."""
+    """Start (or reuse) the broker of ``home``; returns its state (``bootstrap``, ``pid``, ``reused``).
+
+    ``scram`` = (user, password) also opens a SASL_PLAINTEXT listener with that SCRAM-SHA-256
+    user; its address is the state's ``sasl_bootstrap``.
+    """
     with home.locked():
         state = running(home)
         if state is not None:
@@ -387,11 +408,11 @@ def start(
         home.state_file.unlink(missing_ok=True)
         home.logs.mkdir(parents=True, exist_ok=True)
         home.data.mkdir(parents=True, exist_ok=True)
-        port, controller_port = free_ports(2)
-        write_config(home, port, controller_port, partitions, auto_create)
+        port, controller_port, sasl_port = free_ports(3)
+        write_config(home, port, controller_port, partitions, auto_create, sasl_port if scram else None)
         began = time.monotonic()
         fmt = subprocess.run(
-            format_command(java, home, cluster_id()),
+            format_command(java, home, cluster_id(), scram),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -410,6 +431,8 @@ def start(
             "home": str(home.path),
             "heap": heap,
         }
+        if scram is not None:
+            state["sasl_bootstrap"] = f"127.0.0.1:{sasl_port}"
         home.state_file.write_text(json.dumps(state, indent=1))
         home.add_lease(lease)
         return {**state, "reused": False}
@@ -553,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--heap", default="512m", help="JVM -Xmx (default 512m)")
     st.add_argument("--timeout", type=float, default=120.0, help="seconds to wait until the broker answers")
     st.add_argument("--json", action="store_true", help="print the full state as JSON instead of the address")
+    st.add_argument(
+        "--scram", default=None, metavar="USER=PASSWORD", help="also listen with SASL/SCRAM-SHA-256 for this user"
+    )
     rl = sub.add_parser("release", help="drop a lease; stop the broker when no live lease is left")
     rl.add_argument("--lease", required=True)
     sub.add_parser("stop", help="stop the broker now (SIGTERM, wait, then SIGKILL)")
@@ -566,7 +592,13 @@ def main(argv: list[str] | None = None) -> int:
     home = Home((args.home or default_home()).resolve())
     try:
         if args.command == "start":
-            state = start(home, args.lease, args.partitions, args.auto_create, args.heap, args.timeout)
+            scram = None
+            if args.scram is not None:
+                user, sep, password = args.scram.partition("=")
+                if not sep or not user or not password:
+                    raise BrokerError("--scram takes USER=PASSWORD")
+                scram = (user, password)
+            state = start(home, args.lease, args.partitions, args.auto_create, args.heap, args.timeout, scram)
             how = "reusing" if state["reused"] else f"started in {state['start_seconds']} s,"
             log(f"{how} pid {state['pid']} at {state['bootstrap']} (state in {home.path})")
             print(json.dumps(state) if args.json else state["bootstrap"], flush=True)
