@@ -345,22 +345,13 @@ class Harness:
 
 
 def _consumed(bootstrap: str, group: str, topic: str) -> bool:
-    """The RCA group has committed past the flags topic's last record."""
-    from kafka.admin import KafkaAdminClient
-    from kafka.structs import TopicPartition
-
-    from fedrca.connectors.kafka import read_topic
+    """The RCA group has committed past the flags topic's last record (False while the broker recovers)."""
+    from tests.streams.workers import consumed_everything
 
     try:
-        offsets = [r.offset for r in read_topic(bootstrap, topic, timeout=30)]
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fedrca-faults")
-        try:
-            committed = admin.list_group_offsets(group).get(group, {}).get(TopicPartition(topic, 0))
-        finally:
-            admin.close()
+        return consumed_everything(bootstrap, group, topic)
     except Exception:
         return False
-    return bool(offsets) and committed is not None and committed.offset > max(offsets)
 
 
 def summarise(results: list[RunResult]) -> str:

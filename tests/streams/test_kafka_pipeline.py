@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
 from fedrca.cli.site import site_runtime
@@ -35,7 +34,7 @@ from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.streams.embedded import EmbeddedRun, replay_frame
 from fedrca.streams.runtime import RuntimeSettings
 from tests.kafka_broker import unique_name, wait_until
-from tests.streams.workers import Cluster, count, group_assignment, json_records, site_config
+from tests.streams.workers import Cluster, consumed_everything, count, group_assignment, json_records, site_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -66,21 +65,6 @@ def _replay(
         replay.replay(
             dataset, groups, sink, site=config.site, pacer=replay.Pacer.from_spec(speed), start=start, stop=stop
         )
-
-
-def _consumed_everything(bootstrap: str, group: str, topic: str) -> bool:
-    """True when ``group`` has committed past the last record of ``topic`` (partition 0).
-
-    The flags topic is written in transactions: its end offset also counts the commit
-    markers, so the last *record's* offset is what a caught-up consumer has passed.
-    """
-    offsets = [r.offset for r in read_topic(bootstrap, topic, timeout=30)]
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fedrca-test")
-    try:
-        committed = admin.list_group_offsets(group).get(group, {}).get(TopicPartition(topic, 0))
-    finally:
-        admin.close()
-    return bool(offsets) and committed is not None and committed.offset > max(offsets)
 
 
 def _covers_all_sensor_partitions(bootstrap: str, group: str, config: SiteConfig, members: int) -> bool:
@@ -157,9 +141,7 @@ def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
             print(_missing(expected, json_records(bootstrap, verdicts_topic), json_records(bootstrap, flags_topic)))
             raise
         # The RCA has consumed every flag: no verdict can still be on its way.
-        wait_until(
-            lambda: _consumed_everything(bootstrap, rca_group, flags_topic), 120, "the RCA to consume every flag"
-        )
+        wait_until(lambda: consumed_everything(bootstrap, rca_group, flags_topic), 120, "the RCA to consume every flag")
         return CrashRun(
             config,
             bootstrap,

@@ -14,6 +14,7 @@ from typing import Any
 
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
+from kafka.structs import TopicPartition
 
 from fedrca.connectors.kafka import read_topic
 
@@ -134,6 +135,21 @@ def group_assignment(bootstrap: str, group: str) -> list[dict[str, list[int]]] |
         assigned = member["member_assignment"]["assigned_partitions"]
         members.append({a["topic"]: list(a["partitions"]) for a in assigned})
     return members
+
+
+def consumed_everything(bootstrap: str, group: str, topic: str) -> bool:
+    """True when ``group`` has committed past the last record of ``topic`` (partition 0).
+
+    The flags topic is written in transactions: its end offset also counts the commit
+    markers, so the last *record's* offset is what a caught-up consumer has passed.
+    """
+    offsets = [r.offset for r in read_topic(bootstrap, topic, timeout=30)]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fedrca-test")
+    try:
+        committed = admin.list_group_offsets(group).get(group, {}).get(TopicPartition(topic, 0))
+    finally:
+        admin.close()
+    return bool(offsets) and committed is not None and committed.offset > max(offsets)
 
 
 def json_records(bootstrap: str, topic: str) -> list[dict[str, Any]]:
