@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +18,7 @@ from fedrca.config import SiteConfig, parse_config
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.contracts import SensorMessage
 from fedrca.exceptions import DataError
-from tests.kafka_broker import unique_name
+from tests.kafka_broker import unique_name, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -59,20 +62,56 @@ def test_site_topics_are_created_once_with_their_partitions_and_cleanup(kafka_br
     assert describe(kafka_broker.bootstrap, names) == (partitions, policy)
 
 
+def _broker(command: str) -> None:
+    """``tools/kafka/broker.py pause|resume`` on the session's broker (SIGSTOP / SIGCONT)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "kafka" / "broker.py"), command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"tools/kafka/broker.py {command} failed: {proc.stderr.strip()}", pytrace=False)
+
+
 def test_sink_delivers_every_message_in_order_under_back_pressure(kafka_broker):
     cfg = site_config(unique_name("sink"))
     ensure_site_topics(kafka_broker.bootstrap, cfg)
     n = 20_000
     limit = 64 * 1024
     sink = KafkaSink(kafka_broker.bootstrap, cfg, max_pending_bytes=limit, batch_size=16 * 1024)
+    for plant in ("feed", "reactor"):  # the topics' metadata is known before the broker is frozen
+        sink.send(SensorMessage(cfg.site, plant, 0.0, 0, np.array([0.0, -0.0])))
+    sink.flush()
     most_pending = 0
-    for seq in range(n):
-        for plant in ("feed", "reactor"):
-            sink.send(SensorMessage(cfg.site, plant, seq * 180.0, seq, np.array([seq, -seq], dtype=float)))
-            most_pending = max(most_pending, sink.pending_bytes)
-    # ~3.5 MB went through a 64 KiB window: send had to wait for acknowledgements, never exceeding the window
+    failures: list[BaseException] = []
+
+    def produce() -> None:
+        nonlocal most_pending
+        try:
+            for seq in range(1, n):
+                for plant in ("feed", "reactor"):
+                    sink.send(SensorMessage(cfg.site, plant, seq * 180.0, seq, np.array([seq, -seq], dtype=float)))
+                    most_pending = max(most_pending, sink.pending_bytes)
+        except BaseException as exc:
+            failures.append(exc)
+
+    # A frozen broker acknowledges nothing, so ~3.5 MB cannot pass a 64 KiB window without
+    # send blocking; it must wait, never exceeding the window, and deliver all once resumed.
+    _broker("pause")
+    try:
+        producer = threading.Thread(target=produce)
+        producer.start()
+        wait_until(lambda: sink.waits > 0 or not producer.is_alive(), 60, "send to block on the full window")
+        assert sink.waits > 0 and producer.is_alive()
+        # blocked on the message that took it over the window (one message of about 60 bytes)
+        assert limit < sink.pending_bytes <= limit + 200
+    finally:
+        _broker("resume")
+    producer.join(timeout=300)
+    assert not failures, failures
     assert sink.sent == 2 * n
-    assert sink.waits > 0
     assert 0 < most_pending <= limit
     sink.close()
     assert (sink.acked, sink.pending_bytes) == (2 * n, 0)

@@ -21,10 +21,11 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 import numpy as np
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 from numpy.typing import ArrayLike
 
+from fedrca.connectors.kafka import KafkaOptions, ensure_topics
 from fedrca.contracts.binary import pack_arrays, unpack_arrays
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.detectors.collabdict import FleetSettings
@@ -88,7 +89,9 @@ def decode_consensus(raw: bytes) -> ConsensusMessage:
         raise MessageError(R.BAD_HEADER, f"consensus message lacks {exc}") from None
 
 
-def ensure_peer_topics(bootstrap: str, fleet: str, names: Iterable[str], timeout: float = 30.0) -> list[str]:
+def ensure_peer_topics(
+    bootstrap: str, fleet: str, names: Iterable[str], timeout: float = 30.0, options: KafkaOptions | None = None
+) -> list[str]:
     """Create every participant's topic (one partition) if missing; returns their names.
 
     Raises
@@ -96,31 +99,10 @@ def ensure_peer_topics(bootstrap: str, fleet: str, names: Iterable[str], timeout
     DataError
         When the broker cannot be reached or refuses a topic.
     """
-    topics = sorted(peer_topic(fleet, n) for n in names)
-    try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap,
-            client_id="fedrca-fleet-admin",
-            request_timeout_ms=int(timeout * 1000),
-            bootstrap_timeout_ms=int(timeout * 1000),
-        )
-    except KafkaError as exc:
-        raise DataError(f"cannot reach the Kafka broker at {bootstrap} ({exc}); is it running?") from None
-    try:
-        existing = set(admin.list_topics())
-        missing = {t: {"num_partitions": 1, "replication_factor": 1} for t in topics if t not in existing}
-        if missing:
-            result = admin.create_topics(missing, timeout_ms=int(timeout * 1000), raise_errors=False)
-            for topic in result.get("topics", []):
-                code = topic.get("error_code", 0)
-                if code and code != TopicAlreadyExistsError.errno:
-                    raise DataError(f"the broker refused topic {topic.get('name')}: {topic.get('error_message')}")
-        admin.wait_for_topics(topics, timeout_ms=int(timeout * 1000))
-    except KafkaError as exc:
-        raise DataError(f"fleet topics not ready on {bootstrap}: {exc}") from None
-    finally:
-        admin.close()
-    return topics
+    specs = {peer_topic(fleet, n): {"num_partitions": 1, "replication_factor": 1} for n in names}
+    return ensure_topics(
+        bootstrap, specs, f"topics of fleet '{fleet}'", timeout, options, client_id="fedrca-fleet-admin"
+    )
 
 
 class KafkaPeerTransport:

@@ -31,6 +31,7 @@ __all__ = [
     "TopicRecord",
     "bootstrap_of",
     "ensure_site_topics",
+    "ensure_topics",
     "read_topic",
 ]
 
@@ -178,10 +179,32 @@ def ensure_site_topics(
         if unknown:
             raise ConfigError(f"not topics of site '{config.site}': {', '.join(unknown)}")
         specs = {name: spec for name, spec in specs.items() if name in wanted}
+    return ensure_topics(bootstrap, specs, f"topics of site '{config.site}'", timeout, options)
+
+
+def ensure_topics(
+    bootstrap: str,
+    specs: Mapping[str, Mapping[str, Any]],
+    what: str,
+    timeout: float = 30.0,
+    options: KafkaOptions | None = None,
+    client_id: str = "fedrca-admin",
+) -> list[str]:
+    """Create the topics of ``specs`` (name -> ``create_topics`` spec) if missing; returns their names, sorted.
+
+    Returns once every topic has a leader for each partition; a topic created
+    concurrently by another client counts as created.
+
+    Raises
+    ------
+    DataError
+        When the broker cannot be reached or refuses a topic (the reason is named; ``what``
+        names the topics in the message).
+    """
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap,
-            client_id="fedrca-admin",
+            client_id=client_id,
             request_timeout_ms=int(timeout * 1000),
             bootstrap_timeout_ms=int(timeout * 1000),
             **(options or KafkaOptions()).kafka_python(),
@@ -190,7 +213,7 @@ def ensure_site_topics(
         raise DataError(f"cannot reach the Kafka broker at {bootstrap} ({exc}); is it running?") from None
     try:
         existing = set(admin.list_topics())
-        missing = {name: spec for name, spec in specs.items() if name not in existing}
+        missing = {name: dict(spec) for name, spec in specs.items() if name not in existing}
         if missing:
             result = admin.create_topics(missing, timeout_ms=int(timeout * 1000), raise_errors=False)
             for topic in result.get("topics", []):
@@ -202,7 +225,7 @@ def ensure_site_topics(
                     )
         admin.wait_for_topics(sorted(specs), timeout_ms=int(timeout * 1000))
     except KafkaError as exc:
-        raise DataError(f"topics of site '{config.site}' not ready on {bootstrap}: {exc}") from None
+        raise DataError(f"{what} not ready on {bootstrap}: {exc}") from None
     finally:
         admin.close()
     return sorted(specs)
