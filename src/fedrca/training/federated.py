@@ -179,7 +179,8 @@ class FederatedTraining:
         transport: Transport | None = None,
     ) -> None:
         self.config = config
-        self.settings = settings if settings is not None else config.training
+        base = settings if settings is not None else config.training
+        self.settings = base.model_copy(update={"client_bias": base.resolved_client_bias(config)})
         self.data = dict(data)
         lengths = {len(d.Y) for d in self.data.values()}
         if len(lengths) != 1:
@@ -216,6 +217,7 @@ class FederatedTraining:
             s,
             features=s.resolved_server_features(config),
             seed=s.seed * 7919,
+            input_dims=[self.clients[p].input_dim for p in plants],
         )
         self.round = 0
         self._bytes_up = dict.fromkeys(plants, 0)
@@ -376,15 +378,27 @@ class FederatedTraining:
                 "raw_bytes_per_round": self._raw_bytes[plant] / n,
                 "states_clipped": client.clipped,
             }
+            plant_config = self.config.plant(plant)
+            sensors = list(plant_config.sensors) if len(plant_config.sensors) == det.scaler.mean.shape[0] else []
             artifacts[plant] = make_artifact(
                 plant,
                 version,
-                {"theta": client.theta, **scorer_arrays(scorer), NOMINAL_STATE_COUNTS: state_counts},
+                {
+                    "theta": client.theta,
+                    **scorer_arrays(scorer),
+                    NOMINAL_STATE_COUNTS: state_counts,
+                    **client.whatif_arrays(),
+                },
                 config_hash=self.config_hash,
                 metrics=metrics,
                 epsilon_spent=summary["epsilon"],
                 delta=delta,
-                extra={"model_fingerprint": model_fingerprint(det), "privacy": summary},
+                extra={
+                    "model_fingerprint": model_fingerprint(det),
+                    "privacy": summary,
+                    "sensors": sensors,
+                    "inputs": list(plant_config.inputs),
+                },
             )
         eps = [c.accountant.epsilon() for c in self.clients.values()]
         artifacts[SERVER] = make_artifact(
@@ -392,7 +406,13 @@ class FederatedTraining:
             version,
             self.server.artifact_arrays(),
             config_hash=self.config_hash,
-            metrics={"rounds": self.round, "server_loss": self.server.loss, "losses": self.server.losses},
+            metrics={
+                "rounds": self.round,
+                "server_loss": self.server.loss,
+                "losses": self.server.losses,
+                "disentanglement": self.settings.disentanglement,
+                "penalties": self.server.penalties,
+            },
             epsilon_spent=max(eps) if eps else 0.0,
             delta=delta,
             extra={
