@@ -363,3 +363,26 @@ def test_a_site_without_inputs_trains_as_before(linear_small):
     assert "B" not in result.artifacts[SERVER].arrays
     assert not np.any(job.clients["plant2"].bias)
     assert linear_setup  # the P2 set-up is unchanged
+
+
+def test_the_plants_own_blocks_replace_the_servers_and_stay_private():
+    config, data, frames, settings = inputs_setup(n_samples=600)
+    result = FederatedTraining(config, frames, settings=settings).run(rounds=2)
+    server_art = result.artifacts[SERVER]
+    plant2 = result.artifacts["plant2"]
+    own = data.state_slices[1]
+    # the proprietary model is the true local one: its own blocks are A_22, B_22 exactly
+    assert np.allclose(plant2.arrays["whatif.A"], data.A[own, own])
+    assert np.allclose(plant2.arrays["whatif.B"], data.B[own, data.input_slices[1]])
+    local = GlobalModel.from_artifacts(server_art, result.artifacts)
+    served = GlobalModel.from_artifacts(server_art, result.artifacts, local_blocks=False)
+    assert local.local == ("plant1", "plant2") and served.local == ()
+    assert np.allclose(local.A[own, own], data.A[own, own])
+    assert np.array_equal(served.A, server_art.arrays["A"])
+    # cross blocks stay the server's
+    assert np.array_equal(local.A[own, data.state_slices[0]], served.A[own, data.state_slices[0]])
+    # a plant map of another run's shape is refused, naming the fix
+    wrong = dict(local.maps)
+    wrong["plant2"] = PlantMap("plant2", A=np.eye(3))
+    with pytest.raises(ArtifactError, match="re-run fedrca train"):
+        GlobalModel(local.plants, local.state_dims, local.input_dims, served.A, served.B, wrong).with_local_blocks()

@@ -479,21 +479,39 @@ class Client:
         ``whatif.C`` (D, P): the measurement map in model units (the Jacobian of h at the mean
         proprietary prediction for a nonlinear model); ``whatif.y_scale`` (D,) and
         ``whatif.u_scale`` (U,): raw units per model unit of each sensor and input (the nominal
-        standard deviations for an identified model, ones otherwise); ``bias`` (P,): phi;
-        ``offset`` (P,): theta_0.
+        standard deviations for an identified model, ones otherwise); ``whatif.A`` (P, P) and
+        ``whatif.B`` (P, U): the plant's own transition and input blocks A_mm, B_mm (Jacobians at
+        that operating point for a nonlinear model; B only for a plant with inputs), which the
+        queries use in place of the server's estimates of them (P3: the diagonal blocks are the
+        plants' own); ``bias`` (P,): phi; ``offset`` (P,): theta_0. The ``whatif.*`` arrays are the
+        plant's own model: they stay in its artifact on disk and are never published
+        (:func:`fedrca.contracts.artifacts.public_artifact`).
         """
+        rows = self.train_rows
+        u0 = None if self.data.u_prev is None else self.data.u_prev[rows].mean(axis=0, keepdims=True)
         if isinstance(self._model, LinearModel):
             C = np.asarray(self._model.C, dtype=np.float64)
+            A = np.asarray(self._model.transition_matrix, dtype=np.float64)
+            B = getattr(self._model, "B", None)
         else:
-            x0 = self.data.x_c[self.train_rows].mean(axis=0, keepdims=True)
+            x0 = self.data.x_c[rows].mean(axis=0, keepdims=True)
             C = np.asarray(batched_jacobian(self._model.measure, x0)[0])
-        return {
+            A = np.asarray(transition_jacobians(self._model, x0, u0)[0])
+            B = None
+            if u0 is not None:
+                xm = x0.repeat(u0.shape[1], axis=0)
+                B = np.asarray(batched_jacobian(lambda u, x=xm: self._model.predict(x[: len(u)], u), u0)[0])
+        arrays = {
             "bias": self._bias.copy(),
             "offset": self._offset.copy(),
             "whatif.C": C.copy(),
+            "whatif.A": A.copy(),
             "whatif.y_scale": self._y_scale.copy(),
             "whatif.u_scale": self._u_scale.copy(),
         }
+        if B is not None and self.input_dim:
+            arrays["whatif.B"] = np.asarray(B, dtype=np.float64).reshape(self.state_dim, self.input_dim).copy()
+        return arrays
 
     # -- protocol ---------------------------------------------------------------------------------
     def states_message(self, round_: int) -> StatesMessage:

@@ -87,6 +87,7 @@ class PlantMap:
     u_scale : (U,) raw units per model unit of each input
     sensors, inputs : column names (may be empty when unknown)
     bias : (P,) the client's bias phi, or None
+    A, B : (P, P), (P, U) the plant's own transition and input blocks (its proprietary model), or None
     """
 
     name: str
@@ -96,6 +97,8 @@ class PlantMap:
     sensors: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()
     bias: FloatArray | None = None
+    A: FloatArray | None = None
+    B: FloatArray | None = None
 
     @classmethod
     def from_artifact(cls, artifact: ParameterArtifact) -> PlantMap:
@@ -114,6 +117,8 @@ class PlantMap:
             sensors=tuple(str(s) for s in manifest.get("sensors", []) or []),
             inputs=tuple(str(s) for s in manifest.get("inputs", []) or []),
             bias=get("bias"),
+            A=get("whatif.A"),
+            B=get("whatif.B"),
         )
 
 
@@ -135,6 +140,7 @@ class GlobalModel:
     B: FloatArray
     maps: Mapping[str, PlantMap] = field(default_factory=dict)
     version: str = ""
+    local: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         S, U = sum(self.state_dims), sum(self.input_dims)
@@ -148,9 +154,17 @@ class GlobalModel:
 
     @classmethod
     def from_artifacts(
-        cls, server: ParameterArtifact, plants: Mapping[str, ParameterArtifact] | None = None
+        cls,
+        server: ParameterArtifact,
+        plants: Mapping[str, ParameterArtifact] | None = None,
+        local_blocks: bool = True,
     ) -> GlobalModel:
         """The model of a training run's server artifact (+ the plants' artifacts for measurement units).
+
+        With ``local_blocks`` (default) a plant whose artifact carries its own model (``whatif.A``,
+        ``whatif.B``) contributes its diagonal blocks A_mm, B_mm in place of the server's estimates
+        of them: P3's global model, the plants' own blocks with the server's cross blocks
+        (``local`` lists those plants). Without, every block is the server's.
 
         Raises
         ------
@@ -172,7 +186,7 @@ class GlobalModel:
             )
         maps = {name: PlantMap.from_artifact(art) for name, art in (plants or {}).items() if name != SERVER}
         try:
-            return cls(
+            model = cls(
                 plants=tuple(str(n) for n in names),
                 state_dims=tuple(int(d) for d in np.asarray(arrays["state_dims"]).ravel()),
                 input_dims=tuple(int(d) for d in np.asarray(arrays["input_dims"]).ravel()),
@@ -183,6 +197,39 @@ class GlobalModel:
             )
         except ModelError as exc:
             raise ArtifactError(f"server artifact {server.version} is inconsistent: {exc}") from None
+        return model.with_local_blocks() if local_blocks else model
+
+    def with_local_blocks(self) -> GlobalModel:
+        """The model with each plant's own A_mm (and B_mm) from its map in place of the server's (when present).
+
+        Raises
+        ------
+        ArtifactError
+            When a plant's own blocks do not fit the server's block sizes (artifacts of different runs).
+        """
+        A, B = self.A.copy(), self.B.copy()
+        local = []
+        for m, name in enumerate(self.plants):
+            pm = self.maps.get(name)
+            if pm is None or pm.A is None:
+                continue
+            rows, cols = self.state_slice(m), self.input_slice(m)
+            P, U = self.state_dims[m], self.input_dims[m]
+            if pm.A.shape != (P, P) or (pm.B is not None and pm.B.shape != (P, U)):
+                raise ArtifactError(
+                    f"plant '{name}': its own model has {pm.A.shape[0]} states, the server's model {P}; "
+                    "the artifacts come from different training runs: re-run fedrca train"
+                )
+            A[rows, rows] = pm.A
+            if pm.B is not None:
+                B[rows, cols] = pm.B
+            local.append(name)
+        return GlobalModel(self.plants, self.state_dims, self.input_dims, A, B, self.maps, self.version, tuple(local))
+
+    @property
+    def spectral_radius(self) -> float:
+        """max |eigenvalue of A|: below 1 the k-step response settles, at or above it grows."""
+        return float(np.max(np.abs(np.linalg.eigvals(self.A)))) if self.A.size else 0.0
 
     def index(self, plant: str, role: str = "plant") -> int:
         """Block index of ``plant``; ConfigError naming the known plants otherwise."""
