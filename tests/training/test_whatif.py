@@ -283,7 +283,8 @@ def test_artifacts_carry_B_and_the_plants_maps_and_stay_usable(tmp_path):
     server_art = result.artifacts[SERVER]
     assert server_art.arrays["B"].shape == (4, 4) and server_art.arrays["input_dims"].tolist() == [2, 2]
     plant2 = result.artifacts["plant2"]
-    assert plant2.manifest["inputs"] == ["plant2.u1", "plant2.u2"] and len(plant2.manifest["sensors"]) == 8
+    schema = plant2.manifest["schema"]
+    assert schema["inputs"] == ["plant2.u1", "plant2.u2"] and len(schema["sensors"]) == 8
     assert np.allclose(plant2.arrays["whatif.C"], data.C[1])
     model = GlobalModel.from_artifacts(server_art, result.artifacts)
     assert model.maps["plant2"].bias == pytest.approx(job.clients["plant2"].bias)

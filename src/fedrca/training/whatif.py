@@ -108,14 +108,14 @@ class PlantMap:
         def get(name: str) -> FloatArray | None:
             return None if name not in arrays else np.asarray(arrays[name], dtype=np.float64)
 
-        manifest = artifact.manifest
+        schema = artifact.manifest.get("schema") or {}
         return cls(
             name=artifact.plant,
             C=get("whatif.C"),
             y_scale=get("whatif.y_scale"),
             u_scale=get("whatif.u_scale"),
-            sensors=tuple(str(s) for s in manifest.get("sensors", []) or []),
-            inputs=tuple(str(s) for s in manifest.get("inputs", []) or []),
+            sensors=tuple(str(s) for s in schema.get("sensors", []) or []),
+            inputs=tuple(str(s) for s in schema.get("inputs", []) or []),
             bias=get("bias"),
             A=get("whatif.A"),
             B=get("whatif.B"),
