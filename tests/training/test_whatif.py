@@ -375,8 +375,8 @@ def test_the_plants_own_blocks_replace_the_servers_and_stay_private():
     # the proprietary model is the true local one: its own blocks are A_22, B_22 exactly
     assert np.allclose(plant2.arrays["whatif.A"], data.A[own, own])
     assert np.allclose(plant2.arrays["whatif.B"], data.B[own, data.input_slices[1]])
-    local = GlobalModel.from_artifacts(server_art, result.artifacts)
-    served = GlobalModel.from_artifacts(server_art, result.artifacts, local_blocks=False)
+    local = GlobalModel.from_artifacts(server_art, result.artifacts, local_blocks=True)
+    served = GlobalModel.from_artifacts(server_art, result.artifacts)
     assert local.local == ("plant1", "plant2") and served.local == ()
     assert np.allclose(local.A[own, own], data.A[own, own])
     assert np.array_equal(served.A, server_art.arrays["A"])

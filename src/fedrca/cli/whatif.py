@@ -1,7 +1,7 @@
 """``fedrca whatif``: how would one plant's measurements change if another plant's inputs were different?
 
     fedrca whatif --params DIR --target PLANT --input-of PLANT --delta JSON [--steps K]
-                  [--mode step|impulse] [--plot PNG] [--json FILE]
+                  [--mode step|impulse] [--own-blocks] [--plot PNG] [--json FILE]
 
 Reads the artifacts of a training run (``fedrca train --out DIR``): the server's
 learned global model (A, B) and the target plant's measurement map, and prints the
@@ -12,7 +12,11 @@ treatment effect ``C_mm B_mn du``) and after K steps of the change held
 list with one number per input of ``--input-of`` (in its configured order), an
 object ``{"input name": change}`` (unnamed inputs do not change) or one number for
 a plant with one input. A small PNG of the K-step response is written
-(``--plot``, default ``whatif_<target>_<input-of>.png``). See docs/whatif.md.
+(``--plot``, default ``whatif_<target>_<input-of>.png``). Every block of A and B is
+the server's unless ``--own-blocks`` puts the plants' own A_mm, B_mm (their artifacts'
+private ``whatif.*`` arrays) on the diagonal. The spectral radius of the A used is
+printed: at or above 1 the K-step response grows without bound and only the one-step
+answer (the ATE) is meaningful. See docs/whatif.md.
 
 Errors (unknown plant, wrong number of changes, artifacts trained without inputs)
 are one line on stderr and exit code 2.
@@ -86,21 +90,27 @@ def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
     return np.asarray(changes, dtype=np.float64)
 
 
-def _load(params: str) -> GlobalModel:
+def _load(params: str, own_blocks: bool = False) -> GlobalModel:
     artifacts = load_artifacts(params)
     if SERVER not in artifacts:
         raise ArtifactError(f"{params}: no server artifact ({SERVER}.npz/.json); run fedrca train --out {params}")
     server = artifacts.pop(SERVER)
-    return GlobalModel.from_artifacts(server, artifacts)
+    return GlobalModel.from_artifacts(server, artifacts, local_blocks=own_blocks)
 
 
 def run_whatif(
-    params: str, target: str, source: str, delta: str, steps: int = 1, mode: str = "step"
+    params: str,
+    target: str,
+    source: str,
+    delta: str,
+    steps: int = 1,
+    mode: str = "step",
+    own_blocks: bool = False,
 ) -> tuple[GlobalModel, WhatIfAnswer]:
     """Load the artifacts, check the arguments and answer the query (no output)."""
     if steps < 1:
         raise ConfigError(f"must be at least 1, got {steps}", key="--steps")
-    model = _load(params)
+    model = _load(params, own_blocks)
     for plant, key in ((target, "--target"), (source, "--input-of")):
         if plant not in model.plants:
             raise ConfigError(f"unknown plant '{plant}'; plants are {', '.join(model.plants)}", key=key)
@@ -169,20 +179,30 @@ def _plot(answer: WhatIfAnswer, path: str | Path) -> Path:
 
 
 def _whatif(args: argparse.Namespace) -> int:
-    model, answer = run_whatif(args.params, args.target, args.input_of, args.delta, args.steps, args.mode)
+    model, answer = run_whatif(
+        args.params, args.target, args.input_of, args.delta, args.steps, args.mode, args.own_blocks
+    )
     source_map = model.maps.get(answer.source, PlantMap(answer.source))
     inputs = list(source_map.inputs) if len(source_map.inputs) == len(answer.delta) else []
     change = ", ".join(
         f"{name} {v:+.6g}" for name, v in zip(inputs or [f"#{j}" for j in range(len(answer.delta))], answer.delta)
     )
     how = "held from t-1 on (step)" if answer.mode == "step" else "for one sample (impulse)"
+    blocks = (
+        f"own diagonal blocks of {', '.join(model.local)} with the server's cross blocks"
+        if model.local
+        else "learned A and B of the server"
+    )
     print(
         f"what if {answer.source}'s inputs changed by [{change}] {how}: predicted change of {answer.target}'s "
-        f"sensors (raw units; model {model.version}, learned A and B of the server)"
+        f"sensors (raw units; model {model.version}, {blocks})"
     )
     print(_table(answer))
     state = ", ".join(f"{v:+.4g}" for v in answer.direct_state)
     print(f"\nstate change one step later (B_mn du): [{state}]")
+    rho = model.spectral_radius
+    settles = "the response settles" if rho < 1.0 else "the K-step response grows without bound: trust k=1 only"
+    print(f"spectral radius of A: {rho:.4g} ({settles})")
     plot = args.plot or f"whatif_{answer.target}_{answer.source}.png"
     written = _plot(answer, plot)
     print(f"k-step response: {written}")
@@ -194,6 +214,8 @@ def _whatif(args: argparse.Namespace) -> int:
             "mode": answer.mode,
             "steps": answer.steps,
             "model_version": model.version,
+            "own_blocks": list(model.local),
+            "spectral_radius": model.spectral_radius,
             "sensors": _sensor_names(answer, 0 if answer.direct_sensors is None else len(answer.direct_sensors)),
             "ate": None if answer.direct_sensors is None else answer.direct_sensors.tolist(),
             "response": None if answer.sensor_response is None else answer.sensor_response.tolist(),
@@ -218,6 +240,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--steps", type=int, default=10, help="steps K of the response (default 10)")
     p.add_argument("--mode", choices=("step", "impulse"), default="step", help="change held (step) or one sample")
+    p.add_argument(
+        "--own-blocks",
+        action="store_true",
+        help="use the plants' own A_mm, B_mm (from their artifacts) on the diagonal instead of the server's",
+    )
     p.add_argument("--plot", default=None, help="PNG of the K-step response (default whatif_<target>_<input-of>.png)")
     p.add_argument("--json", default=None, help="also write the answer as JSON")
     p.set_defaults(func=_whatif)

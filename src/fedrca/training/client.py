@@ -53,13 +53,14 @@ from numpy.typing import NDArray
 from fedrca.config import MIN_NOMINAL_SAMPLES, TrainingSettings
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.detectors.augment import Augmentation, batched_jacobian, transition_jacobians
+from fedrca.detectors.identify import Standardizer
 from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import LinearModel, ProprietaryFilter, filter_batch
 from fedrca.exceptions import ConvergenceError, DataError, MessageError, ModelError
 from fedrca.training.messages import GradientMessage, StatesMessage
 from fedrca.training.privacy import GaussianMechanism, PrivacyAccountant
 
-__all__ = ["Client", "ClientData", "Disentanglement", "measurement_states", "prepare_client_data"]
+__all__ = ["Client", "ClientData", "Disentanglement", "input_standardizer", "measurement_states", "prepare_client_data"]
 
 FloatArray = NDArray[np.float64]
 
@@ -126,6 +127,22 @@ def measurement_states(model: ProprietaryFilter, x_c: FloatArray, Y_model: Float
     return np.asarray(x_c + np.linalg.solve(info, np.einsum("tdp,td->tp", H, residual)[..., None])[..., 0])
 
 
+def input_standardizer(detector: PlantDetector, U: FloatArray | None) -> Standardizer | None:
+    """The map of the plant's raw inputs to the learner's units, or None (raw units).
+
+    An identified model works on standardised inputs (its own scaler); when its filter
+    ignores the inputs (``model.use_inputs: false``) the learner standardises them on the
+    same nominal data, so the server's B is in the same units either way. A plug-in model
+    keeps the raw units it was written for.
+    """
+    identified = detector.identified_model
+    if identified is None or U is None:
+        return None
+    if identified.u_scaler is not None:
+        return identified.u_scaler
+    return Standardizer.fit(np.asarray(U, dtype=np.float64).reshape(len(U), -1))
+
+
 def prepare_client_data(
     detector: PlantDetector, Y: FloatArray, U: FloatArray | None = None, warm_up: int = 10
 ) -> ClientData:
@@ -147,7 +164,7 @@ def prepare_client_data(
     U_prev = None
     if U is not None:
         U_arr = np.asarray(U, dtype=np.float64).reshape(len(Y), -1)
-        u_scaler = None if identified is None else identified.u_scaler
+        u_scaler = input_standardizer(detector, U_arr)
         Uz = U_arr if u_scaler is None else u_scaler.transform(U_arr)
         U_prev = np.vstack([np.zeros((1, Uz.shape[1])), Uz[:-1]])
     x0 = np.asarray(model.get_state()["x"], dtype=np.float64).reshape(model.state_dim)
@@ -270,7 +287,7 @@ class Client:
         identified = detector.identified_model
         n_sensors = self.data.y_model.shape[1]
         self._y_scale = np.ones(n_sensors) if identified is None else np.asarray(detector.scaler.std, dtype=np.float64)
-        u_scaler = None if identified is None else identified.u_scaler
+        u_scaler = input_standardizer(detector, U)
         self._u_scale = np.ones(self.input_dim) if u_scaler is None else np.asarray(u_scaler.std, dtype=np.float64)
         T = self.data.n_samples
         self._window = settings.window or (T - self.data.first_row)
@@ -499,8 +516,14 @@ class Client:
             A = np.asarray(transition_jacobians(self._model, x0, u0)[0])
             B = None
             if u0 is not None:
+                # batched_jacobian calls f on U rows (one per input direction): the state repeated as many times
                 xm = x0.repeat(u0.shape[1], axis=0)
-                B = np.asarray(batched_jacobian(lambda u, x=xm: self._model.predict(x[: len(u)], u), u0)[0])
+                model = self._model
+
+                def f_of_u(u: FloatArray) -> FloatArray:
+                    return np.asarray(model.predict(xm[: len(u)], u), dtype=np.float64)
+
+                B = np.asarray(batched_jacobian(f_of_u, u0)[0])
         arrays = {
             "bias": self._bias.copy(),
             "offset": self._offset.copy(),

@@ -157,14 +157,18 @@ class GlobalModel:
         cls,
         server: ParameterArtifact,
         plants: Mapping[str, ParameterArtifact] | None = None,
-        local_blocks: bool = True,
+        local_blocks: bool = False,
     ) -> GlobalModel:
         """The model of a training run's server artifact (+ the plants' artifacts for measurement units).
 
-        With ``local_blocks`` (default) a plant whose artifact carries its own model (``whatif.A``,
-        ``whatif.B``) contributes its diagonal blocks A_mm, B_mm in place of the server's estimates
-        of them: P3's global model, the plants' own blocks with the server's cross blocks
-        (``local`` lists those plants). Without, every block is the server's.
+        By default every block is the server's: its instrumental-variables fit estimates the
+        diagonal and the cross blocks jointly, so they belong together (on TEP the server's A
+        has spectral radius 0.86 while the plants' own A_mm with the server's cross blocks has
+        1.33: a k-step answer would grow without bound; docs/whatif.md). With ``local_blocks`` a
+        plant whose artifact carries its own model (``whatif.A``, ``whatif.B``) contributes its
+        diagonal blocks A_mm, B_mm in place of the server's estimates of them: P3's global
+        model, the plants' own blocks with the server's cross blocks (``local`` lists those
+        plants); right when the plants' models are the true local ones (the synthetic case).
 
         Raises
         ------
