@@ -14,13 +14,20 @@
    zeros of the cross channels (plant 1's inputs -> plant 2's sensors); a PNG for the docs.
 4. Cost: seconds per round of the learner with inputs and the penalty vs the same site trained
    without inputs (the P2 learner), same data.
-5. TEP (``config/tep.yaml``, when its plants declare inputs): the reactor's response to a change
-   of the reactor cooling water flow XMV(10).
+5. TEP (``config/tep.yaml``, its plants' XMVs declared as inputs): the reactor's response to a
+   change of the reactor cooling water flow XMV(10), for training seeds 0..7 at the shipped state
+   noise (epsilon 3) and without state noise; expected: the reactor temperature XMEAS(9) falls.
+6. TEP detection and RCA on the bundled files, before (no inputs declared) and after (XMVs
+   declared as inputs, ``model.use_inputs: false``): false-alarm rate on d00_te, detection rate
+   after onset (any plant, and the origin plant), RCA majority and share naming the true root,
+   with the proprietary parameters (Theta = 0) and trained ones. Bar: no figure gets worse.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +35,7 @@ import numpy as np
 import pandas as pd
 import scipy.linalg
 
-from fedrca.config import load_config, parse_training_settings
+from fedrca.config import SiteConfig, load_config, parse_training_settings
 from fedrca.contracts import SERVER
 from fedrca.datasets import linear_multiplant
 from fedrca.datasets.loader import load_frame, plant_frames
@@ -279,36 +286,111 @@ def cost_table() -> bool:
     return True
 
 
-def tep_table() -> bool:
+TEP_FAULTS = {"01": "feed", "04": "reactor", "05": "separator", "06": "feed"}
+TEP_SEEDS = tuple(range(8))
+
+
+def _tep_config(noise: bool = True, seed: int = 0, inputs: bool = True) -> SiteConfig:
     config = load_config(REPO / "config" / "tep.yaml")
-    if not any(p.inputs for p in config.plants):
-        print("\n[5] TEP: config/tep.yaml declares no inputs: skipped")
-        return True
-    frame = load_frame(config, REPO / "data" / "tep" / "d00.dat")
-    frames = plant_frames(config, frame, "d00.dat")
-    job = FederatedTraining(config, frames)
-    result = job.run()
-    artifacts = dict(result.artifacts)
-    model = GlobalModel.from_artifacts(artifacts.pop(SERVER), artifacts)
-    answer = what_if(model, "reactor", "reactor", [1.0], steps=10)
-    assert answer.sensor_response is not None and answer.direct_sensors is not None
-    names = list(answer.sensors)
-    rows = [
-        {
-            "sensor": name,
-            "k=1": round(float(answer.direct_sensors[j]), 4),
-            "k=10": round(float(answer.sensor_response[-1, j]), 4),
-        }
-        for j, name in enumerate(names)
-        if name in ("XMEAS(9)", "XMEAS(21)", "XMEAS(7)")
-    ]
+    training = config.training.model_copy(update={"seed": seed})
+    if not noise:
+        privacy = training.privacy.model_copy(update={"state_epsilon": math.inf, "budget": math.inf})
+        training = training.model_copy(update={"privacy": privacy})
+    update: dict[str, object] = {"training": training}
+    if not inputs:
+        update["plants"] = [p.model_copy(update={"inputs": []}) for p in config.plants]
+    return config.model_copy(update=update)
+
+
+def tep_table() -> bool:
+    rows = []
+    frame = load_frame(_tep_config(), REPO / "data" / "tep" / "d00.dat")
+    for noise, seeds in ((True, TEP_SEEDS), (False, (0,))):
+        for seed in seeds:
+            config = _tep_config(noise, seed)
+            result = FederatedTraining(config, plant_frames(config, frame, "d00.dat")).run()
+            artifacts = dict(result.artifacts)
+            model = GlobalModel.from_artifacts(artifacts.pop(SERVER), artifacts)
+            answer = what_if(model, "reactor", "reactor", [1.0], steps=10)
+            assert answer.sensor_response is not None and answer.direct_sensors is not None
+            names = list(answer.sensors)
+            t9, t21 = names.index("XMEAS(9)"), names.index("XMEAS(21)")
+            rows.append(
+                {
+                    "state noise": "epsilon 3" if noise else "off",
+                    "seed": seed,
+                    "spectral radius": round(model.spectral_radius, 3),
+                    "XMEAS(9) k=1": float(f"{answer.direct_sensors[t9]:.3g}"),
+                    "XMEAS(9) k=10": float(f"{answer.sensor_response[-1, t9]:.3g}"),
+                    "XMEAS(21) k=1": float(f"{answer.direct_sensors[t21]:.3g}"),
+                    "XMEAS(21) k=10": float(f"{answer.sensor_response[-1, t21]:.3g}"),
+                }
+            )
+    table = pd.DataFrame(rows)
     print(
-        "\n[5] TEP: reactor's response to XMV(10) (reactor cooling water flow) +1 % held; "
-        "expected: XMEAS(9) and XMEAS(21) fall"
+        "\n[5] TEP: reactor's response (degC) to XMV(10) (reactor cooling water flow) +1 % held, server's A and B; "
+        "expected: XMEAS(9) (reactor temperature) falls"
     )
-    print(pd.DataFrame(rows).to_string(index=False))
-    temperature = {r["sensor"]: r for r in rows}.get("XMEAS(9)")
-    return temperature is not None and temperature["k=10"] < 0
+    print(table.to_string(index=False))
+    noisy = table[table["state noise"] == "epsilon 3"]
+    falls = int((noisy["XMEAS(9) k=1"] < 0).sum())
+    print(f"    XMEAS(9) falls one step later for {falls} of {len(noisy)} seeds at epsilon 3")
+    clean = table[table["state noise"] == "off"].iloc[0]
+    return bool(clean["XMEAS(9) k=1"] < 0)
+
+
+def _tep_figures(config: SiteConfig, label: str) -> list[dict[str, object]]:
+    from fedrca.cli.evaluation import evaluate_run
+    from fedrca.cli.site import prepare_site, run_pipeline
+    from fedrca.cli.training import train_site
+    from fedrca.rca.metrics import FaultEvent
+
+    rows: list[dict[str, object]] = []
+    for variant, train in (("Theta = 0", False), ("trained", True)):
+        with tempfile.TemporaryDirectory() as tmp:
+            if train:
+                train_site(config, load_frame(config, REPO / "data/tep/d00.dat"), tmp, resume=False, progress=None)
+            site = prepare_site(config, REPO / "data/tep/d00.dat", params_dir=tmp if train else None)
+            flags = run_pipeline(site, REPO / "data/tep/d00_te.dat").true_flags()
+            row: dict[str, object] = {"inputs": label, "parameters": variant}
+            row["FAR Z_c"] = round(float(flags[:, :, 0].any(axis=1).mean()), 4)
+            row["FAR Z_a"] = round(float(flags[:, :, 1].any(axis=1).mean()), 4)
+            for fault, root in TEP_FAULTS.items():
+                run = run_pipeline(site, REPO / f"data/tep/d{fault}_te.dat")
+                f = run.true_flags()[160:]
+                after = evaluate_run(run, [FaultEvent(160, run.n_samples, root)]).after_onset
+                share = after["share_correct"]
+                row[f"d{fault} Z_c"] = round(float(f[:, :, 0].any(axis=1).mean()), 4)
+                row[f"d{fault} Z_a"] = round(float(f[:, :, 1].any(axis=1).mean()), 4)
+                row[f"d{fault} RCA"] = f"{after['majority']} {0.0 if share is None else share:.3f}"
+            rows.append(row)
+    return rows
+
+
+def _worse(key: str, before: str, after: str) -> bool:
+    """A false-alarm rate that rose, a detection rate that fell, an RCA majority or share that got worse."""
+    if key.startswith("FAR"):
+        return float(after) > float(before)
+    if key.endswith("RCA"):
+        (root_b, share_b), (root_a, share_a) = before.split(), after.split()
+        return root_a != root_b or float(share_a) < float(share_b)
+    return float(after) < float(before)
+
+
+def tep_detection_table() -> bool:
+    before = _tep_figures(_tep_config(inputs=False), "none")
+    after = _tep_figures(_tep_config(), "XMVs")
+    table = pd.DataFrame(before + after).set_index(["parameters", "inputs"]).sort_index().T
+    print("\n[6] TEP detection and RCA before/after declaring the XMVs as inputs (d00 trains; rates after onset)")
+    print(table.to_string())
+    worse = [
+        f"{b['parameters']} {key}"
+        for b, a in zip(before, after, strict=True)
+        for key in b
+        if key not in ("inputs", "parameters") and _worse(key, str(b[key]), str(a[key]))
+    ]
+    print("    worse after: " + (", ".join(worse) if worse else "none"))
+    return not worse
 
 
 def main() -> int:
@@ -319,6 +401,7 @@ def main() -> int:
         "transfer": transfer_table(),
         "cost": cost_table(),
         "tep": tep_table(),
+        "tep detection": tep_detection_table(),
     }
     missed = [k for k, v in checks.items() if not v]
     print("\nall what-if bars met" if not missed else f"\nmissed: {', '.join(missed)}")
