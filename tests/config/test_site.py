@@ -107,3 +107,22 @@ def test_flag_epsilon_accepts_inf_spellings():
 
 def test_compress_columns_handles_gaps():
     assert compress_columns(["a1", "a2", "a4", "b"]) == "a1..a2, a4, b"
+
+
+def test_a_control_column_may_be_its_plants_sensor_and_input_but_nothing_more(tmp_path):
+    tep = load_config(REPO / "config" / "tep.yaml")
+    # the shipped TEP site: every XMV is its plant's input and stays its sensor
+    assert tep.plant("reactor").inputs == ["XMV(10)"] and "XMV(10)" in tep.plant("reactor").sensors
+    assert sorted(c for p in tep.plants for c in p.inputs) == sorted(f"XMV({k})" for k in range(1, 12))
+    assert tep.plant("reactor").model.use_inputs is False
+    for mutate, key in [
+        (lambda d: d["plants"][0]["inputs"].append("XMV(10)"), "plants[1].sensors[11]"),  # the reactor's valve
+        (lambda d: d["plants"][1]["inputs"].append("XMV(10)"), "plants[1].inputs[1]"),  # twice an input
+        (lambda d: d["plants"][1]["inputs"].append("XMEAS(1)"), "plants[1].inputs[1]"),  # the feed's sensor
+    ]:
+        data = tep_dict()
+        mutate(data)
+        path = write(tmp_path, data)
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        assert str(err.value).startswith(f"{path}: {key}: column ") and "already used by plant" in str(err.value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -18,6 +19,18 @@ def linear_setup(n_samples: int = 1500, seed: int = 0, **training):
     config = load_config(REPO / "config" / "synthetic_linear.yaml")
     data = linear_multiplant(n_samples=n_samples, seed=seed)
     frames = plant_frames(config, pd.DataFrame(data.Y, columns=data.columns()))
+    settings = parse_training_settings({**config.training.model_dump(), **training})
+    return config, data, frames, settings
+
+
+def inputs_setup(n_samples: int = 1500, seed: int = 0, input_mean: float = 1.0, input_ar: float = 0.5, **training):
+    """The linear two-plant system with 2 inputs per plant (config/synthetic_inputs.yaml)."""
+    config = load_config(REPO / "config" / "synthetic_inputs.yaml")
+    data = linear_multiplant(
+        n_samples=n_samples, seed=seed, inputs_per_plant=2, input_mean=input_mean, input_ar=input_ar
+    )
+    frame = pd.DataFrame(np.hstack([data.Y, data.U]), columns=data.columns() + data.input_columns())
+    frames = plant_frames(config, frame)
     settings = parse_training_settings({**config.training.model_dump(), **training})
     return config, data, frames, settings
 

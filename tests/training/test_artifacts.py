@@ -21,7 +21,7 @@ from fedrca.contracts import (
     make_artifact,
     save_artifact,
 )
-from fedrca.contracts.artifacts import manifest_digest
+from fedrca.contracts.artifacts import PRIVATE_PREFIX, arrays_sha256, check_binding, manifest_digest, public_artifact
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.exceptions import ArtifactError, IntegrityError
 from fedrca.training.federated import FederatedTraining
@@ -168,10 +168,13 @@ def test_published_encoding_round_trips_and_refuses_tampering(trained):
     _, _, result, _ = trained
     for name, art in result.artifacts.items():
         plant, back = decode_published_artifact(encode_published_artifact(art))
-        assert plant == name and back.version == art.version and back.manifest == art.manifest
+        public = public_artifact(art)
+        assert plant == name and back.version == art.version and back.manifest == public.manifest
+        # every array but the plant's own model (the private what-if arrays, never published)
+        assert set(back.arrays) == {k for k in art.arrays if not k.startswith(PRIVATE_PREFIX)}
         assert all(
             np.array_equal(back.arrays[k], art.arrays[k]) and back.arrays[k].dtype == art.arrays[k].dtype
-            for k in art.arrays
+            for k in back.arrays
         )
     raw = bytearray(encode_published_artifact(result.artifacts["plant1"]))
     raw[-1] ^= 0x01  # flip one bit of the last array
@@ -179,6 +182,29 @@ def test_published_encoding_round_trips_and_refuses_tampering(trained):
         decode_published_artifact(bytes(raw))
     with pytest.raises(ArtifactError, match="not a parameter artifact"):
         decode_published_artifact(b"garbage")
+
+
+def test_the_private_what_if_arrays_are_covered_on_disk_and_the_published_record_binds(trained, tmp_path):
+    config, _, result, _ = trained
+    art = result.artifacts["plant2"]
+    private = sorted(k for k in art.arrays if k.startswith(PRIVATE_PREFIX))
+    assert {"whatif.A", "whatif.C"} <= set(private) and set(private) <= set(art.manifest["arrays"])
+    save_artifact(art, tmp_path)
+    edited = {k: np.asarray(v) for k, v in art.arrays.items()}
+    edited["whatif.A"] = edited["whatif.A"] + 1e-9
+    np.savez(tmp_path / "plant2.npz", **edited)
+    with pytest.raises(IntegrityError, match="sha256"):
+        load_artifact(tmp_path, "plant2")
+    # re-hashing the edited arrays without re-computing the digest is caught by the digest
+    manifest = json.loads((tmp_path / "plant2.json").read_text())
+    manifest["sha256"] = arrays_sha256(edited)
+    (tmp_path / "plant2.json").write_text(json.dumps(manifest))
+    with pytest.raises(IntegrityError, match="does not match its digest"):
+        load_artifact(tmp_path, "plant2")
+    # the published record has a digest of its own and the same binding
+    _, back = decode_published_artifact(encode_published_artifact(art))
+    assert back.manifest["digest"] != art.manifest["digest"]
+    check_binding(back, art.manifest["config_hash"], config.plant("plant2").data_schema(), fix="re-run")
 
 
 def test_apply_artifact_installs_theta_and_the_recalibrated_scorer(trained):

@@ -2,8 +2,8 @@
 
 Every sub-command lives in its own module of this package and registers itself
 (:data:`COMMAND_MODULES`): ``detect``, ``train``, ``replay`` / ``evaluate``,
-``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``, ``graph``, ``fleet``. Every handler returns
-an exit code; errors are translated here, once: a :class:`FedrcaError` becomes
+``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``, ``graph``, ``fleet``,
+``whatif``. Every handler returns an exit code; errors are translated here, once: a :class:`FedrcaError` becomes
 one clear line on stderr and exit code 2, never a traceback.
 """
 
@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "fedrca.cli.simulate",
     "fedrca.cli.graph",
     "fedrca.cli.fleet.commands",
+    "fedrca.cli.whatif",
 )
 
 

@@ -37,7 +37,14 @@ __all__ = ["SYNTHETIC", "register", "synthetic_data"]
 SYNTHETIC = {
     "nonlinear_two_plant": "config/synthetic.yaml (P1: 4 sensors, 2 states per plant, plant1 drives plant2)",
     "linear_two_plant": "config/synthetic_linear.yaml (P2: 8 sensors, 2 states per plant, A_12 = 0)",
+    "linear_two_plant_inputs": (
+        "config/synthetic_inputs.yaml (P3: 8 sensors, 2 states, 2 inputs per plant, A_12 = B_12 = 0)"
+    ),
 }
+
+#: The inputs of ``linear_two_plant_inputs``: AR(1) with coefficient 0.5, unit variance, mean 1
+#: (a non-zero operating point, so the clients' bias has an average input push to carry).
+INPUT_MEAN, INPUT_AR = 1.0, 0.5
 
 
 def synthetic_data(name: str, n_samples: int, seed: int) -> SyntheticData:
@@ -46,11 +53,17 @@ def synthetic_data(name: str, n_samples: int, seed: int) -> SyntheticData:
         return nonlinear_two_plant(n_samples=n_samples, seed=seed)
     if name == "linear_two_plant":
         return linear_multiplant(n_samples=n_samples, seed=seed)
+    if name == "linear_two_plant_inputs":
+        return linear_multiplant(
+            n_samples=n_samples, seed=seed, inputs_per_plant=2, input_mean=INPUT_MEAN, input_ar=INPUT_AR
+        )
     raise ConfigError(f"unknown synthetic data set '{name}'; choose one of {', '.join(SYNTHETIC)}", key="--synthetic")
 
 
 def _frame(data: SyntheticData) -> pd.DataFrame:
-    return pd.DataFrame(data.Y, columns=data.columns())
+    if data.U is None:
+        return pd.DataFrame(data.Y, columns=data.columns())
+    return pd.DataFrame(np.hstack([data.Y, data.U]), columns=data.columns() + data.input_columns())
 
 
 def _evaluate(

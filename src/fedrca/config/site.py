@@ -73,6 +73,11 @@ class ModelSettings(Strict):
     n_states: int | None = Field(None, ge=1, description="fixed state dimension; None = by energy")
     energy: float = Field(0.9, gt=0.0, le=1.0)
     steady_state: bool = True
+    use_inputs: bool = Field(
+        True,
+        description="the filter is driven by the plant's inputs; false: they reach only the federated learner "
+        "and the what-if (inputs that are also sensors, e.g. TEP's XMVs, stay as the detector used them)",
+    )
 
     @model_validator(mode="after")
     def _plugin_named(self) -> ModelSettings:
@@ -445,7 +450,7 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
 
 def _check_columns(config: SiteConfig, source: str | None) -> None:
     known = config.dataset.known_columns()
-    owner: dict[str, str] = {}
+    owner: dict[str, tuple[str, str]] = {}
     for i, plant in enumerate(config.plants):
         if plant.name in [p.name for p in config.plants[:i]]:
             raise ConfigError(f"duplicate plant name '{plant.name}'", source=source, key=f"plants[{i}].name")
@@ -456,14 +461,16 @@ def _check_columns(config: SiteConfig, source: str | None) -> None:
                     raise ConfigError(
                         f"unknown column '{column}'; columns are {compress_columns(known)}", source=source, key=key
                     )
-                if column in owner:
+                # A plant's control column may be both its sensor (its detector watches the valve) and its
+                # input (the learner's u): TEP's XMVs (tests/config/test_site.py::test_a_control_column_*).
+                if column in owner and (kind == "sensors" or owner[column] != (plant.name, "sensors")):
                     raise ConfigError(
-                        f"column '{column}' is already used by plant '{owner[column]}'; "
-                        "each column belongs to one plant",
+                        f"column '{column}' is already used by plant '{owner[column][0]}'; each column belongs to "
+                        "one plant, once as a sensor and at most once as that plant's input",
                         source=source,
                         key=key,
                     )
-                owner[column] = plant.name
+                owner[column] = (plant.name, kind)
     names = set(config.plant_names)
     for k, entry in enumerate(config.rca.unobserved_entry):
         if entry not in names:

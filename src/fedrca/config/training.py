@@ -65,7 +65,25 @@ class TrainingSettings(Strict):
     server_lengthscale: float = Field(1.0, gt=0.0)
     server_ridge: float = Field(1e-2, ge=0.0)
     seed: int = 0
+    disentanglement: float = Field(
+        0.0, ge=0.0, description="xi: weight of the penalty that keeps the input effects out of Theta"
+    )
+    client_bias: bool | None = Field(
+        None,
+        description="clients learn a state offset and a bias vector (the aggregated cross-plant input effect); "
+        "None = when any plant declares inputs",
+    )
+    input_instruments: Literal["exogenous", "lagged"] = Field(
+        "exogenous",
+        description="iv: inputs are their own instruments (open loop) or instrumented by lagged inputs (feedback)",
+    )
     privacy: TrainingPrivacySettings = TrainingPrivacySettings()
+
+    def resolved_client_bias(self, config: SiteConfig) -> bool:
+        """``client_bias`` with None resolved: on when any plant of the site declares inputs."""
+        if self.client_bias is not None:
+            return self.client_bias
+        return any(p.inputs for p in config.plants)
 
     def resolved_server_features(self, config: SiteConfig) -> str:
         """'linear' or 'rff' ('auto' = rff when any plant's augmentation uses random features)."""

@@ -47,6 +47,7 @@ from fedrca.exceptions import ArtifactError, IntegrityError, MessageError
 
 __all__ = [
     "NOMINAL_STATE_COUNTS",
+    "PRIVATE_PREFIX",
     "SERVER",
     "ParameterArtifact",
     "arrays_sha256",
@@ -59,6 +60,7 @@ __all__ = [
     "load_site_artifacts",
     "make_artifact",
     "manifest_digest",
+    "public_artifact",
     "save_artifact",
 ]
 
@@ -67,6 +69,10 @@ SERVER = "_server"
 #: Plant artifact array: counts of the flag states (Z_c, Z_a) = (0,0), (0,1), (1,0), (1,1) on the
 #: nominal data with the trained parameters; what the RCA learns of a plant's false-alarm behaviour.
 NOMINAL_STATE_COUNTS = "nominal_state_counts"
+#: Prefix of a plant artifact's private arrays: the plant's own model (measurement map, own transition
+#: and input blocks, sensor and input scales) for its what-if queries (:mod:`fedrca.training.whatif`).
+#: They stay in the artifact on disk; :func:`encode_published_artifact` never publishes them.
+PRIVATE_PREFIX = "whatif."
 FORMAT = "fedrca-artifact/2"
 
 
@@ -128,8 +134,12 @@ class ParameterArtifact:
     plant : plant name, or :data:`SERVER`
     version : "v<N>", N increasing per training run in an output directory
     arrays : plant: "theta" (P, F) and the augmented scorer ("scorer_a.mean", "scorer_a.whitening",
-        "scorer_a.threshold", "scorer_a.ewma_start"); server: "A" (S, S), "A_stderr" (S, S),
-        "state_dims" (M,) int (and "rff.*" for the random-feature server model)
+        "scorer_a.threshold", "scorer_a.ewma_start"), "nominal_state_counts"; since control inputs
+        (issue 16) also "offset" (P,), "bias" (P,) and the private "whatif.*" arrays (C (D, P),
+        A (P, P), B (P, U), y_scale (D,), u_scale (U,)); server: "A" (S, S), "A_stderr" (S, S),
+        "state_dims" (M,) int, when any plant has inputs "B" (S, sum U), "B_stderr", "input_dims" (M,)
+        int (and "rff.*" for the random-feature server model). Artifacts without the newer arrays
+        stay loadable; a what-if query refuses them naming the fix.
     manifest : version, created, config_hash, sha256, arrays (dtype/shape/sha256 each), metrics,
         epsilon_spent, delta, plants (server: names in block order), model_fingerprint (plant)
     """
@@ -322,9 +332,35 @@ def load_artifacts(directory: str | Path) -> dict[str, ParameterArtifact]:
 
 
 # -- the params topic ----------------------------------------------------------------------------
-def encode_published_artifact(artifact: ParameterArtifact) -> bytes:
-    """The value of a ``<site>.params`` record (key = plant): manifest + arrays in one byte string."""
+def public_artifact(artifact: ParameterArtifact) -> ParameterArtifact:
+    """The artifact without its private arrays (:data:`PRIVATE_PREFIX`), its sha256 and digest recomputed.
+
+    On disk the manifest lists (and its digest covers) every array, the private ones
+    included; the published manifest lists the public arrays and has a digest of its own,
+    so a receiver verifies exactly what it received.
+
+    Examples
+    --------
+    >>> art = make_artifact("p", 1, {"theta": np.zeros(2), "whatif.C": np.eye(2)}, config_hash="h")
+    >>> public = public_artifact(art)
+    >>> sorted(public.arrays), sorted(public.manifest["arrays"]), public.verify()
+    (['theta'], ['theta'], None)
+    """
     artifact.verify()
+    private = [name for name in artifact.arrays if name.startswith(PRIVATE_PREFIX)]
+    if not private:
+        return artifact
+    arrays = {name: a for name, a in artifact.arrays.items() if name not in private}
+    manifest = dict(artifact.manifest)
+    manifest["sha256"] = arrays_sha256(arrays)
+    manifest["arrays"] = {k: v for k, v in dict(manifest.get("arrays", {})).items() if k not in private}
+    manifest["digest"] = manifest_digest(manifest)
+    return ParameterArtifact(artifact.plant, artifact.version, arrays, manifest)
+
+
+def encode_published_artifact(artifact: ParameterArtifact) -> bytes:
+    """The value of a ``<site>.params`` record (key = plant): manifest + public arrays in one byte string."""
+    artifact = public_artifact(artifact)
     return pack_arrays(
         "artifact",
         {"plant": artifact.plant, "version": artifact.version, "manifest": dict(artifact.manifest)},

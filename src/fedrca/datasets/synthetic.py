@@ -60,6 +60,11 @@ class SyntheticData:
     graph : (M, M) bool, ``graph[n, m]`` = plant n drives plant m
     A : (sum P, sum P) true block transition (linear generator; None otherwise)
     C : per plant (D_m, P_m) measurement matrices
+    U : (T, sum U_m) control inputs, plants side by side (linear generator with inputs; None otherwise);
+        row t is u(t), which drives the transition into t + 1
+    B : (sum P, sum U) true block input matrix (block (m, n) = B_mn, the effect of plant n's
+        inputs on plant m's state), or None
+    input_slices : per plant, the slice of its input columns in U (empty when no inputs)
     events : injected anomalies
     root_cause : (T,) int, root plant index during an event, -1 otherwise
     system : the generator's remaining parameters (nonlinear generator: ``R`` (M, 2, 2),
@@ -79,6 +84,9 @@ class SyntheticData:
     root_cause: NDArray[np.int64] = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     A: FloatArray | None = None
     system: dict[str, Any] = field(default_factory=dict)
+    U: FloatArray | None = None
+    B: FloatArray | None = None
+    input_slices: list[slice] = field(default_factory=list)
 
     @property
     def n_plants(self) -> int:
@@ -96,6 +104,23 @@ class SyntheticData:
     def columns(self) -> list[str]:
         """All sensor column names in Y order."""
         return [name for m in range(self.n_plants) for name in self.sensor_names(m)]
+
+    def input_names(self, m: int) -> list[str]:
+        """Column names of plant m's inputs, e.g. ``plant1.u1`` (empty without inputs)."""
+        if not self.input_slices:
+            return []
+        s = self.input_slices[m]
+        return [f"{self.plants[m]}.u{i + 1}" for i in range(s.stop - s.start)]
+
+    def input_columns(self) -> list[str]:
+        """All input column names in U order."""
+        return [name for m in range(self.n_plants) for name in self.input_names(m)]
+
+    def input_block(self, m: int, n: int) -> FloatArray:
+        """True B_mn (effect of plant n's inputs on plant m's state), linear generator with inputs only."""
+        if self.B is None:
+            raise DataError("this data set has no control inputs")
+        return self.B[self.state_slices[m], self.input_slices[n]]
 
     def block(self, m: int, n: int) -> FloatArray:
         """True A_mn (effect of plant n's state on plant m's), linear generator only."""
@@ -172,8 +197,13 @@ def linear_multiplant(
     duration: int = 20,
     seed: int = 0,
     system_seed: int = 0,
+    inputs_per_plant: int = 0,
+    input_coupling: float = 0.5,
+    input_gain: float = 0.5,
+    input_mean: float = 0.0,
+    input_ar: float = 0.0,
 ) -> SyntheticData:
-    """Linear multi-plant state space with known cross-plant blocks (P2).
+    """Linear multi-plant state space with known cross-plant blocks (P2), optionally with control inputs (P3).
 
     ``x(t+1) = A x(t) + w``, ``y_m(t) = C_m x_m(t) + v``; diagonal blocks are scaled
     random rotations of spectral radius ``self_radius``; an edge n -> m of ``graph``
@@ -183,12 +213,25 @@ def linear_multiplant(
     ``system_seed`` draws the system (A, C), ``seed`` the noise and the events, so
     training and test sets of the same system differ only in ``seed``.
 
+    With ``inputs_per_plant`` = U > 0 every plant also has U control inputs and
+    ``x(t+1) = A x(t) + B u(t) + w``: the own block B_mm has Frobenius norm ``input_gain``,
+    an edge n -> m of ``graph`` gets a random block B_mn of norm ``input_coupling`` (so with
+    the default chain, B_21 != 0 and B_12 = 0). Each input column is a stationary AR(1)
+    process with mean ``input_mean``, unit variance and coefficient ``input_ar`` (0 = white),
+    independent of the noises (the inputs are exogenous). B is drawn after A and C, so a
+    system with inputs has the same A and C as the one without.
+
     Examples
     --------
     >>> data = linear_multiplant(n_samples=300, seed=1)
     >>> data.Y.shape, bool(np.linalg.norm(data.block(0, 1)) == 0)
     ((300, 16), True)
+    >>> ctl = linear_multiplant(n_samples=300, seed=1, inputs_per_plant=2)
+    >>> ctl.U.shape, bool(np.linalg.norm(ctl.input_block(0, 1)) == 0), bool(np.array_equal(ctl.A, data.A))
+    ((300, 4), True, True)
     """
+    if inputs_per_plant < 0 or not -1.0 < input_ar < 1.0:
+        raise DataError(f"need inputs_per_plant >= 0 and -1 < input_ar < 1, got {inputs_per_plant}, {input_ar}")
     sys_rng = np.random.default_rng(system_seed)
     # Separate streams: the noise does not depend on how many events are injected.
     rng, event_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
@@ -209,15 +252,41 @@ def linear_multiplant(
     if radius >= 0.95:
         A *= 0.95 / radius
     C = [sys_rng.normal(size=(D, P)) / np.sqrt(P) for _ in range(M)]
+    K = inputs_per_plant
+    B: FloatArray | None = None
+    U: FloatArray | None = None
+    drive = np.zeros((n_samples, M * P))  # B u(t-1), the input's push into x(t)
+    x = np.zeros(M * P)
+    if K:
+        B = np.zeros((M * P, M * K))
+        for n in range(M):
+            for m in range(M):
+                if m != n and not graph[n, m]:
+                    continue
+                block = sys_rng.normal(size=(P, K))
+                scale = input_gain if m == n else input_coupling
+                B[m * P : (m + 1) * P, n * K : (n + 1) * K] = scale * block / np.linalg.norm(block)
+        # a third stream, so the state and sensor noise are those of the same seed without inputs
+        input_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[2])
+        innovations = input_rng.normal(size=(n_samples, M * K))
+        E = np.empty_like(innovations)
+        E[0] = innovations[0]
+        # e(t) = rho e(t-1) + sqrt(1 - rho^2) eps(t): stationary, unit variance
+        for t in range(1, n_samples):
+            E[t] = input_ar * E[t - 1] + np.sqrt(1.0 - input_ar**2) * innovations[t]
+        U = input_mean + E
+        drive[1:] = U[:-1] @ B.T
+        drive[0] = np.full(M * K, input_mean) @ B.T
+        # start at the stationary mean (I - A)^-1 B mean(u), so there is no start-up transient
+        x = np.linalg.solve(np.eye(M * P) - A, B @ np.full(M * K, input_mean))
     events = schedule_events(n_samples, n_events, M, duration, event_rng)
     offsets = np.zeros((n_samples, M * P))
     for ev in events:
         offsets[ev.start : ev.end, ev.root * P : (ev.root + 1) * P] = shift / np.sqrt(P)
     noise = state_noise * rng.normal(size=(n_samples, M * P))
     X = np.zeros((n_samples, M * P))
-    x = np.zeros(M * P)
     for t in range(n_samples):
-        x = A @ x + noise[t] + offsets[t] * (1.0 - self_radius)
+        x = A @ x + drive[t] + noise[t] + offsets[t] * (1.0 - self_radius)
         X[t] = x
     Y = np.hstack([X[:, m * P : (m + 1) * P] @ C[m].T for m in range(M)])
     Y += sensor_noise * rng.normal(size=Y.shape)
@@ -233,6 +302,9 @@ def linear_multiplant(
         root_cause=_root_labels(n_samples, events),
         A=A,
         system={"state_noise": state_noise, "sensor_noise": sensor_noise},
+        U=U,
+        B=B,
+        input_slices=[slice(m * K, (m + 1) * K) for m in range(M)] if K else [],
     )
 
 

@@ -73,6 +73,7 @@ def build_detector(
         n_states=plant.model.n_states,
         energy=plant.model.energy,
         steady_state=plant.model.steady_state,
+        use_inputs=plant.model.use_inputs,
         features=plant.augmentation.features,
         n_features=plant.augmentation.n_features,
         lengthscale=plant.augmentation.lengthscale,

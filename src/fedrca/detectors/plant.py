@@ -152,6 +152,8 @@ class PlantDetector(Detector):
     epsilon : flag privacy budget per published flag (inf = no perturbation)
     seed : seeds the random features and the randomized response
     steady_state : steady-state Kalman gain for identified models
+    use_inputs : when False the inputs given to :meth:`fit` and :meth:`step_batch` are ignored:
+        the filter runs as if the plant had none (its inputs still reach the federated learner)
 
     Examples
     --------
@@ -184,6 +186,7 @@ class PlantDetector(Detector):
         steady_state: bool = True,
         calibration: str = "cv",
         folds: int = 5,
+        use_inputs: bool = True,
     ) -> None:
         self.name = name
         self.model = model
@@ -207,6 +210,7 @@ class PlantDetector(Detector):
             raise ModelError(f"folds must be >= 2, got {folds}")
         self.calibration = calibration
         self.folds = folds
+        self.use_inputs = use_inputs
         self._filter: ProprietaryFilter | None = None
         self._identified: IdentifiedModel | None = None
         self._scaler: Standardizer | None = None
@@ -275,7 +279,7 @@ class PlantDetector(Detector):
     def fit(self, Y: ArrayLike, U: ArrayLike | None = None) -> PlantDetector:
         """Identify (if needed) and calibrate both scorers on nominal data ``Y`` (T, D)."""
         Y_arr = self._check_batch(Y, expect_dim=None)
-        U_arr = None if U is None else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
+        U_arr = None if U is None or not self.use_inputs else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
         if self.model is None:
             self._identified = identify_linear_model(Y_arr, U_arr, n_states=self.n_states, energy=self.energy)
             self._filter = self._identified.kalman_filter(steady_state=self.steady_state)
@@ -372,7 +376,7 @@ class PlantDetector(Detector):
         # The transition into t is driven by u(t-1); identified inputs are standardised.
         U_prev: FloatArray | None = None
         Uz: FloatArray | None = None
-        if U is not None:
+        if U is not None and self.use_inputs:
             u_scaler = None if self._identified is None else self._identified.u_scaler
             Uz = U if u_scaler is None else u_scaler.transform(U)
             first_u = self._last_u if self._last_u is not None else np.zeros(Uz.shape[1])

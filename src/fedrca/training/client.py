@@ -4,25 +4,40 @@ A client holds its plant's fitted :class:`~fedrca.detectors.plant.PlantDetector`
 (fixed proprietary filter, feature map) and its nominal data; both stay inside the
 plant. It runs the proprietary filter once, then per round
 
-1. computes the augmented prediction ``x_a(t) = f(x̂_c(t-1) + Theta psi(y(t-1)))`` for
-   the round's window and sends it in a :class:`StatesMessage` (clipped and noised
-   with the Gaussian mechanism when state privacy is on), together with the window's
-   fixed states ``x̂_c(t-1)``, ``x_c(t)`` and ``x̃(t)`` the first time the window is sent;
-2. receives the server's per-sample gradient ``g_t = d l_t / d x_a(t)`` and takes one
-   preconditioned step on its objective
+1. computes the augmented estimate and prediction for the round's window,
 
-       J(Theta) = (1/W) sum_t ||y(t) - h(x_a(t))||^2 + lambda (1/W) sum_t l_t + (r/2) ||Theta||^2
+       x̂_a(t-1) = x̂_c(t-1) + Theta psi(y(t-1)),    x_a(t) = f(x̂_a(t-1), u(t-1)) + phi,
 
-   whose server part reaches Theta through the chain rule,
-   ``dL_s/dTheta = sum_t J_f(t)' (g_t / W) psi(y(t-1))'``.
+   and sends them in a :class:`StatesMessage` (clipped and noised with the Gaussian
+   mechanism when state privacy is on), together with the window's fixed states
+   ``x̂_c(t-1)``, ``x_c(t)``, ``x̃(t)`` (and the inputs ``u(t-1)`` of a plant that has
+   inputs) the first time the window is sent; ``x̂_a(t-1)`` goes up every round when
+   the disentanglement penalty is on;
+2. receives the server's per-sample gradients ``g_t = d l_t / d x_a(t)`` (and, with the
+   penalty, ``g'_t = d l_t / d x̂_a(t-1)``) and takes one preconditioned step on its objective
 
-The preconditioner is the Kronecker-factored Gauss-Newton matrix ``S ⊗ M`` with
-``S = mean psi psi'`` and ``M = 2 mean J_f' (H'H + lambda I) J_f``, computed once
-from the plant's own data. For a linear proprietary model it is the exact Hessian,
-so a step of ``client_lr`` contracts the distance to the optimum by ``|1 - client_lr|``
-per round; :meth:`Client.iteration_spectrum` measures the spectral radius of the
-client's iteration numerically (exact Hessian-vector products, power iteration) and
-:meth:`Client.check_convergence` refuses learning rates whose iteration would diverge.
+       J(Theta, phi) = (1/W) sum_t ||y(t) - h(x_a(t))||^2 + lambda (1/W) sum_t l_t + (r/2) ||Theta||^2
+
+   whose server part reaches the parameters through the chain rule (P3, eqs. 7-8),
+   ``dL_s/dTheta = sum_t (J_f(t)' g_t + g'_t) psi(y(t-1))' / W`` and
+   ``dL_s/dphi = sum_t g_t / W``.
+
+``phi`` (the *bias*, on by default: ``training.client_bias``) is a constant P-vector: it
+carries what no function of the plant's own past measurements can, the average push of
+the other plants' inputs ``sum_n B_mn u_n`` (P3, corollary 6.2); the disentanglement
+penalty (weight ``training.disentanglement``, xi) keeps Theta to the other plants'
+*states*.
+
+The preconditioner is block diagonal: for Theta the Kronecker-factored Gauss-Newton
+matrix ``S ⊗ M`` with ``S = mean psi psi'`` and ``M = 2 mean J_f' (H'H + lambda I) J_f
++ 2 lambda xi Ā'Ā`` (Ā = the plant's mean transition Jacobian, standing in for the
+server's estimate of the same block), for phi ``2 mean (H'H + lambda I)``, both computed
+once from the plant's own data. For a linear proprietary model without the bias and the
+penalty it is the exact Hessian, so a step of ``client_lr`` contracts the distance to the
+optimum by ``|1 - client_lr|`` per round; :meth:`Client.iteration_spectrum` measures the
+spectrum of the joint (Theta, phi) iteration numerically (exact Hessian-vector products,
+power iteration) and :meth:`Client.check_convergence` refuses learning rates whose
+iteration would diverge.
 """
 
 from __future__ import annotations
@@ -32,18 +47,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 from numpy.typing import NDArray
 
 from fedrca.config import MIN_NOMINAL_SAMPLES, TrainingSettings
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.detectors.augment import Augmentation, batched_jacobian, transition_jacobians
+from fedrca.detectors.identify import Standardizer
 from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import LinearModel, ProprietaryFilter, filter_batch
-from fedrca.exceptions import ConvergenceError, DataError, MessageError
+from fedrca.exceptions import ConvergenceError, DataError, MessageError, ModelError
 from fedrca.training.messages import GradientMessage, StatesMessage
 from fedrca.training.privacy import GaussianMechanism, PrivacyAccountant
 
-__all__ = ["Client", "ClientData", "measurement_states", "prepare_client_data"]
+__all__ = ["Client", "ClientData", "Disentanglement", "input_standardizer", "measurement_states", "prepare_client_data"]
 
 FloatArray = NDArray[np.float64]
 
@@ -110,6 +127,22 @@ def measurement_states(model: ProprietaryFilter, x_c: FloatArray, Y_model: Float
     return np.asarray(x_c + np.linalg.solve(info, np.einsum("tdp,td->tp", H, residual)[..., None])[..., 0])
 
 
+def input_standardizer(detector: PlantDetector, U: FloatArray | None) -> Standardizer | None:
+    """The map of the plant's raw inputs to the learner's units, or None (raw units).
+
+    An identified model works on standardised inputs (its own scaler); when its filter
+    ignores the inputs (``model.use_inputs: false``) the learner standardises them on the
+    same nominal data, so the server's B is in the same units either way. A plug-in model
+    keeps the raw units it was written for.
+    """
+    identified = detector.identified_model
+    if identified is None or U is None:
+        return None
+    if identified.u_scaler is not None:
+        return identified.u_scaler
+    return Standardizer.fit(np.asarray(U, dtype=np.float64).reshape(len(U), -1))
+
+
 def prepare_client_data(
     detector: PlantDetector, Y: FloatArray, U: FloatArray | None = None, warm_up: int = 10
 ) -> ClientData:
@@ -131,7 +164,7 @@ def prepare_client_data(
     U_prev = None
     if U is not None:
         U_arr = np.asarray(U, dtype=np.float64).reshape(len(Y), -1)
-        u_scaler = None if identified is None else identified.u_scaler
+        u_scaler = input_standardizer(detector, U_arr)
         Uz = U_arr if u_scaler is None else u_scaler.transform(U_arr)
         U_prev = np.vstack([np.zeros((1, Uz.shape[1])), Uz[:-1]])
     x0 = np.asarray(model.get_state()["x"], dtype=np.float64).reshape(model.state_dim)
@@ -170,6 +203,54 @@ class _Preconditioner:
         return np.asarray(self._U @ ((self._U.T @ G @ self._V) / self._denom) @ self._V.T)
 
 
+@dataclass(frozen=True)
+class Disentanglement:
+    """The server's side of one plant's disentanglement penalty (for :meth:`Client.objective`).
+
+    The penalty is ``xi (1/W) sum_t ||own_block (x̂_a - x̂_c)(t-1) - cross_states(t)||^2``.
+
+    Attributes
+    ----------
+    own_block : (P, P) the server's estimate Â_mm of the plant's own transition block
+    cross_states : (W, P) z(t) = sum_{n != m} Â_mn x̂_c,n(t-1), the other plants' state push
+    xi : penalty weight
+    """
+
+    own_block: FloatArray
+    cross_states: FloatArray
+    xi: float
+
+
+class _JointPreconditioner:
+    """Gauss-Newton matrix of the joint (Theta, phi) step, dense: ``[[S ⊗ M + r I, mu ⊗ N], [mu' ⊗ N', M_phi]]``.
+
+    ``mu = mean psi`` couples the two: with features of non-zero mean (random Fourier features)
+    a constant part of ``Theta psi`` and phi push x_a the same way, and a block-diagonal step
+    would let both correct the same error (a joint eigenvalue near 0 or 2). For a linear
+    proprietary model this is the exact Hessian. Theta is flattened in C order, so
+    ``vec(M Delta S) = (M ⊗ S) vec(Delta)``.
+    """
+
+    def __init__(self, theta_part: _Preconditioner, N: FloatArray, mu: FloatArray, M_phi: FloatArray) -> None:
+        P, F = len(theta_part.M), len(theta_part.S)
+        self.shape = (P, F)
+        top_left = np.kron(theta_part.M, theta_part.S) + theta_part.r * np.eye(P * F)
+        top_right = np.kron(N, np.asarray(mu).reshape(F, 1))
+        full = np.block([[top_left, top_right], [top_right.T, M_phi]])
+        self._factor = scipy.linalg.cho_factor(0.5 * (full + full.T))
+
+    def solve(self, G_theta: FloatArray, G_phi: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """(Delta_Theta, Delta_phi) with P [Delta_Theta; Delta_phi] = [G_theta; G_phi]."""
+        out = scipy.linalg.cho_solve(self._factor, np.concatenate([np.ravel(G_theta), G_phi]))
+        n = self.shape[0] * self.shape[1]
+        return out[:n].reshape(self.shape), out[n:]
+
+
+#: Largest joint (Theta, phi) parameter count the client preconditions with the dense joint matrix;
+#: above it the step is block diagonal (Theta's Kronecker factors, phi's own curvature).
+JOINT_PRECONDITIONER_LIMIT = 2000
+
+
 class Client:
     """One plant's training client.
 
@@ -199,7 +280,15 @@ class Client:
         self._model = detector.proprietary
         base = detector.augmentation
         self._aug = Augmentation(base.feature_map, base.state_dim)
+        self._offset = np.zeros(base.state_dim)
+        self._bias = np.zeros(base.state_dim)
         self.data = prepare_client_data(detector, Y, U, settings.warm_up)
+        # model units -> raw units (identified models work on standardised sensors and inputs)
+        identified = detector.identified_model
+        n_sensors = self.data.y_model.shape[1]
+        self._y_scale = np.ones(n_sensors) if identified is None else np.asarray(detector.scaler.std, dtype=np.float64)
+        u_scaler = input_standardizer(detector, U)
+        self._u_scale = np.ones(self.input_dim) if u_scaler is None else np.asarray(u_scaler.std, dtype=np.float64)
         T = self.data.n_samples
         self._window = settings.window or (T - self.data.first_row)
         self._n_windows = math.ceil((T - self.data.first_row) / self._window)
@@ -214,8 +303,10 @@ class Client:
         self.version = 0
         self.clipped = 0
         self.history: list[dict[str, float]] = []
-        self._jacobians: tuple[FloatArray, FloatArray] | None = None
+        self._jacobians: tuple[FloatArray, FloatArray, FloatArray] | None = None
         self._Psi_train = np.empty((0, 0))
+        self._bias_curvature = np.eye(base.state_dim)
+        self._joint: _JointPreconditioner | None = None
         self._precond = self._build_preconditioner()
         rows = self.train_rows
         self.initial_loss = self.reconstruction_loss(rows)
@@ -232,9 +323,48 @@ class Client:
         self._aug.theta = value
 
     @property
+    def offset(self) -> FloatArray:
+        """Current state offset theta_0 (P,): the constant part of the state correction."""
+        return self._offset.copy()
+
+    @offset.setter
+    def offset(self, value: FloatArray) -> None:
+        self._offset = self._vector("offset", value)
+
+    @property
+    def bias(self) -> FloatArray:
+        """Current bias phi (P,): the plant's estimate of the other plants' average input push."""
+        return self._bias.copy()
+
+    @bias.setter
+    def bias(self, value: FloatArray) -> None:
+        self._bias = self._vector("bias", value)
+
+    def _vector(self, name: str, value: FloatArray) -> FloatArray:
+        value = np.asarray(value, dtype=np.float64)
+        if value.shape != (self.state_dim,) or not np.all(np.isfinite(value)):
+            raise ModelError(f"the {name} must be a finite vector of {self.state_dim} entries, got shape {value.shape}")
+        return value.copy()
+
+    @property
+    def learns_bias(self) -> bool:
+        """True when the client learns the offset theta_0 and the bias phi (``training.client_bias``)."""
+        return bool(self.settings.client_bias)  # None (not resolved by the job) counts as off
+
+    @property
+    def xi(self) -> float:
+        """Weight of the disentanglement penalty (0 = off)."""
+        return float(self.settings.disentanglement)
+
+    @property
     def state_dim(self) -> int:
         """P."""
         return int(self._aug.state_dim)
+
+    @property
+    def input_dim(self) -> int:
+        """U (0 for a plant without inputs)."""
+        return 0 if self.data.u_prev is None else int(self.data.u_prev.shape[1])
 
     @property
     def train_rows(self) -> slice:
@@ -258,30 +388,153 @@ class Client:
             return self.gradient_mu2
         return self._mechanism.mu**2 + self.gradient_mu2
 
-    # -- losses -----------------------------------------------------------------------------------
-    def augmented(self, rows: slice, theta: FloatArray | None = None) -> tuple[FloatArray, FloatArray]:
-        """(x̂_a(t-1), x_a(t)) for the rows with the current (or given) Theta."""
-        d = self.data
-        if theta is not None:
-            aug = Augmentation(self._aug.feature_map, self._aug.state_dim, theta)
-            return aug.augment(self._model, d.xhat_prev[rows], d.yz_prev[rows], d.u(rows))
-        return self._aug.augment(self._model, d.xhat_prev[rows], d.yz_prev[rows], d.u(rows))
+    # -- the state correction's parameters ---------------------------------------------------------
+    # With the bias on, the state correction is Theta psi + theta_0 = [Theta, theta_0] [psi; 1]: the
+    # extended parameters Theta~ (P, F + 1) act on the extended features psi~ = [psi; 1].
+    def _features(self, rows: slice) -> FloatArray:
+        """psi(y(t-1)) (T, F), with a constant column appended when the bias is on (T, F + 1)."""
+        Psi = self._aug.feature_map.transform(self.data.yz_prev[rows])
+        return np.hstack([Psi, np.ones((len(Psi), 1))]) if self.learns_bias else np.asarray(Psi)
 
-    def reconstruction_loss(self, rows: slice | None = None, theta: FloatArray | None = None) -> float:
-        """Mean ||y(t) - h(x_a(t))||^2 over the rows (model units); Theta = 0 gives the proprietary loss."""
+    def _extended(self) -> FloatArray:
+        """Theta~ = [Theta, theta_0] (bias on) or Theta."""
+        if self.learns_bias:
+            return np.hstack([self._aug.theta, self._offset[:, None]])
+        return self._aug.theta.copy()
+
+    def _set_extended(self, value: FloatArray) -> None:
+        if self.learns_bias:
+            self._aug.theta = value[:, :-1]
+            self._offset = np.asarray(value[:, -1], dtype=np.float64).copy()
+        else:
+            self._aug.theta = value
+
+    def _chain(self, xhat_a_prev: FloatArray, rows: slice, upstream: FloatArray) -> FloatArray:
+        """dL/dTheta~ = sum_t J_f(x̂_a(t-1))' g_t psi~_t' from g_t = dL/dx_a(t) (T, P); shape of Theta~."""
+        Psi = self._features(rows)
+        if isinstance(self._model, LinearModel):
+            # A' (G' Psi~)  (one matmul for all t)
+            return np.asarray(np.asarray(self._model.transition_matrix).T @ (upstream.T @ Psi))
+        J = transition_jacobians(self._model, xhat_a_prev, self.data.u(rows))
+        return np.asarray(np.einsum("tkq,tk,tf->qf", J, upstream, Psi, optimize=True))
+
+    # -- losses -----------------------------------------------------------------------------------
+    def augmented(
+        self,
+        rows: slice,
+        theta: FloatArray | None = None,
+        bias: FloatArray | None = None,
+        offset: FloatArray | None = None,
+    ) -> tuple[FloatArray, FloatArray]:
+        """(x̂_a(t-1), x_a(t)) for the rows with the current (or given) Theta, offset and bias."""
+        d = self.data
+        aug = self._aug if theta is None else Augmentation(self._aug.feature_map, self._aug.state_dim, theta)
+        offset = self._offset if offset is None else np.asarray(offset, dtype=np.float64)
+        bias = self._bias if bias is None else np.asarray(bias, dtype=np.float64)
+        # x̂_a(t-1) = x̂_c(t-1) + Theta psi(y(t-1)) + theta_0 ;  x_a(t) = f(x̂_a(t-1), u(t-1)) + phi
+        xhat_a_prev = d.xhat_prev[rows] + aug.phi(d.yz_prev[rows]) + offset
+        return xhat_a_prev, np.asarray(self._model.predict(xhat_a_prev, d.u(rows))) + bias
+
+    def reconstruction_loss(
+        self,
+        rows: slice | None = None,
+        theta: FloatArray | None = None,
+        bias: FloatArray | None = None,
+        offset: FloatArray | None = None,
+    ) -> float:
+        """Mean ||y(t) - h(x_a(t))||^2 over the rows (model units); all parameters 0 gives the proprietary loss."""
         rows = self.train_rows if rows is None else rows
-        _, x_a = self.augmented(rows, theta)
+        _, x_a = self.augmented(rows, theta, bias, offset)
         residual = self.data.y_model[rows] - self._model.measure(x_a)
         return float(np.mean(np.sum(residual**2, axis=1)))
 
-    def objective(self, rows: slice, x_s: FloatArray, theta: FloatArray | None = None) -> float:
-        """J(Theta) = reconstruction + lambda mean ||x_s - x_a||^2 + (r/2) ||Theta||^2 (for tests and diagnostics)."""
+    def objective(
+        self,
+        rows: slice,
+        x_s: FloatArray,
+        theta: FloatArray | None = None,
+        bias: FloatArray | None = None,
+        offset: FloatArray | None = None,
+        penalty: Disentanglement | None = None,
+    ) -> float:
+        """J = reconstruction + lambda (mean ||x_s - x_a||^2 + penalty) + (r/2) (||Theta||^2 + ||theta_0||^2).
+
+        For tests and diagnostics (the client itself only ever sees the server's gradients).
+        """
         theta = self.theta if theta is None else theta
-        _, x_a = self.augmented(rows, theta)
+        offset = self._offset if offset is None else offset
+        xhat_a_prev, x_a = self.augmented(rows, theta, bias, offset)
         residual = self.data.y_model[rows] - self._model.measure(x_a)
         recon = float(np.mean(np.sum(residual**2, axis=1)))
         server = float(np.mean(np.sum((x_s - x_a) ** 2, axis=1)))
-        return recon + self.settings.server_weight * server + 0.5 * self._precond.r * float(np.sum(theta**2))
+        if penalty is not None:
+            gap = (xhat_a_prev - self.data.xhat_prev[rows]) @ penalty.own_block.T - penalty.cross_states
+            server += penalty.xi * float(np.mean(np.sum(gap**2, axis=1)))
+        size = float(np.sum(theta**2)) + float(np.sum(np.asarray(offset) ** 2))
+        return recon + self.settings.server_weight * server + 0.5 * self._precond.r * size
+
+    def _local_loss_gradient(self, rows: slice) -> tuple[float, FloatArray, FloatArray, FloatArray]:
+        """(mean reconstruction loss, its d/dTheta~, its d/dphi, x̂_a(t-1)) at the current parameters."""
+        d = self.data
+        xhat_a_prev, x_a = self.augmented(rows)
+        residual = d.y_model[rows] - self._model.measure(x_a)
+        W = len(residual)
+        loss = float(np.sum(residual**2) / W)
+        if isinstance(self._model, LinearModel):
+            # dL/dx_a(t) = -(2/W) C' r(t)
+            g = -(2.0 / W) * residual @ np.asarray(self._model.C)
+        else:
+            H = batched_jacobian(self._model.measure, x_a)
+            # dL/dx_a(t) = -(2/W) H_t' r(t)
+            g = -(2.0 / W) * np.einsum("tdp,td->tp", H, residual)
+        # x_a = f(x̂_a) + phi: Theta~ chains through f; dL/dphi = sum_t dL/dx_a(t)
+        return loss, self._chain(xhat_a_prev, rows, g), g.sum(axis=0), xhat_a_prev
+
+    def whatif_arrays(self) -> dict[str, np.ndarray]:
+        """The plant's side of the what-if queries (:mod:`fedrca.training.whatif`), for its artifact.
+
+        ``whatif.C`` (D, P): the measurement map in model units (the Jacobian of h at the mean
+        proprietary prediction for a nonlinear model); ``whatif.y_scale`` (D,) and
+        ``whatif.u_scale`` (U,): raw units per model unit of each sensor and input (the nominal
+        standard deviations for an identified model, ones otherwise); ``whatif.A`` (P, P) and
+        ``whatif.B`` (P, U): the plant's own transition and input blocks A_mm, B_mm (Jacobians at
+        that operating point for a nonlinear model; B only for a plant with inputs), which the
+        queries use in place of the server's estimates of them (P3: the diagonal blocks are the
+        plants' own); ``bias`` (P,): phi; ``offset`` (P,): theta_0. The ``whatif.*`` arrays are the
+        plant's own model: they stay in its artifact on disk and are never published
+        (:func:`fedrca.contracts.artifacts.public_artifact`).
+        """
+        rows = self.train_rows
+        u0 = None if self.data.u_prev is None else self.data.u_prev[rows].mean(axis=0, keepdims=True)
+        if isinstance(self._model, LinearModel):
+            C = np.asarray(self._model.C, dtype=np.float64)
+            A = np.asarray(self._model.transition_matrix, dtype=np.float64)
+            B = getattr(self._model, "B", None)
+        else:
+            x0 = self.data.x_c[rows].mean(axis=0, keepdims=True)
+            C = np.asarray(batched_jacobian(self._model.measure, x0)[0])
+            A = np.asarray(transition_jacobians(self._model, x0, u0)[0])
+            B = None
+            if u0 is not None:
+                # batched_jacobian calls f on U rows (one per input direction): the state repeated as many times
+                xm = x0.repeat(u0.shape[1], axis=0)
+                model = self._model
+
+                def f_of_u(u: FloatArray) -> FloatArray:
+                    return np.asarray(model.predict(xm[: len(u)], u), dtype=np.float64)
+
+                B = np.asarray(batched_jacobian(f_of_u, u0)[0])
+        arrays = {
+            "bias": self._bias.copy(),
+            "offset": self._offset.copy(),
+            "whatif.C": C.copy(),
+            "whatif.A": A.copy(),
+            "whatif.y_scale": self._y_scale.copy(),
+            "whatif.u_scale": self._u_scale.copy(),
+        }
+        if B is not None and self.input_dim:
+            arrays["whatif.B"] = np.asarray(B, dtype=np.float64).reshape(self.state_dim, self.input_dim).copy()
+        return arrays
 
     # -- protocol ---------------------------------------------------------------------------------
     def states_message(self, round_: int) -> StatesMessage:
@@ -297,40 +550,60 @@ class Client:
         rows = self.window(round_)
         xhat_a_prev, x_a = self.augmented(rows)
         send_fixed = not self._sent_fixed[rows].all()
+        d = self.data
+        names = ["x_a"]
         arrays = [x_a]
+        if self.xi > 0.0:
+            names.append("xhat_a_prev")
+            arrays.append(xhat_a_prev)
         if send_fixed:
-            d = self.data
+            names += ["xhat_c_prev", "x_c", "x_meas"]
             arrays += [d.xhat_prev[rows], d.x_c[rows], d.x_meas[rows]]
+            if d.u_prev is not None:
+                # the inputs are part of the released record: a controller's moves are a function of
+                # the measurements, so they are clipped and noised like the states
+                names.append("u")
+                arrays.append(d.u_prev[rows])
         mu2 = self._mechanism.mu**2 if self._mechanism.active else 0.0
         # refuse before anything leaves the plant: this round's states and the gradients that follow
         self.accountant.check(mu2 + self.gradient_mu2, rows)
         noised, clipped = self._mechanism.release(arrays, self._rng)
         self.clipped += clipped
         self.accountant.charge(mu2, rows, "states")
+        sent = dict(zip(names, noised, strict=True))
         if send_fixed:
-            self._x_c_error[rows] = noised[2] - arrays[2]
+            self._x_c_error[rows] = sent["x_c"] - d.x_c[rows]
         self._sent_fixed[rows] = True
         # what the server will see minus the truth (clipping + noise), to take out of its gradient
-        self._pending = (round_, rows.start, rows.stop, xhat_a_prev, noised[0] - x_a)
+        self._pending = (round_, rows.start, rows.stop, xhat_a_prev, sent["x_a"] - x_a)
         return StatesMessage(
             round=round_,
             plant=self.plant,
             version=self.version,
             start=rows.start,
-            x_a=noised[0],
-            xhat_c_prev=noised[1] if send_fixed else None,
-            x_c=noised[2] if send_fixed else None,
-            x_meas=noised[3] if send_fixed else None,
+            x_a=sent["x_a"],
+            xhat_c_prev=sent.get("xhat_c_prev"),
+            x_c=sent.get("x_c"),
+            x_meas=sent.get("x_meas"),
+            xhat_a_prev=sent.get("xhat_a_prev"),
+            u=sent.get("u"),
             noise_sigma=self._mechanism.sigma(len(arrays)),
             clip=self._mechanism.clip if self._mechanism.active else None,
         )
 
     def gradient(self, message: GradientMessage) -> tuple[float, FloatArray]:
-        """(reconstruction loss, dJ/dTheta) at the current Theta for the server's gradient message."""
-        loss, total, _ = self._gradient(message)
-        return loss, total
+        """(reconstruction loss, dJ/dTheta) at the current parameters for the server's gradient message."""
+        loss, total, _, _ = self._gradient(message)
+        return loss, total[:, : self._aug.theta.shape[1]]
 
-    def _gradient(self, message: GradientMessage) -> tuple[float, FloatArray, slice]:
+    def gradients(self, message: GradientMessage) -> tuple[float, FloatArray, FloatArray, FloatArray]:
+        """(reconstruction loss, dJ/dTheta, dJ/dtheta_0, dJ/dphi) for the server's message (zeros: bias off)."""
+        loss, total, total_bias, _ = self._gradient(message)
+        F = self._aug.theta.shape[1]
+        offset = total[:, F] if self.learns_bias else np.zeros(self.state_dim)
+        return loss, total[:, :F], offset, total_bias
+
+    def _gradient(self, message: GradientMessage) -> tuple[float, FloatArray, FloatArray, slice]:
         if self._pending is None:
             raise MessageError(R.OUT_OF_ORDER, f"plant '{self.plant}': gradients without a pending states message")
         round_, start, stop, xhat_a_prev, perturbation = self._pending
@@ -340,29 +613,40 @@ class Client:
                 f"plant '{self.plant}' awaits round {round_} window {start}..{stop}, got "
                 f"'{message.plant}' round {message.round} window {message.start}..{message.stop}",
             )
-        if message.grad.shape[1] != self.state_dim:
-            raise MessageError(R.BAD_ARRAY, f"gradient has {message.grad.shape[1]} columns, expected {self.state_dim}")
+        for name in ("grad", "grad_prev"):
+            value = getattr(message, name)
+            if value is not None and value.shape[1] != self.state_dim:
+                raise MessageError(R.BAD_ARRAY, f"{name} has {value.shape[1]} columns, expected {self.state_dim}")
         rows = slice(start, stop)
-        d = self.data
-        loss, grad_c, _ = self._aug.local_loss_gradient(
-            self._model, d.xhat_prev[rows], d.yz_prev[rows], d.y_model[rows], d.u(rows)
-        )
+        loss, grad_c, bias_c, _ = self._local_loss_gradient(rows)
         # The server saw x_a + e_a and x_c + e_c (e: the clipping and noise this client added) and
         # sent g = -2 (x_c + e_c + pred - x_a - e_a); the client knows both e, so it takes them out:
         # g + 2 (e_c - e_a) = -2 (x_s - x_a). Post-processing of the client's own information:
         # no privacy cost; only the noise of the server's prediction from the states remains.
         grad = np.asarray(message.grad, dtype=np.float64) + 2.0 * (self._x_c_error[rows] - perturbation)
-        # dL_s/dTheta = sum_t J_f' (g_t / W) psi_t'   (the window's server loss is the mean of l_t)
-        upstream = grad / (stop - start)
-        grad_s = self._aug.gradient(self._model, xhat_a_prev, d.yz_prev[rows], upstream, d.u(rows))
-        total = grad_c + self.settings.server_weight * grad_s + self._precond.r * self._aug.theta
-        return loss, total, rows
+        W = stop - start
+        # dL_s/dTheta~ = sum_t J_f' (g_t / W) psi~_t'   (the window's server loss is the mean of l_t)
+        upstream = grad / W
+        grad_s = self._chain(xhat_a_prev, rows, upstream)
+        if message.grad_prev is not None:
+            # the penalty reaches Theta~ through x̂_a(t-1) = x̂_c(t-1) + Theta~ psi~_t:  + sum_t (g'_t / W) psi~_t'
+            # (its noise, if any, is zero-mean; the client cannot remove it: it does not know Â_mm)
+            grad_s = grad_s + (np.asarray(message.grad_prev, dtype=np.float64) / W).T @ self._features(rows)
+        lam = self.settings.server_weight
+        total = grad_c + lam * grad_s + self._precond.r * self._extended()
+        # dL_s/dphi = sum_t g_t / W
+        total_bias = bias_c + lam * upstream.sum(axis=0)
+        return loss, total, total_bias, rows
 
     def apply_gradient(self, message: GradientMessage) -> float:
         """Take one preconditioned step with the server's gradients; returns the reconstruction loss before it."""
-        loss, total, rows = self._gradient(message)
-        # Theta <- Theta - lr (S ⊗ M + r I)^-1 dJ/dTheta
-        self._aug.theta = self._aug.theta - self.settings.client_lr * self._precond.solve(total)
+        loss, total, total_bias, rows = self._gradient(message)
+        lr = self.settings.client_lr
+        step, step_bias = self._solve(total, total_bias)
+        # (Theta~, phi) <- (Theta~, phi) - lr P^-1 dJ/d(Theta~, phi)
+        self._set_extended(self._extended() - lr * step)
+        if self.learns_bias:
+            self._bias = self._bias - lr * step_bias
         self.accountant.charge(message.privacy_mu2, rows, "gradients")
         self.version += 1
         self.history.append({"round": float(message.round), "loss": loss, "server_loss": message.server_loss})
@@ -373,53 +657,109 @@ class Client:
     def _build_preconditioner(self) -> _Preconditioner:
         d = self.data
         rows = self.train_rows
-        Psi = self._aug.feature_map.transform(d.yz_prev[rows])
+        Psi = self._features(rows)
         S = Psi.T @ Psi / len(Psi)
         lam = self.settings.server_weight
+        xi = self.xi
         P = self.state_dim
         if isinstance(self._model, LinearModel):
             A, C = np.asarray(self._model.transition_matrix), np.asarray(self._model.C)
-            # M = 2 A' (C'C + lambda I) A
-            M = 2.0 * A.T @ (C.T @ C + lam * np.eye(P)) @ A
+            weight = C.T @ C + lam * np.eye(P)
+            # M = 2 A' (C'C + lambda I) A + 2 lambda xi A'A
+            M = 2.0 * A.T @ weight @ A + 2.0 * lam * xi * A.T @ A
+            # d^2 J / d phi^2 = 2 (C'C + lambda I); d^2 J / dTheta~ dphi = mu~ ⊗ N, N = 2 A' (C'C + lambda I)
+            bias_curvature = 2.0 * weight
+            N = A.T @ bias_curvature
         else:
             J = transition_jacobians(self._model, d.xhat_prev[rows], d.u(rows))
             H = batched_jacobian(self._model.measure, d.x_c[rows])
             # per-sample J'(H'H + lambda I) J, averaged
             inner = np.einsum("tdp,tdq->tpq", H, H) + lam * np.eye(P)[None]
             per_sample = np.einsum("tkp,tkl,tlq->tpq", J, inner, J)
-            self._jacobians = (np.asarray(J), per_sample)
-            M = 2.0 * per_sample.mean(axis=0)
+            self._jacobians = (np.asarray(J), per_sample, inner)
+            J_mean = np.asarray(J).mean(axis=0)
+            M = 2.0 * per_sample.mean(axis=0) + 2.0 * lam * xi * J_mean.T @ J_mean
+            bias_curvature = 2.0 * inner.mean(axis=0)
+            N = 2.0 * np.einsum("tkp,tkq->pq", J, inner) / len(J)
+        self._bias_curvature = 0.5 * (bias_curvature + bias_curvature.T) + 1e-12 * np.eye(P)
         self._Psi_train = Psi
-        return _Preconditioner(M, S, self.settings.ridge)
+        theta_part = _Preconditioner(M, S, self.settings.ridge)
+        self._joint = None
+        if self.learns_bias and P * (S.shape[0] + 1) <= JOINT_PRECONDITIONER_LIMIT:
+            self._joint = _JointPreconditioner(theta_part, N, Psi.mean(axis=0), self._bias_curvature)
+        return theta_part
 
-    def _hessian_product(self, Delta: FloatArray) -> FloatArray:
-        """Exact Gauss-Newton Hessian of J (full training window) applied to Delta (P, F)."""
-        Psi = self._Psi_train
+    def _solve(self, G_theta: FloatArray, G_phi: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """P^-1 applied to a (Theta~, phi) gradient (phi's part is zero when the bias is off)."""
+        if not self.learns_bias:
+            return self._precond.solve(G_theta), np.zeros_like(G_phi)
+        if self._joint is not None:
+            return self._joint.solve(G_theta, G_phi)
+        return self._precond.solve(G_theta), np.asarray(np.linalg.solve(self._bias_curvature, G_phi), dtype=np.float64)
+
+    def _own_transition(self) -> FloatArray:
+        """Ā: the transition matrix (linear) or the mean transition Jacobian over the training rows."""
         if self._jacobians is None:
-            pre = self._precond
-            return np.asarray(pre.M @ Delta @ pre.S + pre.r * Delta)
-        _, per_sample = self._jacobians
-        V = Psi @ Delta.T  # (T, P): Delta psi_t
-        # (2/T) sum_t [J'(H'H + lambda I)J]_t Delta psi_t psi_t'
-        out = 2.0 * np.einsum("tpq,tq,tf->pf", per_sample, V, Psi) / len(Psi)
-        return np.asarray(out + self._precond.r * Delta)
+            return np.asarray(self._model.transition_matrix)  # type: ignore[attr-defined]
+        return np.asarray(self._jacobians[0].mean(axis=0))
+
+    def _hessian_product(
+        self, Delta: FloatArray, delta_bias: FloatArray | None = None
+    ) -> tuple[FloatArray, FloatArray]:
+        """Exact Gauss-Newton Hessian of J (full training window) applied to (Delta (Theta~'s shape), delta_phi (P,)).
+
+        The penalty's curvature uses Ā for the server's Â_mm (what it estimates).
+        """
+        Psi = self._Psi_train
+        T = len(Psi)
+        db = np.zeros(self.state_dim) if delta_bias is None else delta_bias
+        lam, xi = self.settings.server_weight, self.xi
+        A_bar = self._own_transition()
+        V = Psi @ Delta.T  # (T, P): Delta psi~_t, the change of x̂_a(t-1)
+        if self._jacobians is None:
+            A, C = np.asarray(self._model.transition_matrix), np.asarray(self._model.C)  # type: ignore[attr-defined]
+            weight = C.T @ C + lam * np.eye(self.state_dim)
+            # change of x_a(t): A Delta psi~_t + delta_phi; the Hessian of (1/T) sum ||.||^2_weight is 2 weight
+            change = V @ A.T + db
+            out_b = 2.0 * weight @ change.mean(axis=0)
+            out_t = 2.0 * A.T @ weight @ (change.T @ Psi) / T
+        else:
+            J, _, inner = self._jacobians
+            change = np.einsum("tpq,tq->tp", J, V) + db
+            weighted = 2.0 * np.einsum("tpq,tq->tp", inner, change)
+            out_b = weighted.mean(axis=0)
+            out_t = np.einsum("tkq,tk,tf->qf", J, weighted, Psi) / T
+        # penalty: lambda xi (1/T) sum ||Ā Delta psi~_t||^2
+        out_t = out_t + 2.0 * lam * xi * A_bar.T @ A_bar @ (V.T @ Psi) / T
+        out_t = out_t + self._precond.r * Delta
+        return np.asarray(out_t), np.asarray(out_b)
 
     def iteration_spectrum(self, lr: float | None = None, iterations: int = 60) -> tuple[float, float]:
         """(smallest, largest) eigenvalue of lr P^-1 H, by power iteration with exact Hessian products.
 
         ``P^-1 H`` is similar to a symmetric positive definite matrix, so its eigenvalues are real
-        and positive; the client iteration ``Theta <- Theta - lr P^-1 grad`` contracts iff all of
-        them lie in (0, 2), i.e. its spectral radius ``max |1 - lambda|`` is below 1.
+        and positive; the client iteration ``params <- params - lr P^-1 grad`` contracts iff all of
+        them lie in (0, 2), i.e. its spectral radius ``max |1 - lambda|`` is below 1. With the bias
+        on, H and P are those of the joint (Theta, theta_0, phi) iteration.
         """
         lr = self.settings.client_lr if lr is None else lr
         rng = np.random.default_rng(12345)
-        shape = self._aug.theta.shape
+        shape = self._extended().shape
+        P = self.state_dim
+        joint = self.learns_bias
+        n = shape[0] * shape[1]
 
         def op(v: FloatArray) -> FloatArray:
-            return lr * self._precond.solve(self._hessian_product(v))
+            Delta = v[:n].reshape(shape)
+            db = v[n:] if joint else None
+            h_t, h_b = self._hessian_product(Delta, db)
+            step, step_bias = self._solve(h_t, h_b)
+            return lr * np.concatenate([step.ravel(), step_bias if joint else []])
+
+        size = n + (P if joint else 0)
 
         def power(shift: float) -> float:
-            v = rng.standard_normal(shape)
+            v = rng.standard_normal(size)
             v /= np.linalg.norm(v)
             value = 0.0
             for _ in range(iterations):
@@ -461,6 +801,8 @@ class Client:
             raise MessageError(R.OUT_OF_ORDER, "cannot checkpoint a client in the middle of a round")
         arrays = {
             "theta": self._aug.theta.copy(),
+            "offset": self._offset.copy(),
+            "bias": self._bias.copy(),
             "sent_fixed": self._sent_fixed.copy(),
             "x_c_error": self._x_c_error.copy(),
         }
@@ -476,6 +818,9 @@ class Client:
     def set_state(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
         """Restore :meth:`get_state` output."""
         self._aug.theta = np.asarray(arrays["theta"], dtype=np.float64)
+        zeros = np.zeros(self.state_dim)
+        self._offset = np.asarray(arrays.get("offset", zeros), dtype=np.float64).copy()
+        self._bias = np.asarray(arrays.get("bias", zeros), dtype=np.float64).copy()
         self._sent_fixed = np.asarray(arrays["sent_fixed"], dtype=bool).copy()
         self._x_c_error = np.asarray(arrays["x_c_error"], dtype=np.float64).copy()
         self.version = int(meta["version"])

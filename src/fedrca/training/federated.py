@@ -177,7 +177,8 @@ class FederatedTraining:
         transport: Transport | None = None,
     ) -> None:
         self.config = config
-        self.settings = settings if settings is not None else config.training
+        base = settings if settings is not None else config.training
+        self.settings = base.model_copy(update={"client_bias": base.resolved_client_bias(config)})
         self.data = dict(data)
         lengths = {len(d.Y) for d in self.data.values()}
         if len(lengths) != 1:
@@ -214,6 +215,7 @@ class FederatedTraining:
             s,
             features=s.resolved_server_features(config),
             seed=s.seed * 7919,
+            input_dims=[self.clients[p].input_dim for p in plants],
         )
         self.round = 0
         self._bytes_up = dict.fromkeys(plants, 0)
@@ -377,7 +379,12 @@ class FederatedTraining:
             artifacts[plant] = make_artifact(
                 plant,
                 version,
-                {"theta": client.theta, **scorer_arrays(scorer), NOMINAL_STATE_COUNTS: state_counts},
+                {
+                    "theta": client.theta,
+                    **scorer_arrays(scorer),
+                    NOMINAL_STATE_COUNTS: state_counts,
+                    **client.whatif_arrays(),
+                },
                 config_hash=self.config_hash,
                 metrics=metrics,
                 epsilon_spent=summary["epsilon"],
@@ -394,7 +401,13 @@ class FederatedTraining:
             version,
             self.server.artifact_arrays(),
             config_hash=self.config_hash,
-            metrics={"rounds": self.round, "server_loss": self.server.loss, "losses": self.server.losses},
+            metrics={
+                "rounds": self.round,
+                "server_loss": self.server.loss,
+                "losses": self.server.losses,
+                "disentanglement": self.settings.disentanglement,
+                "penalties": self.server.penalties,
+            },
             epsilon_spent=max(eps) if eps else 0.0,
             delta=delta,
             extra={

@@ -23,7 +23,14 @@ from numpy.typing import NDArray
 
 from fedrca.exceptions import DataError
 
-__all__ = ["RegressionResult", "instrumental_variables", "lagged_design", "ordinary_least_squares", "ridge_regression"]
+__all__ = [
+    "RegressionResult",
+    "instrumental_variables",
+    "lagged_design",
+    "lagged_design_with_inputs",
+    "ordinary_least_squares",
+    "ridge_regression",
+]
 
 FloatArray = NDArray[np.float64]
 
@@ -65,6 +72,39 @@ def lagged_design(Z: FloatArray, n_instruments: int) -> tuple[FloatArray, FloatA
     regressors = Z[k : T - 1]
     instruments = np.hstack([Z[k - j : T - 1 - j] for j in range(1, k + 1)])
     return target, regressors, instruments
+
+
+def lagged_design_with_inputs(
+    Z: FloatArray, U_prev: FloatArray, n_instruments: int, inputs: str = "exogenous"
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`lagged_design` with inputs: regressors ``[Z(t-1), u(t-1)]`` for the target Z(t).
+
+    ``U_prev`` row t is u(t-1), the input that drives the transition into t (the
+    protocol's convention). ``inputs="exogenous"`` makes u(t-1) its own instrument
+    (inputs set independently of the noises, open loop); ``"lagged"`` instruments it
+    by ``u(t-2) .. u(t-1-k)`` instead, which stays valid when a controller sets u(t-1)
+    from the measurements at t-1 (feedback makes u(t-1) correlated with the
+    measurement noise n(t-1) in the regression error).
+
+    Examples
+    --------
+    >>> Z, U = np.arange(10.0)[:, None], 100 + np.arange(10.0)[:, None]
+    >>> y, x, w = lagged_design_with_inputs(Z, U, 2)
+    >>> float(y[0, 0]), x[0].tolist(), w[0].tolist()
+    (3.0, [2.0, 103.0], [1.0, 0.0, 103.0])
+    >>> lagged_design_with_inputs(Z, U, 2, "lagged")[2][0].tolist()
+    [1.0, 0.0, 102.0, 101.0]
+    """
+    if inputs not in ("exogenous", "lagged"):
+        raise DataError(f"inputs must be 'exogenous' or 'lagged', got {inputs!r}")
+    if len(U_prev) != len(Z):
+        raise DataError(f"inputs have {len(U_prev)} rows, the states {len(Z)}")
+    target, regressors, instruments = lagged_design(Z, n_instruments)
+    k, T = n_instruments, len(Z)
+    u_now = U_prev[k + 1 :]
+    lags = [U_prev[k + 1 - j : T - j] for j in range(1, k + 1)]
+    extra = u_now if inputs == "exogenous" else np.hstack(lags)
+    return target, np.hstack([regressors, u_now]), np.hstack([instruments, extra])
 
 
 def _with_constant(X: FloatArray) -> FloatArray:

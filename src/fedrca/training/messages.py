@@ -127,8 +127,10 @@ class StatesMessage(Message):
     x_meas : (W, P) measurement states x̃(t) = argmin_x ||y(t) - h(x)||_R (one Gauss-Newton step
         from x_c(t)), or None (sent once per window); unbiased for the state with noise that is
         white in time, which is what makes the server's instrumental-variable estimator consistent
-    xhat_a_prev : (W, P) augmented estimates x̂_a(t-1), optional
-    u : (W, U) inputs, optional (not sent by the default client)
+    xhat_a_prev : (W, P) augmented estimates x̂_a(t-1), optional (sent every round when the
+        disentanglement penalty is on: the server's penalty is a function of it)
+    u : (W, U) inputs u(t-1) driving the transition into t, optional (sent once per window with the
+        fixed states by a plant that has inputs)
     noise_sigma : standard deviation of the Gaussian noise added to every entry (0 = none)
     clip : L2 bound every state vector was clipped to before the noise (None = not clipped)
     """
@@ -162,15 +164,18 @@ class GradientMessage(Message):
         plants' data is clipped to ``clip / 2`` per sample, then noised
     noise_sigma : noise standard deviation per entry (0 = none)
     clip : per-sample L2 bound applied before the noise (None = not clipped)
+    grad_prev : (W, P) per-sample gradients d l_t / d x̂_a(t-1) of the disentanglement penalty
+        ``xi ||Â_mm (x̂_a - x̂_c)(t-1) - sum_n Â_mn x̂_c,n(t-1)||^2``, or None (penalty off)
     server_loss : mean l_t over the window (before clipping and noise)
     privacy_mu2 : sum of mu^2 the server's gradient releases of this round charged to each of
         this plant's records (it enters the plant's own accountant)
     """
 
     KIND: ClassVar[str] = "gradients"
-    ARRAYS: ClassVar[tuple[str, ...]] = ("grad",)
+    ARRAYS: ClassVar[tuple[str, ...]] = ("grad", "grad_prev")
 
     grad: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
+    grad_prev: FloatArray | None = None
     noise_sigma: float = 0.0
     clip: float | None = None
     server_loss: float = 0.0

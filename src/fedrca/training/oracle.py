@@ -49,11 +49,15 @@ def true_local_filter(
     state_noise: float = 0.1,
     sensor_noise: float = 0.1,
     system_seed: int = 0,
+    inputs_per_plant: int = 0,
+    input_coupling: float = 0.5,
+    input_gain: float = 0.5,
 ) -> LinearKalmanFilter:
-    """Plant ``plant``'s true local model of :func:`linear_multiplant` (chain graph): KF(A_mm, C_m, Q, R).
+    """Plant ``plant``'s true local model of :func:`linear_multiplant` (chain graph): KF(A_mm, B_mm, C_m, Q, R).
 
     Use as a plug-in (``model: {kind: plugin, plugin: "fedrca.training.oracle:true_local_filter",
-    plugin_args: {plant: 0}}``). The filter does not know the cross-plant blocks.
+    plugin_args: {plant: 0}}``). The filter does not know the cross-plant blocks (A_mn, B_mn);
+    with ``inputs_per_plant`` > 0 it knows its own input block B_mm (P3's proprietary model).
 
     Examples
     --------
@@ -70,6 +74,9 @@ def true_local_filter(
         state_noise=state_noise,
         sensor_noise=sensor_noise,
         system_seed=system_seed,
+        inputs_per_plant=inputs_per_plant,
+        input_coupling=input_coupling,
+        input_gain=input_gain,
     )
     if not 0 <= plant < n_plants:
         raise DataError(f"plant index must be in 0..{n_plants - 1}, got {plant}")
@@ -80,6 +87,7 @@ def true_local_filter(
         system.C[plant],
         state_noise**2 * np.eye(P),
         sensor_noise**2 * np.eye(D),
+        B=None if system.B is None else system.input_block(plant, plant),
     )
 
 
@@ -90,8 +98,12 @@ def linear_oracle(data: SyntheticData) -> OracleOutput:
     q = float(data.system.get("state_noise", 0.1))
     r = float(data.system.get("sensor_noise", 0.1))
     C = scipy.linalg.block_diag(*data.C)
-    kf = LinearKalmanFilter(data.A, C, q**2 * np.eye(len(data.A)), r**2 * np.eye(len(C)))
-    out = kf.filter(data.Y)
+    kf = LinearKalmanFilter(data.A, C, q**2 * np.eye(len(data.A)), r**2 * np.eye(len(C)), B=data.B)
+    U_prev = None
+    if data.U is not None:
+        # the filter's row t takes the input driving the transition into t: u(t-1)
+        U_prev = np.vstack([np.zeros((1, data.U.shape[1])), data.U[:-1]])
+    out = kf.filter(data.Y, U_prev)
     return OracleOutput(out.x_pred, out.residuals)
 
 

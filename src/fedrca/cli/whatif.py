@@ -1,0 +1,250 @@
+"""``fedrca whatif``: how would one plant's measurements change if another plant's inputs were different?
+
+    fedrca whatif --params DIR --target PLANT --input-of PLANT --delta JSON [--steps K]
+                  [--mode step|impulse] [--own-blocks] [--plot PNG] [--json FILE]
+
+Reads the artifacts of a training run (``fedrca train --out DIR``): the server's
+learned global model (A, B) and the target plant's measurement map, and prints the
+predicted change of every sensor of ``--target`` when the inputs of ``--input-of``
+change by ``--delta`` (raw units of the inputs): one step later (the average
+treatment effect ``C_mm B_mn du``) and after K steps of the change held
+(``--mode step``, the default) or applied once (``impulse``). ``--delta`` is a JSON
+list with one number per input of ``--input-of`` (in its configured order), an
+object ``{"input name": change}`` (unnamed inputs do not change) or one number for
+a plant with one input. A small PNG of the K-step response is written
+(``--plot``, default ``whatif_<target>_<input-of>.png``). Every block of A and B is
+the server's unless ``--own-blocks`` puts the plants' own A_mm, B_mm (their artifacts'
+private ``whatif.*`` arrays) on the diagonal. The spectral radius of the A used is
+printed: at or above 1 the K-step response grows without bound and only the one-step
+answer (the ATE) is meaningful. See docs/whatif.md.
+
+Errors (unknown plant, wrong number of changes, artifacts trained without inputs)
+are one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedrca.cli.files import write_atomic
+from fedrca.contracts.artifacts import SERVER, load_artifacts
+from fedrca.exceptions import ArtifactError, ConfigError
+from fedrca.training.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
+
+__all__ = ["parse_delta", "register", "run_whatif"]
+
+#: Sensors drawn in the PNG (the ones with the largest response).
+PLOT_SENSORS = 8
+
+
+def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
+    """The ``--delta`` argument as (U,) changes of ``plant``'s inputs.
+
+    Raises
+    ------
+    ConfigError
+        Not JSON, not numbers, a wrong count or an unknown input name (key ``--delta``).
+
+    Examples
+    --------
+    >>> pm = PlantMap("reactor", inputs=("XMV(10)",))
+    >>> parse_delta('{"XMV(10)": 2.5}', pm, 1).tolist(), parse_delta("2.5", pm, 1).tolist()
+    ([2.5], [2.5])
+    """
+    names = list(plant.inputs) if len(plant.inputs) == n_inputs else []
+    described = f" ({', '.join(names)})" if names else ""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ConfigError(
+            f"not JSON: {text!r}; give a list of {n_inputs} number(s){described} or an object {{input: change}}",
+            key="--delta",
+        ) from None
+    if isinstance(value, dict):
+        unknown = [k for k in value if k not in names]
+        if unknown:
+            raise ConfigError(
+                f"plant '{plant.name}' has no input(s) {', '.join(map(repr, unknown))}; its inputs are "
+                f"{', '.join(names) or f'{n_inputs} unnamed'}",
+                key="--delta",
+            )
+        changes = [value.get(name, 0.0) for name in names]
+    elif isinstance(value, list):
+        changes = value
+    else:
+        changes = [value]
+    if len(changes) != n_inputs:
+        raise ConfigError(
+            f"plant '{plant.name}' has {n_inputs} input(s){described}; give {n_inputs} change(s), got {len(changes)}",
+            key="--delta",
+        )
+    if not all(isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c) for c in changes):
+        raise ConfigError(f"the changes must be finite numbers, got {changes!r}", key="--delta")
+    return np.asarray(changes, dtype=np.float64)
+
+
+def _load(params: str, own_blocks: bool = False) -> GlobalModel:
+    artifacts = load_artifacts(params)
+    if SERVER not in artifacts:
+        raise ArtifactError(f"{params}: no server artifact ({SERVER}.npz/.json); run fedrca train --out {params}")
+    server = artifacts.pop(SERVER)
+    return GlobalModel.from_artifacts(server, artifacts, local_blocks=own_blocks)
+
+
+def run_whatif(
+    params: str,
+    target: str,
+    source: str,
+    delta: str,
+    steps: int = 1,
+    mode: str = "step",
+    own_blocks: bool = False,
+) -> tuple[GlobalModel, WhatIfAnswer]:
+    """Load the artifacts, check the arguments and answer the query (no output)."""
+    if steps < 1:
+        raise ConfigError(f"must be at least 1, got {steps}", key="--steps")
+    model = _load(params, own_blocks)
+    for plant, key in ((target, "--target"), (source, "--input-of")):
+        if plant not in model.plants:
+            raise ConfigError(f"unknown plant '{plant}'; plants are {', '.join(model.plants)}", key=key)
+    n = model.plants.index(source)
+    if model.input_dims[n] == 0:
+        with_inputs = [p for p, d in zip(model.plants, model.input_dims, strict=True) if d]
+        raise ConfigError(
+            f"plant '{source}' has no inputs; plants with inputs: {', '.join(with_inputs) or 'none'}", key="--input-of"
+        )
+    if model.maps.get(target) is None or model.maps[target].C is None:
+        raise ArtifactError(
+            f"{params}: the artifact of plant '{target}' carries no measurement map (whatif.C): it was trained by "
+            "an older fedrca; re-run fedrca train"
+        )
+    du = parse_delta(delta, model.maps.get(source, PlantMap(source)), model.input_dims[n])
+    return model, what_if(model, target, source, du, steps=steps, mode="impulse" if mode == "impulse" else "step")
+
+
+def _sensor_names(answer: WhatIfAnswer, count: int) -> list[str]:
+    return list(answer.sensors) if len(answer.sensors) == count else [f"#{j}" for j in range(count)]
+
+
+def _table(answer: WhatIfAnswer) -> str:
+    assert answer.sensor_response is not None and answer.direct_sensors is not None
+    names = _sensor_names(answer, len(answer.direct_sensors))
+    width = max(6, *(len(n) for n in names))
+    K = answer.steps
+    peak_idx = np.argmax(np.abs(answer.sensor_response), axis=0)
+    peak = answer.sensor_response[peak_idx, np.arange(len(names))]
+    head = f"{'sensor':<{width}}  {'k=1 (ATE)':>12}  {f'k={K}':>12}  {'largest':>12}  {'at k':>5}"
+    lines = [head, "-" * len(head)]
+    for j, name in enumerate(names):
+        lines.append(
+            f"{name:<{width}}  {answer.direct_sensors[j]:>12.5g}  {answer.sensor_response[-1, j]:>12.5g}  "
+            f"{peak[j]:>12.5g}  {int(peak_idx[j]) + 1:>5d}"
+        )
+    return "\n".join(lines)
+
+
+def _plot(answer: WhatIfAnswer, path: str | Path) -> Path:
+    # start-up cost: matplotlib is imported only when a plot is drawn
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    assert answer.sensor_response is not None
+    response = answer.sensor_response
+    names = _sensor_names(answer, response.shape[1])
+    order = np.argsort(-np.max(np.abs(response), axis=0))[:PLOT_SENSORS]
+    k = np.arange(1, answer.steps + 1)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    for j in order:
+        ax.plot(k, response[:, j], marker="o" if answer.steps <= 30 else None, ms=3, lw=1.2, label=names[j])
+    ax.axhline(0.0, color="#888888", lw=0.7)
+    ax.set_xlabel("steps after the change (k)")
+    ax.set_ylabel(f"change of {answer.target}'s sensors")
+    change = ", ".join(f"{v:+.4g}" for v in answer.delta)
+    ax.set_title(f"{answer.mode} of {answer.source}'s inputs by [{change}]", fontsize=10)
+    ax.legend(fontsize=7, ncol=2, frameon=False)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return write_atomic(path, buffer.getvalue())
+
+
+def _whatif(args: argparse.Namespace) -> int:
+    model, answer = run_whatif(
+        args.params, args.target, args.input_of, args.delta, args.steps, args.mode, args.own_blocks
+    )
+    source_map = model.maps.get(answer.source, PlantMap(answer.source))
+    inputs = list(source_map.inputs) if len(source_map.inputs) == len(answer.delta) else []
+    change = ", ".join(
+        f"{name} {v:+.6g}" for name, v in zip(inputs or [f"#{j}" for j in range(len(answer.delta))], answer.delta)
+    )
+    how = "held from t-1 on (step)" if answer.mode == "step" else "for one sample (impulse)"
+    blocks = (
+        f"own diagonal blocks of {', '.join(model.local)} with the server's cross blocks"
+        if model.local
+        else "learned A and B of the server"
+    )
+    print(
+        f"what if {answer.source}'s inputs changed by [{change}] {how}: predicted change of {answer.target}'s "
+        f"sensors (raw units; model {model.version}, {blocks})"
+    )
+    print(_table(answer))
+    state = ", ".join(f"{v:+.4g}" for v in answer.direct_state)
+    print(f"\nstate change one step later (B_mn du): [{state}]")
+    rho = model.spectral_radius
+    settles = "the response settles" if rho < 1.0 else "the K-step response grows without bound: trust k=1 only"
+    print(f"spectral radius of A: {rho:.4g} ({settles})")
+    plot = args.plot or f"whatif_{answer.target}_{answer.source}.png"
+    written = _plot(answer, plot)
+    print(f"k-step response: {written}")
+    if args.json:
+        payload: dict[str, Any] = {
+            "target": answer.target,
+            "input_of": answer.source,
+            "delta": answer.delta.tolist(),
+            "mode": answer.mode,
+            "steps": answer.steps,
+            "model_version": model.version,
+            "own_blocks": list(model.local),
+            "spectral_radius": model.spectral_radius,
+            "sensors": _sensor_names(answer, 0 if answer.direct_sensors is None else len(answer.direct_sensors)),
+            "ate": None if answer.direct_sensors is None else answer.direct_sensors.tolist(),
+            "response": None if answer.sensor_response is None else answer.sensor_response.tolist(),
+            "state_response": answer.state_response.tolist(),
+        }
+        write_atomic(args.json, json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``whatif`` to the CLI."""
+    p = sub.add_parser(
+        "whatif",
+        help="predict how a plant's sensors change if another plant's control inputs change",
+        description="What-if (counterfactual) query on the learned global model (docs/whatif.md).",
+    )
+    p.add_argument("--params", required=True, help="directory of a training run's artifacts (fedrca train --out)")
+    p.add_argument("--target", required=True, help="the plant whose sensors are predicted")
+    p.add_argument("--input-of", dest="input_of", required=True, help="the plant whose inputs change")
+    p.add_argument(
+        "--delta", required=True, help='changes of its inputs (raw units): JSON list, {"name": change} or a number'
+    )
+    p.add_argument("--steps", type=int, default=10, help="steps K of the response (default 10)")
+    p.add_argument("--mode", choices=("step", "impulse"), default="step", help="change held (step) or one sample")
+    p.add_argument(
+        "--own-blocks",
+        action="store_true",
+        help="use the plants' own A_mm, B_mm (from their artifacts) on the diagonal instead of the server's",
+    )
+    p.add_argument("--plot", default=None, help="PNG of the K-step response (default whatif_<target>_<input-of>.png)")
+    p.add_argument("--json", default=None, help="also write the answer as JSON")
+    p.set_defaults(func=_whatif)
