@@ -7,6 +7,7 @@
     participants:                    # one entry per participant: its own nominal data
       - {name: seg1, file: data/tep/d00.dat, rows: [0, 100]}
       - {name: seg2, file: data/tep/d00.dat, rows: [100, 200]}
+      - {name: sim200, simulate: {seed: 200}}  # a cached nominal TEP simulator run (data.format tep)
     model: {components: 2, rho: 10.0, lambda0: 1.0}
     consensus: {chunks: 3, tolerance: 1.0e-12, step: degree}
     graph: {kind: expander}          # expander | ring | adjacency (+ neighbours: [[1, 4], [0, 2], ...])
@@ -41,7 +42,7 @@ from fedrca.detectors.collabdict import FleetSettings
 from fedrca.detectors.consensus import PeerGraph
 from fedrca.exceptions import ConfigError
 
-__all__ = ["FleetConfig", "load_fleet_config", "parse_fleet_config"]
+__all__ = ["FleetConfig", "ParticipantConfig", "SimulateSource", "load_fleet_config", "parse_fleet_config"]
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
@@ -57,18 +58,40 @@ class DataSettings(_Strict):
     columns: list[str] | None = Field(None, description="csv: the variables, in order (default: every column)")
 
 
+class SimulateSource(_Strict):
+    """A nominal run of the TEP simulator (``fedrca.connectors.simulator``) as a participant's data.
+
+    Read from the run cache (``$FEDRCA_CACHE/tep-library``, filled by ``python bench/tep_library.py``);
+    with ``generate: true`` a missing run is simulated (needs ``fedrca[sim]``) and cached first.
+    Seeds below 100 are the project's independent-check seeds: use them only for that check.
+    """
+
+    seed: int = Field(..., ge=0)
+    hours: float = Field(48.0, gt=0.0)
+    mode: Literal["mode1", "mode2", "mode3", "mode4", "mode5", "mode6"] = "mode1"
+    generate: bool = False
+
+
 class ParticipantConfig(_Strict):
-    """One participant and its nominal data: a file, optionally a slice of its rows [start, stop)."""
+    """One participant and its nominal data: a file or a simulated nominal run, optionally rows [start, stop)."""
 
     name: str = Field(..., pattern=_NAME)
-    file: str = Field(..., min_length=1)
+    file: str | None = Field(None, min_length=1)
+    simulate: SimulateSource | None = None
     rows: tuple[int, int] | None = None
 
     @model_validator(mode="after")
     def _rows(self) -> ParticipantConfig:
+        if (self.file is None) == (self.simulate is None):
+            raise ValueError("give exactly one source: file: PATH or simulate: {seed: N}")
         if self.rows is not None and not 0 <= self.rows[0] < self.rows[1]:
             raise ValueError(f"rows must be [start, stop) with 0 <= start < stop, got {list(self.rows)}")
         return self
+
+    @property
+    def source(self) -> str:
+        """The key of :data:`fedrca.cli.fleet.sources.LOADERS` that reads this participant."""
+        return "file" if self.file is not None else "simulate"
 
 
 class ModelSection(_Strict):
@@ -156,6 +179,11 @@ class FleetConfig(_Strict):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"participant names must be unique; repeated: {', '.join(dup)}")
+        simulated = [p.name for p in self.participants if p.simulate is not None]
+        if simulated and self.data.format != "tep":
+            raise ValueError(
+                f"simulated participants ({', '.join(simulated)}) give TEP samples; set data: {{format: tep}}"
+            )
         return self
 
     @property
