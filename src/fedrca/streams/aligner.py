@@ -19,6 +19,8 @@ timing: the same input always yields the same rows and hence the same verdicts.
 
 from __future__ import annotations
 
+import base64
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -132,14 +134,29 @@ class FlagAligner:
         return "".join(str(int(FlagState.of(*row[p]))) if p in row else "-" for p in self.plants)
 
     def get_state(self) -> dict[str, Any]:
-        """JSON-friendly state."""
+        """JSON-friendly state.
+
+        The memory of released rows is written with every batch of a worker, so it is
+        compact: the seqs as runs of consecutive seqs (``[first, count]``; released seqs are
+        consecutive but for skipped samples) and the codes zlib-compressed (a nominal
+        stream's codes repeat), about 1 kB instead of 110 kB for 10,000 rows of 5 plants
+        (``tests/streams/test_aligner.py::test_state_round_trip_keeps_the_memory`` guards
+        the round trip).
+        """
+        runs: list[list[int]] = []
+        for seq, _ in self._released:
+            if runs and runs[-1][0] + runs[-1][1] == seq:
+                runs[-1][1] += 1
+            else:
+                runs.append([seq, 1])
+        codes = "".join(code for _, code in self._released).encode("ascii")
         return {
             "buffer": {str(s): {p: list(b) for p, b in row.items()} for s, row in self._buffer.items()},
             "ts": {str(s): t for s, t in self._ts.items()},
             "next_seq": self._next_seq,
             "max_seq": self._max_seq,
-            "released_seqs": [s for s, _ in self._released],
-            "released_codes": "".join(code for _, code in self._released),
+            "released_runs": runs,
+            "released_codes_z": base64.b64encode(zlib.compress(codes, 1)).decode("ascii"),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -151,8 +168,11 @@ class FlagAligner:
         self._next_seq = state["next_seq"]
         self._max_seq = int(state["max_seq"])
         width = len(self.plants)
-        codes = state["released_codes"]
+        if "released_runs" in state:
+            seqs = [first + k for first, count in state["released_runs"] for k in range(int(count))]
+            codes = zlib.decompress(base64.b64decode(state["released_codes_z"])).decode("ascii")
+        else:  # the uncompressed form of earlier states
+            seqs, codes = state["released_seqs"], state["released_codes"]
         self._released = deque(
-            ((int(seq), codes[k * width : (k + 1) * width]) for k, seq in enumerate(state["released_seqs"])),
-            maxlen=self.memory,
+            ((int(seq), codes[k * width : (k + 1) * width]) for k, seq in enumerate(seqs)), maxlen=self.memory
         )
