@@ -120,6 +120,7 @@ def test_state_round_trip_keeps_the_memory():
     restored.set_state(state)
     assert list(restored._released) == list(al._released)
     assert restored._released[0][0] == al._released[0][0] and len(restored._released) == 500
+    assert restored.get_state() == state  # the kept serialised form follows evictions
     assert restored.add(flag("a", 650, 0, 0))[1] == "duplicate"  # 650: zc = 650 % 2, za = (650 // 3) % 2
     assert restored.add(flag("a", 650, 1, 1))[1] == "late"
     assert restored.add(flag("c", 300, 0, 0))[1] == "late"
