@@ -19,10 +19,12 @@ The Kafka side of a batch (fetch, one transaction) is measured by ``bench_stream
 ("plant worker CPU per batch"); ``docs/sizing.md`` adds the two.
 
     python bench/run.py sizing
+    python bench/bench_sizing.py --sizes 50 200
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import sys
@@ -117,13 +119,20 @@ def measure(d: int, workdir: Path) -> dict[str, float]:
     return out
 
 
-def main() -> int:
-    """Print the table (informational: no target; ``docs/sizing.md`` turns it into plants per worker)."""
+def main(argv: list[str] | None = None) -> int:
+    """Print the table (informational: no target; ``docs/sizing.md`` turns it into plants per worker).
+
+    ``--sizes 50 200`` measures only those plant sizes (default: 50 200 1000).
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), choices=SIZES)
+    args = parser.parse_args([] if argv is None else argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="fedrca-bench-sizing-") as tmp:
-        for d in SIZES:
+        for d in args.sizes:
             print(f"  plant of {d} sensors", file=sys.stderr, flush=True)
             rows.append((d, measure(d, Path(tmp))))
+            print(f"  {d} sensors: {rows[-1][1]}", file=sys.stderr, flush=True)
     print("one plant, config/tep.yaml detector settings; CPU = time.process_time of the handler (decode, detect,")
     print("encode, state) per message; memory = tracemalloc of the fitted detector + processor")
     print(
@@ -139,4 +148,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

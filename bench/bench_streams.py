@@ -836,6 +836,17 @@ def main(argv: list[str] | None = None, repeat: int | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="fedrca-bench-streams-") as tmp:
             for k in range(repeat):
                 runs.append(one_run(bootstrap, Path(tmp), k, repeat))
+                run = runs[-1]
+                first = run["lat"]["rates"][0]
+                print(  # each run's headline as it ends (a long session on a shared machine may be cut short)
+                    f"  run {k + 1}/{repeat}: {run['tp']['steady']:,.0f} msgs/s = {run['ratio']:.2f}x the peer; "
+                    f"verdict p50/p99/p99.9 at {first['offered']:,.0f} msgs/s: "
+                    + "/".join(f"{v:.0f}" for v in first["verdict"])
+                    + " ms; problems: "
+                    + (run["tp"]["problem"] or run["lat"]["problem"] or "none"),
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         release_broker()
     for k, run in enumerate(runs):
