@@ -34,7 +34,7 @@ exhaustive: $(STAMP) system-deps kafka-jars
 
 ## make bench: benchmarks against named peers, measured in the same run
 bench: $(STAMP) kafka-jars
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py --repeat 3
 
 system-deps:
 	tools/ensure-system-deps.sh

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PeerResult", "create_topic", "run_peer", "sensor_payload"]
+__all__ = ["PeerResult", "create_topic", "paced_latency", "run_peer", "sensor_payload"]
 
 VALUES = 12  # sensors of a typical TEP plant (reactor)
 
@@ -53,6 +53,7 @@ class PeerResult:
     latency_p99_ms: float
     latency_max_ms: float
     achieved_rate: float
+    latency_p999_ms: float = float("nan")
 
     def lines(self) -> list[str]:
         """Human-readable summary."""
@@ -201,7 +202,26 @@ def run_peer(
         latency_p99_ms=float(np.percentile(lat_ms, 99)),
         latency_max_ms=float(lat_ms.max()),
         achieved_rate=paced_count / span if span > 0 else float("inf"),
+        latency_p999_ms=float(np.percentile(lat_ms, 99.9)),
     )
+
+
+def paced_latency(
+    bootstrap: str, rate: float, seconds: float, partitions: int = 1, timeout: float = 120.0
+) -> tuple[float, float, float]:
+    """(p50, p99, p99.9) ms of the loop at ``rate`` messages/s offered for ``seconds`` seconds.
+
+    Raises
+    ------
+    RuntimeError
+        When the consumer did not receive every message.
+    """
+    count = max(1, int(rate * seconds))
+    paced = _phase(bootstrap, partitions, count, rate, timeout)
+    if paced["received"] != count:
+        raise RuntimeError(f"peer consumer received {paced['received']} of {count} messages")
+    lat_ms = np.asarray(paced["latencies_ns"], dtype=np.float64) / 1e6
+    return float(np.percentile(lat_ms, 50)), float(np.percentile(lat_ms, 99)), float(np.percentile(lat_ms, 99.9))
 
 
 if __name__ == "__main__":

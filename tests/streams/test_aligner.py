@@ -104,3 +104,31 @@ def test_state_round_trip_mid_stream():
     assert again.add(flag("a", 3, 1, 0))[1] == "duplicate"
     assert again.add(flag("a", 3, 0, 0))[1] == "late"
     assert again.add(flag("b", 5, 1, 0))[1] == "late"  # b never reported seq 5
+
+
+def test_state_round_trip_keeps_the_memory():
+    """Runs + compressed codes restore every remembered (seq, code), gaps and the memory bound included."""
+    al = FlagAligner(PLANTS, allowed_lateness=1, memory=500)
+    # seqs 0..699 with 100..109 never reported (skipped) and plant c missing at 300 (released without it)
+    for s in [s for s in range(700) if not 100 <= s < 110]:
+        for p in PLANTS:
+            if not (s == 300 and p == "c"):
+                al.add(flag(p, s, s % 2, (s // 3) % 2))
+    state = json.loads(json.dumps(al.get_state()))
+    assert len(json.dumps(state)) < 2_000  # compact: written with every batch
+    restored = FlagAligner(PLANTS, allowed_lateness=1, memory=500)
+    restored.set_state(state)
+    assert list(restored._released) == list(al._released)
+    assert restored._released[0][0] == al._released[0][0] and len(restored._released) == 500
+    assert restored.get_state() == state  # the kept serialised form follows evictions
+    assert restored.add(flag("a", 650, 0, 0))[1] == "duplicate"  # 650: zc = 650 % 2, za = (650 // 3) % 2
+    assert restored.add(flag("a", 650, 1, 1))[1] == "late"
+    assert restored.add(flag("c", 300, 0, 0))[1] == "late"
+    # a state in the uncompressed form of earlier releases still restores
+    old = dict(state)
+    del old["released_runs"], old["released_codes_z"]
+    old["released_seqs"] = [s for s, _ in al._released]
+    old["released_codes"] = "".join(code for _, code in al._released)
+    legacy = FlagAligner(PLANTS, allowed_lateness=1, memory=500)
+    legacy.set_state(old)
+    assert list(legacy._released) == list(al._released)

@@ -19,6 +19,8 @@ timing: the same input always yields the same rows and hence the same verdicts.
 
 from __future__ import annotations
 
+import base64
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -70,9 +72,12 @@ class FlagAligner:
         self._next_seq: int | None = None
         self._max_seq = -1
         self._index = {p: i for i, p in enumerate(self.plants)}
-        # Released rows as (seq, one character per plant: "-" absent, else its FlagState): the
-        # memory is written to the changelog with every batch, so it is kept compact.
+        # Released rows as (seq, one character per plant: "-" absent, else its FlagState). The
+        # memory is written with every batch of a worker, so its serialised form is kept up to
+        # date as rows come and go: runs of consecutive seqs and the codes as one ASCII buffer.
         self._released: deque[tuple[int, str]] = deque(maxlen=memory)
+        self._runs: deque[list[int]] = deque()  # [first seq, count]
+        self._codes = bytearray()
 
     def add(self, flag: FlagMessage) -> tuple[list[AlignedRow], str]:
         """Add one flag; returns the rows now released and the flag's status.
@@ -124,22 +129,49 @@ class FlagAligner:
                 break
             del self._buffer[seq]
             out.append(AlignedRow(seq, self._ts.pop(seq), dict(row), complete=len(row) == n_plants))
-            self._released.append((seq, self._code(row)))
+            self._remember(seq, self._code(row))
             self._next_seq = seq + 1
         return out
+
+    def _remember(self, seq: int, code: str) -> None:
+        """Append a released row to the memory (and its serialised form), forgetting the oldest when full."""
+        if self.memory == 0:
+            return
+        if len(self._released) == self.memory:
+            first = self._runs[0]
+            first[0] += 1
+            first[1] -= 1
+            if first[1] == 0:
+                self._runs.popleft()
+            del self._codes[: len(self._released[0][1])]
+        self._released.append((seq, code))
+        last = self._runs[-1] if self._runs else None
+        if last is not None and last[0] + last[1] == seq:
+            last[1] += 1
+        else:
+            self._runs.append([seq, 1])
+        self._codes += code.encode("ascii")
 
     def _code(self, row: dict[str, tuple[int, int]]) -> str:
         return "".join(str(int(FlagState.of(*row[p]))) if p in row else "-" for p in self.plants)
 
     def get_state(self) -> dict[str, Any]:
-        """JSON-friendly state."""
+        """JSON-friendly state.
+
+        The memory of released rows is written with every batch of a worker, so it is
+        compact: the seqs as runs of consecutive seqs (``[first, count]``; released seqs are
+        consecutive but for skipped samples) and the codes zlib-compressed (a nominal
+        stream's codes repeat), about 1 kB instead of 110 kB for 10,000 rows of 5 plants
+        (``tests/streams/test_aligner.py::test_state_round_trip_keeps_the_memory`` guards
+        the round trip).
+        """
         return {
             "buffer": {str(s): {p: list(b) for p, b in row.items()} for s, row in self._buffer.items()},
             "ts": {str(s): t for s, t in self._ts.items()},
             "next_seq": self._next_seq,
             "max_seq": self._max_seq,
-            "released_seqs": [s for s, _ in self._released],
-            "released_codes": "".join(code for _, code in self._released),
+            "released_runs": [list(run) for run in self._runs],
+            "released_codes_z": base64.b64encode(zlib.compress(self._codes, 1)).decode("ascii"),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -151,8 +183,13 @@ class FlagAligner:
         self._next_seq = state["next_seq"]
         self._max_seq = int(state["max_seq"])
         width = len(self.plants)
-        codes = state["released_codes"]
-        self._released = deque(
-            ((int(seq), codes[k * width : (k + 1) * width]) for k, seq in enumerate(state["released_seqs"])),
-            maxlen=self.memory,
-        )
+        if "released_runs" in state:
+            seqs = [first + k for first, count in state["released_runs"] for k in range(int(count))]
+            codes = zlib.decompress(base64.b64decode(state["released_codes_z"])).decode("ascii")
+        else:  # the uncompressed form of earlier states
+            seqs, codes = state["released_seqs"], state["released_codes"]
+        self._released = deque(maxlen=self.memory)
+        self._runs = deque()
+        self._codes = bytearray()
+        for k, seq in enumerate(seqs):
+            self._remember(int(seq), codes[k * width : (k + 1) * width])

@@ -32,7 +32,7 @@ from fedrca.connectors.names import SiteNames
 from fedrca.exceptions import ConfigError
 from fedrca.streams.agents import Heartbeat, ParamsFollower, PlantAgent, RCAAgent
 from fedrca.streams.compat import FedrcaApp
-from fedrca.streams.loop import InputRecord, LoopSettings, TransactionalLoop
+from fedrca.streams.loop import BatchTimes, InputRecord, LoopSettings, TransactionalLoop
 from fedrca.streams.runtime import PlantRuntime, RCARuntime
 
 __all__ = ["ROLES", "StreamSettings", "Worker", "create_app", "parse_roles", "use_uvloop"]
@@ -177,15 +177,19 @@ class Worker:
             security=security,
         )
 
-    def _on_plant_batch(self, tp: TopicPartition, records: Sequence[InputRecord], seconds: float) -> None:
+    def _on_plant_batch(self, tp: TopicPartition, records: Sequence[InputRecord], times: BatchTimes) -> None:
         assert self.plants is not None
-        self.plants.metrics.record_stage_latency("plant", records)
-        self.plants.metrics.record_latency("plant_batch", seconds)
+        metrics = self.plants.metrics
+        metrics.record_stage_latency("consume", records, now=times.fetched)
+        metrics.record_stage_latency("flags", records, now=times.committed)
+        metrics.record_latency("plant_batch", times.committed - times.fetched)
 
-    def _on_rca_batch(self, tp: TopicPartition, records: Sequence[InputRecord], seconds: float) -> None:
+    def _on_rca_batch(self, tp: TopicPartition, records: Sequence[InputRecord], times: BatchTimes) -> None:
         assert self.rca is not None
-        self.rca.metrics.record_stage_latency("rca", records)
-        self.rca.metrics.record_latency("rca_batch", seconds)
+        metrics = self.rca.metrics
+        metrics.record_stage_latency("aligned", records, now=times.processed)
+        metrics.record_stage_latency("verdict", records, now=times.committed)
+        metrics.record_latency("rca_batch", times.committed - times.fetched)
 
     # -- probes -------------------------------------------------------------------------------
     def live(self) -> tuple[bool, str]:

@@ -45,6 +45,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError, ProducerFenced
 
 __all__ = [
+    "BatchTimes",
     "InputRecord",
     "LoopSettings",
     "Outgoing",
@@ -87,6 +88,22 @@ class Processed:
     state: bytes = b"null"
 
 
+@dataclass(frozen=True)
+class BatchTimes:
+    """When a committed batch passed the points of its way (wall clock, seconds since the epoch).
+
+    Attributes
+    ----------
+    fetched : the fetch that returned the batch completed
+    processed : the handler returned its outputs
+    committed : the batch's transaction committed
+    """
+
+    fetched: float
+    processed: float
+    committed: float
+
+
 class PartitionHandler(Protocol):
     """The work on one input partition; pure (no Kafka), driven by :class:`TransactionalLoop`."""
 
@@ -99,7 +116,18 @@ class PartitionHandler(Protocol):
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """How a loop talks to Kafka.
+    """How a loop talks to Kafka: connection, and the latency/throughput policy.
+
+    The policy is explicit rather than the clients' defaults (which are tuned for
+    throughput): a fetch returns as soon as any record is there (``fetch.min.bytes``
+    1), and a partition's outputs leave in one transaction as soon as its batch is
+    processed (producer ``linger.ms`` 0: the batch *is* the linger). A batch is what
+    one fetch returned, up to ``max_records`` over all partitions and
+    ``max_partition_bytes`` per partition, so batches grow with the backlog (fewer
+    transactions per message under load) and stay small when records trickle in
+    (each is committed at once). The transactions of the partitions of one fetch are
+    committed concurrently (each partition has its own producer), so a fetch costs
+    about one transaction's round trips however many partitions it holds.
 
     Attributes
     ----------
@@ -107,8 +135,16 @@ class LoopSettings:
     group_id : the consumer group (offsets are committed for it inside the transactions)
     client_id : names the worker in the broker's logs and the group
     max_records : most records taken per fetch (over all partitions)
-    fetch_wait : seconds a fetch may wait for records (``getmany``) and the broker may hold a
-        fetch without data (``fetch.max.wait.ms``): the batching latency
+    max_partition_bytes : most bytes a fetch takes from one partition (``max.partition.fetch.bytes``);
+        it bounds how far one plant's flags run ahead of the others' in a backlog: keep a plant's batch
+        (about 1.2 kB per TEP message, so 1 MiB is about 850 rows) below the RCA's allowed lateness
+        (1,000 samples by default), or rows are judged before the slower plants reported them
+    fetch_wait : seconds a fetch may wait when no record is there (``getmany`` and the broker's
+        ``fetch.max.wait.ms``); it bounds the idle polling, not the latency of a record that is there
+    linger : seconds a producer waits to fill a record batch (``linger.ms``; 0: the batch is sent
+        when the transaction commits)
+    retry_backoff : seconds a client waits before retrying a request the broker could not serve
+        yet (``retry.backoff.ms``; the library's 0.1 s would land in the latency's tail)
     session_timeout : seconds after which the broker declares a silent worker dead
     transaction_timeout : seconds before the broker aborts an open transaction of a dead worker
     request_timeout : seconds a broker request may take before it is retried or fails
@@ -119,8 +155,11 @@ class LoopSettings:
     bootstrap: str
     group_id: str
     client_id: str = "fedrca"
-    max_records: int = 2000
+    max_records: int = 10_000
+    max_partition_bytes: int = 1 << 20
     fetch_wait: float = 0.02
+    linger: float = 0.0
+    retry_backoff: float = 0.02
     session_timeout: float = 10.0
     transaction_timeout: float = 60.0
     request_timeout: float = 30.0
@@ -202,7 +241,7 @@ class TransactionalLoop:
     handler_for : builds the handler of a partition (called on assignment)
     state_topic_for : the compacted topic (partition 0) a partition's state goes to
     transactional_id_for : the fixed transactional id of a partition (unique in the deployment)
-    on_batch : called after every committed batch with (partition, records, seconds from fetch to commit)
+    on_batch : called after every committed batch with (partition, records, :class:`BatchTimes`)
     lock : held while a batch is processed and committed and while partitions change hands
         (share it with anything that must not change the handlers inside a batch)
     """
@@ -214,7 +253,7 @@ class TransactionalLoop:
         handler_for: Callable[[TopicPartition], PartitionHandler],
         state_topic_for: Callable[[TopicPartition], str],
         transactional_id_for: Callable[[TopicPartition], str],
-        on_batch: Callable[[TopicPartition, Sequence[InputRecord], float], None] | None = None,
+        on_batch: Callable[[TopicPartition, Sequence[InputRecord], BatchTimes], None] | None = None,
         lock: asyncio.Lock | None = None,
     ) -> None:
         self.settings = settings
@@ -243,6 +282,9 @@ class TransactionalLoop:
             auto_offset_reset="earliest",
             isolation_level="read_committed",
             fetch_max_wait_ms=max(1, int(s.fetch_wait * 1000)),
+            fetch_min_bytes=1,
+            max_partition_fetch_bytes=s.max_partition_bytes,
+            retry_backoff_ms=max(1, int(s.retry_backoff * 1000)),
             session_timeout_ms=int(s.session_timeout * 1000),
             heartbeat_interval_ms=max(100, int(s.session_timeout * 1000 / 5)),
             rebalance_timeout_ms=int(max(20.0, 2 * s.session_timeout) * 1000),
@@ -256,10 +298,19 @@ class TransactionalLoop:
                 batch = await self._consumer.getmany(
                     timeout_ms=max(1, int(s.fetch_wait * 1000)), max_records=s.max_records
                 )
-                fetched = time.perf_counter()
-                for tp, records in batch.items():
-                    async with self._lock:
-                        await self._process(tp, records, fetched)
+                if not batch:
+                    continue
+                fetched = time.time()
+                async with self._lock:
+                    # one task per partition: the handlers run one after the other (they are
+                    # synchronous), the transactions' round trips overlap
+                    outcomes = await asyncio.gather(
+                        *(self._process(tp, records, fetched) for tp, records in batch.items()),
+                        return_exceptions=True,
+                    )
+                for outcome in outcomes:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
         finally:
             async with self._lock:
                 await self._drop(list(self._tasks))
@@ -284,7 +335,8 @@ class TransactionalLoop:
             transactional_id=self._transactional_id_for(tp),
             enable_idempotence=True,
             acks="all",
-            linger_ms=0,
+            linger_ms=int(s.linger * 1000),
+            retry_backoff_ms=max(1, int(s.retry_backoff * 1000)),
             transaction_timeout_ms=int(s.transaction_timeout * 1000),
             request_timeout_ms=int(s.request_timeout * 1000),
             **s.security,
@@ -364,6 +416,7 @@ class TransactionalLoop:
             return
         next_offset = batch[-1].offset + 1
         processed = task.handler.process(batch)
+        done = time.time()
         try:
             async with task.producer.transaction():
                 outputs = [
@@ -391,7 +444,7 @@ class TransactionalLoop:
         task.next_offset = next_offset
         self.committed_batches += 1
         if self._on_batch is not None:
-            self._on_batch(tp, batch, time.perf_counter() - fetched)
+            self._on_batch(tp, batch, BatchTimes(fetched, done, time.time()))
 
 
 class _Listener(ConsumerRebalanceListener):
