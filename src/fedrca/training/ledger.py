@@ -263,7 +263,7 @@ class FlagWindow:
         """Bits published in the window ending at seq ``last`` (default: the newest seq seen)."""
         last = self._last if last is None else last
         cutoff = last - self.window
-        return int(sum(bits * int(np.count_nonzero(seqs > cutoff)) for seqs, bits in self._batches))
+        return int(sum(bits * int(np.count_nonzero((seqs > cutoff) & (seqs <= last))) for seqs, bits in self._batches))
 
     @property
     def bits(self) -> int:
