@@ -111,9 +111,7 @@ class PrivacyLedger:
     budget_key : the configuration key of the budget (named when a release is refused)
     """
 
-    def __init__(
-        self, plant: str, delta: float, budget: float = math.inf, budget_key: str = "privacy.budget"
-    ) -> None:
+    def __init__(self, plant: str, delta: float, budget: float = math.inf, budget_key: str = "privacy.budget") -> None:
         if not 0.0 < delta < 1.0:
             raise ModelError(f"delta must be in (0, 1), got {delta}")
         self.plant = plant
@@ -319,6 +317,13 @@ class FlagWindow:
             self._last = max(self._last, int(seq_arr[-1]))
             if self.active:
                 self._batches.append((seq_arr, int(bits_per_sample)))
+        self._trim(self._last)
+
+    def restart(self) -> None:
+        """A new recording starts at seq 0: what was published so far moves before it, still counted by age."""
+        shift = self._last + 1
+        self._batches = deque((seqs - shift, bits) for seqs, bits in self._batches)
+        self._last = -1
         self._trim(self._last)
 
     def get_state(self) -> dict[str, Any]:

@@ -52,15 +52,15 @@ from fedrca.exceptions import ModelError, PrivacyBudgetExceeded
 
 __all__ = [
     "GaussianMechanism",
-    "composed_delta",
-    "composed_epsilon",
-    "randomized_response_loss",
     "PrivacyAccountant",
     "classic_gaussian_sigma",
     "clip_rows",
+    "composed_delta",
+    "composed_epsilon",
     "gaussian_delta",
     "gaussian_epsilon",
     "gaussian_mu",
+    "randomized_response_loss",
     "zcdp_epsilon",
 ]
 
