@@ -72,6 +72,9 @@ class TrainingSettings(Strict):
     server_lengthscale: float = Field(1.0, gt=0.0)
     server_ridge: float = Field(1e-2, ge=0.0)
     seed: int = 0
+    message_encoding: Literal["float64", "float32", "int8"] = Field(
+        "float64", description="arrays of the training messages: lossless float64, float32 or int8 (one scale each)"
+    )
     privacy: TrainingPrivacySettings = TrainingPrivacySettings()
 
     def resolved_server_features(self, config: SiteConfig) -> str:

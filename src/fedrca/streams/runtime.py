@@ -220,10 +220,16 @@ class PlantRuntime:
         spent = artifact.manifest.get("epsilon_spent")
         window = self.processors[plant].window if plant in self.processors else None
         if spent is not None and window is not None:
-            # the training's Gaussian releases as mu^2 (they compose with the flags exactly)
+            # the training's releases as the ledger keeps them (mu^2, {eps: count}): they compose with the
+            # flags exactly; an artifact without them had Gaussian releases only, recovered from its epsilon
+            privacy = artifact.manifest.get("privacy") or {}
             delta = float(artifact.manifest.get("delta") or self.config.privacy.delta)
             eps = float(spent)
-            window.training_mu2 = 0.0 if eps <= 0.0 else gaussian_mu(eps, delta) ** 2
+            if "mu2" in privacy:
+                window.training_mu2 = float(privacy["mu2"])
+                window.training_pure = {float(e): int(k) for e, k in (privacy.get("pure") or {}).items()}
+            else:
+                window.training_mu2 = 0.0 if eps <= 0.0 else gaussian_mu(eps, delta) ** 2
             self._export_privacy(plant)
 
     def _apply(self, plant: str, artifact: ParameterArtifact) -> None:

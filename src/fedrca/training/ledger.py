@@ -69,8 +69,10 @@ def spent_epsilon(delta: float, mu2: float, pure: tuple[tuple[float, int], ...])
 
 
 @functools.lru_cache(maxsize=256)
-def flag_capacity(delta: float, budget: float, mu2: float, flag_epsilon: float) -> int:
-    """Most randomized-response bits of ``flag_epsilon`` that fit ``budget`` next to Gaussian spend ``mu^2``.
+def flag_capacity(
+    delta: float, budget: float, mu2: float, flag_epsilon: float, pure: tuple[tuple[float, int], ...] = ()
+) -> int:
+    """Most randomized-response bits of ``flag_epsilon`` that fit ``budget`` next to spend ``mu^2`` and ``pure``.
 
     Returns -1 when even zero bits do not fit (the training spend alone passes the budget).
 
@@ -81,19 +83,25 @@ def flag_capacity(delta: float, budget: float, mu2: float, flag_epsilon: float) 
     >>> flag_capacity(1e-5, 1.0, 1.0, 1.0)          # mu = 1 alone is eps 4.38 > 1
     -1
     """
-    if spent_epsilon(delta, mu2, ()) > budget:
+
+    def with_flags(k: int) -> tuple[tuple[float, int], ...]:
+        merged = dict(pure)
+        merged[flag_epsilon] = merged.get(flag_epsilon, 0) + k
+        return tuple(sorted(merged.items()))
+
+    if spent_epsilon(delta, mu2, pure) > budget:
         return -1
     if math.isinf(budget) or math.isinf(flag_epsilon):
         return 2**62
     lo, hi = 0, 1
-    while spent_epsilon(delta, mu2, ((flag_epsilon, hi),)) <= budget:
+    while spent_epsilon(delta, mu2, with_flags(hi)) <= budget:
         lo, hi = hi, hi * 2
         if hi > 2**40:
             return hi
     # invariant: lo fits, hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if spent_epsilon(delta, mu2, ((flag_epsilon, mid),)) <= budget:
+        if spent_epsilon(delta, mu2, with_flags(mid)) <= budget:
             lo = mid
         else:
             hi = mid
@@ -215,6 +223,7 @@ class FlagWindow:
     window : samples the published flags compose over
     delta, budget : of the plant's ledger (budget = total epsilon, training included)
     training_mu2 : the Gaussian spend of the plant's training (from its artifact)
+    training_pure : its pure spend ``{epsilon: count}`` (estimator ``moments``)
 
     Examples
     --------
@@ -235,6 +244,7 @@ class FlagWindow:
         delta: float,
         budget: float = math.inf,
         training_mu2: float = 0.0,
+        training_pure: Mapping[float, int] | None = None,
     ) -> None:
         if window < 1:
             raise ModelError(f"privacy window must be >= 1 sample, got {window}")
@@ -244,6 +254,7 @@ class FlagWindow:
         self.delta = float(delta)
         self.budget = float(budget)
         self.training_mu2 = float(training_mu2)
+        self.training_pure = {float(e): int(k) for e, k in (training_pure or {}).items()}
         self._batches: deque[tuple[np.ndarray, int]] = deque()
         self._last = -1
 
@@ -272,17 +283,27 @@ class FlagWindow:
         """Most bits a window may hold within the budget (-1: the training spend alone passes it)."""
         if not self.active:
             return 2**62
-        return flag_capacity(self.delta, self.budget, self.training_mu2, self.flag_epsilon)
+        pure = tuple(sorted(self.training_pure.items()))
+        return flag_capacity(self.delta, self.budget, self.training_mu2, self.flag_epsilon, pure)
 
     def epsilon(self, mechanism: str = "all") -> float:
-        """Spent epsilon: ``randomized_response`` (flags of the window), ``gaussian`` (training), ``all`` composed."""
-        pure = ((self.flag_epsilon, self.bits),) if self.active and self.bits else ()
+        """Spent epsilon: ``randomized_response`` (flags of the window), ``gaussian`` (training), ``all`` composed.
+
+        ``gaussian`` is the label of the training releases, which for estimator ``moments`` include one
+        pure (Laplace) release of the states besides the Gaussian one of the moments.
+        """
+        flags = {self.flag_epsilon: self.bits} if self.active and self.bits else {}
+        training = dict(self.training_pure)
+        merged = dict(training)
+        for eps, k in flags.items():
+            merged[eps] = merged.get(eps, 0) + k
         if mechanism == "randomized_response":
-            return spent_epsilon(self.delta, 0.0, pure)
+            return spent_epsilon(self.delta, 0.0, tuple(sorted(flags.items())))
         if mechanism == "gaussian":
-            return spent_epsilon(self.delta, self.training_mu2, ())
+            # the training releases (Gaussian, and the pure ones of estimator 'moments')
+            return spent_epsilon(self.delta, self.training_mu2, tuple(sorted(training.items())))
         if mechanism == "all":
-            return spent_epsilon(self.delta, self.training_mu2, pure)
+            return spent_epsilon(self.delta, self.training_mu2, tuple(sorted(merged.items())))
         raise ModelError(f"unknown privacy mechanism '{mechanism}'; mechanisms are {', '.join(MECHANISMS)}")
 
     def admit(self, seqs: Iterable[int], bits_per_sample: int) -> np.ndarray:

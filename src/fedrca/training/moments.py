@@ -163,7 +163,7 @@ def plant_moments(
     released: Mapping[str, FloatArray],
     *,
     clip: float,
-    others_bound: float,
+    others_bounds: Mapping[str, float],
     lags: int,
     mu: float,
     rng: np.random.Generator,
@@ -176,7 +176,8 @@ def plant_moments(
     plant : this plant's name
     states : (T, P) this plant's measurement states (clipped here to ``clip``)
     released : other plant -> (T, P_n) its released states (clipped here to ``others_bound``)
-    clip, others_bound : L2 bounds (the sensitivity's)
+    clip : L2 bound of this plant's states
+    others_bounds : other plant -> L2 bound its released states are clipped to (the largest sets the sensitivity)
     lags : L
     mu : GDP parameter of the release (inf = no noise)
     rng : noise
@@ -187,7 +188,7 @@ def plant_moments(
     if 2 * lags + 2 >= T:
         raise DataError(f"plant '{plant}': {T} samples are too few for {lags} moment lags")
     n_rows = T - 2 * lags
-    sens = moment_sensitivity(clip, others_bound, len(released), lags)
+    sens = moment_sensitivity(clip, max(others_bounds.values(), default=0.0), len(released), lags)
     sigma = 0.0 if math.isinf(mu) else sens / mu
     P = X.shape[1]
     own = np.zeros((2 * lags + 1, P, P))
@@ -197,7 +198,7 @@ def plant_moments(
         own[lags] -= n_rows * np.asarray(noise_cov, dtype=np.float64)
     cross: dict[str, FloatArray] = {}
     for other, Z in released.items():
-        Zc, _ = clip_rows(np.asarray(Z, dtype=np.float64), others_bound)
+        Zc, _ = clip_rows(np.asarray(Z, dtype=np.float64), others_bounds[other])
         cross[other] = np.stack([_lagged_sum(X, Zc, j, lags) for j in range(-lags, lags + 1)])
     if sigma > 0.0:
         own[lags:] += sigma * rng.standard_normal(own[lags:].shape)
@@ -388,7 +389,7 @@ def private_transition(
             states[p],
             others,
             clip=settings.state_clip,
-            others_bound=max((bounds[q] for q in others), default=0.0),
+            others_bounds={q: bounds[q] for q in others},
             lags=settings.lags,
             mu=settings.moment_mu,
             rng=np.random.default_rng(streams[len(plants) + i]),

@@ -191,7 +191,7 @@ def randomized_response_loss(pure: Mapping[float, int]) -> tuple[NDArray[np.floa
         weight = (probs[:, None] * pmf[keep][None, :]).ravel()
         keys = np.round(total, 9)
         uniq, inverse = np.unique(keys, return_inverse=True)
-        probs = np.bincount(inverse, weights=weight)
+        probs = np.asarray(np.bincount(inverse, weights=weight), dtype=np.float64)
         losses = uniq
         keep = probs > _PRUNE
         dropped += float(probs[~keep].sum())
