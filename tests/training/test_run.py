@@ -79,7 +79,7 @@ def test_training_refuses_to_start_past_the_privacy_budget():
         ({"estimatr": "iv"}, "training.estimatr", "valid keys are rounds"),
         ({"privacy": {"delta": 2}}, "training.privacy.delta", "less than 1"),
         ({"privacy": {"epsilon": 1}}, "training.privacy.epsilon", "state_epsilon"),
-        ({"estimator": "sgd"}, "training.estimator", "'iv', 'ols' or 'gd'"),
+        ({"estimator": "sgd"}, "training.estimator", "'iv', 'ols', 'gd' or 'moments'"),
         ("fast", "training", "must be a mapping"),
     ],
 )
