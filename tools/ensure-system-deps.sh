@@ -2,7 +2,9 @@
 # Installs the system tools the test suite needs, only when they are missing:
 # Java + Maven (the real Kafka broker), promtool (Prometheus rule checks) and
 # kustomize (the deployment tests: kubectl's when installed, else built from the
-# Go module proxy into tools/bin). Idempotent: a machine that has them is left untouched.
+# Go module proxy into tools/bin) and Chromium + chromedriver (the report is checked
+# in a real browser, tests/cli/test_replay.py).
+# Idempotent: a machine that has them is left untouched.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 if ! command -v kubectl >/dev/null 2>&1 && [ ! -x "$here/bin/kustomize" ]; then
@@ -13,6 +15,8 @@ missing=()
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

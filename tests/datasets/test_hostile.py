@@ -243,7 +243,7 @@ CASES = [
     # -- HAI: a 22.04 file carries its own labels
     Case("hai-2204", "test1.csv", _hai_2204, None, config="hai"),
     # -- nominal (training) data
-    Case("train-1e300", "huge.csv", _with_cell(10, 1, "1e300"), "hold values beyond +-1e+150", role="train"),
+    Case("train-1e300", "huge.csv", _with_cell(10, 1, "1e300"), "is beyond +-1e+150, which overflows", role="train"),
     Case(
         "train-constant",
         "const.csv",

@@ -27,6 +27,7 @@ from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.contracts import load_artifact
+from fedrca.contracts.artifacts import manifest_digest
 from fedrca.contracts.binary import pack_arrays
 from fedrca.datasets import load_dataset
 from tests.kafka_broker import unique_name, wait_until
@@ -144,6 +145,15 @@ def live(kafka_broker, tmp_path_factory):
         cluster.stop_all()
 
 
+def wait_or_dump(cluster: Cluster, condition, timeout: float, what: str, interval: float = 0.1) -> None:
+    """wait_until, printing the workers' log tails when it times out (the failure report shows them)."""
+    try:
+        wait_until(condition, timeout, what, interval)
+    except BaseException:
+        print(cluster.diagnostics())
+        raise
+
+
 def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reload(live):
     config, bootstrap, port, params, cluster = live
     deadletter = config.topic("deadletter")  # the RCA's: flags
@@ -162,13 +172,13 @@ def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reloa
         flags = _flags_by_key(bootstrap, config)
         return all((p, t) in flags for p in config.plant_names for t in rows)
 
-    wait_until(lambda: part_done(range(200)), 120, "flags of rows 0..199", interval=0.5)
+    wait_or_dump(cluster, lambda: part_done(range(200)), 120, "flags of rows 0..199", interval=0.5)
 
     def dead(topic: str) -> list:
         return list(read_topic(bootstrap, topic))
 
-    wait_until(lambda: len(dead(feed_deadletter)) >= len(bad_sensors), 60, "the feed's dead letters")
-    wait_until(lambda: len(dead(deadletter)) >= len(bad_flags), 60, "the RCA's dead letters")
+    wait_or_dump(cluster, lambda: len(dead(feed_deadletter)) >= len(bad_sensors), 60, "the feed's dead letters")
+    wait_or_dump(cluster, lambda: len(dead(deadletter)) >= len(bad_flags), 60, "the RCA's dead letters")
     for topic, expected_bad, stage in ((feed_deadletter, bad_sensors, b"plant"), (deadletter, bad_flags, b"rca")):
         records = dead(topic)
         assert len(records) == len(expected_bad)
@@ -201,38 +211,43 @@ def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reloa
         capture_output=True,
     )
     version = load_artifact(params, "reactor").version
-    wait_until(
+    wait_or_dump(
+        cluster,
         lambda: all(_metric(port, "fedrca_parameter_info", plant=p, version=version) == 1 for p in config.plant_names),
         60,
         "the new parameter version to be offered",
     )
     with KafkaSink(bootstrap, config) as sink:
         _send_rows(config, sink, range(200, 400))
-    wait_until(lambda: part_done(range(200, 400)), 120, "flags of rows 200..399", interval=0.5)
+    wait_or_dump(cluster, lambda: part_done(range(200, 400)), 120, "flags of rows 200..399", interval=0.5)
     flags = _flags_by_key(bootstrap, config)
     assert {flags[(p, t)]["model_version"] for p in config.plant_names for t in range(200, 400)} == {version}
 
-    # A tampered artifact (Theta changed, manifest kept) is refused and reported.
+    # A tampered artifact (Theta changed, manifest re-versioned with a consistent digest, so
+    # only the arrays' sha256 can catch it) is refused and reported.
     artifact = load_artifact(params, "reactor")
     arrays = {k: np.asarray(v).copy() for k, v in artifact.arrays.items()}
     arrays["theta"] = arrays["theta"] + 1.0
-    meta = {"plant": "reactor", "version": "v999", "manifest": {**dict(artifact.manifest), "version": "v999"}}
+    manifest = {**dict(artifact.manifest), "version": "v999"}
+    manifest["digest"] = manifest_digest(manifest)
+    meta = {"plant": "reactor", "version": "v999", "manifest": manifest}
     tampered = pack_arrays("artifact", meta, arrays)
     with KafkaSink(bootstrap, config) as sink:
         sink.send_raw(config.topic("params"), b"reactor", tampered)
-    wait_until(
+    wait_or_dump(
+        cluster,
         lambda: _metric(port, "fedrca_deadletters_total", stage="params", reason="bad-artifact") == 1,
         60,
         "the tampered artifact to be refused",
     )
     reactor_deadletter = config.topic("plant_deadletter", plant="reactor")
-    wait_until(lambda: len(dead(reactor_deadletter)) >= 1, 60, "the refused artifact's dead letter")
+    wait_or_dump(cluster, lambda: len(dead(reactor_deadletter)) >= 1, 60, "the refused artifact's dead letter")
     refused = [r for r in dead(reactor_deadletter) if r.headers["fedrca-reason"] == b"bad-artifact"]
     assert len(refused) == 1 and refused[0].value == tampered
     assert b"sha256" in refused[0].headers["fedrca-detail"]
     with KafkaSink(bootstrap, config) as sink:
         _send_rows(config, sink, range(400, 500))
-    wait_until(lambda: part_done(range(400, 500)), 120, "flags of rows 400..499", interval=0.5)
+    wait_or_dump(cluster, lambda: part_done(range(400, 500)), 120, "flags of rows 400..499", interval=0.5)
     flags = _flags_by_key(bootstrap, config)
     assert {flags[(p, t)]["model_version"] for p in config.plant_names for t in range(400, 500)} == {version}
     assert _metric(port, "fedrca_parameter_info", plant="reactor", version="v999") is None

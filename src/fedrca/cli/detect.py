@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedrca.cli.files import check_paths, write_atomic
 from fedrca.cli.site import build_detectors, run_detectors
 from fedrca.config import load_config, resolve_plants
 from fedrca.datasets.loader import load_frame, plant_frames
@@ -43,12 +44,13 @@ def write_flags_jsonl(path: str | Path, results: dict[str, DetectionResult], pub
         for t in range(len(results[plants[0]]))
         for name in plants
     ]
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_atomic(path, "".join(line + "\n" for line in lines))
     return len(lines)
 
 
 def _detect(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    check_paths({"--config": args.config, "--train": args.train, "--input": args.input}, {"--out": args.out})
     config = load_config(args.config)
     train = load_frame(config, args.train)
     # plants given by match rules take the nominal file's columns; the input must have them all

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.files import write_atomic
+from fedrca.cli.files import check_paths, write_atomic
 from fedrca.cli.report import draw_graph
 from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.datasets.loader import load_frame
@@ -143,6 +143,11 @@ def _graph(args: argparse.Namespace) -> int:
         raise DataError(f"--keep-fraction must be in [0, 1), got {args.keep_fraction}")
     if args.max_cond is not None and args.max_cond < 0:
         raise DataError(f"--max-cond must be >= 0, got {args.max_cond}")
+    picture_path = args.picture or str(Path(args.out).with_suffix(".png"))
+    check_paths(
+        {"--config": args.config, **{f"--sites {site}": site for site in args.sites}},
+        {"--out": args.out, "--picture": picture_path},
+    )
     config = load_config(args.config)
     config, frames = site_frames(config, args.sites, args.split)
     print(f"FedPC over {len(frames)} sites ({', '.join(str(len(f)) for _, f in frames)} samples) ...", file=sys.stderr)

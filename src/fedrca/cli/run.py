@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedrca.cli.site import plant_runtime, rca_runtime, site_runtime
+from fedrca.cli.site import load_bound_artifacts, plant_runtime, rca_runtime, site_runtime
 from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaOptions, KafkaSink, bootstrap_of, ensure_site_topics, read_topic
@@ -201,6 +201,8 @@ def _publish_params(args: argparse.Namespace) -> int:
     if (Path(args.params) / f"{SERVER}.json").is_file():
         artifacts[SERVER] = load_artifact(args.params, SERVER)
     unknown = sorted(set(artifacts) - {*config.plant_names, SERVER})
+    if not unknown:
+        artifacts = load_bound_artifacts(config, args.params)
     if unknown:
         raise ConfigError(
             f"{args.params} holds artifacts of plants {unknown} that site '{config.site}' does not have; "

@@ -29,6 +29,7 @@ from fedrca.config.site import (
     compress_columns,
     group_columns,
     load_config,
+    parameters_hash,
     parse_config,
     resolve_plants,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "compress_columns",
     "group_columns",
     "load_config",
+    "parameters_hash",
     "parse_config",
     "parse_rca_settings",
     "parse_training_settings",

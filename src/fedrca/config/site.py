@@ -22,6 +22,8 @@ Examples
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -58,6 +60,8 @@ __all__ = [
 ]
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
+#: ``package.module:attribute`` (or ``package.module.attribute``): a Python import reference.
+_PLUGIN = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:|\.)[A-Za-z_]\w*"
 
 
 class ModelSettings(Strict):
@@ -74,6 +78,11 @@ class ModelSettings(Strict):
     def _plugin_named(self) -> ModelSettings:
         if self.kind == "plugin" and not self.plugin:
             raise ValueError("kind 'plugin' needs plugin: 'package.module:factory'")
+        if self.plugin is not None and not re.fullmatch(_PLUGIN, self.plugin):
+            raise ValueError(
+                f"plugin {self.plugin!r} is not a reference 'package.module:factory' (e.g. "
+                "'fedrca.training.oracle:true_local_filter')"
+            )
         return self
 
 
@@ -190,6 +199,10 @@ class PlantConfig(Strict):
     def resolved(self) -> bool:
         """False while the sensors are a rule not yet resolved against a file (see :func:`resolve_plants`)."""
         return self.match is None
+
+    def data_schema(self) -> dict[str, list[str]]:
+        """The plant's data schema: its sensor and input columns, in message order (bound into its artifacts)."""
+        return {"sensors": list(self.sensors), "inputs": list(self.inputs)}
 
 
 class PrivacySettings(Strict):
@@ -337,6 +350,25 @@ class SiteConfig(Strict):
 
 
 _SECTIONS = ("model", "augmentation", "scoring")
+
+
+def parameters_hash(config: SiteConfig) -> str:
+    """sha256 of what trained parameters depend on: the plants (names, inputs, models, scoring) and ``training``.
+
+    Topics, Kafka, the RCA settings, the graph and flag privacy are left out: changing
+    them needs no retraining. The sensor columns are left out too, because a plant given
+    by a ``match`` rule only has them once a data file resolved it; they are bound
+    separately as each plant artifact's ``schema`` (:meth:`PlantConfig.data_schema`), checked
+    wherever the plant's data is read. A training checkpoint and every artifact carry
+    this hash, and an artifact is refused under a configuration with another one
+    (:func:`fedrca.contracts.check_binding`; ``tests/training/test_artifacts.py``).
+    """
+    part = {
+        "plants": [plant.model_dump(mode="python", exclude={"sensors", "match"}) for plant in config.plants],
+        "training": config.training.model_dump(mode="python"),
+    }
+    payload = json.dumps(part, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -579,6 +611,8 @@ def load_config(path: str | Path) -> SiteConfig:
     """
     file = Path(path)
     source = str(path)
+    if file.is_dir():
+        raise ConfigError("is a directory; give the configuration's YAML file, e.g. config/tep.yaml", source=source)
     if not file.is_file():
         raise ConfigError(
             "no such configuration file; see config/ for examples (tep.yaml, synthetic.yaml)", source=source

@@ -22,7 +22,7 @@ from fedrca.config import PlantConfig, SiteConfig, compress_columns, resolve_pla
 from fedrca.datasets.dataset import Dataset
 from fedrca.datasets.generic import load_csv
 from fedrca.datasets.hai import load_hai
-from fedrca.datasets.nominal import check_nominal
+from fedrca.datasets.nominal import MAX_ABS_VALUE, check_nominal
 from fedrca.datasets.swat import load_swat
 from fedrca.datasets.tep import load_tep_dataset
 from fedrca.exceptions import ConfigError, DataError
@@ -132,6 +132,15 @@ def _columns(frame: pd.DataFrame, plant: PlantConfig, kind: str, source: str) ->
         raise DataError(
             f"{source}: NaN or inf at row {row}, column {names[col]} (plant '{plant.name}'); "
             "clean the file or drop the row"
+        )
+    # a finite value this large overflows every squared statistic to inf (scores, JSON output):
+    # refused in any file, nominal or not (tests/cli/test_hostile_cli.py)
+    huge = np.abs(values) > MAX_ABS_VALUE
+    if huge.any():
+        row, col = np.argwhere(huge)[0]
+        raise DataError(
+            f"{source}: value {values[row, col]:.3g} at row {row}, column {names[col]} (plant '{plant.name}') is "
+            f"beyond +-{MAX_ABS_VALUE:g}, which overflows the detector's statistics; fix the file or rescale the column"
         )
     return values
 

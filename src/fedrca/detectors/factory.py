@@ -19,6 +19,7 @@ from fedrca.detectors.collabdict import FleetModel
 from fedrca.detectors.fleet_detector import FleetDetector
 from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.detectors.plugin import load_plugin
+from fedrca.exceptions import ConfigError
 
 __all__ = ["PlantArrays", "build_detector", "fit_detectors"]
 
@@ -60,7 +61,11 @@ def build_detector(
         )
     model = None
     if plant.model.kind == "plugin" and plant.model.plugin:
-        model = load_plugin(plant.model.plugin, **plant.model.plugin_args)
+        try:
+            model = load_plugin(plant.model.plugin, **plant.model.plugin_args)
+        except ConfigError as exc:
+            index = config.plant_names.index(plant.name)
+            raise ConfigError(exc.reason, source=config.source, key=f"plants[{index}].model.plugin") from None
     smoothing = plant.scoring.smoothing
     return PlantDetector(
         name=plant.name,

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedrca.config import SiteConfig
+from fedrca.config import SiteConfig, parameters_hash
 from fedrca.contracts import (
     PRIVACY_WITHHELD,
     SERVER,
@@ -36,6 +36,7 @@ from fedrca.contracts import (
     ParameterArtifact,
     SensorMessage,
     Verdict,
+    check_binding,
     decode_flag,
     decode_sensors,
 )
@@ -53,6 +54,9 @@ from fedrca.training.privacy import gaussian_mu
 __all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "SiteRuntime"]
 
 log = logging.getLogger("fedrca.streams")
+
+#: How an operator replaces a refused artifact on the params topic.
+_REPUBLISH = "publish parameters trained under this configuration: fedrca publish-params --config CONFIG --params DIR"
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,7 @@ class PlantRuntime:
         if unknown:
             raise ConfigError(f"detectors of unknown plant(s) {unknown}; plants are {', '.join(config.plant_names)}")
         self.config = config
+        self._parameters_hash = parameters_hash(config)
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         privacy = config.privacy
@@ -207,6 +212,7 @@ class PlantRuntime:
         """
         if plant not in self.processors:
             raise ArtifactError(f"artifact for unknown plant '{plant}'; plants are {', '.join(self.processors)}")
+        check_binding(artifact, self._parameters_hash, self.config.plant(plant).data_schema(), fix=_REPUBLISH)
         self._latest[plant] = artifact
         if str(artifact.version) == self.processors[plant].model_version:
             return False
@@ -289,6 +295,7 @@ class RCARuntime:
         current = self._artifacts.get(name)
         if current is not None and current.version == artifact.version:
             return False
+        check_binding(artifact, parameters_hash(self.config), fix=_REPUBLISH)
         artifacts = {**self._artifacts, name: artifact}
         engine = build_engine(self.config, artifacts=artifacts, settings=self.engine.settings, graph=self._graph)
         engine.set_state(self.engine.get_state())  # same plants: the stored rows are re-scored by the new model

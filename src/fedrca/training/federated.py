@@ -13,7 +13,6 @@ Files, checkpoints and progress lines are the shell's (:mod:`fedrca.cli.training
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -24,7 +23,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from fedrca.config import SiteConfig, TrainingSettings
+from fedrca.config import SiteConfig, TrainingSettings, parameters_hash
 from fedrca.contracts import N_FLAG_STATES, NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, flag_states, make_artifact
 from fedrca.detectors.factory import fit_detectors
 from fedrca.detectors.parameters import model_fingerprint, scorer_arrays
@@ -66,9 +65,8 @@ class Transport(Protocol):
 
 
 def config_hash(config: SiteConfig) -> str:
-    """sha256 of the configuration's canonical JSON (what the artifacts were trained with)."""
-    payload = json.dumps(config.model_dump(mode="python"), sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    """:func:`fedrca.config.parameters_hash`: what the artifacts and checkpoints were trained with."""
+    return parameters_hash(config)
 
 
 class TrainingData(Protocol):
@@ -485,7 +483,11 @@ class FederatedTraining:
                 metrics=metrics,
                 epsilon_spent=summary["epsilon"],
                 delta=delta,
-                extra={"model_fingerprint": model_fingerprint(det), "privacy": summary},
+                extra={
+                    "model_fingerprint": model_fingerprint(det),
+                    "privacy": summary,
+                    "schema": self.config.plant(plant).data_schema(),
+                },
             )
         eps = [c.epsilon_spent() for c in self.clients.values()]
         artifacts[SERVER] = make_artifact(

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from fedrca.cli.files import check_paths
 from fedrca.cli.fleet.config import load_fleet_config
 from fedrca.cli.fleet.run import Runner, run_fleet, write_outcome
 from fedrca.detectors.collabdict import PrivacyWarning
@@ -24,6 +25,7 @@ __all__ = ["register"]
 
 
 def _fleet(args: argparse.Namespace) -> int:
+    check_paths({"--config": args.config}, {}, {"--out": args.out})
     config = load_fleet_config(args.config)
     runner: Runner | None = None
     if args.kafka:

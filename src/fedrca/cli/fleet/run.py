@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from fedrca.cli.files import write_atomic
 from fedrca.cli.fleet.config import FleetConfig
 from fedrca.cli.fleet.sources import load_file, load_participants
 from fedrca.cli.fleet.store import _json_safe, save_fleet_model
@@ -117,10 +118,9 @@ def write_outcome(out_dir: str | Path, outcome: FleetOutcome) -> dict[str, Path]
     part_dir = out / "participants"
     part_dir.mkdir(exist_ok=True)
     for name, res in outcome.run.results.items():
-        (part_dir / f"{name}.json").write_text(
+        write_atomic(
+            part_dir / f"{name}.json",
             json.dumps({"participant": name, "weights": res.weights.tolist(), "iterations": res.iterations}) + "\n",
-            encoding="utf-8",
         )
-    report = out / "report.json"
-    report.write_text(json.dumps(_json_safe(outcome.summary()), indent=2) + "\n", encoding="utf-8")
+    report = write_atomic(out / "report.json", json.dumps(_json_safe(outcome.summary()), indent=2) + "\n")
     return {"model": model_path, "report": report, "participants": part_dir}
