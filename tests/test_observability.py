@@ -281,8 +281,12 @@ def test_gauges_lag_parameters_privacy(metrics):
     assert sample(m, "fedrca_parameter_version", plant="separator") == 3
 
     m.set_privacy("reactor", spent=2.5, budget=4.0)
+    m.set_privacy("reactor", spent=1.5, budget=4.0, mechanism="gaussian")
     m.set_privacy("separator", spent=1.0)
-    assert sample(m, "fedrca_privacy_epsilon_spent", plant="reactor") == 2.5
+    assert sample(m, "fedrca_privacy_epsilon_spent", plant="reactor", mechanism="all") == 2.5
+    assert sample(m, "fedrca_privacy_epsilon_spent", plant="reactor", mechanism="gaussian") == 1.5
+    with pytest.raises(ConfigError, match="privacy mechanism kind must be one of"):
+        m.set_privacy("reactor", spent=1.0, mechanism="laplace")
     assert sample(m, "fedrca_privacy_epsilon_budget", plant="reactor") == 4.0
     assert sample(m, "fedrca_privacy_epsilon_budget", plant="separator") == np.inf
 

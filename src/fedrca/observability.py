@@ -26,7 +26,7 @@ name                                           type       labels
 ``fedrca_parameter_loaded_timestamp_seconds``  gauge      plant
 ``fedrca_rca_parameter_version``               gauge      (none)
 ``fedrca_rca_reloads_total``                   counter    (none)
-``fedrca_privacy_epsilon_spent``               gauge      plant
+``fedrca_privacy_epsilon_spent``               gauge      plant, mechanism (gaussian, randomized_response, all)
 ``fedrca_privacy_epsilon_budget``              gauge      plant
 ``fedrca_plant_anomalous``                     gauge      plant
 ``fedrca_root_cause``                          gauge      plant
@@ -429,8 +429,9 @@ class Metrics:
         )
         self.epsilon_spent = Gauge(
             "fedrca_privacy_epsilon_spent",
-            "Differential-privacy budget (epsilon) a plant has spent so far.",
-            ["plant"],
+            "Epsilon a plant has spent: its training releases (gaussian), the flags of the privacy window "
+            "(randomized_response) and both composed (all).",
+            ["plant", "mechanism"],
             registry=r,
         )
         self.epsilon_budget = Gauge(
@@ -716,7 +717,7 @@ class Metrics:
         self.parameter_version.labels(plant=plant).set(numeric_version(version))
         self.parameter_loaded.labels(plant=plant).set(time.time() if loaded_at is None else loaded_at)
 
-    def set_privacy(self, plant: str, spent: float, budget: float = math.inf) -> None:
+    def set_privacy(self, plant: str, spent: float, budget: float = math.inf, mechanism: str = "all") -> None:
         """Set the privacy budget (epsilon) a plant has spent and may spend.
 
         Parameters
@@ -727,9 +728,13 @@ class Metrics:
             Epsilon spent so far.
         budget : float, default inf
             Total epsilon allowed (inf = unlimited).
+        mechanism : str, default "all"
+            ``gaussian`` (training), ``randomized_response`` (flags of the window) or ``all``
+            (both composed: what the budget and the exhaustion alert compare).
         """
+        self._check_kind(mechanism, ("gaussian", "randomized_response", "all"), "privacy mechanism")
         self._know(plant)
-        self.epsilon_spent.labels(plant=plant).set(spent)
+        self.epsilon_spent.labels(plant=plant, mechanism=mechanism).set(spent)
         self.epsilon_budget.labels(plant=plant).set(budget)
 
     # -- exposition --------------------------------------------------------------------

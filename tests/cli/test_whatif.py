@@ -97,12 +97,17 @@ def test_own_blocks_put_the_plants_models_on_the_diagonal(params, tmp_path, caps
 def test_tep_reactor_temperature_falls_when_the_cooling_water_flow_rises(repo, tmp_path, capsys):
     """Issue 16, acceptance 3: config/tep.yaml trained on d00.dat, XMV(10) (cooling water flow) +1 %.
 
-    The training's state noise is off: at the shipped epsilon 3 the one-step effect (about
-    -0.001 degC per %) is smaller than the noise and its sign depends on the noise seed
-    (docs/whatif.md); without noise the answer is deterministic.
+    Trained with the IV learner (the shipped private-moments estimator learns no input
+    effects: its artifacts are refused, below) and without state noise: the one-step effect
+    (about -0.001 degC per %) is smaller than the noise and its sign would depend on the
+    noise seed (docs/whatif.md); without noise the answer is deterministic.
     """
     text = (repo / "config/tep.yaml").read_text(encoding="utf-8")
-    text = text.replace("state_epsilon: 3.0", "state_epsilon: inf").replace("budget: 10.0", "budget: inf")
+    shipped = text
+    for old, new in (("estimator: moments", "estimator: iv"), ("state_epsilon: 2.0", "state_epsilon: inf"),
+                     ("budget: 4.0", "budget: inf")):  # fmt: skip
+        assert old in text, old
+        text = text.replace(old, new)
     config = tmp_path / "tep_no_noise.yaml"
     config.write_text(text, encoding="utf-8")
     out = tmp_path / "tep"
@@ -123,6 +128,18 @@ def test_tep_reactor_temperature_falls_when_the_cooling_water_flow_rises(repo, t
     assert main([*query, "--steps", "1", "--plot", str(tmp_path / "t.png"), "--json", str(answer_file)]) == 0
     answer = json.loads(answer_file.read_text())
     assert answer["ate"][answer["sensors"].index("XMEAS(9)")] < 0  # the reactor temperature falls
+
+    # The shipped configuration's artifacts (estimator moments) carry no input effects: refused by name.
+    moments = tmp_path / "moments"
+    shipped_config = tmp_path / "tep_shipped.yaml"
+    shipped_config.write_text(shipped, encoding="utf-8")
+    argv = ["train", "--config", str(shipped_config), "--data", str(repo / "data/tep/d00.dat"), "--out", str(moments)]
+    assert main([*argv, "--quiet"]) == 0
+    capsys.readouterr()
+    query[2] = str(moments)
+    assert main([*query, "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "estimator 'moments'" in err and "estimator iv" in err, err
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,9 @@ def test_unknown_column_message_is_exact(tmp_path):
         (lambda d: d["plants"][0].update(sensros=["x"]), "plants[0].sensros", "unknown key"),
         (lambda d: d.pop("site"), "site", "Field required"),
         (lambda d: d["privacy"].update(flag_epsilon=-1), "privacy.flag_epsilon", "greater than 0"),
+        (lambda d: d["privacy"].update(window=0), "privacy.window", "greater than or equal to 1"),
+        (lambda d: d["privacy"].update(on_exhausted="ignore"), "privacy.on_exhausted", "'warn' or 'stop'"),
+        (lambda d: d["privacy"].update(budget=0), "privacy.budget", "greater than 0"),
         (
             lambda d: d["plants"][4]["sensors"].append("XMEAS(1)"),
             "plants[4].sensors[13]",

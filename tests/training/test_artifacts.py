@@ -89,11 +89,12 @@ def test_tampered_manifest_is_refused(trained, tmp_path):
     [
         lambda m: m.__setitem__("epsilon_spent", 0.01),  # the privacy ledger
         lambda m: m["privacy"].__setitem__("budget", 1000.0),
+        lambda m: m["privacy"].__setitem__("mu2", m["privacy"]["mu2"] + 1.0),  # the ledger the runtime composes
         lambda m: m.__setitem__("config_hash", "0" * 64),  # re-bound to another configuration
         lambda m: m["schema"]["sensors"].reverse(),
         lambda m: m["metrics"].__setitem__("rounds", 99),
     ],
-    ids=["epsilon_spent", "budget", "config_hash", "schema", "metrics"],
+    ids=["epsilon_spent", "budget", "ledger_mu2", "config_hash", "schema", "metrics"],
 )
 def test_an_edited_manifest_is_refused(trained, tmp_path, edit):
     _, _, result, _ = trained

@@ -160,7 +160,7 @@ def _progress_line(job: FederatedTraining, rounds: int, started: float) -> str:
     width = 20
     filled = int(width * done / rounds)
     losses = " ".join(f"{p}={c.history[-1]['loss']:.4g}" for p, c in job.clients.items() if c.history)
-    eps = max(c.accountant.epsilon() for c in job.clients.values())
+    eps = max(c.epsilon_spent() for c in job.clients.values())
     eps_text = f" eps={eps:.3g}" if eps > 0 else ""
     return (
         f"round {done:>3}/{rounds} [{'#' * filled}{'.' * (width - filled)}] client loss {losses} | "

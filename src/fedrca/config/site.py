@@ -211,12 +211,23 @@ class PlantConfig(Strict):
 
 
 class PrivacySettings(Strict):
-    """Flag privacy (randomized response) and the training privacy budget."""
+    """Flag privacy (randomized response) and the plant's whole-life privacy ledger (docs/privacy.md).
+
+    ``budget`` is the total epsilon (at ``delta``) a plant may spend: its training releases
+    (from the artifact it runs) composed with the randomized-response bits it published over
+    the last ``window`` samples. ``on_exhausted`` says what a plant processor does when the
+    next flags would pass it: ``warn`` (publish, log and export the overrun) or ``stop``
+    (publish withheld flags that carry no bits; the verdicts say ``privacy_withheld``).
+    """
 
     flag_epsilon: float = Field(math.inf, gt=0.0, description="per published flag; inf = off")
     seed: int = 0
+    budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant (training + flags of a window)")
+    delta: float = Field(1e-5, gt=0.0, lt=1.0, description="delta every epsilon is reported at")
+    window: int = Field(3600, ge=1, description="samples over which published flags compose")
+    on_exhausted: Literal["warn", "stop"] = "warn"
 
-    _inf = field_validator("flag_epsilon", mode="before")(parse_inf)
+    _inf = field_validator("flag_epsilon", "budget", mode="before")(parse_inf)
 
 
 class TopicSettings(Strict):

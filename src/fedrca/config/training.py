@@ -33,18 +33,25 @@ class TrainingPrivacySettings(Strict):
 
     ``state_epsilon`` / ``gradient_epsilon`` are the (epsilon, delta) of *one* release of
     one record (one time step's state vectors, one per-sample gradient); ``inf`` turns the
-    mechanism off (no clipping, no noise). ``budget`` is the total epsilon (at ``delta``)
-    any plant may spend over the whole run; training refuses to start or continue past it.
+    mechanism off (no clipping, no noise). With ``estimator: moments`` a plant releases its
+    measurement states once (Laplace, pure ``state_epsilon``) and its lag moments once
+    (Gaussian, ``moment_epsilon``); every round after that is post-processing (docs/privacy.md).
+    ``budget`` is the total epsilon (at ``delta``) any plant may spend over the whole run;
+    training refuses to start or continue past it.
     """
 
     state_epsilon: float = Field(math.inf, gt=0.0)
     gradient_epsilon: float = Field(math.inf, gt=0.0)
+    moment_epsilon: float = Field(
+        math.inf, gt=0.0, description="estimator 'moments': (epsilon, delta) of the one Gaussian release of the moments"
+    )
+    moment_lags: int = Field(4, ge=1, le=20, description="estimator 'moments': lags of the released moments")
     delta: float = Field(1e-5, gt=0.0, lt=1.0)
     state_clip: float = Field(10.0, gt=0.0, description="L2 bound of each state vector (state units)")
     gradient_clip: float = Field(10.0, gt=0.0, description="L2 bound of each per-sample gradient")
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant")
 
-    _inf = field_validator("state_epsilon", "gradient_epsilon", "budget", mode="before")(parse_inf)
+    _inf = field_validator("state_epsilon", "gradient_epsilon", "moment_epsilon", "budget", mode="before")(parse_inf)
 
 
 class TrainingSettings(Strict):
@@ -57,7 +64,7 @@ class TrainingSettings(Strict):
     server_lr: float | None = Field(None, gt=0.0, description="estimator 'gd' only; None = half the stable step")
     server_weight: float = Field(1.0, ge=0.0, description="lambda: weight of the server loss in the client objective")
     ridge: float = Field(1e-3, ge=0.0, description="relative L2 penalty on Theta")
-    estimator: Literal["iv", "ols", "gd"] = "iv"
+    estimator: Literal["iv", "ols", "gd", "moments"] = "iv"
     instruments: int = Field(2, ge=1, le=10, description="lags of measurement states used as instruments (iv)")
     hac_lags: int = Field(2, ge=0, le=20, description="Newey-West lags of the standard errors")
     server_features: Literal["auto", "linear", "rff"] = "auto"
@@ -76,6 +83,9 @@ class TrainingSettings(Strict):
     input_instruments: Literal["exogenous", "lagged"] = Field(
         "exogenous",
         description="iv: inputs are their own instruments (open loop) or instrumented by lagged inputs (feedback)",
+    )
+    message_encoding: Literal["float64", "float32", "int8"] = Field(
+        "float64", description="arrays of the training messages: lossless float64, float32 or int8 (one scale each)"
     )
     privacy: TrainingPrivacySettings = TrainingPrivacySettings()
 

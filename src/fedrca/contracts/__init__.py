@@ -31,6 +31,7 @@ from fedrca.contracts.artifacts import (
 from fedrca.contracts.deadletter import DeadLetterReason, DeadLetterStage, deadletter_headers
 from fedrca.contracts.flagstate import N_FLAG_STATES, FlagState, flag_bits, flag_states
 from fedrca.contracts.messages import (
+    PRIVACY_WITHHELD,
     FlagMessage,
     SensorMessage,
     Verdict,
@@ -45,6 +46,7 @@ from fedrca.contracts.messages import (
 __all__ = [
     "NOMINAL_STATE_COUNTS",
     "N_FLAG_STATES",
+    "PRIVACY_WITHHELD",
     "SERVER",
     "DeadLetterReason",
     "DeadLetterStage",

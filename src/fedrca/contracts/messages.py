@@ -7,7 +7,8 @@ rejection carries a :class:`~fedrca.contracts.deadletter.DeadLetterReason`
 Contracts (one schema each, used by the topics, the replay files and the reports):
 
 * sensors  ``{"site","plant","ts","seq","values":[...]}`` (values in the plant's configured order)
-* flags    ``{"site","plant","ts","seq","zc","za","eps","model_version"}`` (published flags only)
+* flags    ``{"site","plant","ts","seq","zc","za","eps","model_version"}`` (published flags only;
+  ``"withheld": true`` with zc = za = 0 when the plant's privacy budget stopped it publishing)
 * verdicts ``{"site","ts","seq","root_cause","propagated","posterior","evidence_window","outcome","id"}``
 """
 
@@ -28,6 +29,7 @@ from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import MessageError
 
 __all__ = [
+    "PRIVACY_WITHHELD",
     "FlagMessage",
     "SensorMessage",
     "Verdict",
@@ -86,9 +88,18 @@ class SensorMessage:
             ) from None
 
 
+#: Verdict outcome while a plant withholds its flags (its privacy budget is exhausted and
+#: ``privacy.on_exhausted`` is ``stop``): the verdict was reached without that plant's evidence.
+PRIVACY_WITHHELD = "privacy_withheld"
+
+
 @dataclass(frozen=True)
 class FlagMessage:
-    """One validated published-flag message."""
+    """One validated published-flag message.
+
+    ``withheld`` marks a sample whose flags the plant did not publish (privacy budget
+    exhausted): its bits are 0 and carry no evidence; the RCA judges the row without it.
+    """
 
     site: str
     plant: str
@@ -98,10 +109,11 @@ class FlagMessage:
     za: int
     eps: float
     model_version: str
+    withheld: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract."""
-        return {
+        """The JSON contract (``withheld`` only when set)."""
+        data = {
             "site": self.site,
             "plant": self.plant,
             "ts": self.ts,
@@ -111,6 +123,9 @@ class FlagMessage:
             "eps": None if math.isinf(self.eps) else self.eps,
             "model_version": self.model_version,
         }
+        if self.withheld:
+            data["withheld"] = True
+        return data
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -297,7 +312,9 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
     out = []
     parts: dict[tuple[str, str, float, str], tuple[str, str]] = {}
     for f in flags:
-        if not (type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int):
+        if f.withheld or not (
+            type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int
+        ):
             out.append(encode(f.to_dict()))  # anything unusual: json decides
             continue
         shared = (f.site, f.plant, f.eps, f.model_version)
@@ -330,6 +347,9 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
         if value not in (0, 1) or isinstance(value, float):
             raise MessageError(R.BAD_FLAG, f"'{key}' must be 0 or 1, got {value!r}")
         flags.append(int(value))
+    withheld = data.get("withheld", False)
+    if withheld not in (True, False) or (withheld and flags != [0, 0]):
+        raise MessageError(R.BAD_FLAG, f"'withheld' must be true (with zc = za = 0) or false, got {withheld!r}")
     eps = data.get("eps")
     return FlagMessage(
         site,
@@ -340,6 +360,7 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
         flags[1],
         math.inf if eps is None else float(eps),
         str(data.get("model_version", "")),
+        bool(withheld),
     )
 
 

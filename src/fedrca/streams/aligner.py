@@ -11,7 +11,10 @@ aligner releases rows strictly in seq order:
 * a flag for an already released seq is a *duplicate* (same bits as released:
   ignored, e.g. a redelivery after a restart) or *late* (new information that
   came too late: reported, the caller dead-letters it);
-* a second, different flag for a buffered (plant, seq) keeps the first one.
+* a second, different flag for a buffered (plant, seq) keeps the first one;
+* a *withheld* flag (the plant's privacy budget stopped it publishing) completes its
+  row without evidence: the plant is absent from the row's flags, and the row lists it
+  in ``withheld``.
 
 So the released sequence depends only on the flags and the lateness, not on
 timing: the same input always yields the same rows and hence the same verdicts.
@@ -39,6 +42,7 @@ class AlignedRow:
     ts: float
     flags: dict[str, tuple[int, int]]
     complete: bool = True
+    withheld: tuple[str, ...] = ()
 
 
 class FlagAligner:
@@ -88,12 +92,13 @@ class FlagAligner:
         if self._next_seq is None or (not self._released and flag.seq < self._next_seq):
             # Until the first row is released, the stream starts at the smallest seq seen.
             self._next_seq = flag.seq
-        bits = (flag.zc, flag.za)
+        # a withheld sample is stored as (-1, -1): present for completeness, no evidence
+        bits = (-1, -1) if flag.withheld else (flag.zc, flag.za)
         if flag.seq < self._next_seq:
             for seq, code in reversed(self._released):
                 if seq == flag.seq:
                     index = self._index.get(flag.plant)
-                    same = index is not None and code[index] == str(int(FlagState.of(flag.zc, flag.za)))
+                    same = index is not None and code[index] == self._char(bits)
                     return [], "duplicate" if same else "late"
                 if seq < flag.seq:
                     break
@@ -128,7 +133,9 @@ class FlagAligner:
             if len(row) < n_plants and not overdue:
                 break
             del self._buffer[seq]
-            out.append(AlignedRow(seq, self._ts.pop(seq), dict(row), complete=len(row) == n_plants))
+            evidence = {p: b for p, b in row.items() if b[0] >= 0}
+            withheld = tuple(p for p in self.plants if p in row and row[p][0] < 0)
+            out.append(AlignedRow(seq, self._ts.pop(seq), evidence, complete=len(row) == n_plants, withheld=withheld))
             self._remember(seq, self._code(row))
             self._next_seq = seq + 1
         return out
@@ -152,8 +159,12 @@ class FlagAligner:
             self._runs.append([seq, 1])
         self._codes += code.encode("ascii")
 
+    @staticmethod
+    def _char(bits: tuple[int, int]) -> str:
+        return "w" if bits[0] < 0 else str(int(FlagState.of(*bits)))
+
     def _code(self, row: dict[str, tuple[int, int]]) -> str:
-        return "".join(str(int(FlagState.of(*row[p]))) if p in row else "-" for p in self.plants)
+        return "".join(self._char(row[p]) if p in row else "-" for p in self.plants)
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state.

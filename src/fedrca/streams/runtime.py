@@ -8,12 +8,20 @@ both (:class:`SiteRuntime`). Both paths execute the same code.
 
 The runtimes take fitted cores; building them from a configuration and data is
 the shell's (:func:`fedrca.cli.site.site_runtime`).
+
+Privacy ledger: a :class:`PlantRuntime` keeps each plant's spent epsilon (the training
+releases of the artifact it runs composed with the flags it published over the last
+``privacy.window`` samples, :class:`~fedrca.training.ledger.FlagWindow`) and exports it
+after every batch as ``fedrca_privacy_epsilon_spent{plant, mechanism}`` next to
+``privacy.budget``. At exhaustion the plant warns (``privacy.on_exhausted: warn``) or
+publishes withheld flags (``stop``); the :class:`RCARuntime` then marks the verdicts it
+reaches without that plant ``privacy_withheld``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +29,7 @@ from typing import Any
 
 from fedrca.config import SiteConfig, parameters_hash
 from fedrca.contracts import (
+    PRIVACY_WITHHELD,
     SERVER,
     DeadLetterReason,
     DeadLetterStage,
@@ -39,6 +48,8 @@ from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
+from fedrca.training.ledger import FlagWindow
+from fedrca.training.privacy import gaussian_mu
 
 __all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "SiteRuntime"]
 
@@ -104,12 +115,31 @@ class PlantRuntime:
         self._parameters_hash = parameters_hash(config)
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
-        self.processors = {name: PlantProcessor(config.site, det) for name, det in detectors.items()}
+        privacy = config.privacy
+        self.processors = {
+            name: PlantProcessor(
+                config.site,
+                det,
+                FlagWindow(name, det.epsilon, privacy.window, privacy.delta, privacy.budget),
+                privacy.on_exhausted,
+            )
+            for name, det in detectors.items()
+        }
         self.sensor_counts = {p.name: len(p.sensors) for p in config.plants}
         self._latest: dict[str, ParameterArtifact] = {}
+        self._exhausted: set[str] = set()
         self.refused_artifacts = 0
         for name, det in detectors.items():
             self.metrics.set_parameter_version(name, det.parameter_version)
+            self._export_privacy(name)
+
+    def _export_privacy(self, plant: str) -> None:
+        """Export the plant's spent epsilon (training, flags of the window, composed) and its budget."""
+        window = self.processors[plant].window
+        if window is None:
+            return
+        for mechanism in ("gaussian", "randomized_response", "all"):
+            self.metrics.set_privacy(plant, window.epsilon(mechanism), window.budget, mechanism=mechanism)
 
     def reset(self) -> None:
         """Start a new recording: the processors forget the stream (parameters and metrics are kept)."""
@@ -140,6 +170,20 @@ class PlantRuntime:
         self.metrics.record_messages_in("plant", plant, len(messages))
         if out.result is not None:
             self.metrics.record_detection(plant, out.result)
+            self._export_privacy(plant)
+        if out.overrun or out.withheld:
+            if plant not in self._exhausted:
+                action = "publishing anyway" if out.overrun else "withholding its flags"
+                log.warning(
+                    "plant %s: privacy budget %g exhausted over the last %d samples; %s (privacy.on_exhausted)",
+                    plant,
+                    self.config.privacy.budget,
+                    self.config.privacy.window,
+                    action,
+                )
+            self._exhausted.add(plant)
+        elif out.result is not None:
+            self._exhausted.discard(plant)
         self.metrics.record_latency("plant", time.perf_counter() - started)
         return out
 
@@ -179,11 +223,20 @@ class PlantRuntime:
         """Remember a plant's newest artifact (already applied) and export its version and privacy spend."""
         self._latest[plant] = artifact
         self.metrics.set_parameter_version(plant, str(artifact.version))
-        privacy = artifact.manifest.get("privacy") or {}
         spent = artifact.manifest.get("epsilon_spent")
-        if spent is not None:
-            budget = privacy.get("budget")
-            self.metrics.set_privacy(plant, float(spent), math.inf if budget is None else float(budget))
+        window = self.processors[plant].window if plant in self.processors else None
+        if spent is not None and window is not None:
+            # the training's releases as the ledger keeps them (mu^2, {eps: count}): they compose with the
+            # flags exactly; an artifact without them had Gaussian releases only, recovered from its epsilon
+            privacy = artifact.manifest.get("privacy") or {}
+            delta = float(artifact.manifest.get("delta") or self.config.privacy.delta)
+            eps = float(spent)
+            if "mu2" in privacy:
+                window.training_mu2 = float(privacy["mu2"])
+                window.training_pure = {float(e): int(k) for e, k in (privacy.get("pure") or {}).items()}
+            else:
+                window.training_mu2 = 0.0 if eps <= 0.0 else gaussian_mu(eps, delta) ** 2
+            self._export_privacy(plant)
 
     def _apply(self, plant: str, artifact: ParameterArtifact) -> None:
         detector = self.processors[plant].detector
@@ -225,6 +278,7 @@ class RCARuntime:
         self._plants = set(config.plant_names)
         self._artifacts: dict[str, ParameterArtifact] = dict(artifacts or {})
         self.reloads = 0
+        self.withheld: set[str] = set()  # plants whose latest flag was withheld (privacy budget exhausted)
         self._export_versions()
 
     @property
@@ -274,6 +328,10 @@ class RCARuntime:
                 rejected.append((raw, err))
                 self.metrics.record_deadletter(DeadLetterStage.RCA, err.reason)
                 continue
+            if flag.withheld:
+                self.withheld.add(flag.plant)
+            else:
+                self.withheld.discard(flag.plant)
             new, status = self.stage.add(flag)
             if status == "late":
                 late = MessageError(
@@ -282,16 +340,22 @@ class RCARuntime:
                 )
                 rejected.append((raw, late))
                 self.metrics.record_deadletter(DeadLetterStage.RCA, DeadLetterReason.LATE)
-            verdicts.extend(new)
+            verdicts.extend(self._mark_withheld(new))
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
         for v in verdicts:
             self.metrics.record_verdict(v.root_cause)
         self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
+    def _mark_withheld(self, verdicts: list[Verdict]) -> list[Verdict]:
+        """Verdicts reached while a plant withholds its flags say so (outcome ``privacy_withheld``)."""
+        if not self.withheld:
+            return verdicts
+        return [dataclasses.replace(v, outcome=PRIVACY_WITHHELD) for v in verdicts]
+
     def flush(self) -> list[Verdict]:
         """Judge every buffered row (end of a finite stream)."""
-        verdicts = self.stage.flush()
+        verdicts = self._mark_withheld(self.stage.flush())
         for v in verdicts:
             self.metrics.record_verdict(v.root_cause)
         return verdicts

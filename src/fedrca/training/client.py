@@ -57,8 +57,10 @@ from fedrca.detectors.identify import Standardizer
 from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import LinearModel, ProprietaryFilter, filter_batch
 from fedrca.exceptions import ConvergenceError, DataError, MessageError, ModelError
-from fedrca.training.messages import GradientMessage, StatesMessage
-from fedrca.training.privacy import GaussianMechanism, PrivacyAccountant
+from fedrca.training.ledger import PrivacyLedger
+from fedrca.training.messages import GradientMessage, MomentsMessage, ReleaseMessage, StatesMessage, quantise
+from fedrca.training.moments import MomentSettings, pack_moments, plant_moments, release_states
+from fedrca.training.privacy import GaussianMechanism, PrivacyAccountant, gaussian_mu
 
 __all__ = ["Client", "ClientData", "Disentanglement", "input_standardizer", "measurement_states", "prepare_client_data"]
 
@@ -297,6 +299,9 @@ class Client:
         self._mechanism = GaussianMechanism(p.state_epsilon, p.delta, p.state_clip)
         self._gradient_mu = GaussianMechanism(p.gradient_epsilon, p.delta, p.gradient_clip).mu
         self.accountant = PrivacyAccountant(T, p.delta, p.budget, plant=self.plant)
+        # estimator 'moments': one pure release (states) and one Gaussian release (moments), composed
+        self.ledger = PrivacyLedger(self.plant, p.delta, p.budget, budget_key="training.privacy.budget")
+        self._released: FloatArray | None = None
         self._sent_fixed = np.zeros(T, dtype=bool)
         self._x_c_error = np.zeros((T, base.state_dim))  # what the server's copy of x_c(t) has on top of the truth
         self._pending: tuple[int, int, int, FloatArray, FloatArray] | None = None
@@ -568,6 +573,8 @@ class Client:
         # refuse before anything leaves the plant: this round's states and the gradients that follow
         self.accountant.check(mu2 + self.gradient_mu2, rows)
         noised, clipped = self._mechanism.release(arrays, self._rng)
+        # what the server decodes (compact encodings round the arrays): the perturbation includes it
+        noised = [quantise(a, self.settings.message_encoding) for a in noised]
         self.clipped += clipped
         self.accountant.charge(mu2, rows, "states")
         sent = dict(zip(names, noised, strict=True))
@@ -652,6 +659,140 @@ class Client:
         self.history.append({"round": float(message.round), "loss": loss, "server_loss": message.server_loss})
         self._pending = None
         return loss
+
+    def privacy_summary(self) -> dict[str, Any]:
+        """Spent epsilon and the raw ledger (``mu2``: Gaussian spend, ``pure``: {epsilon: count}) of this plant."""
+        if self.settings.estimator == "moments":
+            return self.ledger.summary()
+        summary = self.accountant.summary()
+        summary["mu2"] = self.accountant.mu() ** 2
+        summary["pure"] = {}
+        return summary
+
+    def epsilon_spent(self) -> float:
+        """Epsilon this plant has spent in training (at ``training.privacy.delta``)."""
+        return float(self.privacy_summary()["epsilon"])
+
+    # -- estimator 'moments': everything released once (fedrca.training.moments) ---------------------
+    @property
+    def moment_settings(self) -> MomentSettings:
+        """The two releases of the private-moments protocol, from the training settings."""
+        p = self.settings.privacy
+        mu = math.inf if math.isinf(p.moment_epsilon) else gaussian_mu(p.moment_epsilon, p.delta)
+        return MomentSettings(p.state_clip, p.state_epsilon, mu, p.moment_lags, bound_factor=0.5)
+
+    def moments_plan(self) -> tuple[float, dict[float, int]]:
+        """(mu^2, {epsilon: count}) the two releases will charge (nothing for an inf epsilon)."""
+        ms = self.moment_settings
+        mu2 = 0.0 if math.isinf(ms.moment_mu) else ms.moment_mu**2
+        pure = {} if math.isinf(ms.state_epsilon) else {ms.state_epsilon: 1}
+        return mu2, pure
+
+    def measurement_noise_cov(self) -> FloatArray | None:
+        """Covariance of x̃ - x for a linear model, ``(C'C)^-1 C' R C (C'C)^-1`` (model units), else None."""
+        R_ = getattr(self._model, "R", None)
+        if not isinstance(self._model, LinearModel) or R_ is None:
+            return None
+        C = np.asarray(self._model.C)
+        Cp = np.linalg.pinv(C)
+        return np.asarray(Cp @ np.asarray(R_) @ Cp.T)
+
+    def release_message(self, round_: int) -> ReleaseMessage:
+        """The plant's measurement states over the trained rows, clipped + Laplace noise: released once.
+
+        Raises
+        ------
+        PrivacyBudgetExceeded
+            When this release and the moments after it would pass ``training.privacy.budget``.
+        """
+        ms = self.moment_settings
+        mu2, pure = self.moments_plan()
+        self.ledger.check(mu2, pure, what="releasing the states and the moments")
+        rows = self.train_rows
+        released, clipped = release_states(self.data.x_meas[rows], ms.state_clip, ms.state_epsilon, self._rng)
+        self.clipped += clipped
+        for eps in pure:
+            self.ledger.charge_pure(eps, key="states")
+        self._released = released
+        return ReleaseMessage(
+            round=round_,
+            plant=self.plant,
+            version=self.version,
+            start=rows.start,
+            x_meas=released,
+            noise_scale=ms.noise_scale(self.state_dim),
+            clip=ms.state_clip,
+        )
+
+    def moments_message(self, round_: int, released: dict[str, ReleaseMessage]) -> MomentsMessage:
+        """This plant's lag moments (own states exact, the others' released ones), Gaussian-noised: released once."""
+        ms = self.moment_settings
+        rows = self.train_rows
+        for other, msg in released.items():
+            if msg.start != rows.start or msg.stop != rows.stop:
+                raise MessageError(
+                    R.MISMATCH, f"plant '{self.plant}': states of '{other}' cover {msg.start}..{msg.stop}, not ours"
+                )
+        others = sorted(released)
+        release = plant_moments(
+            self.plant,
+            self.data.x_meas[rows],
+            {o: released[o].x_meas for o in others},
+            clip=ms.state_clip,
+            others_bounds={o: ms.others_bound(released[o].x_meas.shape[1]) for o in others},
+            lags=ms.lags,
+            mu=ms.moment_mu,
+            rng=self._rng,
+            noise_cov=self.measurement_noise_cov(),
+        )
+        mu2, _ = self.moments_plan()
+        self.ledger.charge_gaussian(mu2, key="moments")
+        return MomentsMessage(
+            round=round_,
+            plant=self.plant,
+            version=self.version,
+            start=rows.start,
+            moments=pack_moments(release, others),
+            others=tuple(others),
+            lags=ms.lags,
+            n_rows=release.n_rows,
+            noise_sigma=release.noise_sigma,
+        )
+
+    def fit_to_target(self, message: GradientMessage, rounds: int) -> None:
+        """``rounds`` local steps towards ``x_s = x_c + d`` with the server's ``grad = -2 d`` (post-processing: free).
+
+        d is what the other plants predict of this plant from their released states; the
+        plant adds its own part, ``g = -2 (x_c + d - x_a)``, so nothing more leaves it.
+        """
+        rows = self.train_rows
+        if message.plant != self.plant or message.start != rows.start or message.stop != rows.stop:
+            raise MessageError(
+                R.MISMATCH,
+                f"plant '{self.plant}': target for {message.plant} {message.start}.."
+                f"{message.stop}, expected {rows.start}..{rows.stop}",
+            )
+        d = self.data
+        W = rows.stop - rows.start
+        lam = self.settings.server_weight
+        lr = self.settings.client_lr
+        for r in range(rounds):
+            loss, grad_c, bias_c, xhat_a_prev = self._local_loss_gradient(rows)
+            _, x_a = self.augmented(rows)
+            # g = -2 (x_c + d - x_a) = message.grad - 2 (x_c - x_a)
+            g = np.asarray(message.grad, dtype=np.float64) - 2.0 * (d.x_c[rows] - x_a)
+            server_loss = float(np.mean(np.sum((g / 2.0) ** 2, axis=1)))
+            upstream = g / W
+            # dJ/dTheta~ = dL_c/dTheta~ + lambda dL_s/dTheta~ + r Theta~ ;  dJ/dphi = dL_c/dphi + lambda sum_t g_t / W
+            total = grad_c + lam * self._chain(xhat_a_prev, rows, upstream) + self._precond.r * self._extended()
+            total_bias = bias_c + lam * upstream.sum(axis=0)
+            step, step_bias = self._solve(total, total_bias)
+            # (Theta~, phi) <- (Theta~, phi) - lr P^-1 dJ/d(Theta~, phi)
+            self._set_extended(self._extended() - lr * step)
+            if self.learns_bias:
+                self._bias = self._bias - lr * step_bias
+            self.version += 1
+            self.history.append({"round": float(r), "loss": loss, "server_loss": server_loss})
 
     # -- convergence -------------------------------------------------------------------------------
     def _build_preconditioner(self) -> _Preconditioner:
@@ -811,6 +952,7 @@ class Client:
             "clipped": self.clipped,
             "rng": self._rng.bit_generator.state,
             "accountant": self.accountant.get_state(),
+            "ledger": self.ledger.get_state(),
             "history": self.history,
         }
         return arrays, meta
@@ -827,5 +969,7 @@ class Client:
         self.clipped = int(meta["clipped"])
         self._rng.bit_generator.state = meta["rng"]
         self.accountant.set_state(meta["accountant"])
+        if "ledger" in meta:
+            self.ledger.set_state(meta["ledger"])
         self.history = [dict(h) for h in meta["history"]]
         self._pending = None

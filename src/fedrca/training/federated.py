@@ -30,9 +30,12 @@ from fedrca.detectors.parameters import model_fingerprint, scorer_arrays
 from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, PrivacyBudgetExceeded
 from fedrca.training.client import Client
+from fedrca.training.ledger import spent_epsilon
 from fedrca.training.messages import (
     GradientMessage,
     InProcessTransport,
+    MomentsMessage,
+    ReleaseMessage,
     StatesMessage,
     decode_message,
     encode_message,
@@ -134,7 +137,7 @@ class TrainingResult:
         """Per plant: client loss before/after, server loss, bytes per round vs raw, epsilon spent."""
         rows = []
         for plant, client in self.clients.items():
-            summary = client.accountant.summary()
+            summary = client.privacy_summary()
             rows.append(
                 {
                     "plant": plant,
@@ -230,12 +233,22 @@ class FederatedTraining:
         return self.config.topic("train", plant=plant)
 
     def check(self, rounds: int) -> None:
-        """Refuse learning rates that would not converge and runs that would pass a plant's privacy budget."""
+        """Refuse learning rates that would not converge and runs that would pass a plant's privacy budget.
+
+        Two budgets: ``training.privacy.budget`` (this run) and ``privacy.budget`` (the plant's
+        whole life: this run's releases composed with the flags one ``privacy.window`` may publish).
+        """
         shared = self.settings.estimator == "gd"
         for client in self.clients.values():
             client.check_convergence(shared=shared)
+        self._check_whole_life(rounds)
         budget = self.settings.privacy.budget
         if math.isinf(budget):
+            return
+        if self.settings.estimator == "moments":
+            for client in self.clients.values():
+                mu2, pure = client.moments_plan() if self.round == 0 else (0.0, {})
+                client.ledger.check(mu2, pure, what=f"{rounds} round(s) of training (estimator moments)")
             return
         for plant, client in self.clients.items():
             planned = [(client.round_mu2(r), client.window(r)) for r in range(self.round, rounds)]
@@ -248,11 +261,41 @@ class FederatedTraining:
                     "(more noise) or raise the budget"
                 )
 
+    def _check_whole_life(self, rounds: int) -> None:
+        """Training spend + a full window of published flags must fit ``privacy.budget`` (the plant's whole life)."""
+        site = self.config.privacy
+        if math.isinf(site.budget):
+            return
+        bits = 2  # Z_c and Z_a of a plant detector per sample
+        pure_flags = {} if math.isinf(site.flag_epsilon) else {site.flag_epsilon: bits * site.window}
+        for plant, client in self.clients.items():
+            if self.settings.estimator == "moments":
+                mu2, pure = client.moments_plan() if self.round == 0 else (0.0, {})
+                mu2 += client.ledger.mu2
+                pure = {**client.ledger.pure, **pure}
+            else:
+                planned = sum(client.round_mu2(r) for r in range(self.round, rounds))
+                mu2, pure = float(client.accountant.total_mu2().max()) + planned, {}
+            for eps, k in pure_flags.items():
+                pure[eps] = pure.get(eps, 0) + k
+            total = spent_epsilon(site.delta, mu2, tuple(sorted(pure.items())))
+            if total > site.budget:
+                raise PrivacyBudgetExceeded(
+                    f"plant '{plant}': training ({rounds} round(s)) composed with the flags of one privacy window "
+                    f"({site.window} samples at flag_epsilon {site.flag_epsilon:g}) spends epsilon {total:.3g} "
+                    f"(delta={site.delta:g}), above privacy.budget = {site.budget:g}; spend less in training "
+                    "(training.privacy), publish fewer noisy bits (privacy.window, privacy.flag_epsilon) or raise "
+                    "privacy.budget"
+                )
+
     def run_round(self) -> None:
         """One communication round: states up, gradients down, client steps."""
+        if self.settings.estimator == "moments":
+            raise ConfigError("estimator 'moments' runs as one exchange (run()), not round by round")
         r = self.round
+        enc = self.settings.message_encoding
         for plant, client in self.clients.items():
-            raw = encode_message(client.states_message(r))
+            raw = encode_message(client.states_message(r), enc)
             self.transport.publish(self.topic(plant), plant, raw)
             self._bytes_up[plant] += len(raw)
             rows = client.window(r)
@@ -263,7 +306,7 @@ class FederatedTraining:
                 if isinstance(message, StatesMessage):
                     self.server.receive(message)
         for plant, message in self.server.respond().items():
-            raw = encode_message(message)
+            raw = encode_message(message, enc)
             self.transport.publish(self.topic(plant), SERVER, raw)
             self._bytes_down[plant] += len(raw)
         for plant, client in self.clients.items():
@@ -272,6 +315,60 @@ class FederatedTraining:
                 if isinstance(message, GradientMessage):
                     client.apply_gradient(message)
         self.round += 1
+
+    def _run_moments(self, rounds: int) -> None:
+        """Estimator ``moments``: states released once, forwarded, moments released once, targets, local rounds.
+
+        Every message still travels as bytes on ``<site>.train.<plant>``; after the two
+        releases nothing a plant sends depends on its data again, so the ``rounds`` client
+        steps are local (post-processing) and cost no epsilon.
+        """
+        enc = self.settings.message_encoding
+        releases: dict[str, ReleaseMessage] = {}
+        for plant, client in self.clients.items():
+            raw = encode_message(client.release_message(0), enc)
+            self.transport.publish(self.topic(plant), plant, raw)
+            self._bytes_up[plant] += len(raw)
+            rows = client.train_rows
+            # per round, the raw data of the round's window (here: all trained rows), as in run_round
+            self._raw_bytes[plant] += rounds * (rows.stop - rows.start) * client.data.y_model.shape[1] * 8
+        for plant in self.clients:
+            for _, raw in self.transport.consume(self.topic(plant), "server"):
+                message = decode_message(raw)
+                if isinstance(message, ReleaseMessage):
+                    releases[message.plant] = message
+        # the server forwards every plant's released states to the others (post-processing)
+        for plant in self.clients:
+            for other, message in releases.items():
+                if other != plant:
+                    raw = encode_message(message, enc)
+                    self.transport.publish(self.topic(plant), SERVER, raw)
+                    self._bytes_down[plant] += len(raw)
+        for plant, client in self.clients.items():
+            received = {}
+            for _, raw in self.transport.consume(self.topic(plant), f"client-{plant}"):
+                message = decode_message(raw)
+                if isinstance(message, ReleaseMessage) and message.plant != plant:
+                    received[message.plant] = message
+            raw = encode_message(client.moments_message(0, received))  # float64: a few hundred numbers
+            self.transport.publish(self.topic(plant), plant, raw)
+            self._bytes_up[plant] += len(raw)
+        moments: dict[str, MomentsMessage] = {}
+        for plant in self.clients:
+            for _, raw in self.transport.consume(self.topic(plant), "server"):
+                message = decode_message(raw)
+                if isinstance(message, MomentsMessage):
+                    moments[message.plant] = message
+        for plant, message in self.server.fit_moments(releases, moments).items():
+            raw = encode_message(message, enc)
+            self.transport.publish(self.topic(plant), SERVER, raw)
+            self._bytes_down[plant] += len(raw)
+        for plant, client in self.clients.items():
+            for _, raw in self.transport.consume(self.topic(plant), f"client-{plant}"):
+                message = decode_message(raw)
+                if isinstance(message, GradientMessage):
+                    client.fit_to_target(message, rounds)
+        self.round = rounds
 
     # -- state (what a checkpoint stores) ------------------------------------------------------------
     def get_state(self) -> TrainingState:
@@ -328,6 +425,10 @@ class FederatedTraining:
         resumed_from = self.round
         self.check(total)
         done_here = 0
+        if self.settings.estimator == "moments" and self.round < total:
+            self._run_moments(total)
+            if on_round is not None:
+                on_round(self)
         while self.round < total:
             if stop_after is not None and done_here >= stop_after:
                 break
@@ -360,7 +461,7 @@ class FederatedTraining:
             det.set_parameters(client.theta, version=f"v{version}")
             scorer = det.calibrate_augmented(self.data[plant].Y, self.data[plant].U)
             det.set_parameters(client.theta, scorer_a=scorer, version=f"v{version}")
-            summary = client.accountant.summary()
+            summary = client.privacy_summary()
             # The RCA's only knowledge of this plant's detector: how often each flag state occurs
             # on nominal data (aggregate counts, no sample travels).
             with det.detached():
@@ -395,7 +496,7 @@ class FederatedTraining:
                     "schema": self.config.plant(plant).data_schema(),
                 },
             )
-        eps = [c.accountant.epsilon() for c in self.clients.values()]
+        eps = [c.epsilon_spent() for c in self.clients.values()]
         artifacts[SERVER] = make_artifact(
             SERVER,
             version,

@@ -37,12 +37,17 @@ from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import MessageError
 
 __all__ = [
+    "ENCODINGS",
     "GradientMessage",
     "InProcessTransport",
     "Message",
+    "MomentsMessage",
+    "ReleaseMessage",
     "StatesMessage",
     "decode_message",
     "encode_message",
+    "quantisation_variance",
+    "quantise",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -182,14 +187,126 @@ class GradientMessage(Message):
     privacy_mu2: float = 0.0
 
 
-_KINDS: dict[str, type[Message]] = {"states": StatesMessage, "gradients": GradientMessage}
+@dataclass(frozen=True, eq=False)
+class ReleaseMessage(Message):
+    """A plant's measurement states, released once (estimator ``moments``; :mod:`fedrca.training.moments`).
+
+    Client -> server with the plant's own release; server -> client forwarding another
+    plant's (``plant`` names whose states they are): post-processing, no further cost.
+
+    Attributes
+    ----------
+    x_meas : (W, P) clipped measurement states + Laplace noise
+    noise_scale : Laplace scale per coordinate
+    clip : L2 bound the states were clipped to
+    """
+
+    KIND: ClassVar[str] = "release"
+    ARRAYS: ClassVar[tuple[str, ...]] = ("x_meas",)
+
+    x_meas: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
+    noise_scale: float = 0.0
+    clip: float | None = None
 
 
-def encode_message(message: Message) -> bytes:
-    """Serialise a training message to bytes (lossless: dtype and shape of every array kept)."""
+@dataclass(frozen=True, eq=False)
+class MomentsMessage(Message):
+    """Client -> server: a plant's lag moments, released once with the Gaussian mechanism.
+
+    Attributes
+    ----------
+    moments : ((2L+1) P, P + sum P_n) rows = lags -L..L x this plant's state entries; column
+        blocks = this plant's own moments, then one block per plant of ``others`` (in order)
+    others : the other plants, in column-block order
+    lags : L
+    n_rows : terms in every sum
+    noise_sigma : Gaussian noise per entry
+    """
+
+    KIND: ClassVar[str] = "moments"
+    ARRAYS: ClassVar[tuple[str, ...]] = ("moments",)
+
+    moments: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
+    others: tuple[str, ...] = ()
+    lags: int = 0
+    n_rows: int = 0
+    noise_sigma: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "others", tuple(str(o) for o in self.others))
+        super().__post_init__()
+
+
+_KINDS: dict[str, type[Message]] = {
+    "states": StatesMessage,
+    "gradients": GradientMessage,
+    "release": ReleaseMessage,
+    "moments": MomentsMessage,
+}
+
+#: Array encodings of :func:`encode_message`: lossless float64, float32, or int8 with one scale per array.
+ENCODINGS = ("float64", "float32", "int8")
+
+
+def quantise(array: FloatArray, encoding: str) -> FloatArray:
+    """What a receiver decodes from ``array`` sent with ``encoding`` (float64; bit-identical to the round trip).
+
+    ``int8`` stores ``round(x / s)`` with ``s = max|x| / 127``: an error of at most ``s/2`` per entry,
+    variance ``s^2/12``, which a sender adds to the noise it declares (:func:`quantisation_variance`).
+
+    Examples
+    --------
+    >>> quantise(np.array([[1.0, -0.5]]), "int8").tolist()
+    [[1.0, -0.5039370078740157]]
+    """
+    a = np.asarray(array, dtype=np.float64)
+    if encoding == "float64":
+        return a
+    if encoding == "float32":
+        return a.astype(np.float32).astype(np.float64)
+    if encoding == "int8":
+        scale = _int8_scale(a)
+        return np.asarray(np.round(a / scale).astype(np.int8), dtype=np.float64) * scale
+    raise MessageError(R.BAD_FIELD, f"unknown message encoding {encoding!r}; encodings are {', '.join(ENCODINGS)}")
+
+
+def quantisation_variance(array: FloatArray, encoding: str) -> float:
+    """Variance per entry of the rounding error of :func:`quantise` (uniform on one step)."""
+    a = np.asarray(array, dtype=np.float64)
+    if encoding == "int8":
+        return _int8_scale(a) ** 2 / 12.0
+    if encoding == "float32":
+        # rounding to the nearest float32: at most half a unit in the last place of the largest entry
+        return float(np.spacing(np.float32(np.max(np.abs(a), initial=0.0)))) ** 2 / 12.0
+    return 0.0
+
+
+def _int8_scale(a: FloatArray) -> float:
+    peak = float(np.max(np.abs(a), initial=0.0))
+    return peak / 127.0 if peak > 0.0 else 1.0
+
+
+def encode_message(message: Message, encoding: str = "float64") -> bytes:
+    """Serialise a training message to bytes.
+
+    ``float64`` is lossless (dtype and shape of every array kept); ``float32`` and ``int8`` are
+    compact: the receiver decodes exactly :func:`quantise` of each array (float64).
+    """
     arrays = {name: getattr(message, name) for name in message.ARRAYS if getattr(message, name) is not None}
     meta = {f.name: getattr(message, f.name) for f in fields(message) if f.name not in message.ARRAYS}
-    meta = {k: (int(v) if isinstance(v, np.integer) else v) for k, v in meta.items()}
+    meta = {
+        k: (int(v) if isinstance(v, np.integer) else list(v) if isinstance(v, tuple) else v) for k, v in meta.items()
+    }
+    if encoding == "float32":
+        arrays = {k: np.asarray(v, dtype=np.float64).astype(np.float32) for k, v in arrays.items()}
+        meta["_encoding"] = encoding
+    elif encoding == "int8":
+        scales = {k: _int8_scale(np.asarray(v, dtype=np.float64)) for k, v in arrays.items()}
+        arrays = {k: np.round(np.asarray(v, dtype=np.float64) / scales[k]).astype(np.int8) for k, v in arrays.items()}
+        meta["_encoding"] = encoding
+        meta["_scales"] = scales
+    elif encoding != "float64":
+        quantise(np.zeros(1), encoding)  # raises with the list of encodings
     return pack_arrays(message.KIND, meta, arrays)
 
 
@@ -199,6 +316,17 @@ def decode_message(raw: bytes) -> Message:
     cls = _KINDS.get(kind)
     if cls is None:
         raise MessageError(R.BAD_TYPE, f"unknown training message type '{kind}'")
+    encoding = meta.pop("_encoding", "float64")
+    scales = meta.pop("_scales", {})
+    if encoding == "float32":
+        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+    elif encoding == "int8":
+        try:
+            arrays = {k: np.asarray(v, dtype=np.float64) * float(scales[k]) for k, v in arrays.items()}
+        except (KeyError, TypeError, ValueError):
+            raise MessageError(R.BAD_FIELD, f"{kind} message: int8 arrays without a valid scale") from None
+    elif encoding != "float64":
+        raise MessageError(R.BAD_FIELD, f"{kind} message: unknown encoding {encoding!r}")
     names = {f.name for f in fields(cls)}
     unknown = (set(meta) | set(arrays)) - names
     if unknown:

@@ -64,7 +64,14 @@ from fedrca.training.linear import (
     ordinary_least_squares,
     ridge_regression,
 )
-from fedrca.training.messages import GradientMessage, StatesMessage
+from fedrca.training.messages import GradientMessage, MomentsMessage, ReleaseMessage, StatesMessage
+from fedrca.training.moments import (
+    attenuation,
+    cross_prediction,
+    estimate_transition,
+    released_noise,
+    unpack_moments,
+)
 from fedrca.training.nonlinear import RandomFeatureCrossModel
 from fedrca.training.privacy import GaussianMechanism, clip_rows
 
@@ -553,6 +560,50 @@ class Server:
         if B_cross is not None:
             self._B_cross = np.asarray(B_cross, dtype=np.float64) * (1.0 - self._own_input_mask())
             self._B_in = self._B_in * self._own_input_mask() + self._B_cross
+
+    # -- estimator 'moments' (fedrca.training.moments) ----------------------------------------
+    def fit_moments(
+        self, releases: dict[str, ReleaseMessage], moments: dict[str, MomentsMessage], bound_factor: float = 0.5
+    ) -> dict[str, GradientMessage]:
+        """Â from every plant's released moments; returns each plant's target ``grad = -2 d_m``.
+
+        ``d_m(t) = sum_{n != m} Â_mn ẑ_n(t-1) / kappa_n`` uses the released states only, so the
+        targets are post-processing (``privacy_mu2 = 0``) and may be reused for any number of rounds.
+        """
+        missing = [p for p in self.plants if p not in releases or p not in moments]
+        if missing:
+            raise MessageError(R.MISSING_STATES, f"no released states or moments yet from {', '.join(missing)}")
+        dims = dict(zip(self.plants, self.state_dims, strict=True))
+        scales = {p: releases[p].noise_scale for p in self.plants}
+        bounds = {p: (releases[p].clip or 0.0) + bound_factor * np.sqrt(2.0 * dims[p]) * scales[p] for p in self.plants}
+        kappa = {p: attenuation(scales[p], bounds[p], dims[p]) for p in self.plants}
+        noise_var = {p: released_noise(scales[p], bounds[p], dims[p]) for p in self.plants}
+        lags = {m.lags for m in moments.values()}
+        if len(lags) != 1:
+            raise MessageError(R.MISMATCH, f"plants released moments of different lags {sorted(lags)}")
+        L = lags.pop()
+        unpacked = {
+            p: unpack_moments(p, m.moments, m.others, dims, L, m.n_rows, m.noise_sigma) for p, m in moments.items()
+        }
+        estimate = estimate_transition(
+            self.plants, list(self.state_dims), unpacked, kappa, L, noise_var, seed=self.seed
+        )
+        self._A, self._A_stderr = estimate.A, estimate.stderr
+        self._A_cross = self._A * (1.0 - self._own_mask())
+        self._fitted = True
+        self.version += 1
+        released = {p: r.x_meas for p, r in releases.items()}
+        start = next(iter(releases.values())).start
+        out = {}
+        for plant in self.plants:
+            d = cross_prediction(plant, self.plants, list(self.state_dims), self._A, released, kappa, bounds)
+            self.losses[plant] = float(np.mean(np.sum(d**2, axis=1)))
+            # l_t = ||x_c + d - x_a||^2: the server's part of the gradient is -2 d (the plant adds the rest)
+            out[plant] = GradientMessage(
+                round=self.round, plant=plant, version=self.version, start=start, grad=-2.0 * d, privacy_mu2=0.0
+            )
+        self.round += 1
+        return out
 
     # -- artifacts and checkpoints ----------------------------------------------------------
     def artifact_arrays(self) -> dict[str, np.ndarray]:

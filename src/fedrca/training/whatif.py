@@ -182,6 +182,12 @@ class GlobalModel:
         names = server.manifest.get("plants")
         if "A" not in arrays or "state_dims" not in arrays or not names:
             raise ArtifactError(f"server artifact {server.version}: no 'A'/'state_dims'/plants; re-run fedrca train")
+        if server.manifest.get("estimator") == "moments":
+            raise ArtifactError(
+                f"server artifact {server.version} was trained with estimator 'moments', which estimates A "
+                "from private lag moments but not the input effects B; train with estimator iv to ask "
+                "what-if questions (docs/whatif.md)"
+            )
         if "B" not in arrays or "input_dims" not in arrays:
             raise ArtifactError(
                 f"server artifact {server.version} carries no input matrix B: it was trained without control "
