@@ -127,7 +127,8 @@ def fedrca_factory(
     """The current product: ``prepare_site`` (+ ``train_site`` when ``trained``) then ``run_pipeline``."""
     from fedrca.cli.site import prepare_site, run_pipeline
 
-    privacy = config.privacy.model_copy(update={"flag_epsilon": epsilon})
+    # the severity levels (when the plants publish them) get the flags' epsilon
+    privacy = config.privacy.model_copy(update={"flag_epsilon": epsilon, "level_epsilon": epsilon})
     config = config.model_copy(update={"privacy": privacy})
 
     def factory(nominal: pd.DataFrame) -> Monitor:
@@ -264,8 +265,10 @@ def load_library(
 
     runs = [_frame(get(library.nominal(s))) for s in library.train_seeds]
     train = pd.concat(runs, ignore_index=True)
-    # which nominal run each training row comes from (monitors may use it for folds)
+    # which nominal run each training row comes from (monitors may use it for folds); the product reads
+    # the run lengths (each run is a fresh stream, fedrca.detectors.factory.SEGMENTS)
     train.attrs["groups"] = np.repeat(np.arange(len(runs)), [len(r) for r in runs])
+    train.attrs["segments"] = [len(r) for r in runs]
     far = {s: _frame(get(library.nominal(s))) for s in library.far_seeds}
     faults = {}
     for s in library.fault_seeds:

@@ -28,7 +28,8 @@ def test_shipped_configs_load():
     tep = load_config(REPO / "config" / "tep.yaml")
     assert tep.plant_names == ["feed", "reactor", "separator", "stripper", "compressor"]
     assert sum(len(p.sensors) for p in tep.plants) == 52
-    assert tep.plant("separator").scoring.smoothing.target == "residual"  # defaults merged
+    assert tep.plant("separator").scoring.method == "family"  # defaults merged
+    assert tep.plant("separator").scoring.ewma == [0.1, 0.05]
     assert math.isinf(tep.privacy.flag_epsilon)
     assert tep.topic("sensors", plant="feed") == "tep.sensors.feed"
     assert tep.topic("deadletter") == "tep.deadletter"

@@ -24,6 +24,7 @@ import pandas as pd
 from fedrca.config import SiteConfig, TrainingSettings
 from fedrca.contracts import save_artifact
 from fedrca.datasets.loader import PlantData, plant_frames
+from fedrca.detectors.factory import frame_segments
 from fedrca.exceptions import ArtifactError
 from fedrca.training.federated import FederatedTraining, PartyState, TrainingResult, TrainingState
 
@@ -203,6 +204,9 @@ def train_site(
     **job_options: Any,
 ) -> TrainingResult:
     """Fit the site's detectors on nominal data, train them federatedly and write the artifacts to ``out``."""
+    segments = frame_segments(nominal) if isinstance(nominal, pd.DataFrame) else None
     data = plant_frames(config, nominal, source) if isinstance(nominal, pd.DataFrame) else dict(nominal)
+    if segments is not None:
+        job_options.setdefault("segments", segments)
     job = FederatedTraining(config, data, settings=settings, **job_options)
     return run_training(job, out, rounds=rounds, resume=resume, progress=progress)

@@ -7,7 +7,8 @@ rejection carries a :class:`~fedrca.contracts.deadletter.DeadLetterReason`
 Contracts (one schema each, used by the topics, the replay files and the reports):
 
 * sensors  ``{"site","plant","ts","seq","values":[...]}`` (values in the plant's configured order)
-* flags    ``{"site","plant","ts","seq","zc","za","eps","model_version"}`` (published flags only)
+* flags    ``{"site","plant","ts","seq","zc","za","eps","model_version"}`` (published flags only), plus
+  ``"level","level_eps"`` when the plant publishes severity levels (k-ary randomized response)
 * verdicts ``{"site","ts","seq","root_cause","propagated","posterior","evidence_window","outcome","id"}``
 """
 
@@ -88,7 +89,13 @@ class SensorMessage:
 
 @dataclass(frozen=True)
 class FlagMessage:
-    """One validated published-flag message."""
+    """One validated published-flag message.
+
+    ``level`` is the published severity level of the proprietary score (0 = no alarm,
+    1, 2, ... for each factor ``severity_base`` above the threshold) after its k-ary
+    randomized response of budget ``level_eps``; None when the plant publishes no levels
+    (then the two fields are left out of the JSON).
+    """
 
     site: str
     plant: str
@@ -98,10 +105,12 @@ class FlagMessage:
     za: int
     eps: float
     model_version: str
+    level: int | None = None
+    level_eps: float = math.inf
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract."""
-        return {
+        out: dict[str, Any] = {
             "site": self.site,
             "plant": self.plant,
             "ts": self.ts,
@@ -111,6 +120,10 @@ class FlagMessage:
             "eps": None if math.isinf(self.eps) else self.eps,
             "model_version": self.model_version,
         }
+        if self.level is not None:
+            out["level"] = self.level
+            out["level_eps"] = None if math.isinf(self.level_eps) else self.level_eps
+        return out
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -297,8 +310,10 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
     out = []
     parts: dict[tuple[str, str, float, str], tuple[str, str]] = {}
     for f in flags:
-        if not (type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int):
-            out.append(encode(f.to_dict()))  # anything unusual: json decides
+        if f.level is not None or not (
+            type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int
+        ):
+            out.append(encode(f.to_dict()))  # levels or anything unusual: json decides
             continue
         shared = (f.site, f.plant, f.eps, f.model_version)
         head_tail = parts.get(shared)
@@ -314,7 +329,7 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
 
 
 def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None = None) -> FlagMessage:
-    """Validate a flags-topic message (same rules; zc/za must be 0 or 1).
+    """Validate a flags-topic message (same rules; zc/za must be 0 or 1, a level a non-negative integer).
 
     Examples
     --------
@@ -331,6 +346,10 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
             raise MessageError(R.BAD_FLAG, f"'{key}' must be 0 or 1, got {value!r}")
         flags.append(int(value))
     eps = data.get("eps")
+    level = data.get("level")
+    if level is not None and (type(level) is not int or level < 0):
+        raise MessageError(R.BAD_FLAG, f"'level' must be a non-negative integer, got {level!r}")
+    level_eps = data.get("level_eps")
     return FlagMessage(
         site,
         plant,
@@ -340,6 +359,8 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
         flags[1],
         math.inf if eps is None else float(eps),
         str(data.get("model_version", "")),
+        level,
+        math.inf if level_eps is None else float(level_eps),
     )
 
 

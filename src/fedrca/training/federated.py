@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -177,6 +177,7 @@ class FederatedTraining:
         detectors: Mapping[str, PlantDetector] | None = None,
         settings: TrainingSettings | None = None,
         transport: Transport | None = None,
+        segments: Sequence[int] | None = None,
     ) -> None:
         self.config = config
         self.settings = settings if settings is not None else config.training
@@ -184,7 +185,11 @@ class FederatedTraining:
         lengths = {len(d.Y) for d in self.data.values()}
         if len(lengths) != 1:
             raise ArtifactError(f"plants' training data must share one time axis, got lengths {sorted(lengths)}")
-        self.detectors = dict(detectors) if detectors is not None else fit_detectors(config, self.data)
+        # lengths of the consecutive recordings of the nominal rows (detector calibration restarts at each)
+        self.segments = None if segments is None else [int(v) for v in segments]
+        self.detectors = (
+            dict(detectors) if detectors is not None else fit_detectors(config, self.data, segments=self.segments)
+        )
         self.transport: Transport = transport if transport is not None else InProcessTransport()
         s = self.settings
         plants = config.plant_names
@@ -350,14 +355,19 @@ class FederatedTraining:
         for plant, client in self.clients.items():
             det = self.detectors[plant]
             det.set_parameters(client.theta, version=f"v{version}")
-            scorer = det.calibrate_augmented(self.data[plant].Y, self.data[plant].U)
+            Y, U = self.data[plant].Y, self.data[plant].U
+            scorer = det.calibrate_augmented(Y, U, segments=self.segments)
             det.set_parameters(client.theta, scorer_a=scorer, version=f"v{version}")
             summary = client.accountant.summary()
             # The RCA's only knowledge of this plant's detector: how often each flag state occurs
-            # on nominal data (aggregate counts, no sample travels).
-            with det.detached():
-                nominal = det.step_batch(self.data[plant].Y, self.data[plant].U)
-            state_counts = np.bincount(flag_states(nominal.zc, nominal.za), minlength=N_FLAG_STATES)
+            # on nominal data (aggregate counts, no sample travels); each recording a fresh stream.
+            state_counts = np.zeros(N_FLAG_STATES, dtype=np.int64)
+            start = 0
+            for n in self.segments or [len(Y)]:
+                with det.detached():
+                    nominal = det.step_batch(Y[start : start + n], None if U is None else U[start : start + n])
+                state_counts += np.bincount(flag_states(nominal.zc, nominal.za), minlength=N_FLAG_STATES)
+                start += n
             metrics = {
                 "rounds": self.round,
                 "client_loss_before": client.initial_loss,
