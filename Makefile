@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedrca-installed
 
-.PHONY: demo test bench install lint typecheck system-deps kafka-jars k8s clean
+.PHONY: demo test exhaustive bench install lint typecheck system-deps kafka-jars k8s clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ test: $(STAMP) system-deps kafka-jars
 	$(BIN)/ruff check src tests $(wildcard bench)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not exhaustive"
+
+## make exhaustive: the many-example runs of the property and fuzz tests (tens of minutes)
+exhaustive: $(STAMP) system-deps kafka-jars
+	$(BIN)/pytest -m exhaustive -s
 
 ## make bench: benchmarks against named peers, measured in the same run
 bench: $(STAMP) kafka-jars
@@ -39,7 +43,7 @@ system-deps:
 kafka-jars: system-deps
 	$(PYTHON) tools/kafka/broker.py fetch
 
-## make k8s: regenerate k8s/configmap.yaml and the PrometheusRule from config/ (tests/test_k8s.py checks them)
+## make k8s: regenerate k8s/base/ from config/ (tools/sync-k8s.py; tests/deploy checks it is up to date)
 k8s: $(STAMP)
 	$(BIN)/python tools/sync-k8s.py
 

@@ -66,7 +66,8 @@ def replay_rate(bootstrap: str) -> tuple[float, int, int]:
 
     from fedrca.config import load_config
     from fedrca.connectors.kafka import KafkaSink, ensure_site_topics
-    from fedrca.connectors.replay import ReplayDataset, replay
+    from fedrca.connectors.replay import replay
+    from fedrca.datasets import Dataset
     from fedrca.datasets.tep import load_tep
 
     config = load_config(REPO / "config" / "tep.yaml")
@@ -74,7 +75,7 @@ def replay_rate(bootstrap: str) -> tuple[float, int, int]:
     frame = load_tep(REPO / "data" / "tep" / "d01_te.dat")
     reps = -(-REPLAY_ROWS // len(frame))
     tiled = pd.DataFrame(np.tile(frame.to_numpy(), (reps, 1))[:REPLAY_ROWS], columns=frame.columns)
-    data = ReplayDataset(tiled, np.arange(REPLAY_ROWS) * 180.0, None, "d01_te.dat (tiled)", "tep")
+    data = Dataset(tiled, np.arange(REPLAY_ROWS) * 180.0, None, "d01_te.dat (tiled)", "tep")
     ensure_site_topics(bootstrap, config, partitions=1)
     groups = {p.name: p.sensors for p in config.plants}
     sink = KafkaSink(bootstrap, config)

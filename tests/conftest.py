@@ -9,8 +9,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# the session-scoped real Kafka broker (`kafka_broker`, tests marked @pytest.mark.kafka)
-pytest_plugins = ["tests.kafka_broker"]
+# the session-scoped real Kafka broker (`kafka_broker`, tests marked @pytest.mark.kafka); under
+# CI=true a skip not listed in tests/skips-allowed.txt fails the run (tests/skip_policy.py);
+# pytester runs pytest on generated test files (tests/test_skip_policy.py)
+pytest_plugins = ["tests.kafka_broker", "tests.skip_policy", "pytester"]
 
 
 @pytest.fixture(scope="session")

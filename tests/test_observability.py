@@ -51,6 +51,9 @@ EXPECTED_TYPES = {
     "fedrca_privacy_epsilon_budget": "gauge",
     "fedrca_plant_anomalous": "gauge",
     "fedrca_root_cause": "gauge",
+    "fedrca_rca_parameter_version": "gauge",
+    "fedrca_rca_reloads_total": "counter",
+    "fedrca_stage_latency_seconds": "histogram",
 }
 
 
@@ -104,6 +107,7 @@ def test_every_metric_rendered_with_help_and_type(metrics):
     m.record_flags("reactor", {"zc": [True, False]})
     m.record_verdict("reactor")
     m.record_latency("plant", 0.01)
+    m.record_stage_latency("plant", [])
     m.set_consumer_lag("plant", "tep.sensors.reactor", 0, 12)
     m.set_parameter_version("reactor", "v2")
     m.set_privacy("reactor", 1.0, 4.0)
@@ -412,3 +416,38 @@ def test_promtool_test_rules_catches_a_changed_threshold(promtool, tmp_path):
     out = run(promtool, "test", "rules", tmp_path / "alerts_test.yml")
     assert out.returncode != 0
     assert "FAILED" in out.stdout + out.stderr and "FedrcaConsumerLagHigh" in out.stdout + out.stderr
+
+
+def test_the_server_answers_metrics_and_both_probes(metrics):
+    import urllib.error
+    import urllib.request
+
+    state = {"ready": False}
+    metrics.set_probes(live=lambda: (True, "event loop beat 0.2 s ago"), ready=lambda: (state["ready"], "waiting"))
+    port = metrics.serve(0)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert b"fedrca_messages_in_total" in urllib.request.urlopen(base + "/metrics", timeout=5).read()
+        assert urllib.request.urlopen(base + "/healthz", timeout=5).read() == b"event loop beat 0.2 s ago\n"
+        with pytest.raises(urllib.error.HTTPError) as not_ready:
+            urllib.request.urlopen(base + "/readyz", timeout=5)
+        assert not_ready.value.code == 503
+        state["ready"] = True
+        assert urllib.request.urlopen(base + "/readyz", timeout=5).status == 200
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(base + "/nothing", timeout=5)
+        assert missing.value.code == 404
+    finally:
+        metrics.close()
+
+
+def test_stage_latency_observes_every_record_of_a_batch(metrics):
+    from types import SimpleNamespace
+
+    now = 1_700_000_000.0
+    records = [SimpleNamespace(timestamp_ms=(now - age) * 1000.0) for age in (0.004, 0.03, 0.3, 2.0)]
+    metrics.record_stage_latency("plant", records, now=now)
+    assert sample(metrics, "fedrca_stage_latency_seconds_count", stage="plant") == 4
+    assert sample(metrics, "fedrca_stage_latency_seconds_sum", stage="plant") == pytest.approx(2.334)
+    assert sample(metrics, "fedrca_stage_latency_seconds_bucket", stage="plant", le="0.005") == 1
+    assert sample(metrics, "fedrca_stage_latency_seconds_bucket", stage="plant", le="0.05") == 2

@@ -19,10 +19,13 @@ name                                           type       labels
 ``fedrca_flags_total``                         counter    plant, kind (zc, za, zc_pub, za_pub)
 ``fedrca_verdicts_total``                      counter    root_cause (``none`` = no root cause)
 ``fedrca_processing_latency_seconds``          histogram  stage
+``fedrca_stage_latency_seconds``               histogram  stage (plant, rca)
 ``fedrca_consumer_lag``                        gauge      stage, topic, partition
 ``fedrca_parameter_version``                   gauge      plant
 ``fedrca_parameter_info``                      gauge      plant, version (always 1)
 ``fedrca_parameter_loaded_timestamp_seconds``  gauge      plant
+``fedrca_rca_parameter_version``               gauge      (none)
+``fedrca_rca_reloads_total``                   counter    (none)
 ``fedrca_privacy_epsilon_spent``               gauge      plant
 ``fedrca_privacy_epsilon_budget``              gauge      plant
 ``fedrca_plant_anomalous``                     gauge      plant
@@ -67,16 +70,35 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any, Final, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, make_wsgi_app
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 from fedrca.exceptions import ConfigError, FedrcaError
+
+#: A probe behind ``/healthz`` or ``/readyz``: returns (ok, one-line detail).
+Probe = Callable[[], tuple[bool, str]]
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """One thread per request: a slow scrape never blocks a probe."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr (probes every few seconds would drown the worker's log)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
 
 if TYPE_CHECKING:
     from prometheus_client.context_managers import Timer
@@ -272,6 +294,7 @@ class Metrics:
         self._versions: dict[str, str] = {}
         self._server: Any = None
         self._server_thread: threading.Thread | None = None
+        self._probes: dict[str, Probe | None] = {}
 
         self.messages_in = Counter(
             "fedrca_messages_in_total",
@@ -299,6 +322,14 @@ class Metrics:
             D2_BUCKETS,
         )
         r.register(self._d2)
+        self._stage = _BatchHistogram(
+            "fedrca_stage_latency_seconds",
+            "Seconds from a record's creation to the commit of what it produced, per record, by stage: "
+            "plant = sensor reading -> its flag committed, rca = published flag -> the verdict row committed.",
+            ["stage"],
+            LATENCY_BUCKETS,
+        )
+        r.register(self._stage)
         self.d2_dropped = Counter(
             "fedrca_d2_dropped_total",
             "Non-finite d2 values (NaN/inf) left out of fedrca_d2, by plant and model kind.",
@@ -347,6 +378,16 @@ class Metrics:
             "fedrca_parameter_loaded_timestamp_seconds",
             "Unix time at which a plant's current detector parameters were loaded (or created).",
             ["plant"],
+            registry=r,
+        )
+        self.rca_parameter_version = Gauge(
+            "fedrca_rca_parameter_version",
+            "Numeric version of the server artifact (learned graph) the RCA engine is built from (0 = none).",
+            registry=r,
+        )
+        self.rca_reloads = Counter(
+            "fedrca_rca_reloads_total",
+            "Times the RCA engine was rebuilt from newly published artifacts without a restart.",
             registry=r,
         )
         self.epsilon_spent = Gauge(
@@ -551,6 +592,17 @@ class Metrics:
             self.root_cause.labels(plant=plant).set(1 if plant == root_cause else 0)
 
     # -- latency, lag ----------------------------------------------------------------
+    def record_stage_latency(self, stage: str, records: Sequence[Any], now: float | None = None) -> None:
+        """Observe, for every record of a committed batch, seconds from its creation to now (vectorised).
+
+        ``records`` carry ``timestamp_ms`` (Kafka's create time, milliseconds since the epoch).
+        """
+        if not records:
+            return
+        stamps = np.fromiter((r.timestamp_ms for r in records), dtype=np.float64, count=len(records))
+        ages = np.maximum(0.0, (time.time() if now is None else now) - stamps / 1000.0)
+        self._stage.observe((stage,), ages)
+
     def record_latency(self, stage: str, seconds: float) -> None:
         """Observe the processing time of one batch.
 
@@ -595,6 +647,12 @@ class Metrics:
         self.consumer_lag.labels(stage=stage, topic=topic, partition=str(partition)).set(lag)
 
     # -- parameters, privacy -----------------------------------------------------------
+    def set_rca_parameters(self, version: str | float, reloaded: bool) -> None:
+        """Record the server artifact version the RCA engine now uses (and count a hot reload)."""
+        self.rca_parameter_version.set(numeric_version(version))
+        if reloaded:
+            self.rca_reloads.inc()
+
     def set_parameter_version(self, plant: str, version: str | float, loaded_at: float | None = None) -> None:
         """Record the parameter version a plant now uses and when it was loaded.
 
@@ -664,8 +722,20 @@ class Metrics:
         """
         return self.registry.get_sample_value(name, labels)
 
+    def set_probes(self, live: Probe | None = None, ready: Probe | None = None) -> None:
+        """The checks behind ``/healthz`` (liveness) and ``/readyz`` (readiness) of :meth:`serve`.
+
+        A probe returns ``(ok, detail)``; without one the endpoint answers 200 while the
+        server runs.
+        """
+        self._probes = {"/healthz": live, "/readyz": ready}
+
     def serve(self, port: int = 0, addr: str = "127.0.0.1") -> int:
-        """Serve ``/metrics`` over HTTP from a daemon thread.
+        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` over HTTP from a daemon thread.
+
+        ``/metrics`` is ``prometheus_client``'s exposition of this registry; the probes
+        answer 200 or 503 with a one-line reason (:meth:`set_probes`), for a
+        Kubernetes liveness and readiness check on the same port.
 
         Parameters
         ----------
@@ -688,9 +758,25 @@ class Metrics:
         """
         if self._server is not None:
             raise FedrcaError(f"metrics already served on port {self.port}; call close() first")
-        # prometheus-client >= 0.20 (the pinned minimum) returns the server and its thread
-        self._server, self._server_thread = start_http_server(port, addr, registry=self.registry)
-        return int(self._server.server_port)
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "/")
+            if path in ("/healthz", "/readyz"):
+                probe = self._probes.get(path)
+                ok, detail = (True, "ok") if probe is None else probe()
+                start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [detail.encode() + b"\n"]
+            if path in ("/", "/metrics"):
+                return list(metrics_app(environ, start_response))
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: /metrics, /healthz, /readyz\n"]
+
+        server = make_server(addr, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
+        thread = threading.Thread(target=server.serve_forever, name="fedrca-metrics", daemon=True)
+        thread.start()
+        self._server, self._server_thread = server, thread
+        return int(server.server_port)
 
     @property
     def port(self) -> int | None:

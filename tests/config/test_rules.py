@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fedrca.config import ColumnMatch, group_columns, load_config, parse_config, resolve_plants
-from fedrca.connectors.replay import load_hai, load_swat
+from fedrca.datasets import load_hai, load_swat
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.exceptions import ConfigError
 
@@ -43,15 +43,18 @@ def test_shipped_hai_and_swat_configs_resolve_against_the_samples():
 def test_the_same_hai_config_reads_every_layout():
     hai = load_config(REPO / "config" / "hai.yaml")
     sizes = {}
-    for name in ("hai-20.07-test1.csv", "hai-21.03-test1.csv", "hai-23.05-test1.csv"):
+    for name in ("hai-20.07-test1.csv", "hai-21.03-test1.csv", "hai-22.04-test1.csv", "hai-23.05-test1.csv"):
         frame = load_frame(hai, SAMPLES / "hai" / name)
         data = plant_frames(hai, frame, name)
         sizes[name] = {p: d.Y.shape for p, d in data.items()}
         p3 = [c for c in frame.columns if c.startswith("P3_")]
         np.testing.assert_array_equal(data["water"].Y, frame[p3].to_numpy())
-    assert sizes["hai-20.07-test1.csv"]["boiler"] == (60, 31)
-    assert sizes["hai-21.03-test1.csv"]["boiler"] == (60, 38)
-    assert sizes["hai-23.05-test1.csv"]["turbine"] == (60, 24)
+    assert sizes["hai-20.07-test1.csv"]["boiler"] == (120, 31)
+    assert sizes["hai-21.03-test1.csv"]["boiler"] == (120, 38)
+    assert sizes["hai-22.04-test1.csv"]["boiler"] == (120, 44)
+    # 23.05: 37 P1_ tags and the seven x10NN_ outputs of the boiler's DCS
+    assert sizes["hai-23.05-test1.csv"]["boiler"] == (120, 44)
+    assert sizes["hai-23.05-test1.csv"]["turbine"] == (120, 24)
 
 
 def test_explicit_columns_are_never_taken_by_a_rule_and_exclude_drops_columns():

@@ -91,7 +91,7 @@ def test_a_huge_file_is_refused_by_its_size(tmp_path):
 
 
 def test_a_directory_is_not_a_configuration(tmp_path):
-    with pytest.raises(ConfigError, match="no such configuration file"):
+    with pytest.raises(ConfigError, match="is a directory; give the configuration's YAML file"):
         load_config(tmp_path)
 
 
@@ -104,3 +104,116 @@ def test_any_bytes_give_a_configuration_or_a_config_error(tmp_path_factory, raw)
         load_config(path)
     except ConfigError as exc:
         assert str(exc).startswith(str(path))
+
+
+#: Pieces a mutation splices into a valid configuration: YAML syntax, wrong types, odd values.
+_TOKENS = [
+    "",
+    ":",
+    ": ",
+    "- ",
+    "  ",
+    "\t",
+    "\n",
+    "\r\n",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    "&a ",
+    "*a",
+    "<<: *a",
+    "!!python/object ",
+    "~",
+    "null",
+    "inf",
+    "-inf",
+    ".nan",
+    "1e309",
+    "-1",
+    "0",
+    "1.5",
+    "true",
+    "'",
+    '"',
+    "#",
+    "\x00",
+    "\ufeff",
+    "é",
+    "plants:",
+    "site:",
+    "privacy:",
+    "sensors: []",
+    "match: {prefix: X}",
+    "kind: plugin",
+    "folds: 0",
+    "---",
+    "...",
+    "? ",
+    "|",
+    ">",
+    "%YAML 1.1",
+    "\xff",
+]
+
+
+@st.composite
+def mutated_configs(draw: st.DrawFn) -> bytes:
+    """A shipped configuration with a few lines deleted, duplicated, swapped or spliced with tokens."""
+    lines = TEP.splitlines(keepends=True)
+    for _ in range(draw(st.integers(1, 4))):
+        if not lines:
+            break
+        i = draw(st.integers(0, len(lines) - 1))
+        action = draw(st.sampled_from(["delete", "duplicate", "splice", "swap", "indent"]))
+        if action == "delete":
+            del lines[i]
+        elif action == "duplicate":
+            lines.insert(i, lines[i])
+        elif action == "swap":
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif action == "indent":
+            lines[i] = draw(st.sampled_from(["  ", "    ", "\t", ""])) + lines[i].lstrip(" ")
+        else:
+            at = draw(st.integers(0, len(lines[i])))
+            lines[i] = lines[i][:at] + draw(st.sampled_from(_TOKENS)) + lines[i][at:]
+    return "".join(lines).encode("utf-8", errors="surrogatepass")
+
+
+def _config_fuzz(tmp_path_factory: pytest.TempPathFactory, examples: int) -> dict[str, int]:
+    directory = tmp_path_factory.mktemp("config-fuzz")
+    counts = {"ok": 0, "error": 0}
+
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(mutated_configs() | st.binary(max_size=600))
+    def run(raw: bytes) -> None:
+        path = directory / "site.yaml"
+        path.write_bytes(raw)
+        try:
+            config = load_config(path)
+        except ConfigError as exc:
+            message = str(exc)
+            assert message.startswith(str(path)) and "\n" not in message.strip(), message
+            counts["error"] += 1
+            return
+        assert config.plants and config.site  # a result is a whole, validated configuration
+        counts["ok"] += 1
+
+    run()
+    return counts
+
+
+def test_mutated_configurations_give_a_configuration_or_one_config_error_line(tmp_path_factory):
+    counts = _config_fuzz(tmp_path_factory, 300)
+    assert counts["ok"] + counts["error"] >= 300
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_config_loader_fuzz_slow(tmp_path_factory):
+    """Issue 12 acceptance 3: 10,000 examples of the configuration loader (``make exhaustive``)."""
+    counts = _config_fuzz(tmp_path_factory, 10_000)
+    print(f"\nfuzz config: {sum(counts.values())} examples, {counts['ok']} loaded, {counts['error']} ConfigError")
+    assert sum(counts.values()) >= 10_000

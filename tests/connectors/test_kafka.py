@@ -12,7 +12,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from fedrca.config import SiteConfig, parse_config
-from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic, verdict_ids
+from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.contracts import SensorMessage
 from fedrca.exceptions import DataError
 from tests.kafka_broker import unique_name
@@ -42,29 +42,26 @@ def describe(bootstrap: str, topics: list[str]) -> tuple[dict[str, int], dict[st
     return partitions, policy
 
 
-def test_site_topics_are_created_once_with_partitions_and_a_compacted_params_topic(kafka_broker):
+def test_site_topics_are_created_once_with_their_partitions_and_cleanup(kafka_broker):
     site = unique_name("topics")
     cfg = site_config(site)
-    names = ensure_site_topics(kafka_broker.bootstrap, cfg, partitions=3)
+    names = ensure_site_topics(kafka_broker.bootstrap, cfg)
     plants = cfg.plant_names
-    assert names == sorted(
-        [f"{site}.sensors.{p}" for p in plants] + [f"{site}.{k}" for k in ("flags", "verdicts", "deadletter", "params")]
-    )
+    per_plant = [f"{site}.{kind}.{p}" for p in plants for kind in ("sensors", "deadletter", "state")]
+    shared = [f"{site}.{k}" for k in ("flags", "verdicts", "deadletter", "params", "state.rca")]
+    assert names == sorted(per_plant + shared)
     partitions, policy = describe(kafka_broker.bootstrap, names)
-    assert {t: n for t, n in partitions.items() if ".sensors." in t} == {f"{site}.sensors.{p}": 3 for p in plants}
-    assert {t: n for t, n in partitions.items() if ".sensors." not in t} == {
-        f"{site}.{k}": 1 for k in ("flags", "verdicts", "deadletter", "params")
-    }
-    assert policy[f"{site}.params"] == "compact"
-    assert policy[f"{site}.flags"] == "delete" and policy[f"{site}.sensors.reactor"] == "delete"
-    # idempotent: a second call (even asking for other partition counts) changes nothing
-    assert ensure_site_topics(kafka_broker.bootstrap, cfg, partitions=5) == names
+    assert set(partitions.values()) == {1}  # a plant's stream is one ordered partition; the RCA sees one order
+    compacted = {t for t, p in policy.items() if p == "compact"}
+    assert compacted == {f"{site}.params", f"{site}.state.rca"} | {f"{site}.state.{p}" for p in plants}
+    # idempotent: a second call changes nothing
+    assert ensure_site_topics(kafka_broker.bootstrap, cfg) == names
     assert describe(kafka_broker.bootstrap, names) == (partitions, policy)
 
 
 def test_sink_delivers_every_message_in_order_under_back_pressure(kafka_broker):
     cfg = site_config(unique_name("sink"))
-    ensure_site_topics(kafka_broker.bootstrap, cfg, partitions=2)
+    ensure_site_topics(kafka_broker.bootstrap, cfg)
     n = 20_000
     limit = 64 * 1024
     sink = KafkaSink(kafka_broker.bootstrap, cfg, max_pending_bytes=limit, batch_size=16 * 1024)
@@ -103,7 +100,7 @@ def test_sink_errors_are_clear(kafka_broker):
 
 def test_read_topic_returns_raw_bytes_keys_and_headers(kafka_broker):
     cfg = site_config(unique_name("raw"))
-    ensure_site_topics(kafka_broker.bootstrap, cfg, partitions=1)
+    ensure_site_topics(kafka_broker.bootstrap, cfg)
     topic = cfg.topic("deadletter")
     payloads = [b"{not json", b"\xff\xfe", b'{"ok":1}']
     with KafkaSink(kafka_broker.bootstrap, cfg) as sink:
@@ -115,24 +112,6 @@ def test_read_topic_returns_raw_bytes_keys_and_headers(kafka_broker):
     assert [r.key for r in records] == [b"k0", b"k1", b"k2"]
     assert all(r.headers == {"fedrca-reason": b"malformed-json"} for r in records)
     assert list(read_topic(kafka_broker.bootstrap, unique_name("nosuchtopic"), timeout=5)) == []
-
-
-def test_verdict_ids_in_topic_order_skipping_malformed_records(kafka_broker):
-    cfg = site_config(unique_name("verdicts"))
-    ensure_site_topics(kafka_broker.bootstrap, cfg)
-    topic = cfg.topic("verdicts")
-    values = [
-        json.dumps({"site": cfg.site, "id": "a1", "root_cause": "reactor"}).encode(),
-        b"garbage",
-        json.dumps({"site": cfg.site, "root_cause": None}).encode(),  # no id
-        json.dumps(["not", "an", "object"]).encode(),
-        json.dumps({"site": cfg.site, "id": "b2", "root_cause": "feed"}).encode(),
-    ]
-    assert verdict_ids(kafka_broker.bootstrap, topic) == []
-    with KafkaSink(kafka_broker.bootstrap, cfg) as sink:
-        for value in values:
-            sink.send_raw(topic, None, value)
-    assert verdict_ids(kafka_broker.bootstrap, topic) == ["a1", "b2"]
 
 
 def test_unreachable_broker_is_a_clear_error_within_the_timeout():

@@ -1,4 +1,4 @@
-"""``fedrca replay-to-kafka`` end to end against the real broker (TEP and HAI with rules + label file)."""
+"""``fedrca replay-to-kafka`` end to end against the real broker (TEP, HAI with rules + label file, every sample)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 
 from fedrca.config import load_config, resolve_plants
 from fedrca.connectors.kafka import read_topic
-from fedrca.connectors.replay import load_hai
+from fedrca.datasets import load_dataset
 from fedrca.datasets.tep import load_tep
 from tests.kafka_broker import unique_name
 
@@ -48,7 +48,6 @@ def test_tep_file_replayed_into_the_sensors_topics(kafka_broker, tmp_path, tep_d
     data = tep_dir / "d04_te.dat"
     proc = fedrca(
         "replay-to-kafka", "--config", str(config_path), "--input", str(data), "--broker", kafka_broker.url,
-        "--partitions", "2",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert f"replayed 960 rows x 5 plants = 4800 messages to {cfg.site}.sensors.*" in proc.stdout
@@ -72,9 +71,10 @@ def test_hai_rules_label_file_and_row_range(kafka_broker, tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "replayed 30 rows x 4 plants = 120 messages" in proc.stdout
-    data = load_hai(HAI_2305)
-    cfg = resolve_plants(load_config(config_path), data.columns)
-    for plant, prefix in zip(cfg.plants, ("P1_", "P2_", "P3_", "P4_")):
+    cfg = load_config(config_path)
+    data = load_dataset(cfg.dataset, HAI_2305, labels_path=HAI_2305_LABELS)  # KST times, as replayed
+    cfg = resolve_plants(cfg, data.columns)
+    for plant, prefix in zip(cfg.plants, (("P1_", "x10"), "P2_", "P3_", "P4_")):
         columns = [c for c in data.columns if c.startswith(prefix)]
         assert plant.sensors == columns
         got = messages(kafka_broker.bootstrap, cfg.topic("sensors", plant=plant.name))

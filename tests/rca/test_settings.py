@@ -23,8 +23,8 @@ def test_defaults_and_overrides():
     [
         ({"horizon": 0}, "rca.horizon", "greater than or equal to 1"),
         ({"horizn": 5}, "rca.horizn", "valid keys are horizon"),
-        ({"graph": {"source": "magic"}}, "rca.graph.source", "'auto', 'config', 'learned' or 'complete'"),
-        ({"graph": {"alhpa": 0.1}}, "rca.graph.alhpa", "valid keys are source, alpha"),
+        ({"graph": {"source": "magic"}}, "rca.graph.source", "'auto', 'config', 'learned', 'complete' or 'file'"),
+        ({"graph": {"alhpa": 0.1}}, "rca.graph.alhpa", "valid keys are source, alpha, path"),
         ({"separation": 1.5}, "rca.separation", "'auto' or a list of probabilities"),
         ({"separation": [0.2, 1.5]}, "rca.separation", "'auto' or a list of probabilities"),
         ({"unlisted_path": "some"}, "rca.unlisted_path", "'auto' or a probability"),

@@ -1,10 +1,13 @@
 """Dead letters and parameter hot-reload on a real broker, through one ``fedrca run`` worker.
 
 A stream of TEP rows with malformed records interleaved (sensor and flag
-messages): every bad record lands on the dead-letter topic with its original
-bytes and a reason, every good one is processed. Trained parameters published
+messages): every bad record lands on a dead-letter topic with its original
+bytes and a reason, every good one is processed. A plant's dead letters hold its
+raw bytes, so they go to the plant's own ``<site>.deadletter.<plant>``; the RCA's
+(flags) go to the site's ``<site>.deadletter``. Trained parameters published
 mid-stream are used for every later sample and recorded in the flags; a
-tampered artifact is refused, dead-lettered and counted.
+tampered artifact is refused, dead-lettered (to the plant it is addressed to) and
+counted.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.contracts import load_artifact
-from fedrca.training.messages import pack_arrays
+from fedrca.contracts.artifacts import manifest_digest
+from fedrca.contracts.binary import pack_arrays
+from fedrca.datasets import load_dataset
 from tests.kafka_broker import unique_name, wait_until
 from tests.streams.workers import Cluster, group_assignment, site_config
 
@@ -55,7 +60,7 @@ def _metric(port: int, name: str, **labels: str) -> float | None:
 
 
 def _send_rows(config: SiteConfig, sink: KafkaSink, rows: range) -> None:
-    dataset = replay.load_for_config(config, FAULT)
+    dataset = load_dataset(config.dataset, FAULT)
     groups = {p.name: list(p.sensors) for p in config.plants}
     replay.replay(dataset, groups, sink, site=config.site, start=rows.start, stop=rows.stop)
     sink.flush()
@@ -125,14 +130,13 @@ def live(kafka_broker, tmp_path_factory):
         cwd=REPO,
         capture_output=True,
     )
-    ensure_site_topics(bootstrap, config, partitions=2)
+    ensure_site_topics(bootstrap, config)
     port = _free_port()
     cluster = Cluster(config_path, bootstrap, TRAIN, tmp)
     cluster.add("all", "plants,rca,params", ["--metrics-port", str(port), "--allowed-lateness", "2000"])
     try:
-        wait_until(
-            lambda: group_assignment(bootstrap, f"fedrca-{config.site}-plants-rca") is not None, 180, "the worker"
-        )
+        for group in (f"fedrca-{config.site}-plants", f"fedrca-{config.site}-rca"):
+            wait_until(lambda g=group: group_assignment(bootstrap, g) is not None, 180, f"the worker in {group}")
         yield config, bootstrap, port, params, cluster
     except BaseException:
         print(cluster.diagnostics())
@@ -141,9 +145,19 @@ def live(kafka_broker, tmp_path_factory):
         cluster.stop_all()
 
 
+def wait_or_dump(cluster: Cluster, condition, timeout: float, what: str, interval: float = 0.1) -> None:
+    """wait_until, printing the workers' log tails when it times out (the failure report shows them)."""
+    try:
+        wait_until(condition, timeout, what, interval)
+    except BaseException:
+        print(cluster.diagnostics())
+        raise
+
+
 def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reload(live):
     config, bootstrap, port, params, cluster = live
-    deadletter = config.topic("deadletter")
+    deadletter = config.topic("deadletter")  # the RCA's: flags
+    feed_deadletter = config.topic("plant_deadletter", plant="feed")  # the feed processor's: raw bytes
     bad_sensors, bad_flags = _bad_sensor_records(config), _bad_flag_records(config)
     with KafkaSink(bootstrap, config) as sink:
         # rows 0..199 with the malformed records interleaved
@@ -158,16 +172,21 @@ def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reloa
         flags = _flags_by_key(bootstrap, config)
         return all((p, t) in flags for p in config.plant_names for t in rows)
 
-    expected_bad = bad_sensors + bad_flags
-    wait_until(lambda: part_done(range(200)), 120, "flags of rows 0..199", interval=0.5)
-    wait_until(lambda: sum(1 for _ in read_topic(bootstrap, deadletter)) >= len(expected_bad), 60, "dead letters")
+    wait_or_dump(cluster, lambda: part_done(range(200)), 120, "flags of rows 0..199", interval=0.5)
 
-    records = list(read_topic(bootstrap, deadletter))
-    assert len(records) == len(expected_bad)
-    got = Counter((r.value, r.headers["fedrca-reason"].decode()) for r in records)
-    assert got == Counter((value, reason) for _, _, value, reason in expected_bad)
-    for r in records:
-        assert r.headers["fedrca-detail"], "every dead letter says why"
+    def dead(topic: str) -> list:
+        return list(read_topic(bootstrap, topic))
+
+    wait_or_dump(cluster, lambda: len(dead(feed_deadletter)) >= len(bad_sensors), 60, "the feed's dead letters")
+    wait_or_dump(cluster, lambda: len(dead(deadletter)) >= len(bad_flags), 60, "the RCA's dead letters")
+    for topic, expected_bad, stage in ((feed_deadletter, bad_sensors, b"plant"), (deadletter, bad_flags, b"rca")):
+        records = dead(topic)
+        assert len(records) == len(expected_bad)
+        got = Counter((r.value, r.headers["fedrca-reason"].decode()) for r in records)
+        assert got == Counter((value, reason) for _, _, value, reason in expected_bad)
+        for r in records:
+            assert r.headers["fedrca-detail"], "every dead letter says why"
+            assert r.headers["fedrca-stage"] == stage
     flags = _flags_by_key(bootstrap, config)
     assert set(flags) == {(p, t) for p in config.plant_names for t in range(200)}, "good ones processed, no extras"
     assert {f["model_version"] for f in flags.values()} == {"proprietary"}
@@ -192,36 +211,43 @@ def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reloa
         capture_output=True,
     )
     version = load_artifact(params, "reactor").version
-    wait_until(
+    wait_or_dump(
+        cluster,
         lambda: all(_metric(port, "fedrca_parameter_info", plant=p, version=version) == 1 for p in config.plant_names),
         60,
         "the new parameter version to be offered",
     )
     with KafkaSink(bootstrap, config) as sink:
         _send_rows(config, sink, range(200, 400))
-    wait_until(lambda: part_done(range(200, 400)), 120, "flags of rows 200..399", interval=0.5)
+    wait_or_dump(cluster, lambda: part_done(range(200, 400)), 120, "flags of rows 200..399", interval=0.5)
     flags = _flags_by_key(bootstrap, config)
     assert {flags[(p, t)]["model_version"] for p in config.plant_names for t in range(200, 400)} == {version}
 
-    # A tampered artifact (Theta changed, manifest kept) is refused and reported.
+    # A tampered artifact (Theta changed, manifest re-versioned with a consistent digest, so
+    # only the arrays' sha256 can catch it) is refused and reported.
     artifact = load_artifact(params, "reactor")
     arrays = {k: np.asarray(v).copy() for k, v in artifact.arrays.items()}
     arrays["theta"] = arrays["theta"] + 1.0
-    meta = {"plant": "reactor", "version": "v999", "manifest": {**dict(artifact.manifest), "version": "v999"}}
+    manifest = {**dict(artifact.manifest), "version": "v999"}
+    manifest["digest"] = manifest_digest(manifest)
+    meta = {"plant": "reactor", "version": "v999", "manifest": manifest}
     tampered = pack_arrays("artifact", meta, arrays)
     with KafkaSink(bootstrap, config) as sink:
         sink.send_raw(config.topic("params"), b"reactor", tampered)
-    wait_until(
+    wait_or_dump(
+        cluster,
         lambda: _metric(port, "fedrca_deadletters_total", stage="params", reason="bad-artifact") == 1,
         60,
         "the tampered artifact to be refused",
     )
-    refused = [r for r in read_topic(bootstrap, deadletter) if r.headers["fedrca-reason"] == b"bad-artifact"]
+    reactor_deadletter = config.topic("plant_deadletter", plant="reactor")
+    wait_or_dump(cluster, lambda: len(dead(reactor_deadletter)) >= 1, 60, "the refused artifact's dead letter")
+    refused = [r for r in dead(reactor_deadletter) if r.headers["fedrca-reason"] == b"bad-artifact"]
     assert len(refused) == 1 and refused[0].value == tampered
     assert b"sha256" in refused[0].headers["fedrca-detail"]
     with KafkaSink(bootstrap, config) as sink:
         _send_rows(config, sink, range(400, 500))
-    wait_until(lambda: part_done(range(400, 500)), 120, "flags of rows 400..499", interval=0.5)
+    wait_or_dump(cluster, lambda: part_done(range(400, 500)), 120, "flags of rows 400..499", interval=0.5)
     flags = _flags_by_key(bootstrap, config)
     assert {flags[(p, t)]["model_version"] for p in config.plant_names for t in range(400, 500)} == {version}
     assert _metric(port, "fedrca_parameter_info", plant="reactor", version="v999") is None

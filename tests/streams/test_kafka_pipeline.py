@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
 from fedrca.cli.site import site_runtime
@@ -30,8 +30,8 @@ from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.contracts import Verdict
+from fedrca.datasets import load_dataset
 from fedrca.datasets.loader import load_frame, plant_frames
-from fedrca.streams.agents import plant_state_table
 from fedrca.streams.embedded import EmbeddedRun, replay_frame
 from fedrca.streams.runtime import RuntimeSettings
 from tests.kafka_broker import unique_name, wait_until
@@ -60,7 +60,7 @@ class CrashRun:
 def _replay(
     config: SiteConfig, bootstrap: str, path: Path, speed: str, start: int = 0, stop: int | None = None
 ) -> None:
-    dataset = replay.load_for_config(config, path)
+    dataset = load_dataset(config.dataset, path)
     groups = {p.name: list(p.sensors) for p in config.plants}
     with KafkaSink(bootstrap, config) as sink:
         replay.replay(
@@ -68,18 +68,19 @@ def _replay(
         )
 
 
-def _lag(bootstrap: str, group: str, topic: str) -> int:
-    """Messages of ``topic`` (partition 0) the group has not committed yet."""
+def _consumed_everything(bootstrap: str, group: str, topic: str) -> bool:
+    """True when ``group`` has committed past the last record of ``topic`` (partition 0).
+
+    The flags topic is written in transactions: its end offset also counts the commit
+    markers, so the last *record's* offset is what a caught-up consumer has passed.
+    """
+    offsets = [r.offset for r in read_topic(bootstrap, topic, timeout=30)]
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fedrca-test")
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
     try:
-        tp = TopicPartition(topic, 0)
-        committed = admin.list_group_offsets(group).get(group, {}).get(tp)
-        end = consumer.end_offsets([tp])[tp]
+        committed = admin.list_group_offsets(group).get(group, {}).get(TopicPartition(topic, 0))
     finally:
         admin.close()
-        consumer.close()
-    return end - (committed.offset if committed is not None else 0)
+    return bool(offsets) and committed is not None and committed.offset > max(offsets)
 
 
 def _covers_all_sensor_partitions(bootstrap: str, group: str, config: SiteConfig, members: int) -> bool:
@@ -87,7 +88,7 @@ def _covers_all_sensor_partitions(bootstrap: str, group: str, config: SiteConfig
     if assignment is None or len(assignment) != members:
         return False
     covered = {(t, p) for m in assignment for t, parts in m.items() for p in parts}
-    return all((config.topic("sensors", plant=n), p) in covered for n in config.plant_names for p in (0, 1))
+    return all((config.topic("sensors", plant=n), 0) in covered for n in config.plant_names)
 
 
 def _missing(expected: EmbeddedRun, verdicts: list[dict[str, Any]], flags: list[dict[str, Any]]) -> str:
@@ -117,7 +118,7 @@ def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
     data = plant_frames(config, load_frame(config, FAULT))
     expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=180.0)
 
-    ensure_site_topics(bootstrap, config, partitions=2)
+    ensure_site_topics(bootstrap, config)
     broker = ["--broker", f"kafka://{bootstrap}"]
     subprocess.run(
         [*fedrca, "publish-params", "--config", str(config_path), "--params", str(params), *broker],
@@ -156,7 +157,9 @@ def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
             print(_missing(expected, json_records(bootstrap, verdicts_topic), json_records(bootstrap, flags_topic)))
             raise
         # The RCA has consumed every flag: no verdict can still be on its way.
-        wait_until(lambda: _lag(bootstrap, rca_group, flags_topic) == 0, 120, "the RCA to consume every flag")
+        wait_until(
+            lambda: _consumed_everything(bootstrap, rca_group, flags_topic), 120, "the RCA to consume every flag"
+        )
         return CrashRun(
             config,
             bootstrap,
@@ -237,7 +240,7 @@ def test_rca_reads_only_flags_and_no_raw_value_leaves_the_plants(crash_run):
     config, bootstrap = run.config, run.bootstrap
     sensor_topics = {config.topic("sensors", plant=p) for p in config.plant_names}
     plant_private = sensor_topics | {
-        f"fedrca-{config.site}-plants-{plant_state_table(config.site, p)}-changelog" for p in config.plant_names
+        config.topic(kind, plant=p) for kind in ("state", "plant_deadletter") for p in config.plant_names
     }
     # The RCA's consumer group never subscribes to a plant's topics.
     assignment = run.rca_assignment  # taken while the workers ran
@@ -260,7 +263,8 @@ def test_rca_reads_only_flags_and_no_raw_value_leaves_the_plants(crash_run):
     assert {
         config.topic("flags"),
         config.topic("verdicts"),
-        f"fedrca-{config.site}-rca-{config.site}-rca-state-changelog",
+        config.topic("rca_state"),
+        config.topic("deadletter"),  # the RCA's dead letters: flags only, never a raw value
     } <= set(scanned)
     leaks = {}
     for topic in scanned:

@@ -49,5 +49,5 @@ def test_run_without_train_is_refused_for_the_plant_roles(capsys):
     code = main(["run", "--config", str(CONFIG), "--broker", "kafka://127.0.0.1:9", "--roles", "plants,params"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "--train is required for the role(s) params, plants" in err
+    assert "--train is required for the plants role" in err
     assert "--roles rca alone needs no plant data" in err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import base64
 import importlib.util
 import json
 import os
@@ -11,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tests.kafka_broker import _start, wait_until
 
@@ -126,3 +130,81 @@ def test_jar_check_and_cluster_ids(tmp_path):
     assert len(ids) == 50 and all(len(i) == 22 and "=" not in i for i in ids)
     a, b = broker.free_ports(2)
     assert a != b
+
+
+# -- the cluster id on the StorageTool command line ------------------------------------------
+def kafka_storage_parser() -> argparse.ArgumentParser:
+    """The options of ``kafka-storage format`` that the script uses, parsed the way kafka-storage does.
+
+    kafka-storage parses with argparse4j, which follows Python's argparse here: a separate value
+    that begins with ``-`` is read as an option ("argument --cluster-id/-t: expected one argument").
+    """
+    parser = argparse.ArgumentParser(prog="kafka-storage", exit_on_error=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+    fmt = sub.add_parser("format", exit_on_error=False)
+    fmt.add_argument("--cluster-id", "-t", required=True)
+    fmt.add_argument("--config", "-c", required=True)
+    return parser
+
+
+def storage_args(command: list[str]) -> list[str]:
+    """The arguments after the main class of a ``java ... kafka.tools.StorageTool ...`` command."""
+    return command[command.index("kafka.tools.StorageTool") + 1 :]
+
+
+def test_the_parser_model_reproduces_the_option_like_id_failure():
+    with pytest.raises((argparse.ArgumentError, SystemExit)):
+        kafka_storage_parser().parse_args(["format", "-t", "-" + "A" * 21, "-c", "/x/server.properties"])
+
+
+ids = st.binary(min_size=16, max_size=16)
+# first byte 0xF8..0xFB: the base64url text begins with "-" (63 in the first 6 bits is "_", 62 is "-")
+dash_ids = st.integers(0xF8, 0xFB).flatmap(lambda b: st.binary(min_size=15, max_size=15).map(lambda r: bytes([b]) + r))
+
+
+@example(raw=bytes([0xF8]) + bytes(15))
+@example(raw=b"\xff" * 16)
+@settings(max_examples=300, derandomize=True, database=None)
+@given(raw=st.one_of(ids, dash_ids))
+def test_every_cluster_id_reaches_kafka_storage_as_a_value(raw):
+    cluster = broker.encode_id(raw)
+    home = broker.Home(Path("/nonexistent/kafka-home"))
+    command = broker.format_command("java", home, cluster)
+    args = kafka_storage_parser().parse_args(storage_args(command))
+    assert (args.command, args.cluster_id, args.config) == ("format", cluster, str(home.config))
+    # nothing on the command line after the main class is an option-like separate value
+    assert all(a == "format" or (a.startswith("--") and "=" in a) for a in storage_args(command))
+
+
+def usable(raw: bytes) -> bool:
+    return raw not in broker.RESERVED_IDS and not broker.encode_id(raw).startswith("-")
+
+
+@settings(max_examples=300, derandomize=True, database=None)
+@given(
+    rejected=st.lists(st.one_of(dash_ids, st.sampled_from(broker.RESERVED_IDS)), max_size=5),
+    good=ids.filter(usable),
+    later=st.lists(ids, max_size=3),
+)
+def test_generated_cluster_ids_never_begin_with_a_dash_nor_are_reserved(rejected, good, later):
+    draws = iter([*rejected, good, *later])
+    cluster = broker.cluster_id(lambda: next(draws))
+    assert cluster == broker.encode_id(good)  # drawn again exactly as often as needed, as Kafka does
+    assert len(cluster) == 22 and not cluster.startswith("-")
+    assert base64.urlsafe_b64decode(cluster + "==") == good
+
+
+@pytest.mark.kafka
+def test_kafka_storage_formats_with_a_cluster_id_that_begins_with_a_dash(tmp_path):
+    # the real StorageTool, fed the id the old command line could not pass
+    java = broker.java_binary()
+    broker.fetch_jars()
+    home = broker.Home(tmp_path / "kafka")
+    home.logs.mkdir(parents=True)
+    broker.write_config(home, *broker.free_ports(2), partitions=1, auto_create=False)
+    cluster = broker.encode_id(bytes([0xF8]) + bytes(range(15)))
+    assert cluster.startswith("-")
+    proc = subprocess.run(broker.format_command(java, home, cluster), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    meta = (home.data / "meta.properties").read_text()
+    assert f"cluster.id={cluster}\n" in meta

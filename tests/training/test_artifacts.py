@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fedrca.cli.training import run_training
+from fedrca.config import parse_config
 from fedrca.contracts import (
     NOMINAL_STATE_COUNTS,
     SERVER,
@@ -20,6 +21,7 @@ from fedrca.contracts import (
     make_artifact,
     save_artifact,
 )
+from fedrca.contracts.artifacts import manifest_digest
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.exceptions import ArtifactError, IntegrityError
 from fedrca.training.federated import FederatedTraining
@@ -80,6 +82,86 @@ def test_tampered_manifest_is_refused(trained, tmp_path):
     (tmp_path / "plant1.json").write_text(json.dumps(manifest))
     with pytest.raises(IntegrityError):
         load_artifact(tmp_path, "plant1")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.__setitem__("epsilon_spent", 0.01),  # the privacy ledger
+        lambda m: m["privacy"].__setitem__("budget", 1000.0),
+        lambda m: m.__setitem__("config_hash", "0" * 64),  # re-bound to another configuration
+        lambda m: m["schema"]["sensors"].reverse(),
+        lambda m: m["metrics"].__setitem__("rounds", 99),
+    ],
+    ids=["epsilon_spent", "budget", "config_hash", "schema", "metrics"],
+)
+def test_an_edited_manifest_is_refused(trained, tmp_path, edit):
+    _, _, result, _ = trained
+    save_artifact(result.artifacts["plant1"], tmp_path)
+    manifest = json.loads((tmp_path / "plant1.json").read_text())
+    edit(manifest)
+    (tmp_path / "plant1.json").write_text(json.dumps(manifest))
+    with pytest.raises(IntegrityError, match="does not match its digest"):
+        load_artifact(tmp_path, "plant1")
+
+
+def test_an_artifact_of_an_older_format_is_refused_with_the_fix(trained, tmp_path):
+    _, _, result, _ = trained
+    save_artifact(result.artifacts["plant1"], tmp_path)
+    manifest = json.loads((tmp_path / "plant1.json").read_text())
+    manifest["format"] = "fedrca-artifact/1"
+    manifest["digest"] = manifest_digest(manifest)
+    (tmp_path / "plant1.json").write_text(json.dumps(manifest))
+    with pytest.raises(IntegrityError, match=r"format 'fedrca-artifact/1'.*re-run fedrca train"):
+        load_artifact(tmp_path, "plant1")
+
+
+def test_artifacts_are_bound_to_the_configuration_and_the_columns(trained):
+    """Trained under one configuration, refused under another (issue 12: a scoring change went unnoticed)."""
+    config, frames, _result, out = trained
+    from fedrca.cli.site import load_bound_artifacts, prepare_site
+
+    assert sorted(load_bound_artifacts(config, out)) == ["_server", "plant1", "plant2"]
+    raw = config.model_dump(exclude={"source"})
+    raw["plants"][0]["scoring"]["percentile"] = 50.0
+    other = parse_config(raw, source="other.yaml")
+    with pytest.raises(ArtifactError, match=r"another configuration.*fedrca train --config other\.yaml"):
+        prepare_site(other, frames, params_dir=out)
+    # the same plants with their columns in another order: a schema error naming the columns
+    raw = config.model_dump(exclude={"source"})
+    raw["plants"][0]["sensors"] = list(reversed(raw["plants"][0]["sensors"]))
+    reordered = parse_config(raw)
+    with pytest.raises(ArtifactError, match=r"trained on other columns \(sensors differ"):
+        load_bound_artifacts(reordered, out)
+    # what needs no retraining: RCA settings, topics, flag privacy
+    raw = config.model_dump(exclude={"source"})
+    raw["rca"] = {"horizon": 7}
+    raw["privacy"] = {"flag_epsilon": 2.0}
+    raw["topics"] = {"flags": "{site}.other-flags"}
+    assert sorted(load_bound_artifacts(parse_config(raw), out)) == ["_server", "plant1", "plant2"]
+
+
+def test_the_streaming_runtime_refuses_an_artifact_of_another_configuration(trained):
+    config, frames, result, _ = trained
+    from fedrca.cli.site import build_detectors
+    from fedrca.rca import build_engine
+    from fedrca.streams.runtime import PlantRuntime, RCARuntime
+
+    runtime = PlantRuntime(config, build_detectors(config, frames))
+    good = result.artifacts["plant1"]
+    assert runtime.offer_parameters("plant1", good)
+    foreign = make_artifact(
+        "plant1", 9, dict(good.arrays), config_hash="x" * 64, extra={"schema": good.manifest["schema"]}
+    )
+    with pytest.raises(ArtifactError, match=r"another configuration.*publish-params"):
+        runtime.offer_parameters("plant1", foreign)
+    assert runtime.processors["plant1"].model_version == good.version
+    rca = RCARuntime(config, build_engine(config))
+    server = result.artifacts[SERVER]
+    forged = make_artifact(SERVER, 9, dict(server.arrays), config_hash="x" * 64, extra={"plants": ["plant1", "plant2"]})
+    with pytest.raises(ArtifactError, match="another configuration"):
+        rca.offer_artifact(SERVER, forged)
+    assert rca.offer_artifact(SERVER, server) and rca.reloads == 1
 
 
 def test_published_encoding_round_trips_and_refuses_tampering(trained):

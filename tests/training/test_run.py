@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ from fedrca.config import load_config, parse_config, parse_training_settings
 from fedrca.contracts import load_artifact, load_server_artifact
 from fedrca.datasets import linear_multiplant, nonlinear_two_plant
 from fedrca.datasets.loader import load_frame, plant_frames
-from fedrca.exceptions import ArtifactError, ConfigError, PrivacyBudgetExceeded
+from fedrca.exceptions import ArtifactError, ConfigError, IntegrityError, PrivacyBudgetExceeded
 from fedrca.training.federated import FederatedTraining
 from fedrca.training.oracle import linear_oracle, nonlinear_oracle
 from fedrca.training.privacy import gaussian_epsilon, gaussian_mu
@@ -49,6 +50,26 @@ def test_resume_refuses_another_configuration_or_data(tmp_path):
         run_training(FederatedTraining(changed, frames), tmp_path)
     fresh = run_training(FederatedTraining(config, frames, settings=settings), tmp_path, resume=False)
     assert fresh.resumed_from == 0 and fresh.rounds == 3
+
+
+def test_an_edited_checkpoint_is_refused_before_anything_is_restored(tmp_path):
+    """Lowering a client's spent privacy in the checkpoint must not let more rounds run (issue 12)."""
+    config, _, frames, settings = linear_setup(
+        n_samples=300, rounds=3, privacy={"state_epsilon": 2.0, "budget": 50.0, "state_clip": 0.5}
+    )
+    run_training(FederatedTraining(config, frames, settings=settings), tmp_path, stop_after=1)
+    checkpoint = tmp_path / "checkpoint"
+    party = checkpoint / (checkpoint / "LATEST").read_text() / "client-plant1.json"
+    meta = json.loads(party.read_text())
+    meta["accountant"]["mu2"]["states"] = [0.0] * len(meta["accountant"]["mu2"]["states"])
+    party.write_text(json.dumps(meta))
+    job = FederatedTraining(config, frames, settings=settings)
+    with pytest.raises(IntegrityError, match=r"does not match its digest.*--fresh"):
+        run_training(job, tmp_path)
+    assert job.round == 0 and job.clients["plant1"].accountant.epsilon() == 0.0
+    party.write_bytes(b"\x00garbage")
+    with pytest.raises(ArtifactError, match=r"unreadable checkpoint.*--fresh"):
+        run_training(FederatedTraining(config, frames, settings=settings), tmp_path)
 
 
 def test_training_refuses_to_start_past_the_privacy_budget():

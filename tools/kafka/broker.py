@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -107,7 +107,7 @@ class Home:
     """The state directory of one broker: config, data, logs, pid/state file, leases."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
+        self.path = path.resolve()  # absolute: every path handed to a command line begins with "/"
         self.data = path / "data"
         self.logs = path / "logs"
         self.leases = path / "leases"
@@ -252,9 +252,41 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def cluster_id() -> str:
-    """A random Kafka cluster id (base64url of 16 bytes, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+#: ids Kafka reserves (``Uuid.ZERO_UUID``, ``Uuid.ONE_UUID``); ``Uuid.randomUuid()`` never returns them
+RESERVED_IDS = (bytes(16), bytes(15) + b"\x01")
+
+
+def encode_id(raw: bytes) -> str:
+    """Kafka's text form of a 16-byte id: base64url without padding (``Uuid.toString()``), 22 characters."""
+    if len(raw) != 16:
+        raise ValueError(f"a Kafka id has 16 bytes, got {len(raw)}")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A random Kafka cluster id, drawn the way Kafka's ``Uuid.randomUuid()`` draws one.
+
+    A version-4 UUID in base64url; ids that are reserved or whose text begins with ``-``
+    (1 draw in 32) are drawn again, as Kafka does, because a command line would read
+    such a value as an option. :func:`format_command` does not rely on this: it passes
+    the id as ``--cluster-id=<id>``, which no value can turn into an option
+    (``tests/tools/test_broker_script.py`` checks both for every id).
+    """
+    while True:
+        raw = random_bytes()
+        text = encode_id(raw)
+        if raw not in RESERVED_IDS and not text.startswith("-"):
+            return text
+
+
+def format_command(java: str, home: Home, cluster: str) -> list[str]:
+    """The ``kafka.tools.StorageTool format`` command for ``home`` with cluster id ``cluster``.
+
+    Values go in the ``--option=value`` form: kafka-storage (argparse4j) would parse a
+    separate value that begins with ``-`` as an option and stop with "expected one argument".
+    """
+    return _java_cmd(java, "256m", home, "kafka.tools.StorageTool", "format",
+                     f"--cluster-id={cluster}", f"--config={home.config}")  # fmt: skip
 
 
 def write_config(home: Home, port: int, controller_port: int, partitions: int, auto_create: bool) -> None:
@@ -357,9 +389,7 @@ def start(
         write_config(home, port, controller_port, partitions, auto_create)
         began = time.monotonic()
         fmt = subprocess.run(
-            _java_cmd(
-                java, "256m", home, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(home.config)
-            ),
+            format_command(java, home, cluster_id()),
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -2,7 +2,7 @@
 
 Every sub-command lives in its own module of this package and registers itself
 (:data:`COMMAND_MODULES`): ``detect``, ``train``, ``replay`` / ``evaluate``,
-``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``. Every handler returns
+``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``, ``graph``, ``fleet``. Every handler returns
 an exit code; errors are translated here, once: a :class:`FedrcaError` becomes
 one clear line on stderr and exit code 2, never a traceback.
 """
@@ -28,6 +28,8 @@ COMMAND_MODULES = (
     "fedrca.cli.demo",
     "fedrca.cli.run",
     "fedrca.cli.simulate",
+    "fedrca.cli.graph",
+    "fedrca.cli.fleet.commands",
 )
 
 

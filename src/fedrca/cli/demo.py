@@ -126,7 +126,7 @@ def _report(out: Path, result: FileResult, runtime: SiteRuntime, onset: int) -> 
         plants=plants,
         d2c={p: run.results[p].d2_c for p in plants},
         d2a={p: run.results[p].d2_a for p in plants},
-        thresholds={p: (d.scorers[0].threshold_value, d.scorers[1].threshold_value) for p, d in detectors.items()},
+        thresholds={p: d.thresholds for p, d in detectors.items()},
         published=published,
         verdicts=run.verdicts,
         graph=runtime.rca.engine.graph,

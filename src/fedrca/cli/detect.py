@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedrca.cli.files import check_paths, write_atomic
 from fedrca.cli.site import build_detectors, run_detectors
-from fedrca.config import load_config
+from fedrca.config import load_config, resolve_plants
 from fedrca.datasets.loader import load_frame, plant_frames
-from fedrca.detectors.plant import DetectionResult
+from fedrca.detectors.plant import DetectionResult, PlantDetector
 
 __all__ = ["register", "write_flags_jsonl"]
 
@@ -43,14 +44,17 @@ def write_flags_jsonl(path: str | Path, results: dict[str, DetectionResult], pub
         for t in range(len(results[plants[0]]))
         for name in plants
     ]
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_atomic(path, "".join(line + "\n" for line in lines))
     return len(lines)
 
 
 def _detect(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    check_paths({"--config": args.config, "--train": args.train, "--input": args.input}, {"--out": args.out})
     config = load_config(args.config)
     train = load_frame(config, args.train)
+    # plants given by match rules take the nominal file's columns; the input must have them all
+    config = resolve_plants(config, [str(c) for c in train.columns])
     data = load_frame(config, args.input)
     detectors = build_detectors(config, train, source=str(args.train))
     fitted = time.perf_counter()
@@ -65,8 +69,8 @@ def _detect(args: argparse.Namespace) -> int:
             {
                 "plant": name,
                 "sensors": r.r_c.shape[1],
-                "states": det.proprietary.state_dim,
-                "threshold": round(det.scorers[0].threshold_value, 2),
+                "states": det.proprietary.state_dim if isinstance(det, PlantDetector) else "-",  # fleet: none
+                "threshold": round(det.thresholds[0], 2),
                 "Z_c rate": f"{r.zc.mean():.3f}",
                 "Z_a rate": f"{r.za.mean():.3f}",
                 "first Z_c": int(first[0]) if len(first) else "-",

@@ -25,9 +25,11 @@ import pandas as pd
 
 from fedrca.cli.detect import write_flags_jsonl
 from fedrca.cli.evaluation import evaluate_run, json_safe
+from fedrca.cli.files import check_paths, write_atomic
 from fedrca.cli.report import write_report
-from fedrca.cli.site import PipelineRun, prepare_site, run_pipeline
+from fedrca.cli.site import PipelineRun, configured_graph, load_bound_artifacts, prepare_site, run_pipeline
 from fedrca.config import load_config
+from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
 from fedrca.rca.metrics import FaultEvent
 
@@ -38,8 +40,25 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _prepare(args: argparse.Namespace) -> PipelineRun:
+def _prepare(args: argparse.Namespace, outputs: dict[str, str | None], report: str | None = None) -> PipelineRun:
+    inputs = {"--config": args.config, "--train": args.train, "--input": args.input, "--params": args.params}
+    check_paths(inputs, outputs, {"--report": report})
+    if args.params is not None and not Path(args.params).is_dir():
+        raise DataError(f"--params {args.params}: no such artifact directory; write one with fedrca train --out DIR")
     config = load_config(args.config)
+    root = getattr(args, "root_cause", None)
+    if root is not None and root not in config.plant_names:
+        raise DataError(f"--root-cause '{root}' is not a plant; plants are {', '.join(config.plant_names)}")
+    start = getattr(args, "fault_start", 0)
+    if start < 0:
+        raise DataError(f"--fault-start must be a row number >= 0, got {start}")
+    # everything that can refuse the run is read before the long work (and its progress lines)
+    if args.params is not None:
+        load_bound_artifacts(config, args.params, every_plant=True)
+    configured_graph(config)
+    data = load_frame(config, args.input)
+    if start >= len(data):
+        raise DataError(f"--fault-start {start} is outside the input's rows 0..{len(data) - 1}")
     started = time.perf_counter()
     _progress(f"fitting {len(config.plants)} plant detectors on {args.train} ...")
     site = prepare_site(config, args.train, params_dir=args.params, no_privacy=args.no_privacy)
@@ -48,16 +67,16 @@ def _prepare(args: argparse.Namespace) -> PipelineRun:
         f"({len(site.graph.edges())} edges); flag epsilon {site.config.privacy.flag_epsilon}"
     )
     _progress(f"processing {args.input} ...")
-    run = run_pipeline(site, args.input)
+    run = run_pipeline(site, data, source=str(args.input))
     _progress(f"  {run.n_samples} rows, {len(run.verdicts)} verdicts in {time.perf_counter() - started:.2f} s")
     return run
 
 
 def _replay(args: argparse.Namespace) -> int:
-    run = _prepare(args)
+    run = _prepare(args, {"--flags-out": args.flags_out, "--verdicts-out": args.verdicts_out})
     n_flags = write_flags_jsonl(args.flags_out, run.results, published=True)
     lines = [v.encode().decode() for v in run.verdicts]
-    Path(args.verdicts_out).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    write_atomic(args.verdicts_out, "".join(line + "\n" for line in lines))
     named = Counter(v.root_cause or v.outcome for v in run.verdicts)
     print(f"wrote {n_flags} flag lines to {args.flags_out} and {len(lines)} verdicts to {args.verdicts_out}")
     if named:
@@ -66,12 +85,10 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    run = _prepare(args)
+    run = _prepare(args, {"--json": args.json}, args.report)
     plants = run.plants
     if args.root_cause not in plants:
         raise DataError(f"--root-cause '{args.root_cause}' is not a plant; plants are {', '.join(plants)}")
-    if not 0 <= args.fault_start < run.n_samples:
-        raise DataError(f"--fault-start {args.fault_start} is outside the input's rows 0..{run.n_samples - 1}")
     event = FaultEvent(args.fault_start, run.n_samples, args.root_cause)
     result = evaluate_run(run, [event])
     pd.set_option("display.width", 160)
@@ -97,7 +114,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     }
     payload = json_safe(payload)
     if args.json:
-        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        write_atomic(args.json, json.dumps(payload, indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.report:
         detectors = run.site.detectors
@@ -112,9 +129,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             plants=plants,
             d2c={p: run.results[p].d2_c for p in plants},
             d2a={p: run.results[p].d2_a for p in plants},
-            thresholds={
-                p: (detectors[p].scorers[0].threshold_value, detectors[p].scorers[1].threshold_value) for p in plants
-            },
+            thresholds={p: detectors[p].thresholds for p in plants},
             published=run.published(),
             verdicts=run.verdicts,
             graph=run.site.graph,

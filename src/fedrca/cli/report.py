@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from fedrca.cli.files import write_atomic
 from fedrca.contracts import Verdict
 from fedrca.rca.graph import InterdependencyGraph
 
@@ -266,17 +267,15 @@ def write_report(
     plot_scores(out / "scores.png", plants, d2c, d2a, thresholds, published, fault_start)
     plot_timeline(out / "timeline.png", list(plants), published, verdicts, fault_start, root_cause)
     draw_graph(graph, out / "graph.png")
-    (out / "graph.json").write_text(graph.to_json() + "\n", encoding="utf-8")
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    write_atomic(out / "graph.json", graph.to_json() + "\n")
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2, default=_json_default) + "\n")
     page = _PAGE.format(
         title=html.escape(title),
         summary=html.escape(summary),
         detection=_table(detection_rows),
         rca=_table(rca_rows),
     )
-    index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
-    return index
+    return write_atomic(out / "index.html", page)
 
 
 def _json_default(value: Any) -> Any:

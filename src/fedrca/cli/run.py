@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedrca.cli.site import rca_runtime, site_runtime
+from fedrca.cli.site import load_bound_artifacts, plant_runtime, rca_runtime, site_runtime
 from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.connectors import replay
-from fedrca.connectors.kafka import KafkaSink, bootstrap_of, ensure_site_topics, read_topic, verdict_ids
+from fedrca.connectors.kafka import KafkaOptions, KafkaSink, bootstrap_of, ensure_site_topics, read_topic
+from fedrca.connectors.names import SiteNames
 from fedrca.contracts import (
     SERVER,
     ParameterArtifact,
@@ -23,6 +24,7 @@ from fedrca.contracts import (
     load_site_artifacts,
     save_artifact,
 )
+from fedrca.datasets.loader import load_dataset
 from fedrca.exceptions import ConfigError, FedrcaError
 from fedrca.streams.runtime import RuntimeSettings
 
@@ -36,83 +38,112 @@ def _run(args: argparse.Namespace) -> int:
     # every other command).
     import faust
 
-    from fedrca.streams.agents import install
-    from fedrca.streams.app import StreamSettings, app_id, create_app, use_uvloop
-    from fedrca.streams.topics import declare_topics
+    from fedrca.streams.app import StreamSettings, Worker, create_app, parse_roles, use_uvloop
 
     use_uvloop()
     config = load_config(args.config)
-    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
-    group = app_id(config.site, roles)
+    roles = parse_roles(args.roles)
     bootstrap = bootstrap_of(args.broker)
-    needs_data = sorted({"plants", "params"} & set(roles))
-    if args.train is None and needs_data:
+    options = KafkaOptions.from_settings(config.kafka)
+    if args.train is None and "plants" in roles:
         raise ConfigError(
-            f"--train is required for the role(s) {', '.join(needs_data)}: the plant detectors are fitted on the "
-            "plant's nominal data; a worker with --roles rca alone needs no plant data (give --params DIR, or let "
-            "it read the artifacts published on the params topic)"
+            "--train is required for the plants role: the plant detectors are fitted on the plant's nominal data; "
+            "a worker with --roles rca alone needs no plant data (give --params DIR, or let it read the artifacts "
+            "published on the params topic)"
         )
-    ensure_site_topics(bootstrap, config, partitions=args.partitions)
+    served = _served_plants(config, args.plants)
+    needed = SiteNames(config)
+    ensure_site_topics(
+        bootstrap,
+        config,
+        options=options,
+        only={
+            *(needed.plant_topics(served) if "plants" in roles else []),
+            *(needed.rca_topics() if "rca" in roles else []),
+        },
+    )
     runtime_settings = RuntimeSettings(
         allowed_lateness=args.allowed_lateness, batch_size=args.batch_size, batch_within=args.batch_within
     )
-    if args.train is None:
-        params_dir = args.params or _published_params(
-            bootstrap, config, Path(args.data_dir) / args.worker_name / "published-params"
-        )
-        plants = None
-        rca = rca_runtime(config, params_dir=params_dir, settings=runtime_settings)
-    else:
+    plants = rca = None
+    if "plants" in roles and "rca" not in roles:
+        plants = plant_runtime(config, args.train, params_dir=args.params, plants=served, settings=runtime_settings)
+        config = plants.config  # plants given by match rules now list their columns
+    elif "plants" in roles:
         site = site_runtime(config, args.train, params_dir=args.params, settings=runtime_settings)
         plants, rca = site.plants, site.rca
-        config = site.config  # plants given by match rules now list their columns
-    if "params" in roles and plants is not None:
-        # Start from the newest published parameters, before the first sensor batch.
-        for record in read_topic(bootstrap, config.topic("params")):
-            try:
-                plants.offer_published_artifact(record.value)
-            except FedrcaError:
-                continue  # logged and counted; the tail task dead-letters artifacts refused while running
+        config = site.config
+    else:
+        params_dir = args.params or _published_params(
+            bootstrap, config, Path(args.data_dir) / args.worker_name / "published-params", options
+        )
+        rca = rca_runtime(config, params_dir=params_dir, settings=runtime_settings)
+    names = SiteNames(config)
+    local = Path(args.data_dir) / args.worker_name
+    local.mkdir(parents=True, exist_ok=True)
     settings = StreamSettings(
-        broker=f"kafka://{bootstrap}",
-        partitions=args.partitions,
-        data_dir=args.data_dir,
+        bootstrap=bootstrap,
         worker_name=args.worker_name,
+        data_dir=str(local),
         session_timeout=args.session_timeout,
+        batch_size=args.batch_size,
+        batch_within=args.batch_within,
+        security=tuple(options.aiokafka().items()),
     )
-    app = create_app(config, settings, roles)
-    topics = declare_topics(app, config, args.partitions)
-    install(app, topics, plants, rca, bootstrap, roles, args.partitions, read_verdict_ids=verdict_ids)
+    worker = Worker(names, settings, plants, rca)
+    app = create_app(names, settings, worker)
+    metrics = (plants or rca).metrics  # type: ignore[union-attr]
     if args.metrics_port is not None:
-        port = (plants or rca).metrics.serve(args.metrics_port, addr=args.metrics_addr)
-        print(f"fedrca run: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr, flush=True)
+        port = metrics.serve(args.metrics_port, addr=args.metrics_addr)
+        print(
+            f"fedrca run: metrics on http://127.0.0.1:{port}/metrics (probes /healthz, /readyz)",
+            file=sys.stderr,
+            flush=True,
+        )
+    groups = [loop.settings.group_id for loop in worker.loops]
     print(
-        f"fedrca run: worker '{args.worker_name}' of group {group} (roles {', '.join(roles)}) on {bootstrap}",
+        f"fedrca run: worker '{args.worker_name}' (roles {', '.join(roles)}; "
+        f"groups {', '.join(groups)}) on {bootstrap}",
         file=sys.stderr,
         flush=True,
     )
-    worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
+    faust_worker = faust.Worker(app, loglevel=args.log_level, quiet=True)
     # Faust's start-up spinner turns the root logger to DEBUG for good (every send/fetch then
     # builds a log record); without it the root logger stays at --log-level.
-    worker.spinner = None
+    faust_worker.spinner = None
     # Everything built so far (modules, fitted detectors) lives as long as the worker: keep it out
     # of the garbage collector's full passes, which otherwise pause the worker ~0.1 s each.
     gc.collect()
     gc.freeze()
-    worker.execute_from_commandline()
+    faust_worker.execute_from_commandline()
     return 0
+
+
+def _served_plants(config: SiteConfig, text: str | None) -> list[str]:
+    """The plants of ``--plants`` (all when not given)."""
+    if not text:
+        return list(config.plant_names)
+    served = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in served if p not in config.plant_names]
+    if unknown or not served:
+        raise ConfigError(
+            f"unknown plant(s) {unknown or served}; plants are {', '.join(config.plant_names)}", key="--plants"
+        )
+    return served
 
 
 def _replay_to_kafka(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     bootstrap = bootstrap_of(args.broker)
     pacer = replay.Pacer.from_spec(args.speed)
-    dataset = load_dataset(config, args.input, args.labels)
+    dataset = load_dataset(config.dataset, args.input, labels_path=args.labels)
     # plants given by match rules take the file's columns
     config = resolve_plants(config, dataset.columns)
-    ensure_site_topics(bootstrap, config, partitions=args.partitions)
+    options = KafkaOptions.from_settings(config.kafka)
+    sensors = [config.topic("sensors", plant=p) for p in config.plant_names]
+    ensure_site_topics(bootstrap, config, options=options, only=sensors)
     groups = {p.name: list(p.sensors) for p in config.plants}
-    sink = KafkaSink(bootstrap, config)
+    sink = KafkaSink(bootstrap, config, options=options)
     started = time.perf_counter()
     try:
         stats = replay.replay(
@@ -135,7 +166,7 @@ def _replay_to_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
-def _published_params(bootstrap: str, config: SiteConfig, directory: Path) -> Path | None:
+def _published_params(bootstrap: str, config: SiteConfig, directory: Path, options: KafkaOptions) -> Path | None:
     """Save the newest artifact of each plant and of the server on the params topic into ``directory``.
 
     What an RCA worker without ``--params`` starts from: the learned graph and the
@@ -143,7 +174,7 @@ def _published_params(bootstrap: str, config: SiteConfig, directory: Path) -> Pa
     Returns None when nothing usable is published (the engine then uses its defaults).
     """
     newest: dict[str, ParameterArtifact] = {}
-    for record in read_topic(bootstrap, config.topic("params")):
+    for record in read_topic(bootstrap, config.topic("params"), options=options):
         try:
             plant, artifact = decode_published_artifact(record.value)
         except FedrcaError as exc:
@@ -170,15 +201,18 @@ def _publish_params(args: argparse.Namespace) -> int:
     if (Path(args.params) / f"{SERVER}.json").is_file():
         artifacts[SERVER] = load_artifact(args.params, SERVER)
     unknown = sorted(set(artifacts) - {*config.plant_names, SERVER})
+    if not unknown:
+        artifacts = load_bound_artifacts(config, args.params)
     if unknown:
         raise ConfigError(
             f"{args.params} holds artifacts of plants {unknown} that site '{config.site}' does not have; "
             "publish the artifacts trained with this configuration",
             source=args.config,
         )
-    ensure_site_topics(bootstrap, config, partitions=args.partitions)
+    options = KafkaOptions.from_settings(config.kafka)
     topic = config.topic("params")
-    with KafkaSink(bootstrap, config) as sink:
+    ensure_site_topics(bootstrap, config, options=options, only=[topic])
+    with KafkaSink(bootstrap, config, options=options) as sink:
         for plant, artifact in artifacts.items():
             # Keyed by plant on a compacted topic: the broker keeps the newest artifact of each plant.
             sink.send_raw(topic, plant.encode(), encode_published_artifact(artifact))
@@ -186,33 +220,32 @@ def _publish_params(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_dataset(config: SiteConfig, path: str | Path, labels: str | None = None) -> Any:
-    """Load a recorded file for replay in the configured dataset format."""
-    return replay.load_for_config(config, path, labels_path=labels)
-
-
 def register(sub: Any) -> None:
     """Add ``run``, ``publish-params`` and ``replay-to-kafka``."""
-    run = sub.add_parser("run", help="run the site's stream processors as a Faust worker against a Kafka broker")
+    run = sub.add_parser(
+        "run", help="run a worker of the live system (plant processors and/or the RCA) against a Kafka broker"
+    )
     run.add_argument("--config", required=True)
     run.add_argument("--broker", required=True, help="kafka://host:port")
-    run.add_argument(
-        "--train", help="nominal data the plant detectors are fitted on (required for the plants and params roles)"
-    )
+    run.add_argument("--train", help="nominal data the plant detectors are fitted on (required for the plants role)")
     run.add_argument(
         "--params",
         help="directory of training artifacts to start from (an RCA-only worker without it reads the params topic)",
     )
-    run.add_argument("--partitions", type=int, default=2, help="partitions of the sensor topics (default 2)")
     run.add_argument(
         "--roles",
-        default="plants,rca,params",
-        help="comma list of plants, rca, params; plants and rca in separate processes keep the RCA's "
-        "consumer group off the sensor topics (default: all in one)",
+        default="plants,rca",
+        help="comma list of plants, rca (params: following the params topic, implied); plants and rca in separate "
+        "processes keep the RCA's consumer group off the sensor topics (default: both in one)",
     )
-    run.add_argument("--worker-name", default="worker", help="distinguishes the local state of several workers")
-    run.add_argument("--data-dir", default=".fedrca-faust")
-    run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics (0 = any free port)")
+    run.add_argument(
+        "--plants", help="comma list of the plants this worker serves (default all; one deployment per plant)"
+    )
+    run.add_argument("--worker-name", default="worker", help="names the worker (client ids, its local directory)")
+    run.add_argument("--data-dir", default=".fedrca-faust", help="local directory of the worker")
+    run.add_argument(
+        "--metrics-port", type=int, default=None, help="serve /metrics, /healthz, /readyz (0 = any free port)"
+    )
     run.add_argument("--metrics-addr", default="127.0.0.1", help="address the metrics server binds (0.0.0.0 in a pod)")
     run.add_argument(
         "--allowed-lateness",
@@ -221,8 +254,10 @@ def register(sub: Any) -> None:
         help="samples a row waits for missing plants' flags before the RCA judges it without them (default 1000; "
         "at least the batch size, and longer than the processor outages to ride through)",
     )
-    run.add_argument("--batch-size", type=int, default=500, help="most messages an agent takes per batch")
-    run.add_argument("--batch-within", type=float, default=0.05, help="seconds an agent waits to fill a batch")
+    run.add_argument("--batch-size", type=int, default=2000, help="most records taken per fetch (default 2000)")
+    run.add_argument(
+        "--batch-within", type=float, default=0.02, help="seconds a fetch waits for records (default 0.02)"
+    )
     run.add_argument(
         "--session-timeout", type=float, default=10.0, help="seconds before a silent worker's partitions move"
     )
@@ -233,17 +268,19 @@ def register(sub: Any) -> None:
     pp.add_argument("--config", required=True)
     pp.add_argument("--params", required=True, help="directory written by fedrca train")
     pp.add_argument("--broker", required=True, help="kafka://host:port")
-    pp.add_argument("--partitions", type=int, default=2, help="partitions of the sensor topics if they are created")
     pp.set_defaults(func=_publish_params)
 
     rk = sub.add_parser("replay-to-kafka", help="replay a recorded TEP/HAI/SWaT/CSV file into the sensors topics")
     rk.add_argument("--config", required=True)
     rk.add_argument("--input", required=True)
-    rk.add_argument("--labels", help="separate label CSV (HAI 22.04/23.05)")
+    rk.add_argument(
+        "--labels",
+        help="label file of HAI 23.05 / HAIEnd 23.05 data (label-test1.csv, label-test2.csv); other formats carry "
+        "their labels in the data file",
+    )
     rk.add_argument("--broker", required=True, help="kafka://host:port")
     rk.add_argument("--speed", default="asap", help="asap, realtime, or xN (e.g. x60)")
     rk.add_argument("--start", type=int, default=0, help="first row")
     rk.add_argument("--stop", type=int, default=None, help="row after the last")
-    rk.add_argument("--partitions", type=int, default=2)
     rk.set_defaults(func=_replay_to_kafka)
     logging.getLogger("kafka").setLevel(logging.ERROR)

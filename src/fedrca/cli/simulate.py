@@ -14,6 +14,7 @@ import argparse
 import sys
 import time
 
+from fedrca.cli.files import check_paths
 from fedrca.connectors.simulator import (
     DESIGN_CONTROL_INTERVAL_H,
     TEP_MODES,
@@ -27,6 +28,7 @@ __all__ = ["register"]
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    check_paths({}, {"--out": args.out})
     spec = SimulationSpec(
         hours=args.hours,
         seed=args.seed,

@@ -13,7 +13,7 @@ RCA engine sees only the published flags (and the graph).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,13 +21,15 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from fedrca.config import RCASettings, SiteConfig, resolve_plants
-from fedrca.contracts import ParameterArtifact, Verdict, load_artifacts, load_site_artifacts
-from fedrca.datasets.loader import PlantData, load_frame, plant_frames
+from fedrca.cli.fleet.store import load_fleet_model
+from fedrca.config import RCASettings, SiteConfig, parameters_hash, resolve_plants
+from fedrca.contracts import ParameterArtifact, Verdict, check_binding, load_artifacts
+from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames
+from fedrca.detectors.collabdict import FleetModel
 from fedrca.detectors.factory import build_detector, fit_detectors, frame_segments
 from fedrca.detectors.parameters import apply_artifact
-from fedrca.detectors.plant import DetectionResult, PlantDetector
-from fedrca.exceptions import ArtifactError
+from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
+from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
@@ -39,6 +41,10 @@ __all__ = [
     "apply_params",
     "build_detector",
     "build_detectors",
+    "configured_graph",
+    "load_bound_artifacts",
+    "load_graph_file",
+    "plant_runtime",
     "prepare_site",
     "rca_runtime",
     "run_detectors",
@@ -56,16 +62,50 @@ def without_privacy(config: SiteConfig) -> SiteConfig:
     return config.model_copy(update={"privacy": privacy})
 
 
+def load_bound_artifacts(
+    config: SiteConfig, params_dir: str | Path, *, every_plant: bool = False
+) -> dict[str, ParameterArtifact]:
+    """Every verified artifact of ``params_dir``, each checked to be trained under ``config``.
+
+    The configuration hash (:func:`fedrca.config.parameters_hash`) of every artifact must
+    be this configuration's; a plant artifact's schema must be the plant's columns when
+    they are resolved (a ``match`` rule is only resolved once a data file was read). With
+    ``every_plant``, each plant with a trainable detector (all but ``detector.kind: fleet``)
+    must have its artifact.
+
+    Raises
+    ------
+    ArtifactError
+        naming the artifact, what differs, and the ``fedrca train`` command that fixes it.
+    """
+    artifacts = load_artifacts(params_dir)
+    if every_plant:
+        missing = [p.name for p in config.plants if p.detector.kind != "fleet" and p.name not in artifacts]
+        if missing:
+            raise ArtifactError(f"{params_dir}: no artifact for plant(s) {', '.join(missing)}; run fedrca train first")
+    expected = parameters_hash(config)
+    fix = f"retrain: fedrca train --config {config.source or 'CONFIG'} --data NOMINAL --out {params_dir}"
+    for name, artifact in artifacts.items():
+        plant = next((p for p in config.plants if p.name == name), None)
+        schema = plant.data_schema() if plant is not None and plant.resolved else None
+        check_binding(artifact, expected, schema, fix=fix)
+    return artifacts
+
+
 def apply_params(
-    detectors: Mapping[str, PlantDetector], artifacts: Mapping[str, ParameterArtifact], params_dir: str | Path
+    detectors: Mapping[str, Detector], artifacts: Mapping[str, ParameterArtifact], params_dir: str | Path
 ) -> str:
-    """Apply every plant's training artifact (loaded from ``params_dir``) to its detector; returns the version."""
-    missing = [name for name in detectors if name not in artifacts]
+    """Apply every plant's training artifact (loaded from ``params_dir``) to its detector; returns the version.
+
+    Fleet detectors (``detector.kind: fleet``) have no augmentation and so no training artifact.
+    """
+    trainable = {name: det for name, det in detectors.items() if isinstance(det, PlantDetector)}
+    missing = [name for name in trainable if name not in artifacts]
     if missing:
         raise ArtifactError(f"{params_dir}: no artifact for plant(s) {', '.join(missing)}; run fedrca train first")
-    for name, det in detectors.items():
+    for name, det in trainable.items():
         apply_artifact(det, artifacts[name])
-    versions = sorted({det.parameter_version for det in detectors.values()})
+    versions = sorted({det.parameter_version for det in trainable.values()})
     return ",".join(versions)
 
 
@@ -74,7 +114,7 @@ class Site:
     """Fitted detectors of a site, their nominal flags and the RCA engine."""
 
     config: SiteConfig
-    detectors: dict[str, PlantDetector]
+    detectors: dict[str, Detector]
     nominal_flags: dict[str, BoolArray]
     engine: RCAEngine
     params_version: str
@@ -91,6 +131,27 @@ def _as_plant_data(
     if isinstance(data, pd.DataFrame):
         return plant_frames(config, data, source)
     return dict(data)
+
+
+def load_graph_file(path: str | Path, plants: Sequence[str]) -> InterdependencyGraph:
+    """Read a graph JSON (``fedrca graph --out``, ``fedrca report``'s graph.json) in the order of ``plants``."""
+    file = Path(path)
+    if not file.is_file():
+        raise ArtifactError(
+            f"{file}: no such graph file (rca.graph.path); write one with fedrca graph --config ... --out {file}"
+        )
+    try:
+        return InterdependencyGraph.from_json(file.read_text(encoding="utf-8")).reordered(plants)
+    except (DataError, ConfigError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{file}: {exc}") from None
+
+
+def configured_graph(config: SiteConfig, settings: RCASettings | None = None) -> InterdependencyGraph | None:
+    """The graph file the configuration names (``rca.graph.source: file``), else None (the engine resolves it)."""
+    options = (settings or config.rca).graph
+    if options.source != "file" or options.path is None:
+        return None
+    return load_graph_file(options.path, config.plant_names)
 
 
 def prepare_site(
@@ -121,7 +182,7 @@ def prepare_site(
     version = "proprietary"
     artifacts = None
     if params_dir is not None:
-        artifacts = load_artifacts(params_dir)
+        artifacts = load_bound_artifacts(config, params_dir)
         version = apply_params(detectors, artifacts, params_dir)
     nominal_flags = {}
     for name, det in detectors.items():
@@ -142,7 +203,7 @@ def prepare_site(
         trained=version != "proprietary",
         nominal_flags=nominal_flags,
         settings=settings,
-        graph=graph,
+        graph=graph if graph is not None else configured_graph(config, settings),
     )
     return Site(config, detectors, nominal_flags, engine, version)
 
@@ -179,14 +240,18 @@ class PipelineRun:
 
 
 def run_pipeline(
-    site: Site, data: str | Path | pd.DataFrame | Mapping[str, PlantData], reset: bool = True
+    site: Site,
+    data: str | Path | pd.DataFrame | Mapping[str, PlantData],
+    reset: bool = True,
+    source: str | None = None,
 ) -> PipelineRun:
     """Process a data set: every detector in batch, then the engine over the published flags.
 
-    With ``reset`` the detectors and the engine start fresh (a new recording).
+    With ``reset`` the detectors and the engine start fresh (a new recording); ``source``
+    names a frame's file in error messages.
     """
     config = site.config
-    source = str(data) if isinstance(data, str | Path) else "input"
+    source = source or (str(data) if isinstance(data, str | Path) else "input")
     frame = load_frame(config, data) if isinstance(data, str | Path) else data
     arrays = _as_plant_data(config, frame, source)
     if reset:
@@ -209,16 +274,34 @@ def build_detectors(
     seed: int | None = None,
     source: str = "nominal data",
     segments: list[int] | None = None,
-) -> dict[str, PlantDetector]:
-    """One detector per plant, fitted on the nominal data (a frame or per-plant arrays; a frame's
-    ``attrs["segments"]`` or ``segments`` = the lengths of the recordings it is made of)."""
+) -> dict[str, Detector]:
+    """One detector per plant, fitted on the nominal data (a frame or per-plant arrays) once it is checked
+    (:func:`fedrca.datasets.loader.check_nominal_plant`: enough rows, finite, no constant column).
+
+    A frame's ``attrs["segments"]`` or ``segments`` = the lengths of the recordings it is made of
+    (each a fresh stream). A fleet plant's shared model is read from the file its configuration names.
+    """
     if isinstance(nominal, pd.DataFrame):
         segments = segments if segments is not None else frame_segments(nominal)
-        nominal = plant_frames(config, nominal, source)
-    return fit_detectors(config, nominal, seed, segments=segments)
+        config = resolve_plants(config, [str(c) for c in nominal.columns])
+        data = plant_frames(config, nominal, source)
+    else:
+        data = dict(nominal)
+    for plant in config.plants:
+        check_nominal_plant(config, plant, data[plant.name], source)
+    return fit_detectors(config, data, seed, fleet_models(config), segments=segments)
 
 
-def run_detectors(detectors: Mapping[str, PlantDetector], data: Mapping[str, PlantData]) -> dict[str, DetectionResult]:
+def fleet_models(config: SiteConfig) -> dict[str, FleetModel]:
+    """The shared model of every fleet plant that names one (``detector.model``), read from its file."""
+    return {
+        p.name: load_fleet_model(p.detector.model)
+        for p in config.plants
+        if p.detector.kind == "fleet" and p.detector.model is not None
+    }
+
+
+def run_detectors(detectors: Mapping[str, Detector], data: Mapping[str, PlantData]) -> dict[str, DetectionResult]:
     """Process every plant's batch (each detector continues from its current state)."""
     return {name: det.step_batch(data[name].Y, data[name].U) for name, det in detectors.items()}
 
@@ -241,11 +324,13 @@ def site_runtime(
     site = prepare_site(config, train, params_dir=params_dir)
     metrics = metrics or Metrics(plants=site.config.plant_names)
     plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings)
-    if params_dir is not None:
-        for plant, artifact in load_site_artifacts(params_dir).items():
-            if plant in plants.processors:
-                plants.record_artifact(plant, artifact)  # applied by prepare_site
-    return SiteRuntime(plants, RCARuntime(site.config, site.engine, metrics=metrics, settings=settings))
+    artifacts = None if params_dir is None else load_bound_artifacts(site.config, params_dir)
+    for plant, artifact in (artifacts or {}).items():
+        if plant in plants.processors:
+            plants.record_artifact(plant, artifact)  # applied by prepare_site
+    graph = configured_graph(site.config)
+    rca = RCARuntime(site.config, site.engine, metrics=metrics, settings=settings, artifacts=artifacts, graph=graph)
+    return SiteRuntime(plants, rca)
 
 
 def rca_runtime(
@@ -264,5 +349,44 @@ def rca_runtime(
     ``params_dir`` the engine uses the configured graph (else the complete graph) and
     ``rca.false_alarm_rate``.
     """
-    artifacts = None if params_dir is None else load_artifacts(params_dir)
-    return RCARuntime(config, build_engine(config, artifacts=artifacts), metrics=metrics, settings=settings)
+    artifacts = None if params_dir is None else load_bound_artifacts(config, params_dir)
+    graph = configured_graph(config)
+    engine = build_engine(config, artifacts=artifacts, graph=graph)
+    return RCARuntime(config, engine, metrics=metrics, settings=settings, artifacts=artifacts, graph=graph)
+
+
+def plant_runtime(
+    config: SiteConfig,
+    train: str | Path | pd.DataFrame | Mapping[str, PlantData],
+    *,
+    plants: Sequence[str] | None = None,
+    params_dir: str | Path | None = None,
+    metrics: Metrics | None = None,
+    settings: RuntimeSettings | None = None,
+) -> PlantRuntime:
+    """The plant runtime of a worker serving ``plants`` (default all): only their detectors are fitted.
+
+    A worker of one plant needs only that plant's nominal data (and its own artifact).
+    """
+    source = str(train) if isinstance(train, str | Path) else "nominal data"
+    frame = load_frame(config, train) if isinstance(train, str | Path) else train
+    if isinstance(frame, pd.DataFrame):
+        config = resolve_plants(config, [str(c) for c in frame.columns])
+    served = list(config.plant_names if plants is None else plants)
+    nominal = _as_plant_data(config, frame, source)
+    for plant_config in config.plants:
+        if plant_config.name in served:
+            check_nominal_plant(config, plant_config, nominal[plant_config.name], source)
+    models = fleet_models(config)
+    detectors = {
+        p.name: build_detector(config, p, fleet_model=models.get(p.name)).fit(nominal[p.name].Y, nominal[p.name].U)
+        for p in config.plants
+        if p.name in served
+    }
+    runtime = PlantRuntime(config, detectors, metrics=metrics, settings=settings)
+    if params_dir is not None:
+        artifacts = load_bound_artifacts(config, params_dir)
+        apply_params(detectors, artifacts, params_dir)
+        for plant in served:
+            runtime.record_artifact(plant, artifacts[plant])
+    return runtime

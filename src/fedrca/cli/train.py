@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from fedrca.cli.files import check_paths, write_atomic
+from fedrca.cli.site import build_detectors
 from fedrca.cli.training import run_training
 from fedrca.config import SiteConfig, load_config
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
@@ -82,6 +83,11 @@ def _evaluate(
 
 def _train(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    check_paths(
+        {"--config": args.config, "--data": args.data, "--test": args.test},
+        {"--save-data": args.save_data},
+        {"--out": args.out},
+    )
     config = load_config(args.config)
     settings = config.training
     if args.rounds is not None and args.rounds < 1:
@@ -94,8 +100,7 @@ def _train(args: argparse.Namespace) -> int:
         frame = _frame(synthetic)
         source = f"synthetic {args.synthetic} (seed {args.seed})"
         if args.save_data:
-            Path(args.save_data).parent.mkdir(parents=True, exist_ok=True)
-            frame.to_csv(args.save_data, index=False)
+            write_atomic(args.save_data, frame.to_csv(index=False))
             print(f"wrote the generated nominal data to {args.save_data}", file=sys.stderr)
     elif args.data:
         frame = load_frame(config, args.data)
@@ -103,14 +108,19 @@ def _train(args: argparse.Namespace) -> int:
     else:
         raise ConfigError("give the nominal data: --data FILE (or --synthetic NAME)", key="--data")
     data = plant_frames(config, frame, source)
-    print(
+    detectors = build_detectors(config, data, source=source)  # checks the nominal data first
+    header = (
         f"fedrca train: site '{config.site}', {len(data)} plants, {len(frame)} nominal samples from {source}; "
-        f"estimator {settings.estimator}, {args.rounds or settings.rounds} rounds",
-        file=sys.stderr,
+        f"estimator {settings.estimator}, {args.rounds or settings.rounds} rounds"
     )
-    job = FederatedTraining(config, data, settings=settings)
+    job = FederatedTraining(config, data, detectors=detectors, settings=settings)
     result = run_training(
-        job, args.out, rounds=args.rounds, resume=not args.fresh, progress=None if args.quiet else sys.stderr
+        job,
+        args.out,
+        rounds=args.rounds,
+        resume=not args.fresh,
+        progress=None if args.quiet else sys.stderr,
+        header=header,
     )
     how = f"resumed from round {result.resumed_from}" if result.resumed_from else "fresh"
     print(f"\nTraining ({result.rounds} rounds, {how}):")

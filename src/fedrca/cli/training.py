@@ -9,11 +9,13 @@ round; at the end the artifacts are written to ``<out>`` under the next free ver
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import sys
 import time
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -21,11 +23,13 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
+from fedrca.cli.site import build_detectors
 from fedrca.config import SiteConfig, TrainingSettings
 from fedrca.contracts import save_artifact
+from fedrca.contracts.artifacts import arrays_sha256
 from fedrca.datasets.loader import PlantData, plant_frames
 from fedrca.detectors.factory import frame_segments
-from fedrca.exceptions import ArtifactError
+from fedrca.exceptions import ArtifactError, IntegrityError
 from fedrca.training.federated import FederatedTraining, PartyState, TrainingResult, TrainingState
 
 __all__ = ["CHECKPOINT_DIR", "load_checkpoint", "next_version", "run_training", "save_checkpoint", "train_site"]
@@ -60,6 +64,19 @@ def _load_party(path: Path) -> PartyState:
     return arrays, json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
 
 
+def _checkpoint_digest(meta: Mapping[str, Any], parties: Mapping[str, PartyState]) -> str:
+    """sha256 over the checkpoint's metadata and every party's arrays and metadata (the accountants too)."""
+    digest = hashlib.sha256()
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    digest.update(json.dumps(body, sort_keys=True, default=float).encode("utf-8"))
+    for name in sorted(parties):
+        arrays, party_meta = parties[name]
+        digest.update(name.encode("utf-8"))
+        digest.update(arrays_sha256(arrays).encode("ascii"))
+        digest.update(json.dumps(party_meta, sort_keys=True, default=float).encode("utf-8"))
+    return digest.hexdigest()
+
+
 def save_checkpoint(job: FederatedTraining, directory: Path, version: int) -> None:
     """Write the job's state after its last completed round to ``directory/round-<N>`` and point LATEST at it."""
     state = job.get_state()
@@ -81,6 +98,9 @@ def save_checkpoint(job: FederatedTraining, directory: Path, version: int) -> No
         "bytes_down": state.bytes_down,
         "raw_bytes": state.raw_bytes,
     }
+    parties = {**{f"client-{plant}": party for plant, party in state.clients.items()}, "server": state.server}
+    # what was written, read back: the digest must cover the bytes a resume will see
+    meta["sha256"] = _checkpoint_digest(meta, {name: _load_party(tmp / name) for name in parties})
     (tmp / "state.json").write_text(json.dumps(meta), encoding="utf-8")
     if target.exists():
         shutil.rmtree(target)
@@ -104,21 +124,29 @@ def load_checkpoint(job: FederatedTraining, directory: Path) -> int | None:
     latest = directory / "LATEST"
     if not latest.is_file():
         return None
-    target = directory / latest.read_text(encoding="utf-8").strip()
     try:
+        target = directory / latest.read_text(encoding="utf-8").strip()
         meta = json.loads((target / "state.json").read_text(encoding="utf-8"))
+        clients = {plant: _load_party(target / f"client-{plant}") for plant in job.clients}
+        server = _load_party(target / "server")
+        parties = {**{f"client-{plant}": party for plant, party in clients.items()}, "server": server}
+        if meta.get("sha256") != _checkpoint_digest(meta, parties):
+            raise IntegrityError(
+                f"{target}: the checkpoint does not match its digest; it was edited or corrupted after it was "
+                "written (the privacy accountants are covered); rerun with --fresh"
+            )
         state = TrainingState(
             round=int(meta["round"]),
-            clients={plant: _load_party(target / f"client-{plant}") for plant in job.clients},
-            server=_load_party(target / "server"),
+            clients=clients,
+            server=server,
             config_hash=str(meta["config_hash"]),
             data_hash=str(meta["data_hash"]),
             bytes_up=dict(meta["bytes_up"]),
             bytes_down=dict(meta["bytes_down"]),
             raw_bytes=dict(meta["raw_bytes"]),
         )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ArtifactError(f"{target}: unreadable checkpoint ({exc}); rerun with --fresh") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile, EOFError) as exc:
+        raise ArtifactError(f"{directory}: unreadable checkpoint ({exc}); rerun with --fresh") from None
     try:
         job.set_state(state)
     except ArtifactError as exc:
@@ -149,6 +177,7 @@ def run_training(
     resume: bool = True,
     stop_after: int | None = None,
     progress: TextIO | None = None,
+    header: str | None = None,
 ) -> TrainingResult:
     """Run (or resume) a job with checkpoints in ``out/checkpoint`` and write its artifacts to ``out``.
 
@@ -160,6 +189,8 @@ def run_training(
     resume : continue from the checkpoint in ``out`` when there is one
     stop_after : stop after this many rounds in this call (to test resuming); no artifacts then
     progress : stream for one progress line per round (None = quiet)
+    header : a line printed to ``progress`` once the checkpoint was read (nothing is printed
+        before a run is known to start)
     """
     started = time.perf_counter()
     total = rounds if rounds is not None else job.settings.rounds
@@ -175,6 +206,8 @@ def run_training(
     elif out_dir is not None and job.round < total and next_version(out_dir) > version:
         # that run finished and published v<version>: continuing it makes new parameters, a new version
         version = next_version(out_dir)
+    if progress is not None and header is not None:
+        print(header, file=progress, flush=True)
     if progress is not None and job.round:
         print(f"resuming from round {job.round} ({checkpoints})", file=progress, flush=True)
 
@@ -208,5 +241,7 @@ def train_site(
     data = plant_frames(config, nominal, source) if isinstance(nominal, pd.DataFrame) else dict(nominal)
     if segments is not None:
         job_options.setdefault("segments", segments)
-    job = FederatedTraining(config, data, settings=settings, **job_options)
+    # checks the nominal data first
+    detectors = build_detectors(config, data, source=source, segments=job_options.get("segments"))
+    job = FederatedTraining(config, data, detectors=detectors, settings=settings, **job_options)
     return run_training(job, out, rounds=rounds, resume=resume, progress=progress)

@@ -11,13 +11,14 @@ would be valid; nothing is validated later.
 This package imports nothing of fedrca but :mod:`fedrca.exceptions`.
 """
 
-from fedrca.config.formats import KNOWN_COLUMNS, TEP_COLUMNS
+from fedrca.config.formats import KNOWN_COLUMNS, MIN_NOMINAL_SAMPLES, TEP_COLUMNS
 from fedrca.config.rca import GraphOptions, RCASettings, parse_rca_settings
 from fedrca.config.site import (
     AugmentationSettings,
     ColumnMatch,
     DatasetSettings,
     GraphSettings,
+    KafkaSettings,
     ModelSettings,
     PlantConfig,
     PrivacySettings,
@@ -28,6 +29,7 @@ from fedrca.config.site import (
     compress_columns,
     group_columns,
     load_config,
+    parameters_hash,
     parse_config,
     resolve_plants,
 )
@@ -35,12 +37,14 @@ from fedrca.config.training import TrainingPrivacySettings, TrainingSettings, pa
 
 __all__ = [
     "KNOWN_COLUMNS",
+    "MIN_NOMINAL_SAMPLES",
     "TEP_COLUMNS",
     "AugmentationSettings",
     "ColumnMatch",
     "DatasetSettings",
     "GraphOptions",
     "GraphSettings",
+    "KafkaSettings",
     "ModelSettings",
     "PlantConfig",
     "PrivacySettings",
@@ -54,6 +58,7 @@ __all__ = [
     "compress_columns",
     "group_columns",
     "load_config",
+    "parameters_hash",
     "parse_config",
     "parse_rca_settings",
     "parse_training_settings",

@@ -136,10 +136,22 @@ def read_yaml(path: Path, source: str) -> Any:
         if exc.source is None:
             raise ConfigError(exc.reason, source=source) from None
         raise
+    except yaml.reader.ReaderError as exc:
+        char = exc.character
+        code = (
+            char
+            if isinstance(char, int)
+            else (char[0] if isinstance(char, bytes) and char else ord(str(char)[:1] or "\0"))
+        )
+        raise ConfigError(
+            f"character #x{code:04x} at position {exc.position} is not allowed in YAML text; is it the right file?",
+            source=source,
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError(f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})", source=source) from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line, whatever PyYAML says
+        raise ConfigError(f"{where}not valid YAML ({problem})", source=source) from None
     except RecursionError:
         raise ConfigError(f"nested too deeply (more than {MAX_DEPTH} levels)", source=source) from None
     finally:

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
 from fedrca.config._base import Strict, translate
 from fedrca.exceptions import ConfigError
+
+#: Graph sources learned from finite nominal data (server block test, FedPC, a graph file):
+#: their missing edges are doubted more than an operator's (``unlisted_path`` auto).
+LEARNED_GRAPH_SOURCES = frozenset({"learned", "fedpc", "file"})
 
 __all__ = ["GraphOptions", "RCASettings", "parse_rca_settings"]
 
@@ -37,12 +41,21 @@ class GraphOptions(Strict):
     ``source``: ``auto`` = the config's ``graph.edges`` when given, else the
     trained server parameters when available, else the complete graph (every
     plant may affect every other); or force one of ``config``, ``learned``,
-    ``complete``. ``alpha``: significance level of the block test on the
-    learned transition (Bonferroni-corrected over the M (M - 1) blocks).
+    ``complete``, or ``file``: the graph JSON at ``path`` (relative to the
+    working directory), e.g. written by ``fedrca graph`` (FedPC, docs/fedpc.md).
+    ``alpha``: significance level of the block test on the learned transition
+    (Bonferroni-corrected over the M (M - 1) blocks).
     """
 
-    source: Literal["auto", "config", "learned", "complete"] = "auto"
+    source: Literal["auto", "config", "learned", "complete", "file"] = "auto"
     alpha: float = Field(0.01, gt=0.0, lt=1.0)
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _file_needs_path(self) -> GraphOptions:
+        if self.source == "file" and not self.path:
+            raise ValueError("source 'file' needs graph.path, the graph JSON written by fedrca graph --out PATH")
+        return self
 
 
 class RCASettings(Strict):
@@ -68,7 +81,7 @@ class RCASettings(Strict):
     unlisted_path : P(a plant the graph does not reach from the root shows its effect
         anyway): the doubt in the graph's missing edges (0 = the graph is the whole
         truth); ``auto`` = 0.02 for a graph from the config (operator knowledge), 0.2
-        for a learned graph (a block test on finite nominal data misses weak paths)
+        for a learned graph, also one learned by FedPC (a test on finite nominal data misses weak paths)
     false_alarm_rate : per-flag nominal alarm rate used when no nominal flags are
         given to estimate it; ``min_false_alarm`` floors estimates (nominal data
         is finite and new data has heavier tails)
@@ -172,7 +185,7 @@ class RCASettings(Strict):
     def unlisted_path_for(self, graph_source: str) -> float:
         """P(effect at a plant the graph does not reach): the configured value, or the ``auto`` choice."""
         if self.unlisted_path == "auto":
-            return 0.2 if graph_source == "learned" else 0.02
+            return 0.2 if graph_source in LEARNED_GRAPH_SOURCES else 0.02
         return float(self.unlisted_path)
 
     def leak_for(self, trained: bool) -> float:

@@ -22,6 +22,8 @@ Examples
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -41,7 +43,9 @@ __all__ = [
     "AugmentationSettings",
     "ColumnMatch",
     "DatasetSettings",
+    "DetectorSettings",
     "GraphSettings",
+    "KafkaSettings",
     "ModelSettings",
     "PlantConfig",
     "PrivacySettings",
@@ -56,6 +60,8 @@ __all__ = [
 ]
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
+#: ``package.module:attribute`` (or ``package.module.attribute``): a Python import reference.
+_PLUGIN = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:|\.)[A-Za-z_]\w*"
 
 
 class ModelSettings(Strict):
@@ -72,6 +78,11 @@ class ModelSettings(Strict):
     def _plugin_named(self) -> ModelSettings:
         if self.kind == "plugin" and not self.plugin:
             raise ValueError("kind 'plugin' needs plugin: 'package.module:factory'")
+        if self.plugin is not None and not re.fullmatch(_PLUGIN, self.plugin):
+            raise ValueError(
+                f"plugin {self.plugin!r} is not a reference 'package.module:factory' (e.g. "
+                "'fedrca.training.oracle:true_local_filter')"
+            )
         return self
 
 
@@ -161,6 +172,26 @@ class ScoringSettings(Strict):
         return self
 
 
+class DetectorSettings(Strict):
+    """Which detector the plant runs: its own (``plant``: filter, augmentation, residual scorer) or
+    the fleet's CollabDict model (``fleet``, docs/fleet.md; yields Z_c only)."""
+
+    kind: Literal["plant", "fleet"] = "plant"
+    model: str | None = Field(None, description="fleet model file written by `fedrca fleet`; None = learn alone")
+    components: int = Field(2, ge=1, description="patterns K when the plant learns alone")
+    rho: float = Field(10.0, ge=0.0)
+    percentile: float = Field(99.5, gt=0.0, lt=100.0)
+    folds: int = Field(5, ge=0)
+
+    @model_validator(mode="after")
+    def _fleet_keys(self) -> DetectorSettings:
+        if self.kind == "plant" and self.model is not None:
+            raise ValueError("model: is the fleet model file of kind 'fleet'; remove it or set kind: fleet")
+        if self.folds == 1:
+            raise ValueError("folds must be 0 (in-sample threshold) or >= 2")
+        return self
+
+
 class ColumnMatch(Strict):
     """A plant's sensors given by a rule over a data file's columns (resolved by :func:`resolve_plants`).
 
@@ -213,6 +244,7 @@ class PlantConfig(Strict):
     model: ModelSettings = ModelSettings()
     augmentation: AugmentationSettings = AugmentationSettings()
     scoring: ScoringSettings = ScoringSettings()
+    detector: DetectorSettings = DetectorSettings()
 
     @model_validator(mode="after")
     def _sensors_or_match(self) -> PlantConfig:
@@ -226,6 +258,10 @@ class PlantConfig(Strict):
     def resolved(self) -> bool:
         """False while the sensors are a rule not yet resolved against a file (see :func:`resolve_plants`)."""
         return self.match is None
+
+    def data_schema(self) -> dict[str, list[str]]:
+        """The plant's data schema: its sensor and input columns, in message order (bound into its artifacts)."""
+        return {"sensors": list(self.sensors), "inputs": list(self.inputs)}
 
 
 class PrivacySettings(Strict):
@@ -241,14 +277,50 @@ class PrivacySettings(Strict):
 
 
 class TopicSettings(Strict):
-    """Topic name templates; ``{site}`` and ``{plant}`` are substituted."""
+    """Topic name templates; ``{site}`` and ``{plant}`` are substituted.
+
+    Plant-private topics (a plant's sensors, its dead letters, its processor's state)
+    carry ``{plant}`` so that each can get the ACLs of its own plant (docs/deploy.md).
+    """
 
     sensors: str = "{site}.sensors.{plant}"
     flags: str = "{site}.flags"
     verdicts: str = "{site}.verdicts"
     params: str = "{site}.params"
     deadletter: str = "{site}.deadletter"
+    plant_deadletter: str = "{site}.deadletter.{plant}"
+    state: str = "{site}.state.{plant}"
+    rca_state: str = "{site}.state.rca"
     train: str = "{site}.train.{plant}"
+
+
+class KafkaSettings(Strict):
+    """How the workers and tools connect to a secured Kafka cluster (all optional; plaintext by default).
+
+    Secrets never live in the file: the SASL password is read from the environment
+    variable named by ``sasl_password_env``. Every value can also be given (and is
+    overridden) by the environment: ``FEDRCA_KAFKA_SECURITY_PROTOCOL``,
+    ``FEDRCA_KAFKA_SASL_MECHANISM``, ``FEDRCA_KAFKA_SASL_USERNAME``,
+    ``FEDRCA_KAFKA_SSL_CAFILE``, ``FEDRCA_KAFKA_SSL_CERTFILE``, ``FEDRCA_KAFKA_SSL_KEYFILE``
+    (docs/deploy.md).
+    """
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password_env: str = Field("FEDRCA_KAFKA_SASL_PASSWORD", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL") and (self.sasl_mechanism is None or not self.sasl_username):
+            raise ValueError(
+                f"security_protocol {self.security_protocol} needs sasl_mechanism (e.g. SCRAM-SHA-512) "
+                "and sasl_username"
+            )
+        return self
 
 
 class DatasetSettings(Strict):
@@ -259,6 +331,19 @@ class DatasetSettings(Strict):
     time_column: str | None = None
     sample_seconds: float = Field(1.0, gt=0.0)
     label_columns: list[str] = Field(default_factory=list, description="generic CSV: 0/1 label columns")
+    timezone: str = Field("UTC", description="IANA zone of times without offset (HAI Asia/Seoul, SWaT Asia/Singapore)")
+    time_format: str | None = Field(None, description="strftime format of the time column; default: per format")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone '{value}'; use an IANA name such as UTC, Asia/Seoul") from None
+        return value
 
     def known_columns(self) -> list[str] | None:
         """The valid column names, when the format fixes them."""
@@ -282,6 +367,7 @@ class SiteConfig(Strict):
     plants: list[PlantConfig] = Field(..., min_length=1)
     privacy: PrivacySettings = PrivacySettings()
     topics: TopicSettings = TopicSettings()
+    kafka: KafkaSettings = KafkaSettings()
     graph: GraphSettings | None = None
     training: TrainingSettings = TrainingSettings()
     rca: RCASettings = RCASettings()
@@ -320,6 +406,25 @@ class SiteConfig(Strict):
 
 
 _SECTIONS = ("model", "augmentation", "scoring")
+
+
+def parameters_hash(config: SiteConfig) -> str:
+    """sha256 of what trained parameters depend on: the plants (names, inputs, models, scoring) and ``training``.
+
+    Topics, Kafka, the RCA settings, the graph and flag privacy are left out: changing
+    them needs no retraining. The sensor columns are left out too, because a plant given
+    by a ``match`` rule only has them once a data file resolved it; they are bound
+    separately as each plant artifact's ``schema`` (:meth:`PlantConfig.data_schema`), checked
+    wherever the plant's data is read. A training checkpoint and every artifact carry
+    this hash, and an artifact is refused under a configuration with another one
+    (:func:`fedrca.contracts.check_binding`; ``tests/training/test_artifacts.py``).
+    """
+    part = {
+        "plants": [plant.model_dump(mode="python", exclude={"sensors", "match"}) for plant in config.plants],
+        "training": config.training.model_dump(mode="python"),
+    }
+    payload = json.dumps(part, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -570,6 +675,8 @@ def load_config(path: str | Path) -> SiteConfig:
     """
     file = Path(path)
     source = str(path)
+    if file.is_dir():
+        raise ConfigError("is a directory; give the configuration's YAML file, e.g. config/tep.yaml", source=source)
     if not file.is_file():
         raise ConfigError(
             "no such configuration file; see config/ for examples (tep.yaml, synthetic.yaml)", source=source

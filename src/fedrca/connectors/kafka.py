@@ -1,15 +1,18 @@
-"""Kafka adapters (kafka-python): topic creation, a replay sink, topic readers.
+"""Kafka adapters: connection options, topic creation, a replay sink, topic readers.
 
-The Faust workers use aiokafka through Faust; these synchronous helpers serve
-the CLI (``replay-to-kafka``, topic set-up) and the tests.
+:class:`KafkaOptions` turns a site's ``kafka:`` settings and the environment into
+the keyword arguments of both clients (kafka-python here, aiokafka in the workers).
+The synchronous helpers (kafka-python) serve the CLI (``replay-to-kafka``,
+``publish-params``, topic set-up) and the tests.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import ssl
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,19 +20,121 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import errors as kafka_errors
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from fedrca.config import SiteConfig
+from fedrca.config import KafkaSettings, SiteConfig
+from fedrca.connectors.names import topic_specs
 from fedrca.contracts import SensorMessage
 from fedrca.exceptions import ConfigError, DataError
 
 __all__ = [
+    "KafkaOptions",
     "KafkaSink",
     "TopicRecord",
     "bootstrap_of",
     "ensure_site_topics",
     "read_topic",
-    "site_topic_specs",
-    "verdict_ids",
 ]
+
+#: Environment variables that override a site's ``kafka:`` settings (docs/deploy.md).
+ENV_PREFIX = "FEDRCA_KAFKA_"
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """Security options of every Kafka client of a worker or a tool.
+
+    Built by :meth:`from_settings` from the ``kafka:`` section and the environment
+    (``FEDRCA_KAFKA_*`` overrides; the SASL password only ever from the environment).
+
+    Examples
+    --------
+    >>> KafkaOptions().kafka_python()
+    {}
+    >>> opts = KafkaOptions("SASL_SSL", "SCRAM-SHA-512", "p1", "secret")
+    >>> sorted(opts.kafka_python())
+    ['sasl_mechanism', 'sasl_plain_password', 'sasl_plain_username', 'security_protocol']
+    """
+
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: KafkaSettings, env: Mapping[str, str] | None = None) -> KafkaOptions:
+        """The options of ``settings`` with the environment's overrides.
+
+        Raises
+        ------
+        ConfigError
+            When SASL is on but no password is in the environment, or a TLS file is missing.
+        """
+        environ = os.environ if env is None else env
+
+        def pick(name: str, value: str | None) -> str | None:
+            return environ.get(ENV_PREFIX + name.upper()) or value
+
+        protocol = pick("security_protocol", settings.security_protocol) or "PLAINTEXT"
+        options = cls(
+            security_protocol=protocol,
+            sasl_mechanism=pick("sasl_mechanism", settings.sasl_mechanism),
+            sasl_username=pick("sasl_username", settings.sasl_username),
+            sasl_password=environ.get(settings.sasl_password_env) if protocol.startswith("SASL") else None,
+            ssl_cafile=pick("ssl_cafile", settings.ssl_cafile),
+            ssl_certfile=pick("ssl_certfile", settings.ssl_certfile),
+            ssl_keyfile=pick("ssl_keyfile", settings.ssl_keyfile),
+        )
+        if protocol.startswith("SASL") and not options.sasl_password:
+            raise ConfigError(
+                f"SASL needs the password in the environment variable {settings.sasl_password_env} "
+                "(a Secret in a pod); it is never read from the configuration file",
+                key="kafka.sasl_password_env",
+            )
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(options, key)
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"no such file {path}", key=f"kafka.{key}")
+        return options
+
+    @property
+    def tls(self) -> bool:
+        """True when the connection is encrypted."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def kafka_python(self) -> dict[str, Any]:
+        """Keyword arguments for kafka-python clients (nothing for a plaintext broker)."""
+        out: dict[str, Any] = {}
+        if self.security_protocol != "PLAINTEXT":
+            out["security_protocol"] = self.security_protocol
+        if self.security_protocol.startswith("SASL"):
+            out.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.sasl_username,
+                sasl_plain_password=self.sasl_password,
+            )
+        if self.tls:
+            out.update({k: v for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile") if (v := getattr(self, k))})
+        return out
+
+    def aiokafka(self) -> dict[str, Any]:
+        """Keyword arguments for aiokafka clients (the workers)."""
+        out: dict[str, Any] = {}
+        if self.security_protocol != "PLAINTEXT":
+            out["security_protocol"] = self.security_protocol
+        if self.security_protocol.startswith("SASL"):
+            out.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.sasl_username,
+                sasl_plain_password=self.sasl_password,
+            )
+        if self.tls:
+            context = ssl.create_default_context(cafile=self.ssl_cafile)
+            if self.ssl_certfile:
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+            out["ssl_context"] = context
+        return out
 
 
 def bootstrap_of(broker: str) -> str:
@@ -47,53 +152,39 @@ def bootstrap_of(broker: str) -> str:
     return address
 
 
-def site_topic_specs(config: SiteConfig, partitions: int = 2) -> dict[str, dict[str, Any]]:
-    """The site's topics and how they are created (kafka-python ``create_topics`` dict form).
-
-    Sensor topics get ``partitions`` partitions; flags, verdicts and dead letters one
-    (the RCA needs a total order); params one, compacted (latest artifact per plant).
-
-    Examples
-    --------
-    >>> from fedrca.config import load_config
-    >>> specs = site_topic_specs(load_config("config/tep.yaml"), partitions=3)
-    >>> specs["tep.sensors.reactor"]["num_partitions"], specs["tep.params"]["configs"]
-    (3, {'cleanup.policy': 'compact'})
-    """
-    if partitions < 1:
-        raise ConfigError(f"partitions must be at least 1, got {partitions}")
-    specs: dict[str, dict[str, Any]] = {
-        config.topic("sensors", plant=p): {"num_partitions": partitions, "replication_factor": 1}
-        for p in config.plant_names
-    }
-    for kind in ("flags", "verdicts", "deadletter"):
-        specs[config.topic(kind)] = {"num_partitions": 1, "replication_factor": 1}
-    specs[config.topic("params")] = {
-        "num_partitions": 1,
-        "replication_factor": 1,
-        "configs": {"cleanup.policy": "compact"},
-    }
-    return specs
-
-
-def ensure_site_topics(bootstrap: str, config: SiteConfig, partitions: int = 2, timeout: float = 30.0) -> list[str]:
+def ensure_site_topics(
+    bootstrap: str,
+    config: SiteConfig,
+    timeout: float = 30.0,
+    options: KafkaOptions | None = None,
+    only: Iterable[str] | None = None,
+) -> list[str]:
     """Create the site's topics if missing (idempotent); returns their names, sorted.
 
     Topics that already exist are left as they are. Returns once every topic has a
-    leader for each partition. See :func:`site_topic_specs` for partitions and configs.
+    leader for each partition. See :func:`fedrca.connectors.names.topic_specs` for the topics.
+    ``only`` restricts it to the topics a process uses (a principal under ACLs sees and may
+    create no other; on a cluster whose topics an operator such as Strimzi manages, they exist).
 
     Raises
     ------
     DataError
         When the broker cannot be reached or refuses a topic (the reason is named).
     """
-    specs = site_topic_specs(config, partitions)
+    specs = topic_specs(config)
+    if only is not None:
+        wanted = set(only)
+        unknown = sorted(wanted - set(specs))
+        if unknown:
+            raise ConfigError(f"not topics of site '{config.site}': {', '.join(unknown)}")
+        specs = {name: spec for name, spec in specs.items() if name in wanted}
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap,
             client_id="fedrca-admin",
             request_timeout_ms=int(timeout * 1000),
             bootstrap_timeout_ms=int(timeout * 1000),
+            **(options or KafkaOptions()).kafka_python(),
         )
     except KafkaError as exc:
         raise DataError(f"cannot reach the Kafka broker at {bootstrap} ({exc}); is it running?") from None
@@ -134,6 +225,7 @@ class KafkaSink:
     max_block_ms : longest a ``send`` waits for metadata or for acknowledgements
     max_pending_bytes : unacknowledged bytes (keys + values) before ``send`` blocks
     linger_ms, batch_size : producer batching (kafka-python settings)
+    options : security options (default: the site's ``kafka:`` settings and the environment)
     """
 
     def __init__(
@@ -144,6 +236,7 @@ class KafkaSink:
         max_pending_bytes: int = 8 * 1024 * 1024,
         linger_ms: int = 5,
         batch_size: int = 64 * 1024,
+        options: KafkaOptions | None = None,
     ) -> None:
         if max_pending_bytes < 1:
             raise ConfigError(f"max_pending_bytes must be positive, got {max_pending_bytes}")
@@ -160,6 +253,7 @@ class KafkaSink:
                 batch_size=batch_size,
                 max_block_ms=max_block_ms,
                 bootstrap_timeout_ms=max_block_ms,
+                **(options or KafkaOptions.from_settings(config.kafka)).kafka_python(),
             )
         except KafkaError as exc:
             raise DataError(f"cannot reach the Kafka broker at {bootstrap} ({exc}); is it running?") from None
@@ -267,7 +361,13 @@ class TopicRecord:
     headers: dict[str, bytes]
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 10.0, committed_only: bool = True) -> Iterator[TopicRecord]:
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    timeout: float = 10.0,
+    committed_only: bool = True,
+    options: KafkaOptions | None = None,
+) -> Iterator[TopicRecord]:
     """Every record currently in ``topic``: all partitions, from the beginning to the end offsets
     taken when reading starts (records produced later are not waited for).
 
@@ -284,6 +384,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 10.0, committed_only
         enable_auto_commit=False,
         group_id=None,
         isolation_level="read_committed" if committed_only else "read_uncommitted",
+        **(options or KafkaOptions()).kafka_python(),
     )
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
@@ -307,17 +408,3 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 10.0, committed_only
             remaining = {tp for tp in remaining if consumer.position(tp) < end[tp]}
     finally:
         consumer.close()
-
-
-def verdict_ids(bootstrap: str, topic: str, timeout: float = 10.0) -> list[str]:
-    """Ids of the verdicts already in the verdicts topic, in topic order (read on RCA start-up).
-
-    Records that are not JSON objects with an ``id`` are skipped.
-    """
-    ids = []
-    for record in read_topic(bootstrap, topic, timeout=timeout):
-        try:
-            ids.append(str(json.loads(record.value)["id"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return ids

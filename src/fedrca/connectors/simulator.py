@@ -434,8 +434,12 @@ def write_tep_dat(values: FloatArray, path: str | Path) -> Path:
     if arr.ndim != 2 or arr.shape[1] != len(TEP_COLUMNS):
         raise DataError(f"{path}: a TEP file has {len(TEP_COLUMNS)} columns, got shape {arr.shape}")
     out = Path(path)
+    tmp = out.with_name(f".{out.name}.tmp")
     try:
-        np.savetxt(out, arr, fmt="%.10g")
+        # whole or not at all: a run cut short leaves no truncated .dat that reads as data
+        np.savetxt(tmp, arr, fmt="%.10g")
+        os.replace(tmp, out)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise DataError(f"{out}: cannot write ({exc.strerror}); pass a writable --out path") from None
     return out

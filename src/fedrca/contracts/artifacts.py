@@ -4,11 +4,17 @@ One artifact per plant (its Theta and the augmented scorer re-calibrated on nomi
 data with that Theta) and one for the server (:data:`SERVER`: the learned block
 transition ``A``, its standard errors and the plants' state dimensions). On disk an
 artifact is ``<dir>/<plant>.npz`` (the arrays) + ``<dir>/<plant>.json`` (the
-manifest: version, created, config hash, sha256 of the arrays, metrics, epsilon
-spent, delta). On the ``<site>.params`` topic it is one byte string
-(:func:`encode_published_artifact`). Every reader recomputes the sha256 of the arrays
-and refuses a mismatch with :class:`~fedrca.exceptions.IntegrityError`. (The sha256
-detects corruption and tampering of the arrays; it is not a signature.)
+manifest: version, created, the hash of the configuration it was trained under, the
+plant's data schema, sha256 of the arrays, metrics, the privacy ledger: epsilon spent,
+delta). On the ``<site>.params`` topic it is one byte string
+(:func:`encode_published_artifact`).
+
+Every reader recomputes the sha256 of the arrays and the ``digest`` of the whole
+manifest (which includes the arrays' sha256, the configuration hash, the schema and the
+ledger) and refuses a mismatch with :class:`~fedrca.exceptions.IntegrityError`;
+:func:`check_binding` refuses an artifact trained under another configuration or data
+schema. (The digests detect corruption and edits made without fedrca; they are not a
+signature against someone who recomputes them.)
 
 Examples
 --------
@@ -44,6 +50,7 @@ __all__ = [
     "SERVER",
     "ParameterArtifact",
     "arrays_sha256",
+    "check_binding",
     "decode_published_artifact",
     "encode_published_artifact",
     "load_artifact",
@@ -51,6 +58,7 @@ __all__ = [
     "load_server_artifact",
     "load_site_artifacts",
     "make_artifact",
+    "manifest_digest",
     "save_artifact",
 ]
 
@@ -59,7 +67,7 @@ SERVER = "_server"
 #: Plant artifact array: counts of the flag states (Z_c, Z_a) = (0,0), (0,1), (1,0), (1,1) on the
 #: nominal data with the trained parameters; what the RCA learns of a plant's false-alarm behaviour.
 NOMINAL_STATE_COUNTS = "nominal_state_counts"
-FORMAT = "fedrca-artifact/1"
+FORMAT = "fedrca-artifact/2"
 
 
 def arrays_sha256(arrays: Mapping[str, np.ndarray]) -> str:
@@ -77,6 +85,25 @@ def arrays_sha256(arrays: Mapping[str, np.ndarray]) -> str:
         digest.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode("utf-8"))
         digest.update(a.tobytes(order="C"))
     return digest.hexdigest()
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """sha256 of the manifest's canonical JSON without its own ``digest`` entry.
+
+    The manifest carries the arrays' sha256, so this one digest covers the arrays, the
+    configuration hash, the schema and the privacy ledger together.
+
+    Examples
+    --------
+    >>> manifest_digest({"a": 1, "b": [1.5]}) == manifest_digest({"b": [1.5], "a": 1, "digest": "x"})
+    True
+    """
+    body = {k: v for k, v in manifest.items() if k != "digest"}
+    try:
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise IntegrityError(f"the manifest is not canonical JSON ({exc})") from None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _json_safe(value: Any) -> Any:
@@ -113,7 +140,20 @@ class ParameterArtifact:
     manifest: Mapping[str, Any] = field(default_factory=dict)
 
     def verify(self) -> None:
-        """Raise IntegrityError when the arrays do not match the manifest's sha256."""
+        """Raise IntegrityError when the arrays do not match the manifest's sha256 or the manifest its digest."""
+        fmt = self.manifest.get("format")
+        if fmt != FORMAT:
+            raise IntegrityError(
+                f"artifact '{self.plant}' {self.version}: format {fmt!r}, this fedrca reads {FORMAT!r}; "
+                "re-run fedrca train to make new parameters"
+            )
+        digest = self.manifest.get("digest")
+        if digest != manifest_digest(self.manifest):
+            raise IntegrityError(
+                f"artifact '{self.plant}' {self.version}: the manifest does not match its digest; it was edited "
+                "or corrupted after training (configuration hash, schema, privacy ledger and metrics are covered): "
+                "re-run fedrca train or restore the artifact"
+            )
         expected = self.manifest.get("sha256")
         if not expected:
             raise IntegrityError(f"artifact '{self.plant}' {self.version}: the manifest has no sha256")
@@ -161,10 +201,48 @@ def make_artifact(
         },
         "metrics": _json_safe(dict(metrics or {})),
         "epsilon_spent": _json_safe(float(epsilon_spent)),
-        "delta": delta,
+        "delta": _json_safe(None if delta is None else float(delta)),
         **_json_safe(dict(extra or {})),
     }
+    manifest["digest"] = manifest_digest(manifest)
     return ParameterArtifact(plant, version_str, frozen, manifest)
+
+
+def check_binding(
+    artifact: ParameterArtifact, config_hash: str, schema: Mapping[str, Any] | None = None, *, fix: str
+) -> None:
+    """Refuse an artifact trained under another configuration or another data schema.
+
+    Parameters
+    ----------
+    artifact : a verified artifact
+    config_hash : :func:`fedrca.config.parameters_hash` of the configuration in use
+    schema : the plant's ``{"sensors": [...], "inputs": [...]}`` in use (plant artifacts)
+    fix : the command that makes matching parameters (ends the error line)
+
+    Raises
+    ------
+    ArtifactError
+        naming what differs and ``fix``.
+    """
+    name = f"artifact '{artifact.plant}' {artifact.version}"
+    trained = artifact.manifest.get("schema")
+    if schema is not None and trained is not None and dict(trained) != dict(_json_safe(dict(schema))):
+        differs = [k for k in sorted(set(trained) | set(schema)) if trained.get(k) != list(schema.get(k, []))]
+        raise ArtifactError(
+            f"{name} was trained on other columns ({', '.join(differs)} differ: trained "
+            f"{_short(trained.get(differs[0]))}, configured {_short(schema.get(differs[0]))}); {fix}"
+        )
+    if artifact.manifest.get("config_hash") != config_hash:
+        raise ArtifactError(
+            f"{name} was trained under another configuration (its plants or training settings differ "
+            f"from this one's); {fix}"
+        )
+
+
+def _short(columns: Any) -> str:
+    names = [str(c) for c in (columns or [])]
+    return "[" + ", ".join(names[:4]) + (f", ... {len(names)} in all" if len(names) > 4 else "") + "]"
 
 
 def _paths(directory: str | Path, plant: str) -> tuple[Path, Path]:

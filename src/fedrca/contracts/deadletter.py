@@ -54,7 +54,22 @@ class DeadLetterReason(StrEnum):
     OUT_OF_ORDER = "out-of-order"  #: a training message while the party awaits another kind
     BAD_ROUND = "bad-round"  #: a training message of another round than the current one
     MISMATCH = "mismatch"  #: gradients for another window than the states they answer
-    DUPLICATE = "duplicate"  #: a second training message for the same round and plant
+    DUPLICATE = "duplicate"  #: a second message for the same round and sender
+    # -- peer-to-peer consensus (the fleet detector) ----------------------------------------------
+    UNEXPECTED = "unexpected"  #: a consensus message of a session or round the participant is not in
+    MISSING_MESSAGES = "missing"  #: a consensus round without a message from every neighbour
+    UNKNOWN_RECEIVER = "unknown-receiver"  #: addressed to a participant the fleet does not have
+    WRONG_RECEIVER = "wrong-receiver"  #: delivered to a participant it is not addressed to
+    BAD_SENDER = "bad-sender"  #: a participant sending in another participant's name
+    # -- federated causal discovery (FedPC) -------------------------------------------------------
+    BAD_ADJACENCY = "bad-adjacency"  #: a skeleton that is not a symmetric 0/1 (p, p) matrix without self-loops
+    BAD_PAIRS = "bad-pairs"  #: variable-id pairs that are not (K, 2) ids x < y in range
+    BAD_LAYER = "bad-layer"  #: a conditioning-set layer that is not an integer >= 0
+    BAD_SEPSETS = "bad-sepsets"  #: separating sets / p-values that do not match the pairs asked for
+    BAD_PVALUES = "bad-pvalues"  #: p-values outside [0, 1]
+    BAD_GRAPH = "bad-graph"  #: a result graph of the wrong size or with self-loops
+    BAD_REPLY = "bad-reply"  #: a site's reply that does not answer the server's request
+    WRONG_SIZE = "wrong-size"  #: a request about another number of variables than the site has
 
 
 class DeadLetterStage(StrEnum):

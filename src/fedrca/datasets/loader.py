@@ -1,27 +1,93 @@
 """The one loader of every command: a data file in the configured format, split into plants.
 
-:func:`load_frame` reads a file in the site's ``dataset.format``;
-:func:`plant_frames` splits a frame into per-plant sensor and input arrays in the
-configured column order.
+Every command reads its data files through :func:`load_dataset` (``detect``,
+``train``, ``replay``, ``evaluate`` via :func:`load_frame`, and ``replay-to-kafka``),
+so they all accept and refuse the same files. :func:`plant_frames` splits a frame
+into per-plant sensor and input arrays in the configured column order;
+:func:`check_nominal_plant` refuses nominal data a detector cannot be fitted on.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig, compress_columns, resolve_plants
-from fedrca.datasets.tep import load_tep
-from fedrca.exceptions import DataError
+from fedrca.datasets.dataset import Dataset
+from fedrca.datasets.generic import load_csv
+from fedrca.datasets.hai import load_hai
+from fedrca.datasets.nominal import MAX_ABS_VALUE, check_nominal
+from fedrca.datasets.swat import load_swat
+from fedrca.datasets.tep import load_tep_dataset
+from fedrca.exceptions import ConfigError, DataError
 
-__all__ = ["PlantData", "load_frame", "plant_frames"]
+__all__ = ["DatasetOptions", "PlantData", "check_nominal_plant", "load_dataset", "load_frame", "plant_frames"]
 
 FloatArray = NDArray[np.float64]
+
+
+class DatasetOptions(Protocol):
+    """What :func:`load_dataset` reads from a configuration's ``dataset`` section."""
+
+    @property
+    def format(self) -> str: ...
+
+    @property
+    def time_column(self) -> str | None: ...
+
+    @property
+    def sample_seconds(self) -> float: ...
+
+    @property
+    def label_columns(self) -> Sequence[str]: ...
+
+
+def load_dataset(options: DatasetOptions, path: str | Path, labels_path: str | Path | None = None) -> Dataset:
+    """Parse a recorded file in the configured format.
+
+    Parameters
+    ----------
+    options : the configuration's ``dataset`` section (``format``, ``time_column``,
+        ``sample_seconds``, ``label_columns``, ``timezone``, ``time_format``)
+    path : the data file
+    labels_path : HAI 23.05 / HAIEnd 23.05 only: the separate label file
+
+    Raises
+    ------
+    DataError
+        When the file breaks its format (one line naming the file, the line, the fix).
+    ConfigError
+        When a label file is given for a format that has none.
+    """
+    fmt = options.format
+    timezone = str(getattr(options, "timezone", "UTC") or "UTC")
+    time_format = getattr(options, "time_format", None)
+    if labels_path is not None and fmt != "hai":
+        raise ConfigError(
+            f"a separate label file is only read for HAI 23.05 / HAIEnd 23.05 data, not for format '{fmt}'; "
+            "drop --labels",
+            key="--labels",
+        )
+    if fmt == "tep":
+        return load_tep_dataset(path, sample_seconds=options.sample_seconds)
+    if fmt == "hai":
+        return load_hai(path, labels_path=labels_path, timezone=timezone, time_format=time_format)
+    if fmt == "swat":
+        return load_swat(path, timezone=timezone, time_format=time_format)
+    return load_csv(
+        path,
+        options.time_column,
+        options.sample_seconds,
+        label_columns=list(options.label_columns),
+        time_format=time_format,
+        timezone=timezone,
+    )
 
 
 @dataclass(frozen=True)
@@ -33,33 +99,17 @@ class PlantData:
 
 
 def load_frame(config: SiteConfig, path: str | Path) -> pd.DataFrame:
-    """Load a data file in the configured ``dataset.format`` as a numeric frame.
+    """The sensor columns of a data file in the configured ``dataset.format`` (time and label columns dropped).
+
+    The same parser as ``replay-to-kafka`` (:func:`load_dataset`), so every command accepts and
+    refuses the same files.
 
     Raises
     ------
     DataError
-        When the file is missing or malformed (the message names the file and the fix).
+        When the file is missing or malformed (the message names the file, the line and the fix).
     """
-    file = Path(path)
-    fmt = config.dataset.format
-    if fmt == "tep":
-        return load_tep(file)
-    if not file.is_file():
-        raise DataError(f"{file}: no such file")
-    if fmt in ("hai", "swat"):
-        # connectors import the cores, never the reverse: resolve the loader at run time
-        replay = importlib.import_module("fedrca.connectors.replay")
-        loaded = replay.load_hai(file) if fmt == "hai" else replay.load_swat(file)
-        return loaded.frame
-    try:
-        frame = pd.read_csv(file, sep=None, engine="python")
-    except (ValueError, pd.errors.ParserError) as exc:
-        raise DataError(f"{file}: not a readable CSV file ({exc})") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
-    if config.dataset.time_column and config.dataset.time_column in frame.columns:
-        frame = frame.drop(columns=[config.dataset.time_column])
-    labels = [c for c in config.dataset.label_columns if c in frame.columns]
-    return frame.drop(columns=labels) if labels else frame
+    return load_dataset(config.dataset, path).frame
 
 
 def _columns(frame: pd.DataFrame, plant: PlantConfig, kind: str, source: str) -> FloatArray | None:
@@ -83,6 +133,15 @@ def _columns(frame: pd.DataFrame, plant: PlantConfig, kind: str, source: str) ->
             f"{source}: NaN or inf at row {row}, column {names[col]} (plant '{plant.name}'); "
             "clean the file or drop the row"
         )
+    # a finite value this large overflows every squared statistic to inf (scores, JSON output):
+    # refused in any file, nominal or not (tests/cli/test_hostile_cli.py)
+    huge = np.abs(values) > MAX_ABS_VALUE
+    if huge.any():
+        row, col = np.argwhere(huge)[0]
+        raise DataError(
+            f"{source}: value {values[row, col]:.3g} at row {row}, column {names[col]} (plant '{plant.name}') is "
+            f"beyond +-{MAX_ABS_VALUE:g}, which overflows the detector's statistics; fix the file or rescale the column"
+        )
     return values
 
 
@@ -100,3 +159,13 @@ def plant_frames(config: SiteConfig, frame: pd.DataFrame, source: str = "data") 
             raise DataError(f"plant '{plant.name}' has no sensors")
         out[plant.name] = PlantData(Y, _columns(frame, plant, "inputs", source))
     return out
+
+
+def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData, source: str) -> None:
+    """Refuse nominal data a plant's detector cannot be fitted on (:func:`fedrca.datasets.nominal.check_nominal`)."""
+    folds = plant.scoring.folds if plant.scoring.calibration == "cv" else None
+    names = plant.sensors if len(plant.sensors) == data.Y.shape[1] else [f"#{j}" for j in range(data.Y.shape[1])]
+    check_nominal(data.Y, names, plant=plant.name, source=source, folds=folds)
+    if data.U is not None:
+        inputs = plant.inputs if len(plant.inputs) == data.U.shape[1] else [f"#{j}" for j in range(data.U.shape[1])]
+        check_nominal(data.U, inputs, plant=plant.name, source=source, where="inputs")

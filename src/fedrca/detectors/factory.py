@@ -15,8 +15,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig
-from fedrca.detectors.plant import PlantDetector
+from fedrca.detectors.collabdict import FleetModel
+from fedrca.detectors.fleet_detector import FleetDetector
+from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.detectors.plugin import load_plugin
+from fedrca.exceptions import ConfigError
 
 __all__ = ["SEGMENTS", "PlantArrays", "build_detector", "fit_detectors", "frame_segments"]
 
@@ -31,19 +34,40 @@ class PlantArrays(Protocol):
     def U(self) -> NDArray[np.float64] | None: ...
 
 
-def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = None) -> PlantDetector:
+def build_detector(
+    config: SiteConfig, plant: PlantConfig, seed: int | None = None, fleet_model: FleetModel | None = None
+) -> Detector:
     """An unfitted detector with the plant's configured settings.
 
-    Randomness (random features, randomized response) is seeded per plant from
-    ``privacy.seed`` (or ``seed``) and the plant's position, so every plant draws
-    differently and every run draws the same.
+    A plant with ``detector.kind: fleet`` gets a :class:`~fedrca.detectors.fleet_detector.FleetDetector`
+    on ``fleet_model`` (the fleet's shared model, loaded by the caller; None = the plant learns alone),
+    every other plant a :class:`~fedrca.detectors.plant.PlantDetector`. Randomness (random features,
+    randomized response) is seeded per plant from ``privacy.seed`` (or ``seed``) and the plant's
+    position, so every plant draws differently and every run draws the same.
     """
+    base_seed = config.privacy.seed if seed is None else seed
+    plant_seed = base_seed * 1000 + config.plant_names.index(plant.name)
+    if plant.detector.kind == "fleet":
+        d = plant.detector
+        return FleetDetector(
+            name=plant.name,
+            model=fleet_model,
+            n_components=d.components,
+            rho=d.rho,
+            folds=d.folds,
+            percentile=d.percentile,
+            epsilon=config.privacy.flag_epsilon,
+            seed=plant_seed,
+        )
     model = None
     if plant.model.kind == "plugin" and plant.model.plugin:
-        model = load_plugin(plant.model.plugin, **plant.model.plugin_args)
+        try:
+            model = load_plugin(plant.model.plugin, **plant.model.plugin_args)
+        except ConfigError as exc:
+            index = config.plant_names.index(plant.name)
+            raise ConfigError(exc.reason, source=config.source, key=f"plants[{index}].model.plugin") from None
     scoring = plant.scoring
     smoothing = scoring.smoothing
-    base_seed = config.privacy.seed if seed is None else seed
     family = scoring.method == "family"
     return PlantDetector(
         name=plant.name,
@@ -73,7 +97,7 @@ def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = No
         severity_base=scoring.severity_base,
         level_epsilon=config.privacy.level_epsilon,
         epsilon=config.privacy.flag_epsilon,
-        seed=base_seed * 1000 + config.plant_names.index(plant.name),
+        seed=plant_seed,
     )
 
 
@@ -81,19 +105,24 @@ def fit_detectors(
     config: SiteConfig,
     nominal: Mapping[str, PlantArrays],
     seed: int | None = None,
+    fleet_models: Mapping[str, FleetModel] | None = None,
     segments: Sequence[int] | None = None,
-) -> dict[str, PlantDetector]:
+) -> dict[str, Detector]:
     """One detector per plant, fitted on its nominal data (per-plant arrays in configured column order).
 
+    ``fleet_models``: the shared model of each fleet plant that has one (see :func:`build_detector`).
     ``segments``: lengths of the consecutive recordings the nominal rows are made of
-    (:meth:`PlantDetector.fit`); None = one recording.
+    (:meth:`PlantDetector.fit`; a fleet detector fits on the rows as one recording); None = one recording.
     """
-    return {
-        plant.name: build_detector(config, plant, seed).fit(
-            nominal[plant.name].Y, nominal[plant.name].U, segments=segments
-        )
-        for plant in config.plants
-    }
+    models = fleet_models or {}
+    return {plant.name: _fit(build_detector(config, plant, seed, models.get(plant.name)), nominal[plant.name], segments)
+            for plant in config.plants}
+
+
+def _fit(detector: Detector, data: PlantArrays, segments: Sequence[int] | None) -> Detector:
+    if isinstance(detector, PlantDetector):
+        return detector.fit(data.Y, data.U, segments=segments)
+    return detector.fit(data.Y, data.U)
 
 
 #: ``DataFrame.attrs`` key of the lengths of the consecutive recordings a nominal frame is made of.

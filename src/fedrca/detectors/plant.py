@@ -133,8 +133,19 @@ class Detector(ABC):
     ``fit`` on nominal data; ``step`` one sample / ``step_batch`` many, advancing the
     streaming state; ``score`` the anomaly score of samples without advancing it
     (high = anomalous). Hyper-parameters live under their own names, learned state
-    in ``_private`` attributes, randomness comes from ``seed``.
+    in ``_private`` attributes, randomness comes from ``seed``. Every detector names
+    its plant, the privacy budget of its published flags and the version of the
+    parameters it runs (the streaming runtime records them in every flag).
     """
+
+    name: str
+    epsilon: float
+    parameter_version: str
+
+    @property
+    @abstractmethod
+    def thresholds(self) -> tuple[float, float]:
+        """The d2 thresholds of Z_c and Z_a (the same number twice for a detector without Z_a)."""
 
     @abstractmethod
     def fit(self, Y: ArrayLike, U: ArrayLike | None = None) -> Detector: ...
@@ -408,6 +419,11 @@ class PlantDetector(Detector):
         if isinstance(self._scorer_c, StatisticFamily):
             return self._scorer_c.statistics
         return ("residual",)
+
+    @property
+    def thresholds(self) -> tuple[float, float]:
+        """The thresholds of Z_c and Z_a (d2 for the residual scorer; the family's scorer has its own scale)."""
+        return self._scorer_c.threshold_value, self._scorer_a.threshold_value
 
     @property
     def privacy(self) -> RandomizedResponse:

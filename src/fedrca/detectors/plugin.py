@@ -116,7 +116,17 @@ def load_plugin(dotted: str, **kwargs: Any) -> ProprietaryFilter:
     factory = getattr(module, attr, None)
     if factory is None:
         raise ConfigError(f"plugin '{dotted}': module '{module_name}' has no attribute '{attr}'")
-    model = factory(**kwargs) if callable(factory) else factory
+    if callable(factory):
+        try:
+            model = factory(**kwargs)
+        except Exception as exc:  # third-party code: whatever it raises is a configuration problem here
+            args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "no arguments"
+            raise ConfigError(
+                f"plugin '{dotted}' failed when called with {args} ({type(exc).__name__}: {exc}); it must be a "
+                "filter class or factory taking model.plugin_args, see fedrca.detectors.plugin.ProprietaryFilter"
+            ) from None
+    else:
+        model = factory
     missing = [
         m
         for m in ("predict", "measure", "step", "reset", "get_state", "set_state")

@@ -612,7 +612,8 @@ def resolve_graph(
     server: ParameterArtifact | None = None,
     graph: InterdependencyGraph | None = None,
 ) -> InterdependencyGraph:
-    """The graph the engine uses: given, from the config, learned from the server artifact, or complete.
+    """The graph the engine uses: given (e.g. read from ``rca.graph.path``), from the config, learned
+    from the server artifact, or complete.
 
     ``settings.graph.source`` decides (``auto``: config edges when present, else the
     learned graph when a ``server`` artifact is given, else complete).
@@ -623,6 +624,12 @@ def resolve_graph(
             raise DataError(f"graph plants {list(graph.plants)} differ from the config's {plants}")
         return graph
     source = settings.graph.source
+    if source == "file":
+        # reading the file is the shell's job (fedrca.cli.site.configured_graph): the core does no I/O
+        raise ConfigError(
+            f"graph source 'file' needs the graph read from {settings.graph.path} and given to build_engine(graph=...)",
+            key="rca.graph.source",
+        )
     has_config = config.graph is not None and bool(config.graph.edges)
     if source == "config" or (source == "auto" and has_config):
         if config.graph is None or not has_config:
@@ -673,6 +680,10 @@ def build_engine(
     plants = list(config.plant_names)
     if trained is None:
         trained = bool(artifacts)
+    # plants without an independent Z_a (detector.kind: fleet) publish Z_a = Z_c: the flag model
+    # ignores their Z_a bit (FlagModel ``augmented``); known from the configuration, so an RCA
+    # worker without any plant's detector knows it too
+    augmented = [config.plant(p).detector.kind != "fleet" for p in plants]
     counts = None if nominal_flags is not None or not artifacts else artifact_state_counts(artifacts, plants)
     if nominal_flags is not None:
         nominal = nominal_state_rates(nominal_flags, plants, floor=s.min_false_alarm)
@@ -685,7 +696,7 @@ def build_engine(
     level_eps = config.privacy.level_epsilon if level_epsilon is None else level_epsilon
     return RCAEngine(
         resolve_graph(config, s, server, graph),
-        flag_model(s, nominal, eps, trained),
+        flag_model(s, nominal, eps, trained, augmented),
         s,
         site=config.site,
         severity=severity_model(s, config.severity_levels, level_eps),
@@ -734,8 +745,15 @@ def engine_for(
     )
 
 
-def flag_model(settings: RCASettings, nominal: ArrayLike, epsilon: float, trained: bool) -> FlagModel:
-    """The flag likelihoods of the settings (``auto`` values resolved for trained or untrained detectors)."""
+def flag_model(
+    settings: RCASettings,
+    nominal: ArrayLike,
+    epsilon: float,
+    trained: bool,
+    augmented: Sequence[bool] | None = None,
+) -> FlagModel:
+    """The flag likelihoods of the settings (``auto`` values resolved for trained or untrained detectors);
+    ``augmented`` (M,) is False for plants whose Z_a carries no information of its own."""
     s = settings
     return FlagModel(
         nominal,
@@ -745,4 +763,5 @@ def flag_model(settings: RCASettings, nominal: ArrayLike, epsilon: float, traine
         s.visibility,
         s.separation_for(trained),
         s.imperfect_for(trained),
+        augmented=augmented,
     )

@@ -171,6 +171,12 @@ def default_state_rates(n_plants: int, false_alarm: float, coupled: bool) -> Flo
     return np.tile(row, (n_plants, 1))
 
 
+def _zc_marginal(p: FloatArray) -> FloatArray:
+    """P(o) (..., 4) -> P(Z_c bit of o) (..., 4): the two codes of each Z_c value share their sum."""
+    zc0, zc1 = p[..., 0] + p[..., 1], p[..., 2] + p[..., 3]
+    return np.stack([zc0, zc0, zc1, zc1], axis=-1)
+
+
 class FlagModel:
     """Per-plant flag likelihoods of every role component, through the randomized-response channel.
 
@@ -183,6 +189,9 @@ class FlagModel:
     visibility : grid of v, P(a propagated effect is visible in a row)
     separation : grid of s, P(a visible effect is explained by the augmented model) -> (1, 0)
     imperfect : P(an active anomaly shows only in the augmented flag) -> (0, 1)
+    augmented : (M,) False for a plant whose detector has no independent Z_a (the fleet
+        detector publishes Z_a = Z_c): its Z_a bit is ignored, ``emission[m, k, o]`` is then
+        P(published Z_c bit of o | component) (default: every plant has Z_a)
 
     Attributes
     ----------
@@ -213,6 +222,7 @@ class FlagModel:
         visibility: Sequence[float],
         separation: Sequence[float],
         imperfect: float = 0.0,
+        augmented: Sequence[bool] | None = None,
     ) -> None:
         q_N = np.asarray(nominal, dtype=np.float64)
         if q_N.ndim != 2 or q_N.shape[1] != 4 or np.any(q_N < 0) or np.any(q_N.sum(axis=1) <= 0):
@@ -225,6 +235,9 @@ class FlagModel:
         if not visibility or not separation or not miss_rate:
             raise DataError("miss_rate, visibility and separation need at least one value each")
         self.nominal = q_N / q_N.sum(axis=1, keepdims=True)
+        self.augmented = np.ones(len(q_N), dtype=bool) if augmented is None else np.asarray(augmented, dtype=bool)
+        if self.augmented.shape != (len(q_N),):
+            raise DataError(f"augmented must have one entry per plant ({len(q_N)}), got {self.augmented.shape}")
         self.epsilon = float(epsilon)
         self.miss_rate = tuple(float(m) for m in miss_rate)
         self.leak = float(leak)
@@ -257,9 +270,15 @@ class FlagModel:
         self.emission = np.einsum("os,mks->mko", self.channel, self.true_dist)
         mean_split, miss = float(np.mean(self.separation)), min(self.miss_rate)
         q_alarm = miss * q_N + (1.0 - miss) * 0.5 * (affected(leak) + affected(mean_split))
+        p_alarm, p_normal = q_alarm @ self.channel.T, q_N @ self.channel.T
+        lone = ~self.augmented
+        if lone.any():
+            # only the Z_c bit is evidence: P(o | .) -> P(zc(o) | .) = sum over the Z_a bit
+            self.emission[lone] = _zc_marginal(self.emission[lone])
+            p_alarm[lone], p_normal[lone] = _zc_marginal(p_alarm[lone]), _zc_marginal(p_normal[lone])
         with np.errstate(divide="ignore", invalid="ignore"):
             self.log_emission = np.log(self.emission)
-            llr = np.log(q_alarm @ self.channel.T) - np.log(q_N @ self.channel.T)
+            llr = np.log(p_alarm) - np.log(p_normal)
         self.alarm_llr = np.clip(np.nan_to_num(llr, nan=0.0, posinf=1e6, neginf=-1e6), -1e6, 1e6)
         self.state_posterior = self.channel / self.channel.sum(axis=1, keepdims=True)
         # P(Z_c = 1 | published o), flat prior: the channel-inverted evidence of an alarm

@@ -73,7 +73,7 @@ class InterdependencyGraph:
     adjacency : (M, M) bool, ``adjacency[n, m]`` = plant n drives plant m (no self loops)
     weight : (M, M) float, edge strength (block Frobenius norm for learned graphs; 1 for given edges)
     pvalue : (M, M) float or None, p-value of each block test (learned graphs)
-    source : "config", "learned", "complete" or "given"
+    source : "config", "learned", "complete", "fedpc" (``fedrca graph``) or "given"
     threshold : the significance level used (learned graphs)
     """
 
@@ -240,6 +240,24 @@ class InterdependencyGraph:
     def edges(self) -> list[tuple[str, str]]:
         """Directed edges (from, to) in row-major order."""
         return [(self.plants[n], self.plants[m]) for n, m in zip(*np.nonzero(self.adjacency))]
+
+    def reordered(self, plants: Sequence[str]) -> InterdependencyGraph:
+        """The same graph with its plants in the order of ``plants`` (the same set), e.g. a config's order.
+
+        Raises
+        ------
+        DataError
+            when ``plants`` is not the graph's set of plants.
+        """
+        names = list(plants)
+        if sorted(self.plants) != sorted(names):
+            raise DataError(f"graph plants {list(self.plants)} differ from the config's {names}")
+        order = [self.plants.index(p) for p in names]
+        pvalue = None if self.pvalue is None else self.pvalue[np.ix_(order, order)]
+        return InterdependencyGraph(
+            tuple(names), self.adjacency[np.ix_(order, order)], self.weight[np.ix_(order, order)],
+            pvalue=pvalue, source=self.source, threshold=self.threshold,
+        )  # fmt: skip
 
     # -- export ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -1,87 +1,102 @@
-"""The Faust application of a site, one per role group, built from its configuration.
+"""The Faust application of a worker: it hosts the worker's exactly-once loops, its parameter follower and probes.
 
-Layout follows the Faust examples: ``app`` (this module: the App and its
-settings), ``records`` (the typed message records and their validation),
-``topics`` (topic declarations), ``agents`` (thin agents that decode, call the
-pure cores through :class:`fedrca.streams.runtime.Runtime`, emit).
+Layout follows the Faust examples: ``app`` (this module: the App, the worker's
+settings and how its roles are wired), the message records (:mod:`fedrca.contracts`),
+the Kafka names (:mod:`fedrca.connectors.names`), ``agents`` (thin handlers that
+decode, call the runtimes, emit). The Kafka I/O is the transactional loop of
+:mod:`fedrca.streams.loop`; Faust supplies the worker around it (lifecycle, signals,
+logging, the event loop) and does no Kafka I/O of its own (:mod:`fedrca.streams.compat`).
 
-Each role group is its own Faust app and therefore its own consumer group:
-``fedrca-<site>-plants`` reads only the per-plant sensor topics,
-``fedrca-<site>-rca`` reads only the flags topic. So the central RCA worker's
-consumer group never subscribes to raw sensor data (the privacy contract), and
-plant workers scale independently of the single RCA worker. Run several plant
-workers with the same configuration to share the sensor partitions::
+Roles: ``plants`` processes the sensor topics of the plants the worker serves
+(consumer group ``fedrca-<site>-plants``, or one group per subset of plants);
+``rca`` processes the flags topic (group ``fedrca-<site>-rca``), so the RCA's consumer
+group never subscribes to raw sensor data (the privacy contract); every worker
+follows the params topic (``params`` is accepted and implied). Run several plant
+workers with the same configuration to share the plants::
 
-    fedrca run --config config/tep.yaml --broker kafka://host:9092 --train data/tep/d00.dat --roles plants,params
-    fedrca run --config config/tep.yaml --broker kafka://host:9092 --train data/tep/d00.dat --roles rca
+    fedrca run --config config/tep.yaml --broker kafka://host:9092 --train data/tep/d00.dat --roles plants
+    fedrca run --config config/tep.yaml --broker kafka://host:9092 --roles rca
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
-import faust
+from aiokafka import TopicPartition
 
-from fedrca.config import SiteConfig
+from fedrca.connectors.names import SiteNames
 from fedrca.exceptions import ConfigError
-from fedrca.streams.compat import FETCH_MAX_WAIT, FedrcaApp
+from fedrca.streams.agents import Heartbeat, ParamsFollower, PlantAgent, RCAAgent
+from fedrca.streams.compat import FedrcaApp
+from fedrca.streams.loop import InputRecord, LoopSettings, TransactionalLoop
+from fedrca.streams.runtime import PlantRuntime, RCARuntime
 
-__all__ = ["FETCH_MAX_WAIT", "ROLES", "StreamSettings", "app_id", "create_app", "use_uvloop"]
+__all__ = ["ROLES", "StreamSettings", "Worker", "create_app", "parse_roles", "use_uvloop"]
 
 log = logging.getLogger("fedrca.streams")
 
-#: Roles a worker can take: plant processors, the central RCA, parameter reload.
+#: Roles a worker can take: plant processors, the central RCA, parameter following (implied by both).
 ROLES = ("plants", "rca", "params")
+
+#: Seconds a worker waits for the params topic to be read before it starts processing.
+PARAMS_CATCH_UP = 60.0
+
+#: Seconds without an event-loop beat after which the liveness probe fails.
+LIVENESS_LIMIT = 30.0
 
 
 @dataclass(frozen=True)
 class StreamSettings:
-    """How a worker connects and runs.
+    """How a worker connects and batches.
 
     Attributes
     ----------
-    broker : ``kafka://host:port``
-    partitions : partitions of the per-plant sensor topics (flags and verdicts have one,
-        so the RCA sees a total order)
-    data_dir : Faust's local state directory (one sub-directory per worker name)
-    worker_name : distinguishes the local state of several workers on one machine
-    web_port : Faust's own web server port (0 = disabled)
+    bootstrap : ``host:port`` of a broker
+    worker_name : names the worker (client ids, logs)
     session_timeout : seconds after which the broker declares a silent worker dead and
-        hands its partitions to the others (Kafka consumer ``session.timeout.ms``)
-    fetch_max_wait : seconds the broker may hold a fetch without data (see :data:`FETCH_MAX_WAIT`)
+        hands its partitions to the others
+    batch_size : most records taken per fetch
+    batch_within : seconds a fetch waits for records: the batching latency
+    security : aiokafka keyword arguments (SASL / TLS; :class:`fedrca.connectors.kafka.KafkaOptions`)
+    data_dir : the worker's local directory (Faust's, and the RCA's copy of the published artifacts)
     """
 
-    broker: str
-    partitions: int = 2
-    data_dir: str = ".fedrca-faust"
+    bootstrap: str
     worker_name: str = "worker"
-    web_port: int = 0
+    data_dir: str = ".fedrca-faust"
     session_timeout: float = 10.0
-    fetch_max_wait: float = FETCH_MAX_WAIT
+    batch_size: int = 2000
+    batch_within: float = 0.02
+    security: tuple[tuple[str, Any], ...] = ()
 
 
-def app_id(site: str, roles: tuple[str, ...]) -> str:
-    """Faust app id (= consumer group) of a role group.
+def parse_roles(text: str) -> tuple[str, ...]:
+    """``"plants,rca"`` -> ``("plants", "rca")``.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown or empty role list.
 
     Examples
     --------
-    >>> app_id("tep", ("plants", "params")), app_id("tep", ("rca",))
-    ('fedrca-tep-plants', 'fedrca-tep-rca')
+    >>> parse_roles("plants, params")
+    ('plants', 'params')
     """
+    roles = tuple(r.strip() for r in text.split(",") if r.strip())
     unknown = [r for r in roles if r not in ROLES]
     if unknown or not roles:
-        raise ConfigError(f"unknown role(s) {unknown or roles}; roles are {', '.join(ROLES)} (comma separated)")
-    consuming = [r for r in ("plants", "rca") if r in roles]
-    return f"fedrca-{site}-{'-'.join(consuming) or 'params'}"
+        raise ConfigError(f"unknown role(s) {unknown or list(roles)}; roles are {', '.join(ROLES)} (comma separated)")
+    return roles
 
 
 def use_uvloop() -> bool:
-    """Run the worker's event loops on uvloop when it is installed; True when it is.
+    """Run the worker's event loop on uvloop when it is installed; True when it is.
 
-    Most of a worker's time per message is Faust's asyncio machinery (tasks, futures,
-    callbacks per event); uvloop runs it about a quarter faster (``bench/bench_streams.py``).
     Call it before the Faust worker starts (it sets the event-loop policy).
     """
     try:
@@ -94,32 +109,129 @@ def use_uvloop() -> bool:
     return True
 
 
-def create_app(config: SiteConfig, settings: StreamSettings, roles: tuple[str, ...]) -> faust.App:
-    """A configured, agent-less Faust App; :func:`fedrca.streams.agents.install` adds the agents."""
-    datadir = Path(settings.data_dir) / settings.worker_name
-    datadir.mkdir(parents=True, exist_ok=True)
+class Worker:
+    """The roles of one worker process, wired to their runtimes (see the module docstring).
+
+    Parameters
+    ----------
+    names : the site's Kafka names
+    settings : connection and batching settings
+    plants : the plant runtime (None: no plant role)
+    rca : the RCA runtime (None: no RCA role)
+    """
+
+    def __init__(
+        self, names: SiteNames, settings: StreamSettings, plants: PlantRuntime | None, rca: RCARuntime | None
+    ) -> None:
+        if plants is None and rca is None:
+            raise ConfigError("a worker needs the plants or the rca role")
+        self.names = names
+        self.settings = settings
+        self.plants = plants
+        self.rca = rca
+        self.heartbeat = Heartbeat()
+        # the loops and the follower hold one lock: a parameter switch never falls inside a batch
+        self.lock = asyncio.Lock()
+        security = dict(settings.security)
+        self.follower = ParamsFollower(settings.bootstrap, names, plants, rca, self.lock, security)
+        self.loops: list[TransactionalLoop] = []
+        if plants is not None:
+            served = list(plants.processors)
+            agents = {names.sensors(p): PlantAgent(plants, p, names) for p in served}
+            self.loops.append(
+                TransactionalLoop(
+                    self._loop_settings(names.processor_group(served), security),
+                    sorted(agents),
+                    lambda tp: agents[tp.topic],
+                    lambda tp: names.state(names.plant_of(tp.topic)),
+                    lambda tp: names.transactional_id(tp.topic, tp.partition),
+                    on_batch=self._on_plant_batch,
+                    lock=self.lock,
+                )
+            )
+        if rca is not None:
+            agent = RCAAgent(rca, names)
+            self.loops.append(
+                TransactionalLoop(
+                    self._loop_settings(names.rca_group, security),
+                    [names.config.topic("flags")],
+                    lambda tp: agent,
+                    lambda tp: names.config.topic("rca_state"),
+                    lambda tp: names.rca_transactional_id(tp.partition),
+                    on_batch=self._on_rca_batch,
+                    lock=self.lock,
+                )
+            )
+        metrics = (plants or rca).metrics  # type: ignore[union-attr]
+        metrics.set_probes(live=self.live, ready=self.ready)
+
+    def _loop_settings(self, group: str, security: dict[str, Any]) -> LoopSettings:
+        s = self.settings
+        return LoopSettings(
+            bootstrap=s.bootstrap,
+            group_id=group,
+            client_id=f"fedrca-{self.names.site}-{s.worker_name}",
+            max_records=s.batch_size,
+            fetch_wait=s.batch_within,
+            session_timeout=s.session_timeout,
+            security=security,
+        )
+
+    def _on_plant_batch(self, tp: TopicPartition, records: Sequence[InputRecord], seconds: float) -> None:
+        assert self.plants is not None
+        self.plants.metrics.record_stage_latency("plant", records)
+        self.plants.metrics.record_latency("plant_batch", seconds)
+
+    def _on_rca_batch(self, tp: TopicPartition, records: Sequence[InputRecord], seconds: float) -> None:
+        assert self.rca is not None
+        self.rca.metrics.record_stage_latency("rca", records)
+        self.rca.metrics.record_latency("rca_batch", seconds)
+
+    # -- probes -------------------------------------------------------------------------------
+    def live(self) -> tuple[bool, str]:
+        """Liveness: the event loop still beats."""
+        age = self.heartbeat.age()
+        return age < LIVENESS_LIMIT, f"event loop beat {age:.1f} s ago"
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: the published parameters are read and every loop has joined its group."""
+        if not self.follower.caught_up.is_set():
+            return False, "reading the published parameters"
+        waiting = [loop.settings.group_id for loop in self.loops if not loop.ready]
+        if waiting:
+            return False, f"joining {', '.join(waiting)}"
+        return True, "ready"
+
+    # -- running ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Follow the parameters, then run every loop until cancelled (the Faust worker stops it)."""
+        beat = asyncio.ensure_future(self.heartbeat.run())
+        follow = asyncio.ensure_future(self.follower.run())
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.follower.caught_up.wait()), PARAMS_CATCH_UP)
+            except TimeoutError:
+                log.error(
+                    "the params topic was not read within %.0f s; starting with the parameters at hand", PARAMS_CATCH_UP
+                )
+            await asyncio.gather(*(loop.run() for loop in self.loops), follow)
+        finally:
+            for loop in self.loops:
+                loop.stop()
+            self.follower.stop()
+            for task in (beat, follow):
+                task.cancel()
+
+
+def create_app(names: SiteNames, settings: StreamSettings, worker: Worker) -> FedrcaApp:
+    """The Faust app hosting ``worker``: one task that runs it; no Kafka I/O of Faust's own."""
     app = FedrcaApp(
-        app_id(config.site, roles),
-        broker=settings.broker,
+        f"fedrca-{names.site}-{settings.worker_name}",
+        broker=f"kafka://{settings.bootstrap}",
         store="memory://",
-        datadir=str(datadir),
-        # at-least-once delivery; the cores make redelivery harmless (seq and verdict-id dedup)
-        processing_guarantee="at_least_once",
-        topic_partitions=settings.partitions,
-        topic_replication_factor=1,
-        consumer_auto_offset_reset="earliest",
-        value_serializer="raw",
-        key_serializer="raw",
-        broker_commit_every=10_000,
-        broker_commit_interval=0.5,
-        broker_session_timeout=settings.session_timeout,
-        broker_heartbeat_interval=max(0.5, settings.session_timeout / 10),
-        broker_rebalance_timeout=max(20.0, 2 * settings.session_timeout),
-        stream_recovery_delay=0.5,
-        producer_linger=0.0,
-        web_enabled=bool(settings.web_port),
-        web_port=settings.web_port or 6066,
-        web_bind="127.0.0.1",
+        datadir=settings.data_dir,
+        web_enabled=False,
+        autodiscover=False,
     )
-    app.fedrca_fetch_max_wait = settings.fetch_max_wait
+    app.task(worker.run)
     return app

@@ -1,33 +1,32 @@
-"""Every override of a private part of Faust or aiokafka, in one place, with version guards.
+"""Everything fedrca relies on in Faust and aiokafka beyond their documented basics, in one place, with version guards.
 
-fedrca's workers need two behaviours Faust does not offer through its public API (see
-each class): a configurable fetch wait, and no commit of an event no agent processed.
-Both subclass Faust internals, so they are tied to the versions they were written and
-tested against: :data:`SUPPORTED` is checked at import and a different version is
-refused with one clear line (the upper pins in ``pyproject.toml`` keep installs inside it).
+* Faust hosts a worker (lifecycle, signals, logging, the event loop) but does no Kafka
+  I/O of its own: :class:`FedrcaApp` boots with Faust's ``BootStrategy`` switched to
+  ``enable_kafka = False`` (the documented way to change what an app starts), so no
+  Faust consumer, producer, leader topic or table is created; the workers' Kafka I/O
+  is fedrca's transactional loop (:mod:`fedrca.streams.loop`) on aiokafka's public
+  API (consumer groups, ``getmany``, transactional producers).
+* aiokafka's transactional producer commits offsets with ``send_offsets_to_transaction``
+  (group id only, the pre-KIP-447 protocol): fencing is by transactional id, one per
+  input partition (:mod:`fedrca.streams.loop`).
+
+:data:`SUPPORTED` lists the versions these were checked against; a different version is
+refused at import with one clear line (the pins in ``pyproject.toml`` keep installs inside).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from importlib.metadata import version
-from typing import Any
 
 import faust
-from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.app.base import BootStrategy
 
 from fedrca.exceptions import ConfigError
 
-__all__ = ["FETCH_MAX_WAIT", "SUPPORTED", "FedrcaApp", "check_versions"]
+__all__ = ["SUPPORTED", "FedrcaApp", "check_versions"]
 
-log = logging.getLogger("fedrca.streams")
-
-#: Longest time (seconds) the broker may hold a worker's fetch request open while none of
-#: the fetched partitions has new data (Kafka ``fetch.max.wait.ms``; Faust fixes it at 1.5 s).
-FETCH_MAX_WAIT = 0.05
-
-#: Distribution -> (lowest, first unsupported) version of the private APIs overridden here.
+#: Distribution -> (lowest, first unsupported) version.
 SUPPORTED: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "faust-streaming": ((0, 15, 2), (0, 16)),
     "aiokafka": ((0, 12), (0, 15)),
@@ -45,7 +44,7 @@ def _parse(text: str) -> tuple[int, ...]:
 
 
 def check_versions(installed: Mapping[str, str] | None = None) -> None:
-    """Refuse Faust / aiokafka versions whose private parts fedrca has not been checked against.
+    """Refuse Faust / aiokafka versions fedrca has not been checked against.
 
     Raises
     ------
@@ -76,85 +75,14 @@ def check_versions(installed: Mapping[str, str] | None = None) -> None:
 check_versions()
 
 
-class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """Faust's aiokafka consumer thread with a configurable ``fetch_max_wait_ms``.
+class _HostOnly(BootStrategy):
+    """Faust starts the app's services and tasks, and no Kafka client, sensor or table of its own."""
 
-    Why it matters: aiokafka keeps one fetch per broker in flight and leaves out the
-    partitions whose fetched records the worker has not taken yet. When an agent is busy
-    for more than aiokafka's prefetch backoff (0.1 s), the next fetch covers only idle
-    partitions (a sensor partition without a plant, Faust's leader topic), and the broker
-    holds it for the whole max wait while the busy partitions' new messages wait behind
-    it. With Faust's 1.5 s that added up to 1.5 s to every message of a loaded worker
-    (measured with ``bench/bench_streams.py``); the short wait bounds the stall.
-    """
-
-    def _create_worker_consumer(self, transport: Any) -> Any:
-        consumer = super()._create_worker_consumer(transport)
-        wait = getattr(self.app, "fedrca_fetch_max_wait", FETCH_MAX_WAIT)
-        consumer._fetch_max_wait_ms = int(wait * 1000)  # read by the fetcher when the consumer starts
-        return consumer
-
-    async def seek_to_committed(self) -> Mapping[Any, int]:
-        return await self.call_thread(self._seek_to_committed)
-
-    async def _seek_to_committed(self) -> Mapping[Any, int]:
-        """Seek every stream partition to its committed offset, including a partition without one.
-
-        After a rebalance Faust drops the events it had buffered but not processed and seeks
-        back to the committed offsets; aiokafka seeks only to committed offsets above 0, so a
-        partition of a new group kept the position its fetcher had reached and the dropped
-        events were never delivered again (seen as a lost first flag once fetches got fast).
-        Such a partition goes back to its beginning (``consumer_auto_offset_reset="earliest"``);
-        changelog partitions are left to Faust's table recovery.
-        """
-        consumer = self._ensure_consumer()
-        committed = await consumer.seek_to_committed()
-        if self.app.conf.consumer_auto_offset_reset == "earliest":
-            changelogs = self.app.tables.changelog_topics
-            fresh = [tp for tp, offset in committed.items() if not offset and tp.topic not in changelogs]
-            if fresh:
-                for tp in fresh:
-                    position = await consumer.position(tp)
-                    if position:
-                        log.info("rewinding %s (no committed offset) from %s to its beginning", tp, position)
-                await consumer.seek_to_beginning(*fresh)
-        return dict(committed)
-
-
-class _Consumer(faust_aiokafka.Consumer):
-    """Faust's aiokafka consumer that never commits an event no agent processed.
-
-    While a rebalance is in progress (flow control suspended, or the event fetched in an
-    older generation) Faust's streams skip the events they receive and *acknowledge* them
-    "so the lag does not grow"; their offsets then get committed and the events are never
-    delivered again: a lost sensor reading, hence a lost flag, seen in the kill -9 test
-    once fetches got fast. Such acknowledgements are refused here: the event is let go
-    (nothing waits for it) but its offset stays uncommitted, so it is delivered again
-    after the rebalance and the cores drop it if it was processed after all.
-    """
-
-    def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
-        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
-
-    def ack(self, message: Any) -> bool:
-        app = self.app
-        if message.generation_id != app.consumer_generation_id or not app.flow_control.is_active():
-            message.acked = True
-            self._unacked_messages.discard(message)
-            return False
-        return bool(super().ack(message))
-
-
-class _Transport(faust_aiokafka.Transport):
-    Consumer = _Consumer
+    enable_kafka = False
+    enable_sensors = False
 
 
 class FedrcaApp(faust.App):
-    """faust.App whose Kafka transport uses :class:`_ConsumerThread`."""
+    """A Faust app that hosts fedrca's workers (see the module docstring)."""
 
-    fedrca_fetch_max_wait: float = FETCH_MAX_WAIT
-
-    def _new_transport(self) -> Any:
-        if self.conf.broker_consumer[0].scheme in ("kafka", "aiokafka"):
-            return _Transport(self.conf.broker_consumer, self)
-        return super()._new_transport()
+    BootStrategy = _HostOnly

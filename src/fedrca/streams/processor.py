@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedrca.contracts import FlagMessage, SensorMessage
-from fedrca.detectors.plant import DetectionResult, PlantDetector
+from fedrca.detectors.plant import DetectionResult, Detector
 
 __all__ = ["PlantProcessor", "ProcessorOutput"]
 
@@ -41,10 +41,10 @@ class PlantProcessor:
     Parameters
     ----------
     site : site name
-    detector : fitted PlantDetector of this plant
+    detector : the fitted detector of this plant
     """
 
-    def __init__(self, site: str, detector: PlantDetector) -> None:
+    def __init__(self, site: str, detector: Detector) -> None:
         self.site = site
         self.detector = detector
         self._last_seq = -1

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedrca.config import SiteConfig
+from fedrca.config import SiteConfig, parameters_hash
 from fedrca.contracts import (
     SERVER,
     DeadLetterReason,
@@ -27,21 +27,25 @@ from fedrca.contracts import (
     ParameterArtifact,
     SensorMessage,
     Verdict,
+    check_binding,
     decode_flag,
-    decode_published_artifact,
     decode_sensors,
 )
 from fedrca.detectors.parameters import apply_artifact
-from fedrca.detectors.plant import PlantDetector
-from fedrca.exceptions import ArtifactError, ConfigError, FedrcaError, MessageError
+from fedrca.detectors.plant import Detector, PlantDetector
+from fedrca.exceptions import ArtifactError, ConfigError, MessageError
 from fedrca.observability import Metrics
-from fedrca.rca.engine import RCAEngine
+from fedrca.rca.engine import RCAEngine, build_engine
+from fedrca.rca.graph import InterdependencyGraph
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
 
 __all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "SiteRuntime"]
 
 log = logging.getLogger("fedrca.streams")
+
+#: How an operator replaces a refused artifact on the params topic.
+_REPUBLISH = "publish parameters trained under this configuration: fedrca publish-params --config CONFIG --params DIR"
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ class PlantRuntime:
     def __init__(
         self,
         config: SiteConfig,
-        detectors: Mapping[str, PlantDetector],
+        detectors: Mapping[str, Detector],
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
     ) -> None:
@@ -97,6 +101,7 @@ class PlantRuntime:
         if unknown:
             raise ConfigError(f"detectors of unknown plant(s) {unknown}; plants are {', '.join(config.plant_names)}")
         self.config = config
+        self._parameters_hash = parameters_hash(config)
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         self.processors = {name: PlantProcessor(config.site, det) for name, det in detectors.items()}
@@ -138,17 +143,21 @@ class PlantRuntime:
         self.metrics.record_latency("plant", time.perf_counter() - started)
         return out
 
-    def resume_plant(self, plant: str, state: dict[str, Any]) -> None:
-        """Restore a plant processor's saved state (after a restart or a rebalance).
+    def start_plant(self, plant: str, state: dict[str, Any] | None) -> None:
+        """Continue a plant from a saved state (after a restart or a rebalance), or from the start.
 
         The saved state carries the parameters it was produced with; when a newer
         artifact has been offered since, the plant switches to it right away.
         """
-        self.processors[plant].set_state(state)
+        processor = self.processors[plant]
+        if state is None:
+            processor.reset()
+        else:
+            processor.set_state(state)
         latest = self._latest.get(plant)
-        if latest is not None and str(latest.version) != self.processors[plant].model_version:
+        if latest is not None and str(latest.version) != processor.model_version:
             self._apply(plant, latest)
-        self.metrics.set_parameter_version(plant, self.processors[plant].model_version)
+        self.metrics.set_parameter_version(plant, processor.model_version)
 
     def offer_parameters(self, plant: str, artifact: ParameterArtifact) -> bool:
         """Switch a plant to a verified artifact, between two batches.
@@ -159,31 +168,12 @@ class PlantRuntime:
         """
         if plant not in self.processors:
             raise ArtifactError(f"artifact for unknown plant '{plant}'; plants are {', '.join(self.processors)}")
+        check_binding(artifact, self._parameters_hash, self.config.plant(plant).data_schema(), fix=_REPUBLISH)
         self._latest[plant] = artifact
         if str(artifact.version) == self.processors[plant].model_version:
             return False
         self._apply(plant, artifact)
         return True
-
-    def offer_published_artifact(self, raw: bytes) -> bool:
-        """Verify and apply an artifact as published on ``<site>.params``.
-
-        Raises
-        ------
-        FedrcaError
-            (IntegrityError, ArtifactError) when the artifact is tampered with, unreadable or
-            for an unknown plant; it is counted in ``fedrca_deadletters_total{stage="params"}``.
-        """
-        try:
-            plant, artifact = decode_published_artifact(raw)
-            if plant == SERVER:
-                return False  # the server artifact is for the RCA's graph, not for a plant
-            return self.offer_parameters(plant, artifact)
-        except FedrcaError as exc:
-            self.refused_artifacts += 1
-            self.metrics.record_deadletter(DeadLetterStage.PARAMS, DeadLetterReason.BAD_ARTIFACT)
-            log.error("refused parameter artifact: %s", exc)
-            raise
 
     def record_artifact(self, plant: str, artifact: ParameterArtifact) -> None:
         """Remember a plant's newest artifact (already applied) and export its version and privacy spend."""
@@ -197,6 +187,8 @@ class PlantRuntime:
 
     def _apply(self, plant: str, artifact: ParameterArtifact) -> None:
         detector = self.processors[plant].detector
+        if not isinstance(detector, PlantDetector):
+            raise ArtifactError(f"plant '{plant}' runs the fleet detector, which takes no training artifact")
         apply_artifact(detector, artifact)
         self.record_artifact(plant, artifact)
         log.info("plant %s switched to parameter version %s", plant, detector.parameter_version)
@@ -211,6 +203,8 @@ class RCARuntime:
     engine : the RCA engine (:func:`fedrca.rca.build_engine`)
     metrics : Prometheus metrics (a fresh registry by default)
     settings : runtime knobs (its ``allowed_lateness`` bounds how long a row waits for plants)
+    artifacts : the artifacts ``engine`` was built from (plant -> artifact)
+    graph : a fixed graph (read from ``rca.graph.path``) kept when a new artifact rebuilds the engine
     """
 
     def __init__(
@@ -219,13 +213,49 @@ class RCARuntime:
         engine: RCAEngine,
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
+        artifacts: Mapping[str, ParameterArtifact] | None = None,
+        graph: InterdependencyGraph | None = None,
     ) -> None:
         self.config = config
+        self._graph = graph
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         self.engine = engine
         self.stage = RCAStage(config.site, config.plant_names, engine, self.settings.allowed_lateness)
         self._plants = set(config.plant_names)
+        self._artifacts: dict[str, ParameterArtifact] = dict(artifacts or {})
+        self.reloads = 0
+        self._export_versions()
+
+    @property
+    def artifacts(self) -> dict[str, ParameterArtifact]:
+        """The artifacts the engine is built from (plant -> artifact; the server's under ``SERVER``)."""
+        return dict(self._artifacts)
+
+    def offer_artifact(self, name: str, artifact: ParameterArtifact) -> bool:
+        """Rebuild the engine from a newly published artifact (the learned graph, a plant's nominal
+        flag-state counts), between two batches, keeping the evidence gathered so far.
+
+        Returns False (and changes nothing) when that version is already in use.
+        """
+        current = self._artifacts.get(name)
+        if current is not None and current.version == artifact.version:
+            return False
+        check_binding(artifact, parameters_hash(self.config), fix=_REPUBLISH)
+        artifacts = {**self._artifacts, name: artifact}
+        engine = build_engine(self.config, artifacts=artifacts, settings=self.engine.settings, graph=self._graph)
+        engine.set_state(self.engine.get_state())  # same plants: the stored rows are re-scored by the new model
+        self._artifacts = artifacts
+        self.engine = engine
+        self.stage.engine = engine
+        self.reloads += 1
+        self._export_versions(reloaded=True)
+        log.info("RCA engine rebuilt from %s %s (graph: %s)", name, artifact.version, engine.graph.source)
+        return True
+
+    def _export_versions(self, reloaded: bool = False) -> None:
+        server = self._artifacts.get(SERVER)
+        self.metrics.set_rca_parameters("none" if server is None else str(server.version), reloaded)
 
     def reset(self) -> None:
         """Start a new recording: alignment and engine evidence are forgotten."""

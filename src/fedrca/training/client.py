@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.config import TrainingSettings
+from fedrca.config import MIN_NOMINAL_SAMPLES, TrainingSettings
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.detectors.augment import Augmentation, batched_jacobian, transition_jacobians
 from fedrca.detectors.plant import PlantDetector
@@ -120,8 +120,9 @@ def prepare_client_data(
     Y = np.asarray(Y, dtype=np.float64)
     if Y.ndim != 2 or not np.all(np.isfinite(Y)):
         raise DataError(f"plant '{detector.name}': training data must be finite (T, D), got shape {Y.shape}")
-    if len(Y) < warm_up + 8:
-        raise DataError(f"plant '{detector.name}': {len(Y)} samples are too few to train on (need {warm_up + 8})")
+    need = max(MIN_NOMINAL_SAMPLES, warm_up + 8)
+    if len(Y) < need:
+        raise DataError(f"plant '{detector.name}': {len(Y)} samples are too few to train on (need {need})")
     detector.reset()
     model = detector.proprietary
     Yz = detector.scaler.transform(Y)

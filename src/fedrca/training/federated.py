@@ -13,7 +13,6 @@ Files, checkpoints and progress lines are the shell's (:mod:`fedrca.cli.training
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,12 +23,12 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from fedrca.config import SiteConfig, TrainingSettings
+from fedrca.config import SiteConfig, TrainingSettings, parameters_hash
 from fedrca.contracts import N_FLAG_STATES, NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, flag_states, make_artifact
 from fedrca.detectors.factory import fit_detectors
 from fedrca.detectors.parameters import model_fingerprint, scorer_arrays
-from fedrca.detectors.plant import PlantDetector
-from fedrca.exceptions import ArtifactError, PrivacyBudgetExceeded
+from fedrca.detectors.plant import Detector, PlantDetector
+from fedrca.exceptions import ArtifactError, ConfigError, PrivacyBudgetExceeded
 from fedrca.training.client import Client
 from fedrca.training.messages import (
     GradientMessage,
@@ -63,9 +62,8 @@ class Transport(Protocol):
 
 
 def config_hash(config: SiteConfig) -> str:
-    """sha256 of the configuration's canonical JSON (what the artifacts were trained with)."""
-    payload = json.dumps(config.model_dump(mode="python"), sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    """:func:`fedrca.config.parameters_hash`: what the artifacts and checkpoints were trained with."""
+    return parameters_hash(config)
 
 
 class TrainingData(Protocol):
@@ -174,7 +172,7 @@ class FederatedTraining:
         self,
         config: SiteConfig,
         data: Mapping[str, TrainingData],
-        detectors: Mapping[str, PlantDetector] | None = None,
+        detectors: Mapping[str, Detector] | None = None,
         settings: TrainingSettings | None = None,
         transport: Transport | None = None,
         segments: Sequence[int] | None = None,
@@ -187,9 +185,15 @@ class FederatedTraining:
             raise ArtifactError(f"plants' training data must share one time axis, got lengths {sorted(lengths)}")
         # lengths of the consecutive recordings of the nominal rows (detector calibration restarts at each)
         self.segments = None if segments is None else [int(v) for v in segments]
-        self.detectors = (
-            dict(detectors) if detectors is not None else fit_detectors(config, self.data, segments=self.segments)
-        )
+        built = dict(detectors) if detectors is not None else fit_detectors(config, self.data, segments=self.segments)
+        fleet = [name for name, det in built.items() if not isinstance(det, PlantDetector)]
+        if fleet:
+            raise ConfigError(
+                f"plant(s) {', '.join(fleet)} use the fleet detector, which has no augmentation to train; "
+                "federated training needs detector.kind: plant for every plant",
+                source=config.source,
+            )
+        self.detectors = {name: det for name, det in built.items() if isinstance(det, PlantDetector)}
         self.transport: Transport = transport if transport is not None else InProcessTransport()
         s = self.settings
         plants = config.plant_names
@@ -386,7 +390,11 @@ class FederatedTraining:
                 metrics=metrics,
                 epsilon_spent=summary["epsilon"],
                 delta=delta,
-                extra={"model_fingerprint": model_fingerprint(det), "privacy": summary},
+                extra={
+                    "model_fingerprint": model_fingerprint(det),
+                    "privacy": summary,
+                    "schema": self.config.plant(plant).data_schema(),
+                },
             )
         eps = [c.accountant.epsilon() for c in self.clients.values()]
         artifacts[SERVER] = make_artifact(

@@ -1,0 +1,249 @@
+"""The ``fedrca fleet`` configuration: a small, strict YAML schema (validated, immutable).
+
+::
+
+    fleet: tep-fleet                 # name (Kafka topics are <fleet>.peer.<participant>)
+    data: {format: tep}              # tep | csv (csv: optional columns: [...])
+    participants:                    # one entry per participant: its own nominal data
+      - {name: seg1, file: data/tep/d00.dat, rows: [0, 100]}
+      - {name: seg2, file: data/tep/d00.dat, rows: [100, 200]}
+    model: {components: 2, rho: 10.0, lambda0: 1.0}
+    consensus: {chunks: 3, tolerance: 1.0e-12, step: degree}
+    graph: {kind: expander}          # expander | ring | adjacency (+ neighbours: [[1, 4], [0, 2], ...])
+    threshold: {folds: 5, percentile: 99.5}
+    privacy: {l0: 2.0, noise: false}
+    seed: 0
+    evaluate:                        # optional: files every participant's detector scores
+      onset: 160
+      nominal: [data/tep/d00_te.dat]
+      faults: {"01": data/tep/d01_te.dat}
+
+Relative file paths are taken from the directory ``fedrca`` runs in. Every error
+names the file, the key path and what would be valid.
+
+Examples
+--------
+>>> cfg = parse_fleet_config({"fleet": "demo", "participants": [{"name": "a", "file": "x.csv"},
+...                           {"name": "b", "file": "y.csv", "rows": [0, 50]}]})
+>>> cfg.names, cfg.settings().chunks
+(['a', 'b'], 3)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fedrca.detectors.collabdict import FleetSettings
+from fedrca.detectors.consensus import PeerGraph
+from fedrca.exceptions import ConfigError
+
+__all__ = ["FleetConfig", "load_fleet_config", "parse_fleet_config"]
+
+_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataSettings(_Strict):
+    """How every participant's file is read."""
+
+    format: Literal["tep", "csv"] = "csv"
+    columns: list[str] | None = Field(None, description="csv: the variables, in order (default: every column)")
+
+
+class ParticipantConfig(_Strict):
+    """One participant and its nominal data: a file, optionally a slice of its rows [start, stop)."""
+
+    name: str = Field(..., pattern=_NAME)
+    file: str = Field(..., min_length=1)
+    rows: tuple[int, int] | None = None
+
+    @model_validator(mode="after")
+    def _rows(self) -> ParticipantConfig:
+        if self.rows is not None and not 0 <= self.rows[0] < self.rows[1]:
+            raise ValueError(f"rows must be [start, stop) with 0 <= start < stop, got {list(self.rows)}")
+        return self
+
+
+class ModelSection(_Strict):
+    """The mixture: K, the priors, EM stopping and pruning."""
+
+    components: int = Field(2, ge=1)
+    rho: float = Field(10.0, ge=0.0)
+    lambda0: float = Field(1.0, gt=0.0)
+    max_iter: int = Field(100, ge=1)
+    em_tol: float = Field(1e-6, ge=0.0)
+    prune: float = Field(1e-3, ge=0.0, lt=1.0)
+    n_init: int = Field(10, ge=1)
+
+
+class ConsensusSection(_Strict):
+    """Dynamical consensus and random chunking."""
+
+    chunks: int = Field(3, ge=1)
+    tolerance: float = Field(1e-12, gt=0.0, lt=1.0)
+    step: Literal["degree", "paper"] | float = "degree"
+    max_rounds: int = Field(100_000, ge=1)
+
+
+class GraphSection(_Strict):
+    """The peer graph over the participants (in the order they are listed)."""
+
+    kind: Literal["expander", "ring", "adjacency"] = "expander"
+    neighbours: list[list[int]] | None = None
+
+    @model_validator(mode="after")
+    def _adjacency(self) -> GraphSection:
+        if (self.kind == "adjacency") != (self.neighbours is not None):
+            raise ValueError("give neighbours: [[...], ...] exactly when kind is adjacency")
+        return self
+
+
+class ThresholdSection(_Strict):
+    """The nominal-score threshold: cross-fitting folds (0 = in-sample) and percentile."""
+
+    folds: int = Field(5, ge=0)
+    percentile: float = Field(99.5, gt=0.0, lt=100.0)
+
+    @model_validator(mode="after")
+    def _folds(self) -> ThresholdSection:
+        if self.folds == 1:
+            raise ValueError("folds must be 0 (in-sample scores) or >= 2")
+        return self
+
+
+class PrivacySection(_Strict):
+    """The entropy l-diversity monitor."""
+
+    l0: float = Field(2.0, ge=1.0)
+    diversity: Literal["max", "min"] = "max"
+    noise: bool = False
+    noise_samples: int = Field(10, ge=1)
+
+
+class EvaluateSection(_Strict):
+    """Files every participant's detector scores after learning (nominal: false alarms; faults: detection)."""
+
+    onset: int = Field(0, ge=0, description="fault rows start here (TEP test files: 160)")
+    nominal: list[str] = Field(default_factory=list)
+    faults: dict[str, str] = Field(default_factory=dict)
+
+
+class FleetConfig(_Strict):
+    """A validated fleet configuration."""
+
+    fleet: str = Field(..., pattern=_NAME)
+    data: DataSettings = DataSettings()
+    participants: list[ParticipantConfig] = Field(..., min_length=1)
+    model: ModelSection = ModelSection()
+    consensus: ConsensusSection = ConsensusSection()
+    graph: GraphSection = GraphSection()
+    threshold: ThresholdSection = ThresholdSection()
+    privacy: PrivacySection = PrivacySection()
+    seed: int = 0
+    evaluate: EvaluateSection | None = None
+    source: str | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _unique(self) -> FleetConfig:
+        names = [p.name for p in self.participants]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"participant names must be unique; repeated: {', '.join(dup)}")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        """Participant names in the fleet's agreed order."""
+        return [p.name for p in self.participants]
+
+    def settings(self) -> FleetSettings:
+        """The core's :class:`~fedrca.detectors.collabdict.FleetSettings`."""
+        m, c, t, p = self.model, self.consensus, self.threshold, self.privacy
+        return FleetSettings(
+            n_components=m.components,
+            rho=m.rho,
+            lambda0=m.lambda0,
+            max_iter=m.max_iter,
+            em_tol=m.em_tol,
+            prune=m.prune,
+            n_init=m.n_init,
+            chunks=c.chunks,
+            tolerance=c.tolerance,
+            step=c.step,
+            max_rounds=c.max_rounds,
+            folds=t.folds,
+            percentile=t.percentile,
+            l0=p.l0,
+            diversity=p.diversity,
+            privacy_noise=p.noise,
+            noise_samples=p.noise_samples,
+            seed=self.seed,
+        )
+
+    def peer_graph(self) -> PeerGraph:
+        """The configured peer graph (ConfigError naming ``graph`` when it is invalid)."""
+        n = len(self.participants)
+        try:
+            if self.graph.kind == "ring":
+                return PeerGraph.ring(n)
+            if self.graph.kind == "adjacency":
+                rows = self.graph.neighbours or []
+                if len(rows) != n:
+                    raise ConfigError(f"neighbours lists {len(rows)} participants, the fleet has {n}")
+                return PeerGraph(rows)
+            return PeerGraph.default(n)
+        except ConfigError as exc:
+            raise ConfigError(getattr(exc, "reason", str(exc)), source=self.source, key="graph") from None
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def parse_fleet_config(data: Any, source: str | None = None) -> FleetConfig:
+    """Validate a fleet configuration mapping (already parsed from YAML).
+
+    Raises
+    ------
+    ConfigError
+        With the file, the key path and what would be valid.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("the fleet configuration must be a mapping with keys fleet, participants, ...", source=source)
+    try:
+        config = FleetConfig.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling; see fedrca.cli.fleet.config for the valid keys)"
+        raise ConfigError(message, source=source, key=_key_path(tuple(first["loc"]))) from None
+    try:
+        config.settings()
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source=source, key=exc.key) from None
+    return config
+
+
+def load_fleet_config(path: str | Path) -> FleetConfig:
+    """Read and validate a fleet YAML file (ConfigError naming the file and the key)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError("no such fleet configuration; see config/fleet-tep.yaml for an example", source=str(path))
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(f"{where}not valid YAML ({getattr(exc, 'problem', exc)})", source=str(path)) from None
+    return parse_fleet_config(data, source=str(path))

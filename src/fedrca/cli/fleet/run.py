@@ -1,0 +1,126 @@
+"""Run a configured fleet (in one process, or over Kafka) and evaluate every participant's detector.
+
+:func:`run_fleet` loads the participants' data, runs the protocol
+(:func:`fedrca.detectors.fleet.simulate_fleet`, or the Kafka driver of
+:mod:`fedrca.connectors.fleet_kafka`), then builds each participant's
+:class:`~fedrca.detectors.fleet_detector.FleetDetector` from the shared model and
+its own data and scores the ``evaluate`` files: false-alarm rate on the nominal
+ones, detection rate after ``onset`` on the fault ones.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fedrca.cli.files import write_atomic
+from fedrca.cli.fleet.config import FleetConfig
+from fedrca.cli.fleet.sources import load_file, load_participants
+from fedrca.cli.fleet.store import _json_safe, save_fleet_model
+from fedrca.detectors.fleet import FleetRun, InProcessNetwork, simulate_fleet
+from fedrca.detectors.fleet_detector import FleetDetector
+from fedrca.exceptions import DataError
+
+__all__ = ["FleetOutcome", "evaluate_fleet", "run_fleet", "write_outcome"]
+
+FloatArray = NDArray[np.float64]
+Runner = Callable[[dict[str, FloatArray]], FleetRun]
+
+
+@dataclass
+class FleetOutcome:
+    """A fleet run and its evaluation.
+
+    Attributes
+    ----------
+    run : the protocol's outcome (results per participant, messages)
+    columns : the variables, in order
+    seconds : wall time of the protocol
+    evaluation : one row per evaluated file: file, kind (nominal/fault), rate per participant
+    """
+
+    run: FleetRun
+    columns: list[str]
+    seconds: float
+    evaluation: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-friendly figures of the run and its evaluation."""
+        out = self.run.summary()
+        out["seconds"] = round(self.seconds, 2)
+        out["max_parameter_difference"] = self.run.max_parameter_difference()
+        out["evaluation"] = self.evaluation
+        out["l_diversity"] = {n: [round(float(np.max(e)), 4) for e in r.entropies] for n, r in self.run.results.items()}
+        return out
+
+
+def run_fleet(config: FleetConfig, runner: Runner | None = None) -> FleetOutcome:
+    """Load the data, run the protocol (in process unless ``runner`` is given), evaluate."""
+    data, columns = load_participants(config)
+    dims = {v.shape[1] for v in data.values()}
+    if len(dims) != 1:
+        raise DataError(f"participants have different numbers of variables: {sorted(dims)}")
+    started = time.perf_counter()
+    if runner is None:
+        run = simulate_fleet(data, config.settings(), config.peer_graph(), seed=config.seed, network=InProcessNetwork())
+    else:
+        run = runner(data)
+    outcome = FleetOutcome(run, columns, time.perf_counter() - started)
+    if config.evaluate is not None:
+        outcome.evaluation = evaluate_fleet(config, run, data)
+    return outcome
+
+
+def evaluate_fleet(config: FleetConfig, run: FleetRun, data: dict[str, FloatArray]) -> list[dict[str, Any]]:
+    """Alarm rates of every participant's detector on the ``evaluate`` files."""
+    ev = config.evaluate
+    if ev is None:
+        return []
+    detectors = {n: FleetDetector(n, model=run.results[n].model, seed=config.seed).fit(X) for n, X in data.items()}
+    rows = []
+    files = [("nominal", name, path) for name, path in ((Path(p).name, p) for p in ev.nominal)]
+    files += [("fault", label, path) for label, path in ev.faults.items()]
+    for kind, label, path in files:
+        X, _ = load_file(path, config.data.format, config.data.columns)
+        start = 0 if kind == "nominal" else ev.onset
+        if start >= len(X):
+            raise DataError(f"{path}: onset {start} is past its {len(X)} rows (evaluate.onset)")
+        rates = {n: float(det.step_batch(X).zc[start:].mean()) for n, det in detectors.items()}
+        values = np.array(list(rates.values()))
+        rows.append(
+            {
+                "file": str(path),
+                "label": label,
+                "kind": kind,
+                "rows": len(X) - start,
+                "mean": float(values.mean()),
+                "min": float(values.min()),
+                "max": float(values.max()),
+                "per_participant": rates,
+            }
+        )
+    return rows
+
+
+def write_outcome(out_dir: str | Path, outcome: FleetOutcome) -> dict[str, Path]:
+    """Write ``model.npz``/``model.json`` (shared), ``participants/<name>.json`` (each one's own
+    weights, in deployment kept by that participant) and ``report.json``; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model_path = save_fleet_model(out / "model.npz", outcome.run.model, columns=outcome.columns)
+    part_dir = out / "participants"
+    part_dir.mkdir(exist_ok=True)
+    for name, res in outcome.run.results.items():
+        write_atomic(
+            part_dir / f"{name}.json",
+            json.dumps({"participant": name, "weights": res.weights.tolist(), "iterations": res.iterations}) + "\n",
+        )
+    report = write_atomic(out / "report.json", json.dumps(_json_safe(outcome.summary()), indent=2) + "\n")
+    return {"model": model_path, "report": report, "participants": part_dir}

@@ -1,0 +1,201 @@
+"""``fedrca graph``: learn the plants' interdependency graph with FedPC over several sites' nominal data.
+
+    fedrca graph --config config/tep.yaml --sites SITE [SITE ...] --out graph.json [--picture graph.png]
+                 [--split K] [--test fisher-z|g-square] [--alpha 0.01] [--keep-fraction 0.3]
+                 [--max-cond N] [--orientation cpdag|dag]
+
+Each SITE is one site's data: a file, or a directory whose files (sorted by
+name) are concatenated; ``--split K`` cuts each SITE into K contiguous blocks,
+each a site of its own (to simulate sites from one recording). Every site runs
+:class:`fedrca.rca.fedpc.FedPCSite` on **all sensor and input columns** of the
+configured plants; the server sees only skeletons, separating sets and
+p-values (docs/fedpc.md).
+
+The variable-level result is aggregated to plants: plant n -> plant m when a
+variable of n has an arc into a variable of m (``--orientation cpdag``, the
+default: an undirected CPDAG edge, whose direction the data cannot tell, counts
+both ways; ``dag``: the arcs of the DAG extension only). The output is the graph
+JSON the RCA engine reads with ``rca: {graph: {source: file, path: ...}}``
+(plants, edges, weight = number of variable arcs), plus the variable-level
+result under the key ``fedpc``, and a PNG picture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedrca.cli.files import check_paths, write_atomic
+from fedrca.cli.report import draw_graph
+from fedrca.config import SiteConfig, load_config, resolve_plants
+from fedrca.datasets.loader import load_frame
+from fedrca.exceptions import DataError
+from fedrca.rca.fedpc import FedPCResult, FedPCServer, FedPCSite, TestKind, aggregate_to_groups
+from fedrca.rca.graph import InterdependencyGraph
+
+__all__ = ["learn_site_graph", "register", "site_frames"]
+
+
+def _site_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise DataError(f"{path}: the site directory holds no data file")
+        return files
+    if not path.is_file():
+        raise DataError(f"{path}: no such site file or directory")
+    return [path]
+
+
+def site_frames(
+    config: SiteConfig, sites: list[str | Path], split: int = 1
+) -> tuple[SiteConfig, list[tuple[str, pd.DataFrame]]]:
+    """Load every site's data (files of a directory concatenated); with ``split`` > 1 cut each into contiguous blocks.
+
+    Returns the configuration with its plants resolved against the first file's
+    columns, and (label, frame) per site.
+    """
+    if split < 1:
+        raise DataError(f"--split must be >= 1, got {split}")
+    frames: list[tuple[str, pd.DataFrame]] = []
+    for site in sites:
+        path = Path(site)
+        parts = [load_frame(config, f) for f in _site_files(path)]
+        frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        if split == 1:
+            frames.append((str(path), frame))
+            continue
+        bounds = np.linspace(0, len(frame), split + 1).astype(int)
+        for k in range(split):
+            frames.append((f"{path}[{bounds[k]}:{bounds[k + 1]}]", frame.iloc[bounds[k] : bounds[k + 1]]))
+    resolved = resolve_plants(config, [str(c) for c in frames[0][1].columns])
+    return resolved, frames
+
+
+def _variables(config: SiteConfig) -> tuple[list[str], list[str]]:
+    names, plants = [], []
+    for plant in config.plants:
+        for column in [*plant.sensors, *plant.inputs]:
+            if column not in names:
+                names.append(column)
+                plants.append(plant.name)
+    return names, plants
+
+
+def learn_site_graph(
+    config: SiteConfig,
+    frames: list[tuple[str, pd.DataFrame]],
+    *,
+    test: str = "fisher-z",
+    alpha: float = 0.01,
+    keep_fraction: float = 0.3,
+    max_cond: int | None = None,
+    orientation: str = "cpdag",
+) -> tuple[InterdependencyGraph, FedPCResult, dict[str, Any]]:
+    """FedPC over the sites' frames; the plant graph, the variable-level result and a JSON-able description."""
+    names, variable_plants = _variables(config)
+    sites = []
+    for label, frame in frames:
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise DataError(f"{label}: site data lack column(s) {', '.join(missing[:5])} of the configured plants")
+        kind: TestKind = "g-square" if test == "g-square" else "fisher-z"
+        values = frame[names].to_numpy(dtype=np.float64 if kind == "fisher-z" else object)
+        sites.append(FedPCSite(values, names, test=kind))
+    server = FedPCServer(len(names), alpha=alpha, keep_fraction=keep_fraction, max_cond=max_cond)
+    result = server.run([s.handle for s in sites])
+    # back to names on the site's side (the server only knows ids)
+    id_names, graph = sites[0].translate(result, "cpdag" if orientation == "cpdag" else "dag")
+    plant_of = dict(zip(names, variable_plants))
+    adjacency, weight = aggregate_to_groups(graph, [plant_of[n] for n in id_names], config.plant_names)
+    plant_graph = InterdependencyGraph(tuple(config.plant_names), adjacency, weight, source="fedpc", threshold=alpha)
+    cp, dag = result.cpdag, result.dag
+    detail = {
+        "variables": list(id_names),
+        "variable_plants": [plant_of[n] for n in id_names],
+        "directed": [[id_names[i], id_names[j]] for i, j in zip(*np.nonzero(cp & ~cp.T))],
+        "undirected": [[id_names[i], id_names[j]] for i, j in zip(*np.nonzero(np.triu(cp & cp.T)))],
+        "dag": [[id_names[i], id_names[j]] for i, j in zip(*np.nonzero(dag))],
+        "extension_exact": result.extension_exact,
+        "orientation": orientation,
+        "test": test,
+        "alpha": alpha,
+        "keep_fraction": keep_fraction,
+        "max_cond": max_cond,
+        "layers": [{"layer": r.layer, "edges": int(r.merged.sum() // 2)} for r in result.layers],
+        "sites": [{"data": label, "samples": len(frame)} for label, frame in frames],
+    }
+    return plant_graph, result, detail
+
+
+def _graph(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    if not 0.0 < args.alpha < 1.0:
+        raise DataError(f"--alpha must be in (0, 1), got {args.alpha}")
+    if not 0.0 <= args.keep_fraction < 1.0:
+        raise DataError(f"--keep-fraction must be in [0, 1), got {args.keep_fraction}")
+    if args.max_cond is not None and args.max_cond < 0:
+        raise DataError(f"--max-cond must be >= 0, got {args.max_cond}")
+    picture_path = args.picture or str(Path(args.out).with_suffix(".png"))
+    check_paths(
+        {"--config": args.config, **{f"--sites {site}": site for site in args.sites}},
+        {"--out": args.out, "--picture": picture_path},
+    )
+    config = load_config(args.config)
+    config, frames = site_frames(config, args.sites, args.split)
+    print(f"FedPC over {len(frames)} sites ({', '.join(str(len(f)) for _, f in frames)} samples) ...", file=sys.stderr)
+    graph, result, detail = learn_site_graph(
+        config, frames, test=args.test, alpha=args.alpha, keep_fraction=args.keep_fraction,
+        max_cond=args.max_cond, orientation=args.orientation,
+    )  # fmt: skip
+    out = Path(args.out)
+    payload = {**graph.to_dict(), "fedpc": detail}
+    write_atomic(out, json.dumps(payload, indent=2) + "\n")
+    picture = Path(args.picture) if args.picture else out.with_suffix(".png")
+    n_var = result.n_variables
+    draw_graph(
+        graph,
+        picture,
+        title=f"FedPC over {len(frames)} sites: {n_var} variables, {len(detail['directed'])} directed + "
+        f"{len(detail['undirected'])} undirected edges ({args.orientation})",
+    )
+    for layer in detail["layers"]:
+        print(f"  layer {layer['layer']}: {layer['edges']} variable edges kept", file=sys.stderr)
+    print(
+        f"wrote {out} ({len(graph.edges())} plant edges: "
+        + ", ".join(f"{a}->{b}" for a, b in graph.edges())
+        + f") and {picture}; {time.perf_counter() - started:.2f} s"
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``graph``."""
+    parser = sub.add_parser(
+        "graph", help="learn the plants' interdependency graph with FedPC over several sites' nominal data"
+    )
+    parser.add_argument("--config", required=True, help="site configuration YAML (its plants and their columns)")
+    parser.add_argument(
+        "--sites", required=True, nargs="+", metavar="SITE", help="one data file or directory per site (nominal data)"
+    )
+    parser.add_argument("--split", type=int, default=1, help="cut each SITE into K contiguous sites (simulation)")
+    parser.add_argument("--test", choices=["fisher-z", "g-square"], default="fisher-z", help="CI test")
+    parser.add_argument("--alpha", type=float, default=0.01, help="significance level of every CI test")
+    parser.add_argument(
+        "--keep-fraction", type=float, default=0.3, help="keep an edge kept by more than this share of sites"
+    )
+    parser.add_argument("--max-cond", type=int, default=None, help="largest conditioning set (default: no limit)")
+    parser.add_argument(
+        "--orientation", choices=["cpdag", "dag"], default="cpdag",
+        help="plant arcs from the CPDAG (undirected = both ways) or from its DAG extension",
+    )  # fmt: skip
+    parser.add_argument("--out", required=True, help="graph JSON to write (rca.graph.path)")
+    parser.add_argument("--picture", help="PNG picture of the plant graph (default: OUT with .png)")
+    parser.set_defaults(func=_graph)

@@ -1,0 +1,284 @@
+"""Fleet peer-to-peer messages over Kafka: one topic per participant (kafka-python).
+
+Participant ``p`` reads only its own topic ``<fleet>.peer.<p>`` (one partition) and
+writes each :class:`~fedrca.detectors.consensus.ConsensusMessage` to the topic of
+its receiver, keyed by the sender. The bytes are the lossless encoding of
+:func:`fedrca.training.messages.pack_arrays` (a JSON header naming session, round,
+phase, sender and receiver, then the raw float64 buffers), so a decoded message is
+bit-identical to the one sent and is validated again on arrival.
+
+:class:`KafkaPeerTransport` is one participant's end; :func:`run_participant`
+drives a participant's protocol generator through it; :func:`kafka_fleet` runs a
+whole fleet, one thread per participant, each with its own producer and consumer
+(no coordinator: every participant only waits for its neighbours' messages).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from numpy.typing import ArrayLike
+
+from fedrca.contracts.binary import pack_arrays, unpack_arrays
+from fedrca.contracts.deadletter import DeadLetterReason as R
+from fedrca.detectors.collabdict import FleetSettings
+from fedrca.detectors.consensus import ConsensusMessage, MessageKey, PeerGraph
+from fedrca.detectors.fleet import FleetParticipant, FleetRun, ParticipantResult, Protocol
+from fedrca.exceptions import DataError, MessageError
+
+__all__ = [
+    "KafkaPeerTransport",
+    "decode_consensus",
+    "encode_consensus",
+    "ensure_peer_topics",
+    "kafka_fleet",
+    "peer_topic",
+    "run_participant",
+]
+
+KIND = "fleet-consensus"
+
+
+def peer_topic(fleet: str, participant: str) -> str:
+    """The topic participant ``participant`` of ``fleet`` reads: ``<fleet>.peer.<participant>``."""
+    return f"{fleet}.peer.{participant}"
+
+
+def encode_consensus(msg: ConsensusMessage) -> bytes:
+    """Lossless bytes of a consensus message."""
+    meta = {
+        "session": msg.session,
+        "round": msg.round,
+        "phase": msg.phase,
+        "sender": msg.sender,
+        "receiver": msg.receiver,
+    }
+    return pack_arrays(KIND, meta, {"value": msg.value, "flood": msg.flood})
+
+
+def decode_consensus(raw: bytes) -> ConsensusMessage:
+    """Inverse of :func:`encode_consensus`; MessageError (reason code) on anything malformed.
+
+    Examples
+    --------
+    >>> m = ConsensusMessage("fit/it0/c1", 3, "average", "a", "b", [1.5, -2.0], [0.25, float("inf")])
+    >>> decode_consensus(encode_consensus(m)) == m
+    True
+    """
+    kind, meta, arrays = unpack_arrays(raw)
+    if kind != KIND:
+        raise MessageError(R.BAD_TYPE, f"expected a {KIND} message, got {kind!r}")
+    try:
+        return ConsensusMessage(
+            str(meta["session"]),
+            int(meta["round"]),
+            meta["phase"],
+            str(meta["sender"]),
+            str(meta["receiver"]),
+            arrays["value"],
+            arrays["flood"],
+        )
+    except KeyError as exc:
+        raise MessageError(R.BAD_HEADER, f"consensus message lacks {exc}") from None
+
+
+def ensure_peer_topics(bootstrap: str, fleet: str, names: Iterable[str], timeout: float = 30.0) -> list[str]:
+    """Create every participant's topic (one partition) if missing; returns their names.
+
+    Raises
+    ------
+    DataError
+        When the broker cannot be reached or refuses a topic.
+    """
+    topics = sorted(peer_topic(fleet, n) for n in names)
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="fedrca-fleet-admin",
+            request_timeout_ms=int(timeout * 1000),
+            bootstrap_timeout_ms=int(timeout * 1000),
+        )
+    except KafkaError as exc:
+        raise DataError(f"cannot reach the Kafka broker at {bootstrap} ({exc}); is it running?") from None
+    try:
+        existing = set(admin.list_topics())
+        missing = {t: {"num_partitions": 1, "replication_factor": 1} for t in topics if t not in existing}
+        if missing:
+            result = admin.create_topics(missing, timeout_ms=int(timeout * 1000), raise_errors=False)
+            for topic in result.get("topics", []):
+                code = topic.get("error_code", 0)
+                if code and code != TopicAlreadyExistsError.errno:
+                    raise DataError(f"the broker refused topic {topic.get('name')}: {topic.get('error_message')}")
+        admin.wait_for_topics(topics, timeout_ms=int(timeout * 1000))
+    except KafkaError as exc:
+        raise DataError(f"fleet topics not ready on {bootstrap}: {exc}") from None
+    finally:
+        admin.close()
+    return topics
+
+
+class KafkaPeerTransport:
+    """One participant's end of the fleet on Kafka.
+
+    Parameters
+    ----------
+    bootstrap : ``host:port`` of a broker
+    fleet : the fleet's name (topic prefix)
+    me : this participant's name
+    timeout : seconds :meth:`collect` waits for its neighbours' messages
+
+    Attributes
+    ----------
+    sent, received : messages produced and consumed; bytes : value + flood bytes produced
+    """
+
+    def __init__(self, bootstrap: str, fleet: str, me: str, timeout: float = 120.0) -> None:
+        self.fleet = fleet
+        self.me = me
+        self.timeout = timeout
+        self.sent = 0
+        self.received = 0
+        self.bytes = 0
+        self._buffer: dict[MessageKey, ConsensusMessage] = {}
+        try:
+            self._producer = KafkaProducer(
+                bootstrap_servers=bootstrap, acks=1, linger_ms=0, max_block_ms=int(timeout * 1000)
+            )
+            self._consumer = KafkaConsumer(
+                bootstrap_servers=bootstrap,
+                group_id=None,
+                enable_auto_commit=False,
+                fetch_max_wait_ms=5,
+                max_partition_fetch_bytes=16 * 1024 * 1024,
+                fetch_max_bytes=64 * 1024 * 1024,
+            )
+        except KafkaError as exc:
+            raise DataError(f"cannot reach the Kafka broker at {bootstrap} ({exc}); is it running?") from None
+        tp = TopicPartition(peer_topic(fleet, me), 0)
+        self._consumer.assign([tp])
+        self._consumer.seek_to_beginning(tp)
+        self._key = me.encode()
+
+    def send(self, messages: Iterable[ConsensusMessage]) -> None:
+        """Produce each message to its receiver's topic and wait for the broker's acknowledgement."""
+        futures = []
+        for m in messages:
+            if m.sender != self.me:
+                raise MessageError(R.BAD_SENDER, f"{self.me} cannot send a message from {m.sender}")
+            raw = encode_consensus(m)
+            futures.append(self._producer.send(peer_topic(self.fleet, m.receiver), key=self._key, value=raw))
+            self.bytes += m.value.nbytes + m.flood.nbytes
+        self._producer.flush(timeout=self.timeout)
+        for f in futures:
+            if f.failed():
+                raise DataError(f"{self.me}: a message was not delivered ({f.exception!r}); is the broker running?")
+        self.sent += len(futures)
+
+    def collect(self, expected: frozenset[MessageKey]) -> list[ConsensusMessage]:
+        """Every expected message (consuming the own topic until they are all in).
+
+        Raises
+        ------
+        DataError
+            When they are not all in after ``timeout`` seconds (names what is missing).
+        MessageError
+            When a record is malformed, addressed to someone else, or duplicated.
+        """
+        deadline = time.monotonic() + self.timeout
+        while not all(k in self._buffer for k in expected):
+            if time.monotonic() > deadline:
+                missing = sorted(k for k in expected if k not in self._buffer)[:3]
+                raise DataError(f"{self.me}: waited {self.timeout:.0f} s for {missing}; is every participant running?")
+            for records in self._consumer.poll(timeout_ms=50).values():
+                for r in records:
+                    m = decode_consensus(r.value)
+                    if m.receiver != self.me:
+                        raise MessageError(R.WRONG_RECEIVER, f"{self.me} got a message for {m.receiver}")
+                    if m.key in self._buffer:
+                        raise MessageError(R.DUPLICATE, f"{self.me} got {m.key} twice")
+                    self._buffer[m.key] = m
+                    self.received += 1
+        return [self._buffer.pop(k) for k in sorted(expected)]
+
+    def close(self) -> None:
+        """Close the producer and the consumer."""
+        try:
+            self._producer.close(timeout=5)
+        finally:
+            self._consumer.close()
+
+
+def run_participant(protocol: Protocol, transport: KafkaPeerTransport) -> ParticipantResult:
+    """Drive one participant's protocol over its transport to the end; returns its result."""
+    try:
+        exchange = next(protocol)
+        while True:
+            transport.send(exchange.outgoing)
+            exchange = protocol.send(transport.collect(exchange.expected))
+    except StopIteration as stop:
+        result: ParticipantResult = stop.value
+        return result
+
+
+def kafka_fleet(
+    bootstrap: str,
+    datasets: Mapping[str, ArrayLike],
+    settings: FleetSettings,
+    graph: PeerGraph | None = None,
+    seed: int = 0,
+    fleet: str | None = None,
+    timeout: float = 120.0,
+) -> FleetRun:
+    """Run a fleet over Kafka, one thread per participant (same seeds -> same result as in process).
+
+    Parameters
+    ----------
+    bootstrap : ``host:port`` of the broker
+    datasets, settings, graph, seed : as :func:`fedrca.detectors.fleet.simulate_fleet`
+    fleet : topic prefix (default: a fresh ``fleet<hex>`` so runs never share topics)
+    timeout : seconds a participant waits for a round's messages
+
+    Raises
+    ------
+    DataError, MessageError, ModelError
+        The first error any participant hit (the others are stopped by their timeouts).
+    """
+    names = list(datasets)
+    graph = graph or PeerGraph.default(len(names))
+    name = fleet or f"fleet{uuid.uuid4().hex[:10]}"
+    ensure_peer_topics(bootstrap, name, names, timeout=min(timeout, 60.0))
+    seeds = np.random.SeedSequence(seed).spawn(len(names))
+    participants = [
+        FleetParticipant(n, datasets[n], names, graph, settings, seed=int(sq.generate_state(1)[0]))
+        for n, sq in zip(names, seeds)
+    ]
+    transports = {p.name: KafkaPeerTransport(bootstrap, name, p.name, timeout=timeout) for p in participants}
+    results: dict[str, ParticipantResult] = {}
+    errors: list[BaseException] = []
+
+    def work(p: FleetParticipant) -> None:
+        try:
+            results[p.name] = run_participant(p.protocol(), transports[p.name])
+        except BaseException as exc:  # reported to the caller below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(p,), name=f"fleet-{p.name}", daemon=True) for p in participants]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for tr in transports.values():
+            tr.close()
+    if errors:
+        raise errors[0]
+    sent = sum(t.sent for t in transports.values())
+    payload = sum(t.bytes for t in transports.values())
+    return FleetRun({n: results[n] for n in names}, graph, sent, payload, participants)

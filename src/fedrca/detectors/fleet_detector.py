@@ -1,0 +1,221 @@
+"""The fleet detector: a plant's anomaly detector from a CollabDict model (pure core).
+
+A plant that belongs to a fleet of same-type plants scores its samples with the
+fleet's shared patterns and its own mixture weights (Eq. 20)::
+
+    a(x) = sum_k r_k(x) [ M/2 ln 2pi - 1/2 ln|Lambda_k| + 1/2 (x - mu_k)^T Lambda_k (x - mu_k) ]
+
+and flags ``Z_c = a(x) > tau``, tau from nominal scores only (the fleet's
+cross-fitted threshold, or this plant's own when it fits alone). It has no
+proprietary filter and no learned augmentation, so it yields **Z_c only**: the
+result's ``za`` is ``zc`` and the published ``za_pub`` is the same randomized bit
+as ``zc_pub`` (publishing one bit twice costs no extra epsilon). The RCA engine
+is told through :attr:`FleetDetector.has_augmented` and then ignores that
+plant's ``Z_a`` (see :mod:`fedrca.rca.flagmodel`).
+
+The detector is memoryless per sample (no filter, no smoothing), so its only
+streaming state is the randomized-response generator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fedrca.detectors.collabdict import FleetModel, FleetSettings, fit_centralised, responsibilities
+from fedrca.detectors.plant import DetectionResult, Detector
+from fedrca.detectors.privacy import RandomizedResponse
+from fedrca.exceptions import DataError, ModelError, NotFittedError
+
+__all__ = ["FleetDetector", "ThresholdView"]
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class ThresholdView:
+    """What the site shell reads of a plant detector's scorers: ``threshold_value``."""
+
+    threshold_value: float
+
+
+class FleetDetector(Detector):
+    """A plant detector scoring with a CollabDict (sparse GGM mixture) model.
+
+    Parameters
+    ----------
+    name : plant name (for messages)
+    model : the fleet's shared model (``fedrca fleet`` writes it); when None,
+        :meth:`fit` learns one on this plant's data alone (a fleet of one)
+    n_components, rho, lambda0, folds, percentile, max_iter : model settings for a fleet of
+        one (see :class:`~fedrca.detectors.collabdict.FleetSettings`); ``percentile`` also
+        sets the threshold when the shared model carries none
+    margin : multiplies the threshold (>= 1)
+    epsilon : flag privacy budget per published flag (inf = no perturbation)
+    seed : seeds the model initialisation (fleet of one) and the randomized response
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> nominal = rng.normal(size=(600, 4))
+    >>> det = FleetDetector(n_components=1, folds=0, seed=0).fit(nominal)
+    >>> bool(det.step_batch(nominal[:50] + 6.0).zc.mean() > 0.9)
+    True
+    """
+
+    #: The detector publishes no independent augmented flag (Z_a is Z_c).
+    has_augmented = False
+
+    def __init__(
+        self,
+        name: str = "plant",
+        model: FleetModel | None = None,
+        n_components: int = 2,
+        rho: float = 10.0,
+        lambda0: float = 1.0,
+        folds: int = 5,
+        percentile: float = 99.5,
+        max_iter: int = 100,
+        margin: float = 1.0,
+        epsilon: float = math.inf,
+        seed: int = 0,
+    ) -> None:
+        if margin < 1.0:
+            raise ModelError(f"margin must be >= 1, got {margin}")
+        self.name = name
+        self.model = model
+        self.n_components = n_components
+        self.rho = rho
+        self.lambda0 = lambda0
+        self.folds = folds
+        self.percentile = percentile
+        self.max_iter = max_iter
+        self.margin = margin
+        self.epsilon = epsilon
+        self.seed = seed
+        self._model: FleetModel | None = None
+        self._weights: FloatArray | None = None
+        self._threshold: float | None = None
+        self._privacy = RandomizedResponse(epsilon, seed=seed)
+        self.parameter_version = "fleet"
+
+    # -- accessors ---------------------------------------------------------------------------
+    @property
+    def fitted_model(self) -> FleetModel:
+        """The model in use (shared, or learned alone); NotFittedError before :meth:`fit`."""
+        if self._model is None:
+            raise NotFittedError(f"plant '{self.name}': detector is not fitted; call fit(nominal) first")
+        return self._model
+
+    @property
+    def weights(self) -> FloatArray:
+        """This plant's mixture weights pi (K,)."""
+        if self._weights is None:
+            raise NotFittedError(f"plant '{self.name}': detector is not fitted; call fit(nominal) first")
+        return self._weights
+
+    @property
+    def threshold_value(self) -> float:
+        """tau on the anomaly score."""
+        if self._threshold is None:
+            raise NotFittedError(f"plant '{self.name}': detector is not fitted; call fit(nominal) first")
+        return self._threshold
+
+    @property
+    def thresholds(self) -> tuple[float, float]:
+        """The score threshold, for Z_c and its copy Z_a."""
+        return self.threshold_value, self.threshold_value
+
+    @property
+    def scorers(self) -> tuple[ThresholdView, ThresholdView]:
+        """(Z_c, Z_a) thresholds as the site shell reads a plant detector's (the same tau twice)."""
+        view = ThresholdView(self.threshold_value)
+        return view, view
+
+    @property
+    def privacy(self) -> RandomizedResponse:
+        """The flag randomizer."""
+        return self._privacy
+
+    # -- fitting ------------------------------------------------------------------------------
+    def _stack(self, Y: ArrayLike, U: ArrayLike | None) -> FloatArray:
+        """The modelled variables: the sensors, followed by the inputs when given."""
+        Y_arr = np.asarray(Y, dtype=np.float64)
+        if Y_arr.ndim != 2:
+            raise DataError(f"plant '{self.name}': samples must be 2-D (T, D), got shape {Y_arr.shape}")
+        X = Y_arr if U is None else np.hstack([Y_arr, np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)])
+        if not np.all(np.isfinite(X)):
+            raise DataError(f"plant '{self.name}': samples contain NaN or inf")
+        return X
+
+    def fit(self, Y: ArrayLike, U: ArrayLike | None = None) -> FleetDetector:
+        """Calibrate on nominal data ``Y`` (T, D) (and inputs ``U`` (T, U), modelled as extra variables).
+
+        With a shared model: this plant's weights by EM on the weights alone, the
+        model's threshold (or this plant's in-sample ``percentile`` when it has none).
+        Without: a fleet of one learns the model and a cross-fitted threshold.
+        """
+        X = self._stack(Y, U)
+        if self.model is not None:
+            if X.shape[1] != self.model.n_dims:
+                raise DataError(
+                    f"plant '{self.name}': {X.shape[1]} variables, the fleet model has {self.model.n_dims}; "
+                    "the plant must measure the same sensors in the same order as the fleet"
+                )
+            model = self.model
+            weights = model.fit_weights(X)
+            if model.threshold is None:
+                threshold = float(np.percentile(model.score(X, weights), self.percentile))
+            else:
+                threshold = model.threshold
+        else:
+            settings = FleetSettings(
+                n_components=self.n_components,
+                rho=self.rho,
+                lambda0=self.lambda0,
+                folds=self.folds,
+                percentile=self.percentile,
+                max_iter=self.max_iter,
+                chunks=1,
+                seed=self.seed,
+            )
+            fit = fit_centralised([X], settings)
+            model, weights = fit.model, fit.weights[0]
+            threshold = float(model.threshold) if model.threshold is not None else math.inf
+        self._model, self._weights = model, np.asarray(weights, dtype=np.float64)
+        self._threshold = threshold * self.margin
+        self._privacy = RandomizedResponse(self.epsilon, seed=self.seed)
+        return self
+
+    # -- processing ---------------------------------------------------------------------------
+    def step_batch(self, Y: ArrayLike, U: ArrayLike | None = None) -> DetectionResult:
+        """Score samples ``Y`` (T, D) (raw units); flags and published flags advance the randomizer."""
+        model = self.fitted_model
+        X = self._stack(Y, U)
+        if X.shape[1] != model.n_dims:
+            raise DataError(f"plant '{self.name}': samples have {X.shape[1]} values, expected {model.n_dims}")
+        Z = model.standardise(X)
+        score = model.score(X, self.weights)
+        # residual: x - sum_k r_k(x) mu_k (standardised units)
+        resid = Z - responsibilities(Z, self.weights, model.means, model.precisions) @ model.means
+        zc = np.asarray(score > self.threshold_value)
+        published = self._privacy.perturb(zc)
+        empty = np.zeros((len(X), 0))
+        return DetectionResult(empty, empty, resid, resid, score, score, zc, zc.copy(), published, published.copy())
+
+    # -- streaming state ----------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """The streaming state: the randomized-response generator (the detector has no other memory)."""
+        return {"privacy": self._privacy.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` output."""
+        self._privacy.set_state(state["privacy"])
+
+    def reset(self) -> None:
+        """Nothing to forget (memoryless per sample); kept for the plant-detector interface."""

@@ -1,0 +1,69 @@
+"""The fleet detector as a plant detector: shared model, own weights, Z_c only."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedrca.datasets.fleet import fleet_patterns
+from fedrca.detectors.collabdict import FleetSettings, fit_centralised
+from fedrca.detectors.fleet_detector import FleetDetector
+from fedrca.exceptions import DataError, NotFittedError
+
+
+@pytest.fixture(scope="module")
+def shared():
+    fleet = fleet_patterns(n_participants=4, n_samples=300, n_dims=3, seed=4)
+    fit = fit_centralised(list(fleet.datasets.values()), FleetSettings(n_components=3, folds=3, seed=0))
+    return fleet, fit
+
+
+def test_a_plant_scores_with_the_shared_model_and_its_own_weights(shared):
+    fleet, fit = shared
+    X = fleet.datasets["p01"]
+    det = FleetDetector("p01", model=fit.model, epsilon=math.inf).fit(X)
+    assert det.threshold_value == fit.model.threshold
+    # its own weights, re-estimated with the shared components fixed, are the fleet's for it
+    assert np.abs(det.weights - fit.weights[1]).max() < 0.02
+    assert np.allclose(det.score(X), fit.model.score(X, det.weights))
+    result = det.step_batch(X + 4.0 * X.std(axis=0))
+    assert result.zc.mean() > 0.9
+    # Z_c only: Z_a is Z_c, and one randomized bit is published for both
+    assert np.array_equal(result.za, result.zc) and np.array_equal(result.za_pub, result.zc_pub)
+    assert result.x_c.shape == (len(X), 0) and result.r_c.shape == X.shape
+    assert det.has_augmented is False
+
+
+def test_published_flags_are_randomized_once_per_sample(shared):
+    fleet, fit = shared
+    X = fleet.datasets["p02"]
+    det = FleetDetector(model=fit.model, epsilon=1.0, seed=3).fit(X)
+    out = det.step_batch(np.vstack([X] * 10))
+    flipped = np.mean(out.zc_pub != out.zc)
+    keep = 1 / (1 + math.exp(-1.0))
+    assert abs(flipped - (1 - keep)) < 0.02
+    assert np.array_equal(out.za_pub, out.zc_pub)
+
+
+def test_inputs_are_modelled_as_extra_variables():
+    rng = np.random.default_rng(0)
+    Y, U = rng.normal(size=(400, 2)), rng.normal(size=(400, 1))
+    det = FleetDetector(n_components=1, folds=0).fit(Y, U)
+    assert det.fitted_model.n_dims == 3
+    shifted = det.step_batch(Y[:50], U[:50] + 6.0)
+    assert shifted.zc.mean() > 0.9
+
+
+def test_mismatched_or_unfitted_use_is_refused(shared):
+    _, fit = shared
+    with pytest.raises(NotFittedError, match="fit"):
+        FleetDetector().step_batch(np.zeros((2, 3)))
+    with pytest.raises(DataError, match="same sensors"):
+        FleetDetector(model=fit.model).fit(np.zeros((10, 4)))
+    det = FleetDetector(model=fit.model).fit(np.random.default_rng(1).normal(size=(50, 3)))
+    with pytest.raises(DataError, match="expected 3"):
+        det.step_batch(np.zeros((2, 5)))
+    with pytest.raises(DataError, match="NaN"):
+        det.step_batch(np.full((2, 3), np.nan))
