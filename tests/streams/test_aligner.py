@@ -104,3 +104,15 @@ def test_state_round_trip_mid_stream():
     assert again.add(flag("a", 3, 1, 0))[1] == "duplicate"
     assert again.add(flag("a", 3, 0, 0))[1] == "late"
     assert again.add(flag("b", 5, 1, 0))[1] == "late"  # b never reported seq 5
+
+
+def test_severity_levels_travel_with_their_row_and_survive_a_restart():
+    al = FlagAligner(PLANTS, allowed_lateness=10)
+    al.add(FlagMessage("s", "a", 0.0, 0, 1, 1, 1.0, "v", level=2))
+    al.add(FlagMessage("s", "b", 0.0, 0, 0, 0, 1.0, "v", level=0))
+    restored = FlagAligner(PLANTS, allowed_lateness=10)
+    restored.set_state(json.loads(json.dumps(al.get_state())))
+    rows, _ = restored.add(flag("c", 0))  # a plant without levels (FlagMessage.level None)
+    assert [(r.seq, r.levels) for r in rows] == [(0, {"a": 2, "b": 0})]
+    rows, _ = feed(restored, [flag(p, 1) for p in PLANTS])
+    assert [r.levels for r in rows] == [{}]

@@ -20,7 +20,7 @@ timing: the same input always yields the same rows and hence the same verdicts.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fedrca.contracts import FlagMessage, FlagState
@@ -37,6 +37,8 @@ class AlignedRow:
     ts: float
     flags: dict[str, tuple[int, int]]
     complete: bool = True
+    #: published severity levels of the plants that publish them (FlagMessage.level)
+    levels: dict[str, int] = field(default_factory=dict)
 
 
 class FlagAligner:
@@ -67,6 +69,7 @@ class FlagAligner:
         self.memory = memory
         self._buffer: dict[int, dict[str, tuple[int, int]]] = {}
         self._ts: dict[int, float] = {}
+        self._levels: dict[int, dict[str, int]] = {}
         self._next_seq: int | None = None
         self._max_seq = -1
         self._index = {p: i for i, p in enumerate(self.plants)}
@@ -100,6 +103,8 @@ class FlagAligner:
         else:
             row[flag.plant] = bits
             self._ts.setdefault(flag.seq, flag.ts)
+            if flag.level is not None:
+                self._levels.setdefault(flag.seq, {})[flag.plant] = flag.level
         self._max_seq = max(self._max_seq, flag.seq)
         return self._release(), status
 
@@ -123,7 +128,11 @@ class FlagAligner:
             if len(row) < n_plants and not overdue:
                 break
             del self._buffer[seq]
-            out.append(AlignedRow(seq, self._ts.pop(seq), dict(row), complete=len(row) == n_plants))
+            out.append(
+                AlignedRow(
+                    seq, self._ts.pop(seq), dict(row), complete=len(row) == n_plants, levels=self._levels.pop(seq, {})
+                )
+            )
             self._released.append((seq, self._code(row)))
             self._next_seq = seq + 1
         return out
@@ -136,6 +145,7 @@ class FlagAligner:
         return {
             "buffer": {str(s): {p: list(b) for p, b in row.items()} for s, row in self._buffer.items()},
             "ts": {str(s): t for s, t in self._ts.items()},
+            "levels": {str(s): dict(row) for s, row in self._levels.items()},
             "next_seq": self._next_seq,
             "max_seq": self._max_seq,
             "released_seqs": [s for s, _ in self._released],
@@ -148,6 +158,7 @@ class FlagAligner:
             int(s): {p: (int(b[0]), int(b[1])) for p, b in row.items()} for s, row in state["buffer"].items()
         }
         self._ts = {int(s): float(t) for s, t in state["ts"].items()}
+        self._levels = {int(s): {p: int(v) for p, v in row.items()} for s, row in state.get("levels", {}).items()}
         self._next_seq = state["next_seq"]
         self._max_seq = int(state["max_seq"])
         width = len(self.plants)

@@ -84,8 +84,25 @@ class PlantProcessor:
         version = self.model_version
         zc = result.zc_pub.astype(int).tolist()
         za = result.za_pub.astype(int).tolist()
+        # severity levels travel with the flags when the plant publishes them (negative = none)
+        levels: list[int | None] = [
+            None if v < 0 else int(v)
+            for v in (result.level_pub.tolist() if len(result.level_pub) == len(fresh) else [-1] * len(fresh))
+        ]
+        level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
         flags = [
-            FlagMessage(self.site, self.plant, m.ts, m.seq, zc[i], za[i], math.inf if math.isinf(eps) else eps, version)
+            FlagMessage(
+                self.site,
+                self.plant,
+                m.ts,
+                m.seq,
+                zc[i],
+                za[i],
+                math.inf if math.isinf(eps) else eps,
+                version,
+                levels[i],
+                level_eps,
+            )
             for i, m in enumerate(fresh)
         ]
         return ProcessorOutput(flags=flags, duplicates=duplicates, result=result)
