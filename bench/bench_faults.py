@@ -127,16 +127,18 @@ def fedrca_factory(
     """The current product: ``prepare_site`` (+ ``train_site`` when ``trained``) then ``run_pipeline``."""
     from fedrca.cli.site import prepare_site, run_pipeline
 
-    privacy = config.privacy.model_copy(update={"flag_epsilon": epsilon})
+    # the severity levels (when the plants publish them) get the flags' epsilon
+    privacy = config.privacy.model_copy(update={"flag_epsilon": epsilon, "level_epsilon": epsilon})
     config = config.model_copy(update={"privacy": privacy})
 
     def factory(nominal: pd.DataFrame) -> Monitor:
+        config_run = without_constant_sensors(config, nominal)
         with tempfile.TemporaryDirectory() as params:
             if trained:
                 from fedrca.cli.training import train_site
 
-                train_site(config, nominal, params, resume=False, progress=None)
-            site = prepare_site(config, nominal, params_dir=params if trained else None, settings=settings)
+                train_site(config_run, nominal, params, resume=False, progress=None)
+            site = prepare_site(config_run, nominal, params_dir=params if trained else None, settings=settings)
 
         def monitor(frame: pd.DataFrame) -> MonitorOutput:
             run = run_pipeline(site, frame)
@@ -147,6 +149,19 @@ def fedrca_factory(
         return monitor
 
     return factory
+
+
+def without_constant_sensors(config: SiteConfig, nominal: pd.DataFrame) -> SiteConfig:
+    """``config`` without the sensors that never change in the nominal frame (a detector refuses a constant
+    sensor: under the simulator's decentralised control the stripper steam valve XMV(9) stays shut)."""
+    X = nominal.to_numpy(dtype=np.float64)
+    std, mean = X.std(axis=0), X.mean(axis=0)
+    # the criterion of fedrca.datasets.nominal.check_nominal
+    constant = {str(c) for c, flat in zip(nominal.columns, (std == 0) | (std <= 1e-12 * np.abs(mean))) if flat}
+    if not constant:
+        return config
+    plants = [p.model_copy(update={"sensors": [s for s in p.sensors if s not in constant]}) for p in config.plants]
+    return config.model_copy(update={"plants": plants})
 
 
 def pca_factory(variance: float = 0.9, alpha: float = 0.01) -> MonitorFactory:
@@ -264,8 +279,10 @@ def load_library(
 
     runs = [_frame(get(library.nominal(s))) for s in library.train_seeds]
     train = pd.concat(runs, ignore_index=True)
-    # which nominal run each training row comes from (monitors may use it for folds)
+    # which nominal run each training row comes from (monitors may use it for folds); the product reads
+    # the run lengths (each run is a fresh stream, fedrca.detectors.factory.SEGMENTS)
     train.attrs["groups"] = np.repeat(np.arange(len(runs)), [len(r) for r in runs])
+    train.attrs["segments"] = [len(r) for r in runs]
     far = {s: _frame(get(library.nominal(s))) for s in library.far_seeds}
     faults = {}
     for s in library.fault_seeds:

@@ -49,7 +49,8 @@ def test_replay_writes_the_flag_and_verdict_contracts(repo, tmp_path, capsys):
     assert code == 0
     lines = [json.loads(line) for line in flags.read_text().splitlines()]
     assert len(lines) == 960 * 5
-    assert set(lines[0]) == {"plant", "seq", "zc", "za", "zc_pub", "za_pub", "d2c", "d2a"}
+    # config/tep.yaml grades the alarms (scoring.severity_levels): the levels are published too
+    assert set(lines[0]) == {"plant", "seq", "zc", "za", "zc_pub", "za_pub", "d2c", "d2a", "level", "level_pub"}
     # no flag privacy in config/tep.yaml: published = own flags
     assert all(r["zc"] == r["zc_pub"] and r["za"] == r["za_pub"] for r in lines)
     out = [json.loads(line) for line in verdicts.read_text().splitlines()]
@@ -71,7 +72,8 @@ def test_replay_writes_the_flag_and_verdict_contracts(repo, tmp_path, capsys):
     assert "verdicts:" in capsys.readouterr().out
     seqs = np.arange(960)
     engine = _engine_like_replay(repo, config)
-    engine_verdicts = [v.to_dict() for v in engine.run(seqs, published, ts=seqs * 180.0)]
+    levels = np.array([r["level_pub"] for r in lines]).reshape(960, len(plants))
+    engine_verdicts = [v.to_dict() for v in engine.run(seqs, published, ts=seqs * 180.0, levels=levels)]
     assert engine_verdicts == out
 
 

@@ -28,7 +28,8 @@ def test_shipped_configs_load():
     tep = load_config(REPO / "config" / "tep.yaml")
     assert tep.plant_names == ["feed", "reactor", "separator", "stripper", "compressor"]
     assert sum(len(p.sensors) for p in tep.plants) == 52
-    assert tep.plant("separator").scoring.smoothing.target == "residual"  # defaults merged
+    assert tep.plant("separator").scoring.method == "family"  # defaults merged
+    assert tep.plant("separator").scoring.ewma == [0.1, 0.05]
     assert math.isinf(tep.privacy.flag_epsilon)
     assert tep.topic("sensors", plant="feed") == "tep.sensors.feed"
     assert tep.topic("deadletter") == "tep.deadletter"
@@ -129,3 +130,15 @@ def test_a_control_column_may_be_its_plants_sensor_and_input_but_nothing_more(tm
         with pytest.raises(ConfigError) as err:
             load_config(path)
         assert str(err.value).startswith(f"{path}: {key}: column ") and "already used by plant" in str(err.value)
+
+
+def test_severity_levels_with_a_finite_privacy_budget_are_refused():
+    # the ledger composes the flags' randomized-response bits, not the levels' k-ary release
+    data = yaml.safe_load((REPO / "config" / "tep.yaml").read_text())
+    assert data["defaults"]["scoring"]["severity_levels"] > 0
+    parse_config(data)  # budget inf: accepted
+    data["privacy"]["budget"] = 8.0
+    with pytest.raises(ConfigError, match=r"privacy\.budget.*severity levels are not accounted"):
+        parse_config(data)
+    data["defaults"]["scoring"]["severity_levels"] = 0
+    assert parse_config(data).privacy.budget == 8.0

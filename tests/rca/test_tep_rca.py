@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from fedrca.cli.evaluation import evaluate_run
@@ -64,14 +65,15 @@ def test_trained_run_uses_the_learned_graph_and_trained_parameters(trained_site)
     assert trained_site.engine.model.separation != (0.0,)
 
 
-@pytest.mark.xfail(strict=True, reason="known miss: fault 01 reads as a stripper fault from the flags (docs/rca.md)")
+@pytest.mark.xfail(strict=True, reason="known miss: fault 01 is named after the units that see it first (docs/rca.md)")
 def test_fault_01_names_the_feed(trained_site, repo):
     after, _ = after_onset(trained_site, repo, "01", "feed")
     assert after["majority"] == "feed"
 
 
 def rerun(site, run, **settings) -> PipelineRun:
-    """The same published flags through an engine with the declared TEP flowsheet and ``settings``."""
+    """The same published flags (and severity levels) through an engine with the declared TEP flowsheet
+    and ``settings``."""
     graph = InterdependencyGraph.from_edges(site.config.plant_names, TEP_FLOWSHEET)
     engine = build_engine(
         site.config,
@@ -80,29 +82,36 @@ def rerun(site, run, **settings) -> PipelineRun:
         graph=graph,
         settings=RCASettings(**settings),
     )
-    return PipelineRun(dataclasses.replace(site, engine=engine), run.results, engine.run(range(960), run.published()))
+    levels = np.column_stack([run.results[p].level_pub for p in site.config.plant_names])
+    verdicts = engine.run(range(960), run.published(), levels=levels)
+    return PipelineRun(dataclasses.replace(site, engine=engine), run.results, verdicts)
 
 
-def test_declaring_the_feed_unseen_turns_the_wrong_fault_01_verdicts_into_no_verdict(trained_site, repo):
-    """With the flowsheet declared and the feed's unseen entry admitted, the stripper and the feed
-    explain fault 01 equally well (up to the prior share of the unseen entry): the engine stops
-    naming the stripper but cannot name the feed either; 04, 05 and 06 keep their verdicts."""
+def test_declaring_the_feed_unseen_changes_no_verdict_and_fault_01_stays_mostly_unnamed(trained_site, repo):
+    """With the flowsheet declared, fault 01's flags (every unit alarms within a few samples, the
+    separator first) name no single root in most verdicts; admitting the feed's unseen entry changes
+    none of the verdicts of 01, 04, 05 or 06, and 04, 05 and 06 keep their origin (docs/rca.md)."""
     for fault, root in {**FAULTS, "01": "feed"}.items():
         run = run_pipeline(trained_site, repo / f"data/tep/d{fault}_te.dat")
         plain = rerun(trained_site, run)
         unseen = rerun(trained_site, run, unobserved_entry=["feed"])
+        named = [(v.seq, v.root_cause, v.propagated) for v in unseen.verdicts]
+        assert named == [(v.seq, v.root_cause, v.propagated) for v in plain.verdicts]
+        after = evaluate_run(unseen, [FaultEvent(160, 960, root)]).after_onset
         if fault != "01":
-            named = [(v.seq, v.root_cause, v.propagated) for v in unseen.verdicts]
-            assert named == [(v.seq, v.root_cause, v.propagated) for v in plain.verdicts]
-            after = evaluate_run(unseen, [FaultEvent(160, 960, root)]).after_onset
             assert after["majority"] == root and after["correct"] > after["verdicts"] / 2
             continue
-        stripper_plain = [v for v in plain.verdicts if v.seq >= 160 and v.root_cause == "stripper"]
-        stripper_unseen = [v for v in unseen.verdicts if v.seq >= 160 and v.root_cause == "stripper"]
-        assert len(stripper_plain) > 40 and stripper_unseen == []
-        # late in the fault only the feed and the stripper alarm: a tie up to the prior share
-        engine = unseen.site.engine
-        engine.reset()
-        engine.run(range(700), run.published()[:700])
-        posterior = engine.decision.posterior
-        assert engine.decision.root_cause in {"stripper", "feed"} and 0.5 < posterior < 0.9
+        late = [v.root_cause for v in unseen.verdicts if v.seq >= 160]
+        assert late and sum(r is None for r in late) > len(late) / 2
+
+
+@pytest.mark.parametrize(
+    "which",
+    [pytest.param("trained_site", marks=pytest.mark.xfail(strict=True, reason="learned graph: still a miss")),
+     "untrained_site"],
+)  # fmt: skip
+def test_fault_01_is_named_where_stream_4_enters(request, repo, which):
+    """config/tep.yaml declares the feed and the stripper (where stream 4 enters) as unseen entries
+    (rca.unobserved_entry): the stream-4 A/C step is then named after one of them (issue 13's truth set)."""
+    after, _ = after_onset(request.getfixturevalue(which), repo, "01", "stripper")
+    assert after["majority"] in {"feed", "stripper"}

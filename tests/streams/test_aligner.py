@@ -132,3 +132,15 @@ def test_state_round_trip_keeps_the_memory():
     legacy = FlagAligner(PLANTS, allowed_lateness=1, memory=500)
     legacy.set_state(old)
     assert list(legacy._released) == list(al._released)
+
+
+def test_severity_levels_travel_with_their_row_and_survive_a_restart():
+    al = FlagAligner(PLANTS, allowed_lateness=10)
+    al.add(FlagMessage("s", "a", 0.0, 0, 1, 1, 1.0, "v", level=2))
+    al.add(FlagMessage("s", "b", 0.0, 0, 0, 0, 1.0, "v", level=0))
+    restored = FlagAligner(PLANTS, allowed_lateness=10)
+    restored.set_state(json.loads(json.dumps(al.get_state())))
+    rows, _ = restored.add(flag("c", 0))  # a plant without levels (FlagMessage.level None)
+    assert [(r.seq, r.levels) for r in rows] == [(0, {"a": 2, "b": 0})]
+    rows, _ = feed(restored, [flag(p, 1) for p in PLANTS])
+    assert [r.levels for r in rows] == [{}]

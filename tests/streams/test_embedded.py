@@ -49,6 +49,8 @@ def test_streaming_runtime_issues_the_verdicts_of_the_offline_pipeline(tep):
         mine = [(f.zc, f.za) for f in live.flags if f.plant == plant]
         theirs = list(zip(offline.results[plant].zc_pub.astype(int), offline.results[plant].za_pub.astype(int)))
         assert mine == theirs
+        # severity levels reach the RCA through the same messages (FlagMessage.level)
+        assert [f.level for f in live.flags if f.plant == plant] == offline.results[plant].level_pub.tolist()
 
 
 def test_reset_starts_a_new_recording(tep):

@@ -24,12 +24,16 @@ def write_flags_jsonl(path: str | Path, results: dict[str, DetectionResult], pub
     """Write one JSON line per sample and plant (sample-major order); returns the line count.
 
     Lines: ``{"plant", "seq", "zc", "za", "d2c", "d2a"}`` plus ``zc_pub``/``za_pub`` when
-    ``published`` is true.
+    ``published`` is true; plants that grade their alarms (``scoring.severity_levels``) add
+    ``level`` (and ``level_pub``, the level the RCA saw).
     """
     plants = list(results)
     if not plants:
         return 0
     fields = ["zc", "za", "zc_pub", "za_pub"] if published else ["zc", "za"]
+    T = len(results[plants[0]])
+    if all(len(results[p].level) == T and (results[p].level >= 0).all() for p in plants):
+        fields += ["level", "level_pub"] if published else ["level"]
     columns = {
         name: {
             **{f: getattr(results[name], f).astype(int).tolist() for f in fields},

@@ -4,7 +4,8 @@ Both run the in-process pipeline (detectors -> published flags -> RCA engine)
 on a recorded file with the same pure cores the streaming runtime uses.
 
 ``replay`` writes one flags line per plant and sample
-``{"plant","seq","zc","za","zc_pub","za_pub","d2c","d2a"}`` and one verdict
+``{"plant","seq","zc","za","zc_pub","za_pub","d2c","d2a"}`` (plus ``level``/``level_pub``
+when the plants grade their alarms) and one verdict
 line per verdict in the verdicts-topic contract
 (:class:`fedrca.contracts.Verdict`; ``seq`` = 0-based input row, ``root_cause``
 null when none). ``evaluate``

@@ -26,7 +26,7 @@ from fedrca.config import RCASettings, SiteConfig, parameters_hash, resolve_plan
 from fedrca.contracts import ParameterArtifact, Verdict, check_binding, load_artifacts
 from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames
 from fedrca.detectors.collabdict import FleetModel
-from fedrca.detectors.factory import build_detector, fit_detectors
+from fedrca.detectors.factory import build_detector, fit_detectors, frame_segments
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
@@ -57,8 +57,8 @@ BoolArray = NDArray[np.bool_]
 
 
 def without_privacy(config: SiteConfig) -> SiteConfig:
-    """The same configuration with flags published as they are (epsilon = inf)."""
-    privacy = config.privacy.model_copy(update={"flag_epsilon": math.inf})
+    """The same configuration with flags (and severity levels) published as they are (epsilon = inf)."""
+    privacy = config.privacy.model_copy(update={"flag_epsilon": math.inf, "level_epsilon": math.inf})
     return config.model_copy(update={"privacy": privacy})
 
 
@@ -176,7 +176,9 @@ def prepare_site(
         # plants given by match rules take the nominal file's columns
         config = resolve_plants(config, [str(c) for c in frame.columns])
     nominal = _as_plant_data(config, frame, source)
-    detectors = build_detectors(config, nominal, source=source)
+    # a nominal frame made of several recordings says so in attrs["segments"]: each is a fresh stream
+    segments = frame_segments(frame)
+    detectors = build_detectors(config, nominal, source=source, segments=segments)
     version = "proprietary"
     artifacts = None
     if params_dir is not None:
@@ -184,9 +186,17 @@ def prepare_site(
         version = apply_params(detectors, artifacts, params_dir)
     nominal_flags = {}
     for name, det in detectors.items():
-        with det.detached():
-            result = det.step_batch(nominal[name].Y, nominal[name].U)
-        nominal_flags[name] = np.column_stack([result.zc, result.za])
+        parts, start = [], 0
+        for n in segments or [len(nominal[name].Y)]:
+            U = nominal[name].U
+            with det.detached():
+                parts.append(
+                    det.step_batch(nominal[name].Y[start : start + n], None if U is None else U[start : start + n])
+                )
+            start += n
+        nominal_flags[name] = np.column_stack(
+            [np.concatenate([r.zc for r in parts]), np.concatenate([r.za for r in parts])]
+        )
     engine = build_engine(
         config,
         artifacts=artifacts,
@@ -252,8 +262,9 @@ def run_pipeline(
     plants = config.plant_names
     published = np.stack([np.column_stack([results[p].zc_pub, results[p].za_pub]) for p in plants], axis=1)
     seqs = np.arange(len(published))
+    levels = np.column_stack([results[p].level_pub for p in plants]) if config.severity_levels else None
     # rows are stamped like the live stream's: seq times the sampling interval
-    verdicts = site.engine.run(seqs, published.astype(np.int64), ts=seqs * config.dataset.sample_seconds)
+    verdicts = site.engine.run(seqs, published.astype(np.int64), ts=seqs * config.dataset.sample_seconds, levels=levels)
     return PipelineRun(site, results, verdicts)
 
 
@@ -262,20 +273,23 @@ def build_detectors(
     nominal: pd.DataFrame | Mapping[str, PlantData],
     seed: int | None = None,
     source: str = "nominal data",
+    segments: list[int] | None = None,
 ) -> dict[str, Detector]:
     """One detector per plant, fitted on the nominal data (a frame or per-plant arrays) once it is checked
     (:func:`fedrca.datasets.loader.check_nominal_plant`: enough rows, finite, no constant column).
 
-    A fleet plant's shared model is read from the file its configuration names.
+    A frame's ``attrs["segments"]`` or ``segments`` = the lengths of the recordings it is made of
+    (each a fresh stream). A fleet plant's shared model is read from the file its configuration names.
     """
     if isinstance(nominal, pd.DataFrame):
+        segments = segments if segments is not None else frame_segments(nominal)
         config = resolve_plants(config, [str(c) for c in nominal.columns])
         data = plant_frames(config, nominal, source)
     else:
         data = dict(nominal)
     for plant in config.plants:
         check_nominal_plant(config, plant, data[plant.name], source)
-    return fit_detectors(config, data, seed, fleet_models(config))
+    return fit_detectors(config, data, seed, fleet_models(config), segments=segments)
 
 
 def fleet_models(config: SiteConfig) -> dict[str, FleetModel]:

@@ -28,6 +28,7 @@ from fedrca.config import SiteConfig, TrainingSettings
 from fedrca.contracts import save_artifact
 from fedrca.contracts.artifacts import arrays_sha256
 from fedrca.datasets.loader import PlantData, plant_frames
+from fedrca.detectors.factory import frame_segments
 from fedrca.exceptions import ArtifactError, IntegrityError
 from fedrca.training.federated import FederatedTraining, PartyState, TrainingResult, TrainingState
 
@@ -236,7 +237,11 @@ def train_site(
     **job_options: Any,
 ) -> TrainingResult:
     """Fit the site's detectors on nominal data, train them federatedly and write the artifacts to ``out``."""
+    segments = frame_segments(nominal) if isinstance(nominal, pd.DataFrame) else None
     data = plant_frames(config, nominal, source) if isinstance(nominal, pd.DataFrame) else dict(nominal)
-    detectors = build_detectors(config, data, source=source)  # checks the nominal data first
+    if segments is not None:
+        job_options.setdefault("segments", segments)
+    # checks the nominal data first
+    detectors = build_detectors(config, data, source=source, segments=job_options.get("segments"))
     job = FederatedTraining(config, data, detectors=detectors, settings=settings, **job_options)
     return run_training(job, out, rounds=rounds, resume=resume, progress=progress)

@@ -87,7 +87,10 @@ class RCASettings(Strict):
         is finite and new data has heavier tails)
     order_violation : P(an effect starts alarming more than ``onset_slack`` rows
         before its root), the onset-order evidence
-    onset_slack : rows of tolerance in the onset order
+    onset_slack : rows of tolerance in the onset order (and in the severity order)
+    severity_violation : P(an effect reaches a severity level more than ``onset_slack`` rows
+        before its root, or one its root never reaches), per level; the severity-order
+        evidence when the plants publish severity levels (an effect is weaker than its cause)
     cusum_threshold : log-likelihood ratio (nats) at which a plant counts as alarming
         (per-plant CUSUM on its published flags; gives onsets and episodes)
     prior_anomaly : prior probability of an anomaly hypothesis against "no anomaly"
@@ -129,6 +132,7 @@ class RCASettings(Strict):
     min_false_alarm: float = Field(0.002, ge=0.0, lt=0.5)
     order_violation: float = Field(0.01, gt=0.0, le=1.0)
     onset_slack: int = Field(0, ge=0)
+    severity_violation: float = Field(0.05, gt=0.0, le=1.0)
     cusum_threshold: float = Field(3.0, gt=0.0)
     prior_anomaly: float = Field(1e-3, gt=0.0, lt=1.0)
     prior_external: float = Field(0.01, gt=0.0, lt=1.0)

@@ -106,16 +106,75 @@ class SmoothingSettings(Strict):
     target: Literal["d2", "residual"] = "d2"
 
 
-class ScoringSettings(Strict):
-    """Residual scoring and thresholds (nominal data only)."""
+Statistic = Literal["innovation", "mewma", "level", "reconstruction", "dispersion"]
+_STATISTICS: tuple[Statistic, ...] = ("innovation", "mewma", "level", "reconstruction")
+_RESIDUAL_ONLY = ("threshold", "percentile", "smoothing", "margin")
+_FAMILY_ONLY = ("statistics", "ewma", "base_quantile", "tail", "confidence", "dispersion")
 
+
+class ScoringSettings(Strict):
+    """How a plant turns its models' evidence into flags (thresholds from nominal data only).
+
+    ``method: residual`` (default): P1's flags, the Mahalanobis distance of each model's
+    prediction residual against a ``percentile`` (or ``chi2``) threshold times ``margin``,
+    optionally ``smoothing``. ``method: family``: the statistic family of
+    :mod:`fedrca.detectors.statistics` (``statistics``, MEWMA constants ``ewma``), with
+    ``alpha`` the plant's family-wise false-alarm rate per sample over both flags and
+    every statistic; the threshold is fitted to the upper ``tail`` share of held-out nominal
+    scores and taken at its ``confidence`` upper bound (more margin for short nominal data).
+    ``warmup``: samples after a reset without flags (both methods). ``severity_levels``
+    (K, 0 = off) and ``severity_base`` (b): with its flags the plant publishes the severity
+    level of its proprietary score, 0 without an alarm, else ``1 + floor(log_b(score / tau))``
+    capped at K - 1, through k-ary randomized response (``privacy.level_epsilon``).
+    """
+
+    method: Literal["residual", "family"] = "residual"
     threshold: Literal["percentile", "chi2"] = "percentile"
     percentile: float = Field(99.0, gt=0.0, lt=100.0)
     alpha: float = Field(0.01, gt=0.0, lt=1.0)
     smoothing: SmoothingSettings | None = None
     margin: float = Field(1.0, ge=1.0)
+    statistics: list[Statistic] = Field(default_factory=lambda: list(_STATISTICS), min_length=1)
+    ewma: list[float] = Field(default_factory=lambda: [0.1], min_length=1)
+    base_quantile: float = Field(0.99, gt=0.5, lt=1.0)
+    tail: float = Field(0.1, gt=0.0, lt=0.5)
+    confidence: float = Field(0.5, ge=0.5, lt=1.0)
+    dispersion: float = Field(0.2, gt=0.0, le=1.0)
+    warmup: int = Field(0, ge=0)
+    severity_levels: int = Field(0, ge=0, description="levels published with the flags (0 = none, else >= 3)")
+    severity_base: float = Field(10.0, gt=1.0)
     calibration: Literal["cv", "in-sample"] = "cv"
     folds: int = Field(5, ge=2)
+
+    @field_validator("ewma")
+    @classmethod
+    def _smoothing_constants(cls, value: list[float]) -> list[float]:
+        if any(not 0.0 < v <= 1.0 for v in value):
+            raise ValueError("must be a list of EWMA smoothing constants in (0, 1], e.g. [0.1]")
+        return value
+
+    @model_validator(mode="after")
+    def _keys_of_the_method(self) -> ScoringSettings:
+        foreign = _FAMILY_ONLY if self.method == "residual" else _RESIDUAL_ONLY
+        # a key of the other method, set to something else than its default (a dumped configuration
+        # carries every default and must load again)
+        fields = type(self).model_fields
+        given = [
+            k
+            for k in foreign
+            if k in self.model_fields_set and getattr(self, k) != fields[k].get_default(call_default_factory=True)
+        ]
+        if given:
+            other = "family" if self.method == "residual" else "residual"
+            raise ValueError(
+                f"{', '.join(given)} only apply to method '{other}'; this plant's scoring method is "
+                f"'{self.method}' (set method: {other} or drop the key)"
+            )
+        if self.method == "family" and len(set(self.statistics)) != len(self.statistics):
+            raise ValueError("statistics must not repeat a statistic")
+        if self.severity_levels in (1, 2):
+            raise ValueError("severity_levels must be 0 (no levels) or at least 3 (0 = no alarm, 1, 2, ...)")
+        return self
 
 
 class DetectorSettings(Strict):
@@ -221,13 +280,16 @@ class PrivacySettings(Strict):
     """
 
     flag_epsilon: float = Field(math.inf, gt=0.0, description="per published flag; inf = off")
+    level_epsilon: float = Field(
+        math.inf, gt=0.0, description="per published severity level (k-ary randomized response); inf = off"
+    )
     seed: int = 0
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant (training + flags of a window)")
     delta: float = Field(1e-5, gt=0.0, lt=1.0, description="delta every epsilon is reported at")
     window: int = Field(3600, ge=1, description="samples over which published flags compose")
     on_exhausted: Literal["warn", "stop"] = "warn"
 
-    _inf = field_validator("flag_epsilon", "budget", mode="before")(parse_inf)
+    _inf = field_validator("flag_epsilon", "budget", "level_epsilon", mode="before")(parse_inf)
 
 
 class TopicSettings(Strict):
@@ -336,6 +398,11 @@ class SiteConfig(Strict):
     def resolved(self) -> bool:
         """True when every plant's sensors are explicit columns (no unresolved ``match`` rule)."""
         return all(p.resolved for p in self.plants)
+
+    @property
+    def severity_levels(self) -> int:
+        """K of the severity levels every plant publishes (0 = none); one value per site (validated)."""
+        return max((p.scoring.severity_levels for p in self.plants), default=0)
 
     def plant(self, name: str) -> PlantConfig:
         """The plant called ``name``."""
@@ -482,6 +549,23 @@ def _check_columns(config: SiteConfig, source: str | None) -> None:
                         key=key,
                     )
                 owner[column] = (plant.name, kind)
+    levels = {p.scoring.severity_levels for p in config.plants}
+    if len(levels) > 1:
+        raise ConfigError(
+            f"plants publish different numbers of severity levels {sorted(levels)}; the RCA reads one scale: "
+            "set scoring.severity_levels under defaults",
+            source=source,
+            key="plants[].scoring.severity_levels",
+        )
+    if levels != {0} and math.isfinite(config.privacy.budget):
+        # The inference ledger (training/ledger.py FlagWindow) composes the randomized-response
+        # bits of the flags; the severity levels' k-ary release is not in it yet.
+        raise ConfigError(
+            "severity levels are not accounted in the privacy ledger: with a finite privacy.budget set "
+            "scoring.severity_levels: 0, or privacy.budget: inf",
+            source=source,
+            key="privacy.budget",
+        )
     names = set(config.plant_names)
     for k, entry in enumerate(config.rca.unobserved_entry):
         if entry not in names:

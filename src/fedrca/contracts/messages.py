@@ -8,7 +8,8 @@ Contracts (one schema each, used by the topics, the replay files and the reports
 
 * sensors  ``{"site","plant","ts","seq","values":[...]}`` (values in the plant's configured order)
 * flags    ``{"site","plant","ts","seq","zc","za","eps","model_version"}`` (published flags only;
-  ``"withheld": true`` with zc = za = 0 when the plant's privacy budget stopped it publishing)
+  ``"withheld": true`` with zc = za = 0 when the plant's privacy budget stopped it publishing), plus
+  ``"level","level_eps"`` when the plant publishes severity levels (k-ary randomized response)
 * verdicts ``{"site","ts","seq","root_cause","propagated","posterior","evidence_window","outcome","id"}``
 """
 
@@ -99,6 +100,10 @@ class FlagMessage:
 
     ``withheld`` marks a sample whose flags the plant did not publish (privacy budget
     exhausted): its bits are 0 and carry no evidence; the RCA judges the row without it.
+    ``level`` is the published severity level of the proprietary score (0 = no alarm,
+    1, 2, ... for each factor ``severity_base`` above the threshold) after its k-ary
+    randomized response of budget ``level_eps``; None when the plant publishes no levels
+    (then the two fields are left out of the JSON).
     """
 
     site: str
@@ -110,10 +115,12 @@ class FlagMessage:
     eps: float
     model_version: str
     withheld: bool = False
+    level: int | None = None
+    level_eps: float = math.inf
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract (``withheld`` only when set)."""
-        data = {
+        """The JSON contract (``withheld`` and the levels only when set)."""
+        out: dict[str, Any] = {
             "site": self.site,
             "plant": self.plant,
             "ts": self.ts,
@@ -124,8 +131,11 @@ class FlagMessage:
             "model_version": self.model_version,
         }
         if self.withheld:
-            data["withheld"] = True
-        return data
+            out["withheld"] = True
+        if self.level is not None:
+            out["level"] = self.level
+            out["level_eps"] = None if math.isinf(self.level_eps) else self.level_eps
+        return out
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -312,10 +322,12 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
     out = []
     parts: dict[tuple[str, str, float, str], tuple[str, str]] = {}
     for f in flags:
-        if f.withheld or not (
-            type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int
+        if (
+            f.withheld
+            or f.level is not None
+            or not (type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int)
         ):
-            out.append(encode(f.to_dict()))  # anything unusual: json decides
+            out.append(encode(f.to_dict()))  # levels or anything unusual: json decides
             continue
         shared = (f.site, f.plant, f.eps, f.model_version)
         head_tail = parts.get(shared)
@@ -331,7 +343,7 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
 
 
 def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None = None) -> FlagMessage:
-    """Validate a flags-topic message (same rules; zc/za must be 0 or 1).
+    """Validate a flags-topic message (same rules; zc/za must be 0 or 1, a level a non-negative integer).
 
     Examples
     --------
@@ -351,6 +363,10 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
     if withheld not in (True, False) or (withheld and flags != [0, 0]):
         raise MessageError(R.BAD_FLAG, f"'withheld' must be true (with zc = za = 0) or false, got {withheld!r}")
     eps = data.get("eps")
+    level = data.get("level")
+    if level is not None and (type(level) is not int or level < 0):
+        raise MessageError(R.BAD_FLAG, f"'level' must be a non-negative integer, got {level!r}")
+    level_eps = data.get("level_eps")
     return FlagMessage(
         site,
         plant,
@@ -361,6 +377,8 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
         math.inf if eps is None else float(eps),
         str(data.get("model_version", "")),
         bool(withheld),
+        level,
+        math.inf if level_eps is None else float(level_eps),
     )
 
 

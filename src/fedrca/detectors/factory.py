@@ -8,8 +8,8 @@ fits one per plant on its nominal data.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,7 +21,7 @@ from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.detectors.plugin import load_plugin
 from fedrca.exceptions import ConfigError
 
-__all__ = ["PlantArrays", "build_detector", "fit_detectors"]
+__all__ = ["SEGMENTS", "PlantArrays", "build_detector", "fit_detectors", "frame_segments"]
 
 
 class PlantArrays(Protocol):
@@ -66,7 +66,9 @@ def build_detector(
         except ConfigError as exc:
             index = config.plant_names.index(plant.name)
             raise ConfigError(exc.reason, source=config.source, key=f"plants[{index}].model.plugin") from None
-    smoothing = plant.scoring.smoothing
+    scoring = plant.scoring
+    smoothing = scoring.smoothing
+    family = scoring.method == "family"
     return PlantDetector(
         name=plant.name,
         model=model,
@@ -80,11 +82,21 @@ def build_detector(
         threshold=plant.scoring.threshold,
         percentile=plant.scoring.percentile,
         alpha=plant.scoring.alpha,
-        ewma=None if smoothing is None else smoothing.ewma,
+        ewma=tuple(scoring.ewma) if family else (None if smoothing is None else smoothing.ewma),
         smooth="d2" if smoothing is None else smoothing.target,
         margin=plant.scoring.margin,
         calibration=plant.scoring.calibration,
         folds=plant.scoring.folds,
+        method=scoring.method,
+        statistics=tuple(scoring.statistics),
+        base_quantile=scoring.base_quantile,
+        tail=scoring.tail,
+        confidence=scoring.confidence,
+        dispersion=scoring.dispersion,
+        warmup=scoring.warmup,
+        severity_levels=scoring.severity_levels,
+        severity_base=scoring.severity_base,
+        level_epsilon=config.privacy.level_epsilon,
         epsilon=config.privacy.flag_epsilon,
         seed=plant_seed,
     )
@@ -95,15 +107,33 @@ def fit_detectors(
     nominal: Mapping[str, PlantArrays],
     seed: int | None = None,
     fleet_models: Mapping[str, FleetModel] | None = None,
+    segments: Sequence[int] | None = None,
 ) -> dict[str, Detector]:
     """One detector per plant, fitted on its nominal data (per-plant arrays in configured column order).
 
     ``fleet_models``: the shared model of each fleet plant that has one (see :func:`build_detector`).
+    ``segments``: lengths of the consecutive recordings the nominal rows are made of
+    (:meth:`PlantDetector.fit`; a fleet detector fits on the rows as one recording); None = one recording.
     """
     models = fleet_models or {}
     return {
-        plant.name: build_detector(config, plant, seed, models.get(plant.name)).fit(
-            nominal[plant.name].Y, nominal[plant.name].U
-        )
+        plant.name: _fit(build_detector(config, plant, seed, models.get(plant.name)), nominal[plant.name], segments)
         for plant in config.plants
     }
+
+
+def _fit(detector: Detector, data: PlantArrays, segments: Sequence[int] | None) -> Detector:
+    if isinstance(detector, PlantDetector):
+        return detector.fit(data.Y, data.U, segments=segments)
+    return detector.fit(data.Y, data.U)
+
+
+#: ``DataFrame.attrs`` key of the lengths of the consecutive recordings a nominal frame is made of.
+SEGMENTS = "segments"
+
+
+def frame_segments(frame: Any) -> list[int] | None:
+    """The recording lengths a nominal frame carries in ``attrs["segments"]`` (None: one recording)."""
+    attrs = getattr(frame, "attrs", None) or {}
+    segments = attrs.get(SEGMENTS)
+    return None if segments is None else [int(v) for v in segments]

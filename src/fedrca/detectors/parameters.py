@@ -21,13 +21,21 @@ from fedrca.detectors.augment import RandomFourierFeatures
 from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import LinearModel
 from fedrca.detectors.scoring import ScorerState
-from fedrca.exceptions import ArtifactError
+from fedrca.detectors.statistics import FamilyState
+from fedrca.exceptions import ArtifactError, ModelError
 
-__all__ = ["apply_artifact", "model_fingerprint", "scorer_arrays", "scorer_from_arrays"]
+__all__ = ["FAMILY_PREFIX", "apply_artifact", "model_fingerprint", "scorer_arrays", "scorer_from_arrays"]
 
 
-def scorer_arrays(state: ScorerState, prefix: str = "scorer_a") -> dict[str, np.ndarray]:
-    """The arrays of a scorer state (threshold and EWMA start as 0-d arrays)."""
+#: Artifact array prefix of the augmented statistic family (family method).
+FAMILY_PREFIX = "family_a"
+
+
+def scorer_arrays(state: ScorerState | FamilyState, prefix: str = "scorer_a") -> dict[str, np.ndarray]:
+    """The arrays of an augmented calibration: a residual scorer's (threshold and EWMA start as 0-d
+    arrays, under ``prefix``) or a statistic family's (:meth:`FamilyState.to_arrays`, under ``family_a``)."""
+    if isinstance(state, FamilyState):
+        return state.to_arrays(FAMILY_PREFIX)
     return {
         f"{prefix}.mean": np.asarray(state.mean, dtype=np.float64),
         f"{prefix}.whitening": np.asarray(state.whitening, dtype=np.float64),
@@ -36,8 +44,10 @@ def scorer_arrays(state: ScorerState, prefix: str = "scorer_a") -> dict[str, np.
     }
 
 
-def scorer_from_arrays(arrays: Mapping[str, np.ndarray], prefix: str = "scorer_a") -> ScorerState | None:
-    """Inverse of :func:`scorer_arrays` (None when the artifact carries no scorer)."""
+def scorer_from_arrays(arrays: Mapping[str, np.ndarray], prefix: str = "scorer_a") -> ScorerState | FamilyState | None:
+    """Inverse of :func:`scorer_arrays` (None when the artifact carries no calibration)."""
+    if f"{FAMILY_PREFIX}.threshold" in arrays:
+        return FamilyState.from_arrays(arrays, FAMILY_PREFIX)
     if f"{prefix}.mean" not in arrays:
         return None
     return ScorerState(
@@ -110,6 +120,10 @@ def apply_artifact(detector: PlantDetector, artifact: ParameterArtifact) -> None
             "map than this detector's (fitted on other nominal data or with other settings); retrain"
         )
     scorer = scorer_from_arrays(artifact.arrays)
-    if scorer is not None and scorer.mean.shape != (detector.scaler.mean.shape[0],):
+    mean = scorer.innovation.mean if isinstance(scorer, FamilyState) else None if scorer is None else scorer.mean
+    if mean is not None and mean.shape != (detector.scaler.mean.shape[0],):
         raise ArtifactError(f"artifact '{artifact.plant}': the augmented scorer is for another sensor count")
-    detector.set_parameters(theta, scorer_a=scorer, version=artifact.version)
+    try:
+        detector.set_parameters(theta, scorer_a=scorer, version=artifact.version)
+    except ModelError as exc:
+        raise ArtifactError(f"artifact '{artifact.plant}' {artifact.version}: {exc}") from None

@@ -1,8 +1,23 @@
-"""Per-plant detector: proprietary filter + augmentation + residual scoring + flag privacy.
+"""Per-plant detector: proprietary filter + augmentation + scoring + flag privacy.
 
 One :class:`PlantDetector` per plant. ``fit`` calibrates on nominal data only;
 ``step_batch`` and ``step`` process new samples and keep all streaming state,
 so processing a stream in any chunking gives the same result as one batch.
+
+Two scoring methods (``method``):
+
+* ``"residual"``: P1's flags, the Mahalanobis distance of the prediction residual
+  of each model (:class:`~fedrca.detectors.scoring.ResidualScorer`), optionally
+  EWMA-smoothed;
+* ``"family"``: a family of statistics per model, innovation + MEWMA + level +
+  reconstruction (:mod:`fedrca.detectors.statistics`), with one jointly calibrated
+  family-wise false-alarm rate ``alpha`` per plant (both flags together).
+
+Either way ``Z_c`` comes from the proprietary model and ``Z_a`` from the augmented
+one: each statistic of the proprietary model has its augmented counterpart,
+computed from the augmented prediction ``x_a(t) = f(x̂_c(t-1) + Theta psi(y(t-1)))``
+and the augmented estimate ``x̂_a(t) = x̂_c(t) + Theta psi(y(t))`` exactly as the
+proprietary one is from ``x_c(t)`` and ``x̂_c(t)``; with Theta = 0 the two are equal.
 """
 
 from __future__ import annotations
@@ -10,9 +25,9 @@ from __future__ import annotations
 import copy
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -21,14 +36,44 @@ from numpy.typing import ArrayLike, NDArray
 from fedrca.detectors.augment import Augmentation, make_feature_map
 from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_linear_model
 from fedrca.detectors.plugin import ProprietaryFilter, filter_batch
-from fedrca.detectors.privacy import RandomizedResponse
+from fedrca.detectors.privacy import LevelRandomizedResponse, RandomizedResponse
 from fedrca.detectors.scoring import ResidualScorer, ScorerState
+from fedrca.detectors.statistics import (
+    STATISTICS,
+    FamilyState,
+    StatisticFamily,
+    fit_family,
+    keep_mask,
+    score_of,
+    segment_lengths,
+    segment_statistics,
+    tail_quantile,
+)
 from fedrca.exceptions import DataError, ModelError, NotFittedError
 
-__all__ = ["DetectionResult", "Detector", "PlantDetector"]
+__all__ = ["DetectionResult", "Detector", "PlantDetector", "severity_levels"]
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
+Scorer = ResidualScorer | StatisticFamily
+Calibration = ScorerState | FamilyState
+IntArray = NDArray[np.int64]
+
+
+def severity_levels(score: FloatArray, threshold: float, alarm: BoolArray, n_levels: int, base: float) -> IntArray:
+    """Severity level of each sample: 0 without an alarm, else ``1 + floor(log_base(score / threshold))``
+    capped at ``n_levels - 1`` (so level 1 is ``[tau, base tau)``, level 2 ``[base tau, base^2 tau)``, ...).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> severity_levels(np.array([0.5, 2.0, 30.0, 3e5]), 1.0, np.array([False, True, True, True]), 4, 10.0).tolist()
+    [0, 1, 2, 3]
+    """
+    ratio = np.maximum(np.asarray(score, dtype=np.float64) / threshold, 1.0)
+    # l = 1 + floor(log_b(s / tau)), capped
+    level = np.minimum(1 + np.floor(np.log(ratio) / math.log(base)), n_levels - 1)
+    return np.asarray(np.where(alarm, level, 0), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -41,9 +86,16 @@ class DetectionResult:
     x_a : (T, P) augmented predicted states x_a(t)
     r_c, r_a : (T, D) residuals y - h(x_c), y - h(x_a) (standardised units for
         identified models)
-    d2_c, d2_a : (T,) Mahalanobis distances (smoothed when EWMA is on)
-    zc, za : (T,) bool, d2 above the nominal threshold
+    d2_c, d2_a : (T,) scores: the Mahalanobis distances (smoothed when EWMA is on) of the
+        residual method, the normalised family score ``max_k s_k / c_k`` of the family method
+    zc, za : (T,) bool, score above the nominal threshold
     zc_pub, za_pub : (T,) bool, the flags after randomized response (what leaves the plant)
+    stats_c, stats_a : (T, K) the normalised statistics behind each score (family method:
+        one column per statistic, :attr:`PlantDetector.statistics`; residual method: the
+        score itself); evidence that stays in the plant
+    level, level_pub : (T,) int, the severity level of the proprietary score
+        (:func:`severity_levels`) and the level after its randomized response (what leaves
+        the plant); -1 when the detector publishes no levels
     """
 
     x_c: FloatArray
@@ -56,6 +108,10 @@ class DetectionResult:
     za: BoolArray
     zc_pub: BoolArray
     za_pub: BoolArray
+    stats_c: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
+    stats_a: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
+    level: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    level_pub: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.d2_c)
@@ -136,6 +192,24 @@ class Detector(ABC):
         """Forget the stream (the learned parameters are kept)."""
 
 
+@dataclass(frozen=True)
+class _Evidence:
+    """What both models give for T samples (before scoring); units of the filter."""
+
+    x_c: FloatArray  # (T, P) x_c(t), proprietary prediction
+    x_a: FloatArray  # (T, P) x_a(t), augmented prediction
+    xh_c: FloatArray  # (T, P) x̂_c(t), proprietary estimate
+    xh_a: FloatArray  # (T, P) x̂_a(t) = x̂_c(t) + Theta psi(y(t))
+    r_c: FloatArray  # (T, D) y - h(x_c)
+    r_a: FloatArray  # (T, D) y - h(x_a)
+    e_c: FloatArray  # (T, D) y - h(x̂_c)
+    e_a: FloatArray  # (T, D) y - h(x̂_a)
+
+    @classmethod
+    def concat(cls, parts: list[_Evidence]) -> _Evidence:
+        return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)})
+
+
 class PlantDetector(Detector):
     """One plant's detector: fixed filter, augmentation, scorers and randomized response.
 
@@ -148,12 +222,31 @@ class PlantDetector(Detector):
     energy : energy fraction for identification
     features : augmentation feature map, "identity" or "rff"
     n_features, lengthscale : random-feature settings
-    threshold, percentile, alpha, ewma, margin : see :class:`ResidualScorer`
+    method : "residual" (P1's residual scorer) or "family" (the statistic family, see the
+        module docstring)
+    threshold, percentile, margin, smooth : residual method, see :class:`ResidualScorer`
+    alpha : residual method: the chi-square level; family method: the family-wise
+        false-alarm rate per sample of the plant (both flags, every statistic)
+    ewma : residual method: the EWMA weight (None = off); family method: the MEWMA
+        smoothing constant(s) (None = 0.1)
+    statistics : family method: which statistics (subset of
+        :data:`fedrca.detectors.statistics.STATISTICS`)
+    base_quantile, tail, confidence : family method: the per-statistic normaliser, the share
+        of the held-out scores the threshold's tail is fitted to and the confidence of the
+        threshold (:func:`~fedrca.detectors.statistics.tail_quantile`)
+    dispersion : family method: smoothing constant of the ``dispersion`` statistic
+    warmup : samples after a reset during which no flag is raised (the filter and the
+        EWMA settle from their initial values); the statistics are computed all the same
+    severity_levels, severity_base : publish, with the flags, the severity level of the
+        proprietary score (:func:`severity_levels`, ``severity_levels`` values K >= 3; 0 = no
+        levels) through k-ary randomized response of budget ``level_epsilon``
     epsilon : flag privacy budget per published flag (inf = no perturbation)
     seed : seeds the random features and the randomized response
     steady_state : steady-state Kalman gain for identified models
     use_inputs : when False the inputs given to :meth:`fit` and :meth:`step_batch` are ignored:
         the filter runs as if the plant had none (its inputs still reach the federated learner)
+    calibration, folds : thresholds from held-out residuals of models identified without
+        each of ``folds`` contiguous blocks ("cv"), or in-sample
 
     Examples
     --------
@@ -163,6 +256,11 @@ class PlantDetector(Detector):
     >>> det = PlantDetector(n_states=2, seed=0).fit(nominal)
     >>> shifted = nominal[:50] + 8.0
     >>> bool(det.step_batch(shifted).zc.mean() > 0.9)
+    True
+    >>> fam = PlantDetector(n_states=2, method="family", alpha=0.01, seed=0).fit(nominal)
+    >>> fam.statistics
+    ('innovation', 'mewma@0.1', 'level', 'reconstruction')
+    >>> bool(fam.step_batch(shifted).zc.mean() > 0.9)
     True
     """
 
@@ -178,7 +276,7 @@ class PlantDetector(Detector):
         threshold: str = "percentile",
         percentile: float = 99.0,
         alpha: float = 0.01,
-        ewma: float | None = None,
+        ewma: float | Sequence[float] | None = None,
         smooth: str = "d2",
         margin: float = 1.0,
         epsilon: float = math.inf,
@@ -187,6 +285,16 @@ class PlantDetector(Detector):
         calibration: str = "cv",
         folds: int = 5,
         use_inputs: bool = True,
+        method: str = "residual",
+        statistics: Sequence[str] = STATISTICS,
+        base_quantile: float = 0.99,
+        tail: float = 0.1,
+        confidence: float = 0.5,
+        dispersion: float = 0.2,
+        warmup: int = 0,
+        severity_levels: int = 0,
+        severity_base: float = 10.0,
+        level_epsilon: float = math.inf,
     ) -> None:
         self.name = name
         self.model = model
@@ -208,27 +316,71 @@ class PlantDetector(Detector):
             raise ModelError(f"calibration must be 'cv' or 'in-sample', got {calibration!r}")
         if folds < 2:
             raise ModelError(f"folds must be >= 2, got {folds}")
+        if method not in ("residual", "family"):
+            raise ModelError(f"method must be 'residual' or 'family', got {method!r}")
+        if warmup < 0:
+            raise ModelError(f"warmup must be >= 0, got {warmup}")
+        if severity_levels not in (0,) and severity_levels < 3:
+            raise ModelError(f"severity_levels must be 0 (no levels) or >= 3, got {severity_levels}")
+        if severity_base <= 1.0:
+            raise ModelError(f"severity_base must be > 1, got {severity_base}")
+        if method == "residual" and ewma is not None and not isinstance(ewma, int | float):
+            raise ModelError("the residual method takes one EWMA weight (a number), not a list")
         self.calibration = calibration
         self.folds = folds
         self.use_inputs = use_inputs
+        self.method = method
+        self.statistics_selected = tuple(statistics)
+        self.base_quantile = base_quantile
+        self.tail = tail
+        self.confidence = confidence
+        self.dispersion = dispersion
+        self.warmup = warmup
+        self.severity_levels = severity_levels
+        self.severity_base = severity_base
+        self.level_epsilon = level_epsilon
         self._filter: ProprietaryFilter | None = None
         self._identified: IdentifiedModel | None = None
         self._scaler: Standardizer | None = None
         self._augmentation: Augmentation | None = None
-        self._scorer_c = self._new_scorer()
-        self._scorer_a = self._new_scorer()
+        self._scorer_c: Scorer = self._new_scorer()
+        self._scorer_a: Scorer = self._new_scorer()
         self._privacy = RandomizedResponse(epsilon, seed=seed)
+        self._level_privacy = LevelRandomizedResponse(level_epsilon, max(severity_levels, 2), seed=seed)
         self._last_y: FloatArray | None = None  # standardised y(t-1)
         self._last_u: FloatArray | None = None
+        self._seen = 0  # samples since the last reset (counted up to warmup)
         self._initial_filter_state: dict[str, Any] | None = None
+        # family method: the calibration of the proprietary family, kept to re-calibrate the pair
+        # jointly for a new Theta (calibrate_augmented)
+        self._inflation: FloatArray | None = None
+        self._threshold_c0: float | None = None
         self.parameter_version: str = "proprietary"
 
-    def _new_scorer(self) -> ResidualScorer:
+    def _lambdas(self) -> tuple[float, ...]:
+        if self.ewma is None:
+            return (0.1,)
+        if isinstance(self.ewma, int | float):
+            return (float(self.ewma),)
+        return tuple(float(v) for v in self.ewma)
+
+    def _new_scorer(self) -> Scorer:
+        if self.method == "family":
+            return StatisticFamily(
+                self.statistics_selected,
+                self._lambdas(),
+                self.alpha,
+                self.base_quantile,
+                self.tail,
+                self.confidence,
+                self.dispersion,
+            )
+        ewma = self.ewma if self.ewma is None or isinstance(self.ewma, int | float) else None
         return ResidualScorer(
             threshold=self.threshold,  # type: ignore[arg-type]
             percentile=self.percentile,
             alpha=self.alpha,
-            ewma=self.ewma,
+            ewma=None if ewma is None else float(ewma),
             smooth=self.smooth,  # type: ignore[arg-type]
             margin=self.margin,
         )
@@ -261,13 +413,20 @@ class PlantDetector(Detector):
         return self._scaler
 
     @property
-    def scorers(self) -> tuple[ResidualScorer, ResidualScorer]:
-        """(proprietary scorer, augmented scorer)."""
+    def scorers(self) -> tuple[Scorer, Scorer]:
+        """(proprietary scorer, augmented scorer); each has ``threshold_value``."""
         return self._scorer_c, self._scorer_a
 
     @property
+    def statistics(self) -> tuple[str, ...]:
+        """Labels of the columns of ``stats_c`` / ``stats_a`` in a :class:`DetectionResult`."""
+        if isinstance(self._scorer_c, StatisticFamily):
+            return self._scorer_c.statistics
+        return ("residual",)
+
+    @property
     def thresholds(self) -> tuple[float, float]:
-        """The d2 thresholds of Z_c and Z_a."""
+        """The thresholds of Z_c and Z_a (d2 for the residual scorer; the family's scorer has its own scale)."""
         return self._scorer_c.threshold_value, self._scorer_a.threshold_value
 
     @property
@@ -275,11 +434,23 @@ class PlantDetector(Detector):
         """The flag randomizer."""
         return self._privacy
 
+    @property
+    def level_privacy(self) -> LevelRandomizedResponse:
+        """The severity-level randomizer."""
+        return self._level_privacy
+
     # -- fitting --------------------------------------------------------------------------
-    def fit(self, Y: ArrayLike, U: ArrayLike | None = None) -> PlantDetector:
-        """Identify (if needed) and calibrate both scorers on nominal data ``Y`` (T, D)."""
+    def fit(self, Y: ArrayLike, U: ArrayLike | None = None, *, segments: Sequence[int] | None = None) -> PlantDetector:
+        """Identify (if needed) and calibrate both scorers on nominal data ``Y`` (T, D).
+
+        ``segments``: lengths of the consecutive recordings ``Y`` is made of (None: one).
+        Each starts a fresh stream (the filter and the EWMA restart, the first ``warmup``
+        rows are left out of the calibration), so a jump between two recordings is not
+        taken for nominal behaviour.
+        """
         Y_arr = self._check_batch(Y, expect_dim=None)
         U_arr = None if U is None or not self.use_inputs else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
+        lengths = segment_lengths(len(Y_arr), segments)
         if self.model is None:
             self._identified = identify_linear_model(Y_arr, U_arr, n_states=self.n_states, energy=self.energy)
             self._filter = self._identified.kalman_filter(steady_state=self.steady_state)
@@ -291,16 +462,100 @@ class PlantDetector(Detector):
         self._augmentation = Augmentation(feature_map, self._filter.state_dim)
         self._filter.reset()
         self._initial_filter_state = copy.deepcopy(self._filter.get_state())
-        self._last_y = self._last_u = None
-        result = self._run(Y_arr, U_arr, score=False)
-        held_out = None
-        if self.calibration == "cv" and self._identified is not None:
-            held_out = self._cross_validated_residuals(Y_arr, U_arr)
-        self._scorer_c.fit(result.r_c, calibration_residuals=held_out)
-        self._scorer_a.state = self._scorer_c.state
+        self._scorer_c, self._scorer_a = self._new_scorer(), self._new_scorer()
+        ev = self._segment_evidence(Y_arr, U_arr, lengths)
+        if isinstance(self._scorer_c, StatisticFamily):
+            self._fit_family(Y_arr, U_arr, ev, lengths)
+        else:
+            held_out = None
+            if self.calibration == "cv" and self._identified is not None:
+                held_out = self._cross_validated_residuals(Y_arr, U_arr)
+            self._scorer_c.fit(ev.r_c, calibration_residuals=held_out)
+            self._scorer_a.state = self._scorer_c.state
         self.parameter_version = "proprietary"
         self.reset()
         return self
+
+    def _segment_evidence(self, Y: FloatArray, U: FloatArray | None, lengths: Sequence[int]) -> _Evidence:
+        """Evidence of consecutive recordings, each from a reset detector."""
+        parts, start = [], 0
+        for n in lengths:
+            self.reset()
+            parts.append(self._evidence(Y[start : start + n], None if U is None else U[start : start + n]))
+            start += n
+        self.reset()
+        return _Evidence.concat(parts)
+
+    def _skip(self) -> int:
+        """Leading rows of a fresh stream left out of fitting and calibration (the filter's start-up)."""
+        return max(self.warmup, 10)
+
+    def _fit_family(self, Y: FloatArray, U: FloatArray | None, ev: _Evidence, lengths: Sequence[int]) -> None:
+        """Moments in-sample; scales and the threshold on held-out statistics (cross-validated)."""
+        assert isinstance(self._scorer_c, StatisticFamily) and isinstance(self._scorer_a, StatisticFamily)
+        skip = self._skip()
+        held_out = None
+        if self.calibration == "cv" and self._identified is not None:
+            held_out = self._held_out_statistics(Y, U, lengths)
+        self._scorer_c.fit(ev.r_c, ev.xh_c, ev.e_c, held_out=held_out, skip=skip, segments=lengths)
+        state = self._scorer_c.state
+        insample = segment_statistics(state, ev.r_c, ev.xh_c, ev.e_c, lengths)[keep_mask(lengths, skip)]
+        # how much heavier the held-out tails are than the in-sample ones, per statistic: an augmented
+        # family (whose held-out statistics cannot be had: Theta belongs to the full model) is scaled alike
+        self._inflation = state.scale / np.maximum(np.quantile(insample, self.base_quantile, axis=0), 1e-12)
+        self._threshold_c0 = state.threshold
+        self._scorer_a.state = state
+
+    def _fold_evidence(
+        self, fold: IdentifiedModel, Y: FloatArray, U: FloatArray | None, lengths: Sequence[int]
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(r, x̂, e) of a fold model over consecutive recordings of ``Y`` (each a fresh stream), in
+        the full model's units."""
+        assert self._identified is not None
+        parts, start = [], 0
+        for n in lengths:
+            kf = fold.kalman_filter(steady_state=self.steady_state)
+            U_prev = None
+            if U is not None and fold.u_scaler is not None:
+                Uz = fold.u_scaler.transform(U[start : start + n])
+                U_prev = np.vstack([np.zeros((1, Uz.shape[1])), Uz[:-1]])
+            Z = fold.y_scaler.transform(Y[start : start + n])
+            out = kf.filter(Z, U_prev)
+            parts.append((out.residuals, out.x_est, Z - kf.measure(out.x_est)))
+            start += n
+        # express the fold's residuals in the full model's standardised units
+        ratio = fold.y_scaler.std / self._identified.y_scaler.std
+        r, x, e = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        return r * ratio, x, e * ratio
+
+    def _held_out_statistics(self, Y: FloatArray, U: FloatArray | None, lengths: Sequence[int]) -> FloatArray:
+        """Statistics (n, K) of each contiguous block under a detector fitted without it.
+
+        Each fold is a whole detector: a model identified without the block, its
+        statistics' moments fitted on its own training rows; it then runs over the
+        whole data (each recording one stream, so no restart at the block and no
+        start-up in it) and the block's rows are kept: statistics on data the fold
+        never saw.
+        """
+        assert self._identified is not None
+        T = len(Y)
+        skip = self._skip()
+        keep = keep_mask(lengths, skip)
+        recording = np.repeat(np.arange(len(lengths)), lengths)
+        parts = []
+        for block in np.array_split(np.arange(T), self.folds):
+            train = np.setdiff1d(np.arange(T), block)
+            U_train = None if U is None else U[train]
+            fold = identify_linear_model(Y[train], U_train, n_states=self._identified.n_states)
+            # the training rows as recordings: split where a recording starts or the block was cut out
+            cuts = np.flatnonzero((np.diff(train) > 1) | (np.diff(recording[train]) != 0)) + 1
+            pieces = np.diff(np.r_[0, cuts, len(train)]).tolist()
+            r, x, e = self._fold_evidence(fold, Y[train], U_train, pieces)
+            state = fit_family(r, x, e, self.statistics_selected, self._lambdas(), skip, pieces, self.dispersion)
+            r, x, e = self._fold_evidence(fold, Y, U, lengths)
+            stats = segment_statistics(state, r, x, e, lengths)
+            parts.append(stats[block][keep[block]])
+        return np.concatenate(parts)
 
     def _cross_validated_residuals(self, Y: FloatArray, U: FloatArray | None) -> list[FloatArray]:
         """Residuals of models identified without each contiguous block, on that block.
@@ -329,28 +584,101 @@ class PlantDetector(Detector):
             residuals.append(out.residuals[warm_up:] * fold.y_scaler.std / full_std)
         return residuals
 
-    def calibrate_augmented(self, Y: ArrayLike, U: ArrayLike | None = None) -> ScorerState:
-        """Refit the augmented scorer on nominal data with the current Theta; returns its state."""
+    def calibrate_augmented(
+        self, Y: ArrayLike, U: ArrayLike | None = None, *, segments: Sequence[int] | None = None
+    ) -> Calibration:
+        """Re-calibrate the augmented scorer on nominal data ``Y`` with the current Theta; returns its state.
+
+        The new calibration is installed (as :meth:`set_parameters` with it would) and
+        returned for the training artifact. Residual method: the augmented scorer's
+        mean, covariance and threshold are refitted on the augmented residuals. Family
+        method: the augmented family's moments are fitted on the augmented evidence, its
+        scales are the in-sample ones inflated like the proprietary family's held-out
+        ones, and the threshold both flags share is raised so that ``P(Z_c or Z_a)``
+        stays ``alpha`` (``tests/detectors/test_plant.py`` guards that the returned state
+        is the new one). ``segments`` as in :meth:`fit`.
+        """
         Y_arr = self._check_batch(Y, expect_dim=self.proprietary.output_dim if self._identified is None else None)
         U_arr = None if U is None else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
+        lengths = segment_lengths(len(Y_arr), segments)
         with self.detached():
-            result = self._run(Y_arr, U_arr, score=False)
-            self._scorer_a.fit(result.r_a)
-        return self._scorer_a.state
+            ev = self._segment_evidence(Y_arr, U_arr, lengths)
+        if isinstance(self._scorer_c, StatisticFamily):
+            state: Calibration = self._calibrate_family_pair(ev, lengths)
+        else:
+            state = ResidualScorer(**self._residual_settings()).fit(ev.r_a).state
+        self.set_parameters(self.augmentation.theta, scorer_a=state, version=self.parameter_version)
+        return state
 
-    def set_parameters(self, theta: FloatArray, scorer_a: ScorerState | None = None, version: str = "trained") -> None:
+    def _residual_settings(self) -> dict[str, Any]:
+        scorer = self._scorer_c
+        assert isinstance(scorer, ResidualScorer)
+        return {
+            "threshold": scorer.threshold,
+            "percentile": scorer.percentile,
+            "alpha": scorer.alpha,
+            "ewma": scorer.ewma,
+            "shrinkage": scorer.shrinkage,
+            "margin": scorer.margin,
+            "smooth": scorer.smooth,
+        }
+
+    def _calibrate_family_pair(self, ev: _Evidence, lengths: Sequence[int]) -> FamilyState:
+        if self._inflation is None or self._threshold_c0 is None:
+            raise NotFittedError(f"plant '{self.name}': detector is not fitted; call fit(nominal) first")
+        skip = self._skip()
+        keep = keep_mask(lengths, skip)
+        state_c = self._scorer_c.state
+        assert isinstance(state_c, FamilyState)
+        fresh = fit_family(
+            ev.r_a, ev.xh_a, ev.e_a, self.statistics_selected, self._lambdas(), skip, lengths, self.dispersion
+        )
+        S_a = segment_statistics(fresh, ev.r_a, ev.xh_a, ev.e_a, lengths)[keep]
+        S_c = segment_statistics(state_c, ev.r_c, ev.xh_c, ev.e_c, lengths)[keep]
+        # c_a,k = in-sample base quantile of the augmented s_k x the proprietary family's held-out inflation
+        scale_a = np.maximum(np.quantile(S_a, self.base_quantile, axis=0), 1e-12) * self._inflation
+        u_c = score_of(S_c / state_c.scale)
+        u_pair = np.maximum(u_c, score_of(S_a / scale_a))
+        # one threshold for both flags: the proprietary one, raised by how much the pair's in-sample
+        # (1 - alpha) quantile exceeds the proprietary family's alone (1 for Theta = 0)
+        q_pair = tail_quantile(u_pair, self.alpha, self.tail, self.confidence)
+        ratio = q_pair / max(tail_quantile(u_c, self.alpha, self.tail, self.confidence), 1e-12)
+        return fresh.with_calibration(scale_a, self._threshold_c0 * max(ratio, 1.0))
+
+    def set_parameters(self, theta: FloatArray, scorer_a: Calibration | None = None, version: str = "trained") -> None:
         """Hot-swap trained augmentation parameters (between samples).
 
         ``scorer_a`` is the augmented scorer calibrated on nominal data with this
         Theta (stored in the training artifact); without it the scorer keeps its
-        statistics.
+        statistics. Family method: its threshold is the one both flags share, so the
+        proprietary family takes it too.
         """
+        if scorer_a is not None:
+            self._check_calibration(scorer_a)
         self.augmentation.theta = theta
         if scorer_a is not None:
-            last = self._scorer_a.get_state()
+            last_a, last_c = self._scorer_a.get_state(), self._scorer_c.get_state()
             self._scorer_a.state = scorer_a
-            self._scorer_a.set_state(last)
+            self._scorer_a.set_state(last_a)
+            if isinstance(scorer_a, FamilyState) and isinstance(self._scorer_c, StatisticFamily):
+                state_c = self._scorer_c.state
+                self._scorer_c.state = state_c.with_calibration(state_c.scale, scorer_a.threshold)
+                self._scorer_c.set_state(last_c)
         self.parameter_version = version
+
+    def _check_calibration(self, state: Calibration) -> None:
+        family = isinstance(self._scorer_c, StatisticFamily)
+        if family != isinstance(state, FamilyState):
+            raise ModelError(
+                f"plant '{self.name}': the augmented calibration is for the "
+                f"{'family' if isinstance(state, FamilyState) else 'residual'} method, the detector uses "
+                f"'{self.method}'; retrain with the current configuration"
+            )
+        if isinstance(state, FamilyState) and state.statistics != self.statistics:
+            raise ModelError(
+                f"plant '{self.name}': the augmented calibration has statistics {list(state.statistics)}, the "
+                f"detector {list(self.statistics)}; retrain with the current configuration"
+            )
 
     # -- processing -------------------------------------------------------------------------
     def reset(self) -> None:
@@ -358,6 +686,7 @@ class PlantDetector(Detector):
         if self._filter is not None and self._initial_filter_state is not None:
             self._filter.set_state(copy.deepcopy(self._initial_filter_state))
         self._last_y = self._last_u = None
+        self._seen = 0
         self._scorer_c.reset()
         self._scorer_a.reset()
 
@@ -365,9 +694,10 @@ class PlantDetector(Detector):
         """Process samples ``Y`` (T, D) (raw units) with inputs ``U`` (T, U)."""
         Y_arr = self._check_batch(Y, expect_dim=len(self.scaler.mean))
         U_arr = None if U is None else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
-        return self._run(Y_arr, U_arr, score=True)
+        return self._score(self._evidence(Y_arr, U_arr))
 
-    def _run(self, Y: FloatArray, U: FloatArray | None, score: bool) -> DetectionResult:
+    def _evidence(self, Y: FloatArray, U: FloatArray | None) -> _Evidence:
+        """Run the filter and the augmentation over a batch; advances the filter and lag memory."""
         model = self.proprietary
         augmentation = self.augmentation
         Yz = self.scaler.transform(Y)
@@ -392,58 +722,117 @@ class PlantDetector(Detector):
             first_y = np.zeros(Y.shape[1])
         yz_prev = np.vstack([first_y[None, :], Yz[:-1]])
         # x̂_a(t-1) = x̂_c(t-1) + Theta psi(y(t-1)) ;  x_a(t) = f(x̂_a(t-1), u)
-        phi = augmentation.phi(yz_prev) * has_prev[:, None]
-        x_a = model.predict(xhat_prev + phi, U_prev)
+        phi_prev = augmentation.phi(yz_prev) * has_prev[:, None]
+        x_a = model.predict(xhat_prev + phi_prev, U_prev)
         x_c = out.x_pred
-        # r = y - h(x)
-        r_c = out.residuals
-        r_a = Ym - model.measure(x_a)
+        # x̂_a(t) = x̂_c(t) + Theta psi(y(t))  (the augmented estimate once y(t) is seen)
+        xh_a = out.x_est + augmentation.phi(Yz) if T else out.x_est
         if T:
             self._last_y = Yz[-1].copy()
             if Uz is not None:
                 self._last_u = Uz[-1].copy()
-        if not score:
-            empty_b = np.zeros(T, dtype=bool)
-            empty_f = np.zeros(T)
-            return DetectionResult(x_c, x_a, r_c, r_a, empty_f, empty_f, empty_b, empty_b, empty_b, empty_b)
-        d2_c = self._scorer_c.score(r_c)
-        d2_a = self._scorer_a.score(r_a)
+        # r = y - h(x) ;  e = y - h(x̂)
+        return _Evidence(
+            x_c=x_c,
+            x_a=x_a,
+            xh_c=out.x_est,
+            xh_a=xh_a,
+            r_c=out.residuals,
+            r_a=Ym - model.measure(x_a),
+            e_c=Ym - model.measure(out.x_est),
+            e_a=Ym - model.measure(xh_a),
+        )
+
+    def _score(self, ev: _Evidence) -> DetectionResult:
+        """Scores, flags and published flags of the evidence; advances the scorers' memory."""
+        T = len(ev.r_c)
+        if isinstance(self._scorer_c, StatisticFamily) and isinstance(self._scorer_a, StatisticFamily):
+            stats_c = self._scorer_c.normalised(ev.r_c, ev.xh_c, ev.e_c)
+            stats_a = self._scorer_a.normalised(ev.r_a, ev.xh_a, ev.e_a)
+            d2_c, d2_a = score_of(stats_c), score_of(stats_a)
+        else:
+            assert isinstance(self._scorer_c, ResidualScorer) and isinstance(self._scorer_a, ResidualScorer)
+            d2_c = self._scorer_c.score(ev.r_c)
+            d2_a = self._scorer_a.score(ev.r_a)
+            stats_c, stats_a = d2_c[:, None], d2_a[:, None]
         zc = self._scorer_c.flags(d2_c)
         za = self._scorer_a.flags(d2_a)
+        # no flag while the filter and the EWMA settle after a reset
+        settling = max(0, min(self.warmup - self._seen, T))
+        if settling:
+            zc[:settling] = False
+            za[:settling] = False
+        self._seen = min(self._seen + T, self.warmup)
         published = self._privacy.perturb(np.column_stack([zc, za]))
-        return DetectionResult(x_c, x_a, r_c, r_a, d2_c, d2_a, zc, za, published[:, 0], published[:, 1])
+        if self.severity_levels:
+            level = severity_levels(d2_c, self._scorer_c.threshold_value, zc, self.severity_levels, self.severity_base)
+            level_pub = self._level_privacy.perturb(level)
+        else:
+            level = level_pub = np.full(T, -1, dtype=np.int64)
+        return DetectionResult(
+            ev.x_c,
+            ev.x_a,
+            ev.r_c,
+            ev.r_a,
+            d2_c,
+            d2_a,
+            zc,
+            za,
+            published[:, 0],
+            published[:, 1],
+            stats_c,
+            stats_a,
+            level,
+            level_pub,
+        )
 
     # -- streaming state ---------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         """Everything that must survive a restart (JSON-friendly).
 
         Includes the trained parameters (Theta, the augmented scorer's statistics and
-        their version), so a restored detector continues exactly as the saved one
-        would have, whatever parameters the new process started with.
+        their version, the shared threshold of the family method), so a restored
+        detector continues exactly as the saved one would have, whatever parameters
+        the new process started with.
         """
-        return {
+        state = {
             "filter": self.proprietary.get_state(),
             "last_y": None if self._last_y is None else self._last_y.tolist(),
             "last_u": None if self._last_u is None else self._last_u.tolist(),
+            "seen": self._seen,
             "scorer_c": self._scorer_c.get_state(),
             "scorer_a": self._scorer_a.get_state(),
             "privacy": self._privacy.get_state(),
+            "level_privacy": self._level_privacy.get_state(),
             "parameter_version": self.parameter_version,
             "theta": self.augmentation.theta.tolist(),
             "scorer_a_fit": self._scorer_a.state.to_dict(),
         }
+        if isinstance(self._scorer_c, StatisticFamily):
+            state["threshold_c"] = self._scorer_c.state.threshold
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`get_state` output."""
         if "theta" in state:
             self.augmentation.theta = np.asarray(state["theta"], dtype=np.float64)
-            self._scorer_a.state = ScorerState.from_dict(state["scorer_a_fit"])
+            fit = state["scorer_a_fit"]
+            if isinstance(self._scorer_a, StatisticFamily):
+                self._scorer_a.state = FamilyState.from_dict(fit)
+            else:
+                self._scorer_a.state = ScorerState.from_dict(fit)
+        if "threshold_c" in state and isinstance(self._scorer_c, StatisticFamily):
+            state_c = self._scorer_c.state
+            self._scorer_c.state = state_c.with_calibration(state_c.scale, float(state["threshold_c"]))
         self.proprietary.set_state(state["filter"])
         self._last_y = None if state["last_y"] is None else np.asarray(state["last_y"], dtype=np.float64)
         self._last_u = None if state["last_u"] is None else np.asarray(state["last_u"], dtype=np.float64)
+        self._seen = int(state.get("seen", self.warmup))
         self._scorer_c.set_state(state["scorer_c"])
         self._scorer_a.set_state(state["scorer_a"])
         self._privacy.set_state(state["privacy"])
+        if "level_privacy" in state:
+            self._level_privacy.set_state(state["level_privacy"])
         self.parameter_version = state["parameter_version"]
 
     def _check_batch(self, Y: ArrayLike, expect_dim: int | None) -> FloatArray:

@@ -73,6 +73,7 @@ from fedrca.rca.flagmodel import (
     AUGMENTED,
     NORMAL,
     FlagModel,
+    SeverityModel,
     default_state_rates,
     encode_states,
     nominal_state_rates,
@@ -88,6 +89,7 @@ __all__ = [
     "engine_for",
     "flag_model",
     "resolve_graph",
+    "severity_model",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -130,11 +132,17 @@ class RCAEngine:
     """
 
     def __init__(
-        self, graph: InterdependencyGraph, model: FlagModel, settings: RCASettings | None = None, site: str = ""
+        self,
+        graph: InterdependencyGraph,
+        model: FlagModel,
+        settings: RCASettings | None = None,
+        site: str = "",
+        severity: SeverityModel | None = None,
     ) -> None:
         if model.n_plants != graph.n_plants:
             raise DataError(f"flag model has {model.n_plants} plants, the graph {graph.n_plants}")
         self.site = site
+        self.severity = severity
         self.settings = settings or RCASettings()
         self.graph = graph
         self.model = model
@@ -158,6 +166,7 @@ class RCAEngine:
         p_none = 1.0 - s.prior_anomaly - s.prior_unexplained
         self._log_prior = np.log(np.array([p_none, *([p_root] * M), p_external, s.prior_unexplained]))
         self._log_violation = math.log(s.order_violation)
+        self._log_severity_violation = math.log(s.severity_violation)
         self._cusum_max = 2.0 * s.cusum_threshold
         # plants through which a disturbance can enter unseen (rca.unobserved_entry): their sensors
         # may show it only after their direct successors do (e.g. feed compositions measured by
@@ -187,6 +196,12 @@ class RCAEngine:
         self._rise = np.full(M, -1, dtype=np.int64)
         self._onset = np.full(M, -1, dtype=np.int64)
         self._alarmed = np.zeros(M, dtype=bool)
+        J = 0 if self.severity is None else self.severity.n_tracked
+        # per plant and severity level j >= 2 (column j - 2): the same CUSUM machinery on "level >= j"
+        self._lcusum = np.zeros((M, J))
+        self._lrise = np.full((M, J), -1, dtype=np.int64)
+        self._lonset = np.full((M, J), -1, dtype=np.int64)
+        self._lalarmed = np.zeros((M, J), dtype=bool)
         self._episode_start: int | None = None
         self._episode_end: int | None = None
         self._last_seq: int | None = None
@@ -207,6 +222,12 @@ class RCAEngine:
             "rise": self._rise.tolist(),
             "onset": self._onset.tolist(),
             "alarmed": self._alarmed.astype(int).tolist(),
+            "levels": {
+                "cusum": self._lcusum.tolist(),
+                "rise": self._lrise.tolist(),
+                "onset": self._lonset.tolist(),
+                "alarmed": self._lalarmed.astype(int).tolist(),
+            },
             "episode_start": self._episode_start,
             "episode_end": self._episode_end,
             "last_seq": self._last_seq,
@@ -235,6 +256,13 @@ class RCAEngine:
         self._rise = np.asarray(state["rise"], dtype=np.int64)
         self._onset = np.asarray(state["onset"], dtype=np.int64)
         self._alarmed = np.asarray(state["alarmed"], dtype=bool)
+        levels = state.get("levels")
+        if levels is not None and np.asarray(levels["cusum"]).size == self._lcusum.size:
+            shape = self._lcusum.shape
+            self._lcusum = np.asarray(levels["cusum"], dtype=np.float64).reshape(shape)
+            self._lrise = np.asarray(levels["rise"], dtype=np.int64).reshape(shape)
+            self._lonset = np.asarray(levels["onset"], dtype=np.int64).reshape(shape)
+            self._lalarmed = np.asarray(levels["alarmed"], dtype=bool).reshape(shape)
         self._episode_start = state["episode_start"]
         self._episode_end = state["episode_end"]
         self._last_seq = state["last_seq"]
@@ -331,8 +359,15 @@ class RCAEngine:
         return ["none", *[f"root:{p}" for p in self.plants], "external", "unexplained"]
 
     # -- streaming -------------------------------------------------------------------------
-    def update(self, seq: int, flags: Mapping[str, tuple[int, int]], ts: float = 0.0) -> Verdict | None:
-        """Add the published flags of row ``seq`` (pairs (zc, za) per plant; absent plants = no evidence).
+    def update(
+        self,
+        seq: int,
+        flags: Mapping[str, tuple[int, int]],
+        ts: float = 0.0,
+        levels: Mapping[str, int] | None = None,
+    ) -> Verdict | None:
+        """Add the published flags of row ``seq`` (pairs (zc, za) per plant; absent plants = no evidence)
+        and, when the plants publish them, their severity levels (see :class:`SeverityModel`).
 
         Returns the verdict issued at this row (stamped with the row's time ``ts``), if
         any; :attr:`decision` always holds the current decision.
@@ -343,11 +378,29 @@ class RCAEngine:
             When seq does not increase, a plant is unknown or a flag is not 0/1.
         """
         codes = self.encode(flags)
-        return self._step(int(seq), float(ts), codes, self._row_logprob(codes[None, :])[0])
+        return self._step(int(seq), float(ts), codes, self._row_logprob(codes[None, :])[0], self._encode_levels(levels))
 
-    def run(self, seqs: ArrayLike, flags: ArrayLike, ts: ArrayLike | None = None) -> list[Verdict]:
+    def _encode_levels(self, levels: Mapping[str, int] | None) -> IntArray:
+        """Published levels of one row (M,), -1 where absent (or when no severity model is set)."""
+        out = np.full(len(self.plants), -1, dtype=np.int64)
+        if levels is None or self.severity is None:
+            return out
+        for plant, level in levels.items():
+            m = self._index.get(plant)
+            if m is None:
+                raise DataError(f"level for unknown plant '{plant}'; plants are {', '.join(self.plants)}")
+            if level is None:
+                continue
+            if not 0 <= int(level) < self.severity.n_levels:
+                raise DataError(f"plant '{plant}': level must be in 0..{self.severity.n_levels - 1}, got {level}")
+            out[m] = int(level)
+        return out
+
+    def run(
+        self, seqs: ArrayLike, flags: ArrayLike, ts: ArrayLike | None = None, levels: ArrayLike | None = None
+    ) -> list[Verdict]:
         """Process many rows at once: seqs (T,), flags (T, M, 2) in plant order (negative = absent),
-        row times ts (T,) in seconds (default 0).
+        row times ts (T,) in seconds (default 0), published severity levels (T, M) (negative = absent).
 
         The likelihoods of all rows are computed in one vectorised pass; the
         result equals calling :meth:`update` row by row.
@@ -357,19 +410,28 @@ class RCAEngine:
         codes = encode_states(flags)
         if codes.ndim != 2 or codes.shape != (len(seq_arr), len(self.plants)):
             raise DataError(f"flags must be (T, {len(self.plants)}, 2) for {len(seq_arr)} seqs, got {np.shape(flags)}")
+        lev = np.full(codes.shape, -1, dtype=np.int64)
+        if levels is not None and self.severity is not None:
+            lev = np.asarray(levels, dtype=np.int64).reshape(codes.shape)
+            if np.any(lev >= self.severity.n_levels):
+                raise DataError(f"levels must be below {self.severity.n_levels}")
         lp = self._row_logprob(codes)
         out = []
         for t in range(len(seq_arr)):
-            verdict = self._step(int(seq_arr[t]), float(ts_arr[t]), codes[t], lp[t])
+            verdict = self._step(int(seq_arr[t]), float(ts_arr[t]), codes[t], lp[t], lev[t])
             if verdict is not None:
                 out.append(verdict)
         return out
 
-    def _step(self, seq: int, ts: float, codes: IntArray, lp: FloatArray) -> Verdict | None:
+    def _step(
+        self, seq: int, ts: float, codes: IntArray, lp: FloatArray, levels: IntArray | None = None
+    ) -> Verdict | None:
         if self._last_seq is not None and seq <= self._last_seq:
             raise DataError(f"rows must arrive in increasing seq order: got {seq} after {self._last_seq}")
         self._last_seq = seq
         self._update_onsets(seq, codes)
+        if levels is not None and self.severity is not None and self.severity.n_tracked:
+            self._update_level_onsets(seq, levels)
         slot = self._slot_for(self._n_rows)
         self._buf_seq[slot] = seq
         self._buf_codes[slot] = codes
@@ -379,6 +441,21 @@ class RCAEngine:
         decision = self._decide(seq, ts)
         self.decision = decision
         return self._emit(decision)
+
+    def _update_level_onsets(self, seq: int, levels: IntArray) -> None:
+        """Per plant and level j >= 2, the CUSUM of "published level >= j" (as :meth:`_update_onsets`)."""
+        assert self.severity is not None
+        present = (levels >= 0)[:, None]
+        # inc[m, j] = llr_j(o_m)
+        inc = np.where(present, self.severity.llr[:, np.where(levels >= 0, levels, 0)].T, 0.0)
+        new = np.clip(self._lcusum + inc, 0.0, self._cusum_max)
+        rising = (self._lcusum <= 0.0) & (new > 0.0)
+        self._lrise = np.where(rising, seq, self._lrise)
+        starts = ~self._lalarmed & (new >= self.settings.cusum_threshold)
+        self._lonset = np.where(starts, self._lrise, self._lonset)
+        self._lalarmed = (self._lalarmed & (new > 0.0)) | starts
+        self._lonset = np.where(self._lalarmed, self._lonset, -1)
+        self._lcusum = new
 
     def _update_onsets(self, seq: int, codes: IntArray) -> None:
         """Per-plant CUSUM S = clip(S + llr(o), 0, 2 h); alarming from S >= h until S returns to 0."""
@@ -430,7 +507,21 @@ class RCAEngine:
         if unseen:
             early &= ~self._entry
         np.fill_diagonal(early, False)
-        return np.where(early, self._log_violation, 0.0)
+        return np.where(early, self._log_violation, 0.0) + self._severity_penalty()
+
+    def _severity_penalty(self) -> FloatArray:
+        """log-evidence (M, M) of the severity order: [k, j] sums ``log severity_violation`` over the
+        levels j reached more than ``onset_slack`` rows before k reached them (or that k has not
+        reached): an effect is weaker than its cause, and reaches each severity after it."""
+        M = len(self.plants)
+        if not self._lalarmed.any():
+            return np.zeros((M, M))
+        onset = np.where(self._lalarmed, self._lonset.astype(np.float64), np.inf)  # (M, J)
+        # early[k, i, j] = i at level j more than slack rows before k
+        early = self._lalarmed[None, :, :] & (onset[None, :, :] < onset[:, None, :] - self.settings.onset_slack)
+        count = early.sum(axis=2).astype(np.float64)
+        np.fill_diagonal(count, 0.0)
+        return count * self._log_severity_violation
 
     def _decide(self, seq: int, ts: float) -> Verdict:
         mask = self._window(seq)
@@ -565,6 +656,7 @@ def build_engine(
     graph: InterdependencyGraph | None = None,
     settings: RCASettings | None = None,
     epsilon: float | None = None,
+    level_epsilon: float | None = None,
 ) -> RCAEngine:
     """The site's RCA engine from its configuration and what the plants published.
 
@@ -581,6 +673,8 @@ def build_engine(
     graph : use this graph instead of resolving one
     settings : use these settings instead of ``config.rca``
     epsilon : published flag epsilon (default ``config.privacy.flag_epsilon``)
+    level_epsilon : published severity-level epsilon (default ``config.privacy.level_epsilon``);
+        the engine reads levels when the plants publish them (``scoring.severity_levels``)
     """
     s = settings or config.rca
     plants = list(config.plant_names)
@@ -599,8 +693,23 @@ def build_engine(
         nominal = default_state_rates(len(plants), max(s.false_alarm_rate, s.min_false_alarm), coupled=not trained)
     eps = config.privacy.flag_epsilon if epsilon is None else epsilon
     server = None if artifacts is None else artifacts.get(SERVER)
-    model = flag_model(s, nominal, eps, trained, augmented)
-    return RCAEngine(resolve_graph(config, s, server, graph), model, s, site=config.site)
+    level_eps = config.privacy.level_epsilon if level_epsilon is None else level_epsilon
+    return RCAEngine(
+        resolve_graph(config, s, server, graph),
+        flag_model(s, nominal, eps, trained, augmented),
+        s,
+        site=config.site,
+        severity=severity_model(s, config.severity_levels, level_eps),
+    )
+
+
+def severity_model(settings: RCASettings, n_levels: int, epsilon: float) -> SeverityModel | None:
+    """The severity evidence of ``n_levels`` published levels (None for fewer than 3: no level to order)."""
+    if n_levels < 3:
+        return None
+    # a plant at a level shows it with the root's smallest miss rate; nominal data shows level >= 2 at
+    # most at the floor of the nominal alarm rate
+    return SeverityModel(n_levels, epsilon, min(settings.miss_rate), max(settings.min_false_alarm, 1e-6))
 
 
 def artifact_state_counts(artifacts: Mapping[str, ParameterArtifact], plants: Sequence[str]) -> FloatArray | None:
@@ -618,6 +727,8 @@ def engine_for(
     epsilon: float = math.inf,
     trained: bool = False,
     settings: RCASettings | None = None,
+    severity_levels: int = 0,
+    level_epsilon: float = math.inf,
 ) -> RCAEngine:
     """An engine without a site configuration (tests, benchmarks, notebooks)."""
     s = settings or RCASettings()
@@ -626,7 +737,12 @@ def engine_for(
         if nominal is None
         else np.asarray(nominal, dtype=np.float64)
     )
-    return RCAEngine(graph or InterdependencyGraph.complete(list(plants)), flag_model(s, q_N, epsilon, trained), s)
+    return RCAEngine(
+        graph or InterdependencyGraph.complete(list(plants)),
+        flag_model(s, q_N, epsilon, trained),
+        s,
+        severity=severity_model(s, severity_levels, level_epsilon),
+    )
 
 
 def flag_model(

@@ -63,10 +63,12 @@ __all__ = [
     "NORMAL",
     "ROOT",
     "FlagModel",
+    "SeverityModel",
     "default_state_rates",
     "encode_states",
     "nominal_state_rates",
     "rr_channel",
+    "rr_level_channel",
     "state_rates_from_counts",
 ]
 
@@ -291,3 +293,82 @@ class FlagModel:
     def n_components(self) -> int:
         """K = 2 + number of root components + number of propagated components."""
         return 2 + self.n_root + self.n_propagated
+
+
+def rr_level_channel(epsilon: float, n_levels: int) -> FloatArray:
+    """(K, K) matrix ``C[o, l] = P(published level o | true level l)`` of k-ary randomized response.
+
+    The true level is kept with probability ``p = e^eps / (e^eps + K - 1)`` and otherwise
+    replaced by one of the other K - 1 levels uniformly: ``epsilon``-local differential
+    privacy for the level (the ratio of any two columns' entries is at most ``e^eps``).
+
+    Examples
+    --------
+    >>> rr_level_channel(math.log(3.0), 3).round(3).tolist()
+    [[0.6, 0.2, 0.2], [0.2, 0.6, 0.2], [0.2, 0.2, 0.6]]
+    """
+    K = int(n_levels)
+    if K < 2:
+        raise DataError(f"a severity level needs at least 2 values, got {K}")
+    if math.isinf(epsilon):
+        return np.eye(K)
+    p = math.exp(float(epsilon)) / (math.exp(float(epsilon)) + K - 1)
+    return np.full((K, K), (1.0 - p) / (K - 1)) + (p - (1.0 - p) / (K - 1)) * np.eye(K)
+
+
+class SeverityModel:
+    """Evidence of the published severity levels: the CUSUM increments of "at level j or above".
+
+    A plant publishes, per row, the level ``l`` of its proprietary score ``s`` against its
+    threshold ``tau``: 0 below it (no alarm), else ``1 + floor(log_b(s / tau))`` capped at
+    ``K - 1`` (:func:`fedrca.detectors.severity_levels`), through k-ary randomized response
+    (:func:`rr_level_channel`). For every level ``j >= 2`` the engine runs a CUSUM of the
+    log-likelihood ratio of the indicator ``o >= j`` (o the published level) between "the
+    plant is at level j or above" (probability ``1 - miss`` per row) and nominal operation
+    (where ``s > b tau`` has probability ``nominal``), exactly as it does for the alarm
+    itself; that gives each plant's onset of every severity level.
+
+    Parameters
+    ----------
+    n_levels : K
+    epsilon : privacy of the published level (inf = published as it is)
+    miss : P(a plant at level j or above shows a lower level in a row)
+    nominal : P(level >= 2) on nominal data (a floor: finite nominal data shows none)
+
+    Attributes
+    ----------
+    llr : (K - 2, K) increment ``[j - 2, o]`` of the CUSUM of level j for published level o
+
+    Examples
+    --------
+    >>> m = SeverityModel(4, math.inf, 0.1, 1e-4)
+    >>> m.llr.shape, bool(m.llr[0, 2] > 5 > 0 > m.llr[0, 1])
+    ((2, 4), True)
+    """
+
+    def __init__(self, n_levels: int, epsilon: float, miss: float, nominal: float) -> None:
+        if not 0.0 < miss < 1.0 or not 0.0 < nominal < 1.0:
+            raise DataError("severity miss and nominal rates must be probabilities in (0, 1)")
+        self.n_levels = int(n_levels)
+        self.epsilon = float(epsilon)
+        self.channel = rr_level_channel(epsilon, self.n_levels)
+        K = self.n_levels
+        rows = []
+        for j in range(2, K):
+            # P(o >= j | true level l) for every l, then mixed over "at level >= j" and "nominal"
+            above = self.channel[j:, :].sum(axis=0)  # (K,)
+            at = np.zeros(K)
+            at[j:] = 1.0 / (K - j)
+            alarm_dist = (1.0 - miss) * at + miss * np.eye(K)[j - 1]
+            nominal_dist = (1.0 - nominal) * np.eye(K)[0] + nominal * at
+            p1, p0 = float(above @ alarm_dist), float(above @ nominal_dist)
+            # llr(o) = log P(1[o >= j] | at level >= j) - log P(1[o >= j] | nominal)
+            hit = math.log(p1 / p0)
+            no_hit = math.log((1.0 - p1) / (1.0 - p0)) if p1 < 1.0 else -1e6
+            rows.append(np.where(np.arange(K) >= j, hit, no_hit))
+        self.llr = np.array(rows).reshape(max(K - 2, 0), K)
+
+    @property
+    def n_tracked(self) -> int:
+        """Levels with their own onset (2 .. K - 1)."""
+        return max(self.n_levels - 2, 0)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import zlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fedrca.contracts import FlagMessage, FlagState
@@ -43,6 +43,8 @@ class AlignedRow:
     flags: dict[str, tuple[int, int]]
     complete: bool = True
     withheld: tuple[str, ...] = ()
+    #: published severity levels of the plants that publish them (FlagMessage.level)
+    levels: dict[str, int] = field(default_factory=dict)
 
 
 class FlagAligner:
@@ -73,6 +75,7 @@ class FlagAligner:
         self.memory = memory
         self._buffer: dict[int, dict[str, tuple[int, int]]] = {}
         self._ts: dict[int, float] = {}
+        self._levels: dict[int, dict[str, int]] = {}
         self._next_seq: int | None = None
         self._max_seq = -1
         self._index = {p: i for i, p in enumerate(self.plants)}
@@ -110,6 +113,8 @@ class FlagAligner:
         else:
             row[flag.plant] = bits
             self._ts.setdefault(flag.seq, flag.ts)
+            if flag.level is not None:
+                self._levels.setdefault(flag.seq, {})[flag.plant] = flag.level
         self._max_seq = max(self._max_seq, flag.seq)
         return self._release(), status
 
@@ -135,7 +140,17 @@ class FlagAligner:
             del self._buffer[seq]
             evidence = {p: b for p, b in row.items() if b[0] >= 0}
             withheld = tuple(p for p in self.plants if p in row and row[p][0] < 0)
-            out.append(AlignedRow(seq, self._ts.pop(seq), evidence, complete=len(row) == n_plants, withheld=withheld))
+            levels = self._levels.pop(seq, {})
+            out.append(
+                AlignedRow(
+                    seq,
+                    self._ts.pop(seq),
+                    evidence,
+                    complete=len(row) == n_plants,
+                    withheld=withheld,
+                    levels={p: v for p, v in levels.items() if p not in withheld},
+                )
+            )
             self._remember(seq, self._code(row))
             self._next_seq = seq + 1
         return out
@@ -179,6 +194,7 @@ class FlagAligner:
         return {
             "buffer": {str(s): {p: list(b) for p, b in row.items()} for s, row in self._buffer.items()},
             "ts": {str(s): t for s, t in self._ts.items()},
+            "levels": {str(s): dict(row) for s, row in self._levels.items()},
             "next_seq": self._next_seq,
             "max_seq": self._max_seq,
             "released_runs": [list(run) for run in self._runs],
@@ -191,6 +207,7 @@ class FlagAligner:
             int(s): {p: (int(b[0]), int(b[1])) for p, b in row.items()} for s, row in state["buffer"].items()
         }
         self._ts = {int(s): float(t) for s, t in state["ts"].items()}
+        self._levels = {int(s): {p: int(v) for p, v in row.items()} for s, row in state.get("levels", {}).items()}
         self._next_seq = state["next_seq"]
         self._max_seq = int(state["max_seq"])
         width = len(self.plants)

@@ -120,10 +120,18 @@ class PlantProcessor:
             else:
                 overrun = int(np.count_nonzero(~ok))
                 window.record(seqs, self.bits_per_sample)
+        # severity levels travel with the flags when the plant publishes them (negative = none)
+        levels: list[int | None] = [
+            None if v < 0 else int(v)
+            for v in (result.level_pub.tolist() if len(result.level_pub) == len(fresh) else [-1] * len(fresh))
+        ]
+        level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
         flags = [
             FlagMessage(self.site, self.plant, m.ts, m.seq, 0, 0, eps, version, True)
             if withheld[i]
-            else FlagMessage(self.site, self.plant, m.ts, m.seq, zc[i], za[i], eps, version)
+            else FlagMessage(
+                self.site, self.plant, m.ts, m.seq, zc[i], za[i], eps, version, False, levels[i], level_eps
+            )
             for i, m in enumerate(fresh)
         ]
         return ProcessorOutput(

@@ -11,6 +11,7 @@ verdict.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from fedrca.contracts import FlagMessage, Verdict
@@ -22,7 +23,9 @@ __all__ = ["RCAStage", "StreamEngine"]
 class StreamEngine(Protocol):
     """What the stage needs from the RCA engine (:class:`fedrca.rca.RCAEngine`)."""
 
-    def update(self, seq: int, flags: dict[str, tuple[int, int]], ts: float = 0.0) -> Verdict | None: ...
+    def update(
+        self, seq: int, flags: dict[str, tuple[int, int]], ts: float = 0.0, levels: Mapping[str, int] | None = None
+    ) -> Verdict | None: ...
 
     def get_state(self) -> dict[str, Any]: ...
 
@@ -86,7 +89,11 @@ class RCAStage:
             self.rows += 1
             if not row.complete:
                 self.incomplete_rows += 1
-            verdict = self.engine.update(row.seq, row.flags, row.ts)
+            # severity levels only when the plants publish them (FlagMessage.level)
+            if row.levels:
+                verdict = self.engine.update(row.seq, row.flags, row.ts, levels=row.levels)
+            else:
+                verdict = self.engine.update(row.seq, row.flags, row.ts)
             if verdict is None or verdict.id in self._emitted_set:
                 continue
             self.remember([verdict.id])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -178,6 +178,7 @@ class FederatedTraining:
         detectors: Mapping[str, Detector] | None = None,
         settings: TrainingSettings | None = None,
         transport: Transport | None = None,
+        segments: Sequence[int] | None = None,
     ) -> None:
         self.config = config
         base = settings if settings is not None else config.training
@@ -186,7 +187,9 @@ class FederatedTraining:
         lengths = {len(d.Y) for d in self.data.values()}
         if len(lengths) != 1:
             raise ArtifactError(f"plants' training data must share one time axis, got lengths {sorted(lengths)}")
-        built = dict(detectors) if detectors is not None else fit_detectors(config, self.data)
+        # lengths of the consecutive recordings of the nominal rows (detector calibration restarts at each)
+        self.segments = None if segments is None else [int(v) for v in segments]
+        built = dict(detectors) if detectors is not None else fit_detectors(config, self.data, segments=self.segments)
         fleet = [name for name, det in built.items() if not isinstance(det, PlantDetector)]
         if fleet:
             raise ConfigError(
@@ -459,14 +462,19 @@ class FederatedTraining:
         for plant, client in self.clients.items():
             det = self.detectors[plant]
             det.set_parameters(client.theta, version=f"v{version}")
-            scorer = det.calibrate_augmented(self.data[plant].Y, self.data[plant].U)
+            Y, U = self.data[plant].Y, self.data[plant].U
+            scorer = det.calibrate_augmented(Y, U, segments=self.segments)
             det.set_parameters(client.theta, scorer_a=scorer, version=f"v{version}")
             summary = client.privacy_summary()
             # The RCA's only knowledge of this plant's detector: how often each flag state occurs
-            # on nominal data (aggregate counts, no sample travels).
-            with det.detached():
-                nominal = det.step_batch(self.data[plant].Y, self.data[plant].U)
-            state_counts = np.bincount(flag_states(nominal.zc, nominal.za), minlength=N_FLAG_STATES)
+            # on nominal data (aggregate counts, no sample travels); each recording a fresh stream.
+            state_counts = np.zeros(N_FLAG_STATES, dtype=np.int64)
+            start = 0
+            for n in self.segments or [len(Y)]:
+                with det.detached():
+                    nominal = det.step_batch(Y[start : start + n], None if U is None else U[start : start + n])
+                state_counts += np.bincount(flag_states(nominal.zc, nominal.za), minlength=N_FLAG_STATES)
+                start += n
             metrics = {
                 "rounds": self.round,
                 "client_loss_before": client.initial_loss,
