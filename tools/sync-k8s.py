@@ -850,6 +850,23 @@ def dashboard(site: Site) -> dict[str, Any]:
     ]
     panel("timeseries", "batch processing time by stage (p50, p99)", latency, 12, 12, "s")
     y += 8
+    stages = [
+        (quantile(q, "fedrca_stage_latency_seconds", "stage"), f"{name} {{{{stage}}}}")
+        for q, name in ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9"))
+    ]
+    panel(
+        "timeseries",
+        "record latency by stage (p50, p99, p99.9): consume -> flags -> aligned -> verdict",
+        stages,
+        0,
+        24,
+        "s",
+        description="Seconds from an input record's creation to a point of its processing. consume: sensor "
+        "reading -> fetched by the plant worker; flags: sensor reading -> its flag committed; aligned: published "
+        "flag -> aligned and judged by the RCA; verdict: published flag -> the verdicts of its batch committed. "
+        "A reading's verdict follows about flags + verdict after it.",
+    )
+    y += 8
     row("Privacy and parameters")
     epsilon = [
         (f"max by (plant) (fedrca_privacy_epsilon_spent{per_plant})", "spent {{plant}}"),
