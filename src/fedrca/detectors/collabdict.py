@@ -279,14 +279,16 @@ def rough_scale(sums: ArrayLike, n: float) -> FloatArray:
 
 
 def moment_statistics(X: ArrayLike, center: FloatArray, scale: FloatArray) -> FloatArray:
-    """upper(sum z z^T) (M(M+1)/2,) with z = (x - c) / s (session ``scale/moments``).
+    """[sum z (M), upper(sum z z^T) (M(M+1)/2)] with z = (x - c) / s (session ``scale/moments``).
 
     Every element is at most ~N in size, so the consensus error (relative to the
-    largest element) is relative to every variable's variance.
+    largest element) is relative to every variable's standard deviation and variance;
+    sum z corrects the mean c, which the first session knows only relative to the
+    largest sum x (a tight sensor with a large mean).
     """
     Z = (np.asarray(X, dtype=np.float64) - center) / scale
     iu = _triu(Z.shape[1])
-    return np.asarray((Z.T @ Z)[iu], dtype=np.float64)
+    return np.concatenate([Z.sum(axis=0), (Z.T @ Z)[iu]])
 
 
 @dataclass(frozen=True)
@@ -331,9 +333,10 @@ def initialise(
 
     The fleet agrees on (1) n and the mean c (:func:`fleet_center`), (2) the centred sums
     of squares, giving per-variable scales s (:func:`rough_scale`), (3) the sums of
-    z z^T with z = (x - c) / s (``moments``, :func:`moment_statistics`). Then::
+    z and z z^T with z = (x - c) / s (``moments``, :func:`moment_statistics`). Then::
 
-        cov_z = sum z z^T / (n - 1)              (unbiased, in units of s)
+        zbar  = sum z / n                        (mean = c + s zbar)
+        cov_z = (sum z z^T - n zbar zbar^T) / (n - 1)   (unbiased, in units of s)
         std_i = s_i sqrt(cov_z_ii)               (1 when below resolution: constant)
         R     = s s^T cov_z / (std std^T)        (the fleet correlation)
 
@@ -347,13 +350,20 @@ def initialise(
     s = np.asarray(scale, dtype=np.float64)
     M = c.size
     iu = _triu(M)
-    cov_z = np.zeros((M, M))
-    cov_z[iu] = np.asarray(moments, dtype=np.float64) / (n - 1.0)
-    cov_z[iu[1], iu[0]] = cov_z[iu]
+    v = np.asarray(moments, dtype=np.float64)
+    zbar = v[:M] / n
+    # mean = c + s zbar
+    mean = c + s * zbar
+    S = np.zeros((M, M))
+    S[iu] = v[M:]
+    S[iu[1], iu[0]] = S[iu]
+    # cov_z = (sum z z^T - n zbar zbar^T) / (n - 1)
+    cov_z = (S - n * np.outer(zbar, zbar)) / (n - 1.0)
     d = np.clip(np.diag(cov_z), 0.0, None)
     std = s * np.sqrt(d)
     # constant (to the sessions' resolution): d_i is ~1 for every variable with a spread
-    resolved = (d > SPREAD_FLOOR * max(float(d.max(initial=0.0)), 1e-300)) & (std > 1e-12 * np.maximum(np.abs(c), 1.0))
+    floor = SPREAD_FLOOR * max(float(d.max(initial=0.0)), 1e-300)
+    resolved = (d > floor) & (std > 1e-12 * np.maximum(np.abs(mean), 1.0))
     std = np.where(resolved, std, 1.0)
     # cov = s s^T cov_z in raw units, R = cov / (std std^T)
     R = cov_z * np.outer(s / std, s / std)
@@ -363,7 +373,7 @@ def initialise(
     # mu_k^0 = init_scale V sqrt(w) z_k  ~  N(0, init_scale^2 R)
     candidates = settings.init_scale * (z * np.sqrt(np.clip(w, 0.0, None))) @ V.T
     precisions = np.tile(np.eye(M), (settings.n_components, 1, 1))
-    return FleetInit(Standardizer(mean=c.copy(), std=std), candidates[0].copy(), precisions, float(n), candidates)
+    return FleetInit(Standardizer(mean=mean, std=std), candidates[0].copy(), precisions, float(n), candidates)
 
 
 def initialise_centralised(datasets: Sequence[ArrayLike], settings: FleetSettings) -> FleetInit:
