@@ -10,7 +10,7 @@ or over Kafka (:mod:`fedrca.connectors.fleet_kafka`).
 The protocol of one participant:
 
 1. **scale**: three sums, each centred on what the previous one agreed: [N, sum x] ->
-   the mean c; sum (x - c)^2 -> per-variable scales s; sum z z^T with z = (x - c) / s ->
+   the mean c; sum (x - c)^2 -> per-variable scales s; sum z, sum z z^T with z = (x - c) / s ->
    the fleet standardiser and candidate initial means (identical everywhere,
    :func:`fedrca.detectors.collabdict.initialise`). Raw sums [N, sum x, sum x x^T]
    would lose a sensor with a large mean and a small spread to cancellation;
