@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
 
     site = load_config(REPO / "config" / "tep.yaml")
     # The simulator holds XMV(5) and XMV(9) fixed; config/tep.yaml's detectors refuse constant
-    # sensors, so they leave the plants here (the fleet and PCA keep all 52 columns).
+    # sensors and inputs, so they leave the plants here (the fleet and PCA keep all 52 columns).
     std = train.std(axis=0)
     constant = {
         c for c, sd, m in zip(TEP_COLUMNS, std, train.mean(axis=0), strict=True) if sd <= 1e-12 * max(abs(m), 1)
@@ -156,7 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     site = site.model_copy(
         update={
             "plants": [
-                p.model_copy(update={"sensors": [c for c in p.sensors if c not in constant]}) for p in site.plants
+                p.model_copy(
+                    update={
+                        "sensors": [c for c in p.sensors if c not in constant],
+                        "inputs": [c for c in p.inputs if c not in constant],
+                    }
+                )
+                for p in site.plants
             ]
         }
     )

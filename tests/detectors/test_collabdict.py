@@ -22,13 +22,12 @@ from fedrca.detectors.collabdict import (
     anomaly_score,
     e_step,
     fit_centralised,
-    initialise,
+    initialise_centralised,
     l_diversity,
     m_step,
     pack_statistics,
     pooled_quantile,
     posterior_pseudo_samples,
-    scale_statistics,
     unpack_statistics,
 )
 from fedrca.exceptions import ConfigError, DataError
@@ -118,11 +117,39 @@ def test_centralised_fit_recovers_shared_patterns_and_weights():
     assert np.abs(learned - fleet.weights).max() < 0.08
 
 
+def tight_fleet_data(seed: int, n_participants: int = 5, n: int = 200) -> list[np.ndarray]:
+    """Participants with TEP-like raw columns: a tight sensor with a large mean (like XMEAS(9) in
+    raw units, mean 1e4, sd 1e-2), a large-mean wide one, a small one and a constant one."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in range(n_participants):
+        tight = 1e4 + 1e-2 * rng.normal(size=n) + 3e-3 * s
+        wide = 4500.0 + 30.0 * rng.normal(size=n)
+        small = 0.2 + 0.05 * rng.normal(size=n) + 0.3 * tight  # correlated with the tight one
+        out.append(np.column_stack([tight, wide, small, np.full(n, 7.5)]))
+    return out
+
+
+def test_staged_standardiser_keeps_constant_columns_constant():
+    data = tight_fleet_data(seed=11)
+    pooled = np.vstack(data)
+    init = initialise_centralised(data, FleetSettings(n_components=2))
+    exact = pooled.std(axis=0, ddof=1)
+    assert np.allclose(init.scaler.std[:3], exact[:3], rtol=1e-9, atol=0.0)
+    assert init.scaler.std[3] == 1.0  # constant: the fallback, as Standardizer.fit
+    assert np.allclose(init.scaler.mean, pooled.mean(axis=0), rtol=1e-13)
+    assert init.n_total == len(pooled)
+    # raw sums would not do: E[x^2] - E[x]^2 of the tight column is pure rounding
+    n, s1, s2 = len(pooled), pooled.sum(axis=0), (pooled**2).sum(axis=0)
+    raw_var = (s2 - s1**2 / n) / (n - 1)
+    assert abs(raw_var[0] - exact[0] ** 2) > 1e-3 * exact[0] ** 2
+
+
 def test_pruning_drops_components_nobody_uses():
     rng = np.random.default_rng(5)
     data = [rng.normal(size=(200, 2)) for _ in range(3)]
     s = FleetSettings(n_components=6, folds=0, prune=0.01, seed=0)
-    init = initialise(np.sum([scale_statistics(x) for x in data], axis=0), 2, s)
+    init = initialise_centralised(data, s)
     # two starting means in the data, four far outside it: nobody's samples go there
     far = np.array([[0.5, 0.0], [-0.5, 0.0], [40.0, 40.0], [-40.0, 40.0], [40.0, -40.0], [-40.0, -40.0]])
     fit = fit_centralised(data, s, init=dataclasses.replace(init, means=far))
@@ -168,7 +195,7 @@ def test_monitor_warns_and_can_add_posterior_pseudo_samples():
     x0 = np.zeros(M)
     dominant = np.vstack([x0, x0 + 12 * np.eye(M), x0 - 12 * np.eye(M)])
     nominal = np.random.default_rng(0).normal(size=(100, M))
-    init = initialise(scale_statistics(nominal), M, FleetSettings(n_components=1))
+    init = initialise_centralised([nominal], FleetSettings(n_components=1))
     for noise in (False, True):
         s = FleetSettings(n_components=1, l0=2.0, privacy_noise=noise, noise_samples=10)
         glob = GlobalLearner(init, s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import defaultdict
 
@@ -9,10 +10,17 @@ import numpy as np
 import pytest
 
 from fedrca.datasets.fleet import fleet_patterns
-from fedrca.detectors.collabdict import FleetSettings, PrivacyWarning, fit_centralised, unpack_statistics
+from fedrca.detectors.collabdict import (
+    FleetSettings,
+    PrivacyWarning,
+    fit_centralised,
+    initialise_centralised,
+    unpack_statistics,
+)
 from fedrca.detectors.consensus import Exchange, MessageKey, PeerGraph
 from fedrca.detectors.fleet import FleetParticipant, InProcessNetwork, simulate_fleet
 from fedrca.exceptions import ConfigError, DataError, ModelError
+from tests.detectors.test_collabdict import tight_fleet_data
 
 SETTINGS = FleetSettings(n_components=3, folds=0, chunks=3, seed=0)
 
@@ -172,3 +180,27 @@ def test_the_network_names_a_deadlock():
 
     with pytest.raises(ModelError, match="deadlock"):
         InProcessNetwork().run({"a": waits_forever()})
+
+
+def test_the_fleet_standardiser_is_exact_for_a_tight_sensor_with_a_large_mean():
+    # TEP's reactor temperature has mean 120.4 and std 0.0122: from consensus over raw sums
+    # [N, sum x, sum x x^T] its variance was lost to cancellation (docs/fleet.md)
+    data = {f"p{s}": x for s, x in enumerate(tight_fleet_data(seed=12))}
+    settings = FleetSettings(n_components=1, folds=0, n_init=1, max_iter=3, seed=0)
+    run = simulate_fleet(data, settings, seed=3)
+    pooled = np.vstack(list(data.values()))
+    exact = pooled.std(axis=0, ddof=1)
+    mean = np.array([math.fsum(col) / len(col) for col in pooled.T])
+    assert run.identical
+    for r in run.results.values():
+        assert np.all(np.abs(r.model.scale[:3] - exact[:3]) <= 1e-6 * exact[:3]), (r.model.scale, exact)
+        assert r.model.scale[3] == 1.0  # the constant sensor stays constant
+        # the agreed mean is within 1e-9 standard deviations of the pooled one (correctly
+        # rounded: numpy's pairwise mean of values near 1e4 is itself off by ~1e-9 of 1e-2)
+        assert np.all(np.abs(r.model.center[:3] - mean[:3]) <= 1e-9 * exact[:3])
+        sessions = {k.rsplit("/", 1)[0] for k in r.session_rounds if k.startswith("scale/")}
+        assert sessions == {"scale/mean", "scale/spread", "scale/moments"}
+    # and it is the centralised twin's standardiser
+    central = initialise_centralised(list(data.values()), settings)
+    assert np.allclose(run.model.scale, central.scaler.std, rtol=1e-6, atol=0.0)
+    assert run.results["p0"].init.n_total == central.n_total == len(pooled)

@@ -36,8 +36,9 @@ means: ``g_k^s(n) ∝ N(x_n | m_k^s / N_k^s, Lambda_k^-1)``, ``E^s = max_k H(g_k
 below ``ln l0`` one released mean is a near copy of a few raw samples.
 
 All learning happens in coordinates standardised by the fleet's mean and standard
-deviation (agreed by consensus first), so the l1 weight treats every sensor alike
-and the sums keep their precision. :func:`fit_centralised` is the pure twin of the
+deviation (agreed by consensus first, in three sessions: count and mean, centred sums
+of squares, second moments in those scales; :func:`initialise`), so the l1 weight
+treats every sensor alike and the sums keep their precision. :func:`fit_centralised` is the pure twin of the
 fleet: the same code on exact sums of the same participants' data.
 
 Examples
@@ -84,15 +85,20 @@ __all__ = [
     "component_nll",
     "e_step",
     "fit_centralised",
+    "fleet_center",
     "initialise",
+    "initialise_centralised",
     "l_diversity",
     "m_step",
+    "mean_statistics",
+    "moment_statistics",
     "pack_statistics",
     "pooled_quantile",
     "posterior_pseudo_samples",
-    "scale_statistics",
+    "rough_scale",
     "score_floor",
     "score_histogram",
+    "spread_statistics",
     "unpack_statistics",
 ]
 
@@ -217,10 +223,72 @@ def unpack_statistics(vec: ArrayLike, K: int, M: int) -> tuple[FloatArray, Float
     return N, m, C, v[base:].copy()
 
 
-def scale_statistics(X: ArrayLike) -> FloatArray:
-    """[N, sum x (M), upper(sum x x^T)] of raw data X (N, M): what the fleet sums to standardise."""
+#: a centred sum of squares below this share of the largest is below the scale
+#: session's resolution (a relative consensus error of ~1e-11 of the largest element):
+#: its variable is scaled by the floor instead (tests/detectors/test_collabdict.py::
+#: test_staged_standardiser_keeps_constant_columns_constant)
+SPREAD_FLOOR = 1e-8
+
+
+def mean_statistics(X: ArrayLike) -> FloatArray:
+    """[N, sum x (M)] of raw data X (N, M): the fleet sums it first (session ``scale/mean``)."""
     A = np.asarray(X, dtype=np.float64)
-    return pack_statistics(np.array([float(len(A))]), A.sum(axis=0)[None, :], (A.T @ A)[None, :, :])
+    return np.concatenate([[float(len(A))], A.sum(axis=0)])
+
+
+def fleet_center(sums: ArrayLike) -> tuple[float, FloatArray]:
+    """(n, c (M,)) from the summed :func:`mean_statistics`: the fleet's count and mean.
+
+    n is a count, so the agreed sum (within ~1e-10 of a whole number) is rounded.
+
+    Raises
+    ------
+    DataError
+        When the fleet holds fewer than 2 samples.
+    """
+    v = np.asarray(sums, dtype=np.float64)
+    n = float(np.round(v[0]))
+    if n < 2:
+        raise DataError(f"the fleet holds {n:.0f} samples; need at least 2")
+    # c = sum x / n
+    return n, v[1:] / n
+
+
+def spread_statistics(X: ArrayLike, center: FloatArray) -> FloatArray:
+    """sum (x - c)^2 (M,) of raw data X (N, M) about the fleet mean c (session ``scale/spread``).
+
+    Centring on the agreed mean before squaring keeps a sensor with a large mean and a
+    small spread: from raw sums var = E[x^2] - E[x]^2 cancels catastrophically (TEP's
+    reactor temperature, mean 120.4, std 0.0122).
+    """
+    A = np.asarray(X, dtype=np.float64) - center
+    return np.asarray(np.einsum("nm,nm->m", A, A), dtype=np.float64)
+
+
+def rough_scale(sums: ArrayLike, n: float) -> FloatArray:
+    """s (M,) from the summed :func:`spread_statistics`: per-variable scales for the last session.
+
+    s_i = sqrt(max(v_i, SPREAD_FLOOR max_j v_j) / (n - 1)); 1 when every v_j is 0. Only
+    needs to be right in magnitude: the moment session measures the spread in units of s.
+    """
+    v = np.clip(np.asarray(sums, dtype=np.float64), 0.0, None)
+    top = float(v.max()) if v.size else 0.0
+    if top <= 0.0:
+        return np.ones_like(v)
+    return np.asarray(np.sqrt(np.maximum(v, SPREAD_FLOOR * top) / (n - 1.0)), dtype=np.float64)
+
+
+def moment_statistics(X: ArrayLike, center: FloatArray, scale: FloatArray) -> FloatArray:
+    """[sum z (M), upper(sum z z^T) (M(M+1)/2)] with z = (x - c) / s (session ``scale/moments``).
+
+    Every element is at most ~N in size, so the consensus error (relative to the
+    largest element) is relative to every variable's standard deviation and variance;
+    sum z corrects the mean c, which the first session knows only relative to the
+    largest sum x (a tight sensor with a large mean).
+    """
+    Z = (np.asarray(X, dtype=np.float64) - center) / scale
+    iu = _triu(Z.shape[1])
+    return np.concatenate([Z.sum(axis=0), (Z.T @ Z)[iu]])
 
 
 @dataclass(frozen=True)
@@ -258,32 +326,66 @@ class FleetInit:
         return replace(self, means=self.candidates[best].copy())
 
 
-def initialise(sums: ArrayLike, n_dims: int, settings: FleetSettings) -> FleetInit:
-    """Standardiser and initial parameters from the summed :func:`scale_statistics`.
+def initialise(
+    n: float, center: FloatArray, scale: FloatArray, moments: ArrayLike, settings: FleetSettings
+) -> FleetInit:
+    """Standardiser and initial parameters from the three scale sessions' results.
 
-    Initial means are ``init_scale`` x draws from N(0, R) (R the fleet correlation
-    matrix) with the shared seed: data-shaped starting points without any sample.
-    ``n_init`` candidate sets are drawn; :meth:`FleetInit.choose` keeps the best
-    once the fleet has summed :meth:`FleetInit.candidate_loglik`.
+    The fleet agrees on (1) n and the mean c (:func:`fleet_center`), (2) the centred sums
+    of squares, giving per-variable scales s (:func:`rough_scale`), (3) the sums of
+    z and z z^T with z = (x - c) / s (``moments``, :func:`moment_statistics`). Then::
+
+        zbar  = sum z / n                        (mean = c + s zbar)
+        cov_z = (sum z z^T - n zbar zbar^T) / (n - 1)   (unbiased, in units of s)
+        std_i = s_i sqrt(cov_z_ii)               (1 when below resolution: constant)
+        R     = s s^T cov_z / (std std^T)        (the fleet correlation)
+
+    Initial means are ``init_scale`` x draws from N(0, R) with the shared seed:
+    data-shaped starting points without any sample. ``n_init`` candidate sets are
+    drawn; :meth:`FleetInit.choose` keeps the best once the fleet has summed
+    :meth:`FleetInit.candidate_loglik`. :func:`initialise_centralised` is the twin on
+    exact sums.
     """
-    N, s1, s2, _ = unpack_statistics(sums, 1, n_dims)
-    n = float(N[0])
-    if n < 2:
-        raise DataError(f"the fleet holds {n:.0f} samples; need at least 2")
-    mean = s1[0] / n
-    # unbiased covariance from the sums: (sum x x^T - n mean mean^T) / (n - 1)
-    cov = (s2[0] - n * np.outer(mean, mean)) / (n - 1)
-    var = np.clip(np.diag(cov), 0.0, None)
-    std = np.sqrt(var)
-    std = np.where(std > 1e-12 * np.maximum(np.abs(mean), 1.0), std, 1.0)
-    R = cov / np.outer(std, std)
+    c = np.asarray(center, dtype=np.float64)
+    s = np.asarray(scale, dtype=np.float64)
+    M = c.size
+    iu = _triu(M)
+    v = np.asarray(moments, dtype=np.float64)
+    zbar = v[:M] / n
+    # mean = c + s zbar
+    mean = c + s * zbar
+    S = np.zeros((M, M))
+    S[iu] = v[M:]
+    S[iu[1], iu[0]] = S[iu]
+    # cov_z = (sum z z^T - n zbar zbar^T) / (n - 1)
+    cov_z = (S - n * np.outer(zbar, zbar)) / (n - 1.0)
+    d = np.clip(np.diag(cov_z), 0.0, None)
+    std = s * np.sqrt(d)
+    # constant (to the sessions' resolution): d_i is ~1 for every variable with a spread
+    floor = SPREAD_FLOOR * max(float(d.max(initial=0.0)), 1e-300)
+    resolved = (d > floor) & (std > 1e-12 * np.maximum(np.abs(mean), 1.0))
+    std = np.where(resolved, std, 1.0)
+    # cov = s s^T cov_z in raw units, R = cov / (std std^T)
+    R = cov_z * np.outer(s / std, s / std)
     w, V = np.linalg.eigh((R + R.T) / 2.0)
     rng = np.random.default_rng([int(settings.seed), 0x5EED])
-    z = rng.standard_normal((settings.n_init, settings.n_components, n_dims))
+    z = rng.standard_normal((settings.n_init, settings.n_components, M))
     # mu_k^0 = init_scale V sqrt(w) z_k  ~  N(0, init_scale^2 R)
     candidates = settings.init_scale * (z * np.sqrt(np.clip(w, 0.0, None))) @ V.T
-    precisions = np.tile(np.eye(n_dims), (settings.n_components, 1, 1))
-    return FleetInit(Standardizer(mean=mean, std=std), candidates[0].copy(), precisions, n, candidates)
+    precisions = np.tile(np.eye(M), (settings.n_components, 1, 1))
+    return FleetInit(Standardizer(mean=mean, std=std), candidates[0].copy(), precisions, float(n), candidates)
+
+
+def initialise_centralised(datasets: Sequence[ArrayLike], settings: FleetSettings) -> FleetInit:
+    """:func:`initialise` from exact sums of every participant's raw data (the fleet's twin).
+
+    The same three stages as :meth:`fedrca.detectors.fleet.FleetParticipant.protocol`,
+    each summed exactly instead of by consensus (first candidate; not yet chosen).
+    """
+    Xs = [np.asarray(x, dtype=np.float64) for x in datasets]
+    n, c = fleet_center(np.sum([mean_statistics(x) for x in Xs], axis=0))
+    s = rough_scale(np.sum([spread_statistics(x, c) for x in Xs], axis=0), n)
+    return initialise(n, c, s, np.sum([moment_statistics(x, c, s) for x in Xs], axis=0), settings)
 
 
 # -- E-step ------------------------------------------------------------------------------------
@@ -881,9 +983,8 @@ def fit_centralised(
     Xs = [np.asarray(x, dtype=np.float64) for x in datasets]
     if not Xs or any(x.ndim != 2 or x.shape[1] != Xs[0].shape[1] for x in Xs):
         raise DataError("every participant's data must be (N_s, M) with the same M")
-    M = Xs[0].shape[1]
     if init is None:
-        init = initialise(np.sum([scale_statistics(x) for x in Xs], axis=0), M, settings)
+        init = initialise_centralised(Xs, settings)
         Zs = [init.scaler.transform(x) for x in Xs]
         init = init.choose(np.sum([init.candidate_loglik(Z) for Z in Zs], axis=0))
     Zs = [init.scaler.transform(x) for x in Xs]

@@ -9,8 +9,11 @@ or over Kafka (:mod:`fedrca.connectors.fleet_kafka`).
 
 The protocol of one participant:
 
-1. **scale**: the fleet sums [N, sum x, sum x x^T] -> the fleet standardiser and
-   candidate initial means (identical everywhere, :func:`fedrca.detectors.collabdict.initialise`);
+1. **scale**: three sums, each centred on what the previous one agreed: [N, sum x] ->
+   the mean c; sum (x - c)^2 -> per-variable scales s; sum z, sum z z^T with z = (x - c) / s ->
+   the fleet standardiser and candidate initial means (identical everywhere,
+   :func:`fedrca.detectors.collabdict.initialise`). Raw sums [N, sum x, sum x x^T]
+   would lose a sensor with a large mean and a small spread to cancellation;
    **init**: the fleet sums every candidate's local log-likelihood and keeps the best;
 2. **fit**: EM iterations ``local_update -> consensus -> optimize`` until the fleet
    log-likelihood settles (every participant decides the same, from the same sums);
@@ -55,12 +58,16 @@ from fedrca.detectors.collabdict import (
     bin_index,
     coarse_edges,
     fine_edges,
+    fleet_center,
     initialise,
+    mean_statistics,
+    moment_statistics,
     quantile_bin,
     rank_value,
-    scale_statistics,
+    rough_scale,
     score_floor,
     score_histogram,
+    spread_statistics,
 )
 from fedrca.detectors.consensus import (
     ConsensusMessage,
@@ -256,8 +263,12 @@ class FleetParticipant:
     def protocol(self) -> Protocol:
         """The whole protocol as a generator (see the module docstring); returns a :class:`ParticipantResult`."""
         s = self.settings
-        sums = yield from self.fleet_sum(scale_statistics(self._X), "scale")
-        init = initialise(sums, self.n_dims, s)
+        # the twin: collabdict.initialise_centralised (same stages, exact sums)
+        n, center = fleet_center((yield from self.fleet_sum(mean_statistics(self._X), "scale/mean")))
+        spread = yield from self.fleet_sum(spread_statistics(self._X, center), "scale/spread")
+        scale = rough_scale(spread, n)
+        moments = yield from self.fleet_sum(moment_statistics(self._X, center, scale), "scale/moments")
+        init = initialise(n, center, scale, moments, s)
         Z = init.scaler.transform(self._X)
         if s.n_init > 1:
             init = init.choose((yield from self.fleet_sum(init.candidate_loglik(Z), "init")))
