@@ -34,7 +34,8 @@ def test_detect_writes_one_line_per_plant_and_sample(repo, tmp_path, capsys):
     assert code == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == 960 * 5
-    assert set(lines[0]) == {"plant", "seq", "zc", "za", "d2c", "d2a"}
+    # config/tep.yaml grades alarms (scoring.severity_levels): the level comes with the flags
+    assert set(lines[0]) == {"plant", "seq", "zc", "za", "d2c", "d2a", "level"}
     assert [r["plant"] for r in lines[:5]] == ["feed", "reactor", "separator", "stripper", "compressor"]
     assert {r["seq"] for r in lines} == set(range(960))
     reactor = np.array([r["zc"] for r in lines if r["plant"] == "reactor"])

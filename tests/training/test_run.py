@@ -177,6 +177,13 @@ def test_acceptance_5_tep_augmented_residuals_lower_for_most_plants(tep_dir):
         lower += np.mean(np.linalg.norm(out.r_a, axis=1)) < np.mean(np.linalg.norm(out.r_c, axis=1))
     assert lower >= 3
     assert max(c.epsilon_spent() for c in result.clients.values()) <= 4.0  # issue 15: the whole run
+    # issue 15's byte figures: whole bytes per round, uploads below the raw data's bytes
+    for plant in config.plant_names:
+        metrics = result.artifacts[plant].manifest["metrics"]
+        up, raw = metrics["bytes_per_round_up"], metrics["raw_bytes_per_round"]
+        assert type(up) is int and type(raw) is int
+        rows = len(nominal[plant].Y) - config.training.warm_up  # float64 readings of the trained rows
+        assert 0 < up < raw == 8 * len(config.plant(plant).sensors) * rows
 
 
 # -- CLI ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ Examples
 >>> from fedrca.config import load_config
 >>> settings = load_config("config/tep.yaml").training
 >>> settings.estimator, settings.rounds > 0
-('iv', True)
+('moments', True)
 """
 
 from __future__ import annotations

@@ -259,7 +259,7 @@ class PlantDetector(Detector):
     True
     >>> fam = PlantDetector(n_states=2, method="family", alpha=0.01, seed=0).fit(nominal)
     >>> fam.statistics
-    ('innovation', 'mewma@0.1', 'level', 'reconstruction')
+    ('innovation', 'mewma@0.1', 'level', 'reconstruction', 'dispersion')
     >>> bool(fam.step_batch(shifted).zc.mean() > 0.9)
     True
     """

@@ -50,7 +50,7 @@ Examples
 >>> r, x, e = rng.normal(size=(3000, 4)), rng.normal(size=(3000, 2)), rng.normal(size=(3000, 4))
 >>> fam = StatisticFamily(alpha=0.01, ewma=(0.1,)).fit(r, x, e)
 >>> fam.statistics
-('innovation', 'mewma@0.1', 'level', 'reconstruction')
+('innovation', 'mewma@0.1', 'level', 'reconstruction', 'dispersion')
 >>> score = fam.score(r + 3.0, x, e)            # a shift of every residual
 >>> bool(np.mean(fam.flags(score)) > 0.9)
 True

@@ -470,19 +470,21 @@ class FederatedTraining:
             # on nominal data (aggregate counts, no sample travels); each recording a fresh stream.
             state_counts = np.zeros(N_FLAG_STATES, dtype=np.int64)
             start = 0
-            for n in self.segments or [len(Y)]:
+            for length in self.segments or [len(Y)]:
+                stop = start + length
                 with det.detached():
-                    nominal = det.step_batch(Y[start : start + n], None if U is None else U[start : start + n])
+                    nominal = det.step_batch(Y[start:stop], None if U is None else U[start:stop])
                 state_counts += np.bincount(flag_states(nominal.zc, nominal.za), minlength=N_FLAG_STATES)
-                start += n
+                start = stop
             metrics = {
                 "rounds": self.round,
                 "client_loss_before": client.initial_loss,
                 "client_loss_after": client.reconstruction_loss(),
                 "server_loss": self.server.losses.get(plant, math.nan),
-                "bytes_per_round_up": self._bytes_up[plant] / n,
-                "bytes_per_round_down": self._bytes_down[plant] / n,
-                "raw_bytes_per_round": self._raw_bytes[plant] / n,
+                # whole bytes: a count (and no fractional figure that could pass for a reading)
+                "bytes_per_round_up": round(self._bytes_up[plant] / n),
+                "bytes_per_round_down": round(self._bytes_down[plant] / n),
+                "raw_bytes_per_round": round(self._raw_bytes[plant] / n),
                 "states_clipped": client.clipped,
             }
             artifacts[plant] = make_artifact(
