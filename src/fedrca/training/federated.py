@@ -291,6 +291,23 @@ class FederatedTraining:
                     "privacy.budget"
                 )
 
+    def _answer(
+        self,
+        responses: Mapping[str, GradientMessage],
+        encoding: str,
+        apply: Callable[[Client, GradientMessage], object],
+    ) -> None:
+        """Publish the server's message to each plant (counting the bytes down), then let each client apply its own."""
+        for plant, message in responses.items():
+            raw = encode_message(message, encoding)
+            self.transport.publish(self.topic(plant), SERVER, raw)
+            self._bytes_down[plant] += len(raw)
+        for plant, client in self.clients.items():
+            for _, raw in self.transport.consume(self.topic(plant), f"client-{plant}"):
+                received = decode_message(raw)
+                if isinstance(received, GradientMessage):
+                    apply(client, received)
+
     def run_round(self) -> None:
         """One communication round: states up, gradients down, client steps."""
         if self.settings.estimator == "moments":
@@ -308,15 +325,7 @@ class FederatedTraining:
                 message = decode_message(raw)
                 if isinstance(message, StatesMessage):
                     self.server.receive(message)
-        for plant, message in self.server.respond().items():
-            raw = encode_message(message, enc)
-            self.transport.publish(self.topic(plant), SERVER, raw)
-            self._bytes_down[plant] += len(raw)
-        for plant, client in self.clients.items():
-            for _, raw in self.transport.consume(self.topic(plant), f"client-{plant}"):
-                message = decode_message(raw)
-                if isinstance(message, GradientMessage):
-                    client.apply_gradient(message)
+        self._answer(self.server.respond(), enc, lambda client, message: client.apply_gradient(message))
         self.round += 1
 
     def _run_moments(self, rounds: int) -> None:
@@ -362,15 +371,11 @@ class FederatedTraining:
                 message = decode_message(raw)
                 if isinstance(message, MomentsMessage):
                     moments[message.plant] = message
-        for plant, message in self.server.fit_moments(releases, moments).items():
-            raw = encode_message(message, enc)
-            self.transport.publish(self.topic(plant), SERVER, raw)
-            self._bytes_down[plant] += len(raw)
-        for plant, client in self.clients.items():
-            for _, raw in self.transport.consume(self.topic(plant), f"client-{plant}"):
-                message = decode_message(raw)
-                if isinstance(message, GradientMessage):
-                    client.fit_to_target(message, rounds)
+        self._answer(
+            self.server.fit_moments(releases, moments),
+            enc,
+            lambda client, message: client.fit_to_target(message, rounds),
+        )
         self.round = rounds
 
     # -- state (what a checkpoint stores) ------------------------------------------------------------
