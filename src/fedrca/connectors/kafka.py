@@ -104,8 +104,8 @@ class KafkaOptions:
         """True when the connection is encrypted."""
         return self.security_protocol in ("SSL", "SASL_SSL")
 
-    def kafka_python(self) -> dict[str, Any]:
-        """Keyword arguments for kafka-python clients (nothing for a plaintext broker)."""
+    def _common(self) -> dict[str, Any]:
+        """The keyword arguments both client libraries spell the same: protocol and SASL."""
         out: dict[str, Any] = {}
         if self.security_protocol != "PLAINTEXT":
             out["security_protocol"] = self.security_protocol
@@ -115,21 +115,18 @@ class KafkaOptions:
                 sasl_plain_username=self.sasl_username,
                 sasl_plain_password=self.sasl_password,
             )
+        return out
+
+    def kafka_python(self) -> dict[str, Any]:
+        """Keyword arguments for kafka-python clients (nothing for a plaintext broker)."""
+        out = self._common()
         if self.tls:
             out.update({k: v for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile") if (v := getattr(self, k))})
         return out
 
     def aiokafka(self) -> dict[str, Any]:
         """Keyword arguments for aiokafka clients (the workers)."""
-        out: dict[str, Any] = {}
-        if self.security_protocol != "PLAINTEXT":
-            out["security_protocol"] = self.security_protocol
-        if self.security_protocol.startswith("SASL"):
-            out.update(
-                sasl_mechanism=self.sasl_mechanism,
-                sasl_plain_username=self.sasl_username,
-                sasl_plain_password=self.sasl_password,
-            )
+        out = self._common()
         if self.tls:
             context = ssl.create_default_context(cafile=self.ssl_cafile)
             if self.ssl_certfile:
