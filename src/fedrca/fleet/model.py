@@ -17,10 +17,14 @@ The protocol of one participant:
    **init**: the fleet sums every candidate's local log-likelihood and keeps the best;
 2. **fit**: EM iterations ``local_update -> consensus -> optimize`` until the fleet
    log-likelihood settles (every participant decides the same, from the same sums);
-3. **folds** (``settings.folds`` > 0): the same EM with block f of every participant
-   held out, for f = 1..F; each participant scores its held-out blocks;
-4. **threshold**: the fleet sums a histogram of those nominal scores; the threshold
-   is its ``percentile`` (no score leaves a participant, only bin counts, chunked).
+3. **folds** (``settings.folds`` > 0): the same EM with one block of every participant
+   held out, for f = 1..F (participant i's block (f + i) mod F, staggered); each
+   participant scores its held-out blocks;
+4. **threshold**: the fleet sums a histogram of those nominal scores; the fleet's
+   threshold (the model's) is its ``percentile`` (no score leaves a participant, only
+   bin counts, chunked); **calibration**: each participant's own threshold from its own
+   held-out scores, or, for those with too few, one more histogram pooled from just
+   them (:mod:`fedrca.fleet.calibration`).
 
 Every sum goes through :meth:`FleetParticipant.fleet_sum`: random chunks, one
 consensus session per chunk on a re-labelled peer graph, agreement on one value.
@@ -40,7 +44,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +53,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import ConfigError, DataError, MessageError, ModelError
+from fedrca.fleet.calibration import Calibration, conformal_percentile, held_out_block, own_calibration
 from fedrca.fleet.collabdict import (
     FleetInit,
     FleetModel,
@@ -115,6 +120,7 @@ class ParticipantResult:
     entropies : per EM iteration of the main fit, the l-diversity H_k of its release (K,)
     privacy_fired : per EM iteration, whether the monitor fired
     init : the standardiser and initial parameters agreed from the scale sums
+    calibration : its own alarm rule (private: threshold and statistic, :mod:`fedrca.fleet.calibration`)
     """
 
     name: str
@@ -125,6 +131,7 @@ class ParticipantResult:
     entropies: list[FloatArray]
     privacy_fired: list[bool]
     init: FleetInit
+    calibration: Calibration
 
 
 class FleetParticipant:
@@ -248,17 +255,45 @@ class FleetParticipant:
                 return glob, local
 
     def _pooled_quantile(
-        self, excess: FloatArray, percentile: float
-    ) -> Generator[Exchange, list[ConsensusMessage], float]:
-        """The fleet's two-pass histogram quantile (:func:`~fedrca.fleet.collabdict.pooled_quantile`)."""
+        self, excess: FloatArray, key: str, percentile: Callable[[int], float]
+    ) -> Generator[Exchange, list[ConsensusMessage], tuple[float | None, int]]:
+        """(quantile, count) of everybody's ``excess`` by the two-pass histogram
+        (:func:`~fedrca.fleet.collabdict.pooled_quantile`), at ``percentile(pooled count)``;
+        (None, 0) when nobody counted a score (everybody decides that from the same sum)."""
         coarse = coarse_edges()
         # consensus sums are within ~1e-10 of whole counts; rounding makes them exact
-        c1 = np.round((yield from self.fleet_sum(score_histogram(excess, coarse), "threshold/coarse")))
-        i, within = quantile_bin(c1, percentile)
+        c1 = np.round((yield from self.fleet_sum(score_histogram(excess, coarse), f"{key}/coarse")))
+        n = int(c1.sum())
+        if n == 0:
+            return None, 0
+        i, within = quantile_bin(c1, percentile(n))
         fine = fine_edges(coarse, i)
         mine = score_histogram(excess[bin_index(excess, coarse) == i], fine)
-        c2 = np.round((yield from self.fleet_sum(mine, "threshold/fine")))
-        return rank_value(c2, fine, within)
+        c2 = np.round((yield from self.fleet_sum(mine, f"{key}/fine")))
+        return rank_value(c2, fine, within), n
+
+    def _calibrate(
+        self, blocks: list[FloatArray], floor: float, fleet_threshold: float, fleet_count: int
+    ) -> Generator[Exchange, list[ConsensusMessage], Calibration]:
+        """This participant's alarm rule (the twin: :func:`fedrca.fleet.collabdict.calibrate`).
+
+        Its own conformal percentile when its held-out scores certify one; else the one pooled by
+        consensus from the participants in the same situation (everybody takes part in that sum,
+        a participant with its own threshold with an empty histogram).
+        """
+        s = self.settings
+        if s.threshold_scope == "fleet":
+            return Calibration(fleet_threshold, None, "fleet", fleet_count)
+        own = own_calibration(blocks, s.percentile, s.ewma)
+        mine = np.empty(0) if own is not None else np.concatenate(blocks) - floor
+        shared, n = yield from self._pooled_quantile(
+            mine, "threshold/shared", lambda count: conformal_percentile(count, s.percentile)
+        )
+        if own is not None:
+            return own
+        if shared is None:  # cannot happen: this participant's own scores are in the pool
+            raise ModelError(f"{self.name}: the shared threshold pooled no score")
+        return Calibration(floor + shared, None, "shared", n)
 
     def protocol(self) -> Protocol:
         """The whole protocol as a generator (see the module docstring); returns a :class:`ParticipantResult`."""
@@ -275,15 +310,22 @@ class FleetParticipant:
         trace: list[tuple[FloatArray, bool]] = []
         glob, local = yield from self._em(Z, init, "fit", trace)
         floor = score_floor(glob.precisions)
-        excess: list[FloatArray] = []
+        blocks: list[FloatArray] = []
         if s.folds:
-            blocks = np.array_split(np.arange(len(Z)), s.folds)
+            # the twin: collabdict.held_out_scores (blocks staggered by the participant's position)
             for f in range(s.folds):
-                fglob, flocal = yield from self._em(np.delete(Z, blocks[f], axis=0), init, f"fold{f}")
-                excess.append(anomaly_score(Z[blocks[f]], flocal.weights, fglob.means, fglob.precisions) - floor)
+                rows = held_out_block(len(Z), s.folds, f, self.index)
+                fglob, flocal = yield from self._em(np.delete(Z, rows, axis=0), init, f"fold{f}")
+                blocks.append(anomaly_score(Z[rows], flocal.weights, fglob.means, fglob.precisions))
         else:
-            excess.append(anomaly_score(Z, local.weights, glob.means, glob.precisions) - floor)
-        threshold = floor + (yield from self._pooled_quantile(np.concatenate(excess), s.percentile))
+            blocks.append(anomaly_score(Z, local.weights, glob.means, glob.precisions))
+        pooled, count = yield from self._pooled_quantile(
+            np.concatenate(blocks) - floor, "threshold", lambda _: s.percentile
+        )
+        if pooled is None:
+            raise DataError("no nominal scores to take a threshold from")
+        threshold = floor + pooled
+        calibration = yield from self._calibrate(blocks, floor, threshold, count)
         info = {
             "participants": len(self.names),
             "samples": float(init.n_total),
@@ -302,6 +344,7 @@ class FleetParticipant:
             [e for e, _ in trace],
             [f for _, f in trace],
             init,
+            calibration,
         )
 
 
