@@ -254,46 +254,61 @@ class FleetParticipant:
             if done:
                 return glob, local
 
-    def _pooled_quantile(
-        self, excess: FloatArray, key: str, percentile: Callable[[int], float]
-    ) -> Generator[Exchange, list[ConsensusMessage], tuple[float | None, int]]:
-        """(quantile, count) of everybody's ``excess`` by the two-pass histogram
-        (:func:`~fedrca.fleet.collabdict.pooled_quantile`), at ``percentile(pooled count)``;
-        (None, 0) when nobody counted a score (everybody decides that from the same sum)."""
+    def _pooled_quantiles(
+        self, excesses: Sequence[FloatArray], percentiles: Sequence[Callable[[int], float]]
+    ) -> Generator[Exchange, list[ConsensusMessage], list[tuple[float | None, int]]]:
+        """(quantile, count) of everybody's ``excesses[j]`` at ``percentiles[j](pooled count)`` for every j,
+        by the two-pass histogram (:func:`~fedrca.fleet.collabdict.pooled_quantile`); (None, 0) for a j
+        nobody counted a score in (everybody decides that from the same sum).
+
+        The J histograms travel side by side in one session per pass: as many messages as one quantile.
+        """
         coarse = coarse_edges()
+        bins = len(coarse) - 1
+        mine = [score_histogram(e, coarse) for e in excesses]
         # consensus sums are within ~1e-10 of whole counts; rounding makes them exact
-        c1 = np.round((yield from self.fleet_sum(score_histogram(excess, coarse), f"{key}/coarse")))
-        n = int(c1.sum())
-        if n == 0:
-            return None, 0
-        i, within = quantile_bin(c1, percentile(n))
-        fine = fine_edges(coarse, i)
-        mine = score_histogram(excess[bin_index(excess, coarse) == i], fine)
-        c2 = np.round((yield from self.fleet_sum(mine, f"{key}/fine")))
-        return rank_value(c2, fine, within), n
+        c1 = np.round((yield from self.fleet_sum(np.concatenate(mine), "threshold/coarse"))).reshape(-1, bins)
+        found = [
+            quantile_bin(c, pct(int(c.sum()))) if c.sum() > 0 else None for c, pct in zip(c1, percentiles, strict=True)
+        ]
+        fines = [fine_edges(coarse, q[0] if q is not None else 0) for q in found]
+        inside = [
+            score_histogram(e[bin_index(e, coarse) == q[0]], fine) if q is not None else np.zeros(bins)
+            for e, q, fine in zip(excesses, found, fines, strict=True)
+        ]
+        c2 = np.round((yield from self.fleet_sum(np.concatenate(inside), "threshold/fine"))).reshape(-1, bins)
+        return [
+            (None, 0) if q is None else (rank_value(c, fine, q[1]), int(c_all.sum()))
+            for q, c, fine, c_all in zip(found, c2, fines, c1, strict=True)
+        ]
 
     def _calibrate(
-        self, blocks: list[FloatArray], floor: float, fleet_threshold: float, fleet_count: int
-    ) -> Generator[Exchange, list[ConsensusMessage], Calibration]:
-        """This participant's alarm rule (the twin: :func:`fedrca.fleet.collabdict.calibrate`).
+        self, blocks: list[FloatArray], floor: float
+    ) -> Generator[Exchange, list[ConsensusMessage], tuple[float, Calibration]]:
+        """(the fleet's threshold, this participant's alarm rule); the twin: :func:`fedrca.fleet.collabdict.calibrate`.
 
-        Its own conformal percentile when its held-out scores certify one; else the one pooled by
-        consensus from the participants in the same situation (everybody takes part in that sum,
-        a participant with its own threshold with an empty histogram).
+        The fleet's threshold pools everybody's held-out scores. The participant's rule is its own
+        conformal percentile when its held-out scores certify one; else the threshold pooled, in the
+        same sessions, from just the participants in that situation (a participant with its own
+        threshold adds an empty histogram there).
         """
         s = self.settings
-        if s.threshold_scope == "fleet":
-            return Calibration(fleet_threshold, None, "fleet", fleet_count)
-        own = own_calibration(blocks, s.percentile, s.ewma)
-        mine = np.empty(0) if own is not None else np.concatenate(blocks) - floor
-        shared, n = yield from self._pooled_quantile(
-            mine, "threshold/shared", lambda count: conformal_percentile(count, s.percentile)
+        excess = np.concatenate(blocks) - floor
+        own = own_calibration(blocks, s.percentile, s.ewma) if s.threshold_scope == "participant" else None
+        small = excess if s.threshold_scope == "participant" and own is None else np.empty(0)
+        (pooled, count), (shared, n) = yield from self._pooled_quantiles(
+            [excess, small], [lambda _: s.percentile, lambda m: conformal_percentile(m, s.percentile)]
         )
+        if pooled is None:
+            raise DataError("no nominal scores to take a threshold from")
+        threshold = floor + pooled
+        if s.threshold_scope == "fleet":
+            return threshold, Calibration(threshold, None, "fleet", count)
         if own is not None:
-            return own
+            return threshold, own
         if shared is None:  # cannot happen: this participant's own scores are in the pool
             raise ModelError(f"{self.name}: the shared threshold pooled no score")
-        return Calibration(floor + shared, None, "shared", n)
+        return threshold, Calibration(floor + shared, None, "shared", n)
 
     def protocol(self) -> Protocol:
         """The whole protocol as a generator (see the module docstring); returns a :class:`ParticipantResult`."""
@@ -319,13 +334,7 @@ class FleetParticipant:
                 blocks.append(anomaly_score(Z[rows], flocal.weights, fglob.means, fglob.precisions))
         else:
             blocks.append(anomaly_score(Z, local.weights, glob.means, glob.precisions))
-        pooled, count = yield from self._pooled_quantile(
-            np.concatenate(blocks) - floor, "threshold", lambda _: s.percentile
-        )
-        if pooled is None:
-            raise DataError("no nominal scores to take a threshold from")
-        threshold = floor + pooled
-        calibration = yield from self._calibrate(blocks, floor, threshold, count)
+        threshold, calibration = yield from self._calibrate(blocks, floor)
         info = {
             "participants": len(self.names),
             "samples": float(init.n_total),
