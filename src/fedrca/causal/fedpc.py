@@ -909,7 +909,9 @@ class FedPCSite:
                 if self._ledger is not None and math.isfinite(request.mu):
                     # charged before anything is computed: a release past the budget never happens
                     self._ledger.charge_gaussian(request.mu**2, key=f"fedpc-stats:{request.session}")
-                vector = private_scatter_vector(self._rows, request.clip, request.mu, self._rng)
+                # the site's standardiser: its own mean and standard deviation (preprocessing, never sent)
+                center, scale = self._rows.mean(axis=0), self._rows.std(axis=0)
+                vector = private_scatter_vector(self._rows, center, scale, request.clip, request.mu, self._rng)
                 self._released.add(request.session)
             payload = encode_fixed(vector)
         return keys.mask(payload, request.roster, request.round)

@@ -14,8 +14,9 @@ The pooled test needs only statistics that **add over sites**:
   (``tests/causal/test_pooled.py``: 1e-9).
 * **Fisher-z with noise** (``mu``-GDP per site, :func:`private_scatter_vector`): each site
   standardises its columns with its own mean and standard deviation (its preprocessing,
-  like a plant's scaler), clips every row to the L2 norm ``c = clip sqrt(p)``, and adds
-  Gaussian noise to the upper triangle of ``Σ_i z_i z_i'``::
+  fixed before the release, like a plant's scaler before its training releases: the
+  guarantee covers the rows given the standardiser), clips every row to the L2 norm
+  ``c = clip sqrt(p)``, and adds Gaussian noise to the upper triangle of ``Σ_i z_i z_i'``::
 
       Δ = sqrt(2) c²                       (L2 sensitivity to replacing one row: ||z z' - z~ z~'||_F <= sqrt(2) c²)
       σ = Δ / mu                           (the Gaussian mechanism is mu-GDP)
@@ -134,17 +135,21 @@ def noise_sd(clip: float, p: int, mu: float) -> float:
     return 0.0 if math.isinf(mu) else scatter_sensitivity(clip, p) / mu
 
 
-def private_scatter_vector(X: ArrayLike, clip: float, mu: float, rng: np.random.Generator) -> FloatArray:
+def private_scatter_vector(
+    X: ArrayLike, center: ArrayLike, scale: ArrayLike, clip: float, mu: float, rng: np.random.Generator
+) -> FloatArray:
     """``[n, triu(Σ_i z_i z_i') + N(0, σ²)]``: one mu-GDP release of a site's standardised, clipped rows.
 
-    z = (x - mean_site) / sd_site, each row scaled down to L2 norm ``clip sqrt(p)`` when longer.
+    ``z = (x - center) / scale``, each row scaled down to L2 norm ``clip sqrt(p)`` when longer.
+    ``center`` and ``scale`` (p,) are the site's standardiser, fixed before the release (the
+    site's preprocessing, like a plant's scaler: the guarantee covers the rows given it).
     """
     A = np.asarray(X, dtype=np.float64)
     n, p = A.shape
-    sd = A.std(axis=0)
-    if np.any(sd == 0):
-        raise DataError(f"constant column(s) {np.flatnonzero(sd == 0).tolist()} cannot be standardised")
-    Z = (A - A.mean(axis=0)) / sd
+    sd = np.asarray(scale, dtype=np.float64)
+    if np.any(~np.isfinite(sd)) or np.any(sd <= 0):
+        raise DataError("the standardiser's scale must be finite and > 0 for every variable")
+    Z = (A - np.asarray(center, dtype=np.float64)) / sd
     bound = clip * math.sqrt(p)
     norms = np.linalg.norm(Z, axis=1)
     # z <- z min(1, c / ||z||)
