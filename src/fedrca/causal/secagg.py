@@ -66,6 +66,7 @@ __all__ = [
     "MaskedVector",
     "SessionKeys",
     "check_public_key",
+    "check_round",
     "check_session",
     "decode_counts",
     "decode_fixed",
@@ -225,6 +226,13 @@ def _index(value: Any, what: str) -> int:
     return int(value)
 
 
+def check_round(value: Any) -> int:
+    """A round number: an integer >= 0, or MessageError."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise MessageError(Reason.BAD_ROUND, f"round must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
 def check_public_key(value: Any) -> bytes:
     """A 32-byte X25519 public key, or MessageError."""
     if not isinstance(value, bytes | bytearray) or len(value) != _KEY_BYTES:
@@ -313,9 +321,7 @@ class MaskedVector(Message):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "session", check_session(self.session))
-        if isinstance(self.round, bool) or not isinstance(self.round, int | np.integer) or self.round < 0:
-            raise MessageError(Reason.BAD_ROUND, f"round must be an integer >= 0, got {self.round!r}")
-        object.__setattr__(self, "round", int(self.round))
+        object.__setattr__(self, "round", check_round(self.round))
         object.__setattr__(self, "index", _index(self.index, "index"))
         arr = np.array(self.data)
         if arr.dtype != np.uint64 or arr.ndim != 2 or arr.shape[1] not in (COUNT_LIMBS, FIXED_LIMBS):

@@ -52,7 +52,7 @@ from typing import Any, ClassVar, Literal, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedrca.causal.secagg import check_public_key, check_session
+from fedrca.causal.secagg import check_public_key, check_round, check_session
 from fedrca.causal.wire import Message, register
 from fedrca.contracts.deadletter import DeadLetterReason as Reason
 from fedrca.exceptions import DataError, MessageError
@@ -320,9 +320,7 @@ class StatsRequest(Message):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "session", check_session(self.session))
-        if isinstance(self.round, bool) or not isinstance(self.round, int | np.integer) or self.round < 0:
-            raise MessageError(Reason.BAD_ROUND, f"round must be an integer >= 0, got {self.round!r}")
-        object.__setattr__(self, "round", int(self.round))
+        object.__setattr__(self, "round", check_round(self.round))
         roster = tuple(check_public_key(k) for k in self.roster)
         if len(roster) < 2:
             raise MessageError(Reason.BAD_FIELD, "a secure sum needs a roster of at least 2 sites")
