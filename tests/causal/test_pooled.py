@@ -33,7 +33,8 @@ from fedrca.training.privacy import gaussian_mu
 
 
 def names_of(p: int) -> list[str]:
-    return [f"v{j:02d}" for j in range(p)]
+    """Variable names no masked vector can spell: '_' is in neither base64's nor hex's alphabet."""
+    return [f"var_{j:02d}" for j in range(p)]
 
 
 def linear_sites(p: int = 8, n_sites: int = 6, n: int = 3000, seed: int = 0, offset: float = 0.0):
@@ -289,4 +290,10 @@ def test_a_site_releases_its_noised_statistics_once_per_session():
                            mu=1.0)  # fmt: skip
     with pytest.raises(MessageError, match="were released"):
         sites[0].handle(request)
+    # a site with its own bound refuses a request for less noise than it allows
+    _, _, bounded = linear_sites(p=4, n_sites=2, seed=8)
+    careful = [FedPCSite(s._rows, names_of(4), max_mu=0.5) for s in bounded]
+    with pytest.raises(MessageError, match=r"asks for mu 1, above this site's 0\.5"):
+        PooledStatsServer(4, mu=1.0).run([s.handle for s in careful])
+    assert PooledStatsServer(4, mu=0.5).run([s.handle for s in careful]).extra["mu"] == 0.5
     assert json.loads(encode_message(request))["statistic"] == "private-scatter"

@@ -756,10 +756,11 @@ class FedPCSite:
     data : (n, p) samples, or a DataFrame whose columns are the variable names
     names : the p variable names (required with an array)
     test : ``fisher-z`` (continuous) or ``g-square`` (discrete)
-
     seed : seed of the noise of a private release (pooled statistics with ``mu``)
     ledger : the site's privacy ledger (e.g. :class:`fedrca.training.ledger.PrivacyLedger`);
         a noised release is charged to it first and refused when it would pass its budget
+    max_mu : the largest mu (least noise) this site releases at; a request for more is refused
+        (None: the server's request decides, within the ledger's budget)
 
     The site keeps its CI test (the correlation matrix and n for Fisher's z, the coded
     values for G-square) and, for Fisher's z, its rows (the pooled-statistics mode sums
@@ -778,6 +779,7 @@ class FedPCSite:
         test: TestKind = "fisher-z",
         seed: int = 0,
         ledger: Ledger | None = None,
+        max_mu: float | None = None,
     ):
         if isinstance(data, pd.DataFrame):
             names = [str(c) for c in data.columns] if names is None else list(names)
@@ -805,6 +807,7 @@ class FedPCSite:
         self._n = int(X.shape[0])
         self._rng = np.random.default_rng(seed)
         self._ledger = ledger
+        self._max_mu = max_mu
         self._sessions: dict[str, SessionKeys] = {}
         self._released: set[str] = set()
         self._coded: tuple[tuple[tuple[str, ...], ...], IntArray] | None = None
@@ -906,6 +909,10 @@ class FedPCSite:
                 assert request.clip is not None and request.mu is not None
                 if request.session in self._released:
                     raise MessageError(Reason.BAD_ROUND, f"the noised statistics of {request.session} were released")
+                if self._max_mu is not None and request.mu > self._max_mu:
+                    raise MessageError(
+                        Reason.BAD_FIELD, f"the server asks for mu {request.mu:g}, above this site's {self._max_mu:g}"
+                    )
                 if self._ledger is not None and math.isfinite(request.mu):
                     # charged before anything is computed: a release past the budget never happens
                     self._ledger.charge_gaussian(request.mu**2, key=f"fedpc-stats:{request.session}")

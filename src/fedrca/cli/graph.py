@@ -121,7 +121,7 @@ def learn_site_graph(
         if missing:
             raise DataError(f"{label}: site data lack column(s) {', '.join(missing[:5])} of the configured plants")
         values = frame[names].to_numpy(dtype=np.float64 if kind == "fisher-z" else object)
-        sites.append(FedPCSite(values, names, test=kind, seed=s.seed + k, ledger=ledgers[k]))
+        sites.append(FedPCSite(values, names, test=kind, seed=s.seed + k, ledger=ledgers[k], max_mu=mu))
     endpoints = [site.handle for site in sites]
     if s.mode == "vote":
         result = FedPCServer(len(names), alpha=s.alpha, keep_fraction=s.keep_fraction, max_cond=s.max_cond).run(
