@@ -43,6 +43,17 @@ REPO = Path(__file__).resolve().parents[1]
 COMPLETE = "complete"
 
 
+def without_constant_inputs(config, nominal: pd.DataFrame):
+    """``config`` without the inputs that never change in the nominal runs (the valves the simulator's control
+    holds still: no CI test can use a constant column)."""
+    X = nominal.to_numpy(dtype=np.float64)
+    std, mean = X.std(axis=0), X.mean(axis=0)
+    # bench_faults.without_constant_sensors' criterion (fedrca.datasets.nominal.check_nominal)
+    constant = {str(c) for c, flat in zip(nominal.columns, (std == 0) | (std <= 1e-12 * np.abs(mean))) if flat}
+    plants = [p.model_copy(update={"inputs": [u for u in p.inputs if u not in constant]}) for p in config.plants]
+    return config.model_copy(update={"plants": plants})
+
+
 def graphs_from_training(config, train: pd.DataFrame) -> tuple[dict[str, InterdependencyGraph], pd.DataFrame]:
     """The graphs to compare and a description (edges, learning time) of each."""
     segments = train.attrs["segments"]
@@ -93,7 +104,7 @@ def main() -> int:
     pd.set_option("display.max_columns", 30)
     train, far, faults = load_library(Library(), generate=False, available=True)
     config = without_constant_sensors(load_config(REPO / "config/tep.yaml"), train)
-    graphs, described = graphs_from_training(config, train)
+    graphs, described = graphs_from_training(without_constant_inputs(config, train), train)
     print(f"\nGraphs learned from the {len(train.attrs['segments'])} nominal training runs ({len(train)} rows):")
     print(described.to_string(index=False))
     site = prepare_site(config, train)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 
@@ -76,6 +77,19 @@ def test_bad_choices_are_one_line_and_exit_2(repo, tmp_path, capsys, options, me
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_a_constant_column_is_named(repo, tmp_path, capsys):
+    values = np.loadtxt(repo / "data/tep/d00.dat")
+    values = values.T if values.shape[0] == 52 else values
+    values[:, 51] = 50.0  # XMV(11) held still
+    site = tmp_path / "still.dat"
+    np.savetxt(site, values)
+    out = tmp_path / "g.json"
+    code = main(["graph", "--config", str(repo / "config/tep.yaml"), "--sites", str(site), "--split", "2",
+                 "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "column(s) XMV(11) are constant" in err and "leave them out" in err
 
 
 def test_the_causal_section_is_validated_with_its_key_path():

@@ -121,6 +121,15 @@ def learn_site_graph(
         if missing:
             raise DataError(f"{label}: site data lack column(s) {', '.join(missing[:5])} of the configured plants")
         values = frame[names].to_numpy(dtype=np.float64 if kind == "fisher-z" else object)
+        if kind == "fisher-z" and len(values):
+            sd, mean = values.std(axis=0), values.mean(axis=0)
+            # constant to rounding: the criterion of fedrca.datasets.nominal.check_nominal
+            flat = [n for n, dev, m in zip(names, sd, mean) if not dev > 1e-12 * abs(m)]
+            if flat:
+                raise DataError(
+                    f"{label}: column(s) {', '.join(flat[:5])} are constant; Fisher-z needs varying columns: "
+                    "leave them out of the config's plants"
+                )
         sites.append(FedPCSite(values, names, test=kind, seed=s.seed + k, ledger=ledgers[k], max_mu=mu))
     endpoints = [site.handle for site in sites]
     if s.mode == "vote":
