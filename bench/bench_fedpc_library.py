@@ -3,7 +3,7 @@
 Sites: the nominal training runs of the library (``bench/tep_library.py``, seeds 200-202,
 48 h each), one site per run (3 sites of 960 rows) and each run cut in two (6 sites); the
 variables are config/tep.yaml's plants' sensor and input columns (less the ones constant
-in the nominal runs, as ``bench_faults`` drops them). Graphs: the complete graph (the
+in the nominal runs, sensors as ``bench_faults`` drops them, and inputs). Graphs: the complete graph (the
 engine's default without a trained server), FedPC with pooled statistics (the ``fedrca
 graph`` default) and FedPC's vote, CPDAG orientation. The detectors (``bench_faults``'
 variant Theta = 0, flag epsilon inf) are fitted on the training runs and run once per
@@ -103,8 +103,8 @@ def main() -> int:
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
     train, far, faults = load_library(Library(), generate=False, available=True)
-    config = without_constant_sensors(load_config(REPO / "config/tep.yaml"), train)
-    graphs, described = graphs_from_training(without_constant_inputs(config, train), train)
+    config = without_constant_inputs(without_constant_sensors(load_config(REPO / "config/tep.yaml"), train), train)
+    graphs, described = graphs_from_training(config, train)
     print(f"\nGraphs learned from the {len(train.attrs['segments'])} nominal training runs ({len(train)} rows):")
     print(described.to_string(index=False))
     site = prepare_site(config, train)
