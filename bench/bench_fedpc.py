@@ -268,14 +268,14 @@ def main() -> int:
     print(disc.drop(columns=["p"]).round(3).to_string(index=False))
     print(pd.DataFrame(disc_verdicts).drop(columns=["p"]).round(2).to_string(index=False))
 
+    tep, tep_ok = tep_table()
+    print("\n4. TEP (Theta = 0): RCA verdicts after the onset naming the true root / all, majority, delay (samples)")
+    print(tep.to_string(index=False))
+
     curve = noise_curve([(p, K) for p in (10, 20) for K in (5, 10)])
     print("\n5. Noised pooled statistics: mean SHD over epsilon per site (delta 1e-5, clip 1.5), 5 graphs per setting")
     print("   ('eps inf' = the exact statistics)")
     print(curve.round(2).to_string(index=False))
-
-    tep, tep_ok = tep_table()
-    print("\n4. TEP (Theta = 0): RCA verdicts after the onset naming the true root / all, majority, delay (samples)")
-    print(tep.to_string(index=False))
 
     verdicts = lin_verdicts + disc_verdicts
     quality = all(v["< site avg"] and v["< naive vote"] and v["<= 1.2x pooled"] for v in verdicts)
