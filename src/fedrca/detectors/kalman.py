@@ -412,23 +412,36 @@ class LinearKalmanFilter(GaussianFilter):
                 np.array([s.x_est for s in steps]),
                 np.array([s.residual for s in steps]),
             )
-        K = self._K_ss
-        I_KC = np.eye(self.state_dim) - K @ self.C
-        # x(t|t) = (I - K C) A x(t-1|t-1) + (I - K C) B u + K y(t)
-        F = I_KC @ self.A
-        W = Y_arr @ K.T
-        if self.B is not None and U_arr is not None:
-            W += U_arr @ (I_KC @ self.B).T
-        x_est = lti_recursion(F, W, self._x)
-        x_prev = np.vstack([self._x[None, :], x_est[:-1]])
+        x_before = self._x
+        x_est = self._steady_estimates(Y_arr, U_arr)
+        x_prev = np.vstack([x_before[None, :], x_est[:-1]])
         # x(t|t-1) = A x(t-1|t-1) + B u
         x_pred = self.predict(x_prev, U_arr)
         # r = y - C x(t|t-1)
         residuals = Y_arr - x_pred @ self.C.T
+        return FilterOutput(x_pred, x_est, residuals)
+
+    def estimates(self, Y: FloatArray) -> FloatArray:
+        """The corrected states x(t|t) (T, P) of a batch ``Y`` (T, D) without inputs, advancing the
+        filter as :meth:`filter` does (steady-state gain only; the detector's fused path)."""
+        if self._K_ss is None:
+            raise ModelError("estimates needs the steady-state gain; use filter() for the time-varying one")
+        return self._steady_estimates(Y, None)
+
+    def _steady_estimates(self, Y: FloatArray, U: FloatArray | None) -> FloatArray:
+        assert self._K_ss is not None and self._P_pred_ss is not None
+        K = self._K_ss
+        I_KC = np.eye(self.state_dim) - K @ self.C
+        # x(t|t) = (I - K C) A x(t-1|t-1) + (I - K C) B u + K y(t)
+        F = I_KC @ self.A
+        W = Y @ K.T
+        if self.B is not None and U is not None:
+            W += U @ (I_KC @ self.B).T
+        x_est = lti_recursion(F, W, self._x)
         if len(x_est):
             self._x = x_est[-1].copy()
             self._P = I_KC @ self._P_pred_ss
-        return FilterOutput(x_pred, x_est, residuals)
+        return x_est
 
     def _check_y(self, y: FloatArray) -> FloatArray:
         if y.shape[-1] != self.output_dim:
