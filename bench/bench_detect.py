@@ -52,7 +52,7 @@ BATCH = 8_192
 EPSILON = 2.0
 TARGET_RATE = 1_000_000.0  # samples (plant rows) per second
 TARGET_RATIO = 20.0
-SMOKE = {"rows": 3_000, "peer_rows": 300}
+SMOKE = {"N_ROWS": 3_000, "PEER_ROWS": 300}  # bench/run.py --smoke
 
 
 def synthesize(nominal: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
@@ -177,8 +177,10 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, agreement only, no speed target")
     parser.add_argument("--config", type=Path, default=REPO / "config" / "tep.yaml")
     args = parser.parse_args([] if argv is None else argv)
+    if args.smoke:
+        globals().update(SMOKE)
     smoke = smoke or args.smoke
-    n_rows, peer_rows = (SMOKE["rows"], SMOKE["peer_rows"]) if smoke else (N_ROWS, PEER_ROWS)
+    n_rows, peer_rows = N_ROWS, PEER_ROWS
     detectors, data, faulty, n_sensors = build(args.config, n_rows)
     samples = n_rows * len(detectors)
 
