@@ -36,7 +36,7 @@ import numpy as np
 from fedrca.cli.files import write_atomic
 from fedrca.contracts.artifacts import SERVER, load_artifacts
 from fedrca.exceptions import ArtifactError, ConfigError
-from fedrca.training.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
+from fedrca.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
 
 __all__ = ["parse_delta", "register", "run_whatif"]
 
