@@ -54,7 +54,8 @@ def test_every_relative_link_resolves_inside_the_repository() -> None:
             resolved = (path.parent / target.split("#")[0]).resolve()
             inside = resolved == REPO or REPO in resolved.parents
             if not inside or not resolved.exists():
-                bad.append(f"{path.relative_to(REPO)}: {target} ({'outside the repository' if not inside else 'missing'})")
+                why = "outside the repository" if not inside else "missing"
+                bad.append(f"{path.relative_to(REPO)}: {target} ({why})")
     assert not bad, "links that a clone of the repository cannot follow:\n" + "\n".join(bad)
 
 

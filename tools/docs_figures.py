@@ -81,9 +81,7 @@ def _whole(output: str) -> str:
 
 PYTHON = sys.executable
 FIGURES: dict[str, Figure] = {
-    "demo-table": Figure(
-        ("fedrca", "demo", "--metrics-port", "0", "--out", "{tmp}/demo"), demo_table, ("README.md",)
-    ),
+    "demo-table": Figure(("fedrca", "demo", "--metrics-port", "0", "--out", "{tmp}/demo"), demo_table, ("README.md",)),
     "bench-detect": Figure((PYTHON, "bench/run.py", "detect"), bench_section("detect"), ("bench/README.md",)),
     "bench-datasets": Figure((PYTHON, "bench/run.py", "datasets"), bench_section("datasets"), ("bench/README.md",)),
     "bench-kafka": Figure((PYTHON, "bench/run.py", "kafka"), bench_section("kafka"), ("bench/README.md",)),
