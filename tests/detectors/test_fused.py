@@ -13,9 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.linalg
+import scipy.signal
 
 from fedrca.config import load_config
 from fedrca.datasets.loader import load_frame, plant_frames
+from fedrca.detectors import kalman
 from fedrca.detectors.factory import build_detector
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 
@@ -101,3 +104,47 @@ def test_fused_chunks_equal_one_batch(site) -> None:
             np.testing.assert_array_equal(a, b, err_msg=field.name)
         else:
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9, err_msg=field.name)
+
+
+def _lti_complex_schur(F: np.ndarray, W: np.ndarray, x0: np.ndarray) -> np.ndarray:
+    """The recursion through the complex Schur form, as kalman.lti_recursion computed it before its
+    real-Schur form: the reference the flags must not move from."""
+    T_len, P = W.shape
+    if T_len == 0:
+        return np.empty((0, P))
+    T_mat, Z = scipy.linalg.schur(F.astype(np.complex128), output="complex")
+    V = Z.conj().T @ W.T.astype(np.complex128)
+    z0 = Z.conj().T @ x0.astype(np.complex128)
+    modes = np.empty_like(V)
+    for i in range(P - 1, -1, -1):
+        drive = V[i]
+        if i + 1 < P:
+            coupling = T_mat[i, i + 1 :]
+            drive[0] += coupling @ z0[i + 1 :]
+            drive[1:] += coupling @ modes[i + 1 :, :-1]
+        lam = T_mat[i, i]
+        modes[i] = scipy.signal.lfilter([1.0], [1.0, -lam], drive, zi=np.array([lam * z0[i]]))[0]
+    return np.ascontiguousarray(np.real(Z @ modes).T)
+
+
+def test_flags_on_tep_files_are_those_of_the_complex_schur_recursion(site, monkeypatch) -> None:
+    config, detectors = site
+
+    def run_all() -> dict[tuple[str, str], DetectionResult]:
+        out = {}
+        for path in TEP_FILES:
+            frames = plant_frames(config, load_frame(config, path), path.name)
+            for name, det in detectors.items():
+                det.reset()
+                start = det.get_state()
+                out[path.name, name] = det.step_batch(frames[name].Y)
+                det.set_state(start)
+        return out
+
+    now = run_all()
+    monkeypatch.setattr(kalman, "lti_recursion", _lti_complex_schur)
+    before = run_all()
+    for key, result in now.items():
+        for field in ("zc", "za", "zc_pub", "za_pub", "level", "level_pub"):
+            np.testing.assert_array_equal(getattr(result, field), getattr(before[key], field), err_msg=f"{key} {field}")
+        np.testing.assert_allclose(result.d2_c, before[key].d2_c, rtol=1e-9, atol=1e-9, err_msg=str(key))

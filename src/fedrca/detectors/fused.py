@@ -95,11 +95,19 @@ class PairOutput:
     memory_a: Memory
 
 
-def _shifted(block: FloatArray, first: FloatArray) -> FloatArray:
-    """``out[:, 0] = first``, ``out[:, t] = block[:, t - 1]``: the value at t-1 of every column."""
-    out = np.empty_like(block)
-    out[:, 0] = first
-    out[:, 1:] = block[:, :-1]
+def _minus_previous(X: FloatArray, block: FloatArray, first: FloatArray) -> FloatArray:
+    """``X(t) - block(t-1)`` per column (feature-major), with ``block(-1) = first``, in one pass."""
+    out = np.empty_like(X)
+    np.subtract(X[:, 0], first, out=out[:, 0])
+    np.subtract(X[:, 1:], block[:, :-1], out=out[:, 1:])
+    return out
+
+
+def _plus_previous(X: FloatArray, block: FloatArray, first: FloatArray) -> FloatArray:
+    """``X(t) + block(t-1)`` per column (feature-major), with ``block(-1) = first``, in one pass."""
+    out = np.empty_like(X)
+    np.add(X[:, 0], first, out=out[:, 0])
+    np.add(X[:, 1:], block[:, :-1], out=out[:, 1:])
     return out
 
 
@@ -157,11 +165,13 @@ def pair_statistics(
     first_x = maps.state_maps @ x0
     first_f = np.zeros(len(maps.feature_maps)) if psi0 is None else maps.feature_maps @ psi0
     # x_c(t) = A x̂_c(t-1) ;  x_a(t) = A (x̂_c(t-1) + Theta psi(y(t-1)))
-    x_c = _shifted(SX[:P], first_x[:P])
-    x_a = x_c + _shifted(SF[P : 2 * P], first_f[P : 2 * P])
+    x_c = np.empty((P, T))
+    x_c[:, 0] = first_x[:P]
+    x_c[:, 1:] = SX[:P, :-1]
+    x_a = _plus_previous(x_c, SF[P : 2 * P], first_f[P : 2 * P])
     # r_c(t) = y(t) - C x_c(t) ;  r_a(t) = r_c(t) - C A Theta psi(y(t-1))
-    r_c = Y - _shifted(SX[P : P + D], first_x[P : P + D])
-    r_a = r_c - _shifted(SF[2 * P : 2 * P + D], first_f[2 * P : 2 * P + D])
+    r_c = _minus_previous(Y, SX[P : P + D], first_x[P : P + D])
+    r_a = _minus_previous(r_c, SF[2 * P : 2 * P + D], first_f[2 * P : 2 * P + D])
     # x̂_a(t) = x̂_c(t) + Theta psi(y(t)) ;  e_c(t) = y(t) - C x̂_c(t) ;  e_a(t) = e_c(t) - C Theta psi(y(t))
     xh_a = X.T + SF[:P]
     e_c = Y - SX[P + D :]
