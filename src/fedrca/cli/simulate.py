@@ -121,7 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``simulate`` to the ``fedrca`` subcommands."""
     parser = sub.add_parser(
         "simulate",
-        help="simulate the Tennessee Eastman process (needs fedrca[sim]) and write a 52-column TEP .dat file",
+        help="simulate the Tennessee Eastman process (needs fedrca[sim]): a 52-column .dat file or live to Kafka",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
