@@ -27,7 +27,7 @@
 Targets (exit 1 when missed): in every linear and discrete setting FedPC's (pooled
 statistics) mean SHD is below the per-site average and the naive vote and at most 1.2x
 pooled PC's; FedPC is at least as fast as pooled causal-learn PC at p = 50; on TEP the
-FedPC graph (pooled statistics, CPDAG orientation: the ``fedrca graph`` default) names the
+FedPC graph (pooled statistics, skeleton orientation: the ``fedrca graph`` default) names the
 true root at least as often as the complete graph after every fault's onset.
 """
 

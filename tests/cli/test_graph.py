@@ -28,6 +28,10 @@ def test_pooled_statistics_are_the_default_and_the_vote_is_selectable(repo, tmp_
     detail = json.loads(out.read_text())["fedpc"]
     assert detail["mode"] == "pooled-stats" and detail["keep_fraction"] is None and detail["privacy"] is None
     assert detail["rounds"] == 2 and len(detail["bytes_per_site"]) == 3  # counts and sums, then cross-products
+    # the default orientation: every variable edge joins its plants both ways
+    assert detail["orientation"] == "skeleton"
+    edges = {(e["from"], e["to"]) for e in json.loads(out.read_text())["edges"]}
+    assert edges == {(b, a) for a, b in edges} and len(edges) >= 2
     assert "FedPC (pooled-stats) over 3 sites" in capsys.readouterr().err
     code, out = _graph(repo, tmp_path, "--split", "3", "--mode", "vote", name="vote.json")
     assert code == 0

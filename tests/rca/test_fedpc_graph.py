@@ -47,11 +47,11 @@ def test_fedrca_graph_writes_the_plant_graph_the_variable_result_and_a_picture(r
     assert len(detail["variables"]) == 52 and detail["variables"] == sorted(detail["variables"])
     assert [s["samples"] for s in detail["sites"]] == [166, 167, 167]
     assert detail["layers"][0]["layer"] == 0
-    # the plant arcs are exactly the aggregation of the variable arcs (undirected = both ways)
+    # the plant arcs are exactly the aggregation of the variable edges, each both ways (orientation skeleton)
+    assert detail["orientation"] == "skeleton"
     plant_of = dict(zip(detail["variables"], detail["variable_plants"]))
-    arcs = {(plant_of[a], plant_of[b]) for a, b in detail["directed"]}
-    arcs |= {(plant_of[a], plant_of[b]) for a, b in detail["undirected"]}
-    arcs |= {(plant_of[b], plant_of[a]) for a, b in detail["undirected"]}
+    arcs = {(plant_of[a], plant_of[b]) for a, b in detail["directed"] + detail["undirected"]}
+    arcs |= {(plant_of[b], plant_of[a]) for a, b in detail["directed"] + detail["undirected"]}
     assert {(e["from"], e["to"]) for e in data["edges"]} == {(a, b) for a, b in arcs if a != b}
     assert graph_file.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -2,7 +2,7 @@
 
     fedrca graph --config config/tep.yaml --sites SITE [SITE ...] --out graph.json [--picture graph.png]
                  [--split K] [--mode pooled-stats|vote] [--test fisher-z|g-square] [--alpha 0.01]
-                 [--keep-fraction 0.3] [--max-cond N] [--orientation cpdag|dag] [--epsilon E] [--clip C]
+                 [--keep-fraction 0.3] [--max-cond N] [--orientation skeleton|cpdag|dag] [--epsilon E] [--clip C]
 
 Each SITE is one site's data: a file, or a directory whose files (sorted by
 name) are concatenated; ``--split K`` cuts each SITE into K contiguous blocks,
@@ -16,12 +16,15 @@ separating sets and p-values (docs/fedpc.md). Options left out take the config's
 ``causal:`` section.
 
 The variable-level result is aggregated to plants: plant n -> plant m when a
-variable of n has an arc into a variable of m (``--orientation cpdag``, the
-default: an undirected CPDAG edge, whose direction the data cannot tell, counts
-both ways; ``dag``: the arcs of the DAG extension only). The output is the graph
-JSON the RCA engine reads with ``rca: {graph: {source: file, path: ...}}``
-(plants, edges, weight = number of variable arcs), plus the variable-level
-result under the key ``fedpc``, and a PNG picture.
+variable of n is joined to a variable of m. ``--orientation skeleton`` (the default):
+every variable edge counts both ways, whatever direction PC gave it (in a plant
+under feedback control a disturbance travels both ways along a loop, and the
+directions PC reads from closed-loop nominal data are those of the controllers);
+``cpdag``: a directed CPDAG edge one way, an undirected one both ways; ``dag``: the
+arcs of the DAG extension only. The output is the graph JSON the RCA engine reads
+with ``rca: {graph: {source: file, path: ...}}`` (plants, edges, weight = number of
+variable arcs), plus the variable-level result under the key ``fedpc``, and a PNG
+picture.
 """
 
 from __future__ import annotations
@@ -140,7 +143,9 @@ def learn_site_graph(
         server = PooledStatsServer(len(names), test=kind, alpha=s.alpha, max_cond=s.max_cond, mu=mu, clip=s.clip)
         result = server.run(endpoints)
     # back to names on the site's side (the server only knows ids)
-    id_names, graph = sites[0].translate(result, s.orientation)
+    id_names, graph = sites[0].translate(result, "dag" if s.orientation == "dag" else "cpdag")
+    if s.orientation == "skeleton":
+        graph = graph | graph.T  # every variable edge both ways
     plant_of = dict(zip(names, variable_plants))
     adjacency, weight = aggregate_to_groups(graph, [plant_of[n] for n in id_names], config.plant_names)
     plant_graph = InterdependencyGraph(tuple(config.plant_names), adjacency, weight, source="fedpc", threshold=s.alpha)
@@ -255,8 +260,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     parser.add_argument("--max-cond", type=int, default=None, help="largest conditioning set (default: no limit)")
     parser.add_argument(
-        "--orientation", choices=["cpdag", "dag"], default=None,
-        help="plant arcs from the CPDAG (undirected = both ways) or from its DAG extension (causal.orientation)",
+        "--orientation", choices=["skeleton", "cpdag", "dag"], default=None,
+        help="plant arcs from every variable edge both ways (skeleton), the CPDAG (undirected both ways) or its DAG "
+        "extension (causal.orientation)",
     )  # fmt: skip
     parser.add_argument(
         "--epsilon", type=float, default=None,

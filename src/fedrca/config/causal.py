@@ -33,6 +33,9 @@ class CausalSettings(Strict):
     (epsilon, ``delta``) of each site's one noised release of its standardised
     cross-products, rows clipped to L2 norm ``clip`` sqrt(p); ``inf`` = exact statistics.
     ``budget``: total epsilon a site allows (its ledger refuses a release past it).
+    ``orientation``: how variable edges become plant arcs: ``skeleton`` (every edge both
+    ways: directions read from closed-loop nominal data are the controllers'), ``cpdag``
+    (directed edges one way, undirected both ways) or ``dag`` (the DAG extension's arcs).
     """
 
     mode: Literal["pooled-stats", "vote"] = "pooled-stats"
@@ -40,7 +43,7 @@ class CausalSettings(Strict):
     alpha: float = Field(0.01, gt=0.0, lt=1.0)
     keep_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="vote: keep an edge kept by more than this share")
     max_cond: int | None = Field(None, ge=0, description="largest conditioning set (null = no limit)")
-    orientation: Literal["cpdag", "dag"] = "cpdag"
+    orientation: Literal["skeleton", "cpdag", "dag"] = "skeleton"
     epsilon: float = Field(math.inf, gt=0.0, description="per site, of the one noised release; inf = exact")
     delta: float = Field(1e-5, gt=0.0, lt=1.0)
     clip: float = Field(1.5, gt=0.0, le=100.0, description="row bound in units of sqrt(p) standard deviations")
