@@ -154,7 +154,7 @@ def main() -> int:
         better = [idv for idv in scored if correct[name][idv] > correct[COMPLETE][idv]]
         print(f"   {name}: fewer true-root verdicts than the complete graph on IDV {idvs or 'none'}; more on "
               f"{better or 'none'}")  # fmt: skip
-    ok = all(not worse[name] for name in pooled)
+    ok = bool(pooled) and all(not worse[name] for name in pooled)
     verdict = "met" if ok else "MISSED"
     print(f"   {verdict}: FedPC (pooled statistics, skeleton) at least as good as the complete graph per IDV")
     print(
