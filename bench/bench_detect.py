@@ -49,7 +49,7 @@ from fedrca.detectors.statistics import FamilyState, Moments
 REPO = Path(__file__).resolve().parents[1]
 N_ROWS = 100_000
 PEER_ROWS = 2_000
-BATCH = 8_192
+BATCH = 4_096
 EPSILON = 2.0
 TARGET_RATE = 1_000_000.0  # samples (plant rows) per second
 TARGET_RATIO = 20.0
