@@ -347,6 +347,22 @@ class LinearKalmanFilter(GaussianFilter):
         """Measurement dimension D."""
         return int(self.C.shape[0])
 
+    def get_state(self) -> dict[str, Any]:
+        """The mutable filter state; with the steady-state gain only x (P(t|t) never changes).
+
+        A plant worker writes it with every batch: a (P, P) covariance that is the same every
+        time would be most of it.
+        """
+        if self._K_ss is not None:
+            return {"x": self._x.tolist()}
+        return super().get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` output (a state without P keeps the steady-state one)."""
+        self._x = np.asarray(state["x"], dtype=np.float64).reshape(self.state_dim)
+        if "P" in state:
+            self._P = np.asarray(state["P"], dtype=np.float64).reshape(self.state_dim, self.state_dim)
+
     @property
     def transition_matrix(self) -> FloatArray:
         """A; lets the augmentation use closed-form gradients (:class:`~fedrca.detectors.plugin.LinearModel`)."""
