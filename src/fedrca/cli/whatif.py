@@ -188,11 +188,12 @@ def _whatif(args: argparse.Namespace) -> int:
         f"{name} {v:+.6g}" for name, v in zip(inputs or [f"#{j}" for j in range(len(answer.delta))], answer.delta)
     )
     how = "held from t-1 on (step)" if answer.mode == "step" else "for one sample (impulse)"
-    blocks = (
-        f"own diagonal blocks of {', '.join(model.local)} with the server's cross blocks"
-        if model.local
-        else "learned A and B of the server"
-    )
+    if model.rows:
+        blocks = f"rows of A and B learned by the plants {', '.join(model.rows)}"
+    else:
+        blocks = "learned A and B of the server"
+    if model.local:
+        blocks = f"own diagonal blocks of {', '.join(model.local)} with the {blocks}"
     print(
         f"what if {answer.source}'s inputs changed by [{change}] {how}: predicted change of {answer.target}'s "
         f"sensors (raw units; model {model.version}, {blocks})"
@@ -200,9 +201,10 @@ def _whatif(args: argparse.Namespace) -> int:
     print(_table(answer))
     state = ", ".join(f"{v:+.4g}" for v in answer.direct_state)
     print(f"\nstate change one step later (B_mn du): [{state}]")
-    rho = model.spectral_radius
+    rho = model.spectral_radius_from(answer.source)
     settles = "the response settles" if rho < 1.0 else "the K-step response grows without bound: trust k=1 only"
-    print(f"spectral radius of A: {rho:.4g} ({settles})")
+    reached = ", ".join(model.reach(answer.source))
+    print(f"spectral radius of A on the plants the change reaches ({reached}): {rho:.4g} ({settles})")
     plot = args.plot or f"whatif_{answer.target}_{answer.source}.png"
     written = _plot(answer, plot)
     print(f"k-step response: {written}")
@@ -215,7 +217,9 @@ def _whatif(args: argparse.Namespace) -> int:
             "steps": answer.steps,
             "model_version": model.version,
             "own_blocks": list(model.local),
-            "spectral_radius": model.spectral_radius,
+            "spectral_radius": model.spectral_radius_from(answer.source),
+            "reaches": list(model.reach(answer.source)),
+            "rows": list(model.rows),
             "sensors": _sensor_names(answer, 0 if answer.direct_sensors is None else len(answer.direct_sensors)),
             "ate": None if answer.direct_sensors is None else answer.direct_sensors.tolist(),
             "response": None if answer.sensor_response is None else answer.sensor_response.tolist(),
