@@ -188,12 +188,12 @@ def _whatif(args: argparse.Namespace) -> int:
         f"{name} {v:+.6g}" for name, v in zip(inputs or [f"#{j}" for j in range(len(answer.delta))], answer.delta)
     )
     how = "held from t-1 on (step)" if answer.mode == "step" else "for one sample (impulse)"
-    if model.rows:
-        blocks = f"rows of A and B learned by the plants {', '.join(model.rows)}"
-    else:
-        blocks = "learned A and B of the server"
+    rows = f"rows of A and B learned by the plants {', '.join(model.rows)}"
     if model.local:
-        blocks = f"own diagonal blocks of {', '.join(model.local)} with the {blocks}"
+        cross = f"cross blocks of the {rows}" if model.rows else "server's cross blocks"
+        blocks = f"own diagonal blocks of {', '.join(model.local)} with the {cross}"
+    else:
+        blocks = rows if model.rows else "learned A and B of the server"
     print(
         f"what if {answer.source}'s inputs changed by [{change}] {how}: predicted change of {answer.target}'s "
         f"sensors (raw units; model {model.version}, {blocks})"

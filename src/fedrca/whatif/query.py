@@ -164,14 +164,14 @@ def what_if(
         )
     if model.rows and target not in model.rows:
         raise ConfigError(
-            f"plant '{target}''s row of the model is in its own artifact, which was not given (rows of "
+            f"the row of plant '{target}' in the model is in its own artifact, which was not given (rows of "
             f"{', '.join(model.rows)}); ask where that plant's artifacts are",
             key="target",
         )
     learned = model.learned_inputs(target)
     if learned is not None and source not in learned:
         raise ConfigError(
-            f"the direct effect of plant '{source}''s inputs on plant '{target}' is not learned: they never left "
+            f"the direct effect of the inputs of plant '{source}' on plant '{target}' is not learned: they never left "
             f"plant '{source}' (training.privacy.input_epsilon unset); ask about the inputs of "
             f"{', '.join(learned) or 'no plant'}, or set training.privacy.input_epsilon and input_moment_epsilon "
             "and re-run fedrca train",
