@@ -3,8 +3,9 @@
     fedrca whatif --params DIR --target PLANT --input-of PLANT --delta JSON [--steps K]
                   [--mode step|impulse] [--own-blocks] [--plot PNG] [--json FILE]
 
-Reads the artifacts of a training run (``fedrca train --out DIR``): the server's
-learned global model (A, B) and the target plant's measurement map, and prints the
+Reads the artifacts of a training run (``fedrca train --out DIR``): the learned global
+model (A, B: the server's, or with estimator ``moments`` each plant's own row of it) and
+the target plant's measurement map, and prints the
 predicted change of every sensor of ``--target`` when the inputs of ``--input-of``
 change by ``--delta`` (raw units of the inputs): one step later (the average
 treatment effect ``C_mm B_mn du``) and after K steps of the change held
@@ -13,10 +14,11 @@ list with one number per input of ``--input-of`` (in its configured order), an
 object ``{"input name": change}`` (unnamed inputs do not change) or one number for
 a plant with one input. A small PNG of the K-step response is written
 (``--plot``, default ``whatif_<target>_<input-of>.png``). Every block of A and B is
-the server's unless ``--own-blocks`` puts the plants' own A_mm, B_mm (their artifacts'
-private ``whatif.*`` arrays) on the diagonal. The spectral radius of the A used is
-printed: at or above 1 the K-step response grows without bound and only the one-step
-answer (the ATE) is meaningful. See docs/whatif.md.
+the server's (the plants' rows with estimator ``moments``) unless ``--own-blocks`` puts
+the plants' own A_mm, B_mm (their artifacts' private ``whatif.*`` arrays) on the
+diagonal. The spectral radius of A on the plants the change reaches is printed: at or
+above 1 the K-step response grows without bound and only the one-step answer (the ATE)
+is meaningful. See docs/whatif.md.
 
 Errors (unknown plant, wrong number of changes, artifacts trained without inputs)
 are one line on stderr and exit code 2.

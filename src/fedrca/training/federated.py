@@ -367,8 +367,9 @@ class FederatedTraining:
             self.transport.publish(self.topic(plant), plant, raw)
             self._bytes_up[plant] += len(raw)
         for plant, client in self.clients.items():
-            # the own-block moments with the inputs (:mod:`fedrca.training.varx`), for the other plants' rows
-            raw = encode_message(client.own_moments_message(0))
+            # the own-block moments with the inputs (:mod:`fedrca.training.varx`), for the other plants' rows;
+            # float32: its rounding is far below the release's noise
+            raw = encode_message(client.own_moments_message(0), "float32")
             self.transport.publish(self.topic(plant), plant, raw)
             self._bytes_up[plant] += len(raw)
         moments: dict[str, MomentsMessage] = {}
@@ -393,7 +394,7 @@ class FederatedTraining:
         for plant in self.clients:
             for other, message in blocks.items():
                 if other != plant:
-                    raw = encode_message(message)
+                    raw = encode_message(message, "float32")
                     self.transport.publish(self.topic(plant), SERVER, raw)
                     self._bytes_down[plant] += len(raw)
         plants = list(self.clients)
