@@ -109,7 +109,7 @@ def test_a_budget_that_cannot_hold_the_input_releases_is_refused_before_anything
     privacy = {"state_epsilon": 2.0, "moment_epsilon": 2.0, "input_epsilon": 1.0, "input_moment_epsilon": 1.0}
     config, _, frames, training = inputs_setup(n_samples=600, **MOMENTS, privacy={**privacy, "budget": 4.0})
     job = FederatedTraining(config, frames, settings=training)
-    with pytest.raises(PrivacyBudgetExceeded, match="training.privacy.budget"):
+    with pytest.raises(PrivacyBudgetExceeded, match=r"training\.privacy\.budget"):
         job.run()
     assert all(c.ledger.epsilon() == 0.0 for c in job.clients.values())
 
@@ -144,7 +144,7 @@ def test_own_moments_copy_the_released_state_block_and_noise_only_the_input_bloc
 def test_the_input_keys_go_together_and_off_is_not_a_number():
     with pytest.raises(ConfigError, match="input_epsilon is set without input_moment_epsilon"):
         parse_training_settings({"privacy": {"input_epsilon": 1.0}})
-    with pytest.raises(ConfigError, match="training.privacy.input_epsilon: a positive number or inf"):
+    with pytest.raises(ConfigError, match=r"training\.privacy\.input_epsilon: a positive number or inf"):
         parse_training_settings({"privacy": {"input_epsilon": "off", "input_moment_epsilon": 1.0}})
     settings = parse_training_settings({"privacy": {"input_epsilon": "inf", "input_moment_epsilon": 2}})
     assert settings.privacy.releases_inputs and math.isinf(settings.privacy.input_epsilon or 0.0)
