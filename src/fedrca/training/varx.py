@@ -278,7 +278,8 @@ def _yule_walker_rows(G: Sequence[FloatArray], rows: int, equations: Sequence[in
     ``beta [Gamma_{j-1}]_j = [Gamma_j[:rows]]_j``, solved by least squares with the minimum-norm
     answer where the moments do not identify beta: an input that is an exact linear function of
     the states (a valve position that is also one of the plant's sensors, more states and inputs
-    than sensors) has no separate effect (``tests/training/test_varx.py``).
+    than sensors) has no separate effect
+    (``tests/training/test_varx.py::test_an_input_that_is_a_function_of_the_states_gets_no_effect_of_its_own``).
     """
     X = np.hstack([G[j - 1] for j in equations])
     Y = np.hstack([G[j][:rows] for j in equations])
