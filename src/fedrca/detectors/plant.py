@@ -35,7 +35,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.detectors.augment import Augmentation, make_feature_map
+from fedrca.detectors.fused import PairMaps, pair_statistics
 from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_linear_model
+from fedrca.detectors.kalman import LinearKalmanFilter
 from fedrca.detectors.plugin import ProprietaryFilter, filter_batch
 from fedrca.detectors.privacy import LevelRandomizedResponse, RandomizedResponse
 from fedrca.detectors.scoring import ResidualScorer, ScorerState
@@ -385,6 +387,7 @@ class PlantDetector(Detector):
         self.parameter_version: str = "proprietary"
         self._digest: str | None = None  # of the parameters in use (parameter_digest), None: not computed
         self.restored_parameters: tuple[str, str | None] | None = None
+        self._fused: tuple[tuple[Any, ...], PairMaps] | None = None
 
     def _lambdas(self) -> tuple[float, ...]:
         if self.ewma is None:
@@ -725,7 +728,49 @@ class PlantDetector(Detector):
         """Process samples ``Y`` (T, D) (raw units) with inputs ``U`` (T, U)."""
         Y_arr = self._check_batch(Y, expect_dim=len(self.scaler.mean))
         U_arr = None if U is None else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
+        maps = self._fused_maps(U_arr) if len(Y_arr) else None
+        if maps is not None:
+            return self._step_fused(maps, Y_arr)
         return self._score(self._evidence(Y_arr, U_arr))
+
+    def _fused_maps(self, U: FloatArray | None) -> PairMaps | None:
+        """The stacked maps of :mod:`fedrca.detectors.fused` when it applies to this detector (an
+        identified steady-state Kalman filter without inputs, the family method), else None."""
+        model, sc, sa = self._filter, self._scorer_c, self._scorer_a
+        if not (
+            isinstance(model, LinearKalmanFilter)
+            and model.gain is not None
+            and self._identified is not None
+            and (U is None or not self.use_inputs)
+            and isinstance(sc, StatisticFamily)
+            and isinstance(sa, StatisticFamily)
+        ):
+            return None
+        key = (model, self.augmentation.theta, sc.state, sa.state)
+        cached = self._fused
+        if cached is None or any(a is not b for a, b in zip(cached[0], key, strict=True)):
+            maps = PairMaps.build(model.A, model.C, self.augmentation.theta, sc.state, sa.state)
+            self._fused = cached = (key, maps)
+        return cached[1]
+
+    def _step_fused(self, maps: PairMaps, Y: FloatArray) -> DetectionResult:
+        """:meth:`step_batch` through :func:`~fedrca.detectors.fused.pair_statistics` (same flags as
+        ``_score(_evidence(...))``; ``tests/detectors/test_fused.py``)."""
+        model = self.proprietary
+        assert isinstance(model, LinearKalmanFilter)
+        sc, sa = self._scorer_c, self._scorer_a
+        assert isinstance(sc, StatisticFamily) and isinstance(sa, StatisticFamily)
+        Yz = self.scaler.transform(Y)
+        x0 = model.x
+        X = model.estimates(Yz)
+        features = self.augmentation.feature_map
+        psi0 = None if self._last_y is None else features.transform(self._last_y[None, :])[0]
+        out = pair_statistics(maps, Yz, features.transform(Yz), X, x0, psi0, sc.memory, sa.memory)
+        sc.memory, sa.memory = out.memory_c, out.memory_a
+        self._last_y = Yz[-1].copy()
+        # max_k s_k / c_k of each family
+        d2_c, d2_a = out.stats_c.max(axis=0), out.stats_a.max(axis=0)
+        return self._finish(out.x_c.T, out.x_a.T, out.r_c.T, out.r_a.T, d2_c, d2_a, out.stats_c.T, out.stats_a.T)
 
     def _evidence(self, Y: FloatArray, U: FloatArray | None) -> _Evidence:
         """Run the filter and the augmentation over a batch; advances the filter and lag memory."""
@@ -776,7 +821,6 @@ class PlantDetector(Detector):
 
     def _score(self, ev: _Evidence) -> DetectionResult:
         """Scores, flags and published flags of the evidence; advances the scorers' memory."""
-        T = len(ev.r_c)
         if isinstance(self._scorer_c, StatisticFamily) and isinstance(self._scorer_a, StatisticFamily):
             stats_c = self._scorer_c.normalised(ev.r_c, ev.xh_c, ev.e_c)
             stats_a = self._scorer_a.normalised(ev.r_a, ev.xh_a, ev.e_a)
@@ -786,6 +830,22 @@ class PlantDetector(Detector):
             d2_c = self._scorer_c.score(ev.r_c)
             d2_a = self._scorer_a.score(ev.r_a)
             stats_c, stats_a = d2_c[:, None], d2_a[:, None]
+        return self._finish(ev.x_c, ev.x_a, ev.r_c, ev.r_a, d2_c, d2_a, stats_c, stats_a)
+
+    def _finish(
+        self,
+        x_c: FloatArray,
+        x_a: FloatArray,
+        r_c: FloatArray,
+        r_a: FloatArray,
+        d2_c: FloatArray,
+        d2_a: FloatArray,
+        stats_c: FloatArray,
+        stats_a: FloatArray,
+    ) -> DetectionResult:
+        """Flags, published flags and severity levels of the scores; advances the warm-up count and
+        the randomizers."""
+        T = len(d2_c)
         zc = self._scorer_c.flags(d2_c)
         za = self._scorer_a.flags(d2_a)
         # no flag while the filter and the EWMA settle after a reset
@@ -801,10 +861,10 @@ class PlantDetector(Detector):
         else:
             level = level_pub = np.full(T, -1, dtype=np.int64)
         return DetectionResult(
-            ev.x_c,
-            ev.x_a,
-            ev.r_c,
-            ev.r_a,
+            x_c,
+            x_a,
+            r_c,
+            r_a,
             d2_c,
             d2_a,
             zc,

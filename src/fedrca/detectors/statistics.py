@@ -598,6 +598,15 @@ class StatisticFamily:
         memory = state.get("memory") or []
         self._memory = [None if m is None else np.asarray(m, dtype=np.float64) for m in memory] or None
 
+    @property
+    def memory(self) -> list[FloatArray | None] | None:
+        """The EWMA vectors after the last sample (None: a fresh stream), as :func:`family_statistics` keeps them."""
+        return self._memory
+
+    @memory.setter
+    def memory(self, value: list[FloatArray | None] | None) -> None:
+        self._memory = value
+
     def normalised(self, r: FloatArray, x: FloatArray, e: FloatArray) -> FloatArray:
         """Normalised statistics ``s_k / c_k`` (T, K); advances the stream."""
         stats, self._memory = family_statistics(self.state, r, x, e, self._memory)
