@@ -165,7 +165,7 @@ def steady_state_gain(
         time-varying gain instead.
     """
     try:
-        P_pred = scipy.linalg.solve_discrete_are(A.T, C.T, Q, R)
+        P_pred = _prior_covariance(A, C, Q, R)
     except (np.linalg.LinAlgError, ValueError) as exc:
         raise ModelError(
             f"no steady-state Kalman gain for this model ({exc}); use steady_state=False for the time-varying gain"
@@ -176,6 +176,10 @@ def steady_state_gain(
     # K = P C' S^-1
     K = scipy.linalg.solve(S, C @ P_pred, assume_a="pos").T
     return P_pred, K, S
+
+
+#: batches of at most this many rows run the recursion row by row (cheaper than the filters' set-up)
+_LOOP_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,30 @@ class _Mode:
     mu: complex = 0j
     s: NDArray[np.complex128] | None = None  # (2,) the eigenvector of mu
     s_inv: NDArray[np.complex128] | None = None  # (2,) the first row of S⁻¹
+
+
+def _prior_covariance(A: FloatArray, C: FloatArray, Q: FloatArray, R: FloatArray) -> FloatArray:
+    """The stabilising solution P of the filter's Riccati equation (see :func:`steady_state_gain`).
+
+    ``scipy.linalg.solve_discrete_are(A', C', Q, R)`` works on a matrix pencil of size
+    ``2P + D``: for an identified model of a 1,000-sensor plant that is a QZ decomposition of
+    a 1,300 x 1,300 pencil, repeated for every cross-validation fold. The measurements enter
+    the equation only through ``H = C' R^-1 C`` (P x P): by the matrix inversion lemma
+    ``C' (C P C' + R)^-1 C = (P^-1 + H)^-1 = L (I + L' P L)^-1 L'`` for ``H = L L'``, so the
+    same P solves the equation with ``b = L`` and ``r = I``, a pencil of size ``3P``. Used when
+    that is smaller (D > P) and H is positive definite, else the direct form.
+    """
+    P, D = A.shape[0], C.shape[0]
+    if D > P:
+        # H = C' R^-1 C ;  H = L L'
+        H = C.T @ scipy.linalg.solve(R, C, assume_a="pos")
+        try:
+            L = np.linalg.cholesky(0.5 * (H + H.T))
+        except np.linalg.LinAlgError:
+            L = None
+        if L is not None:
+            return np.asarray(scipy.linalg.solve_discrete_are(A.T, L, Q, np.eye(P)))
+    return np.asarray(scipy.linalg.solve_discrete_are(A.T, C.T, Q, R))
 
 
 @lru_cache(maxsize=64)
@@ -243,6 +271,14 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     T_len, P = W.shape
     if T_len == 0:
         return np.empty((0, P))
+    if T_len <= _LOOP_ROWS:
+        # a few rows (a stream's small batches): the recursion itself costs less than one IIR filter call
+        out = np.empty((T_len, P))
+        x = np.asarray(x0, dtype=np.float64)
+        for t in range(T_len):
+            # x(t) = F x(t-1) + w(t)
+            x = out[t] = F @ x + W[t]
+        return out
     T_mat, Z, blocks = _real_schur(np.ascontiguousarray(F, dtype=np.float64).tobytes(), P)
     # Mode-major layout (P, T): each mode's time series is contiguous for the IIR filter.
     # v(t) = Z' w(t) ;  z(-1) = Z' x0
@@ -387,6 +423,22 @@ class LinearKalmanFilter(GaussianFilter):
     def output_dim(self) -> int:
         """Measurement dimension D."""
         return int(self.C.shape[0])
+
+    def get_state(self) -> dict[str, Any]:
+        """The mutable filter state; with the steady-state gain only x (P(t|t) never changes).
+
+        A plant worker writes it with every batch: a (P, P) covariance that is the same every
+        time would be most of it.
+        """
+        if self._K_ss is not None:
+            return {"x": self._x.tolist()}
+        return super().get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` output (a state without P keeps the steady-state one)."""
+        self._x = np.asarray(state["x"], dtype=np.float64).reshape(self.state_dim)
+        if "P" in state:
+            self._P = np.asarray(state["P"], dtype=np.float64).reshape(self.state_dim, self.state_dim)
 
     @property
     def transition_matrix(self) -> FloatArray:

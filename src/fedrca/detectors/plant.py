@@ -23,11 +23,12 @@ proprietary one is from ``x_c(t)`` and ``x̂_c(t)``; with Theta = 0 the two are 
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 import numpy as np
@@ -44,11 +45,13 @@ from fedrca.detectors.statistics import (
     STATISTICS,
     FamilyState,
     StatisticFamily,
+    family_statistics,
     fit_family,
     keep_mask,
     score_of,
     segment_lengths,
     segment_statistics,
+    stream_memory,
     tail_quantile,
 )
 from fedrca.exceptions import DataError, ModelError, NotFittedError
@@ -60,6 +63,24 @@ BoolArray = NDArray[np.bool_]
 Scorer = ResidualScorer | StatisticFamily
 Calibration = ScorerState | FamilyState
 IntArray = NDArray[np.int64]
+
+
+def _digest_update(h: Any, value: Any) -> None:
+    """Feed ``value`` (arrays, dataclasses of them, sequences, scalars) into the hash ``h``."""
+    if isinstance(value, np.ndarray):
+        array = np.ascontiguousarray(value, dtype=np.float64)
+        h.update(repr(array.shape).encode())
+        h.update(array.data)
+    elif is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            h.update(f.name.encode())
+            _digest_update(h, getattr(value, f.name))
+    elif isinstance(value, list | tuple):
+        h.update(b"[%d" % len(value))
+        for item in value:
+            _digest_update(h, item)
+    else:
+        h.update(repr(value).encode())
 
 
 def severity_levels(score: FloatArray, threshold: float, alarm: BoolArray, n_levels: int, base: float) -> IntArray:
@@ -181,13 +202,21 @@ class Detector(ABC):
         its initial state (``reset=True``) or continues from the current one; on exit
         (also on an error) it is exactly as it was before, parameters included.
         """
-        saved = copy.deepcopy(self.get_state())
+        saved = self._checkpoint()
         try:
             if reset:
                 self.reset()
             yield self
         finally:
-            self.set_state(saved)
+            self._restore_checkpoint(saved)
+
+    def _checkpoint(self) -> Any:
+        """Everything :meth:`detached` restores: the streaming state (a detector whose parameters
+        are not in its state adds them)."""
+        return copy.deepcopy(self.get_state())
+
+    def _restore_checkpoint(self, saved: Any) -> None:
+        self.set_state(saved)
 
     @abstractmethod
     def reset(self) -> None:
@@ -358,6 +387,8 @@ class PlantDetector(Detector):
         self._inflation: FloatArray | None = None
         self._threshold_c0: float | None = None
         self.parameter_version: str = "proprietary"
+        self._digest: str | None = None  # of the parameters in use (parameter_digest), None: not computed
+        self.restored_parameters: tuple[str, str | None] | None = None
         self._fused: tuple[tuple[Any, ...], PairMaps] | None = None
 
     def _lambdas(self) -> tuple[float, ...]:
@@ -476,6 +507,7 @@ class PlantDetector(Detector):
             self._scorer_c.fit(ev.r_c, calibration_residuals=held_out)
             self._scorer_a.state = self._scorer_c.state
         self.parameter_version = "proprietary"
+        self._digest = None
         self.reset()
         return self
 
@@ -555,10 +587,34 @@ class PlantDetector(Detector):
             pieces = np.diff(np.r_[0, cuts, len(train)]).tolist()
             r, x, e = self._fold_evidence(fold, Y[train], U_train, pieces)
             state = fit_family(r, x, e, self.statistics_selected, self._lambdas(), skip, pieces, self.dispersion)
-            r, x, e = self._fold_evidence(fold, Y, U, lengths)
-            stats = segment_statistics(state, r, x, e, lengths)
-            parts.append(stats[block][keep[block]])
+            parts.append(self._block_statistics(state, fold, Y, U, lengths, block)[keep[block]])
         return np.concatenate(parts)
+
+    def _block_statistics(
+        self,
+        state: FamilyState,
+        fold: IdentifiedModel,
+        Y: FloatArray,
+        U: FloatArray | None,
+        lengths: Sequence[int],
+        block: IntArray,
+    ) -> FloatArray:
+        """``segment_statistics(state, *self._fold_evidence(fold, Y, U, lengths), lengths)[block]`` for a
+        contiguous ``block``, from the rows up to its end only and with the statistics of its own rows
+        only (the rows before it give the filter's and the EWMAs' memory): the same numbers at a
+        fraction of the cost, which for a plant of D sensors is one (T, D) x (D, D) product per
+        statistic and fold."""
+        lo, end = int(block[0]), int(block[-1]) + 1
+        starts = np.cumsum([0, *lengths[:-1]]).tolist()
+        pieces = [min(n, end - s0) for s0, n in zip(starts, lengths, strict=True) if s0 < end]
+        r, x, e = self._fold_evidence(fold, Y[:end], None if U is None else U[:end], pieces)
+        out = []
+        for s0, n in zip(starts, pieces, strict=False):
+            a, b = max(s0, lo), s0 + n  # the block's rows in this recording
+            if b > a:
+                memory = stream_memory(state, r[s0:a])
+                out.append(family_statistics(state, r[a:b], x[a:b], e[a:b], memory)[0])
+        return np.concatenate(out)
 
     def _cross_validated_residuals(self, Y: FloatArray, U: FloatArray | None) -> list[FloatArray]:
         """Residuals of models identified without each contiguous block, on that block.
@@ -668,6 +724,7 @@ class PlantDetector(Detector):
                 self._scorer_c.state = state_c.with_calibration(state_c.scale, scorer_a.threshold)
                 self._scorer_c.set_state(last_c)
         self.parameter_version = version
+        self._digest = None
 
     def _check_calibration(self, state: Calibration) -> None:
         family = isinstance(self._scorer_c, StatisticFamily)
@@ -847,15 +904,35 @@ class PlantDetector(Detector):
         )
 
     # -- streaming state ---------------------------------------------------------------------
-    def get_state(self) -> dict[str, Any]:
-        """Everything that must survive a restart (JSON-friendly).
+    @property
+    def parameter_digest(self) -> str:
+        """sha256 (hex, first 16 bytes) of every parameter that shapes the flags: the identified model,
+        the standardiser, Theta, both scorers' fitted statistics and thresholds.
 
-        Includes the trained parameters (Theta, the augmented scorer's statistics and
-        their version, the shared threshold of the family method), so a restored
-        detector continues exactly as the saved one would have, whatever parameters
-        the new process started with.
+        Computed once per parameter change (fit, :meth:`set_parameters`): a 1,000-sensor plant's
+        scorers hold D x D matrices, tens of MB."""
+        if self._digest is None:
+            h = hashlib.sha256()
+            model = self._identified
+            parts: list[Any] = [self.scaler, self.augmentation.theta, self._scorer_c.state, self._scorer_a.state]
+            if model is not None:
+                parts += [model.A, model.B, model.C, model.Q, model.R]
+            for part in parts:
+                _digest_update(h, part)
+            self._digest = h.hexdigest()[:32]
+        return self._digest
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything of the stream that must survive a restart (JSON-friendly), and which parameters
+        produced it.
+
+        The parameters themselves (Theta, the scorers' statistics: D x D matrices) are not in it,
+        only their version and :attr:`parameter_digest`: a plant worker writes this state with every
+        batch, so its size and cost stay linear in the sensor count (``docs/sizing.md``). Whoever
+        restores it brings the parameters (the fitted detector, the published artifact of that
+        version) and checks the digest (:meth:`fedrca.streams.runtime.PlantRuntime.start_plant`).
         """
-        state = {
+        return {
             "filter": self.proprietary.get_state(),
             "last_y": None if self._last_y is None else self._last_y.tolist(),
             "last_u": None if self._last_u is None else self._last_u.tolist(),
@@ -865,15 +942,17 @@ class PlantDetector(Detector):
             "privacy": self._privacy.get_state(),
             "level_privacy": self._level_privacy.get_state(),
             "parameter_version": self.parameter_version,
-            "theta": self.augmentation.theta.tolist(),
-            "scorer_a_fit": self._scorer_a.state.to_dict(),
+            "parameter_digest": self.parameter_digest,
         }
-        if isinstance(self._scorer_c, StatisticFamily):
-            state["threshold_c"] = self._scorer_c.state.threshold
-        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state` output."""
+        """Restore :meth:`get_state` output; the parameters stay those in use.
+
+        :attr:`restored_parameters` is set to the ``(version, digest)`` the state was produced
+        with, for the caller to compare with :attr:`parameter_version` / :attr:`parameter_digest`.
+        A state that carries the parameters themselves (``theta``, ``scorer_a_fit``, written by
+        earlier versions) installs them.
+        """
         if "theta" in state:
             self.augmentation.theta = np.asarray(state["theta"], dtype=np.float64)
             fit = state["scorer_a_fit"]
@@ -881,9 +960,11 @@ class PlantDetector(Detector):
                 self._scorer_a.state = FamilyState.from_dict(fit)
             else:
                 self._scorer_a.state = ScorerState.from_dict(fit)
-        if "threshold_c" in state and isinstance(self._scorer_c, StatisticFamily):
-            state_c = self._scorer_c.state
-            self._scorer_c.state = state_c.with_calibration(state_c.scale, float(state["threshold_c"]))
+            if "threshold_c" in state and isinstance(self._scorer_c, StatisticFamily):
+                state_c = self._scorer_c.state
+                self._scorer_c.state = state_c.with_calibration(state_c.scale, float(state["threshold_c"]))
+            self.parameter_version = state["parameter_version"]
+            self._digest = None
         self.proprietary.set_state(state["filter"])
         self._last_y = None if state["last_y"] is None else np.asarray(state["last_y"], dtype=np.float64)
         self._last_u = None if state["last_u"] is None else np.asarray(state["last_u"], dtype=np.float64)
@@ -893,7 +974,21 @@ class PlantDetector(Detector):
         self._privacy.set_state(state["privacy"])
         if "level_privacy" in state:
             self._level_privacy.set_state(state["level_privacy"])
-        self.parameter_version = state["parameter_version"]
+        self.restored_parameters = (str(state["parameter_version"]), state.get("parameter_digest"))
+
+    def _checkpoint(self) -> Any:
+        # the parameters by reference: set_parameters replaces them, never changes them in place
+        scorers = (self._scorer_c.state, self._scorer_a.state)
+        return (super()._checkpoint(), self.augmentation.theta, scorers, self.parameter_version, self._digest)
+
+    def _restore_checkpoint(self, saved: Any) -> None:
+        stream, theta, (state_c, state_a), version, digest = saved
+        self.augmentation.theta = theta
+        self._scorer_c.state, self._scorer_a.state = state_c, state_a  # (resets their memory: restored below)
+        self.parameter_version, self._digest = version, digest
+        restored = self.restored_parameters
+        super()._restore_checkpoint(stream)
+        self.restored_parameters = restored
 
     def _check_batch(self, Y: ArrayLike, expect_dim: int | None) -> FloatArray:
         Y_arr = np.asarray(Y, dtype=np.float64)
