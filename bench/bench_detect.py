@@ -42,7 +42,7 @@ from fedrca.config import load_config
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.detectors.factory import build_detector
 from fedrca.detectors.identify import Standardizer, identify_linear_model
-from fedrca.detectors.kalman import lti_recursion
+from fedrca.detectors.kalman import lti_recursion, steady_state_gain
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 from fedrca.detectors.statistics import FamilyState, Moments
 
@@ -122,7 +122,9 @@ def peer_run(det: PlantDetector, Y: np.ndarray) -> tuple[np.ndarray, ...]:
     kf = KalmanFilter(dim_x=P, dim_z=D)
     kf.F, kf.H, kf.Q, kf.R = A, C, kfm.Q, kfm.R
     kf.x = np.zeros((P, 1))
-    kf.P = np.asarray(kfm.get_state()["P"])
+    # the steady-state posterior covariance P(t|t) = (I - K C) P(t|t-1), where the core's filter runs
+    P_pred, K, _ = steady_state_gain(A, C, kfm.Q, kfm.R)
+    kf.P = (np.eye(P) - K @ C) @ P_pred
     theta = det.augmentation.theta
     sc, sa = det.scorers
     fam_c, fam_a = _PeerFamily(sc.state), _PeerFamily(sa.state)
