@@ -130,9 +130,8 @@ def tep_graphs(repo):
     config = load_config(repo / "config/tep.yaml")
     site = prepare_site(config, repo / "data/tep/d00.dat")
     resolved, frames = site_frames(config, [repo / "data/tep/d00.dat"], 5)
-    pooled, _, _ = learn_site_graph(resolved, frames)  # the default: pooled statistics
-    vote, _, _ = learn_site_graph(resolved, frames, mode="vote")
-    return site, {"complete": InterdependencyGraph.complete(config.plant_names), "pooled-stats": pooled, "vote": vote}
+    pooled, _, _ = learn_site_graph(resolved, frames)  # the default: pooled statistics (the vote: bench_fedpc.py)
+    return site, {"complete": InterdependencyGraph.complete(config.plant_names), "pooled-stats": pooled}
 
 
 @pytest.mark.slow
@@ -149,4 +148,3 @@ def test_on_tep_the_fedpc_graph_names_the_root_at_least_as_often_as_the_complete
         run = run_pipeline(dataclasses.replace(site, engine=engine), repo / f"data/tep/d{fault}_te.dat")
         correct[name] = evaluate_run(run, [FaultEvent(160, run.n_samples, root)]).after_onset["correct"]
     assert correct["pooled-stats"] >= correct["complete"], (fault, correct)
-    assert correct["vote"] >= correct["complete"], (fault, correct)
