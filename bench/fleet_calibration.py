@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\nK from nominal data: held-out nominal log-likelihood (staggered folds), K before -> after pruning")
     for K, (kf, (_, ll)) in scan.items():
-        groups = sorted({tuple(np.round(w, 3)) for w in kf.weights})
+        groups = sorted({tuple(round(float(x), 3) for x in w) for w in kf.weights})
         print(f"  K = {K} -> {kf.model.n_components}: {ll:,.0f} (participants' weights: {groups})")
     print(f"  configuration: components {chosen.n_components} -> {kfit.model.n_components}")
 
