@@ -178,6 +178,10 @@ def steady_state_gain(
     return P_pred, K, S
 
 
+#: batches of at most this many rows run the recursion row by row (cheaper than the filters' set-up)
+_LOOP_ROWS = 8
+
+
 @dataclass(frozen=True)
 class _Mode:
     """One diagonal block of a real Schur form: a real eigenvalue (``size`` 1) or a complex pair (2).
@@ -271,6 +275,14 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     T_len, P = W.shape
     if T_len == 0:
         return np.empty((0, P))
+    if T_len <= _LOOP_ROWS:
+        # a few rows (a stream's small batches): the recursion itself costs less than one IIR filter call
+        out = np.empty((T_len, P))
+        x = np.asarray(x0, dtype=np.float64)
+        for t in range(T_len):
+            # x(t) = F x(t-1) + w(t)
+            x = out[t] = F @ x + W[t]
+        return out
     T_mat, Z, blocks = _real_schur(np.ascontiguousarray(F, dtype=np.float64).tobytes(), P)
     # Mode-major layout (P, T): each mode's time series is contiguous for the IIR filter.
     # v(t) = Z' w(t) ;  z(-1) = Z' x0
