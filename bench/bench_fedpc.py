@@ -63,6 +63,7 @@ SENSITIVITY_REPS = 3
 LINEAR_VARIABLES = (10, 20, 50)
 SITES = (5, 10)
 GRAPH_SPLITS = (3, 5)  # TEP: d00.dat split into this many sites
+NOISE_SETTINGS = ((10, 5), (10, 10), (20, 5), (20, 10))  # (variables, sites) of the noise curve
 SMOKE = {  # bench/run.py --smoke
     "N_SAMPLES": 300,
     "REPS": 1,
@@ -71,6 +72,8 @@ SMOKE = {  # bench/run.py --smoke
     "SITES": (5,),
     "GRAPH_SPLITS": (3,),
     "TEP_FAULTS": {"04": "reactor"},
+    "NOISE_SETTINGS": ((10, 5),),
+    "EPSILONS": (1.0, 8.0),
 }  # bench/run.py --smoke
 TEP_FAULTS = {"01": "feed", "04": "reactor", "05": "separator", "06": "feed"}
 
@@ -131,13 +134,13 @@ def table(
     make: Callable[[str, int, int, int], tuple],
     test: str,
     checks: list[bool] | None = None,
-    reps: int = REPS,
+    reps: int | None = None,
 ) -> tuple[pd.DataFrame, list[dict]]:
     """Mean SHD / F1 / time per method and setting over ``reps`` data sets, and the per-setting verdicts."""
     rows, verdicts = [], []
     for label, p, K in settings:
         acc: dict[str, list[tuple[float, float, float]]] = {}
-        for rep in range(reps):
+        for rep in range(REPS if reps is None else reps):  # REPS read at the call: --smoke sets it
             dag, X = make(label, p, K, rep)
             parts = split_sites(len(X), K, seed=1000 * p + 10 * K + rep)
             for method, value in compare(dag, X, parts, test, checks).items():
@@ -228,7 +231,7 @@ def tep_table() -> tuple[pd.DataFrame, bool]:
     return pd.DataFrame(rows), ok
 
 
-def noise_curve(settings: list[tuple[int, int]], reps: int = REPS) -> pd.DataFrame:
+def noise_curve(settings: list[tuple[int, int]], reps: int | None = None) -> pd.DataFrame:
     """Mean SHD of FedPC with noised pooled statistics per epsilon (per site), next to the exact run and pooled PC."""
     from fedrca.training.privacy import gaussian_mu
 
@@ -236,7 +239,7 @@ def noise_curve(settings: list[tuple[int, int]], reps: int = REPS) -> pd.DataFra
     rows = []
     for p, K in settings:
         shd: dict[str, list[float]] = {}
-        for rep in range(reps):
+        for rep in range(REPS if reps is None else reps):
             dag, X = make("linear", p, K, rep)
             parts = split_sites(len(X), K, seed=1000 * p + 10 * K + rep)
             names = [f"x{j:03d}" for j in range(p)]
@@ -281,8 +284,9 @@ def main() -> int:
     print("\n4. TEP (Theta = 0): RCA verdicts after the onset naming the true root / all, majority, delay (samples)")
     print(tep.to_string(index=False))
 
-    curve = noise_curve([(p, K) for p in (10, 20) for K in (5, 10)])
-    print("\n5. Noised pooled statistics: mean SHD over epsilon per site (delta 1e-5, clip 1.5), 5 graphs per setting")
+    curve = noise_curve(list(NOISE_SETTINGS))
+    print(f"\n5. Noised pooled statistics: mean SHD over epsilon per site (delta 1e-5, clip 1.5), {REPS} graphs per "
+          "setting")  # fmt: skip
     print("   ('eps inf' = the exact statistics)")
     print(curve.round(2).to_string(index=False))
 
