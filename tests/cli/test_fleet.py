@@ -52,6 +52,7 @@ def test_fleet_command_writes_the_model_the_weights_and_a_report(fleet_dir, caps
     assert main(["fleet", "--config", str(fleet_dir / "fleet.yaml"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "identical parameters everywhere: True" in printed and "shift" in printed
+    assert "participants' thresholds: own 5" in printed
     model = load_fleet_model(out / "model.npz")
     assert model.n_dims == 3 and model.threshold is not None and model.info["columns"] == COLUMNS
     report = json.loads((out / "report.json").read_text())
