@@ -230,15 +230,41 @@ def pair_statistics(
     sc, sa = maps.state_c, maps.state_a
     last_c: Memory = list(memory_c) if memory_c is not None else [None] * _slots(sc)
     last_a: Memory = list(memory_a) if memory_a is not None else [None] * _slots(sa)
-    # w(t) = L⁻¹ (r(t) - μ) of both models, stacked so that one IIR filter smooths both
-    W = np.empty((2 * D, T))
-    _white(maps, sc.innovation, r_c, W[:D])
-    _white(maps, sa.innovation, r_a, W[D:])
     cols_c: dict[str, Any] = {}
     cols_a: dict[str, Any] = {}
-    d2_c, d2_a = _sq(W[:D]), _sq(W[D:])
-    cols_c["innovation"], cols_a["innovation"] = d2_c, d2_a
-    for state, d2, cols, last in ((sc, d2_c, cols_c, last_c), (sa, d2_a, cols_a, last_a)):
+    # Every D-vector statistic of both models is a squared norm ||L⁻¹ (v - μ)||²: the whitened
+    # vectors go to one (blocks, D, T) array and their norms are taken in one pass.
+    blocks: list[tuple[dict[str, Any], str]] = [(cols_c, "innovation"), (cols_a, "innovation")]
+    n_rec = sum("reconstruction" in st.statistics for st in (sc, sa))
+    B = np.empty((2 + len(sc.lambdas) + len(sa.lambdas) + n_rec, D, T))
+    # w(t) = L⁻¹ (r(t) - μ) of both models, stacked so that one IIR filter smooths both
+    _white(maps, sc.innovation, r_c, B[0])
+    _white(maps, sa.innovation, r_a, B[1])
+    W = B[:2].reshape(2 * D, T)
+    k = 2
+    if sc.lambdas == sa.lambdas:
+        for i, lam in enumerate(sc.lambdas):
+            start = np.concatenate([_zero_if_none(last_c[i], D), _zero_if_none(last_a[i], D)])
+            # w_λ(t) = λ w(t) + (1 - λ) w_λ(t-1), both models in one filter
+            Wl = _ewma(W, lam, start)
+            for state, half, cols, last in ((sc, Wl[:D], cols_c, last_c), (sa, Wl[D:], cols_a, last_a)):
+                k = _smoothed(maps, state, i, half, B, k, blocks, cols, last, T)
+    else:
+        for state, Wm, cols, last in ((sc, W[:D], cols_c, last_c), (sa, W[D:], cols_a, last_a)):
+            for i, lam in enumerate(state.lambdas):
+                Wl = _ewma(Wm, lam, _zero_if_none(last[i], D))
+                k = _smoothed(maps, state, i, Wl, B, k, blocks, cols, last, T)
+    for state, e, cols in ((sc, e_c, cols_c), (sa, e_a, cols_a)):
+        if "reconstruction" in state.statistics:
+            # reconstruction = d2(y - h(x̂))
+            _white(maps, state.reconstruction, e, B[k])
+            blocks.append((cols, "reconstruction"))
+            k += 1
+    # ||w(t)||² of every block
+    norms = np.einsum("kdt,kdt->kt", B, B)
+    for (cols, name), row in zip(blocks, norms, strict=True):
+        cols[name] = row
+    for state, d2, cols, last in ((sc, norms[0], cols_c, last_c), (sa, norms[1], cols_a, last_a)):
         if state.dispersion:
             # v(t) = λ_d d2(r(t)) + (1 - λ_d) v(t-1), from the nominal mean of d2
             start = np.array([state.dispersion_start]) if last[-1] is None else last[-1]
@@ -246,24 +272,10 @@ def pair_statistics(
             cols["dispersion"] = v
             if T:
                 last[-1] = v[-1:].copy()
-    if sc.lambdas == sa.lambdas:
-        for i, lam in enumerate(sc.lambdas):
-            start = np.concatenate([_zero_if_none(last_c[i], D), _zero_if_none(last_a[i], D)])
-            # w_λ(t) = λ w(t) + (1 - λ) w_λ(t-1), both models in one filter
-            Wl = _ewma(W, lam, start)
-            _smoothed(maps, sc, i, Wl[:D], cols_c, last_c, T)
-            _smoothed(maps, sa, i, Wl[D:], cols_a, last_a, T)
-    else:
-        for state, Wm, cols, last in ((sc, W[:D], cols_c, last_c), (sa, W[D:], cols_a, last_a)):
-            for i, lam in enumerate(state.lambdas):
-                _smoothed(maps, state, i, _ewma(Wm, lam, _zero_if_none(last[i], D)), cols, last, T)
-    for state, xh, e, cols in ((sc, X.T, e_c, cols_c), (sa, xh_a, e_a, cols_a)):
+    for state, xh, cols in ((sc, X.T, cols_c), (sa, xh_a, cols_a)):
         if "level" in state.statistics:
             # level = d2(x̂)
             cols["level"] = _sq(_white(maps, state.level, xh))
-        if "reconstruction" in state.statistics:
-            # reconstruction = d2(y - h(x̂))
-            cols["reconstruction"] = _sq(_white(maps, state.reconstruction, e))
     stats_c, stats_a = _normalised(sc, cols_c, T), _normalised(sa, cols_a, T)
     return PairOutput(x_c, x_a, r_c, r_a, stats_c, stats_a, last_c, last_a, SF[:, -1].copy())
 
@@ -277,12 +289,24 @@ def _zero_if_none(v: FloatArray | None, n: int) -> FloatArray:
 
 
 def _smoothed(
-    maps: PairMaps, state: FamilyState, i: int, Wl: FloatArray, cols: dict[str, Any], last: Memory, T: int
-) -> None:
+    maps: PairMaps,
+    state: FamilyState,
+    i: int,
+    Wl: FloatArray,
+    B: FloatArray,
+    k: int,
+    blocks: list[tuple[dict[str, Any], str]],
+    cols: dict[str, Any],
+    last: Memory,
+    T: int,
+) -> int:
+    """Whiten one model's EWMA vectors ``Wl`` (D, T) into block ``k`` of ``B``; the next block."""
     # mewma = d2(w_λ) against the nominal moments of w_λ
-    cols[f"mewma@{state.lambdas[i]:g}"] = _sq(_white(maps, state.smoothed[i], Wl))
+    _white(maps, state.smoothed[i], Wl, B[k])
+    blocks.append((cols, f"mewma@{state.lambdas[i]:g}"))
     if T:
         last[i] = Wl[:, -1].copy()
+    return k + 1
 
 
 def _normalised(state: FamilyState, cols: dict[str, Any], T: int) -> FloatArray:

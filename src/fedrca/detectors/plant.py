@@ -93,6 +93,9 @@ def severity_levels(score: FloatArray, threshold: float, alarm: BoolArray, n_lev
     >>> severity_levels(np.array([0.5, 2.0, 30.0, 3e5]), 1.0, np.array([False, True, True, True]), 4, 10.0).tolist()
     [0, 1, 2, 3]
     """
+    alarm = np.asarray(alarm, dtype=bool)
+    if not alarm.any():  # the usual sample: no alarm, level 0 (no logarithm to take)
+        return np.zeros(alarm.shape, dtype=np.int64)
     ratio = np.maximum(np.asarray(score, dtype=np.float64) / threshold, 1.0)
     # l = 1 + floor(log_b(s / tau)), capped
     level = np.minimum(1 + np.floor(np.log(ratio) / math.log(base)), n_levels - 1)
