@@ -68,16 +68,19 @@ def _json(state: Any) -> bytes:
 
 
 def _finite(obj: Any) -> bool:
-    """No NaN or inf anywhere in a JSON-like value (a list of numbers is checked by its sum: a finite
+    """No NaN or inf anywhere in a JSON-like value (a list of floats is checked by its sum: a finite
     sum has finite terms; a sum that overflows is reported as not finite, which only costs speed)."""
-    if type(obj) is list:
-        try:
-            return math.isfinite(sum(obj))
-        except (TypeError, OverflowError):  # not all numbers (or integers beyond the float range)
-            return all(map(_finite, obj))
-    if type(obj) is dict:
+    kind = type(obj)
+    if kind is list:
+        if obj and type(obj[0]) is float:
+            try:
+                return math.isfinite(sum(obj))
+            except TypeError:  # not all numbers
+                pass
+        return all(map(_finite, obj))
+    if kind is dict:
         return all(map(_finite, obj.values()))
-    if type(obj) is float:
+    if kind is float:
         return math.isfinite(obj)
     return True
 
