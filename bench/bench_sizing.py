@@ -42,6 +42,9 @@ REPO = Path(__file__).resolve().parents[1]
 SIZES = (50, 200, 1000)
 MESSAGES = {50: 3000, 200: 1500, 1000: 400}
 SMOKE = {"SIZES": (50,), "MESSAGES": {50: 50}}  # bench/run.py --smoke
+#: issue 24: handler CPU per message at batch size 1 (us) and fit (s), by plant size
+TARGET_BS1_US = {50: 200.0, 1000: 2000.0}
+TARGET_FIT_S = {1000: 60.0}
 
 
 def train_rows(d: int) -> int:
@@ -128,7 +131,9 @@ def measure(d: int, workdir: Path) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table (informational: no target; ``docs/sizing.md`` turns it into plants per worker).
+    """Print the table (``docs/sizing.md`` turns it into plants per worker) and the targets of issue 24
+    (handler CPU per message at batch size 1 <= 200 us at 50 sensors and <= 2 ms at 1,000; fit of a
+    1,000-sensor plant <= 60 s); non-zero when a measured size misses one.
 
     ``--sizes 50 200`` measures only those plant sizes (default: 50 200 1000).
     """
@@ -152,7 +157,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{d:>8}{r['fit_s']:>8.1f}{r['memory_mb']:>12.2f}{r['bs1_us']:>13.0f}{r['bs200_us']:>15.0f}"
             f"{r['state_kb']:>10.1f}{r['message_kb']:>8.1f}"
         )
-    return 0
+    missed = []
+    for d, r in rows:
+        checks = [("us/msg bs=1", r["bs1_us"], TARGET_BS1_US.get(d), "{:,.0f} us")]
+        checks.append(("fit", r["fit_s"], TARGET_FIT_S.get(d), "{:,.1f} s"))
+        for what, value, target, fmt in checks:
+            if target is None:
+                continue
+            met = value <= target
+            print(f"target {d} sensors {what}: {fmt.format(value)} <= {fmt.format(target)}  {'met' if met else 'MISSED'}")
+            if not met:
+                missed.append(f"{d} sensors {what}")
+    if missed:
+        print(f"bench_sizing: TARGET MISSED ({', '.join(missed)})")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
