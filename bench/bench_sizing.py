@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             if target is None:
                 continue
             met = value <= target
-            print(f"target {d} sensors {what}: {fmt.format(value)} <= {fmt.format(target)}  {'met' if met else 'MISSED'}")
+            verdict = "met" if met else "MISSED"
+            print(f"target {d} sensors {what}: {fmt.format(value)} <= {fmt.format(target)}  {verdict}")
             if not met:
                 missed.append(f"{d} sensors {what}")
     if missed:
