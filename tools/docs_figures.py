@@ -85,6 +85,10 @@ FIGURES: dict[str, Figure] = {
     "bench-detect": Figure((PYTHON, "bench/run.py", "detect"), bench_section("detect"), ("bench/README.md",)),
     "bench-datasets": Figure((PYTHON, "bench/run.py", "datasets"), bench_section("datasets"), ("bench/README.md",)),
     "bench-kafka": Figure((PYTHON, "bench/run.py", "kafka"), bench_section("kafka"), ("bench/README.md",)),
+    "bench-sizing": Figure((PYTHON, "bench/run.py", "sizing"), bench_section("sizing"), ("docs/sizing.md",)),
+    "bench-streams": Figure(
+        (PYTHON, "bench/run.py", "--repeat", "3", "streams"), bench_section("streams"), ("docs/sizing.md",)
+    ),
     "faults": Figure((PYTHON, "bench/bench_faults.py"), _whole, ("docs/faults.md",), writes_file=True),
 }
 
