@@ -10,9 +10,11 @@ Monitors, measured in the same run on the same rows:
 
 * **fedrca** (``config/tep.yaml`` as shipped: trained parameters, the site's
   cross-plant model) at flag epsilon inf and 2;
-* **cross-plant off** (the ablation): the same detectors and engine with the
-  cross-plant part switched off (:func:`cross_plant_off`: Theta = 0, no graph, no
-  unseen entries), at epsilon inf and 2;
+* **learned part off** (ablation): the same site untrained (Theta = 0), its declared
+  structure kept;
+* **cross-plant off** (ablation): the same detectors and engine with the whole
+  cross-plant part switched off (:func:`cross_plant_off`: Theta = 0, no graph edges, no
+  unseen entries: the engine reasons on each plant's own flags), at epsilon inf and 2;
 * **first alarm** (the simplest thing a user could do): on fedrca's own published
   flags, the plant whose alarm (held 3 rows) starts first after the onset (ties: the
   higher published severity over those rows, then the configuration's order);
@@ -521,18 +523,22 @@ class Variant:
     label: str
     rows: int | None = None
     epsilon: float | None = None
-    kind: str = "fedrca"  # fedrca | off | first | central
+    kind: str = "fedrca"  # fedrca | learned-off | off | first | central
 
 
 def variants(rows: Sequence[int], epsilons: Sequence[float]) -> list[Variant]:
+    """The monitors measured for each training size: fedrca, its ablations and the peers."""
     out = []
     for n in rows:
         for eps in epsilons:
             e = "inf" if math.isinf(eps) else f"{eps:g}"
             out.append(Variant(f"fedrca-{n}-{e}", f"fedrca, {n} rows, eps {e}", n, eps, "fedrca"))
+            if math.isinf(eps):
+                out.append(Variant(f"learned-off-{n}-{e}", f"learned part off (Theta = 0), {n} rows, eps {e}", n, eps,
+                                   "learned-off"))  # fmt: skip
             out.append(Variant(f"off-{n}-{e}", f"cross-plant off, {n} rows, eps {e}", n, eps, "off"))
             out.append(Variant(f"first-{n}-{e}", f"first alarm on fedrca's flags, {n} rows, eps {e}", n, eps, "first"))
-    out.extend(Variant(f"central-{n}", f"centralised reference (RBC-PCA), {n} rows", n, None, "central") for n in rows)
+        out.append(Variant(f"central-{n}", f"centralised reference (RBC-PCA), {n} rows", n, None, "central"))
     return out
 
 
@@ -710,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
         if v.kind == "central":
             factory: MonitorFactory = CentralReference(units_of(config))
         else:
-            cfg = config if v.kind == "fedrca" else cross_plant_off(config)
+            cfg = cross_plant_off(config) if v.kind == "off" else config
             factory = fedrca_factory(cfg, trained=v.kind == "fedrca", epsilon=v.epsilon or math.inf)
         results[v.key] = measure(factory, nominal, far_frames, fault_frames, rec)
         if v.kind == "fedrca":

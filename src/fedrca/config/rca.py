@@ -108,6 +108,8 @@ class RCASettings(Strict):
         complete graph every plant is a direct successor and the order says nothing).
     unobserved_weight : prior share of the unseen-entry variant within such a plant's root
         hypothesis (the rest keeps the ordinary onset order)
+    candidate_mass : share of the root posterior the candidates of a verdict hold (the
+        plants an operator is shown next to the root, most likely first)
     """
 
     horizon: int = Field(30, ge=1)
@@ -139,6 +141,7 @@ class RCASettings(Strict):
     prior_unexplained: float = Field(1e-6, gt=0.0, lt=1.0)
     unobserved_entry: list[str] = Field(default_factory=list)
     unobserved_weight: float = Field(0.5, gt=0.0, lt=1.0)
+    candidate_mass: float = Field(0.95, gt=0.0, le=1.0)
     graph: GraphOptions = GraphOptions()
 
     @field_validator("leak", "imperfect")

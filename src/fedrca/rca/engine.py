@@ -67,6 +67,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config import RCASettings, SiteConfig
+from fedrca.config.rca import LEARNED_GRAPH_SOURCES
 from fedrca.contracts import NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, Verdict, flag_states
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.rca.flagmodel import (
@@ -179,6 +180,11 @@ class RCAEngine:
             )
         self._unseen = np.array([p in s.unobserved_entry for p in self.plants], dtype=bool)
         self._entry = graph.adjacency | np.eye(M, dtype=bool)  # where a root's disturbance enters
+        self._edges = graph.adjacency & ~np.eye(M, dtype=bool)
+        # chains are read on a graph whose edges the operator vouches for (declared, or given in code): a
+        # learned graph misses weak paths, and a chain broken by a missing edge would contradict the true root
+        # (its missing edges are doubted through unlisted_path instead)
+        self._chains = graph.source not in LEARNED_GRAPH_SOURCES and bool(self._edges.sum() < M * (M - 1))
         self._log_seen = np.where(self._unseen, math.log1p(-s.unobserved_weight), 0.0)
         self._log_unseen = math.log(s.unobserved_weight)
         self.reset()
@@ -196,6 +202,9 @@ class RCAEngine:
         self._rise = np.full(M, -1, dtype=np.int64)
         self._onset = np.full(M, -1, dtype=np.int64)
         self._alarmed = np.zeros(M, dtype=bool)
+        # first onset of each plant within the current episode (-1: not seen in it): a plant that fell
+        # quiet again still passed the disturbance on, which the chain evidence reads
+        self._first = np.full(M, -1, dtype=np.int64)
         J = 0 if self.severity is None else self.severity.n_tracked
         # per plant and severity level j >= 2 (column j - 2): the same CUSUM machinery on "level >= j"
         self._lcusum = np.zeros((M, J))
@@ -222,6 +231,7 @@ class RCAEngine:
             "rise": self._rise.tolist(),
             "onset": self._onset.tolist(),
             "alarmed": self._alarmed.astype(int).tolist(),
+            "first": self._first.tolist(),
             "levels": {
                 "cusum": self._lcusum.tolist(),
                 "rise": self._lrise.tolist(),
@@ -256,6 +266,8 @@ class RCAEngine:
         self._rise = np.asarray(state["rise"], dtype=np.int64)
         self._onset = np.asarray(state["onset"], dtype=np.int64)
         self._alarmed = np.asarray(state["alarmed"], dtype=bool)
+        # a state written before episode-first onsets were kept: the current onsets are the best record
+        self._first = np.asarray(state.get("first", np.where(self._alarmed, self._onset, -1)), dtype=np.int64)
         levels = state.get("levels")
         if levels is not None and np.asarray(levels["cusum"]).size == self._lcusum.size:
             shape = self._lcusum.shape
@@ -473,9 +485,11 @@ class RCAEngine:
         if self._alarmed.any():
             first = int(self._onset[self._alarmed].min())
             self._episode_start = first if self._episode_start is None else min(self._episode_start, first)
+            self._first = np.where(self._alarmed & (self._first < 0), self._onset, self._first)
         elif self._episode_start is not None:
             self._episode_start = None
             self._episode_end = seq
+            self._first[:] = -1
 
     def _window(self, seq: int) -> NDArray[np.bool_]:
         """The evidence rows: the last ``horizon`` rows, from the current episode's start, or
@@ -489,7 +503,8 @@ class RCAEngine:
 
     def _order_penalty(self, unseen: bool = False) -> FloatArray:
         """log-evidence (M, M) of the onset order: [k, j] = log order_violation when plant j
-        started alarming more than ``onset_slack`` rows before plant k (or k is not alarming).
+        started alarming more than ``onset_slack`` rows before plant k (or k is not alarming),
+        plus the propagation-chain and severity evidence.
 
         ``unseen``: for a root whose disturbance may enter unseen, time its effects from
         the **entry** instead: the earliest onset among k and its direct successors in
@@ -507,7 +522,43 @@ class RCAEngine:
         if unseen:
             early &= ~self._entry
         np.fill_diagonal(early, False)
-        return np.where(early, self._log_violation, 0.0) + self._severity_penalty()
+        return np.where(early, self._log_violation, 0.0) + self._chain_penalty(unseen) + self._severity_penalty()
+
+    def _chain_penalty(self, unseen: bool) -> FloatArray:
+        """log-evidence (M, M) of the propagation chains: [k, j] = ``log order_violation`` when plant j
+        is alarming but no chain of graph edges k -> ... -> j leads to it through plants that each
+        alarmed no later than the next (within ``onset_slack`` rows).
+
+        A disturbance reaches a plant through the plants between it and the root, so an effect that
+        started before every plant that could have passed it on contradicts the root. A plant that
+        alarmed earlier in the episode and fell quiet (an intermittent, compensated effect) still
+        passed the disturbance on, at its first onset in the episode. The root of the unseen-entry
+        variant passes its disturbance to its direct successors whenever it alarms itself.
+        Vacuous on the complete graph (every plant feeds every other directly); not read on a
+        ``learned``, ``fedpc`` or ``file`` graph, which misses weak paths.
+        (tests/rca/test_engine.py::test_an_effect_needs_a_chain_of_earlier_plants_from_its_root)
+        """
+        M = len(self.plants)
+        if not self._chains:
+            return np.zeros((M, M))
+        seen = self._alarmed | (self._first >= 0)
+        onset = np.where(self._alarmed, self._onset, np.where(seen, self._first, 0)).astype(np.float64)
+        onset = np.where(seen, onset, np.inf)
+        # G[i, j]: i can have passed the disturbance on to j (edge i -> j, both seen, i not later than j)
+        G = self._edges & seen[:, None] & seen[None, :] & (onset[:, None] <= onset[None, :] + self.settings.onset_slack)
+        eye = np.eye(M, dtype=bool)
+        # a chain starts at the root itself, or (unseen entry) at the root and its seen direct successors
+        reach = (eye | (self._edges & seen[None, :])) if unseen else (eye & seen[:, None])
+        for _ in range(M):
+            # breadth-first search from every root hypothesis at once (one row per root)
+            grown = reach | ((reach.astype(np.int64) @ G.astype(np.int64)) > 0)
+            if np.array_equal(grown, reach):
+                break
+            reach = grown
+        # a root that never alarmed is contradicted by the order already (no double count)
+        broken = self._alarmed[None, :] & ~reach & (seen[:, None] | unseen)
+        np.fill_diagonal(broken, False)
+        return np.where(broken, self._log_violation, 0.0)
 
     def _severity_penalty(self) -> FloatArray:
         """log-evidence (M, M) of the severity order: [k, j] sums ``log severity_violation`` over the
@@ -543,21 +594,34 @@ class RCAEngine:
         h = int(np.argmax(posterior))
         codes = self._buf_codes[mask]
         prob = float(posterior[h])
+        candidates = self._candidates(posterior[1 : M + 1])
         if h == 0:
-            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY)
+            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY, candidates)
         alarming = self._alarm_share(codes) >= 0.5
         if h <= M:
             k = h - 1
             shown = alarming & (affected[k] > unaffected[k])
             shown[k] = False
             propagated = tuple(self.plants[j] for j in np.flatnonzero(shown))
-            return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE)
+            return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE, candidates)
         if h == M + 1:
             propagated = tuple(self.plants[j] for j in np.flatnonzero(alarming))
-            return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT)
+            return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT, candidates)
         dominant = self._dominant_states(codes)
         pattern = classify_pattern([(int(c) >> 1, int(c) & 1) for c in dominant])
-        return self._verdict(ts, seq, None, (), prob, window, pattern.outcome)
+        return self._verdict(ts, seq, None, (), prob, window, pattern.outcome, candidates)
+
+    def _candidates(self, roots: FloatArray) -> tuple[str, ...]:
+        """The plants whose root hypotheses, most likely first, hold ``candidate_mass`` of the root posterior."""
+        total = float(roots.sum())
+        if not total > 0.0:
+            return ()
+        # stable order: ties keep the plants' order
+        order = np.argsort(-roots, kind="stable")
+        need = self.settings.candidate_mass * total
+        held = np.cumsum(roots[order])
+        n = int(np.searchsorted(held, need * (1.0 - 1e-12)) + 1)
+        return tuple(self.plants[i] for i in order[: min(n, len(order))])
 
     def _verdict(
         self,
@@ -568,9 +632,11 @@ class RCAEngine:
         posterior: float,
         window: tuple[int, int],
         outcome: str,
+        candidates: tuple[str, ...] = (),
     ) -> Verdict:
         # the posterior is a softmax: clip its float rounding into [0, 1], the contract's range
-        return Verdict(self.site, ts, seq, root, propagated, min(max(posterior, 0.0), 1.0), window, outcome)
+        posterior = min(max(posterior, 0.0), 1.0)
+        return Verdict(self.site, ts, seq, root, propagated, posterior, window, outcome, candidates)
 
     def _alarm_share(self, codes: IntArray) -> FloatArray:
         """Channel-inverted share of window rows in which each plant's Z_c is on (M,)."""
