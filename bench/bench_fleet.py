@@ -42,7 +42,7 @@ from fedrca.config import load_config
 from fedrca.datasets.fleet import fleet_patterns
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.datasets.tep import load_tep
-from fedrca.detectors.collabdict import (
+from fedrca.fleet.collabdict import (
     FleetSettings,
     GlobalLearner,
     LocalLearner,
@@ -50,13 +50,14 @@ from fedrca.detectors.collabdict import (
     component_nll,
     fit_centralised,
 )
-from fedrca.detectors.consensus import average_consensus
-from fedrca.detectors.fleet import simulate_fleet
+from fedrca.fleet.consensus import average_consensus
+from fedrca.fleet.model import simulate_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (5, 11, 23, 47)
 FAULTS = ("01", "04", "05", "06")
 N_SCORE = 200_000
+SMOKE = {"SIZES": (5, 11), "N_SCORE": 2_000, "FAULTS": ("04",)}  # bench/run.py --smoke
 
 
 def consensus_table() -> bool:

@@ -34,6 +34,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
+from fedrca.config.causal import CausalSettings
 from fedrca.config.formats import KNOWN_COLUMNS
 from fedrca.config.rca import RCASettings
 from fedrca.config.training import TrainingSettings
@@ -387,6 +388,7 @@ class SiteConfig(Strict):
     graph: GraphSettings | None = None
     training: TrainingSettings = TrainingSettings()
     rca: RCASettings = RCASettings()
+    causal: CausalSettings = CausalSettings()
     source: str | None = Field(None, exclude=True)
 
     @property
@@ -512,7 +514,7 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         data["plants"] = [
             _merge({k: defaults.get(k, {}) for k in _SECTIONS}, p) if isinstance(p, dict) else p for p in plants
         ]
-    for section in ("training", "rca"):
+    for section in ("training", "rca", "causal"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"
     try:

@@ -19,7 +19,7 @@ import pandas as pd
 from fedrca.cli.files import check_paths
 from fedrca.cli.fleet.config import load_fleet_config
 from fedrca.cli.fleet.run import Runner, run_fleet, write_outcome
-from fedrca.detectors.collabdict import PrivacyWarning
+from fedrca.fleet.collabdict import PrivacyWarning
 
 __all__ = ["register"]
 

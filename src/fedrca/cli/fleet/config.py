@@ -38,9 +38,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fedrca.detectors.collabdict import FleetSettings
-from fedrca.detectors.consensus import PeerGraph
 from fedrca.exceptions import ConfigError
+from fedrca.fleet.collabdict import FleetSettings
+from fedrca.fleet.consensus import PeerGraph
 
 __all__ = ["FleetConfig", "ParticipantConfig", "SimulateSource", "load_fleet_config", "parse_fleet_config"]
 
@@ -192,7 +192,7 @@ class FleetConfig(_Strict):
         return [p.name for p in self.participants]
 
     def settings(self) -> FleetSettings:
-        """The core's :class:`~fedrca.detectors.collabdict.FleetSettings`."""
+        """The core's :class:`~fedrca.fleet.collabdict.FleetSettings`."""
         m, c, t, p = self.model, self.consensus, self.threshold, self.privacy
         return FleetSettings(
             n_components=m.components,
