@@ -67,7 +67,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config import RCASettings, SiteConfig
-from fedrca.config.rca import LEARNED_GRAPH_SOURCES
 from fedrca.contracts import NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, Verdict, flag_states
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.rca.flagmodel import (
@@ -180,11 +179,6 @@ class RCAEngine:
             )
         self._unseen = np.array([p in s.unobserved_entry for p in self.plants], dtype=bool)
         self._entry = graph.adjacency | np.eye(M, dtype=bool)  # where a root's disturbance enters
-        self._edges = graph.adjacency & ~np.eye(M, dtype=bool)
-        # chains are read on a graph whose edges the operator vouches for (declared, or given in code): a
-        # learned graph misses weak paths, and a chain broken by a missing edge would contradict the true root
-        # (its missing edges are doubted through unlisted_path instead)
-        self._chains = graph.source not in LEARNED_GRAPH_SOURCES and bool(self._edges.sum() < M * (M - 1))
         self._log_seen = np.where(self._unseen, math.log1p(-s.unobserved_weight), 0.0)
         self._log_unseen = math.log(s.unobserved_weight)
         self.reset()
@@ -202,9 +196,7 @@ class RCAEngine:
         self._rise = np.full(M, -1, dtype=np.int64)
         self._onset = np.full(M, -1, dtype=np.int64)
         self._alarmed = np.zeros(M, dtype=bool)
-        # first onset of each plant within the current episode (-1: not seen in it): a plant that fell
-        # quiet again still passed the disturbance on, which the chain evidence reads
-        self._first = np.full(M, -1, dtype=np.int64)
+        self._penalty_memo: tuple[bytes, FloatArray, FloatArray | None] | None = None
         J = 0 if self.severity is None else self.severity.n_tracked
         # per plant and severity level j >= 2 (column j - 2): the same CUSUM machinery on "level >= j"
         self._lcusum = np.zeros((M, J))
@@ -231,7 +223,6 @@ class RCAEngine:
             "rise": self._rise.tolist(),
             "onset": self._onset.tolist(),
             "alarmed": self._alarmed.astype(int).tolist(),
-            "first": self._first.tolist(),
             "levels": {
                 "cusum": self._lcusum.tolist(),
                 "rise": self._lrise.tolist(),
@@ -266,8 +257,6 @@ class RCAEngine:
         self._rise = np.asarray(state["rise"], dtype=np.int64)
         self._onset = np.asarray(state["onset"], dtype=np.int64)
         self._alarmed = np.asarray(state["alarmed"], dtype=bool)
-        # a state written before episode-first onsets were kept: the current onsets are the best record
-        self._first = np.asarray(state.get("first", np.where(self._alarmed, self._onset, -1)), dtype=np.int64)
         levels = state.get("levels")
         if levels is not None and np.asarray(levels["cusum"]).size == self._lcusum.size:
             shape = self._lcusum.shape
@@ -485,11 +474,9 @@ class RCAEngine:
         if self._alarmed.any():
             first = int(self._onset[self._alarmed].min())
             self._episode_start = first if self._episode_start is None else min(self._episode_start, first)
-            self._first = np.where(self._alarmed & (self._first < 0), self._onset, self._first)
         elif self._episode_start is not None:
             self._episode_start = None
             self._episode_end = seq
-            self._first[:] = -1
 
     def _window(self, seq: int) -> NDArray[np.bool_]:
         """The evidence rows: the last ``horizon`` rows, from the current episode's start, or
@@ -504,7 +491,7 @@ class RCAEngine:
     def _order_penalty(self, unseen: bool = False) -> FloatArray:
         """log-evidence (M, M) of the onset order: [k, j] = log order_violation when plant j
         started alarming more than ``onset_slack`` rows before plant k (or k is not alarming),
-        plus the propagation-chain and severity evidence.
+        plus the severity evidence.
 
         ``unseen``: for a root whose disturbance may enter unseen, time its effects from
         the **entry** instead: the earliest onset among k and its direct successors in
@@ -522,43 +509,7 @@ class RCAEngine:
         if unseen:
             early &= ~self._entry
         np.fill_diagonal(early, False)
-        return np.where(early, self._log_violation, 0.0) + self._chain_penalty(unseen) + self._severity_penalty()
-
-    def _chain_penalty(self, unseen: bool) -> FloatArray:
-        """log-evidence (M, M) of the propagation chains: [k, j] = ``log order_violation`` when plant j
-        is alarming but no chain of graph edges k -> ... -> j leads to it through plants that each
-        alarmed no later than the next (within ``onset_slack`` rows).
-
-        A disturbance reaches a plant through the plants between it and the root, so an effect that
-        started before every plant that could have passed it on contradicts the root. A plant that
-        alarmed earlier in the episode and fell quiet (an intermittent, compensated effect) still
-        passed the disturbance on, at its first onset in the episode. The root of the unseen-entry
-        variant passes its disturbance to its direct successors whenever it alarms itself.
-        Vacuous on the complete graph (every plant feeds every other directly); not read on a
-        ``learned``, ``fedpc`` or ``file`` graph, which misses weak paths.
-        (tests/rca/test_engine.py::test_an_effect_needs_a_chain_of_earlier_plants_from_its_root)
-        """
-        M = len(self.plants)
-        if not self._chains:
-            return np.zeros((M, M))
-        seen = self._alarmed | (self._first >= 0)
-        onset = np.where(self._alarmed, self._onset, np.where(seen, self._first, 0)).astype(np.float64)
-        onset = np.where(seen, onset, np.inf)
-        # G[i, j]: i can have passed the disturbance on to j (edge i -> j, both seen, i not later than j)
-        G = self._edges & seen[:, None] & seen[None, :] & (onset[:, None] <= onset[None, :] + self.settings.onset_slack)
-        eye = np.eye(M, dtype=bool)
-        # a chain starts at the root itself, or (unseen entry) at the root and its seen direct successors
-        reach = (eye | (self._edges & seen[None, :])) if unseen else (eye & seen[:, None])
-        for _ in range(M):
-            # breadth-first search from every root hypothesis at once (one row per root)
-            grown = reach | ((reach.astype(np.int64) @ G.astype(np.int64)) > 0)
-            if np.array_equal(grown, reach):
-                break
-            reach = grown
-        # a root that never alarmed is contradicted by the order already (no double count)
-        broken = self._alarmed[None, :] & ~reach & (seen[:, None] | unseen)
-        np.fill_diagonal(broken, False)
-        return np.where(broken, self._log_violation, 0.0)
+        return np.where(early, self._log_violation, 0.0) + self._severity_penalty()
 
     def _severity_penalty(self) -> FloatArray:
         """log-evidence (M, M) of the severity order: [k, j] sums ``log severity_violation`` over the
@@ -574,13 +525,22 @@ class RCAEngine:
         np.fill_diagonal(count, 0.0)
         return count * self._log_severity_violation
 
+    def _penalties(self, unseen_roots: NDArray[np.bool_]) -> tuple[FloatArray, FloatArray | None]:
+        """The order evidence of both root variants, recomputed only when an onset changed (they are a
+        function of the onsets alone; most rows change none)."""
+        key = b"".join(a.tobytes() for a in (self._alarmed, self._onset, self._lalarmed, self._lonset))
+        if self._penalty_memo is None or self._penalty_memo[0] != key:
+            unseen = self._order_penalty(unseen=True) if unseen_roots.any() else None
+            self._penalty_memo = (key, self._order_penalty(), unseen)
+        return self._penalty_memo[1], self._penalty_memo[2]
+
     def _decide(self, seq: int, ts: float) -> Verdict:
         mask = self._window(seq)
         M = len(self.plants)
         S = self._buf_lp[mask].sum(axis=0)
         unseen_roots = self._unseen & self._alarmed
-        order_unseen = self._order_penalty(unseen=True) if unseen_roots.any() else None
-        evidence, affected, unaffected = self._hypothesis_evidence(S, self._order_penalty(), order_unseen, unseen_roots)
+        order, order_unseen = self._penalties(unseen_roots)
+        evidence, affected, unaffected = self._hypothesis_evidence(S, order, order_unseen, unseen_roots)
         top = float(np.max(evidence))
         seqs = self._buf_seq[mask]
         window = (int(seqs.min()), int(seqs.max()))
