@@ -728,13 +728,6 @@ def diagnose(
         ("Trained Z_a against Z_c on the faulty rows", dx.augmented_agreement(flags, plants, TRUTH, ONSET_SAMPLE)),
         ("What Theta predicts on new nominal data (FAR seeds)", dx.prediction_gain(site, list(far.values()))),
     ]
-    if not smoke:
-        tables.append(
-            (
-                "P1's server term at run time without privacy (the other plants' true states)",
-                dx.exchange_oracle(site, train, faults, TRUTH, ONSET_SAMPLE),
-            )
-        )
     if measured.learned_graph is not None and config.graph is not None:
         tables.append(
             ("The graph the training learns (server Wald test) against the declared flowsheet",
