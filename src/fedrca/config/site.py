@@ -188,11 +188,16 @@ class DetectorSettings(Strict):
     rho: float = Field(10.0, ge=0.0)
     percentile: float = Field(99.5, gt=0.0, lt=100.0)
     folds: int = Field(5, ge=0)
+    ewma: float | None = Field(None, gt=0.0, le=1.0, description="fleet: lambda of the smoothed score; None = score")
+    participant: str | None = Field(
+        None, description="fleet: this plant's participants/<name>.json from `fedrca fleet` (its calibration)"
+    )
 
     @model_validator(mode="after")
     def _fleet_keys(self) -> DetectorSettings:
-        if self.kind == "plant" and self.model is not None:
-            raise ValueError("model: is the fleet model file of kind 'fleet'; remove it or set kind: fleet")
+        for key in ("model", "ewma", "participant"):
+            if self.kind == "plant" and getattr(self, key) is not None:
+                raise ValueError(f"{key}: belongs to the fleet detector (kind 'fleet'); remove it or set kind: fleet")
         if self.folds == 1:
             raise ValueError("folds must be 0 (in-sample threshold) or >= 2")
         return self
