@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     table = pd.DataFrame(rows)
     pd.set_option("display.width", 200)
     print("\nCandidates on the fault library (RCA: config/tep.yaml's engine; detected runs with a unit truth)")
-    print(table.to_string(index=False))
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print(f"\nbench_rca_candidates: done ({time.perf_counter() - started:.0f} s)")
     return 0
 

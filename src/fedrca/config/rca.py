@@ -104,8 +104,9 @@ class RCASettings(Strict):
         loops move its flows, after the units it feeds). For such a plant the hypothesis
         "root k" also admits that k's direct successors in the graph start alarming
         before k itself: the onset order is then timed from the entry (the earliest onset
-        among k and its direct successors). Needs a graph with real direct edges (with the
-        complete graph every plant is a direct successor and the order says nothing).
+        among k and its direct successors). With the complete graph every plant is a direct
+        successor, so the variant drops the order rule for k: the onset order then says
+        nothing for or against k (what config/tep.yaml uses for TEP's feed and stripper).
     unobserved_weight : prior share of the unseen-entry variant within such a plant's root
         hypothesis (the rest keeps the ordinary onset order)
     candidate_mass : share of the root posterior the candidates of a verdict hold (the
