@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,15 +33,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.files import check_paths, write_atomic
-from fedrca.cli.report import draw_graph
+from fedrca.cli.outputs import Outputs
+from fedrca.cli.report import graph_picture
 from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
 from fedrca.rca.fedpc import FedPCResult, FedPCServer, FedPCSite, TestKind, aggregate_to_groups
 from fedrca.rca.graph import InterdependencyGraph
 
-__all__ = ["learn_site_graph", "register", "site_frames"]
+__all__ = ["PICTURE_FORMATS", "learn_site_graph", "register", "site_frames"]
+
+#: File name endings of the graph picture (the formats it is drawn in).
+PICTURE_FORMATS = (".png", ".svg", ".pdf")
 
 
 def _site_files(path: Path) -> list[Path]:
@@ -143,33 +147,41 @@ def _graph(args: argparse.Namespace) -> int:
         raise DataError(f"--keep-fraction must be in [0, 1), got {args.keep_fraction}")
     if args.max_cond is not None and args.max_cond < 0:
         raise DataError(f"--max-cond must be >= 0, got {args.max_cond}")
-    picture_path = args.picture or str(Path(args.out).with_suffix(".png"))
-    check_paths(
-        {"--config": args.config, **{f"--sites {site}": site for site in args.sites}},
-        {"--out": args.out, "--picture": picture_path},
-    )
-    config = load_config(args.config)
-    config, frames = site_frames(config, args.sites, args.split)
-    print(f"FedPC over {len(frames)} sites ({', '.join(str(len(f)) for _, f in frames)} samples) ...", file=sys.stderr)
-    graph, result, detail = learn_site_graph(
-        config, frames, test=args.test, alpha=args.alpha, keep_fraction=args.keep_fraction,
-        max_cond=args.max_cond, orientation=args.orientation,
-    )  # fmt: skip
-    out = Path(args.out)
-    payload = {**graph.to_dict(), "fedpc": detail}
-    write_atomic(out, json.dumps(payload, indent=2) + "\n")
-    picture = Path(args.picture) if args.picture else out.with_suffix(".png")
-    n_var = result.n_variables
-    draw_graph(
-        graph,
-        picture,
-        title=f"FedPC over {len(frames)} sites: {n_var} variables, {len(detail['directed'])} directed + "
-        f"{len(detail['undirected'])} undirected edges ({args.orientation})",
-    )
+    picture = Path(args.picture) if args.picture else Path(args.out).with_suffix(".png")
+    seen: dict[str, str] = {}
+    for site in args.sites:
+        real = os.path.realpath(site)
+        if real in seen:
+            raise DataError(f"--sites names {seen[real]} twice (as {site}); give each site's data once")
+        seen[real] = site
+    sites = {f"--sites {site}": site for site in args.sites}
+    with Outputs.plan({"--config": args.config}, {"--out": args.out, "--picture": picture}, input_folders=sites) as out:
+        if picture.suffix.lower() not in PICTURE_FORMATS:
+            raise DataError(
+                f"--picture {picture}: unknown picture format '{picture.suffix}'; end the name in "
+                f"{', '.join(PICTURE_FORMATS)}"
+            )
+        config = load_config(args.config)
+        config, frames = site_frames(config, args.sites, args.split)
+        print(
+            f"FedPC over {len(frames)} sites ({', '.join(str(len(f)) for _, f in frames)} samples) ...",
+            file=sys.stderr,
+        )
+        graph, result, detail = learn_site_graph(
+            config, frames, test=args.test, alpha=args.alpha, keep_fraction=args.keep_fraction,
+            max_cond=args.max_cond, orientation=args.orientation,
+        )  # fmt: skip
+        payload = {**graph.to_dict(), "fedpc": detail}
+        out.write("--out", json.dumps(payload, indent=2) + "\n")
+        title = (
+            f"FedPC over {len(frames)} sites: {result.n_variables} variables, {len(detail['directed'])} directed + "
+            f"{len(detail['undirected'])} undirected edges ({args.orientation})"
+        )
+        out.write_with("--picture", lambda f: graph_picture(graph, f, title=title, fmt=picture.suffix))
     for layer in detail["layers"]:
         print(f"  layer {layer['layer']}: {layer['edges']} variable edges kept", file=sys.stderr)
     print(
-        f"wrote {out} ({len(graph.edges())} plant edges: "
+        f"wrote {args.out} ({len(graph.edges())} plant edges: "
         + ", ".join(f"{a}->{b}" for a, b in graph.edges())
         + f") and {picture}; {time.perf_counter() - started:.2f} s"
     )

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedrca.cli.site import load_bound_artifacts, plant_runtime, rca_runtime, site_runtime
+from fedrca.cli.outputs import Outputs
+from fedrca.cli.params import load_params
+from fedrca.cli.site import plant_runtime, rca_runtime, site_runtime
 from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaOptions, KafkaSink, bootstrap_of, ensure_site_topics, read_topic
@@ -20,8 +22,6 @@ from fedrca.contracts import (
     ParameterArtifact,
     decode_published_artifact,
     encode_published_artifact,
-    load_artifact,
-    load_site_artifacts,
     save_artifact,
 )
 from fedrca.datasets.loader import load_dataset
@@ -41,6 +41,8 @@ def _run(args: argparse.Namespace) -> int:
     from fedrca.streams.app import StreamSettings, Worker, create_app, parse_roles, use_uvloop
 
     use_uvloop()
+    inputs = {"--config": args.config, "--train": args.train}
+    Outputs.plan(inputs, folders={"--data-dir": args.data_dir}, input_folders={"--params": args.params})
     config = load_config(args.config)
     roles = parse_roles(args.roles)
     bootstrap = bootstrap_of(args.broker)
@@ -197,18 +199,7 @@ def _published_params(bootstrap: str, config: SiteConfig, directory: Path, optio
 def _publish_params(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     bootstrap = bootstrap_of(args.broker)
-    artifacts = dict(load_site_artifacts(args.params))
-    if (Path(args.params) / f"{SERVER}.json").is_file():
-        artifacts[SERVER] = load_artifact(args.params, SERVER)
-    unknown = sorted(set(artifacts) - {*config.plant_names, SERVER})
-    if not unknown:
-        artifacts = load_bound_artifacts(config, args.params)
-    if unknown:
-        raise ConfigError(
-            f"{args.params} holds artifacts of plants {unknown} that site '{config.site}' does not have; "
-            "publish the artifacts trained with this configuration",
-            source=args.config,
-        )
+    artifacts = load_params(args.params, config)
     options = KafkaOptions.from_settings(config.kafka)
     topic = config.topic("params")
     ensure_site_topics(bootstrap, config, options=options, only=[topic])

@@ -14,21 +14,20 @@ import argparse
 import sys
 import time
 
-from fedrca.cli.files import check_paths
+from fedrca.cli.outputs import Outputs
 from fedrca.connectors.simulator import (
     DESIGN_CONTROL_INTERVAL_H,
     TEP_MODES,
     SimulationSpec,
+    dump_tep_dat,
     parse_disturbance,
     simulate,
-    write_tep_dat,
 )
 
 __all__ = ["register"]
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    check_paths({}, {"--out": args.out})
     spec = SimulationSpec(
         hours=args.hours,
         seed=args.seed,
@@ -43,8 +42,9 @@ def _simulate(args: argparse.Namespace) -> int:
         if args.progress and (k % step == 0 or k == n):
             print(f"  {k}/{n} samples ({k * spec.sample_seconds / 3600:.1f} h)", file=sys.stderr, flush=True)
 
-    run = simulate(spec, progress=progress)
-    write_tep_dat(run.values, args.out)
+    with Outputs.plan({}, {"--out": args.out}) as out:
+        run = simulate(spec, progress=progress)
+        out.write_with("--out", lambda f: dump_tep_dat(run.values, f))
     idv = ", ".join(f"IDV {d.idv} from {d.onset_h:g} h" for d in spec.disturbances) or "no disturbance"
     ended = f"; PLANT SHUT DOWN after {len(run.values)} samples: {run.shutdown}" if run.terminated else ""
     print(

@@ -25,16 +25,15 @@ are one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from fedrca.cli.files import write_atomic
-from fedrca.contracts.artifacts import SERVER, load_artifacts
+from fedrca.cli.outputs import Outputs
+from fedrca.cli.params import load_params
+from fedrca.contracts.artifacts import SERVER
 from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.training.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
 
@@ -91,9 +90,8 @@ def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
 
 
 def _load(params: str, own_blocks: bool = False) -> GlobalModel:
-    artifacts = load_artifacts(params)
-    if SERVER not in artifacts:
-        raise ArtifactError(f"{params}: no server artifact ({SERVER}.npz/.json); run fedrca train --out {params}")
+    # every plant the server's model names must have its artifact (its measurement map and scales)
+    artifacts = load_params(params, server=True)
     server = artifacts.pop(SERVER)
     return GlobalModel.from_artifacts(server, artifacts, local_blocks=own_blocks)
 
@@ -150,7 +148,7 @@ def _table(answer: WhatIfAnswer) -> str:
     return "\n".join(lines)
 
 
-def _plot(answer: WhatIfAnswer, path: str | Path) -> Path:
+def _plot(answer: WhatIfAnswer, stream: BinaryIO) -> None:
     # start-up cost: matplotlib is imported only when a plot is drawn
     import matplotlib
 
@@ -172,16 +170,21 @@ def _plot(answer: WhatIfAnswer, path: str | Path) -> Path:
     ax.set_title(f"{answer.mode} of {answer.source}'s inputs by [{change}]", fontsize=10)
     ax.legend(fontsize=7, ncol=2, frameon=False)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return write_atomic(path, buffer.getvalue())
+    try:
+        fig.savefig(stream, format="png")
+    finally:
+        plt.close(fig)
 
 
 def _whatif(args: argparse.Namespace) -> int:
-    model, answer = run_whatif(
-        args.params, args.target, args.input_of, args.delta, args.steps, args.mode, args.own_blocks
-    )
+    plot = args.plot or f"whatif_{args.target}_{args.input_of}.png"
+    with Outputs.plan({}, {"--plot": plot, "--json": args.json}, input_folders={"--params": args.params}) as out:
+        model, answer = run_whatif(
+            args.params, args.target, args.input_of, args.delta, args.steps, args.mode, args.own_blocks
+        )
+        out.write_with("--plot", lambda f: _plot(answer, f))
+        if args.json:
+            out.write("--json", json.dumps(_payload(model, answer), indent=2) + "\n")
     source_map = model.maps.get(answer.source, PlantMap(answer.source))
     inputs = list(source_map.inputs) if len(source_map.inputs) == len(answer.delta) else []
     change = ", ".join(
@@ -203,26 +206,26 @@ def _whatif(args: argparse.Namespace) -> int:
     rho = model.spectral_radius
     settles = "the response settles" if rho < 1.0 else "the K-step response grows without bound: trust k=1 only"
     print(f"spectral radius of A: {rho:.4g} ({settles})")
-    plot = args.plot or f"whatif_{answer.target}_{answer.source}.png"
-    written = _plot(answer, plot)
-    print(f"k-step response: {written}")
-    if args.json:
-        payload: dict[str, Any] = {
-            "target": answer.target,
-            "input_of": answer.source,
-            "delta": answer.delta.tolist(),
-            "mode": answer.mode,
-            "steps": answer.steps,
-            "model_version": model.version,
-            "own_blocks": list(model.local),
-            "spectral_radius": model.spectral_radius,
-            "sensors": _sensor_names(answer, 0 if answer.direct_sensors is None else len(answer.direct_sensors)),
-            "ate": None if answer.direct_sensors is None else answer.direct_sensors.tolist(),
-            "response": None if answer.sensor_response is None else answer.sensor_response.tolist(),
-            "state_response": answer.state_response.tolist(),
-        }
-        write_atomic(args.json, json.dumps(payload, indent=2) + "\n")
+    print(f"k-step response: {plot}")
     return 0
+
+
+def _payload(model: GlobalModel, answer: WhatIfAnswer) -> dict[str, Any]:
+    """The answer as JSON (``--json``)."""
+    return {
+        "target": answer.target,
+        "input_of": answer.source,
+        "delta": answer.delta.tolist(),
+        "mode": answer.mode,
+        "steps": answer.steps,
+        "model_version": model.version,
+        "own_blocks": list(model.local),
+        "spectral_radius": model.spectral_radius,
+        "sensors": _sensor_names(answer, 0 if answer.direct_sensors is None else len(answer.direct_sensors)),
+        "ate": None if answer.direct_sensors is None else answer.direct_sensors.tolist(),
+        "response": None if answer.sensor_response is None else answer.sensor_response.tolist(),
+        "state_response": answer.state_response.tolist(),
+    }
 
 
 def register(sub: Any) -> None:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,7 @@ __all__ = [
     "cached_run",
     "column_map",
     "default_cache_dir",
+    "dump_tep_dat",
     "load_tep_studio",
     "parse_disturbance",
     "simulate",
@@ -428,18 +429,27 @@ def cached_run(
     return run
 
 
-def write_tep_dat(values: FloatArray, path: str | Path) -> Path:
-    """Write rows (T, 52) as a whitespace-separated TEP ``.dat`` file (the Braatz layout)."""
+def dump_tep_dat(values: FloatArray, stream: BinaryIO) -> None:
+    """Write rows (T, 52) to a binary stream in the whitespace-separated TEP ``.dat`` layout (the Braatz files)."""
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[1] != len(TEP_COLUMNS):
-        raise DataError(f"{path}: a TEP file has {len(TEP_COLUMNS)} columns, got shape {arr.shape}")
+        raise DataError(f"a TEP file has {len(TEP_COLUMNS)} columns, got shape {arr.shape}")
+    np.savetxt(stream, arr, fmt="%.10g")
+
+
+def write_tep_dat(values: FloatArray, path: str | Path) -> Path:
+    """Write rows (T, 52) as a whitespace-separated TEP ``.dat`` file (the Braatz layout)."""
     out = Path(path)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         # whole or not at all: a run cut short leaves no truncated .dat that reads as data
-        np.savetxt(tmp, arr, fmt="%.10g")
+        with tmp.open("wb") as stream:
+            dump_tep_dat(values, stream)
         os.replace(tmp, out)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise DataError(f"{out}: cannot write ({exc.strerror}); pass a writable --out path") from None
+    except DataError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DataError(f"{out}: {exc}") from None
     return out

@@ -191,6 +191,19 @@ class FleetConfig(_Strict):
         """Participant names in the fleet's agreed order."""
         return [p.name for p in self.participants]
 
+    def inputs(self, config_path: str | Path) -> dict[str, str]:
+        """Every file a run reads, by the option or key that names it (the outputs must not touch them)."""
+        files = {"--config": str(config_path)}
+        for k, p in enumerate(self.participants):
+            if p.file is not None:
+                files[f"participants[{k}].file"] = p.file
+        if self.evaluate is not None:
+            for k, path in enumerate(self.evaluate.nominal):
+                files[f"evaluate.nominal[{k}]"] = path
+            for label, path in self.evaluate.faults.items():
+                files[f"evaluate.faults.{label}"] = path
+        return files
+
     def settings(self) -> FleetSettings:
         """The core's :class:`~fedrca.detectors.collabdict.FleetSettings`."""
         m, c, t, p = self.model, self.consensus, self.threshold, self.privacy

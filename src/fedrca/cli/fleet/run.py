@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.cli.files import write_atomic
 from fedrca.cli.fleet.config import FleetConfig
 from fedrca.cli.fleet.sources import load_file, load_participants
 from fedrca.cli.fleet.store import _json_safe, save_fleet_model
+from fedrca.cli.outputs import write_file
 from fedrca.detectors.fleet import FleetRun, InProcessNetwork, simulate_fleet
 from fedrca.detectors.fleet_detector import FleetDetector
 from fedrca.exceptions import DataError
@@ -111,16 +111,17 @@ def evaluate_fleet(config: FleetConfig, run: FleetRun, data: dict[str, FloatArra
 
 def write_outcome(out_dir: str | Path, outcome: FleetOutcome) -> dict[str, Path]:
     """Write ``model.npz``/``model.json`` (shared), ``participants/<name>.json`` (each one's own
-    weights, in deployment kept by that participant) and ``report.json``; returns the paths."""
+    weights, in deployment kept by that participant) and ``report.json``; returns the paths.
+
+    The caller stages ``out_dir`` (:meth:`fedrca.cli.outputs.Outputs.folder`): the files appear together.
+    """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     model_path = save_fleet_model(out / "model.npz", outcome.run.model, columns=outcome.columns)
     part_dir = out / "participants"
-    part_dir.mkdir(exist_ok=True)
     for name, res in outcome.run.results.items():
-        write_atomic(
+        write_file(
             part_dir / f"{name}.json",
             json.dumps({"participant": name, "weights": res.weights.tolist(), "iterations": res.iterations}) + "\n",
         )
-    report = write_atomic(out / "report.json", json.dumps(_json_safe(outcome.summary()), indent=2) + "\n")
+    report = write_file(out / "report.json", json.dumps(_json_safe(outcome.summary()), indent=2) + "\n")
     return {"model": model_path, "report": report, "participants": part_dir}
