@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedrca.causal.baselines import causallearn_pc
+from fedrca.causal.citests import FisherZ, GSquare
+from fedrca.causal.fedpc import FedPCServer, FedPCSite, fedpc
+from fedrca.causal.pdag import pdag_to_dag, score_structure, vote_graphs
 from fedrca.datasets.causal import discrete_network, linear_gaussian, random_dag, split_sites
-from fedrca.rca.citests import FisherZ, GSquare
-from fedrca.rca.fedpc import FedPCServer, FedPCSite, fedpc
-from fedrca.rca.fedpc_baselines import causallearn_pc
-from fedrca.rca.pdag import pdag_to_dag, score_structure, vote_graphs
 
 REPO = Path(__file__).resolve().parents[1]
 N_SAMPLES = 5000

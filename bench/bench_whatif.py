@@ -40,7 +40,7 @@ from fedrca.contracts import SERVER
 from fedrca.datasets import linear_multiplant
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.training.federated import FederatedTraining
-from fedrca.training.whatif import GlobalModel, channel_zeros, pole_distance, transfer_function, what_if
+from fedrca.whatif import GlobalModel, channel_zeros, pole_distance, transfer_function, what_if
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = 10_000

@@ -205,7 +205,7 @@ CASES = [
     Case("out-is-a-directory", DETECT + " --out {ws}", r"--out .* is a directory; give the path of a file"),
     Case("out-parent-is-a-file", DETECT + " --out {nominal}/flags.jsonl", r"nominal\.csv is a file, not a directory"),
     Case("out-device-full", DETECT + " --out /dev/full", r"--out /dev/full is a character device, not a regular file"),
-    Case("out-dev-null", DETECT + " --out /dev/null", r"--out /dev/null is a character device.*give the path of a file"),
+    Case("out-dev-null", DETECT + " --out /dev/null", r"--out /dev/null is a character device.*give the path"),
     Case(
         "out-missing-directory-is-created",
         DETECT + " --out {ws}/new/dir/flags.jsonl",

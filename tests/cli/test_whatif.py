@@ -11,7 +11,7 @@ import pytest
 
 from fedrca.cli import COMMAND_MODULES, main
 from fedrca.contracts import SERVER, load_artifacts
-from fedrca.training.whatif import GlobalModel, what_if
+from fedrca.whatif import GlobalModel, what_if
 
 
 @pytest.fixture(scope="module")

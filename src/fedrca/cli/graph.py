@@ -7,7 +7,7 @@
 Each SITE is one site's data: a file, or a directory whose files (sorted by
 name) are concatenated; ``--split K`` cuts each SITE into K contiguous blocks,
 each a site of its own (to simulate sites from one recording). Every site runs
-:class:`fedrca.rca.fedpc.FedPCSite` on **all sensor and input columns** of the
+:class:`fedrca.causal.fedpc.FedPCSite` on **all sensor and input columns** of the
 configured plants; the server sees only skeletons, separating sets and
 p-values (docs/fedpc.md).
 
@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedrca.causal.fedpc import FedPCResult, FedPCServer, FedPCSite, TestKind, aggregate_to_groups
 from fedrca.cli.outputs import Outputs
 from fedrca.cli.report import graph_picture
 from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
-from fedrca.rca.fedpc import FedPCResult, FedPCServer, FedPCSite, TestKind, aggregate_to_groups
 from fedrca.rca.graph import InterdependencyGraph
 
 __all__ = ["PICTURE_FORMATS", "learn_site_graph", "register", "site_frames"]

@@ -35,7 +35,7 @@ from fedrca.cli.outputs import Outputs
 from fedrca.cli.params import load_params
 from fedrca.contracts.artifacts import SERVER
 from fedrca.exceptions import ArtifactError, ConfigError
-from fedrca.training.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
+from fedrca.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
 
 __all__ = ["parse_delta", "register", "run_whatif"]
 

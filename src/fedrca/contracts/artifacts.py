@@ -70,7 +70,7 @@ SERVER = "_server"
 #: nominal data with the trained parameters; what the RCA learns of a plant's false-alarm behaviour.
 NOMINAL_STATE_COUNTS = "nominal_state_counts"
 #: Prefix of a plant artifact's private arrays: the plant's own model (measurement map, own transition
-#: and input blocks, sensor and input scales) for its what-if queries (:mod:`fedrca.training.whatif`).
+#: and input blocks, sensor and input scales) for its what-if queries (:mod:`fedrca.whatif`).
 #: They stay in the artifact on disk; :func:`encode_published_artifact` never publishes them.
 PRIVATE_PREFIX = "whatif."
 FORMAT = "fedrca-artifact/2"

@@ -496,7 +496,7 @@ class Client:
         return loss, self._chain(xhat_a_prev, rows, g), g.sum(axis=0), xhat_a_prev
 
     def whatif_arrays(self) -> dict[str, np.ndarray]:
-        """The plant's side of the what-if queries (:mod:`fedrca.training.whatif`), for its artifact.
+        """The plant's side of the what-if queries (:mod:`fedrca.whatif`), for its artifact.
 
         ``whatif.C`` (D, P): the measurement map in model units (the Jacobian of h at the mean
         proprietary prediction for a nonlinear model); ``whatif.y_scale`` (D,) and

@@ -28,7 +28,7 @@ global model
     x_m(t) = sum_n A_mn x_n(t-1) + sum_n B_mn u_n(t-1) + w_m(t)
 
 (block transition A and block input matrix B, with standard errors; the server
-artifact, what the what-if queries of :mod:`fedrca.training.whatif` use) must instead
+artifact, what the what-if queries of :mod:`fedrca.whatif` use) must instead
 be unbiased, which a predictor on filter estimates is not.
 
 How A and B are learned (``estimator``):

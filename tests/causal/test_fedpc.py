@@ -10,10 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrca.datasets.causal import discrete_network, linear_gaussian, random_dag, split_sites
-from fedrca.exceptions import DataError, MessageError
-from fedrca.rca.citests import DSeparation, FisherZ
-from fedrca.rca.fedpc import (
+from fedrca.causal.citests import DSeparation, FisherZ
+from fedrca.causal.fedpc import (
     FedPCServer,
     FedPCSite,
     ResultMessage,
@@ -32,7 +30,9 @@ from fedrca.rca.fedpc import (
     needs_layer,
     site_layer,
 )
-from fedrca.rca.pdag import cpdag_of_dag
+from fedrca.causal.pdag import cpdag_of_dag
+from fedrca.datasets.causal import discrete_network, linear_gaussian, random_dag, split_sites
+from fedrca.exceptions import DataError, MessageError
 
 
 @settings(max_examples=30, deadline=None)
@@ -113,7 +113,7 @@ def test_discrete_skeleton_with_g_square():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_single_site_skeleton_equals_causal_learn_pc_stable(seed):
-    from fedrca.rca.fedpc_baselines import causallearn_pc
+    from fedrca.causal.baselines import causallearn_pc
 
     dag = random_dag(15, 2.0, seed=seed)
     X = linear_gaussian(dag, 1500, seed=seed)

@@ -29,12 +29,12 @@ x - z - y of the final skeleton the server asks each site for the pair (x, y)
 adj(y) \\ {x} (up to ``max_cond`` variables) and returns the one with the highest
 p-value with that p-value (:class:`SepsetReply`). The server keeps the highest
 over sites and orients x -> z <- y when z is not in it (strongest separations
-first, :func:`fedrca.rca.pdag.orient_colliders`), then applies Meek's rules R1-R4:
+first, :func:`fedrca.causal.pdag.orient_colliders`), then applies Meek's rules R1-R4:
 the result is a CPDAG; a DAG extension comes from Dor & Tarsi's algorithm.
 
 What leaves a site is exactly: adjacency matrices (:class:`SkeletonReply`), and
 sets of variable ids with p-values (:class:`SepsetReply`) —
-``tests/rca/test_fedpc.py`` checks the messages. Every message is an immutable,
+``tests/causal/test_fedpc.py`` checks the messages. Every message is an immutable,
 validated value object with a JSON encoding (:func:`encode_message`,
 :func:`decode_message`) for crossing a process boundary.
 
@@ -67,10 +67,10 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
+from fedrca.causal.citests import CITest, FisherZ, GSquare
+from fedrca.causal.pdag import meek_rules, orient_colliders, pdag_to_dag, unshielded_triples
 from fedrca.contracts.deadletter import DeadLetterReason as Reason
 from fedrca.exceptions import DataError, MessageError
-from fedrca.rca.citests import CITest, FisherZ, GSquare
-from fedrca.rca.pdag import meek_rules, orient_colliders, pdag_to_dag, unshielded_triples
 
 __all__ = [
     "FedPCResult",

@@ -223,7 +223,7 @@ class GSquare:
 
     Counting only observed levels and non-empty strata is the usual correction
     for structural zeros (the same rule as causal-learn's ``gsq`` test, which
-    ``tests/rca/test_citests.py`` checks against).
+    ``tests/causal/test_citests.py`` checks against).
     """
 
     def __init__(self, data: ArrayLike) -> None:

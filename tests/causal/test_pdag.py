@@ -7,9 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrca.datasets.causal import random_dag
-from fedrca.exceptions import DataError
-from fedrca.rca.pdag import (
+from fedrca.causal.pdag import (
     cpdag_of_dag,
     edges,
     is_acyclic,
@@ -22,6 +20,8 @@ from fedrca.rca.pdag import (
     v_structures,
     vote_graphs,
 )
+from fedrca.datasets.causal import random_dag
+from fedrca.exceptions import DataError
 
 
 def pdag(p: int, directed=(), undirected=()) -> np.ndarray:
@@ -84,7 +84,7 @@ def test_cpdag_of_dag_agrees_with_causal_learn(seed):
     from causallearn.graph.GraphNode import GraphNode
     from causallearn.utils.DAG2CPDAG import dag2cpdag
 
-    from fedrca.rca.fedpc_baselines import pdag_from_causallearn
+    from fedrca.causal.baselines import pdag_from_causallearn
 
     p = 4 + seed % 9
     dag = random_dag(p, 2.5, seed=seed)

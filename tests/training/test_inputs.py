@@ -1,29 +1,16 @@
-"""Control inputs (P3): gradients by finite differences, the ATE in closed form, disentanglement, transfer functions."""
+"""Learning with control inputs (P3): gradients by finite differences, B and the ATE, disentanglement, instruments."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fedrca.contracts import SERVER, make_artifact
-from fedrca.detectors.parameters import apply_artifact
-from fedrca.exceptions import ArtifactError, ConfigError
-from fedrca.rca.graph import InterdependencyGraph
+from fedrca.contracts import SERVER
 from fedrca.training.client import Disentanglement
 from fedrca.training.federated import FederatedTraining
 from fedrca.training.linear import instrumental_variables, lagged_design_with_inputs
 from fedrca.training.messages import GradientMessage, decode_message, encode_message
-from fedrca.training.whatif import (
-    GlobalModel,
-    PlantMap,
-    average_treatment_effect,
-    channel_zeros,
-    client_effect,
-    invariant_zeros,
-    pole_distance,
-    transfer_function,
-    what_if,
-)
+from fedrca.whatif import average_treatment_effect
 from tests.training.conftest import inputs_setup, linear_setup, nonlinear_setup
 
 
@@ -221,79 +208,6 @@ def test_instruments_for_inputs_under_feedback_control():
     assert abs(estimates["exogenous"][1] - b) > 0.1  # treating a feedback input as exogenous is biased
 
 
-# -- the what-if core -----------------------------------------------------------------------------------
-def _two_plant_model():
-    A = np.array([[0.5, 0.0], [0.4, 0.6]])
-    B = np.array([[1.0, 0.0], [0.3, 2.0]])
-    maps = {
-        "a": PlantMap("a", C=np.array([[1.0]]), y_scale=np.array([1.0]), u_scale=np.array([2.0]), inputs=("ua",)),
-        "b": PlantMap("b", C=np.array([[2.0], [-1.0]]), y_scale=np.array([10.0, 1.0]), sensors=("b1", "b2")),
-    }
-    return GlobalModel(("a", "b"), (1, 1), (1, 1), A, B, maps)
-
-
-def test_what_if_matches_the_closed_form_effects():
-    model = _two_plant_model()
-    answer = what_if(model, "b", "a", [4.0], steps=6)
-    du = 4.0 / 2.0  # raw -> model units of the input
-    # ATE one step later: C_bb B_ba du, in sensor units
-    assert answer.direct_sensors == pytest.approx(np.array([10.0, 1.0]) * (np.array([2.0, -1.0]) * 0.3 * du))
-    # held for K steps: dx(K) = (I - A)^-1 (I - A^K) B[:, a] du
-    A, K = model.A, 6
-    closed = np.linalg.solve(np.eye(2) - A, (np.eye(2) - np.linalg.matrix_power(A, K)) @ model.B[:, 0] * du)
-    assert answer.state_response[-1] == pytest.approx(closed[1:])
-    assert answer.sensor_response[-1] == pytest.approx(np.array([20.0, -1.0]) * closed[1])
-    impulse = what_if(model, "b", "a", [4.0], steps=6, mode="impulse")
-    assert impulse.state_response[-1] == pytest.approx((np.linalg.matrix_power(A, K - 1) @ model.B[:, 0] * du)[1:])
-    # the client-side answer: C dphi in sensor units
-    assert client_effect(model.maps["b"].C, [0.5], model.maps["b"].y_scale) == pytest.approx([10.0, -0.5])
-
-
-@pytest.mark.parametrize(
-    ("args", "key", "fragment"),
-    [
-        (("x", "a", [1.0]), "target", "unknown plant 'x'"),
-        (("b", "y", [1.0]), "input_of", "unknown plant 'y'"),
-        (("b", "a", [1.0, 2.0]), "delta", r"has 1 input\(s\) \(ua\); give 1 finite change\(s\), got 2"),
-        (("b", "a", [np.nan]), "delta", "finite"),
-    ],
-)
-def test_what_if_refuses_bad_queries_naming_the_fix(args, key, fragment):
-    with pytest.raises(ConfigError, match=fragment) as info:
-        what_if(_two_plant_model(), *args)
-    assert info.value.key == key
-
-
-def test_global_model_refuses_a_server_artifact_without_inputs():
-    old = make_artifact(
-        SERVER,
-        1,
-        {"A": np.eye(2) * 0.5, "A_stderr": np.zeros((2, 2)), "state_dims": np.array([1, 1])},
-        config_hash="x",
-        extra={"plants": ["a", "b"]},
-    )
-    with pytest.raises(ArtifactError, match="trained without control inputs"):
-        GlobalModel.from_artifacts(old)
-
-
-def test_artifacts_carry_B_and_the_plants_maps_and_stay_usable(tmp_path):
-    config, data, frames, settings = inputs_setup(n_samples=600)
-    job = FederatedTraining(config, frames, settings=settings)
-    result = job.run(rounds=2)
-    server_art = result.artifacts[SERVER]
-    assert server_art.arrays["B"].shape == (4, 4) and server_art.arrays["input_dims"].tolist() == [2, 2]
-    plant2 = result.artifacts["plant2"]
-    schema = plant2.manifest["schema"]
-    assert schema["inputs"] == ["plant2.u1", "plant2.u2"] and len(schema["sensors"]) == 8
-    assert np.allclose(plant2.arrays["whatif.C"], data.C[1])
-    model = GlobalModel.from_artifacts(server_art, result.artifacts)
-    assert model.maps["plant2"].bias == pytest.approx(job.clients["plant2"].bias)
-    # the detector side and the RCA read the same artifacts as before
-    apply_artifact(result.detectors["plant2"], plant2)
-    graph = InterdependencyGraph.from_server_artifact(server_art)
-    assert list(graph.plants) == ["plant1", "plant2"]
-
-
 def test_messages_carry_the_penalty_gradient_and_the_inputs():
     msg = GradientMessage(round=1, plant="p", version=2, start=3, grad=np.ones((4, 2)), grad_prev=np.full((4, 2), 0.5))
     assert decode_message(encode_message(msg)) == msg
@@ -333,29 +247,6 @@ def test_inputs_and_the_penalty_gradient_are_private_when_privacy_is_on():
         assert grads[plant].noise_sigma == pytest.approx(server._mechanism.sigma(2))
 
 
-# -- transfer functions ---------------------------------------------------------------------------------
-def test_transfer_function_is_invariant_to_the_state_basis():
-    rng = np.random.default_rng(2)
-    A = np.diag([0.5, -0.3, 0.8]) + 0.05 * rng.normal(size=(3, 3))
-    B, C = rng.normal(size=(3, 2)), rng.normal(size=(2, 3))
-    T = rng.normal(size=(3, 3)) + 3 * np.eye(3)
-    Ti = np.linalg.inv(T)
-    g1, g2 = transfer_function(A, B, C), transfer_function(T @ A @ Ti, T @ B, C @ Ti)
-    assert np.allclose(g1.singular_values, g2.singular_values)
-    assert pole_distance(g1.poles, g2.poles) < 1e-9
-    assert pole_distance(g1.zeros, g2.zeros) < 1e-6 and len(g1.zeros) == 1  # square 2x2 with 3 states: one zero
-    # a tall system (more sensors than inputs) generically has no transmission zeros
-    assert invariant_zeros(A, B[:, :1], C).size == 0
-    # SISO channel zeros: G_ij = c_i (zI - A)^-1 b_j has (here) two
-    assert all(len(z) == 2 for row in channel_zeros(A, B, C) for z in row)
-
-
-def test_pole_distance_matches_poles_one_to_one():
-    assert pole_distance([0.9, 0.1], [0.1, 0.8]) == pytest.approx(0.1)
-    with pytest.raises(Exception, match="differ in size"):
-        pole_distance([0.1], [0.1, 0.2])
-
-
 def test_a_site_without_inputs_trains_as_before(linear_small):
     config, _, frames, settings = linear_small
     job = FederatedTraining(config, frames, settings=settings)
@@ -364,26 +255,3 @@ def test_a_site_without_inputs_trains_as_before(linear_small):
     assert "B" not in result.artifacts[SERVER].arrays
     assert not np.any(job.clients["plant2"].bias)
     assert linear_setup  # the P2 set-up is unchanged
-
-
-def test_the_plants_own_blocks_replace_the_servers_and_stay_private():
-    config, data, frames, settings = inputs_setup(n_samples=600)
-    result = FederatedTraining(config, frames, settings=settings).run(rounds=2)
-    server_art = result.artifacts[SERVER]
-    plant2 = result.artifacts["plant2"]
-    own = data.state_slices[1]
-    # the proprietary model is the true local one: its own blocks are A_22, B_22 exactly
-    assert np.allclose(plant2.arrays["whatif.A"], data.A[own, own])
-    assert np.allclose(plant2.arrays["whatif.B"], data.B[own, data.input_slices[1]])
-    local = GlobalModel.from_artifacts(server_art, result.artifacts, local_blocks=True)
-    served = GlobalModel.from_artifacts(server_art, result.artifacts)
-    assert local.local == ("plant1", "plant2") and served.local == ()
-    assert np.allclose(local.A[own, own], data.A[own, own])
-    assert np.array_equal(served.A, server_art.arrays["A"])
-    # cross blocks stay the server's
-    assert np.array_equal(local.A[own, data.state_slices[0]], served.A[own, data.state_slices[0]])
-    # a plant map of another run's shape is refused, naming the fix
-    wrong = dict(local.maps)
-    wrong["plant2"] = PlantMap("plant2", A=np.eye(3))
-    with pytest.raises(ArtifactError, match="re-run fedrca train"):
-        GlobalModel(local.plants, local.state_dims, local.input_dims, served.A, served.B, wrong).with_local_blocks()

@@ -10,8 +10,8 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedrca.causal.citests import DSeparation, FisherZ, GSquare, d_separated
 from fedrca.exceptions import DataError
-from fedrca.rca.citests import DSeparation, FisherZ, GSquare, d_separated
 
 
 def all_queries(p: int, l: int) -> tuple[list[int], list[int], np.ndarray]:
