@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.formats import KNOWN_COLUMNS
+from fedrca.config.limits import MAX_TOPIC_LENGTH, file_name_problem, name_fits_topic, render_topic
 from fedrca.config.rca import RCASettings
 from fedrca.config.training import TrainingSettings
 from fedrca.exceptions import ConfigError
@@ -418,7 +419,8 @@ class SiteConfig(Strict):
             raise ConfigError(f"unknown topic kind '{kind}'; kinds are {', '.join(TopicSettings.model_fields)}")
         if "{plant}" in template and plant is None:
             raise ConfigError(f"topic '{kind}' is per plant; pass plant=")
-        return str(template).format(site=self.site, plant=plant)
+        names = {"site": self.site} if plant is None else {"site": self.site, "plant": plant}
+        return render_topic(str(template), **names)
 
 
 _SECTIONS = ("model", "augmentation", "scoring")
@@ -519,11 +521,37 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         config = SiteConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
         raise translate(exc, SiteConfig, source=source) from None
+    _check_names(config, source)
     _check_columns(config, source)
     known = config.dataset.known_columns()
     if known is not None and not config.resolved:
         config = resolve_plants(config, known)
     return config
+
+
+def _check_names(config: SiteConfig, source: str | None) -> None:
+    """Refuse site and plant names (and topic templates) that do not fit a Kafka topic or a file name."""
+    for kind, template in config.topics.model_dump().items():
+        per_plant = "{plant}" in template
+        for i, plant in enumerate(config.plants if per_plant else config.plants[:1]):
+            names = {"site": config.site, "plant": plant.name} if per_plant else {"site": config.site}
+            try:
+                topic = render_topic(template, **names)
+            except ValueError as exc:
+                raise ConfigError(str(exc), source=source, key=f"topics.{kind}") from None
+            name, what, key = (
+                (plant.name, "plant name", f"plants[{i}].name") if per_plant else (config.site, "site name", "site")
+            )
+            problem = name_fits_topic(topic, name, what, template)
+            if problem is not None:
+                if len(topic) <= MAX_TOPIC_LENGTH:
+                    key = f"topics.{kind}"
+                raise ConfigError(problem, source=source, key=key)
+    for i, plant in enumerate(config.plants):
+        # the longest file a plant's name is in: its training checkpoint's client-<plant>.json
+        problem = file_name_problem(plant.name, "client-", ".json")
+        if problem is not None:
+            raise ConfigError(f"the plant name {problem}", source=source, key=f"plants[{i}].name")
 
 
 def _check_columns(config: SiteConfig, source: str | None) -> None:

@@ -21,12 +21,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.cli.fleet.config import FleetConfig
-from fedrca.cli.fleet.sources import load_file, load_participants
+from fedrca.cli.fleet.sources import check_fleet, load_file, load_participants
 from fedrca.cli.fleet.store import _json_safe, save_fleet_model
 from fedrca.cli.outputs import write_file
 from fedrca.detectors.fleet import FleetRun, InProcessNetwork, simulate_fleet
 from fedrca.detectors.fleet_detector import FleetDetector
-from fedrca.exceptions import DataError
+from fedrca.exceptions import ConfigError
 
 __all__ = ["FleetOutcome", "evaluate_fleet", "run_fleet", "write_outcome"]
 
@@ -62,11 +62,11 @@ class FleetOutcome:
 
 
 def run_fleet(config: FleetConfig, runner: Runner | None = None) -> FleetOutcome:
-    """Load the data, run the protocol (in process unless ``runner`` is given), evaluate."""
+    """Load and check the data (the participants' and the evaluation files), run the protocol (in process
+    unless ``runner`` is given), evaluate. Everything that can refuse the run is read before the learning."""
     data, columns = load_participants(config)
-    dims = {v.shape[1] for v in data.values()}
-    if len(dims) != 1:
-        raise DataError(f"participants have different numbers of variables: {sorted(dims)}")
+    check_fleet(config, data, columns)
+    files = evaluation_files(config, columns)
     started = time.perf_counter()
     if runner is None:
         run = simulate_fleet(data, config.settings(), config.peer_graph(), seed=config.seed, network=InProcessNetwork())
@@ -74,29 +74,45 @@ def run_fleet(config: FleetConfig, runner: Runner | None = None) -> FleetOutcome
         run = runner(data)
     outcome = FleetOutcome(run, columns, time.perf_counter() - started)
     if config.evaluate is not None:
-        outcome.evaluation = evaluate_fleet(config, run, data)
+        outcome.evaluation = evaluate_fleet(config, run, data, files)
     return outcome
 
 
-def evaluate_fleet(config: FleetConfig, run: FleetRun, data: dict[str, FloatArray]) -> list[dict[str, Any]]:
-    """Alarm rates of every participant's detector on the ``evaluate`` files."""
+#: An evaluation file: kind (nominal/fault), label, path, samples (N, M), first scored row.
+EvaluationFile = tuple[str, str, str, FloatArray, int]
+
+
+def evaluation_files(config: FleetConfig, columns: list[str]) -> list[EvaluationFile]:
+    """The ``evaluate`` files, read (the fleet's variables) and checked against ``evaluate.onset``."""
     ev = config.evaluate
     if ev is None:
         return []
-    detectors = {n: FleetDetector(n, model=run.results[n].model, seed=config.seed).fit(X) for n, X in data.items()}
-    rows = []
-    files = [("nominal", name, path) for name, path in ((Path(p).name, p) for p in ev.nominal)]
-    files += [("fault", label, path) for label, path in ev.faults.items()]
+    files = [("nominal", Path(p).name, p) for p in ev.nominal] + [("fault", k, p) for k, p in ev.faults.items()]
+    out: list[EvaluationFile] = []
     for kind, label, path in files:
-        X, _ = load_file(path, config.data.format, config.data.columns)
+        X, _ = load_file(path, config.data, variables=columns)
         start = 0 if kind == "nominal" else ev.onset
         if start >= len(X):
-            raise DataError(f"{path}: onset {start} is past its {len(X)} rows (evaluate.onset)")
+            raise ConfigError(
+                f"{start} is past the {len(X)} rows of {path}; give a row of the fault files", source=config.source,
+                key="evaluate.onset",
+            )  # fmt: skip
+        out.append((kind, label, str(path), X, start))
+    return out
+
+
+def evaluate_fleet(
+    config: FleetConfig, run: FleetRun, data: dict[str, FloatArray], files: list[EvaluationFile]
+) -> list[dict[str, Any]]:
+    """Alarm rates of every participant's detector on the ``evaluate`` files."""
+    detectors = {n: FleetDetector(n, model=run.results[n].model, seed=config.seed).fit(X) for n, X in data.items()}
+    rows = []
+    for kind, label, path, X, start in files:
         rates = {n: float(det.step_batch(X).zc[start:].mean()) for n, det in detectors.items()}
         values = np.array(list(rates.values()))
         rows.append(
             {
-                "file": str(path),
+                "file": path,
                 "label": label,
                 "kind": kind,
                 "rows": len(X) - start,
