@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -37,11 +38,12 @@ from fedrca.causal.fedpc import FedPCResult, FedPCServer, FedPCSite, TestKind, a
 from fedrca.cli.outputs import Outputs
 from fedrca.cli.report import graph_picture
 from fedrca.config import SiteConfig, load_config, resolve_plants
+from fedrca.config.limits import MEMORY_LIMIT, gib, largest
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
 from fedrca.rca.graph import InterdependencyGraph
 
-__all__ = ["PICTURE_FORMATS", "learn_site_graph", "register", "site_frames"]
+__all__ = ["PICTURE_FORMATS", "check_sites", "learn_site_graph", "register", "site_frames"]
 
 #: File name endings of the graph picture (the formats it is drawn in).
 PICTURE_FORMATS = (".png", ".svg", ".pdf")
@@ -91,6 +93,84 @@ def _variables(config: SiteConfig) -> tuple[list[str], list[str]]:
                 names.append(column)
                 plants.append(plant.name)
     return names, plants
+
+
+#: Samples per cell a G-square table needs (the usual rule for its chi-square reference).
+CELL_SAMPLES = 5
+#: Bytes per cell of a G-square query's tables (counts, margins, expected counts, terms: float64).
+G_SQUARE_CELL_BYTES = 48
+
+
+def check_sites(
+    config: SiteConfig,
+    frames: list[tuple[str, pd.DataFrame]],
+    *,
+    test: str = "fisher-z",
+    max_cond: int | None = None,
+    split: int = 1,
+) -> int | None:
+    """Refuse site data the CI test cannot carry, before FedPC runs; returns the ``max_cond`` to use.
+
+    * every site needs the variables' columns, and each variable must vary at every site;
+    * Fisher-z needs ``|S| + 4`` samples for a conditioning set S, so a site needs the deepest
+      set + 4 (with ``--split`` the message gives the largest split that leaves enough);
+    * G-square needs discrete data: at most ``sqrt(n / 5)`` levels per variable (5 samples per
+      cell of a two-variable table); continuous data (a value per sample) are refused. Its tables
+      have ``R^(l + 2)`` cells for R levels and l conditioning variables: the deepest set is capped
+      so that one table fits :data:`~fedrca.config.limits.MEMORY_LIMIT` (``--max-cond`` above the cap
+      is refused; without it the cap is used and recorded as ``max_cond`` in the output).
+
+    Raises
+    ------
+    DataError
+        naming the site (file), the column or the option, and the fix.
+    """
+    names, _ = _variables(config)
+    deepest = max(len(names) - 2, 0) if max_cond is None else min(max_cond, max(len(names) - 2, 0))
+    levels = 0
+    for label, frame in frames:
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise DataError(f"{label}: site data lack column(s) {', '.join(missing[:5])} of the configured plants")
+        n = len(frame)
+        values = frame[names]
+        if test == "fisher-z":
+            need = deepest + 4
+            if n < need:
+                cut = f"--split {split} leaves {label} {n} samples" if split > 1 else f"{label} has {n} samples"
+                fix = f"give --split at most {max(1, n * split // need)}" if split > 1 else "give more data"
+                raise DataError(
+                    f"{cut}; Fisher-z with conditioning sets of up to {deepest} variables needs at least {need}: "
+                    f"{fix}, or a smaller --max-cond"
+                )
+            spread = values.std(axis=0).to_numpy()
+            constant = [names[j] for j in np.flatnonzero(~(spread > 0))]
+            if constant:
+                raise DataError(
+                    f"{label}: column(s) {', '.join(constant[:5])} never change at this site; a CI test needs "
+                    "variation: leave them out of the plants' sensors/inputs, or give more data"
+                )
+        else:
+            limit = max(2, math.isqrt(n // CELL_SAMPLES))
+            counts = values.nunique(axis=0)
+            worst = str(counts.idxmax())
+            if int(counts.max()) > limit:
+                raise DataError(
+                    f"--test g-square needs discrete data: column {worst} of {label} takes {int(counts.max())} "
+                    f"distinct values in {n} samples; {n} samples carry at most {limit} levels ({CELL_SAMPLES} "
+                    "samples per cell): use --test fisher-z for continuous data, or code the column into few levels"
+                )
+            levels = max(levels, int(counts.max()))
+    if test != "g-square":
+        return max_cond
+    fits = largest(MEMORY_LIMIT, lambda l: G_SQUARE_CELL_BYTES * max(levels, 2) ** (l + 1), len(names)) - 1
+    if max_cond is not None and max_cond > fits:
+        raise DataError(
+            f"--max-cond {max_cond}: G-square tables of {levels} levels and {max_cond} conditioning variables need "
+            f"{gib(G_SQUARE_CELL_BYTES * levels ** (max_cond + 2))}, over the {gib(MEMORY_LIMIT)} limit "
+            f"(docs/limits.md): give --max-cond at most {fits}"
+        )
+    return min(deepest, max(fits, 0))
 
 
 def learn_site_graph(
@@ -163,13 +243,15 @@ def _graph(args: argparse.Namespace) -> int:
             )
         config = load_config(args.config)
         config, frames = site_frames(config, args.sites, args.split)
-        print(
-            f"FedPC over {len(frames)} sites ({', '.join(str(len(f)) for _, f in frames)} samples) ...",
-            file=sys.stderr,
-        )
+        max_cond = check_sites(config, frames, test=args.test, max_cond=args.max_cond, split=args.split)
+        sizes = [str(len(f)) for _, f in frames]
+        shown = ", ".join(sizes[:6]) + (f", ... ({len(sizes)} sites)" if len(sizes) > 6 else "")
+        print(f"FedPC over {len(frames)} sites ({shown} samples) ...", file=sys.stderr)
+        if max_cond != args.max_cond:
+            print(f"  G-square tables: conditioning sets of at most {max_cond} variables (memory)", file=sys.stderr)
         graph, result, detail = learn_site_graph(
             config, frames, test=args.test, alpha=args.alpha, keep_fraction=args.keep_fraction,
-            max_cond=args.max_cond, orientation=args.orientation,
+            max_cond=max_cond, orientation=args.orientation,
         )  # fmt: skip
         payload = {**graph.to_dict(), "fedpc": detail}
         out.write("--out", json.dumps(payload, indent=2) + "\n")
@@ -180,11 +262,9 @@ def _graph(args: argparse.Namespace) -> int:
         out.write_with("--picture", lambda f: graph_picture(graph, f, title=title, fmt=picture.suffix))
     for layer in detail["layers"]:
         print(f"  layer {layer['layer']}: {layer['edges']} variable edges kept", file=sys.stderr)
-    print(
-        f"wrote {args.out} ({len(graph.edges())} plant edges: "
-        + ", ".join(f"{a}->{b}" for a, b in graph.edges())
-        + f") and {picture}; {time.perf_counter() - started:.2f} s"
-    )
+    edges = [f"{a}->{b}" for a, b in graph.edges()]
+    listed = ", ".join(edges[:12]) + (", ..." if len(edges) > 12 else "")
+    print(f"wrote {args.out} ({len(edges)} plant edges: {listed}) and {picture}; {time.perf_counter() - started:.2f} s")
     return 0
 
 

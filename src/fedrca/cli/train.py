@@ -25,6 +25,7 @@ from fedrca.cli.outputs import Outputs
 from fedrca.cli.site import build_detectors
 from fedrca.cli.training import run_training
 from fedrca.config import SiteConfig, load_config
+from fedrca.config.limits import MEMORY_LIMIT, gib, largest, plant_bytes
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.datasets.synthetic import SyntheticData, linear_multiplant, nonlinear_two_plant
 from fedrca.exceptions import ConfigError
@@ -111,6 +112,20 @@ def _train_into(args: argparse.Namespace, out: Outputs) -> None:
         raise ConfigError(f"must be at least 1, got {args.rounds}", key="--rounds")
     if args.samples < 100:
         raise ConfigError(f"must be at least 100, got {args.samples}", key="--samples")
+    if args.synthetic:
+        # the generated rows, every plant's arrays over them, the held-out third (plant_bytes per plant)
+        width = max(1, sum(len(p.sensors) + len(p.inputs) for p in config.plants))
+        need = sum(plant_bytes(args.samples, len(p.sensors) + len(p.inputs), 1) for p in config.plants)
+        if need > MEMORY_LIMIT:
+            most = largest(
+                MEMORY_LIMIT, lambda n: sum(plant_bytes(n, len(p.sensors) + len(p.inputs), 1) for p in config.plants),
+                args.samples,
+            )  # fmt: skip
+            raise ConfigError(
+                f"{args.samples} samples of {width} columns need about {gib(need)}, over the {gib(MEMORY_LIMIT)} "
+                f"limit (docs/limits.md): give at most {most}",
+                key="--samples",
+            )
     if args.test == "synthetic" and not args.synthetic:
         raise ConfigError("--test synthetic needs --synthetic", key="--test")
     synthetic: SyntheticData | None = None

@@ -31,8 +31,10 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from fedrca.cli.evaluation import json_safe
 from fedrca.cli.outputs import Outputs
 from fedrca.cli.params import load_params
+from fedrca.config.limits import MEMORY_LIMIT, gib, largest, whatif_bytes
 from fedrca.contracts.artifacts import SERVER
 from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
@@ -41,6 +43,10 @@ __all__ = ["parse_delta", "register", "run_whatif"]
 
 #: Sensors drawn in the PNG (the ones with the largest response).
 PLOT_SENSORS = 8
+#: Most steps of a response (its arrays and the plot; docs/limits.md).
+MAX_STEPS = 100_000
+#: Most points a response line of the PNG has (longer responses are drawn every k-th step).
+PLOT_POINTS = 2_000
 
 
 def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
@@ -106,9 +112,18 @@ def run_whatif(
     own_blocks: bool = False,
 ) -> tuple[GlobalModel, WhatIfAnswer]:
     """Load the artifacts, check the arguments and answer the query (no output)."""
-    if steps < 1:
-        raise ConfigError(f"must be at least 1, got {steps}", key="--steps")
+    if not 1 <= steps <= MAX_STEPS:
+        raise ConfigError(f"must be in 1..{MAX_STEPS} (a response of that many steps), got {steps}", key="--steps")
     model = _load(params, own_blocks)
+    sensors = max((m.C.shape[0] for m in model.maps.values() if m.C is not None), default=0)
+    need = whatif_bytes(steps, sum(model.state_dims), sensors)
+    if need > MEMORY_LIMIT:
+        fits = largest(MEMORY_LIMIT, lambda k: whatif_bytes(k, sum(model.state_dims), sensors), steps)
+        raise ConfigError(
+            f"{steps} steps of a model with {sum(model.state_dims)} states need about {gib(need)}, over the "
+            f"{gib(MEMORY_LIMIT)} limit (docs/limits.md); give at most {fits}",
+            key="--steps",
+        )
     for plant, key in ((target, "--target"), (source, "--input-of")):
         if plant not in model.plants:
             raise ConfigError(f"unknown plant '{plant}'; plants are {', '.join(model.plants)}", key=key)
@@ -159,10 +174,12 @@ def _plot(answer: WhatIfAnswer, stream: BinaryIO) -> None:
     response = answer.sensor_response
     names = _sensor_names(answer, response.shape[1])
     order = np.argsort(-np.max(np.abs(response), axis=0))[:PLOT_SENSORS]
-    k = np.arange(1, answer.steps + 1)
+    stride = max(1, answer.steps // PLOT_POINTS)
+    k = np.arange(1, answer.steps + 1)[::stride]
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     for j in order:
-        ax.plot(k, response[:, j], marker="o" if answer.steps <= 30 else None, ms=3, lw=1.2, label=names[j])
+        line = response[::stride, j]
+        ax.plot(k, line, marker="o" if answer.steps <= 30 else None, ms=3, lw=1.2, label=names[j])
     ax.axhline(0.0, color="#888888", lw=0.7)
     ax.set_xlabel("steps after the change (k)")
     ax.set_ylabel(f"change of {answer.target}'s sensors")
@@ -184,7 +201,8 @@ def _whatif(args: argparse.Namespace) -> int:
         )
         out.write_with("--plot", lambda f: _plot(answer, f))
         if args.json:
-            out.write("--json", json.dumps(_payload(model, answer), indent=2) + "\n")
+            # a growing response reaches inf: strict JSON has no such number ("inf" then)
+            out.write("--json", json.dumps(json_safe(_payload(model, answer)), indent=2) + "\n")
     source_map = model.maps.get(answer.source, PlantMap(answer.source))
     inputs = list(source_map.inputs) if len(source_map.inputs) == len(answer.delta) else []
     change = ", ".join(

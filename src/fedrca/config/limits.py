@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 __all__ = [
     "MAX_FILE_NAME",
+    "MAX_PRIVACY_WINDOW",
+    "MAX_SEVERITY_LEVELS",
     "MAX_TOPIC_LENGTH",
     "MEMORY_LIMIT",
     "TOPIC_CHARACTERS",
@@ -29,7 +31,9 @@ __all__ = [
     "gib",
     "largest",
     "name_fits_topic",
+    "plant_bytes",
     "render_topic",
+    "whatif_bytes",
 ]
 
 #: Longest Kafka topic name (the broker's limit: 249 characters).
@@ -38,6 +42,10 @@ MAX_TOPIC_LENGTH = 249
 TOPIC_CHARACTERS = re.compile(r"^[A-Za-z0-9._-]+$")
 #: Longest file name on the file systems fedrca writes to (ext4, xfs, tmpfs: 255 bytes).
 MAX_FILE_NAME = 255
+#: Most samples a plant's privacy window composes (the ledger keeps the published seqs of the window).
+MAX_PRIVACY_WINDOW = 10_000_000
+#: Most severity levels a plant publishes (k-ary randomized response over K levels).
+MAX_SEVERITY_LEVELS = 64
 #: Bytes the arrays a configuration's numbers imply may take beyond the data itself (model,
 #: responsibilities, responses, contingency tables): a configuration over it is refused with the
 #: largest value that fits (docs/limits.md gives each command's formula).
@@ -117,6 +125,37 @@ def fleet_bytes(
     """
     S, K, M, N, C = participants, components, variables, rows, chunks
     return 8 * K * (S * M * M * (6 + 3 * C) + 4 * N + S * M * (n_init + noise_samples))
+
+
+def plant_bytes(rows: int, sensors: int, features: int) -> int:
+    """Bytes a plant's detector and its federated training take for ``rows`` nominal samples of ``sensors``
+    columns and ``features`` augmentation features (``detect``, ``train``, ``replay``, ``evaluate``, ``run``).
+
+    ``8 (3 ((D + 1) F + 1)^2 + 4 T F + 16 T D)``: the client's joint Gauss-Newton system over Theta
+    (at most D states x F features) and its bias, factored with two temporaries; the feature matrix
+    of the nominal rows and its temporaries; the plant's data, residuals, scores and flags.
+
+    Examples
+    --------
+    >>> gib(plant_bytes(500, 8, 64))
+    '10 MB'
+    >>> gib(plant_bytes(500, 8, 4096))
+    '32.7 GB'
+    """
+    T, D, F = rows, sensors, features
+    return 8 * (3 * ((D + 1) * F + 1) ** 2 + 4 * T * F + 16 * T * D)
+
+
+def whatif_bytes(steps: int, states: int, sensors: int) -> int:
+    """Bytes of a what-if response (``fedrca whatif --steps K``): ``24 K (S + D)`` for S states and D sensors
+    (the state and sensor responses and one temporary of each).
+
+    Examples
+    --------
+    >>> whatif_bytes(100_000, 4, 16)
+    48000000
+    """
+    return 24 * steps * (states + sensors)
 
 
 def largest(limit: int, size: Callable[[int], int], cap: int) -> int:

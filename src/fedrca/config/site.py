@@ -35,7 +35,16 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.formats import KNOWN_COLUMNS
-from fedrca.config.limits import MAX_TOPIC_LENGTH, file_name_problem, name_fits_topic, render_topic
+from fedrca.config.limits import (
+    MAX_PRIVACY_WINDOW,
+    MAX_SEVERITY_LEVELS,
+    MAX_TOPIC_LENGTH,
+    MEMORY_LIMIT,
+    file_name_problem,
+    gib,
+    name_fits_topic,
+    render_topic,
+)
 from fedrca.config.rca import RCASettings
 from fedrca.config.training import TrainingSettings
 from fedrca.exceptions import ConfigError
@@ -142,7 +151,9 @@ class ScoringSettings(Strict):
     confidence: float = Field(0.5, ge=0.5, lt=1.0)
     dispersion: float = Field(0.2, gt=0.0, le=1.0)
     warmup: int = Field(0, ge=0)
-    severity_levels: int = Field(0, ge=0, description="levels published with the flags (0 = none, else >= 3)")
+    severity_levels: int = Field(
+        0, ge=0, le=MAX_SEVERITY_LEVELS, description="levels published with the flags (0 = none, else >= 3)"
+    )
     severity_base: float = Field(10.0, gt=1.0)
     calibration: Literal["cv", "in-sample"] = "cv"
     folds: int = Field(5, ge=2)
@@ -287,7 +298,7 @@ class PrivacySettings(Strict):
     seed: int = 0
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant (training + flags of a window)")
     delta: float = Field(1e-5, gt=0.0, lt=1.0, description="delta every epsilon is reported at")
-    window: int = Field(3600, ge=1, description="samples over which published flags compose")
+    window: int = Field(3600, ge=1, le=MAX_PRIVACY_WINDOW, description="samples over which published flags compose")
     on_exhausted: Literal["warn", "stop"] = "warn"
 
     _inf = field_validator("flag_epsilon", "budget", "level_epsilon", mode="before")(parse_inf)
@@ -547,6 +558,15 @@ def _check_names(config: SiteConfig, source: str | None) -> None:
                 if len(topic) <= MAX_TOPIC_LENGTH:
                     key = f"topics.{kind}"
                 raise ConfigError(problem, source=source, key=key)
+    need = 8 * config.rca.horizon * len(config.plants) * (len(config.plants) + 4)
+    if need > MEMORY_LIMIT:
+        most = MEMORY_LIMIT // (8 * len(config.plants) * (len(config.plants) + 4))
+        raise ConfigError(
+            f"an evidence window of {config.rca.horizon} rows over {len(config.plants)} plants needs about "
+            f"{gib(need)}, over the {gib(MEMORY_LIMIT)} limit (docs/limits.md): set it to at most {most}",
+            source=source,
+            key="rca.horizon",
+        )
     for i, plant in enumerate(config.plants):
         # the longest file a plant's name is in: its training checkpoint's client-<plant>.json
         problem = file_name_problem(plant.name, "client-", ".json")

@@ -48,6 +48,7 @@ from fedrca.exceptions import ConfigError, DataError, ModelError
 
 __all__ = [
     "DESIGN_CONTROL_INTERVAL_H",
+    "MAX_HOURS",
     "SIM_EXTRA_HINT",
     "TEP_MODES",
     "Disturbance",
@@ -66,6 +67,9 @@ __all__ = [
 ]
 
 FloatArray = NDArray[np.float64]
+
+#: Longest simulated run, h: 200,000 samples of 52 columns (83 MB of values; docs/limits.md).
+MAX_HOURS = 10_000.0
 
 #: What to run when the optional simulator is missing.
 SIM_EXTRA_HINT = "pip install 'fedrca[sim]'"
@@ -198,10 +202,21 @@ class SimulationSpec:
     sample_seconds: float = 180.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.hours) and self.hours > 0):
-            raise ConfigError(f"hours must be > 0, got {self.hours}", key="--hours")
-        if int(self.seed) != self.seed or self.seed < 0:
-            raise ConfigError(f"seed must be an integer >= 0, got {self.seed}", key="--seed")
+        if not (math.isfinite(self.hours) and 0 < self.hours <= MAX_HOURS):
+            raise ConfigError(
+                f"hours must be in (0, {MAX_HOURS:g}] (at most {MAX_HOURS * 20:,.0f} samples; docs/limits.md), "
+                f"got {self.hours}",
+                key="--hours",
+            )
+        if int(self.seed) != self.seed or not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed must be an integer in 0..{2**32 - 1}, got {self.seed}", key="--seed")
+        late = [d for d in self.disturbances if d.onset_h >= self.hours]
+        if late:
+            raise ConfigError(
+                f"IDV {late[0].idv} starts at {late[0].onset_h:g} h, after the {self.hours:g} h run ends; give an "
+                "onset before the end (or more --hours)",
+                key="--idv",
+            )
         if self.mode not in TEP_MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; modes are {', '.join(TEP_MODES)}", key="--mode")
         if not (0 < self.control_interval <= 0.05):
