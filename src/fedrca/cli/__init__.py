@@ -16,6 +16,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from fedrca import __version__
 from fedrca.exceptions import FedrcaError
@@ -40,9 +41,16 @@ COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line too (no usage block), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, " ".join(f"{self.prog}: error: {message}; see {self.prog} --help".split()) + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fedrca", description="Federated, privacy-preserving root cause analysis for interdependent plants."
     )
     parser.add_argument("--version", action="version", version=f"fedrca {__version__}")

@@ -128,6 +128,7 @@ def check_sites(
     names, _ = _variables(config)
     deepest = max(len(names) - 2, 0) if max_cond is None else min(max_cond, max(len(names) - 2, 0))
     levels = 0
+    site_rows = sum(len(frame) for _, frame in frames) * split // max(len(frames), 1)  # one site's rows, split or not
     for label, frame in frames:
         missing = [c for c in names if c not in frame.columns]
         if missing:
@@ -138,7 +139,7 @@ def check_sites(
             need = deepest + 4
             if n < need:
                 cut = f"--split {split} leaves {label} {n} samples" if split > 1 else f"{label} has {n} samples"
-                fix = f"give --split at most {max(1, n * split // need)}" if split > 1 else "give more data"
+                fix = f"give --split at most {max(1, site_rows // need)}" if split > 1 else "give more data"
                 raise DataError(
                     f"{cut}; Fisher-z with conditioning sets of up to {deepest} variables needs at least {need}: "
                     f"{fix}, or a smaller --max-cond"

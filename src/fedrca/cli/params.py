@@ -37,6 +37,8 @@ def _retrain(config: SiteConfig | None, directory: Path) -> str:
 
 def _files(option: str, directory: Path, fix: str) -> list[str]:
     """The artifact names of ``directory`` (each a complete ``.npz`` + ``.json`` pair of non-empty files)."""
+    if directory.exists() and not directory.is_dir():
+        raise ArtifactError(f"{option} {directory} is a file; give the folder fedrca train --out wrote")
     if not directory.is_dir():
         raise ArtifactError(f"{option} {directory}: no such artifact directory; write one with fedrca train --out DIR")
     stems: dict[str, set[str]] = {}

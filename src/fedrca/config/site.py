@@ -553,6 +553,9 @@ def _check_names(config: SiteConfig, source: str | None) -> None:
             name, what, key = (
                 (plant.name, "plant name", f"plants[{i}].name") if per_plant else (config.site, "site name", "site")
             )
+            if per_plant and len(topic) - len(plant.name) >= MAX_TOPIC_LENGTH:
+                # no plant name fits: the site name (or the template) is the one to shorten
+                name, what, key = config.site, "site name", "site"
             problem = name_fits_topic(topic, name, what, template)
             if problem is not None:
                 if len(topic) <= MAX_TOPIC_LENGTH:
