@@ -45,7 +45,16 @@ from typing import BinaryIO
 
 from fedrca.exceptions import DataError, OutputError
 
-__all__ = ["Outputs", "cannot_write", "staged_folder", "write_file", "write_with"]
+__all__ = [
+    "TMP_PREFIX",
+    "Outputs",
+    "cannot_write",
+    "make_parents",
+    "remove_created",
+    "staged_folder",
+    "write_file",
+    "write_with",
+]
 
 PathArg = str | Path | None
 
@@ -175,7 +184,8 @@ class _Inputs:
                 continue  # a missing input is the reader's error (with its own fix)
             kind = _kind(st.st_mode)
             if kind is not None:
-                raise DataError(f"{option} {path} is a {kind}, not a regular file; give a file (or a folder) to read")
+                what = "a file or a folder" if option in folders else "a file"
+                raise DataError(f"{option} {path} is a {kind}, not a regular file; give {what} to read")
             found.ids[(st.st_dev, st.st_ino)] = option
             if stat.S_ISDIR(st.st_mode):
                 if option not in folders:
@@ -352,7 +362,7 @@ class Outputs:
         for _option, tmp, _target, created in self._pending:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            _remove_created(created)
+            remove_created(created)
         for _option, stage, _target in self._stages:
             shutil.rmtree(stage, ignore_errors=True)
         self._pending, self._stages = [], []
@@ -367,7 +377,7 @@ class Outputs:
             self.discard()
 
 
-def _make_parents(directory: Path) -> list[Path]:
+def make_parents(directory: Path) -> list[Path]:
     """Create ``directory`` and its missing parents; returns the ones created (innermost first)."""
     created: list[Path] = []
     current = Path(os.path.abspath(directory))
@@ -379,7 +389,8 @@ def _make_parents(directory: Path) -> list[Path]:
     return created
 
 
-def _remove_created(created: Iterable[Path]) -> None:
+def remove_created(created: Iterable[Path]) -> None:
+    """Remove the directories :func:`make_parents` created, innermost first, as far as they are empty."""
     for d in created:
         with contextlib.suppress(OSError):
             d.rmdir()  # only when still empty
@@ -400,7 +411,7 @@ def _write_temporary(target: Path, writer: Callable[[BinaryIO], object], option:
     created: list[Path] = []
     tmp: str | None = None
     try:
-        created = _make_parents(target.parent)
+        created = make_parents(target.parent)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=TMP_PREFIX, suffix=".tmp")
         with os.fdopen(fd, "wb") as out:
             writer(out)
@@ -409,7 +420,7 @@ def _write_temporary(target: Path, writer: Callable[[BinaryIO], object], option:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        _remove_created(created)
+        remove_created(created)
         if isinstance(exc, OSError):
             raise cannot_write(option, target, exc) from None
         raise
@@ -435,7 +446,7 @@ def write_with(path: str | Path, writer: Callable[[BinaryIO], object], *, option
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        _remove_created(created)
+        remove_created(created)
         raise cannot_write(option, target, exc) from None
     return target
 
@@ -495,11 +506,11 @@ def _commit_stage(stage: Path, target: Path, option: str | None) -> None:
             _move_into(stage, target)
             shutil.rmtree(stage, ignore_errors=True)
         else:
-            created = _make_parents(target.parent)
+            created = make_parents(target.parent)
             os.rename(stage, target)
     except OSError as exc:
         shutil.rmtree(stage, ignore_errors=True)
-        _remove_created(created)
+        remove_created(created)
         raise cannot_write(option, target, exc) from None
 
 

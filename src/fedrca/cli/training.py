@@ -23,7 +23,15 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.outputs import TMP_PREFIX, Outputs, cannot_write, staged_folder, write_file
+from fedrca.cli.outputs import (
+    TMP_PREFIX,
+    Outputs,
+    cannot_write,
+    make_parents,
+    remove_created,
+    staged_folder,
+    write_file,
+)
 from fedrca.cli.site import build_detectors
 from fedrca.config import SiteConfig, TrainingSettings
 from fedrca.contracts import save_artifact
@@ -88,8 +96,9 @@ def save_checkpoint(job: FederatedTraining, directory: Path, version: int) -> No
     state = job.get_state()
     target = directory / f"round-{state.round:06d}"
     tmp = directory / f"{TMP_PREFIX}round-{state.round:06d}"
+    created: list[Path] = []
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        created = make_parents(directory)
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
@@ -114,6 +123,8 @@ def save_checkpoint(job: FederatedTraining, directory: Path, version: int) -> No
         os.replace(tmp, target)
         write_file(directory / "LATEST", target.name)
     except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(created)  # a first checkpoint that failed leaves no empty folders either
         raise cannot_write(None, directory, exc) from None
     finally:
         if tmp.exists():
