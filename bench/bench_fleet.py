@@ -42,7 +42,7 @@ from fedrca.config import load_config
 from fedrca.datasets.fleet import fleet_patterns
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.datasets.tep import load_tep
-from fedrca.detectors.collabdict import (
+from fedrca.fleet.collabdict import (
     FleetSettings,
     GlobalLearner,
     LocalLearner,
@@ -50,8 +50,8 @@ from fedrca.detectors.collabdict import (
     component_nll,
     fit_centralised,
 )
-from fedrca.detectors.consensus import average_consensus
-from fedrca.detectors.fleet import simulate_fleet
+from fedrca.fleet.consensus import average_consensus
+from fedrca.fleet.model import simulate_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (5, 11, 23, 47)

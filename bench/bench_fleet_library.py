@@ -57,16 +57,16 @@ from fedrca.config import load_config
 from fedrca.connectors.simulator import cached_run, default_cache_dir
 from fedrca.datasets.loader import plant_frames
 from fedrca.datasets.tep import TEP_COLUMNS
-from fedrca.detectors.collabdict import FleetModel, PrivacyWarning
-from fedrca.detectors.fleet_detector import FleetDetector
 from fedrca.exceptions import FedrcaError
+from fedrca.fleet.collabdict import FleetModel, PrivacyWarning
+from fedrca.fleet.detector import FleetDetector
 from tep_library import IDVS, ONSET_SAMPLE, Library
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config" / "fleet-tep-sim.yaml"
 BARS = (1, 4, 6)
 #: the fleet's source files: a change to any of them refits the cached model
-SOURCES = ("collabdict.py", "consensus.py", "fleet.py", "fleet_detector.py")
+SOURCES = ("collabdict.py", "consensus.py", "model.py", "detector.py")
 
 
 def _cache_key(config_path: Path, data: dict[str, np.ndarray]) -> str:
@@ -75,7 +75,7 @@ def _cache_key(config_path: Path, data: dict[str, np.ndarray]) -> str:
         h.update(name.encode())
         h.update(np.ascontiguousarray(X).tobytes())
     for src in SOURCES:
-        h.update((REPO / "src" / "fedrca" / "detectors" / src).read_bytes())
+        h.update((REPO / "src" / "fedrca" / "fleet" / src).read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_fleet_library import CONFIG, fleet_model
 from fedrca.cli.fleet.config import load_fleet_config
 from fedrca.cli.fleet.sources import load_participants
-from fedrca.detectors.collabdict import PrivacyWarning, fit_centralised
+from fedrca.fleet.collabdict import PrivacyWarning, fit_centralised
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,7 @@ def test_every_dead_letter_reason_the_code_gives_is_a_member_of_the_enum():
 
 @pytest.mark.parametrize(
     "package",
-    ["contracts", "config", "detectors", "training", "rca", "causal", "whatif", "datasets", "streams", "cli"],
+    ["contracts", "config", "detectors", "fleet", "training", "rca", "causal", "whatif", "datasets", "streams", "cli"],
 )
 def test_every_package_says_what_it_is(package):
     doc = ast.get_docstring(ast.parse((SRC / package / "__init__.py").read_text(encoding="utf-8")))

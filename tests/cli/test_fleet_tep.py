@@ -16,7 +16,7 @@ from fedrca.cli.fleet.config import load_fleet_config
 from fedrca.cli.fleet.run import run_fleet
 
 # seg1 (the start of d00.dat) releases below the l-diversity bound: recorded in the report, not a failure here
-pytestmark = pytest.mark.filterwarnings("ignore::fedrca.detectors.collabdict.PrivacyWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::fedrca.fleet.collabdict.PrivacyWarning")
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ from fedrca.connectors.fleet_kafka import decode_consensus, encode_consensus, ka
 from fedrca.connectors.kafka import read_topic
 from fedrca.contracts.binary import pack_arrays
 from fedrca.datasets.fleet import fleet_patterns
-from fedrca.detectors.collabdict import FleetSettings
-from fedrca.detectors.consensus import ConsensusMessage
-from fedrca.detectors.fleet import simulate_fleet
 from fedrca.exceptions import MessageError
+from fedrca.fleet.collabdict import FleetSettings
+from fedrca.fleet.consensus import ConsensusMessage
+from fedrca.fleet.model import simulate_fleet
 from tests.kafka_broker import unique_name
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from fedrca.datasets import nonlinear_two_plant
 from fedrca.detectors import PlantDetector, load_plugin
-from fedrca.detectors.fleet_detector import FleetDetector
+from fedrca.fleet.detector import FleetDetector
 from tests.detectors import plugins
 
 

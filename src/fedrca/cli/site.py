@@ -23,14 +23,16 @@ from numpy.typing import NDArray
 
 from fedrca.cli.fleet.store import load_fleet_model
 from fedrca.cli.params import load_params
-from fedrca.config import RCASettings, SiteConfig, resolve_plants
+from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict
 from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames
-from fedrca.detectors.collabdict import FleetModel
-from fedrca.detectors.factory import build_detector, fit_detectors, frame_segments
+from fedrca.detectors.factory import build_detector as build_plant_detector
+from fedrca.detectors.factory import fit_detectors, frame_segments
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
+from fedrca.fleet.collabdict import FleetModel
+from fedrca.fleet.detector import build_fleet_detector
 from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
@@ -259,7 +261,26 @@ def build_detectors(
         data = dict(nominal)
     for plant in config.plants:
         check_nominal_plant(config, plant, data[plant.name], source)
-    return fit_detectors(config, data, seed, fleet_models(config), segments=segments)
+    models = fleet_models(config)
+
+    def build(config: SiteConfig, plant: PlantConfig, seed: int | None) -> Detector:
+        return build_detector(config, plant, seed, models.get(plant.name))
+
+    return fit_detectors(config, data, seed, segments=segments, build=build)
+
+
+def build_detector(
+    config: SiteConfig, plant: PlantConfig, seed: int | None = None, fleet_model: FleetModel | None = None
+) -> Detector:
+    """An unfitted detector with the plant's configured settings.
+
+    A plant with ``detector.kind: fleet`` gets a :class:`~fedrca.fleet.detector.FleetDetector` on
+    ``fleet_model`` (the fleet's shared model; None = the plant learns alone), every other plant a
+    :class:`~fedrca.detectors.plant.PlantDetector` (:func:`fedrca.detectors.factory.build_detector`).
+    """
+    if plant.detector.kind == "fleet":
+        return build_fleet_detector(config, plant, seed, fleet_model)
+    return build_plant_detector(config, plant, seed)
 
 
 def fleet_models(config: SiteConfig) -> dict[str, FleetModel]:

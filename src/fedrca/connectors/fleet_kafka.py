@@ -1,7 +1,7 @@
 """Fleet peer-to-peer messages over Kafka: one topic per participant (kafka-python).
 
 Participant ``p`` reads only its own topic ``<fleet>.peer.<p>`` (one partition) and
-writes each :class:`~fedrca.detectors.consensus.ConsensusMessage` to the topic of
+writes each :class:`~fedrca.fleet.consensus.ConsensusMessage` to the topic of
 its receiver, keyed by the sender. The bytes are the lossless encoding of
 :func:`fedrca.training.messages.pack_arrays` (a JSON header naming session, round,
 phase, sender and receiver, then the raw float64 buffers), so a decoded message is
@@ -28,10 +28,10 @@ from numpy.typing import ArrayLike
 from fedrca.connectors.kafka import KafkaOptions, ensure_topics
 from fedrca.contracts.binary import pack_arrays, unpack_arrays
 from fedrca.contracts.deadletter import DeadLetterReason as R
-from fedrca.detectors.collabdict import FleetSettings
-from fedrca.detectors.consensus import ConsensusMessage, MessageKey, PeerGraph
-from fedrca.detectors.fleet import FleetParticipant, FleetRun, ParticipantResult, Protocol
 from fedrca.exceptions import DataError, MessageError
+from fedrca.fleet.collabdict import FleetSettings
+from fedrca.fleet.consensus import ConsensusMessage, MessageKey, PeerGraph
+from fedrca.fleet.model import FleetParticipant, FleetRun, ParticipantResult, Protocol
 
 __all__ = [
     "KafkaPeerTransport",
@@ -222,7 +222,7 @@ def kafka_fleet(
     Parameters
     ----------
     bootstrap : ``host:port`` of the broker
-    datasets, settings, graph, seed : as :func:`fedrca.detectors.fleet.simulate_fleet`
+    datasets, settings, graph, seed : as :func:`fedrca.fleet.model.simulate_fleet`
     fleet : topic prefix (default: a fresh ``fleet<hex>`` so runs never share topics)
     timeout : seconds a participant waits for a round's messages
 

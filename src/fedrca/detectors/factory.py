@@ -3,25 +3,26 @@
 :func:`build_detector` turns a plant's ``model`` / ``augmentation`` / ``scoring``
 settings (and the site's flag privacy) into an unfitted
 :class:`~fedrca.detectors.plant.PlantDetector`; :func:`fit_detectors` builds and
-fits one per plant on its nominal data.
+fits one per plant on its nominal data. A plant with ``detector.kind: fleet`` runs
+the fleet detector of :mod:`fedrca.fleet`, a package above this one: its builder
+(:func:`fedrca.fleet.detector.build_fleet_detector`) is passed in as ``build`` by
+the site shell (:func:`fedrca.cli.site.build_detector`), which knows both kinds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig
-from fedrca.detectors.collabdict import FleetModel
-from fedrca.detectors.fleet_detector import FleetDetector
 from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.detectors.plugin import load_plugin
 from fedrca.exceptions import ConfigError
 
-__all__ = ["SEGMENTS", "PlantArrays", "build_detector", "fit_detectors", "frame_segments"]
+__all__ = ["SEGMENTS", "Builder", "PlantArrays", "build_detector", "fit_detectors", "frame_segments", "plant_seed"]
 
 
 class PlantArrays(Protocol):
@@ -34,30 +35,33 @@ class PlantArrays(Protocol):
     def U(self) -> NDArray[np.float64] | None: ...
 
 
-def build_detector(
-    config: SiteConfig, plant: PlantConfig, seed: int | None = None, fleet_model: FleetModel | None = None
-) -> Detector:
-    """An unfitted detector with the plant's configured settings.
+#: ``build(config, plant, seed) -> unfitted detector`` of one plant.
+Builder = Callable[[SiteConfig, PlantConfig, int | None], Detector]
 
-    A plant with ``detector.kind: fleet`` gets a :class:`~fedrca.detectors.fleet_detector.FleetDetector`
-    on ``fleet_model`` (the fleet's shared model, loaded by the caller; None = the plant learns alone),
-    every other plant a :class:`~fedrca.detectors.plant.PlantDetector`. Randomness (random features,
-    randomized response) is seeded per plant from ``privacy.seed`` (or ``seed``) and the plant's
-    position, so every plant draws differently and every run draws the same.
+
+def plant_seed(config: SiteConfig, plant: PlantConfig, seed: int | None = None) -> int:
+    """The plant's own seed: ``privacy.seed`` (or ``seed``) and the plant's position.
+
+    Every plant draws differently (random features, randomized response) and every run draws the same.
     """
     base_seed = config.privacy.seed if seed is None else seed
-    plant_seed = base_seed * 1000 + config.plant_names.index(plant.name)
-    if plant.detector.kind == "fleet":
-        d = plant.detector
-        return FleetDetector(
-            name=plant.name,
-            model=fleet_model,
-            n_components=d.components,
-            rho=d.rho,
-            folds=d.folds,
-            percentile=d.percentile,
-            epsilon=config.privacy.flag_epsilon,
-            seed=plant_seed,
+    return base_seed * 1000 + config.plant_names.index(plant.name)
+
+
+def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = None) -> PlantDetector:
+    """An unfitted :class:`~fedrca.detectors.plant.PlantDetector` with the plant's configured settings.
+
+    Seeded by :func:`plant_seed`. A plant with ``detector.kind: fleet`` is refused with a
+    ConfigError: its detector lives in :mod:`fedrca.fleet` (built by
+    :func:`fedrca.cli.site.build_detector`).
+    """
+    if plant.detector.kind != "plant":
+        index = config.plant_names.index(plant.name)
+        raise ConfigError(
+            f"plant '{plant.name}' runs the {plant.detector.kind} detector (detector.kind: {plant.detector.kind}); "
+            "this builder makes plant detectors only (the fleet's: fedrca.fleet.build_fleet_detector)",
+            source=config.source,
+            key=f"plants[{index}].detector.kind",
         )
     model = None
     if plant.model.kind == "plugin" and plant.model.plugin:
@@ -98,7 +102,7 @@ def build_detector(
         severity_base=scoring.severity_base,
         level_epsilon=config.privacy.level_epsilon,
         epsilon=config.privacy.flag_epsilon,
-        seed=plant_seed,
+        seed=plant_seed(config, plant, seed),
     )
 
 
@@ -106,20 +110,16 @@ def fit_detectors(
     config: SiteConfig,
     nominal: Mapping[str, PlantArrays],
     seed: int | None = None,
-    fleet_models: Mapping[str, FleetModel] | None = None,
     segments: Sequence[int] | None = None,
+    build: Builder = build_detector,
 ) -> dict[str, Detector]:
     """One detector per plant, fitted on its nominal data (per-plant arrays in configured column order).
 
-    ``fleet_models``: the shared model of each fleet plant that has one (see :func:`build_detector`).
     ``segments``: lengths of the consecutive recordings the nominal rows are made of
-    (:meth:`PlantDetector.fit`; a fleet detector fits on the rows as one recording); None = one recording.
+    (:meth:`PlantDetector.fit`; any other detector fits on the rows as one recording); None = one recording.
+    ``build``: the detector of one plant (default :func:`build_detector`, plant detectors only).
     """
-    models = fleet_models or {}
-    return {
-        plant.name: _fit(build_detector(config, plant, seed, models.get(plant.name)), nominal[plant.name], segments)
-        for plant in config.plants
-    }
+    return {plant.name: _fit(build(config, plant, seed), nominal[plant.name], segments) for plant in config.plants}
 
 
 def _fit(detector: Detector, data: PlantArrays, segments: Sequence[int] | None) -> Detector:

@@ -20,7 +20,7 @@ import pandas as pd
 from fedrca.cli.fleet.config import FleetConfig, load_fleet_config
 from fedrca.cli.fleet.run import FleetOutcome, Runner, run_fleet, write_outcome
 from fedrca.cli.outputs import Outputs
-from fedrca.detectors.collabdict import PrivacyWarning
+from fedrca.fleet.collabdict import PrivacyWarning
 
 __all__ = ["register"]
 

@@ -49,9 +49,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from fedrca.config import DatasetSettings
 from fedrca.config.limits import MAX_TOPIC_LENGTH, file_name_problem, name_fits_topic
-from fedrca.detectors.collabdict import FleetSettings
-from fedrca.detectors.consensus import PeerGraph
 from fedrca.exceptions import ConfigError
+from fedrca.fleet.collabdict import FleetSettings
+from fedrca.fleet.consensus import PeerGraph
 
 __all__ = ["FleetConfig", "ParticipantConfig", "SimulateSource", "load_fleet_config", "parse_fleet_config"]
 
@@ -233,7 +233,7 @@ class FleetConfig(_Strict):
         return files
 
     def settings(self) -> FleetSettings:
-        """The core's :class:`~fedrca.detectors.collabdict.FleetSettings`."""
+        """The core's :class:`~fedrca.fleet.collabdict.FleetSettings`."""
         m, c, t, p = self.model, self.consensus, self.threshold, self.privacy
         return FleetSettings(
             n_components=m.components,

@@ -1,9 +1,9 @@
 """Run a configured fleet (in one process, or over Kafka) and evaluate every participant's detector.
 
 :func:`run_fleet` loads the participants' data, runs the protocol
-(:func:`fedrca.detectors.fleet.simulate_fleet`, or the Kafka driver of
+(:func:`fedrca.fleet.model.simulate_fleet`, or the Kafka driver of
 :mod:`fedrca.connectors.fleet_kafka`), then builds each participant's
-:class:`~fedrca.detectors.fleet_detector.FleetDetector` from the shared model and
+:class:`~fedrca.fleet.detector.FleetDetector` from the shared model and
 its own data and scores the ``evaluate`` files: false-alarm rate on the nominal
 ones, detection rate after ``onset`` on the fault ones.
 """
@@ -24,9 +24,9 @@ from fedrca.cli.fleet.config import FleetConfig
 from fedrca.cli.fleet.sources import check_fleet, load_file, load_participants
 from fedrca.cli.fleet.store import _json_safe, save_fleet_model
 from fedrca.cli.outputs import write_file
-from fedrca.detectors.fleet import FleetRun, InProcessNetwork, simulate_fleet
-from fedrca.detectors.fleet_detector import FleetDetector
 from fedrca.exceptions import ConfigError
+from fedrca.fleet.detector import FleetDetector
+from fedrca.fleet.model import FleetRun, InProcessNetwork, simulate_fleet
 
 __all__ = ["FleetOutcome", "evaluate_fleet", "run_fleet", "write_outcome"]
 

@@ -7,7 +7,7 @@ re-estimated from its nominal data when its detector is fitted.
 Examples
 --------
 >>> import numpy as np, tempfile, pathlib
->>> from fedrca.detectors.collabdict import FleetModel
+>>> from fedrca.fleet.collabdict import FleetModel
 >>> model = FleetModel(np.zeros(2), np.ones(2), np.zeros((1, 2)), np.eye(2)[None], 3.5, {"participants": 4})
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "model.npz"
 >>> _ = save_fleet_model(path, model, columns=["a", "b"])
@@ -28,8 +28,8 @@ import numpy as np
 
 from fedrca.cli.outputs import write_file, write_with
 from fedrca.contracts.artifacts import arrays_sha256
-from fedrca.detectors.collabdict import FleetModel
 from fedrca.exceptions import ArtifactError, DataError, IntegrityError
+from fedrca.fleet.collabdict import FleetModel
 
 __all__ = ["load_fleet_model", "save_fleet_model"]
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from scipy.stats import multivariate_normal
 
 from fedrca.datasets.fleet import fleet_patterns
-from fedrca.detectors.collabdict import (
+from fedrca.exceptions import ConfigError, DataError
+from fedrca.fleet.collabdict import (
     FleetModel,
     FleetSettings,
     GlobalLearner,
@@ -30,7 +31,6 @@ from fedrca.detectors.collabdict import (
     posterior_pseudo_samples,
     unpack_statistics,
 )
-from fedrca.exceptions import ConfigError, DataError
 
 
 def _random_precisions(rng, K, M):

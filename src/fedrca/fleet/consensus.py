@@ -27,7 +27,7 @@ participant talks only to its neighbours in a sparse peer graph:
   same rounds, each on a differently re-labelled copy of the graph. The
   re-labellings are derived from a shared seed so that no participant is the
   neighbour of the same peer in every chunk session: no single peer ever
-  receives all C first-round chunks of anybody (tests/detectors/test_fleet.py
+  receives all C first-round chunks of anybody (tests/fleet/test_model.py
   checks the recorded messages).
 
 Everything that crosses between participants is a :class:`ConsensusMessage`, an

@@ -12,7 +12,7 @@ Learning alternates, at every participant s,
   ``r_k(n) ∝ pi_k^s N(x_n | mu_k, Lambda_k^-1)``, new weights ``pi_k^s = N_k^s / N^s``
   and the statistics ``N_k^s = sum_n r``, ``m_k^s = sum_n r x``, ``C_k^s = sum_n r x x^T``
   (packed into one vector by :func:`pack_statistics`, with the local log-likelihood);
-* ``consensus``: the fleet sums of the statistics (:mod:`fedrca.detectors.consensus`);
+* ``consensus``: the fleet sums of the statistics (:mod:`fedrca.fleet.consensus`);
 * ``optimize`` (MAP M-step, Eq. 15-16) from the sums, identical at every participant::
 
       mu_k     = (lambda0 m0 + Nbar_k mbar_k) / (lambda0 + Nbar_k)
@@ -68,9 +68,9 @@ from scipy.special import logsumexp
 from sklearn.covariance import graphical_lasso
 from sklearn.exceptions import ConvergenceWarning
 
-from fedrca.detectors.consensus import StepRule
 from fedrca.detectors.identify import Standardizer
 from fedrca.exceptions import ConfigError, ConvergenceError, DataError
+from fedrca.fleet.consensus import StepRule
 
 __all__ = [
     "CentralFit",
@@ -225,7 +225,7 @@ def unpack_statistics(vec: ArrayLike, K: int, M: int) -> tuple[FloatArray, Float
 
 #: a centred sum of squares below this share of the largest is below the scale
 #: session's resolution (a relative consensus error of ~1e-11 of the largest element):
-#: its variable is scaled by the floor instead (tests/detectors/test_collabdict.py::
+#: its variable is scaled by the floor instead (tests/fleet/test_collabdict.py::
 #: test_staged_standardiser_keeps_constant_columns_constant)
 SPREAD_FLOOR = 1e-8
 
@@ -379,7 +379,7 @@ def initialise(
 def initialise_centralised(datasets: Sequence[ArrayLike], settings: FleetSettings) -> FleetInit:
     """:func:`initialise` from exact sums of every participant's raw data (the fleet's twin).
 
-    The same three stages as :meth:`fedrca.detectors.fleet.FleetParticipant.protocol`,
+    The same three stages as :meth:`fedrca.fleet.model.FleetParticipant.protocol`,
     each summed exactly instead of by consensus (first candidate; not yet chosen).
     """
     Xs = [np.asarray(x, dtype=np.float64) for x in datasets]

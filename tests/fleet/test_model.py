@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from fedrca.datasets.fleet import fleet_patterns
-from fedrca.detectors.collabdict import (
+from fedrca.exceptions import ConfigError, DataError, ModelError
+from fedrca.fleet.collabdict import (
     FleetSettings,
     PrivacyWarning,
     fit_centralised,
     initialise_centralised,
     unpack_statistics,
 )
-from fedrca.detectors.consensus import Exchange, MessageKey, PeerGraph
-from fedrca.detectors.fleet import FleetParticipant, InProcessNetwork, simulate_fleet
-from fedrca.exceptions import ConfigError, DataError, ModelError
-from tests.detectors.test_collabdict import tight_fleet_data
+from fedrca.fleet.consensus import Exchange, MessageKey, PeerGraph
+from fedrca.fleet.model import FleetParticipant, InProcessNetwork, simulate_fleet
+from tests.fleet.test_collabdict import tight_fleet_data
 
 SETTINGS = FleetSettings(n_components=3, folds=0, chunks=3, seed=0)
 

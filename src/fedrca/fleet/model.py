@@ -1,7 +1,7 @@
 """A fleet of participants learning one CollabDict model peer to peer (pure core, no I/O).
 
 Each :class:`FleetParticipant` holds its own raw data and runs the whole protocol
-as a generator: it yields an :class:`~fedrca.detectors.consensus.Exchange`
+as a generator: it yields an :class:`~fedrca.fleet.consensus.Exchange`
 (messages to send, messages it waits for) every round and is resumed with the
 messages it waited for. Nothing else passes between participants, so the same
 participant runs in one process (:class:`InProcessNetwork`, :func:`simulate_fleet`)
@@ -12,7 +12,7 @@ The protocol of one participant:
 1. **scale**: three sums, each centred on what the previous one agreed: [N, sum x] ->
    the mean c; sum (x - c)^2 -> per-variable scales s; sum z, sum z z^T with z = (x - c) / s ->
    the fleet standardiser and candidate initial means (identical everywhere,
-   :func:`fedrca.detectors.collabdict.initialise`). Raw sums [N, sum x, sum x x^T]
+   :func:`fedrca.fleet.collabdict.initialise`). Raw sums [N, sum x, sum x x^T]
    would lose a sensor with a large mean and a small spread to cancellation;
    **init**: the fleet sums every candidate's local log-likelihood and keeps the best;
 2. **fit**: EM iterations ``local_update -> consensus -> optimize`` until the fleet
@@ -48,7 +48,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.contracts.deadletter import DeadLetterReason as R
-from fedrca.detectors.collabdict import (
+from fedrca.exceptions import ConfigError, DataError, MessageError, ModelError
+from fedrca.fleet.collabdict import (
     FleetInit,
     FleetModel,
     FleetSettings,
@@ -69,7 +70,7 @@ from fedrca.detectors.collabdict import (
     score_histogram,
     spread_statistics,
 )
-from fedrca.detectors.consensus import (
+from fedrca.fleet.consensus import (
     ConsensusMessage,
     ConsensusSession,
     Exchange,
@@ -79,7 +80,6 @@ from fedrca.detectors.consensus import (
     session_labellings,
     step_size,
 )
-from fedrca.exceptions import ConfigError, DataError, MessageError, ModelError
 
 __all__ = [
     "FleetParticipant",
@@ -250,7 +250,7 @@ class FleetParticipant:
     def _pooled_quantile(
         self, excess: FloatArray, percentile: float
     ) -> Generator[Exchange, list[ConsensusMessage], float]:
-        """The fleet's two-pass histogram quantile (:func:`~fedrca.detectors.collabdict.pooled_quantile`)."""
+        """The fleet's two-pass histogram quantile (:func:`~fedrca.fleet.collabdict.pooled_quantile`)."""
         coarse = coarse_edges()
         # consensus sums are within ~1e-10 of whole counts; rounding makes them exact
         c1 = np.round((yield from self.fleet_sum(score_histogram(excess, coarse), "threshold/coarse")))

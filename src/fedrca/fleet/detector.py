@@ -26,12 +26,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedrca.detectors.collabdict import FleetModel, FleetSettings, fit_centralised, responsibilities
+from fedrca.config import PlantConfig, SiteConfig
+from fedrca.detectors.factory import plant_seed
 from fedrca.detectors.plant import DetectionResult, Detector
 from fedrca.detectors.privacy import RandomizedResponse
-from fedrca.exceptions import DataError, ModelError, NotFittedError
+from fedrca.exceptions import ConfigError, DataError, ModelError, NotFittedError
+from fedrca.fleet.collabdict import FleetModel, FleetSettings, fit_centralised, responsibilities
 
-__all__ = ["FleetDetector", "ThresholdView"]
+__all__ = ["FleetDetector", "ThresholdView", "build_fleet_detector"]
 
 FloatArray = NDArray[np.float64]
 
@@ -52,7 +54,7 @@ class FleetDetector(Detector):
     model : the fleet's shared model (``fedrca fleet`` writes it); when None,
         :meth:`fit` learns one on this plant's data alone (a fleet of one)
     n_components, rho, lambda0, folds, percentile, max_iter : model settings for a fleet of
-        one (see :class:`~fedrca.detectors.collabdict.FleetSettings`); ``percentile`` also
+        one (see :class:`~fedrca.fleet.collabdict.FleetSettings`); ``percentile`` also
         sets the threshold when the shared model carries none
     margin : multiplies the threshold (>= 1)
     epsilon : flag privacy budget per published flag (inf = no perturbation)
@@ -219,3 +221,31 @@ class FleetDetector(Detector):
 
     def reset(self) -> None:
         """Nothing to forget (memoryless per sample); kept for the plant-detector interface."""
+
+
+def build_fleet_detector(
+    config: SiteConfig, plant: PlantConfig, seed: int | None = None, model: FleetModel | None = None
+) -> FleetDetector:
+    """An unfitted :class:`FleetDetector` for a plant with ``detector.kind: fleet``.
+
+    ``model`` is the fleet's shared model (read by the caller from ``detector.model``; None = the
+    plant learns alone); the seed is the plant's own (:func:`fedrca.detectors.factory.plant_seed`).
+    """
+    if plant.detector.kind != "fleet":
+        index = config.plant_names.index(plant.name)
+        raise ConfigError(
+            f"plant '{plant.name}' runs the {plant.detector.kind} detector, not the fleet detector",
+            source=config.source,
+            key=f"plants[{index}].detector.kind",
+        )
+    d = plant.detector
+    return FleetDetector(
+        name=plant.name,
+        model=model,
+        n_components=d.components,
+        rho=d.rho,
+        folds=d.folds,
+        percentile=d.percentile,
+        epsilon=config.privacy.flag_epsilon,
+        seed=plant_seed(config, plant, seed),
+    )

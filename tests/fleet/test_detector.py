@@ -7,10 +7,15 @@ import math
 import numpy as np
 import pytest
 
+from fedrca.cli.site import build_detector
+from fedrca.config import parse_config
 from fedrca.datasets.fleet import fleet_patterns
-from fedrca.detectors.collabdict import FleetSettings, fit_centralised
-from fedrca.detectors.fleet_detector import FleetDetector
-from fedrca.exceptions import DataError, NotFittedError
+from fedrca.detectors.factory import build_detector as build_plant_detector
+from fedrca.detectors.factory import plant_seed
+from fedrca.detectors.plant import PlantDetector
+from fedrca.exceptions import ConfigError, DataError, NotFittedError
+from fedrca.fleet.collabdict import FleetSettings, fit_centralised
+from fedrca.fleet.detector import FleetDetector, build_fleet_detector
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +72,28 @@ def test_mismatched_or_unfitted_use_is_refused(shared):
         det.step_batch(np.zeros((2, 5)))
     with pytest.raises(DataError, match="NaN"):
         det.step_batch(np.full((2, 3), np.nan))
+
+
+def test_a_site_builds_the_fleet_detector_for_a_fleet_plant_and_the_plant_detector_for_the_others(shared):
+    _, fit = shared
+    config = parse_config(
+        {
+            "site": "mixed",
+            "plants": [
+                {"name": "own", "sensors": ["a"]},
+                {"name": "member", "sensors": ["b", "c", "d"], "detector": {"kind": "fleet", "percentile": 99.0}},
+            ],
+            "privacy": {"flag_epsilon": 2.0, "seed": 5},
+        }
+    )
+    own, member = config.plants
+    det = build_detector(config, member, fleet_model=fit.model)
+    assert isinstance(det, FleetDetector) and det.model is fit.model
+    # the plant's own seed and budget, like every plant detector's
+    assert det.seed == plant_seed(config, member) == 5 * 1000 + 1 and det.epsilon == 2.0 and det.percentile == 99.0
+    assert isinstance(build_detector(config, own), PlantDetector)
+    # the per-plant core builds plant detectors only, and says which plant and key when asked for a fleet's
+    with pytest.raises(ConfigError, match=r"^plants\[1\]\.detector\.kind: plant 'member' runs the fleet detector"):
+        build_plant_detector(config, member)
+    with pytest.raises(ConfigError, match=r"^plants\[0\]\.detector\.kind: plant 'own' runs the plant detector"):
+        build_fleet_detector(config, own)

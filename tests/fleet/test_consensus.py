@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrca.detectors.consensus import (
+from fedrca.exceptions import ConfigError, ConvergenceError, MessageError
+from fedrca.fleet.consensus import (
     ConsensusMessage,
     ConsensusSession,
     PeerGraph,
@@ -18,7 +19,6 @@ from fedrca.detectors.consensus import (
     session_labellings,
     step_size,
 )
-from fedrca.exceptions import ConfigError, ConvergenceError, MessageError
 
 
 @st.composite
