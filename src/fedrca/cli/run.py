@@ -135,6 +135,7 @@ def _served_plants(config: SiteConfig, text: str | None) -> list[str]:
 
 
 def _replay_to_kafka(args: argparse.Namespace) -> int:
+    Outputs.plan({"--config": args.config, "--input": args.input, "--labels": args.labels})  # inputs only
     config = load_config(args.config)
     bootstrap = bootstrap_of(args.broker)
     pacer = replay.Pacer.from_spec(args.speed)

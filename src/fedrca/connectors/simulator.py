@@ -210,13 +210,6 @@ class SimulationSpec:
             )
         if int(self.seed) != self.seed or not 0 <= self.seed < 2**32:
             raise ConfigError(f"seed must be an integer in 0..{2**32 - 1}, got {self.seed}", key="--seed")
-        late = [d for d in self.disturbances if d.onset_h >= self.hours]
-        if late:
-            raise ConfigError(
-                f"IDV {late[0].idv} starts at {late[0].onset_h:g} h, after the {self.hours:g} h run ends; give an "
-                "onset before the end (or more --hours)",
-                key="--idv",
-            )
         if self.mode not in TEP_MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; modes are {', '.join(TEP_MODES)}", key="--mode")
         if not (0 < self.control_interval <= 0.05):
@@ -234,6 +227,13 @@ class SimulationSpec:
             )
         if len({d.idv for d in self.disturbances}) != len(self.disturbances):
             raise ConfigError("each IDV may be given once", key="--idv")
+        late = [d for d in self.disturbances if d.onset_h >= self.hours]
+        if late:
+            raise ConfigError(
+                f"IDV {late[0].idv} starts at {late[0].onset_h:g} h, after the {self.hours:g} h run ends; give an "
+                "onset before the end (or more --hours)",
+                key="--idv",
+            )
 
     @property
     def steps_per_sample(self) -> int:
