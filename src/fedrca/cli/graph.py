@@ -37,13 +37,13 @@ import pandas as pd
 from fedrca.causal.fedpc import FedPCResult, FedPCServer, FedPCSite, TestKind, aggregate_to_groups
 from fedrca.cli.outputs import Outputs
 from fedrca.cli.report import graph_picture
-from fedrca.config import SiteConfig, load_config, resolve_plants
+from fedrca.config import MIN_NOMINAL_SAMPLES, SiteConfig, load_config, resolve_plants
 from fedrca.config.limits import MEMORY_LIMIT, gib, largest
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
 from fedrca.rca.graph import InterdependencyGraph
 
-__all__ = ["PICTURE_FORMATS", "check_sites", "learn_site_graph", "register", "site_frames"]
+__all__ = ["PICTURE_FORMATS", "check_options", "check_sites", "learn_site_graph", "register", "site_frames"]
 
 #: File name endings of the graph picture (the formats it is drawn in).
 PICTURE_FORMATS = (".png", ".svg", ".pdf")
@@ -78,6 +78,11 @@ def site_frames(
         if split == 1:
             frames.append((str(path), frame))
             continue
+        if len(frame) // split < MIN_NOMINAL_SAMPLES:  # before the cut: a split beyond the rows allocates nothing
+            raise DataError(
+                f"--split {split} leaves {path} {len(frame) // split} samples per site ({len(frame)} rows), fewer than "
+                f"{MIN_NOMINAL_SAMPLES}: give --split at most {max(1, len(frame) // MIN_NOMINAL_SAMPLES)}"
+            )
         bounds = np.linspace(0, len(frame), split + 1).astype(int)
         for k in range(split):
             frames.append((f"{path}[{bounds[k]}:{bounds[k + 1]}]", frame.iloc[bounds[k] : bounds[k + 1]]))
@@ -99,6 +104,18 @@ def _variables(config: SiteConfig) -> tuple[list[str], list[str]]:
 CELL_SAMPLES = 5
 #: Bytes per cell of a G-square query's tables (counts, margins, expected counts, terms: float64).
 G_SQUARE_CELL_BYTES = 48
+
+
+def check_options(alpha: float, keep_fraction: float, max_cond: int | None, split: int) -> None:
+    """Refuse option values FedPC has no meaning for (one line naming the option and the valid range)."""
+    if not 0.0 < alpha < 1.0:
+        raise DataError(f"--alpha must be in (0, 1), got {alpha}")
+    if not 0.0 <= keep_fraction < 1.0:
+        raise DataError(f"--keep-fraction must be in [0, 1), got {keep_fraction}")
+    if max_cond is not None and max_cond < 0:
+        raise DataError(f"--max-cond must be >= 0, got {max_cond}")
+    if split < 1:
+        raise DataError(f"--split must be >= 1, got {split}")
 
 
 def check_sites(
@@ -222,12 +239,7 @@ def learn_site_graph(
 
 def _graph(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    if not 0.0 < args.alpha < 1.0:
-        raise DataError(f"--alpha must be in (0, 1), got {args.alpha}")
-    if not 0.0 <= args.keep_fraction < 1.0:
-        raise DataError(f"--keep-fraction must be in [0, 1), got {args.keep_fraction}")
-    if args.max_cond is not None and args.max_cond < 0:
-        raise DataError(f"--max-cond must be >= 0, got {args.max_cond}")
+    check_options(args.alpha, args.keep_fraction, args.max_cond, args.split)
     picture = Path(args.picture) if args.picture else Path(args.out).with_suffix(".png")
     seen: dict[str, str] = {}
     for site in args.sites:
