@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable
 
 __all__ = [
+    "BASE_MEMORY",
+    "DATA_MEMORY_FACTOR",
     "MAX_FILE_NAME",
     "MAX_PRIVACY_WINDOW",
     "MAX_SEVERITY_LEVELS",
@@ -31,6 +33,7 @@ __all__ = [
     "gib",
     "largest",
     "name_fits_topic",
+    "peak_memory",
     "plant_bytes",
     "render_topic",
     "whatif_bytes",
@@ -52,8 +55,40 @@ MAX_SEVERITY_LEVELS = 64
 MEMORY_LIMIT = 1 << 30
 
 
+#: Peak memory of any command before its data and parameters: the interpreter, numpy, scipy, pandas,
+#: pydantic, matplotlib and a report's figures (measured 190-240 MB; docs/limits.md).
+BASE_MEMORY = 300_000_000
+#: Bytes of memory per byte of the data files a command reads (the parsed frame, per-plant arrays,
+#: scores and flags of every row, the text of JSON-lines outputs; measured about 5).
+DATA_MEMORY_FACTOR = 10
+
+
+def peak_memory(data_bytes: int, term: int) -> int:
+    """The documented bound of a command's peak memory (docs/limits.md): ``BASE + 10 x data + term``.
+
+    ``term`` is the command's parameter term (:func:`fleet_bytes`, :func:`plant_bytes`,
+    :func:`whatif_bytes`, a G-square table ...), at most :data:`MEMORY_LIMIT` on any accepted
+    configuration, so no command takes more than ``BASE + 10 x data + MEMORY_LIMIT``.
+
+    Examples
+    --------
+    >>> gib(peak_memory(10_000_000, MEMORY_LIMIT))
+    '1.5 GB'
+    """
+    return BASE_MEMORY + DATA_MEMORY_FACTOR * data_bytes + term
+
+
 def gib(nbytes: float) -> str:
-    """A byte count for a message: ``'2.1 GB'``, ``'340 MB'``."""
+    """A byte count for a message: ``'2.1 GB'``, ``'340 MB'``, ``'about 4.8e+644 bytes'`` (any integer size).
+
+    Examples
+    --------
+    >>> gib(2_100_000_000), gib(340_000_000), gib(48 * 10**643)
+    ('2.1 GB', '340 MB', 'about 4.8e+644 bytes')
+    """
+    if isinstance(nbytes, int) and nbytes >= 10**15:
+        digits = str(nbytes)
+        return f"about {digits[0]}.{digits[1]}e+{len(digits) - 1} bytes"
     return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.0f} MB"
 
 
@@ -147,15 +182,17 @@ def plant_bytes(rows: int, sensors: int, features: int) -> int:
 
 
 def whatif_bytes(steps: int, states: int, sensors: int) -> int:
-    """Bytes of a what-if response (``fedrca whatif --steps K``): ``24 K (S + D)`` for S states and D sensors
-    (the state and sensor responses and one temporary of each).
+    """Bytes of a what-if answer (``fedrca whatif --steps K``): ``256 K (S + D)`` for S states and D sensors.
+
+    The state and sensor responses (float64, with a temporary each) and the answer's JSON: every
+    number as a Python float in a list and as text (``--json``), about 200 bytes a number.
 
     Examples
     --------
-    >>> whatif_bytes(100_000, 4, 16)
-    48000000
+    >>> gib(whatif_bytes(100_000, 4, 16))
+    '512 MB'
     """
-    return 24 * steps * (states + sensors)
+    return 256 * steps * (states + sensors)
 
 
 def largest(limit: int, size: Callable[[int], int], cap: int) -> int:

@@ -181,12 +181,14 @@ def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData,
                 key=f"{key}.detector.components",
             )
     elif plant.augmentation.features == "rff":
-        F = plant.augmentation.n_features
-        if plant_bytes(T, D, F) > MEMORY_LIMIT:
-            fits = largest(MEMORY_LIMIT, lambda f: plant_bytes(T, D, f), F)
+        # every plant's detector and training share the limit
+        F, share = plant.augmentation.n_features, MEMORY_LIMIT // len(config.plants)
+        if plant_bytes(T, D, F) > share:
+            fits = largest(share, lambda f: plant_bytes(T, D, f), F)
             raise ConfigError(
                 f"{F} random features of {D} sensors over {T} nominal rows need about {gib(plant_bytes(T, D, F))}, "
-                f"over the {gib(MEMORY_LIMIT)} limit (docs/limits.md): set it to at most {fits}",
+                f"over this plant's share {gib(share)} of the {gib(MEMORY_LIMIT)} limit (docs/limits.md): set it to "
+                f"at most {fits}",
                 source=config.source,
                 key=f"{key}.augmentation.n_features",
             )

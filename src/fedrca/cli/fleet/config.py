@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fedrca.config import DatasetSettings
 from fedrca.config.limits import MAX_TOPIC_LENGTH, file_name_problem, name_fits_topic
@@ -84,6 +84,15 @@ class DataSettings(DatasetSettings):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     format: Literal["tep", "csv", "hai", "swat"] = "csv"
+    columns: list[str] | None = Field(None, min_length=1, description="the variables, in order (default: every one)")
+
+    @field_validator("columns")
+    @classmethod
+    def _distinct(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            repeated = sorted({c for c in value if value.count(c) > 1})
+            raise ValueError(f"columns must not repeat a variable; repeated: {', '.join(repeated)}")
+        return value
 
 
 class SimulateSource(_Strict):
