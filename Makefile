@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedrca-installed
 
-.PHONY: demo test exhaustive bench install lint typecheck system-deps kafka-jars k8s clean
+.PHONY: demo test exhaustive bench docs-figures install lint typecheck system-deps kafka-jars k8s clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ exhaustive: $(STAMP) system-deps kafka-jars
 ## make bench: benchmarks against named peers, measured in the same run
 bench: $(STAMP) kafka-jars
 	$(BIN)/python bench/run.py --repeat 3
+
+## make docs-figures: rerun the command behind every figure the docs quote and rewrite it (tools/docs_figures.py;
+## the benchmarks included: run it alone on an otherwise idle machine, load < 2)
+docs-figures: $(STAMP) kafka-jars
+	$(BIN)/python tools/docs_figures.py
 
 system-deps:
 	tools/ensure-system-deps.sh

@@ -25,6 +25,7 @@ from fedrca.datasets import load_hai
 ROWS = 60_000
 TAGS = 86
 TARGET_RATIO = 3.0
+SMOKE = {"ROWS": 2_000}  # bench/run.py --smoke
 
 
 def write_file(path: Path) -> None:

@@ -48,6 +48,19 @@ N_SAMPLES = 5000
 ALPHA = 0.01
 KEEP = 0.3
 REPS = 5
+SENSITIVITY_REPS = 3
+LINEAR_VARIABLES = (10, 20, 50)
+SITES = (5, 10)
+GRAPH_SPLITS = (3, 5)  # TEP: d00.dat split into this many sites
+SMOKE = {  # bench/run.py --smoke
+    "N_SAMPLES": 300,
+    "REPS": 1,
+    "SENSITIVITY_REPS": 1,
+    "LINEAR_VARIABLES": (10,),
+    "SITES": (5,),
+    "GRAPH_SPLITS": (3,),
+    "TEP_FAULTS": {"04": "reactor"},
+}  # bench/run.py --smoke
 TEP_FAULTS = {"01": "feed", "04": "reactor", "05": "separator", "06": "feed"}
 
 
@@ -163,7 +176,7 @@ def tep_table() -> tuple[pd.DataFrame, bool]:
     site = prepare_site(config, REPO / "data/tep/d00.dat")
     runs = {f: run_pipeline(site, REPO / f"data/tep/d{f}_te.dat") for f in [*TEP_FAULTS, "00"]}
     graphs = {"complete": (InterdependencyGraph.complete(config.plant_names), "-", 0.0)}
-    for split in (3, 5):
+    for split in GRAPH_SPLITS:
         resolved, frames = site_frames(config, [REPO / "data/tep/d00.dat"], split)
         for orientation in ("cpdag", "dag"):
             started = time.perf_counter()
@@ -204,7 +217,7 @@ def main() -> int:
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 20)
     started = time.perf_counter()
-    linear_settings = [("linear", p, K) for p in (10, 20, 50) for K in (5, 10)]
+    linear_settings = [("linear", p, K) for p in LINEAR_VARIABLES for K in SITES]
     checks: list[bool] = []
     lin, lin_verdicts = table(linear_settings, linear_maker((0.5, 2.0)), "fisher-z", checks)
     same = f"{sum(checks)}/{len(checks)}"
@@ -213,12 +226,12 @@ def main() -> int:
     print(lin.round(3).to_string(index=False))
     print(pd.DataFrame(lin_verdicts).round(2).to_string(index=False))
 
-    weak, weak_verdicts = table(linear_settings, linear_maker((0.3, 1.0)), "fisher-z", reps=3)
+    weak, weak_verdicts = table(linear_settings, linear_maker((0.3, 1.0)), "fisher-z", reps=SENSITIVITY_REPS)
     print("\n2. Linear-Gaussian, weights ±U(0.3, 1.0) (sensitivity, no target), mean of 3 graphs per setting")
     print(weak.round(3).to_string(index=False))
     print(pd.DataFrame(weak_verdicts).round(2).to_string(index=False))
 
-    disc, disc_verdicts = table([("discrete", 0, K) for K in (5, 10)], discrete_make, "g-square")
+    disc, disc_verdicts = table([("discrete", 0, K) for K in SITES], discrete_make, "g-square")
     print(f"\n3. Discrete Bayesian networks, 8-12 binary/ternary variables, G-square, mean of {REPS} networks")
     print(disc.drop(columns=["p"]).round(3).to_string(index=False))
     print(pd.DataFrame(disc_verdicts).drop(columns=["p"]).round(2).to_string(index=False))

@@ -57,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 SIZES = (5, 11, 23, 47)
 FAULTS = ("01", "04", "05", "06")
 N_SCORE = 200_000
+SMOKE = {"SIZES": (5, 11), "N_SCORE": 2_000, "FAULTS": ("04",)}  # bench/run.py --smoke
 
 
 def consensus_table() -> bool:

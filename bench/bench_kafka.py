@@ -32,6 +32,7 @@ OFFERED_RATE = 1000.0
 PACED_SECONDS = 5.0
 REPLAY_ROWS = 10_000  # x 5 plants = 50k messages
 TARGET_RATIO = 0.5
+SMOKE = {"PEER_MESSAGES": 2_000, "PACED_SECONDS": 1.0, "REPLAY_ROWS": 400}  # bench/run.py --smoke
 
 
 def start_broker() -> tuple[str, dict[str, object], float]:
@@ -76,7 +77,7 @@ def replay_rate(bootstrap: str) -> tuple[float, int, int]:
     reps = -(-REPLAY_ROWS // len(frame))
     tiled = pd.DataFrame(np.tile(frame.to_numpy(), (reps, 1))[:REPLAY_ROWS], columns=frame.columns)
     data = Dataset(tiled, np.arange(REPLAY_ROWS) * 180.0, None, "d01_te.dat (tiled)", "tep")
-    ensure_site_topics(bootstrap, config, partitions=1)
+    ensure_site_topics(bootstrap, config)  # one partition per topic (connectors/names.py)
     groups = {p.name: p.sensors for p in config.plants}
     sink = KafkaSink(bootstrap, config)
     started = time.perf_counter()

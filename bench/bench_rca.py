@@ -49,6 +49,18 @@ REPO = Path(__file__).resolve().parents[1]
 EPSILONS = [1.0, 2.0, 4.0, math.inf]
 TEP_FAULTS = {"01": "feed", "04": "reactor", "05": "separator", "06": "feed"}
 PUBLISHED = {"precision": 0.73, "recall": 0.57, "F1": 0.64}
+TWO_PLANT_SIZES = {"n_train": 3000, "n_test": 6000, "n_events": 100}
+CHAIN_SIZES = {"n_train": 4000, "n_test": 8000, "n_events": 100}
+SPEED_PLANTS = (2, 5, 20)
+SPEED_ROWS = 20_000
+SMOKE = {  # bench/run.py --smoke
+    "EPSILONS": [2.0, math.inf],
+    "TWO_PLANT_SIZES": {"n_train": 800, "n_test": 800, "n_events": 4},
+    "CHAIN_SIZES": {"n_train": 800, "n_test": 800, "n_events": 4},
+    "SPEED_PLANTS": (2,),
+    "SPEED_ROWS": 400,
+    "TEP_FAULTS": {"04": "reactor"},
+}
 
 
 def chain4(**kw):
@@ -81,9 +93,7 @@ def two_plant(trained: bool) -> tuple[list[dict], dict]:
                 with tempfile.TemporaryDirectory() as tmp:
                     result = run_synthetic(
                         nonlinear_two_plant,
-                        n_train=3000,
-                        n_test=6000,
-                        n_events=100,
+                        **TWO_PLANT_SIZES,
                         epsilon=eps,
                         graph=graph,
                         params_dir=tmp if train else None,
@@ -105,7 +115,7 @@ def chain(trained: bool) -> list[dict]:
     for label, train, graph, settings in [*runs, ("Theta = 0, all unseen", False, True, unseen)]:
         with tempfile.TemporaryDirectory() as tmp:
             result = run_synthetic(
-                chain4, n_train=4000, n_test=8000, n_events=100, graph=graph, params_dir=tmp if train else None,
+                chain4, **CHAIN_SIZES, graph=graph, params_dir=tmp if train else None,
                 train=train, settings=settings,
             )  # fmt: skip
         rows.append(synthetic_row(label, result, math.inf))
@@ -222,10 +232,10 @@ def tep(trained: bool) -> tuple[list[dict], bool, list[dict], list[dict]]:
 def speed() -> list[dict]:
     rng = np.random.default_rng(0)
     rows = []
-    for M in (2, 5, 20):
+    for M in SPEED_PLANTS:
         plants = [f"p{m}" for m in range(M)]
         graph = InterdependencyGraph.from_edges(plants, [(plants[m], plants[m + 1]) for m in range(M - 1)])
-        T = 20_000 if M <= 5 else 5_000
+        T = SPEED_ROWS if M <= 5 else SPEED_ROWS // 4
         truth = np.zeros((T, M, 2), dtype=np.int64)
         for start in range(100, T - 60, 200):  # an event every 200 rows at a rotating root
             k = (start // 200) % M

@@ -40,6 +40,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (50, 200, 1000)
 MESSAGES = {50: 3000, 200: 1500, 1000: 400}
+SMOKE = {"SIZES": (50,), "MESSAGES": {50: 50}}  # bench/run.py --smoke
 
 
 def train_rows(d: int) -> int:
@@ -55,6 +56,7 @@ def site(d: int, workdir: Path) -> Any:
     doc["site"] = f"size{d}"
     doc["dataset"] = {"format": "csv", "sample_seconds": 1}
     doc["plants"] = [{"name": "p0", "sensors": [f"s{i}" for i in range(d)]}]
+    doc.pop("rca", None)  # TEP's RCA settings name TEP's plants
     path = workdir / f"size{d}.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     return load_config(path)

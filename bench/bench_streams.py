@@ -76,6 +76,13 @@ WARMUP_ROWS = 10_000  # rows before the paced ones: fills the RCA's memory of re
 PEER_MESSAGES = 50_000
 PEER_SECONDS = 10.0
 TARGET_RATIO = 1.2
+SMOKE = {
+    "THROUGHPUT_ROWS": 400,
+    "RATES": (200.0,),
+    "WARMUP_ROWS": 200,
+    "PEER_MESSAGES": 2_000,
+    "PEER_SECONDS": 1.0,
+}  # bench/run.py --smoke
 TARGET_P99_MS = 100.0
 STAGES = ("consume", "flags", "aligned", "verdict")
 PROFILE_ENV = "FEDRCA_BENCH_PROFILE"

@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 LINEAR_SAMPLES = 10_000
 SCALING_SAMPLES = 5_000
 SCALING_ROUNDS = 10
+SMOKE = {"LINEAR_SAMPLES": 1_000, "SCALING_SAMPLES": 500, "SCALING_ROUNDS": 2}  # bench/run.py --smoke
 
 
 def _linear_job(samples: int = LINEAR_SAMPLES, seed: int = 0, **training: object) -> tuple:
@@ -81,7 +82,7 @@ def linear_tables() -> bool:
             {
                 **config.training.model_dump(),
                 "rounds": 5,
-                "privacy": {**config.training["privacy"], "state_epsilon": eps},
+                "privacy": {**config.training.privacy.model_dump(), "state_epsilon": eps},
             }
         )
         result = FederatedTraining(config, frames, settings=s).run()

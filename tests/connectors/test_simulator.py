@@ -20,18 +20,21 @@ import pytest
 
 from fedrca.cli import main
 from fedrca.connectors import simulator
+from fedrca.connectors.replay import ListSink, Pacer
 from fedrca.connectors.simulator import (
     SIM_EXTRA_HINT,
     Disturbance,
     SimulationSpec,
+    TEPSimulator,
     cached_run,
     column_map,
     parse_disturbance,
     simulate,
+    stream_simulation,
     write_tep_dat,
 )
 from fedrca.datasets.tep import TEP_COLUMNS, load_tep
-from fedrca.exceptions import ConfigError, ModelError
+from fedrca.exceptions import ConfigError, DataError, ModelError
 
 
 def _require_extra() -> None:
@@ -243,3 +246,47 @@ def test_lean_step_equals_advance():
     sim.lean = False
     public = np.array([row for _, row in sim.rows()])
     np.testing.assert_array_equal(lean, public)
+
+
+@needs_sim
+def test_stream_simulation_sends_each_sample_per_plant_as_the_file_would_hold_it(nominal_and_fault):
+    nominal, _ = nominal_and_fault
+    plants = {"a": ["XMEAS(9)", "XMEAS(21)"], "b": ["XMV(10)", "XMEAS(1)", "XMEAS(41)"]}
+    sink = ListSink()
+    spec = SimulationSpec(hours=0.3, seed=150)  # the same seed: the first samples of the 2-h run
+    stats = stream_simulation(TEPSimulator(spec), plants, sink, site="s")
+    assert stats.rows == spec.n_samples == 6 and stats.messages == 12
+    assert [(m.plant, m.seq) for m in sink.messages] == [(p, k) for k in range(6) for p in ("a", "b")]
+    for m in sink.messages:
+        assert m.site == "s" and m.ts == (m.seq + 1) * 180.0
+        columns = [TEP_COLUMNS.index(c) for c in plants[m.plant]]
+        np.testing.assert_array_equal(m.values, nominal.values[m.seq, columns])
+
+
+@needs_sim
+def test_stream_simulation_paces_samples_at_their_simulated_time():
+    now = [0.0]
+    pacer = Pacer(600.0, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    stream_simulation(TEPSimulator(SimulationSpec(hours=0.2, seed=1)), {"a": ["XMEAS(1)"]}, ListSink(), site="s",
+                      pacer=pacer)  # fmt: skip
+    # 4 samples, 180 s apart in simulated time, at x600: the last one 3 x 0.3 s after the first
+    assert now[0] == pytest.approx(0.9)
+
+
+def test_stream_simulation_refuses_a_column_the_plant_does_not_have():
+    with pytest.raises(DataError, match=r"XMEAS\(99\)"):
+        stream_simulation(None, {"a": ["XMEAS(99)"]}, ListSink(), site="s")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["simulate", "--hours", "1", "--seed", "1"],
+        ["simulate", "--hours", "1", "--seed", "1", "--out", "x.dat", "--to", "kafka://127.0.0.1:1"],
+    ],
+    ids=["neither", "both"],
+)
+def test_cli_simulate_needs_exactly_one_of_out_and_to(args, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "exactly one of --out" in err and len(err.strip().splitlines()) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -94,22 +95,47 @@ def test_state_survives_a_restart(data):
     assert np.allclose(again.d2_c, expected.d2_c, rtol=1e-12)
 
 
-def test_restored_state_carries_the_trained_parameters(data):
+def test_restored_state_names_its_parameters_not_their_matrices(data):
     train, test = data
     Y = test.plant_data(0)
     det = PlantDetector("p1", n_states=2, epsilon=1.0).fit(train.plant_data(0))
     theta = 0.1 * np.random.default_rng(3).normal(size=det.augmentation.theta.shape)
     det.set_parameters(theta, scorer_a=det.calibrate_augmented(train.plant_data(0)), version="v7")
     det.step_batch(Y[:200])
-    saved = copy.deepcopy(det.get_state())
+    saved = json.loads(json.dumps(det.get_state()))
+    assert not {"theta", "scorer_a_fit", "threshold_c"} & set(saved)
+    assert (saved["parameter_version"], saved["parameter_digest"]) == ("v7", det.parameter_digest)
     expected = det.step_batch(Y[200:])
-    fresh = PlantDetector("p1", n_states=2, epsilon=1.0).fit(train.plant_data(0))  # Theta = 0, "proprietary"
-    fresh.set_state(saved)
-    again = fresh.step_batch(Y[200:])
-    assert fresh.parameter_version == "v7"
-    assert np.array_equal(fresh.augmentation.theta, theta)
+    # a worker holding the same parameters (the same nominal data, the same artifact) continues exactly
+    same = PlantDetector("p1", n_states=2, epsilon=1.0).fit(train.plant_data(0))
+    same.set_parameters(theta, scorer_a=same.calibrate_augmented(train.plant_data(0)), version="v7")
+    assert same.parameter_digest == det.parameter_digest
+    same.set_state(saved)
+    again = same.step_batch(Y[200:])
+    assert same.restored_parameters == ("v7", det.parameter_digest)
     assert np.allclose(again.d2_a, expected.d2_a, rtol=1e-12)
     assert np.array_equal(again.za_pub, expected.za_pub)
+    # one with other parameters keeps them and tells which ones the state was produced with
+    other = PlantDetector("p1", n_states=2, epsilon=1.0).fit(train.plant_data(0))
+    other.set_state(saved)
+    assert other.parameter_version == "proprietary" and other.restored_parameters == saved_version(saved)
+    assert other.parameter_digest != det.parameter_digest
+
+
+def saved_version(state: dict) -> tuple[str, str]:
+    return state["parameter_version"], state["parameter_digest"]
+
+
+def test_state_grows_linearly_with_the_sensor_count():
+    # the state is written with every batch of a plant worker: no D x D matrix may be in it
+    sizes = {}
+    for d in (20, 80):
+        rng = np.random.default_rng(d)
+        nominal = rng.normal(size=(600, d)).cumsum(axis=0) * 0.02 + rng.normal(size=(600, d))
+        det = PlantDetector(n_states=4, method="family", ewma=(0.1, 0.05), seed=0).fit(nominal)
+        det.step_batch(nominal[:5])
+        sizes[d] = len(json.dumps(det.get_state()))
+    assert sizes[80] < 4.5 * sizes[20], sizes  # 4x the sensors; D^2 would be 16x
 
 
 def test_plugin_model_from_dotted_path():

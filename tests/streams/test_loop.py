@@ -48,6 +48,8 @@ GROUP = "g"
 COMMIT_FAULTS = ("ok", "fail", "lost", "crash-before", "crash-after")
 FETCH_FAULTS = ("ok", "redeliver", "rebalance", "crash")
 START_FAULTS = ("ok", "fail", "crash")
+# the group offset with every batch, or only when the input runs dry (a fetch that finds nothing)
+OFFSET_INTERVALS = (0.0, 1e9)
 
 
 class Crash(BaseException):
@@ -292,7 +294,7 @@ def done(model: Model) -> bool:
     )
 
 
-async def drive(model: Model, max_records: int) -> int:
+async def drive(model: Model, max_records: int, offset_interval: float = 0.0, producers: int = 2) -> int:
     """Run worker generations until every input is committed; returns how many workers were started."""
     real_sleep = asyncio.sleep
 
@@ -301,7 +303,13 @@ async def drive(model: Model, max_records: int) -> int:
 
     def loop_for(generation: int) -> TransactionalLoop:
         return TransactionalLoop(
-            LoopSettings(bootstrap="model:9092", group_id=GROUP, max_records=max_records),
+            LoopSettings(
+                bootstrap="model:9092",
+                group_id=GROUP,
+                max_records=max_records,
+                offset_interval=offset_interval,
+                producers=producers,
+            ),
             [INPUT],
             handler_for=Summer,
             state_topic_for=lambda tp: STATE,
@@ -339,9 +347,17 @@ inputs_strategy = st.dictionaries(
 )
 
 
-def check(inputs: dict[int, list[int]], commits: list[str], fetches: list[str], starts: list[str], batch: int) -> None:
+def check(
+    inputs: dict[int, list[int]],
+    commits: list[str],
+    fetches: list[str],
+    starts: list[str],
+    batch: int,
+    offset_interval: float = 0.0,
+    producers: int = 2,
+) -> None:
     model = Model(inputs, commits, fetches, starts)
-    asyncio.run(drive(model, batch))
+    asyncio.run(drive(model, batch, offset_interval, producers))
     for partition, values in inputs.items():
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
         assert got == expected_outputs(values), f"partition {partition}"
@@ -355,9 +371,13 @@ def check(inputs: dict[int, list[int]], commits: list[str], fetches: list[str], 
     fetches=st.lists(st.sampled_from(FETCH_FAULTS), max_size=12),
     starts=st.lists(st.sampled_from(START_FAULTS), max_size=6),
     batch=st.integers(1, 5),
+    offset_interval=st.sampled_from(OFFSET_INTERVALS),
+    producers=st.integers(1, 2),
 )
-def test_every_input_record_is_output_exactly_once_whatever_fails(inputs, commits, fetches, starts, batch):
-    check(inputs, commits, fetches, starts, batch)
+def test_every_input_record_is_output_exactly_once_whatever_fails(
+    inputs, commits, fetches, starts, batch, offset_interval, producers
+):
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers)
 
 
 @pytest.mark.slow
@@ -369,11 +389,13 @@ def test_every_input_record_is_output_exactly_once_whatever_fails(inputs, commit
     fetches=st.lists(st.sampled_from(FETCH_FAULTS), max_size=30),
     starts=st.lists(st.sampled_from(START_FAULTS), max_size=12),
     batch=st.integers(1, 8),
+    offset_interval=st.sampled_from(OFFSET_INTERVALS),
+    producers=st.integers(1, 2),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails_many_examples(
-    inputs, commits, fetches, starts, batch
+    inputs, commits, fetches, starts, batch, offset_interval, producers
 ):
-    check(inputs, commits, fetches, starts, batch)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers)
 
 
 def test_a_lost_commit_answer_is_not_processed_twice():

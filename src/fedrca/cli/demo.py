@@ -33,12 +33,13 @@ from fedrca.cli.site import site_runtime
 from fedrca.cli.training import train_site
 from fedrca.config import load_config
 from fedrca.connectors.replay import Pacer
+from fedrca.connectors.simulator import SimulationSpec, TEPSimulator, cached_run, parse_disturbance
 from fedrca.contracts import Verdict
 from fedrca.datasets.loader import load_frame, plant_frames
-from fedrca.datasets.tep import TEP_FAULT_ONSET, TEP_FAULT_ROOTS, TEP_SAMPLE_SECONDS
+from fedrca.datasets.tep import TEP_COLUMNS, TEP_FAULT_ONSET, TEP_FAULT_ROOTS, TEP_SAMPLE_SECONDS
 from fedrca.exceptions import ConfigError, DataError
 from fedrca.observability import Metrics
-from fedrca.streams.embedded import EmbeddedRun, progress_bar, replay_frame
+from fedrca.streams.embedded import EmbeddedRun, progress_bar, replay_chunks, replay_frame
 from fedrca.streams.runtime import SiteRuntime
 
 __all__ = ["FileResult", "register", "run_demo"]
@@ -156,6 +157,8 @@ def _index(out: Path, rows: list[dict[str, Any]]) -> Path:
 
 def run_demo(args: argparse.Namespace) -> int:
     """The demo (see the module docstring); returns the exit code."""
+    if args.source == "simulator":
+        return run_simulator_demo(args)
     started = time.perf_counter()
     config = load_config(args.config or bundled_config("tep.yaml"))
     data_dir = Path(args.data_dir or bundled_data_dir()) / "tep"
@@ -241,6 +244,79 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the simulated nominal run the live demo fits on (tep-studio, mode 1; cached after the first demo)
+NOMINAL_HOURS, NOMINAL_SEED = 25.0, 200
+
+
+def run_simulator_demo(args: argparse.Namespace) -> int:
+    """``fedrca demo --source simulator``: the same pipeline on a live simulated TEP plant.
+
+    Fits and trains on a simulated nominal run, then runs the live plant (``--hours``,
+    ``--seed``, the disturbance ``--idv N@HOURS``) sample by sample through the plant
+    processors and the RCA stage as the simulator produces it, and ends with the table.
+    """
+    started = time.perf_counter()
+    config = load_config(args.config or bundled_config("tep-sim.yaml"))
+    if config.dataset.format != "tep":
+        raise ConfigError("the simulator makes TEP samples: use config/tep-sim.yaml", key="--config")
+    disturbance = parse_disturbance(args.idv)
+    spec = SimulationSpec(hours=args.hours, seed=args.seed, disturbances=(disturbance,))
+    onset = round(disturbance.onset_h * 3600 / spec.sample_seconds)  # row k holds the plant at (k + 1) * 3 min
+    if onset >= spec.n_samples:
+        raise ConfigError(
+            f"the disturbance starts at {disturbance.onset_h:g} h, after the {args.hours:g} h run", key="--idv"
+        )
+    root = TEP_FAULT_ROOTS.get(f"{disturbance.idv:02d}")
+    out = Path(args.out)
+    metrics = Metrics(plants=config.plant_names)
+    port = metrics.serve(args.metrics_port) if args.metrics_port else metrics.serve(0)
+    _say(f"fedrca {__version__} demo on a live simulated TEP plant: {len(config.plants)} plants, no broker")
+    _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
+
+    _say(f"\n1/3 nominal data: {NOMINAL_HOURS:g} h of the simulated plant (seed {NOMINAL_SEED}; cached once run)")
+    nominal = cached_run(SimulationSpec(hours=NOMINAL_HOURS, seed=NOMINAL_SEED))
+    assert nominal is not None
+    with contextlib.redirect_stderr(io.StringIO()):
+        trained = train_site(config, nominal.frame, out / "params", resume=False, progress=None, source="simulated")
+    _say(f"  federated training: {len(trained.artifacts)} artifacts in {out / 'params'} ({trained.seconds:.1f} s)")
+
+    what = f"IDV {disturbance.idv} from {disturbance.onset_h:g} h (sample {onset})"
+    _say(f"\n2/3 the live plant: {args.hours:g} h, seed {args.seed}, {what}, true root {root or '?'}; {args.speed}")
+    runtime = site_runtime(config, nominal.frame, params_dir=out / "params", metrics=metrics)
+    simulator = TEPSimulator(spec)
+    position = {c: i for i, c in enumerate(TEP_COLUMNS)}
+    index = {p.name: [position[c] for c in p.sensors] for p in config.plants}
+
+    def live() -> Any:
+        for k, row in simulator.rows():
+            yield k, {p: row[cols][None, :] for p, cols in index.items()}
+
+    name = f"simulated IDV {disturbance.idv}"
+    run = replay_chunks(
+        runtime,
+        live(),
+        total=spec.n_samples,
+        sample_seconds=spec.sample_seconds,
+        start_ts=spec.sample_seconds,
+        pacer=Pacer.from_spec(args.speed),
+        on_verdict=_verdict_printer(name),
+        progress=progress_bar(name),
+    )
+    if simulator.terminated:
+        _say(f"  the plant shut down after {run.rows} samples: {simulator.shutdown}")
+
+    _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
+    pd.set_option("display.width", 160)
+    result = FileResult(name, root, run)
+    _say(pd.DataFrame([_score(result, config.plant_names, onset)]).to_string(index=False))
+    report = out / "report"
+    report.mkdir(parents=True, exist_ok=True)
+    _report(report, result, runtime, onset)
+    _say(f"\nreport: {report}   dead letters: {len(run.deadletters)}   done in {time.perf_counter() - started:.1f} s")
+    metrics.close()
+    return 0
+
+
 def register(sub: Any) -> None:
     """Add ``fedrca demo``."""
     demo = sub.add_parser("demo", help="the main job on the embedded default: train, replay TEP faults live, RCA")
@@ -255,4 +331,11 @@ def register(sub: Any) -> None:
     )
     demo.add_argument("--metrics-port", type=int, default=9464, help="Prometheus port (0 = any free port)")
     demo.add_argument("--hold", type=float, default=0.0, help="keep serving /metrics this many seconds at the end")
+    demo.add_argument(
+        "--source", choices=("files", "simulator"), default="files",
+        help="files: the bundled recorded files (default); simulator: a live simulated plant (needs fedrca[sim])",
+    )  # fmt: skip
+    demo.add_argument("--idv", default="4@2", metavar="N[@HOURS]", help="simulator: the disturbance (default 4@2)")
+    demo.add_argument("--hours", type=float, default=8.0, help="simulator: hours of the live run (default 8)")
+    demo.add_argument("--seed", type=int, default=7, help="simulator: the live run's seed (default 7)")
     demo.set_defaults(func=run_demo)

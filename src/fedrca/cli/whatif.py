@@ -3,8 +3,9 @@
     fedrca whatif --params DIR --target PLANT --input-of PLANT --delta JSON [--steps K]
                   [--mode step|impulse] [--own-blocks] [--plot PNG] [--json FILE]
 
-Reads the artifacts of a training run (``fedrca train --out DIR``): the server's
-learned global model (A, B) and the target plant's measurement map, and prints the
+Reads the artifacts of a training run (``fedrca train --out DIR``): the learned global
+model (A, B: the server's, or with estimator ``moments`` each plant's own row of it) and
+the target plant's measurement map, and prints the
 predicted change of every sensor of ``--target`` when the inputs of ``--input-of``
 change by ``--delta`` (raw units of the inputs): one step later (the average
 treatment effect ``C_mm B_mn du``) and after K steps of the change held
@@ -13,10 +14,11 @@ list with one number per input of ``--input-of`` (in its configured order), an
 object ``{"input name": change}`` (unnamed inputs do not change) or one number for
 a plant with one input. A small PNG of the K-step response is written
 (``--plot``, default ``whatif_<target>_<input-of>.png``). Every block of A and B is
-the server's unless ``--own-blocks`` puts the plants' own A_mm, B_mm (their artifacts'
-private ``whatif.*`` arrays) on the diagonal. The spectral radius of the A used is
-printed: at or above 1 the K-step response grows without bound and only the one-step
-answer (the ATE) is meaningful. See docs/whatif.md.
+the server's (the plants' rows with estimator ``moments``) unless ``--own-blocks`` puts
+the plants' own A_mm, B_mm (their artifacts' private ``whatif.*`` arrays) on the
+diagonal. The spectral radius of A on the plants the change reaches is printed: at or
+above 1 the K-step response grows without bound and only the one-step answer (the ATE)
+is meaningful. See docs/whatif.md.
 
 Errors (unknown plant, wrong number of changes, artifacts trained without inputs)
 are one line on stderr and exit code 2.
@@ -209,11 +211,12 @@ def _whatif(args: argparse.Namespace) -> int:
         f"{name} {v:+.6g}" for name, v in zip(inputs or [f"#{j}" for j in range(len(answer.delta))], answer.delta)
     )
     how = "held from t-1 on (step)" if answer.mode == "step" else "for one sample (impulse)"
-    blocks = (
-        f"own diagonal blocks of {', '.join(model.local)} with the server's cross blocks"
-        if model.local
-        else "learned A and B of the server"
-    )
+    rows = f"rows of A and B learned by the plants {', '.join(model.rows)}"
+    if model.local:
+        cross = f"cross blocks of the {rows}" if model.rows else "server's cross blocks"
+        blocks = f"own diagonal blocks of {', '.join(model.local)} with the {cross}"
+    else:
+        blocks = rows if model.rows else "learned A and B of the server"
     print(
         f"what if {answer.source}'s inputs changed by [{change}] {how}: predicted change of {answer.target}'s "
         f"sensors (raw units; model {model.version}, {blocks})"
@@ -221,9 +224,10 @@ def _whatif(args: argparse.Namespace) -> int:
     print(_table(answer))
     state = ", ".join(f"{v:+.4g}" for v in answer.direct_state)
     print(f"\nstate change one step later (B_mn du): [{state}]")
-    rho = model.spectral_radius
+    rho = model.spectral_radius_from(answer.source)
     settles = "the response settles" if rho < 1.0 else "the K-step response grows without bound: trust k=1 only"
-    print(f"spectral radius of A: {rho:.4g} ({settles})")
+    reached = ", ".join(model.reach(answer.source))
+    print(f"spectral radius of A on the plants the change reaches ({reached}): {rho:.4g} ({settles})")
     print(f"k-step response: {plot}")
     return 0
 
@@ -238,7 +242,9 @@ def _payload(model: GlobalModel, answer: WhatIfAnswer) -> dict[str, Any]:
         "steps": answer.steps,
         "model_version": model.version,
         "own_blocks": list(model.local),
-        "spectral_radius": model.spectral_radius,
+        "spectral_radius": model.spectral_radius_from(answer.source),
+        "reaches": list(model.reach(answer.source)),
+        "rows": list(model.rows),
         "sensors": _sensor_names(answer, 0 if answer.direct_sensors is None else len(answer.direct_sensors)),
         "ate": None if answer.direct_sensors is None else answer.direct_sensors.tolist(),
         "response": None if answer.sensor_response is None else answer.sensor_response.tolist(),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.exceptions import ConfigError
@@ -46,12 +46,50 @@ class TrainingPrivacySettings(Strict):
         math.inf, gt=0.0, description="estimator 'moments': (epsilon, delta) of the one Gaussian release of the moments"
     )
     moment_lags: int = Field(4, ge=1, le=20, description="estimator 'moments': lags of the released moments")
+    input_epsilon: float | None = Field(
+        None,
+        gt=0.0,
+        description="estimator 'moments': pure epsilon of the one Laplace release of a plant's inputs "
+        "(None: the inputs never leave the plant; inf: released without noise)",
+        json_schema_extra={"hint": "a positive number or inf; leave it unset to keep the inputs in the plant"},
+    )
+    input_moment_epsilon: float | None = Field(
+        None,
+        gt=0.0,
+        description="estimator 'moments': (epsilon, delta) of the one Gaussian release of a plant's own moments "
+        "with its inputs (set together with input_epsilon)",
+        json_schema_extra={"hint": "a positive number or inf; set it together with input_epsilon"},
+    )
+    input_clip: float = Field(4.0, gt=0.0, description="L2 bound of each input vector (the learner's input units)")
     delta: float = Field(1e-5, gt=0.0, lt=1.0)
     state_clip: float = Field(10.0, gt=0.0, description="L2 bound of each state vector (state units)")
     gradient_clip: float = Field(10.0, gt=0.0, description="L2 bound of each per-sample gradient")
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant")
 
     _inf = field_validator("state_epsilon", "gradient_epsilon", "moment_epsilon", "budget", mode="before")(parse_inf)
+
+    @field_validator("input_epsilon", "input_moment_epsilon", mode="before")
+    @classmethod
+    def _inf_only(cls, value: Any) -> Any:
+        # "off" / "none" would read as "no noise" (parse_inf): for a release that may not happen at all, only "inf"
+        if isinstance(value, str) and value.strip().lower() == "inf":
+            return math.inf
+        return value
+
+    @model_validator(mode="after")
+    def _inputs_together(self) -> TrainingPrivacySettings:
+        if (self.input_epsilon is None) != (self.input_moment_epsilon is None):
+            given = "input_epsilon" if self.input_epsilon is not None else "input_moment_epsilon"
+            raise ValueError(
+                f"{given} is set without {'input_moment_epsilon' if given == 'input_epsilon' else 'input_epsilon'}: "
+                "the inputs and their moments are released together; set both or neither"
+            )
+        return self
+
+    @property
+    def releases_inputs(self) -> bool:
+        """True when the plants release their inputs (and their own moments with inputs) once."""
+        return self.input_epsilon is not None
 
 
 class TrainingSettings(Strict):

@@ -33,7 +33,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -43,6 +43,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from fedrca.connectors.replay import Pacer, ReplayStats, Sink
+from fedrca.contracts import SensorMessage
 from fedrca.datasets.tep import TEP_COLUMNS
 from fedrca.exceptions import ConfigError, DataError, ModelError
 
@@ -63,6 +65,7 @@ __all__ = [
     "parse_disturbance",
     "simulate",
     "simulator_version",
+    "stream_simulation",
     "write_tep_dat",
 ]
 
@@ -400,6 +403,63 @@ def simulate(spec: SimulationSpec, progress: Callable[[int, int], None] | None =
             progress(k + 1, spec.n_samples)
     values = np.array(rows, dtype=np.float64).reshape(-1, len(TEP_COLUMNS))
     return SimulatedRun(spec, values, sim.terminated, sim.shutdown, sim.version, time.process_time() - started)
+
+
+def stream_simulation(
+    simulator: TEPSimulator,
+    plants: Mapping[str, Sequence[str]],
+    sink: Sink,
+    *,
+    site: str,
+    pacer: Pacer | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayStats:
+    """Send a live run to ``sink`` as it is simulated: one sensors message per plant and sample.
+
+    Sample k (the plant at ``(k + 1) * sample_seconds``) becomes, for every plant, a
+    :class:`~fedrca.contracts.SensorMessage` with ``seq = k``, ``ts`` its simulated time in
+    seconds and the plant's columns in its configured order, released by ``pacer`` at that
+    time scaled by its speed (``Pacer.from_spec("realtime")``, ``"x60"``; default as fast as
+    the simulator goes). The sink is flushed at the end (a Kafka sink raises on any message
+    not delivered).
+
+    Parameters
+    ----------
+    simulator : the live plant (its spec says how long, which disturbances, from when)
+    plants : plant -> its TEP columns in message order (``XMEAS(i)``, ``XMV(j)``)
+    sink : receives the messages (:class:`~fedrca.connectors.kafka.KafkaSink`, a list, ...)
+    site : the site name written into every message
+    pacer : release schedule
+    progress : called as ``progress(samples_sent, samples_planned)`` after every sample
+
+    Raises
+    ------
+    DataError
+        When a plant names a column that is not a TEP column.
+    """
+    position = {c: i for i, c in enumerate(TEP_COLUMNS)}
+    unknown = sorted({c for cols in plants.values() for c in cols} - set(position))
+    if unknown:
+        raise DataError(f"the simulated TEP plant has no column(s) {unknown}; columns are {TEP_COLUMNS[0]}..")
+    index = {p: np.array([position[c] for c in cols], dtype=np.int64) for p, cols in plants.items()}
+    spec = simulator.spec
+    pacer = pacer or Pacer(None)
+    started = time.perf_counter()
+    pacer.begin(spec.sample_seconds)
+    sent = messages = 0
+    for k, row in simulator.rows():
+        t = (k + 1) * spec.sample_seconds
+        pacer.wait(t)
+        for plant, columns in index.items():
+            sink.send(SensorMessage(site, plant, t, k, row[columns]))
+        messages += len(index)
+        sent = k + 1
+        if progress is not None:
+            progress(sent, spec.n_samples)
+    flush = getattr(sink, "flush", None)
+    if callable(flush):
+        flush()
+    return ReplayStats(sent, messages, 0, sent, time.perf_counter() - started, pacer.slept, pacer.max_lag)
 
 
 def default_cache_dir() -> Path:

@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from fedrca.detectors.kalman import LinearKalmanFilter
 from fedrca.exceptions import DataError, ModelError
 
-__all__ = ["IdentifiedModel", "Standardizer", "identify_linear_model"]
+__all__ = ["IdentifiedModel", "Standardizer", "identify_linear_model", "principal_axes"]
 
 FloatArray = NDArray[np.float64]
 
@@ -90,6 +90,37 @@ class IdentifiedModel:
         return LinearKalmanFilter(self.A, self.C, self.Q, self.R, B=self.B, steady_state=steady_state)
 
 
+#: From this many sensors on, the principal axes come from the Gram matrix (see principal_axes).
+GRAM_FROM = 64
+
+
+def principal_axes(Z: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Squared singular values (descending) and right singular vectors (rows) of ``Z`` (T, D).
+
+    With many sensors (``D >= GRAM_FROM``) and more rows than sensors, from the eigenvectors of
+    ``Z' Z`` (D, D): the same axes for a third of the SVD's cost (a 5,000 x 1,000 SVD is most of
+    the identification of a 1,000-sensor plant, done once per cross-validation fold and once
+    more). The leading axes the model keeps are as accurate as the SVD's; only directions of
+    near-zero energy, which no model keeps, lose digits. Small plants keep the SVD.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Z = np.random.default_rng(0).normal(size=(400, 70))
+    >>> e, Vt = principal_axes(Z)
+    >>> s = np.linalg.svd(Z, compute_uv=False)
+    >>> bool(np.allclose(e, s**2)), Vt.shape
+    (True, (70, 70))
+    """
+    T, D = Z.shape
+    if D >= GRAM_FROM and T > D:
+        # Z' Z = V diag(s^2) V'
+        w, V = np.linalg.eigh(Z.T @ Z)
+        return np.maximum(w[::-1], 0.0), np.ascontiguousarray(V[:, ::-1].T)
+    _, sing, Vt = np.linalg.svd(Z, full_matrices=False)
+    return sing**2, Vt
+
+
 def identify_linear_model(
     Y: ArrayLike,
     U: ArrayLike | None = None,
@@ -135,8 +166,8 @@ def identify_linear_model(
 
     y_scaler = Standardizer.fit(Y_arr)
     Z = y_scaler.transform(Y_arr)
-    _, sing, Vt = np.linalg.svd(Z, full_matrices=False)
-    cumulative = np.cumsum(sing**2) / np.sum(sing**2)
+    energies, Vt = principal_axes(Z)
+    cumulative = np.cumsum(energies) / np.sum(energies)
     P = n_states if n_states is not None else int(np.searchsorted(cumulative, energy - 1e-12) + 1)
     P = min(P, D)
     C = Vt[:P].T.copy()

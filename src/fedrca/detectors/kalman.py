@@ -12,9 +12,10 @@ previous input; :class:`fedrca.detectors.plant.PlantDetector` does the shift).
 
 With the steady-state gain (default) the filter is a linear time-invariant
 recursion ``x(t|t) = F x(t-1|t-1) + w(t)`` with ``F = (I - K C) A``; the batch
-path solves it for all samples at once with a complex Schur decomposition of F
-and one first-order IIR filter (``scipy.signal.lfilter``, in C) per mode, so the
-cost is O(T P^2) in vectorised numpy instead of T Python iterations.
+path solves it for all samples at once with the real Schur decomposition of F and
+one first-order IIR filter (``scipy.signal.lfilter``, in C) per real eigenvalue or
+complex pair, so the cost is O(T P^2) in vectorised numpy instead of T Python
+iterations.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def steady_state_gain(
         time-varying gain instead.
     """
     try:
-        P_pred = scipy.linalg.solve_discrete_are(A.T, C.T, Q, R)
+        P_pred = _prior_covariance(A, C, Q, R)
     except (np.linalg.LinAlgError, ValueError) as exc:
         raise ModelError(
             f"no steady-state Kalman gain for this model ({exc}); use steady_state=False for the time-varying gain"
@@ -177,23 +178,75 @@ def steady_state_gain(
     return P_pred, K, S
 
 
+@dataclass(frozen=True)
+class _Mode:
+    """One diagonal block of a real Schur form: a real eigenvalue (``size`` 1) or a complex pair (2).
+
+    A pair's block ``B = S diag(mu, conj(mu)) S⁻¹`` with ``S = [s, conj(s)]``: for a real drive its
+    second mode is the conjugate of the first, so one complex recursion gives both rows.
+    """
+
+    start: int
+    size: int
+    mu: complex = 0j
+    s: NDArray[np.complex128] | None = None  # (2,) the eigenvector of mu
+    s_inv: NDArray[np.complex128] | None = None  # (2,) the first row of S⁻¹
+
+
+def _prior_covariance(A: FloatArray, C: FloatArray, Q: FloatArray, R: FloatArray) -> FloatArray:
+    """The stabilising solution P of the filter's Riccati equation (see :func:`steady_state_gain`).
+
+    ``scipy.linalg.solve_discrete_are(A', C', Q, R)`` works on a matrix pencil of size
+    ``2P + D``: for an identified model of a 1,000-sensor plant that is a QZ decomposition of
+    a 1,300 x 1,300 pencil, repeated for every cross-validation fold. The measurements enter
+    the equation only through ``H = C' R^-1 C`` (P x P): by the matrix inversion lemma
+    ``C' (C P C' + R)^-1 C = (P^-1 + H)^-1 = L (I + L' P L)^-1 L'`` for ``H = L L'``, so the
+    same P solves the equation with ``b = L`` and ``r = I``, a pencil of size ``3P``. Used when
+    that is smaller (D > P) and H is positive definite, else the direct form.
+    """
+    P, D = A.shape[0], C.shape[0]
+    if D > P:
+        # H = C' R^-1 C ;  H = L L'
+        H = C.T @ scipy.linalg.solve(R, C, assume_a="pos")
+        try:
+            L = np.linalg.cholesky(0.5 * (H + H.T))
+        except np.linalg.LinAlgError:
+            L = None
+        if L is not None:
+            return np.asarray(scipy.linalg.solve_discrete_are(A.T, L, Q, np.eye(P)))
+    return np.asarray(scipy.linalg.solve_discrete_are(A.T, C.T, Q, R))
+
+
 @lru_cache(maxsize=64)
-def _complex_schur(F_bytes: bytes, P: int) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
+def _real_schur(F_bytes: bytes, P: int) -> tuple[FloatArray, FloatArray, tuple[_Mode, ...]]:
     # A filter's F is fixed between parameter updates while the stream runs it batch after
     # batch (a few samples each): decompose it once, not per batch.
     F = np.frombuffer(F_bytes, dtype=np.float64).reshape(P, P)
-    T_mat, Z = scipy.linalg.schur(F.astype(np.complex128), output="complex")
+    T_mat, Z = scipy.linalg.schur(F, output="real")
+    modes, i = [], 0
+    while i < P:
+        if i + 1 < P and T_mat[i + 1, i] != 0.0:
+            mu, vectors = np.linalg.eig(T_mat[i : i + 2, i : i + 2])
+            s = vectors[:, 0].astype(np.complex128)
+            S = np.column_stack([s, s.conj()])
+            modes.append(_Mode(i, 2, complex(mu[0]), s, np.linalg.inv(S)[0]))
+            i += 2
+        else:
+            modes.append(_Mode(i, 1))
+            i += 1
     T_mat.setflags(write=False)
     Z.setflags(write=False)
-    return T_mat, Z
+    return T_mat, Z, tuple(modes)
 
 
 def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     """All states of ``x(t) = F x(t-1) + W[t]`` for t = 0..T-1, with ``x(-1) = x0``.
 
-    Vectorised through the complex Schur form ``F = Z T Z^H`` (unitary Z, so it is
-    numerically stable): the last mode is a scalar first-order IIR filter, and each
-    earlier mode is one too once the later modes are known.
+    Vectorised through the real Schur form ``F = Z T Z'`` (orthogonal Z, so it is
+    numerically stable; T quasi-upper-triangular): the last block is a first-order IIR
+    filter, and each earlier block is one too once the later blocks are known. A real
+    eigenvalue is a real filter; a complex pair one complex filter whose conjugate is the
+    pair's other mode (``tests/detectors/test_kalman.py`` checks it against the loop).
 
     Parameters
     ----------
@@ -214,21 +267,33 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     T_len, P = W.shape
     if T_len == 0:
         return np.empty((0, P))
-    T_mat, Z = _complex_schur(np.ascontiguousarray(F, dtype=np.float64).tobytes(), P)
+    T_mat, Z, blocks = _real_schur(np.ascontiguousarray(F, dtype=np.float64).tobytes(), P)
     # Mode-major layout (P, T): each mode's time series is contiguous for the IIR filter.
-    V = Z.conj().T @ W.T.astype(np.complex128)  # columns: Z^H w(t)
-    z0 = Z.conj().T @ x0.astype(np.complex128)
+    # v(t) = Z' w(t) ;  z(-1) = Z' x0
+    V = Z.T @ np.asarray(W, dtype=np.float64).T
+    z0 = Z.T @ np.asarray(x0, dtype=np.float64)
     modes = np.empty_like(V)
-    for i in range(P - 1, -1, -1):
-        drive = V[i]
-        if i + 1 < P:
+    for block in reversed(blocks):
+        i, end = block.start, block.start + block.size
+        drive = V[i:end]
+        if end < P:
             # Coupling to later (already solved) modes uses their value at t-1.
-            coupling = T_mat[i, i + 1 :]
-            drive[0] += coupling @ z0[i + 1 :]
-            drive[1:] += coupling @ modes[i + 1 :, :-1]
-        lam = T_mat[i, i]
-        modes[i] = scipy.signal.lfilter([1.0], [1.0, -lam], drive, zi=np.array([lam * z0[i]]))[0]
-    return np.ascontiguousarray(np.real(Z @ modes).T)
+            coupling = T_mat[i:end, end:]
+            drive[:, 0] += coupling @ z0[end:]
+            drive[:, 1:] += coupling @ modes[end:, :-1]
+        if block.size == 1:
+            # z_i(t) = T_ii z_i(t-1) + d_i(t)
+            lam = T_mat[i, i]
+            modes[i] = scipy.signal.lfilter([1.0], [1.0, -lam], drive[0], zi=np.array([lam * z0[i]]))[0]
+        else:
+            assert block.s is not None and block.s_inv is not None
+            # u(t) = mu u(t-1) + (S⁻¹ d(t))_1 ;  [z_i; z_i+1](t) = 2 Re(s u(t))
+            mu = block.mu
+            g = block.s_inv @ drive
+            u0 = complex(block.s_inv @ z0[i:end])
+            u = scipy.signal.lfilter([1.0], [1.0, -mu], g, zi=np.array([mu * u0]))[0]
+            modes[i:end] = 2.0 * np.real(block.s[:, None] * u[None, :])
+    return np.ascontiguousarray((Z @ modes).T)
 
 
 class GaussianFilter:
@@ -347,6 +412,22 @@ class LinearKalmanFilter(GaussianFilter):
         """Measurement dimension D."""
         return int(self.C.shape[0])
 
+    def get_state(self) -> dict[str, Any]:
+        """The mutable filter state; with the steady-state gain only x (P(t|t) never changes).
+
+        A plant worker writes it with every batch: a (P, P) covariance that is the same every
+        time would be most of it.
+        """
+        if self._K_ss is not None:
+            return {"x": self._x.tolist()}
+        return super().get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` output (a state without P keeps the steady-state one)."""
+        self._x = np.asarray(state["x"], dtype=np.float64).reshape(self.state_dim)
+        if "P" in state:
+            self._P = np.asarray(state["P"], dtype=np.float64).reshape(self.state_dim, self.state_dim)
+
     @property
     def transition_matrix(self) -> FloatArray:
         """A; lets the augmentation use closed-form gradients (:class:`~fedrca.detectors.plugin.LinearModel`)."""
@@ -412,23 +493,36 @@ class LinearKalmanFilter(GaussianFilter):
                 np.array([s.x_est for s in steps]),
                 np.array([s.residual for s in steps]),
             )
-        K = self._K_ss
-        I_KC = np.eye(self.state_dim) - K @ self.C
-        # x(t|t) = (I - K C) A x(t-1|t-1) + (I - K C) B u + K y(t)
-        F = I_KC @ self.A
-        W = Y_arr @ K.T
-        if self.B is not None and U_arr is not None:
-            W += U_arr @ (I_KC @ self.B).T
-        x_est = lti_recursion(F, W, self._x)
-        x_prev = np.vstack([self._x[None, :], x_est[:-1]])
+        x_before = self._x
+        x_est = self._steady_estimates(Y_arr, U_arr)
+        x_prev = np.vstack([x_before[None, :], x_est[:-1]])
         # x(t|t-1) = A x(t-1|t-1) + B u
         x_pred = self.predict(x_prev, U_arr)
         # r = y - C x(t|t-1)
         residuals = Y_arr - x_pred @ self.C.T
+        return FilterOutput(x_pred, x_est, residuals)
+
+    def estimates(self, Y: FloatArray) -> FloatArray:
+        """The corrected states x(t|t) (T, P) of a batch ``Y`` (T, D) without inputs, advancing the
+        filter as :meth:`filter` does (steady-state gain only; the detector's fused path)."""
+        if self._K_ss is None:
+            raise ModelError("estimates needs the steady-state gain; use filter() for the time-varying one")
+        return self._steady_estimates(Y, None)
+
+    def _steady_estimates(self, Y: FloatArray, U: FloatArray | None) -> FloatArray:
+        assert self._K_ss is not None and self._P_pred_ss is not None
+        K = self._K_ss
+        I_KC = np.eye(self.state_dim) - K @ self.C
+        # x(t|t) = (I - K C) A x(t-1|t-1) + (I - K C) B u + K y(t)
+        F = I_KC @ self.A
+        W = Y @ K.T
+        if self.B is not None and U is not None:
+            W += U @ (I_KC @ self.B).T
+        x_est = lti_recursion(F, W, self._x)
         if len(x_est):
             self._x = x_est[-1].copy()
             self._P = I_KC @ self._P_pred_ss
-        return FilterOutput(x_pred, x_est, residuals)
+        return x_est
 
     def _check_y(self, y: FloatArray) -> FloatArray:
         if y.shape[-1] != self.output_dim:

@@ -23,18 +23,21 @@ proprietary one is from ``x_c(t)`` and ``x̂_c(t)``; with Theta = 0 the two are 
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.detectors.augment import Augmentation, make_feature_map
+from fedrca.detectors.fused import PairMaps, pair_statistics
 from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_linear_model
+from fedrca.detectors.kalman import LinearKalmanFilter
 from fedrca.detectors.plugin import ProprietaryFilter, filter_batch
 from fedrca.detectors.privacy import LevelRandomizedResponse, RandomizedResponse
 from fedrca.detectors.scoring import ResidualScorer, ScorerState
@@ -42,11 +45,13 @@ from fedrca.detectors.statistics import (
     STATISTICS,
     FamilyState,
     StatisticFamily,
+    family_statistics,
     fit_family,
     keep_mask,
     score_of,
     segment_lengths,
     segment_statistics,
+    stream_memory,
     tail_quantile,
 )
 from fedrca.exceptions import DataError, ModelError, NotFittedError
@@ -58,6 +63,24 @@ BoolArray = NDArray[np.bool_]
 Scorer = ResidualScorer | StatisticFamily
 Calibration = ScorerState | FamilyState
 IntArray = NDArray[np.int64]
+
+
+def _digest_update(h: Any, value: Any) -> None:
+    """Feed ``value`` (arrays, dataclasses of them, sequences, scalars) into the hash ``h``."""
+    if isinstance(value, np.ndarray):
+        array = np.ascontiguousarray(value, dtype=np.float64)
+        h.update(repr(array.shape).encode())
+        h.update(array.data)
+    elif is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            h.update(f.name.encode())
+            _digest_update(h, getattr(value, f.name))
+    elif isinstance(value, list | tuple):
+        h.update(b"[%d" % len(value))
+        for item in value:
+            _digest_update(h, item)
+    else:
+        h.update(repr(value).encode())
 
 
 def severity_levels(score: FloatArray, threshold: float, alarm: BoolArray, n_levels: int, base: float) -> IntArray:
@@ -179,13 +202,21 @@ class Detector(ABC):
         its initial state (``reset=True``) or continues from the current one; on exit
         (also on an error) it is exactly as it was before, parameters included.
         """
-        saved = copy.deepcopy(self.get_state())
+        saved = self._checkpoint()
         try:
             if reset:
                 self.reset()
             yield self
         finally:
-            self.set_state(saved)
+            self._restore_checkpoint(saved)
+
+    def _checkpoint(self) -> Any:
+        """Everything :meth:`detached` restores: the streaming state (a detector whose parameters
+        are not in its state adds them)."""
+        return copy.deepcopy(self.get_state())
+
+    def _restore_checkpoint(self, saved: Any) -> None:
+        self.set_state(saved)
 
     @abstractmethod
     def reset(self) -> None:
@@ -356,6 +387,9 @@ class PlantDetector(Detector):
         self._inflation: FloatArray | None = None
         self._threshold_c0: float | None = None
         self.parameter_version: str = "proprietary"
+        self._digest: str | None = None  # of the parameters in use (parameter_digest), None: not computed
+        self.restored_parameters: tuple[str, str | None] | None = None
+        self._fused: tuple[tuple[Any, ...], PairMaps] | None = None
 
     def _lambdas(self) -> tuple[float, ...]:
         if self.ewma is None:
@@ -473,6 +507,7 @@ class PlantDetector(Detector):
             self._scorer_c.fit(ev.r_c, calibration_residuals=held_out)
             self._scorer_a.state = self._scorer_c.state
         self.parameter_version = "proprietary"
+        self._digest = None
         self.reset()
         return self
 
@@ -552,10 +587,34 @@ class PlantDetector(Detector):
             pieces = np.diff(np.r_[0, cuts, len(train)]).tolist()
             r, x, e = self._fold_evidence(fold, Y[train], U_train, pieces)
             state = fit_family(r, x, e, self.statistics_selected, self._lambdas(), skip, pieces, self.dispersion)
-            r, x, e = self._fold_evidence(fold, Y, U, lengths)
-            stats = segment_statistics(state, r, x, e, lengths)
-            parts.append(stats[block][keep[block]])
+            parts.append(self._block_statistics(state, fold, Y, U, lengths, block)[keep[block]])
         return np.concatenate(parts)
+
+    def _block_statistics(
+        self,
+        state: FamilyState,
+        fold: IdentifiedModel,
+        Y: FloatArray,
+        U: FloatArray | None,
+        lengths: Sequence[int],
+        block: IntArray,
+    ) -> FloatArray:
+        """``segment_statistics(state, *self._fold_evidence(fold, Y, U, lengths), lengths)[block]`` for a
+        contiguous ``block``, from the rows up to its end only and with the statistics of its own rows
+        only (the rows before it give the filter's and the EWMAs' memory): the same numbers at a
+        fraction of the cost, which for a plant of D sensors is one (T, D) x (D, D) product per
+        statistic and fold."""
+        lo, end = int(block[0]), int(block[-1]) + 1
+        starts = np.cumsum([0, *lengths[:-1]]).tolist()
+        pieces = [min(n, end - s0) for s0, n in zip(starts, lengths, strict=True) if s0 < end]
+        r, x, e = self._fold_evidence(fold, Y[:end], None if U is None else U[:end], pieces)
+        out = []
+        for s0, n in zip(starts, pieces, strict=False):
+            a, b = max(s0, lo), s0 + n  # the block's rows in this recording
+            if b > a:
+                memory = stream_memory(state, r[s0:a])
+                out.append(family_statistics(state, r[a:b], x[a:b], e[a:b], memory)[0])
+        return np.concatenate(out)
 
     def _cross_validated_residuals(self, Y: FloatArray, U: FloatArray | None) -> list[FloatArray]:
         """Residuals of models identified without each contiguous block, on that block.
@@ -665,6 +724,7 @@ class PlantDetector(Detector):
                 self._scorer_c.state = state_c.with_calibration(state_c.scale, scorer_a.threshold)
                 self._scorer_c.set_state(last_c)
         self.parameter_version = version
+        self._digest = None
 
     def _check_calibration(self, state: Calibration) -> None:
         family = isinstance(self._scorer_c, StatisticFamily)
@@ -694,7 +754,49 @@ class PlantDetector(Detector):
         """Process samples ``Y`` (T, D) (raw units) with inputs ``U`` (T, U)."""
         Y_arr = self._check_batch(Y, expect_dim=len(self.scaler.mean))
         U_arr = None if U is None else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
+        maps = self._fused_maps(U_arr) if len(Y_arr) else None
+        if maps is not None:
+            return self._step_fused(maps, Y_arr)
         return self._score(self._evidence(Y_arr, U_arr))
+
+    def _fused_maps(self, U: FloatArray | None) -> PairMaps | None:
+        """The stacked maps of :mod:`fedrca.detectors.fused` when it applies to this detector (an
+        identified steady-state Kalman filter without inputs, the family method), else None."""
+        model, sc, sa = self._filter, self._scorer_c, self._scorer_a
+        if not (
+            isinstance(model, LinearKalmanFilter)
+            and model.gain is not None
+            and self._identified is not None
+            and (U is None or not self.use_inputs)
+            and isinstance(sc, StatisticFamily)
+            and isinstance(sa, StatisticFamily)
+        ):
+            return None
+        key = (model, self.augmentation.theta, sc.state, sa.state)
+        cached = self._fused
+        if cached is None or any(a is not b for a, b in zip(cached[0], key, strict=True)):
+            maps = PairMaps.build(model.A, model.C, self.augmentation.theta, sc.state, sa.state)
+            self._fused = cached = (key, maps)
+        return cached[1]
+
+    def _step_fused(self, maps: PairMaps, Y: FloatArray) -> DetectionResult:
+        """:meth:`step_batch` through :func:`~fedrca.detectors.fused.pair_statistics` (same flags as
+        ``_score(_evidence(...))``; ``tests/detectors/test_fused.py``)."""
+        model = self.proprietary
+        assert isinstance(model, LinearKalmanFilter)
+        sc, sa = self._scorer_c, self._scorer_a
+        assert isinstance(sc, StatisticFamily) and isinstance(sa, StatisticFamily)
+        Yz = self.scaler.transform(Y)
+        x0 = model.x
+        X = model.estimates(Yz)
+        features = self.augmentation.feature_map
+        psi0 = None if self._last_y is None else features.transform(self._last_y[None, :])[0]
+        out = pair_statistics(maps, Yz, features.transform(Yz), X, x0, psi0, sc.memory, sa.memory)
+        sc.memory, sa.memory = out.memory_c, out.memory_a
+        self._last_y = Yz[-1].copy()
+        # max_k s_k / c_k of each family
+        d2_c, d2_a = out.stats_c.max(axis=0), out.stats_a.max(axis=0)
+        return self._finish(out.x_c.T, out.x_a.T, out.r_c.T, out.r_a.T, d2_c, d2_a, out.stats_c.T, out.stats_a.T)
 
     def _evidence(self, Y: FloatArray, U: FloatArray | None) -> _Evidence:
         """Run the filter and the augmentation over a batch; advances the filter and lag memory."""
@@ -745,7 +847,6 @@ class PlantDetector(Detector):
 
     def _score(self, ev: _Evidence) -> DetectionResult:
         """Scores, flags and published flags of the evidence; advances the scorers' memory."""
-        T = len(ev.r_c)
         if isinstance(self._scorer_c, StatisticFamily) and isinstance(self._scorer_a, StatisticFamily):
             stats_c = self._scorer_c.normalised(ev.r_c, ev.xh_c, ev.e_c)
             stats_a = self._scorer_a.normalised(ev.r_a, ev.xh_a, ev.e_a)
@@ -755,6 +856,22 @@ class PlantDetector(Detector):
             d2_c = self._scorer_c.score(ev.r_c)
             d2_a = self._scorer_a.score(ev.r_a)
             stats_c, stats_a = d2_c[:, None], d2_a[:, None]
+        return self._finish(ev.x_c, ev.x_a, ev.r_c, ev.r_a, d2_c, d2_a, stats_c, stats_a)
+
+    def _finish(
+        self,
+        x_c: FloatArray,
+        x_a: FloatArray,
+        r_c: FloatArray,
+        r_a: FloatArray,
+        d2_c: FloatArray,
+        d2_a: FloatArray,
+        stats_c: FloatArray,
+        stats_a: FloatArray,
+    ) -> DetectionResult:
+        """Flags, published flags and severity levels of the scores; advances the warm-up count and
+        the randomizers."""
+        T = len(d2_c)
         zc = self._scorer_c.flags(d2_c)
         za = self._scorer_a.flags(d2_a)
         # no flag while the filter and the EWMA settle after a reset
@@ -770,10 +887,10 @@ class PlantDetector(Detector):
         else:
             level = level_pub = np.full(T, -1, dtype=np.int64)
         return DetectionResult(
-            ev.x_c,
-            ev.x_a,
-            ev.r_c,
-            ev.r_a,
+            x_c,
+            x_a,
+            r_c,
+            r_a,
             d2_c,
             d2_a,
             zc,
@@ -787,15 +904,35 @@ class PlantDetector(Detector):
         )
 
     # -- streaming state ---------------------------------------------------------------------
-    def get_state(self) -> dict[str, Any]:
-        """Everything that must survive a restart (JSON-friendly).
+    @property
+    def parameter_digest(self) -> str:
+        """sha256 (hex, first 16 bytes) of every parameter that shapes the flags: the identified model,
+        the standardiser, Theta, both scorers' fitted statistics and thresholds.
 
-        Includes the trained parameters (Theta, the augmented scorer's statistics and
-        their version, the shared threshold of the family method), so a restored
-        detector continues exactly as the saved one would have, whatever parameters
-        the new process started with.
+        Computed once per parameter change (fit, :meth:`set_parameters`): a 1,000-sensor plant's
+        scorers hold D x D matrices, tens of MB."""
+        if self._digest is None:
+            h = hashlib.sha256()
+            model = self._identified
+            parts: list[Any] = [self.scaler, self.augmentation.theta, self._scorer_c.state, self._scorer_a.state]
+            if model is not None:
+                parts += [model.A, model.B, model.C, model.Q, model.R]
+            for part in parts:
+                _digest_update(h, part)
+            self._digest = h.hexdigest()[:32]
+        return self._digest
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything of the stream that must survive a restart (JSON-friendly), and which parameters
+        produced it.
+
+        The parameters themselves (Theta, the scorers' statistics: D x D matrices) are not in it,
+        only their version and :attr:`parameter_digest`: a plant worker writes this state with every
+        batch, so its size and cost stay linear in the sensor count (``docs/sizing.md``). Whoever
+        restores it brings the parameters (the fitted detector, the published artifact of that
+        version) and checks the digest (:meth:`fedrca.streams.runtime.PlantRuntime.start_plant`).
         """
-        state = {
+        return {
             "filter": self.proprietary.get_state(),
             "last_y": None if self._last_y is None else self._last_y.tolist(),
             "last_u": None if self._last_u is None else self._last_u.tolist(),
@@ -805,15 +942,17 @@ class PlantDetector(Detector):
             "privacy": self._privacy.get_state(),
             "level_privacy": self._level_privacy.get_state(),
             "parameter_version": self.parameter_version,
-            "theta": self.augmentation.theta.tolist(),
-            "scorer_a_fit": self._scorer_a.state.to_dict(),
+            "parameter_digest": self.parameter_digest,
         }
-        if isinstance(self._scorer_c, StatisticFamily):
-            state["threshold_c"] = self._scorer_c.state.threshold
-        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state` output."""
+        """Restore :meth:`get_state` output; the parameters stay those in use.
+
+        :attr:`restored_parameters` is set to the ``(version, digest)`` the state was produced
+        with, for the caller to compare with :attr:`parameter_version` / :attr:`parameter_digest`.
+        A state that carries the parameters themselves (``theta``, ``scorer_a_fit``, written by
+        earlier versions) installs them.
+        """
         if "theta" in state:
             self.augmentation.theta = np.asarray(state["theta"], dtype=np.float64)
             fit = state["scorer_a_fit"]
@@ -821,9 +960,11 @@ class PlantDetector(Detector):
                 self._scorer_a.state = FamilyState.from_dict(fit)
             else:
                 self._scorer_a.state = ScorerState.from_dict(fit)
-        if "threshold_c" in state and isinstance(self._scorer_c, StatisticFamily):
-            state_c = self._scorer_c.state
-            self._scorer_c.state = state_c.with_calibration(state_c.scale, float(state["threshold_c"]))
+            if "threshold_c" in state and isinstance(self._scorer_c, StatisticFamily):
+                state_c = self._scorer_c.state
+                self._scorer_c.state = state_c.with_calibration(state_c.scale, float(state["threshold_c"]))
+            self.parameter_version = state["parameter_version"]
+            self._digest = None
         self.proprietary.set_state(state["filter"])
         self._last_y = None if state["last_y"] is None else np.asarray(state["last_y"], dtype=np.float64)
         self._last_u = None if state["last_u"] is None else np.asarray(state["last_u"], dtype=np.float64)
@@ -833,7 +974,21 @@ class PlantDetector(Detector):
         self._privacy.set_state(state["privacy"])
         if "level_privacy" in state:
             self._level_privacy.set_state(state["level_privacy"])
-        self.parameter_version = state["parameter_version"]
+        self.restored_parameters = (str(state["parameter_version"]), state.get("parameter_digest"))
+
+    def _checkpoint(self) -> Any:
+        # the parameters by reference: set_parameters replaces them, never changes them in place
+        scorers = (self._scorer_c.state, self._scorer_a.state)
+        return (super()._checkpoint(), self.augmentation.theta, scorers, self.parameter_version, self._digest)
+
+    def _restore_checkpoint(self, saved: Any) -> None:
+        stream, theta, (state_c, state_a), version, digest = saved
+        self.augmentation.theta = theta
+        self._scorer_c.state, self._scorer_a.state = state_c, state_a  # (resets their memory: restored below)
+        self.parameter_version, self._digest = version, digest
+        restored = self.restored_parameters
+        super()._restore_checkpoint(stream)
+        self.restored_parameters = restored
 
     def _check_batch(self, Y: ArrayLike, expect_dim: int | None) -> FloatArray:
         Y_arr = np.asarray(Y, dtype=np.float64)

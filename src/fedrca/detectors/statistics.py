@@ -84,6 +84,7 @@ __all__ = [
     "score_of",
     "segment_lengths",
     "segment_statistics",
+    "stream_memory",
     "tail_quantile",
 ]
 
@@ -440,6 +441,38 @@ def family_statistics(
     return np.asarray(stats, dtype=np.float64), last
 
 
+def stream_memory(
+    state: FamilyState, r: FloatArray, memory: Sequence[FloatArray | None] | None = None
+) -> list[FloatArray | None]:
+    """The EWMA memory :func:`family_statistics` keeps after the rows ``r`` (T, D), without computing
+    the statistics (the fit's held-out pass needs the memory at a block's start, not the rows before it).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> r, x, e = rng.normal(size=(300, 3)), rng.normal(size=(300, 2)), rng.normal(size=(300, 3))
+    >>> state = fit_family(r, x, e, ewma=(0.1, 0.05))
+    >>> _, full = family_statistics(state, r, x, e)
+    >>> all(np.array_equal(a, b) for a, b in zip(stream_memory(state, r), full))
+    True
+    """
+    slots = len(state.lambdas) + (1 if state.dispersion else 0)
+    last: list[FloatArray | None] = list(memory) if memory is not None else [None] * slots
+    if len(r) == 0:
+        return last
+    W = state.innovation.white(r)
+    if state.dispersion:
+        # v(t) = λ_d d2(r(t)) + (1 - λ_d) v(t-1), from the nominal mean of d2
+        d2 = np.einsum("td,td->t", W, W)
+        start = np.array([state.dispersion_start]) if last[-1] is None else last[-1]
+        last[-1] = _ewma(d2[:, None], state.dispersion, start)[-1:, 0].copy()
+    for i, lam in enumerate(state.lambdas):
+        # w(t) = λ L⁻¹(r(t) - μ) + (1 - λ) w(t-1)
+        last[i] = _ewma(W, lam, last[i])[-1].copy()
+    return last
+
+
 def tail_quantile(score: FloatArray, alpha: float, tail: float = 0.1, confidence: float = 0.5) -> float:
     """The ``1 - alpha`` quantile of ``score`` from an exponential fit to its upper ``tail`` share.
 
@@ -597,6 +630,15 @@ class StatisticFamily:
         """Restore :meth:`get_state` output."""
         memory = state.get("memory") or []
         self._memory = [None if m is None else np.asarray(m, dtype=np.float64) for m in memory] or None
+
+    @property
+    def memory(self) -> list[FloatArray | None] | None:
+        """The EWMA vectors after the last sample (None: a fresh stream), as :func:`family_statistics` keeps them."""
+        return self._memory
+
+    @memory.setter
+    def memory(self, value: list[FloatArray | None] | None) -> None:
+        self._memory = value
 
     def normalised(self, r: FloatArray, x: FloatArray, e: FloatArray) -> FloatArray:
         """Normalised statistics ``s_k / c_k`` (T, K); advances the stream."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -23,7 +23,7 @@ from fedrca.contracts import FlagMessage, SensorMessage, Verdict, encode_flags
 from fedrca.detectors.plant import DetectionResult
 from fedrca.streams.runtime import SiteRuntime
 
-__all__ = ["EmbeddedRun", "progress_bar", "replay_frame"]
+__all__ = ["EmbeddedRun", "progress_bar", "replay_chunks", "replay_frame"]
 
 
 @dataclass
@@ -59,12 +59,43 @@ def replay_frame(
     message (bytes); verdicts are collected in order. With a ``pacer`` the rows are
     released at their sample time scaled by its speed (``Pacer.from_spec("x600")``).
     """
+    plants = runtime.config.plant_names
+    T = len(next(iter(plant_values.values())))
+    arrays = {p: np.asarray(plant_values[p], dtype=np.float64) for p in plants}
+    chunks = ((lo, {p: arrays[p][lo : lo + chunk] for p in plants}) for lo in range(0, T, chunk))
+    return replay_chunks(
+        runtime,
+        chunks,
+        total=T,
+        sample_seconds=sample_seconds,
+        start_ts=start_ts,
+        pacer=pacer,
+        on_verdict=on_verdict,
+        progress=progress,
+    )
+
+
+def replay_chunks(
+    runtime: SiteRuntime,
+    chunks: Iterable[tuple[int, dict[str, np.ndarray]]],
+    *,
+    total: int,
+    sample_seconds: float = 1.0,
+    start_ts: float = 0.0,
+    pacer: Pacer | None = None,
+    on_verdict: Callable[[Verdict], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> EmbeddedRun:
+    """Run consecutive chunks of rows through the runtime as they come (a live source: a generator).
+
+    Each chunk is ``(seq of its first row, {plant: (n, D_m) rows})``; row ``seq`` has the
+    timestamp ``start_ts + seq * sample_seconds``. ``total`` is the number of rows planned
+    (for ``progress``; a live source may end earlier).
+    """
     config: SiteConfig = runtime.config
     plants = config.plant_names
-    T = len(next(iter(plant_values.values())))
-    out = EmbeddedRun(rows=T)
+    out = EmbeddedRun(rows=0)
     started = time.perf_counter()
-    arrays = {p: np.asarray(plant_values[p], dtype=np.float64) for p in plants}
     parts: dict[str, list[DetectionResult]] = {p: [] for p in plants}
     if pacer is not None:
         pacer.begin(start_ts)
@@ -75,14 +106,14 @@ def replay_frame(
             if on_verdict is not None:
                 on_verdict(v)
 
-    for lo in range(0, T, chunk):
-        hi = min(T, lo + chunk)
+    for lo, rows in chunks:
+        hi = lo + len(rows[plants[0]])
         if pacer is not None:
             pacer.wait(start_ts + lo * sample_seconds)
         chunk_flags: list[FlagMessage] = []
         for plant in plants:
             raws = [
-                SensorMessage(config.site, plant, start_ts + t * sample_seconds, t, arrays[plant][t]).encode()
+                SensorMessage(config.site, plant, start_ts + t * sample_seconds, t, rows[plant][t - lo]).encode()
                 for t in range(lo, hi)
             ]
             batch = runtime.plants.decode_sensors(raws, plant=plant)
@@ -98,8 +129,9 @@ def replay_frame(
         verdicts, rejected = runtime.rca.process_flags(encode_flags(chunk_flags))
         out.deadletters += [(raw, err.reason) for raw, err in rejected]
         emit(verdicts)
+        out.rows = hi
         if progress is not None:
-            progress(hi, T)
+            progress(hi, total)
     emit(runtime.rca.flush())
     out.results = {p: DetectionResult.concat(parts[p]) for p in plants if parts[p]}
     out.seconds = time.perf_counter() - started

@@ -190,8 +190,12 @@ class PlantRuntime:
     def start_plant(self, plant: str, state: dict[str, Any] | None) -> None:
         """Continue a plant from a saved state (after a restart or a rebalance), or from the start.
 
-        The saved state carries the parameters it was produced with; when a newer
-        artifact has been offered since, the plant switches to it right away.
+        The saved state names the parameters it was produced with (version and digest, not the
+        matrices: :meth:`PlantDetector.get_state <fedrca.detectors.plant.PlantDetector.get_state>`);
+        the plant continues with the parameters this worker holds, which are the same ones when
+        it fitted the same nominal data or applied the same published artifact. When a newer
+        artifact has been offered since, the plant switches to it right away; parameters that
+        differ otherwise (another nominal file, an artifact no longer published) are logged.
         """
         processor = self.processors[plant]
         if state is None:
@@ -202,6 +206,23 @@ class PlantRuntime:
         if latest is not None and str(latest.version) != processor.model_version:
             self._apply(plant, latest)
         self.metrics.set_parameter_version(plant, processor.model_version)
+        detector = processor.detector
+        saved = getattr(detector, "restored_parameters", None) if state is not None else None
+        if saved is not None and isinstance(detector, PlantDetector):
+            version, digest = saved
+            if version != detector.parameter_version:
+                log.info("plant %s: its saved state is of parameters %s; continuing with %s", plant, version,
+                         detector.parameter_version)  # fmt: skip
+            elif digest is not None and digest != detector.parameter_digest:
+                log.warning(
+                    "plant %s: its saved state is of parameters %s with digest %s, this worker's %s are %s "
+                    "(fitted on other nominal data?); continuing with this worker's",
+                    plant,
+                    version,
+                    digest,
+                    version,
+                    detector.parameter_digest,
+                )
 
     def offer_parameters(self, plant: str, artifact: ParameterArtifact) -> bool:
         """Switch a plant to a verified artifact, between two batches.

@@ -58,9 +58,17 @@ from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import LinearModel, ProprietaryFilter, filter_batch
 from fedrca.exceptions import ConvergenceError, DataError, MessageError, ModelError
 from fedrca.training.ledger import PrivacyLedger
-from fedrca.training.messages import GradientMessage, MomentsMessage, ReleaseMessage, StatesMessage, quantise
-from fedrca.training.moments import MomentSettings, pack_moments, plant_moments, release_states
+from fedrca.training.messages import (
+    GradientMessage,
+    MomentsMessage,
+    OwnMomentsMessage,
+    ReleaseMessage,
+    StatesMessage,
+    quantise,
+)
+from fedrca.training.moments import MomentSettings, laplace_scale, pack_moments, plant_moments, release_states
 from fedrca.training.privacy import GaussianMechanism, PrivacyAccountant, gaussian_mu
+from fedrca.training.varx import OwnMoments, RowEstimate, fit_row, own_moments, public_series
 
 __all__ = ["Client", "ClientData", "Disentanglement", "input_standardizer", "measurement_states", "prepare_client_data"]
 
@@ -302,6 +310,11 @@ class Client:
         # estimator 'moments': one pure release (states) and one Gaussian release (moments), composed
         self.ledger = PrivacyLedger(self.plant, p.delta, p.budget, budget_key="training.privacy.budget")
         self._released: FloatArray | None = None
+        # the input releases draw from their own stream: the state and moment releases stay as without them
+        self._input_rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1D]))
+        self._own_state_block: tuple[FloatArray, float] | None = None
+        self.row: RowEstimate | None = None
+        self._row_plants: list[str] = []
         self._sent_fixed = np.zeros(T, dtype=bool)
         self._x_c_error = np.zeros((T, base.state_dim))  # what the server's copy of x_c(t) has on top of the truth
         self._pending: tuple[int, int, int, FloatArray, FloatArray] | None = None
@@ -539,7 +552,32 @@ class Client:
         }
         if B is not None and self.input_dim:
             arrays["whatif.B"] = np.asarray(B, dtype=np.float64).reshape(self.state_dim, self.input_dim).copy()
+        arrays.update(self.row_arrays())
         return arrays
+
+    def row_arrays(self) -> dict[str, np.ndarray]:
+        """The plant's private row of the global model (estimator ``moments``; empty before :meth:`fit_row`).
+
+        ``whatif.row_A`` (P, S), ``whatif.row_B`` (P, sum U) and their standard errors;
+        ``whatif.row_parents``, ``whatif.row_inputs`` and ``whatif.row_candidates`` (M,): 1 for the
+        plants whose block is in the row, whose inputs are in it, and whose inputs it could
+        include (its own and the released ones); plants in the server's block order.
+        """
+        if self.row is None:
+            return {}
+        plants = self._row_plants
+        candidates = {self.plant} if self.input_dim else set()
+        if self.settings.privacy.releases_inputs:
+            candidates |= set(plants)
+        return {
+            "whatif.row_candidates": np.array([p in candidates for p in plants], dtype=np.int64),
+            "whatif.row_A": self.row.A.copy(),
+            "whatif.row_B": self.row.B.copy(),
+            "whatif.row_A_stderr": self.row.A_stderr.copy(),
+            "whatif.row_B_stderr": self.row.B_stderr.copy(),
+            "whatif.row_parents": np.array([p in self.row.parents for p in plants], dtype=np.int64),
+            "whatif.row_inputs": np.array([p in self.row.inputs_of for p in plants], dtype=np.int64),
+        }
 
     # -- protocol ---------------------------------------------------------------------------------
     def states_message(self, round_: int) -> StatesMessage:
@@ -681,11 +719,29 @@ class Client:
         mu = math.inf if math.isinf(p.moment_epsilon) else gaussian_mu(p.moment_epsilon, p.delta)
         return MomentSettings(p.state_clip, p.state_epsilon, mu, p.moment_lags, bound_factor=0.5)
 
+    @property
+    def releases_inputs(self) -> bool:
+        """True when this plant releases its inputs and its own moments with them (it has inputs; the settings)."""
+        return self.settings.privacy.releases_inputs and self.input_dim > 0
+
+    @property
+    def input_moment_mu(self) -> float:
+        """GDP mu of the one release of the own moments with inputs (inf = no noise)."""
+        eps = self.settings.privacy.input_moment_epsilon
+        return math.inf if eps is None or math.isinf(eps) else gaussian_mu(eps, self.settings.privacy.delta)
+
     def moments_plan(self) -> tuple[float, dict[float, int]]:
-        """(mu^2, {epsilon: count}) the two releases will charge (nothing for an inf epsilon)."""
+        """(mu^2, {epsilon: count}) the releases will charge: states, moments (and inputs, their own moments)."""
         ms = self.moment_settings
         mu2 = 0.0 if math.isinf(ms.moment_mu) else ms.moment_mu**2
         pure = {} if math.isinf(ms.state_epsilon) else {ms.state_epsilon: 1}
+        if self.releases_inputs:
+            eps_u = self.settings.privacy.input_epsilon
+            assert eps_u is not None
+            if not math.isinf(eps_u):
+                pure[eps_u] = pure.get(eps_u, 0) + 1
+            if not math.isinf(self.input_moment_mu):
+                mu2 += self.input_moment_mu**2
         return mu2, pure
 
     def measurement_noise_cov(self) -> FloatArray | None:
@@ -711,9 +767,23 @@ class Client:
         rows = self.train_rows
         released, clipped = release_states(self.data.x_meas[rows], ms.state_clip, ms.state_epsilon, self._rng)
         self.clipped += clipped
-        for eps in pure:
-            self.ledger.charge_pure(eps, key="states")
+        if not math.isinf(ms.state_epsilon):
+            self.ledger.charge_pure(ms.state_epsilon, key="states")
         self._released = released
+        inputs: dict[str, Any] = {}
+        if self.releases_inputs:
+            p = self.settings.privacy
+            eps_u = p.input_epsilon
+            assert eps_u is not None and self.data.u_prev is not None
+            u, clipped_u = release_states(self.data.u_prev[rows], p.input_clip, eps_u, self._input_rng)
+            self.clipped += clipped_u
+            if not math.isinf(eps_u):
+                self.ledger.charge_pure(eps_u, key="inputs")
+            inputs = {
+                "u": u,
+                "input_noise_scale": laplace_scale(p.input_clip, self.input_dim, eps_u),
+                "input_clip": p.input_clip,
+            }
         return ReleaseMessage(
             round=round_,
             plant=self.plant,
@@ -722,6 +792,7 @@ class Client:
             x_meas=released,
             noise_scale=ms.noise_scale(self.state_dim),
             clip=ms.state_clip,
+            **inputs,
         )
 
     def moments_message(self, round_: int, released: dict[str, ReleaseMessage]) -> MomentsMessage:
@@ -745,8 +816,9 @@ class Client:
             rng=self._rng,
             noise_cov=self.measurement_noise_cov(),
         )
-        mu2, _ = self.moments_plan()
-        self.ledger.charge_gaussian(mu2, key="moments")
+        self.ledger.charge_gaussian(0.0 if math.isinf(ms.moment_mu) else ms.moment_mu**2, key="moments")
+        n = release.n_rows
+        self._own_state_block = (release.own[ms.lags :] / n, release.noise_sigma / n)
         return MomentsMessage(
             round=round_,
             plant=self.plant,
@@ -758,6 +830,92 @@ class Client:
             n_rows=release.n_rows,
             noise_sigma=release.noise_sigma,
         )
+
+    def own_moments_message(self, round_: int) -> OwnMomentsMessage:
+        """This plant's own-block moments of [x; u] (the state block as already released; the input blocks
+        released once, Gaussian): the other plants' rows use them (:mod:`fedrca.training.varx`)."""
+        if self._own_state_block is None:
+            raise MessageError(R.OUT_OF_ORDER, f"plant '{self.plant}': own moments before the moments release")
+        ms = self.moment_settings
+        p = self.settings.privacy
+        rows = self.train_rows
+        block, sigma = self._own_state_block
+        inputs = self.data.u_prev[rows] if self.releases_inputs and self.data.u_prev is not None else None
+        released = own_moments(
+            self.plant,
+            self.data.x_meas[rows],
+            inputs,
+            block,
+            sigma,
+            clip_x=ms.state_clip,
+            clip_u=p.input_clip,
+            lags=ms.lags,
+            mu=self.input_moment_mu,
+            rng=self._input_rng,
+        )
+        if inputs is not None and not math.isinf(self.input_moment_mu):
+            self.ledger.charge_gaussian(self.input_moment_mu**2, key="input_moments")
+        D = released.gammas.shape[1]
+        return OwnMomentsMessage(
+            round=round_,
+            plant=self.plant,
+            version=self.version,
+            start=rows.start,
+            moments=released.gammas.reshape(-1, D),
+            state_dim=released.state_dim,
+            state_sigma=released.state_sigma,
+            input_sigma=released.input_sigma,
+        )
+
+    def fit_row(
+        self,
+        plants: list[str],
+        state_dims: list[int],
+        input_dims: list[int],
+        releases: dict[str, ReleaseMessage],
+        blocks: dict[str, OwnMomentsMessage],
+        seed: int = 0,
+    ) -> RowEstimate:
+        """This plant's row ``[A_m. B_m.]`` from its exact states and inputs and the others' releases (private).
+
+        Nothing leaves the plant: the row goes into its artifact's private ``whatif.*`` arrays
+        (:func:`fedrca.training.varx.fit_row`).
+        """
+        ms = self.moment_settings
+        rows = self.train_rows
+        public = {}
+        own_blocks = {}
+        for other in plants:
+            if other == self.plant:
+                continue
+            if other not in releases or other not in blocks:
+                raise MessageError(
+                    R.MISSING_STATES, f"plant '{self.plant}': no released states or moments of '{other}'"
+                )
+            rel, blk = releases[other], blocks[other]
+            public[other] = public_series(
+                rel.x_meas, rel.noise_scale, rel.clip or 0.0, rel.u, rel.input_noise_scale, rel.input_clip or 0.0
+            )
+            D = blk.moments.shape[1]
+            own_blocks[other] = OwnMoments(
+                other, blk.state_dim, D - blk.state_dim, blk.moments.reshape(-1, D, D), blk.state_sigma, blk.input_sigma
+            )
+        self.row = fit_row(
+            self.plant,
+            plants,
+            state_dims,
+            input_dims,
+            self.data.x_meas[rows],
+            self.data.u_prev[rows] if self.data.u_prev is not None else None,
+            public,
+            own_blocks,
+            lags=ms.lags,
+            first_equation=2 if self.settings.input_instruments == "lagged" else 1,
+            noise_cov=self.measurement_noise_cov(),
+            seed=seed,
+        )
+        self._row_plants = list(plants)
+        return self.row
 
     def fit_to_target(self, message: GradientMessage, rounds: int) -> None:
         """``rounds`` local steps towards ``x_s = x_c + d`` with the server's ``grad = -2 d`` (post-processing: free).
@@ -947,6 +1105,8 @@ class Client:
             "sent_fixed": self._sent_fixed.copy(),
             "x_c_error": self._x_c_error.copy(),
         }
+        if self.row is not None:
+            arrays.update({f"row.{k}": getattr(self.row, k).copy() for k in ("A", "B", "A_stderr", "B_stderr")})
         meta = {
             "version": self.version,
             "clipped": self.clipped,
@@ -955,6 +1115,13 @@ class Client:
             "ledger": self.ledger.get_state(),
             "history": self.history,
         }
+        if self.row is not None:
+            meta["row"] = {
+                "plants": self._row_plants,
+                "parents": list(self.row.parents),
+                "inputs_of": list(self.row.inputs_of),
+                "pvalues": self.row.pvalues,
+            }
         return arrays, meta
 
     def set_state(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -973,3 +1140,19 @@ class Client:
             self.ledger.set_state(meta["ledger"])
         self.history = [dict(h) for h in meta["history"]]
         self._pending = None
+        row = meta.get("row")
+        if row is not None:
+
+            def arr(name: str) -> FloatArray:
+                return np.asarray(arrays[f"row.{name}"], dtype=np.float64).copy()
+
+            self.row = RowEstimate(
+                arr("A"),
+                arr("B"),
+                arr("A_stderr"),
+                arr("B_stderr"),
+                tuple(row["parents"]),
+                tuple(row["inputs_of"]),
+                {str(k): float(v) for k, v in row["pvalues"].items()},
+            )
+            self._row_plants = [str(p) for p in row["plants"]]

@@ -35,6 +35,7 @@ from fedrca.training.messages import (
     GradientMessage,
     InProcessTransport,
     MomentsMessage,
+    OwnMomentsMessage,
     ReleaseMessage,
     StatesMessage,
     decode_message,
@@ -365,18 +366,48 @@ class FederatedTraining:
             raw = encode_message(client.moments_message(0, received))  # float64: a few hundred numbers
             self.transport.publish(self.topic(plant), plant, raw)
             self._bytes_up[plant] += len(raw)
+        for plant, client in self.clients.items():
+            # the own-block moments with the inputs (:mod:`fedrca.training.varx`), for the other plants' rows;
+            # float32: its rounding is far below the release's noise
+            raw = encode_message(client.own_moments_message(0), "float32")
+            self.transport.publish(self.topic(plant), plant, raw)
+            self._bytes_up[plant] += len(raw)
         moments: dict[str, MomentsMessage] = {}
+        blocks: dict[str, OwnMomentsMessage] = {}
         for plant in self.clients:
             for _, raw in self.transport.consume(self.topic(plant), "server"):
                 message = decode_message(raw)
                 if isinstance(message, MomentsMessage):
                     moments[message.plant] = message
+                elif isinstance(message, OwnMomentsMessage):
+                    blocks[message.plant] = message
         self._answer(
             self.server.fit_moments(releases, moments),
             enc,
             lambda client, message: client.fit_to_target(message, rounds),
         )
+        self._fit_rows(releases, blocks)
         self.round = rounds
+
+    def _fit_rows(self, releases: Mapping[str, ReleaseMessage], blocks: Mapping[str, OwnMomentsMessage]) -> None:
+        """The server forwards every plant's own-block moments to the others; each plant fits its row privately."""
+        for plant in self.clients:
+            for other, message in blocks.items():
+                if other != plant:
+                    raw = encode_message(message, "float32")
+                    self.transport.publish(self.topic(plant), SERVER, raw)
+                    self._bytes_down[plant] += len(raw)
+        plants = list(self.clients)
+        state_dims = [c.state_dim for c in self.clients.values()]
+        input_dims = [c.input_dim for c in self.clients.values()]
+        for i, (plant, client) in enumerate(self.clients.items()):
+            received: dict[str, OwnMomentsMessage] = {}
+            for _, raw in self.transport.consume(self.topic(plant), f"client-{plant}"):
+                forwarded = decode_message(raw)
+                if isinstance(forwarded, OwnMomentsMessage) and forwarded.plant != plant:
+                    received[forwarded.plant] = forwarded
+            others = {p: r for p, r in releases.items() if p != plant}
+            client.fit_row(plants, state_dims, input_dims, others, received, seed=self.settings.seed * 7919 + i)
 
     # -- state (what a checkpoint stores) ------------------------------------------------------------
     def get_state(self) -> TrainingState:

@@ -42,6 +42,7 @@ __all__ = [
     "InProcessTransport",
     "Message",
     "MomentsMessage",
+    "OwnMomentsMessage",
     "ReleaseMessage",
     "StatesMessage",
     "decode_message",
@@ -199,14 +200,19 @@ class ReleaseMessage(Message):
     x_meas : (W, P) clipped measurement states + Laplace noise
     noise_scale : Laplace scale per coordinate
     clip : L2 bound the states were clipped to
+    u : (W, U) the plant's inputs u(t-1), clipped + Laplace noise (``training.privacy.input_epsilon``), or None
+    input_noise_scale, input_clip : their Laplace scale per coordinate and L2 bound
     """
 
     KIND: ClassVar[str] = "release"
-    ARRAYS: ClassVar[tuple[str, ...]] = ("x_meas",)
+    ARRAYS: ClassVar[tuple[str, ...]] = ("x_meas", "u")
 
     x_meas: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
     noise_scale: float = 0.0
     clip: float | None = None
+    u: FloatArray | None = None
+    input_noise_scale: float = 0.0
+    input_clip: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,11 +243,36 @@ class MomentsMessage(Message):
         super().__post_init__()
 
 
+@dataclass(frozen=True, eq=False)
+class OwnMomentsMessage(Message):
+    """A plant's own-block lag moments of q = [x; u] (:func:`fedrca.training.varx.own_moments`).
+
+    Client -> server, then forwarded by the server to the other plants (post-processing): the
+    state block is the plant's already released own state moments; the blocks with inputs are
+    released once with the Gaussian mechanism (``training.privacy.input_moment_epsilon``).
+
+    Attributes
+    ----------
+    moments : ((L+1) (P+U), P+U) Gamma_0 .. Gamma_L stacked by lag (normalised)
+    state_dim : P (the first P rows and columns of every lag are the states)
+    state_sigma, input_sigma : Gaussian noise per entry of the state block and of the blocks with inputs
+    """
+
+    KIND: ClassVar[str] = "own_moments"
+    ARRAYS: ClassVar[tuple[str, ...]] = ("moments",)
+
+    moments: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
+    state_dim: int = 0
+    state_sigma: float = 0.0
+    input_sigma: float = 0.0
+
+
 _KINDS: dict[str, type[Message]] = {
     "states": StatesMessage,
     "gradients": GradientMessage,
     "release": ReleaseMessage,
     "moments": MomentsMessage,
+    "own_moments": OwnMomentsMessage,
 }
 
 #: Array encodings of :func:`encode_message`: lossless float64, float32, or int8 with one scale per array.

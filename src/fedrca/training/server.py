@@ -610,7 +610,8 @@ class Server:
         """Arrays of the server artifact: A, A_stderr, state_dims (+ B, B_stderr, input_dims; + the random features).
 
         ``B`` is written whenever at least one plant has inputs (its columns are the plants'
-        inputs in block order, ``input_dims`` per plant).
+        inputs in block order, ``input_dims`` per plant), except for estimator ``moments``, whose
+        rows of A and B the plants learn privately (``whatif.row_*`` of their artifacts).
         """
         arrays: dict[str, np.ndarray] = {
             "A": self._A.copy(),
@@ -618,8 +619,10 @@ class Server:
             "state_dims": np.asarray(self.state_dims, dtype=np.int64),
         }
         if self.input_dim:
-            arrays["B"] = self._B_in.copy()
-            arrays["B_stderr"] = self._B_in_stderr.copy()
+            if self.settings.estimator != "moments":
+                # estimator 'moments': B is learned row by row in the plants (fedrca.training.varx), not here
+                arrays["B"] = self._B_in.copy()
+                arrays["B_stderr"] = self._B_in_stderr.copy()
             arrays["input_dims"] = np.asarray(self.input_dims, dtype=np.int64)
         if self._rff is not None and self._rff.fitted:
             arrays.update(self._rff.get_state())

@@ -145,8 +145,9 @@ def what_if(
     Raises
     ------
     ConfigError
-        Unknown plant (key ``target`` / ``input_of``), a source without inputs, a ``delta`` of the
-        wrong length (key ``delta``), ``steps`` < 1 or an unknown mode.
+        Unknown plant (key ``target`` / ``input_of``), a source without inputs, a target whose row
+        is not among the artifacts or whose row could not include the source's inputs (estimator
+        ``moments``), a ``delta`` of the wrong length (key ``delta``), ``steps`` < 1 or an unknown mode.
     """
     m = model.index(target, "target")
     n = model.index(source, "input_of")
@@ -160,6 +161,21 @@ def what_if(
         with_inputs = [p for p, d in zip(model.plants, model.input_dims, strict=True) if d]
         raise ConfigError(
             f"plant '{source}' has no inputs; plants with inputs: {', '.join(with_inputs) or 'none'}", key="input_of"
+        )
+    if model.rows and target not in model.rows:
+        raise ConfigError(
+            f"the row of plant '{target}' in the model is in its own artifact, which was not given (rows of "
+            f"{', '.join(model.rows)}); ask where that plant's artifacts are",
+            key="target",
+        )
+    learned = model.learned_inputs(target)
+    if learned is not None and source not in learned:
+        raise ConfigError(
+            f"the direct effect of the inputs of plant '{source}' on plant '{target}' is not learned: they never left "
+            f"plant '{source}' (training.privacy.input_epsilon unset); ask about the inputs of "
+            f"{', '.join(learned) or 'no plant'}, or set training.privacy.input_epsilon and input_moment_epsilon "
+            "and re-run fedrca train",
+            key="input_of",
         )
     du = np.ravel(np.asarray(delta, dtype=np.float64))
     if du.shape != (U_n,) or not np.all(np.isfinite(du)):
