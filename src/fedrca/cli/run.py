@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedrca.cli.outputs import Outputs
+from fedrca.cli.outputs import Outputs, staged_folder
 from fedrca.cli.params import load_params
 from fedrca.cli.site import plant_runtime, rca_runtime, site_runtime
 from fedrca.config import SiteConfig, load_config, resolve_plants
@@ -188,10 +188,13 @@ def _published_params(bootstrap: str, config: SiteConfig, directory: Path, optio
     if not newest:
         print(f"fedrca run: no parameters on {config.topic('params')}; RCA engine with defaults", file=sys.stderr)
         return None
-    for stale in (*directory.glob("*.npz"), *directory.glob("*.json")):
-        stale.unlink()
-    for artifact in newest.values():
-        save_artifact(artifact, directory)
+    # the published set replaces the previous one as a whole: staged, then moved in
+    with staged_folder(directory, option="--data-dir") as stage:
+        for artifact in newest.values():
+            save_artifact(artifact, stage)
+        for stale in (*directory.glob("*.npz"), *directory.glob("*.json")):
+            if not (stage / stale.name).exists():
+                stale.unlink()
     versions = ", ".join(f"{p} {a.version}" for p, a in sorted(newest.items()))
     print(f"fedrca run: RCA engine from the published parameters ({versions})", file=sys.stderr, flush=True)
     return directory
