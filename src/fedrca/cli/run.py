@@ -192,9 +192,10 @@ def _published_params(bootstrap: str, config: SiteConfig, directory: Path, optio
     with staged_folder(directory, option="--data-dir") as stage:
         for artifact in newest.values():
             save_artifact(artifact, stage)
-        for stale in (*directory.glob("*.npz"), *directory.glob("*.json")):
-            if not (stage / stale.name).exists():
-                stale.unlink()
+    fresh = {name for plant in newest for name in (f"{plant}.npz", f"{plant}.json")}
+    for stale in (*directory.glob("*.npz"), *directory.glob("*.json")):
+        if stale.name not in fresh:
+            stale.unlink()
     versions = ", ".join(f"{p} {a.version}" for p, a in sorted(newest.items()))
     print(f"fedrca run: RCA engine from the published parameters ({versions})", file=sys.stderr, flush=True)
     return directory
