@@ -32,7 +32,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedrca.cli import main
+from fedrca.cli import MAX_ERROR_LINE, main
 from fedrca.datasets import linear_multiplant
 from fedrca.datasets.fleet import fleet_patterns
 
@@ -709,6 +709,7 @@ GRAPH_CASES = [
     Case("graph-split-zero", GRAPH + " --split 0", r"--split must be >= 1"),
     Case("graph-split-negative", GRAPH + " --split -3", r"--split must be >= 1"),
     Case("graph-split-beyond-the-rows", GRAPH + " --split 1000", r"--split 1000 leaves .* give --split at most 33"),
+    Case("graph-split-500", GRAPH + " --split 500", r"--split 500 leaves .* give --split at most 33"),
     Case(
         "graph-too-few-rows",
         GRAPH.replace("{nominal}", "{ws}/five.csv"),
@@ -1160,6 +1161,12 @@ REPLAY_CASES = [
         setup=_both(_copy("params", "edited"), _truncate("edited/plant2.npz")),
     ),
     Case(
+        "replay-params-server-npz-empty",
+        REPLAY + " --params {ws}/edited --flags-out {ws}/f --verdicts-out {ws}/v",
+        r"_server\.npz is empty \(0 bytes\)",
+        setup=_both(_copy("params", "edited"), _truncate("edited/_server.npz")),
+    ),
+    Case(
         "replay-params-of-two-runs",
         REPLAY + " --params {ws}/edited --flags-out {ws}/f --verdicts-out {ws}/v",
         r"artifacts of different training runs",
@@ -1448,7 +1455,7 @@ def test_hostile_invocation_gives_one_clear_line_and_damages_nothing(case, works
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith(f"fedrca {argv[0]}: error: "), lines[0]
-    assert lines[0].isprintable()
+    assert lines[0].isprintable() and len(lines[0]) <= MAX_ERROR_LINE, lines[0]
     assert re.search(case.fragment, lines[0]), lines[0]
     # nothing was written or damaged: not an input, not an old output, no partial or temporary file
     assert not changed, changed
