@@ -119,7 +119,9 @@ def _fleet_fuzz(root: Path, examples: int) -> dict[str, int]:
     counts = {"ok": 0, "error": 0}
     path = root / "fleet.yaml"
 
-    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     @given(fleet_configs(root))
     def run(text: str) -> None:
         path.write_text(text, encoding="utf-8")
@@ -183,22 +185,33 @@ def site_files(tmp_path_factory) -> dict[str, Path]:
     return files
 
 
-FLOATS = st.sampled_from([0.0, 1.0, -0.1, 1e-300, 0.01, 0.3, 0.99, math.nan, math.inf, -math.inf]) | st.floats()
-INTS = st.sampled_from([0, 1, 2, 3, 5, 21, -1, 10**6, 10**12]) | st.integers(-10, 10**4)
+def _option(valid: st.SearchStrategy[Any], hostile: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A valid value four times in five, else a hostile one (every option hostile at once would hide the others)."""
+    return st.integers(0, 4).flatmap(lambda k: hostile if k == 0 else valid)
+
+
+FLOATS = st.sampled_from([0.0, 1.0, -0.1, 1e-300, 1e300, math.nan, math.inf, -math.inf]) | st.floats()
+INTS = st.sampled_from([0, -1, 10**6, 10**12, 2**63]) | st.integers(-10, 10**4)
+ALPHA = _option(st.sampled_from([0.001, 0.01, 0.05, 0.2]) | st.floats(1e-6, 0.5), FLOATS)
+KEEP = _option(st.sampled_from([0.0, 0.3, 0.5, 0.9]) | st.floats(0.0, 0.99), FLOATS)
+SPLIT = _option(st.integers(1, 25), INTS)
+MAX_COND = _option(st.none() | st.integers(0, 3), INTS)
 
 
 def _graph_fuzz(site_files: dict[str, Path], examples: int) -> dict[str, int]:
     counts = {"ok": 0, "error": 0}
     config = parse_config(GRAPH_CONFIG, source="graph-fuzz.yaml")
 
-    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
     @given(
         sites=st.lists(st.sampled_from(sorted(site_files)), min_size=1, max_size=3),
-        split=INTS,
+        split=SPLIT,
         test=st.sampled_from(["fisher-z", "g-square"]),
-        alpha=FLOATS,
-        keep=FLOATS,
-        max_cond=st.none() | INTS,
+        alpha=ALPHA,
+        keep=KEEP,
+        max_cond=MAX_COND,
         orientation=st.sampled_from(["cpdag", "dag"]),
     )
     def run(sites, split, test, alpha, keep, max_cond, orientation) -> None:
