@@ -61,7 +61,7 @@ SMOKE = {  # bench/run.py --smoke
     "TEP_SEEDS": (0,),
     "TEP_FAULTS": {"04": "reactor"},
     "FIGURE_VARIANTS": (("trained", True),),
-}  # bench/run.py --smoke
+}
 PLOT = REPO / "docs" / "whatif_transfer.png"
 
 
@@ -419,10 +419,7 @@ FIGURE_VARIANTS = (("Theta = 0", False), ("trained", True))
 
 def _tep_config(noise: bool = True, seed: int = 0, inputs: bool = True) -> SiteConfig:
     config = load_config(REPO / "config" / "tep.yaml")
-    # the shipped estimator (moments) does not estimate B: the what-if figures are for estimator iv with
-    # state epsilon 3 (budget 10), the settings of docs/whatif.md's TEP section
-    privacy = config.training.privacy.model_copy(update={"state_epsilon": 3.0, "budget": 10.0})
-    training = config.training.model_copy(update={"seed": seed, "estimator": "iv", "privacy": privacy})
+    training = config.training.model_copy(update={"seed": seed})
     if not noise:
         off = {"state_epsilon": math.inf, "moment_epsilon": math.inf, "budget": math.inf}
         training = training.model_copy(update={"privacy": training.privacy.model_copy(update=off)})

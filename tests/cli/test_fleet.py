@@ -12,9 +12,12 @@ import yaml
 from fedrca.cli import main
 from fedrca.cli.fleet.config import load_fleet_config, parse_fleet_config
 from fedrca.cli.fleet.run import run_fleet
-from fedrca.cli.fleet.store import load_fleet_model
+from fedrca.cli.fleet.store import load_calibration, load_fleet_model
+from fedrca.cli.site import build_detectors
+from fedrca.config import parse_config
 from fedrca.datasets.fleet import fleet_patterns
-from fedrca.exceptions import ConfigError, DataError
+from fedrca.exceptions import ArtifactError, ConfigError, DataError
+from fedrca.fleet.calibration import Calibration
 
 COLUMNS = ["x1", "x2", "x3"]
 
@@ -49,14 +52,45 @@ def test_fleet_command_writes_the_model_the_weights_and_a_report(fleet_dir, caps
     assert main(["fleet", "--config", str(fleet_dir / "fleet.yaml"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "identical parameters everywhere: True" in printed and "shift" in printed
+    assert "participants' thresholds: own 5" in printed
     model = load_fleet_model(out / "model.npz")
     assert model.n_dims == 3 and model.threshold is not None and model.info["columns"] == COLUMNS
     report = json.loads((out / "report.json").read_text())
     assert report["identical"] and report["participants"] == 5
     rates = {r["label"]: r for r in report["evaluation"]}
     assert rates["nominal.csv"]["max"] < 0.05 and rates["shift"]["min"] > 0.95
-    weights = json.loads((out / "participants" / "p00.json").read_text())["weights"]
+    own = json.loads((out / "participants" / "p00.json").read_text())
+    weights = own["weights"]
     assert len(weights) == model.n_components and abs(sum(weights) - 1) < 1e-9
+    # 150 in-sample scores each cannot certify a 99th percentile of their own (199 needed at 99.5,
+    # 99 at 99): ceil(151 x 0.99) = 150 <= 150 does, so every participant calibrated its own
+    rule = load_calibration(out / "participants" / "p00.json")
+    assert rule == Calibration.from_dict(own["calibration"]) and (rule.rule, rule.scores) == ("own", 150)
+
+
+def test_a_site_plant_takes_its_calibration_from_its_participant_file(fleet_dir, tmp_path):
+    out = fleet_dir / "out-participant"
+    assert main(["fleet", "--config", str(fleet_dir / "fleet.yaml"), "--out", str(out)]) == 0
+    detector = {"kind": "fleet", "model": str(out / "model.npz"), "participant": str(out / "participants/p01.json")}
+    site = parse_config({"site": "s", "dataset": {"format": "csv"}, "plants": [{"name": "p01", "sensors": COLUMNS}]})
+    plant = site.plants[0].model_copy(update={"detector": site.plants[0].detector.model_validate(detector)})
+    site = site.model_copy(update={"plants": [plant]})
+    nominal = pd.read_csv(fleet_dir / "p01.csv")
+    det = build_detectors(site, nominal)["p01"]
+    assert det.rule == load_calibration(out / "participants/p01.json")
+    # without the file it calibrates on the nominal data it is fitted on: 150 rows cannot certify the
+    # plant's default 99.5th percentile (199 needed), so it takes the fleet's one threshold
+    bare_detector = plant.detector.model_copy(update={"participant": None})
+    bare = site.model_copy(update={"plants": [plant.model_copy(update={"detector": bare_detector})]})
+    rule = build_detectors(bare, nominal)["p01"].rule
+    assert rule.rule == "fleet" and rule.threshold == load_fleet_model(out / "model.npz").threshold
+    with pytest.raises(ArtifactError, match="no participant file"):
+        load_calibration(out / "participants/nobody.json")
+    (tmp_path / "bad.json").write_text('{"participant": "p01", "calibration": {"threshold": 1.0}}')
+    with pytest.raises(ArtifactError, match=r"bad\.json: calibration lacks"):
+        load_calibration(tmp_path / "bad.json")
+    with pytest.raises(ConfigError, match="ewma: belongs to the fleet detector"):
+        parse_config({"site": "s", "plants": [{"name": "a", "sensors": ["x"], "detector": {"ewma": 0.1}}]})
 
 
 def test_the_fleet_model_is_a_plant_detector_option_for_detect(fleet_dir, tmp_path):
@@ -106,6 +140,9 @@ def test_run_fleet_gives_the_same_model_as_the_command(fleet_dir):
         ({"participants": [{"name": "a", "file": "x"}, {"name": "a", "file": "y"}]}, "names must be unique"),
         ({"participants": [{"name": "a", "file": "x", "rows": [5, 2]}]}, "participants[0]: rows must be [start, stop"),
         ({"consensus": {"chunks": 0}}, "consensus.chunks"),
+        ({"threshold": {"ewma": 0.0}}, "threshold.ewma"),
+        ({"threshold": {"scope": "everybody"}}, "threshold.scope"),
+        ({"evaluate": {"participants": ["a", "zed"], "nominal": ["n.csv"]}}, "evaluate.participants names no"),
     ],
 )
 def test_bad_configurations_name_the_key(patch, key):

@@ -5,10 +5,12 @@ schemas a user writes. A fleet configuration is a valid one mutated (keys delete
 replaced by hostile ones: negative, huge, NaN, inf, strings, lists, long and odd names; or
 its YAML text spliced), then read and checked against its data exactly as ``fedrca fleet``
 does before the learning (:func:`load_fleet_config`, :func:`load_participants`,
-:func:`check_fleet`, :func:`evaluation_files`). The graph options (``--split``, ``--test``,
-``--alpha``, ``--keep-fraction``, ``--max-cond``, ``--orientation``) are drawn with hostile
-values over continuous, discrete, constant and short site data, and ``fedrca graph``'s
-steps run to the learned graph. Anything but a :class:`~fedrca.exceptions.FedrcaError`
+:func:`check_fleet`, :func:`evaluation_files`). The graph options (the site configuration's
+``causal:`` section mutated like a fleet's, and ``--split``, ``--mode``, ``--test``,
+``--alpha``, ``--keep-fraction``, ``--max-cond``, ``--orientation``, ``--epsilon``, ``--clip``
+over it) are drawn with hostile values over continuous, discrete, constant and short site
+data, and ``fedrca graph``'s steps (:func:`prepare_graph`, :func:`learn_site_graph`) run to
+the learned graph. Anything but a :class:`~fedrca.exceptions.FedrcaError`
 with a one-line message (a traceback) fails the property.
 
 ``make test`` runs :data:`FAST` examples of each; ``make exhaustive`` runs :data:`SLOW`
@@ -18,6 +20,7 @@ with a one-line message (a traceback) fails the property.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,7 @@ from hypothesis import strategies as st
 from fedrca.cli.fleet.config import load_fleet_config
 from fedrca.cli.fleet.run import evaluation_files
 from fedrca.cli.fleet.sources import check_fleet, load_participants
-from fedrca.cli.graph import check_options, check_sites, learn_site_graph, site_frames
+from fedrca.cli.graph import check_options, learn_site_graph, prepare_graph
 from fedrca.config import parse_config
 from fedrca.exceptions import ConfigError, FedrcaError
 
@@ -55,6 +58,8 @@ KEYS = [
     "consensus.tolerance", "consensus.step", "consensus.max_rounds", "graph.kind", "graph.neighbours",
     "threshold.folds", "threshold.percentile", "privacy.l0", "privacy.diversity", "privacy.noise",
     "privacy.noise_samples", "seed", "evaluate", "evaluate.onset", "evaluate.nominal", "evaluate.faults", "extra",
+    "threshold.scope", "threshold.ewma", "evaluate.participants", "data.time_format", "participants.0.simulate",
+    "participants.3.name",
 ]  # fmt: skip
 
 
@@ -98,7 +103,8 @@ def fleet_configs(draw: st.DrawFn, root: Path) -> str:
     """A valid fleet configuration with a few keys set to hostile values, as YAML text (sometimes spliced)."""
     config = _valid(root)
     for _ in range(draw(st.integers(1, 4))):
-        _set(config, draw(st.sampled_from(KEYS)), draw(st.sampled_from(HOSTILE_VALUES)))
+        # a copy: a later mutation sets keys inside a drawn {} or [], which must not change HOSTILE_VALUES
+        _set(config, draw(st.sampled_from(KEYS)), copy.deepcopy(draw(st.sampled_from(HOSTILE_VALUES))))
     text = yaml.safe_dump(config, allow_unicode=True)
     if draw(st.integers(0, 9)) == 0:  # a YAML-level splice: syntax the parser must refuse or read
         at = draw(st.integers(0, len(text)))
@@ -158,7 +164,7 @@ def test_fleet_configuration_fuzz_slow(fleet_dir):
 
 
 # -- the graph options --------------------------------------------------------------------------------------
-GRAPH_CONFIG = {
+GRAPH_CONFIG: dict[str, Any] = {
     "site": "fuzz",
     "dataset": {"format": "csv", "columns": ["a1", "a2", "b1", "b2"]},
     "plants": [{"name": "a", "sensors": ["a1", "a2"]}, {"name": "b", "sensors": ["b1", "b2"]}],
@@ -192,41 +198,70 @@ def _option(valid: st.SearchStrategy[Any], hostile: st.SearchStrategy[Any]) -> s
 
 FLOATS = st.sampled_from([0.0, 1.0, -0.1, 1e-300, 1e300, math.nan, math.inf, -math.inf]) | st.floats()
 INTS = st.sampled_from([0, -1, 10**6, 10**12, 2**63]) | st.integers(-10, 10**4)
-ALPHA = _option(st.sampled_from([0.001, 0.01, 0.05, 0.2]) | st.floats(1e-6, 0.5), FLOATS)
-KEEP = _option(st.sampled_from([0.0, 0.3, 0.5, 0.9]) | st.floats(0.0, 0.99), FLOATS)
+ALPHA = _option(st.none() | st.sampled_from([0.001, 0.01, 0.05, 0.2]) | st.floats(1e-6, 0.5), FLOATS)
+KEEP = _option(st.none() | st.sampled_from([0.0, 0.3, 0.5, 0.9]) | st.floats(0.0, 0.99), FLOATS)
 SPLIT = _option(st.integers(1, 25), INTS)
 MAX_COND = _option(st.none() | st.integers(0, 3), INTS)
+EPSILON = _option(st.none() | st.sampled_from([math.inf, 0.5, 2.0, 10.0]), FLOATS)
+CLIP = _option(st.none() | st.sampled_from([0.5, 1.5, 3.0]), FLOATS)
+#: Keys of the ``causal:`` section a mutation sets (the values: :data:`HOSTILE_VALUES` and valid ones).
+CAUSAL_KEYS = [
+    "mode", "test", "alpha", "keep_fraction", "max_cond", "orientation", "epsilon", "delta", "clip", "budget", "seed",
+    "extra",
+]  # fmt: skip
+CAUSAL_VALUES = [*HOSTILE_VALUES, "vote", "pooled-stats", "g-square", "fisher-z", "skeleton", "cpdag", "dag", "inf"]
+
+
+@st.composite
+def causal_sections(draw: st.DrawFn) -> Any:
+    """The site configuration's ``causal:`` section: absent, valid, or with a few keys set to hostile values."""
+    kind = draw(st.integers(0, 4))
+    if kind == 0:
+        return draw(st.sampled_from([None, [], "vote", 1]))  # not a mapping
+    section: dict[str, Any] = {}
+    for _ in range(draw(st.integers(0, 2)) if kind > 1 else 0):
+        section[draw(st.sampled_from(CAUSAL_KEYS))] = copy.deepcopy(draw(st.sampled_from(CAUSAL_VALUES)))
+    return section
 
 
 def _graph_fuzz(site_files: dict[str, Path], examples: int) -> dict[str, int]:
     counts = {"ok": 0, "error": 0}
-    config = parse_config(GRAPH_CONFIG, source="graph-fuzz.yaml")
 
     @settings(
         max_examples=examples, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
     )
     @given(
+        causal=causal_sections(),
         sites=st.lists(st.sampled_from(sorted(site_files)), min_size=1, max_size=3),
         split=SPLIT,
-        test=st.sampled_from(["fisher-z", "g-square"]),
+        mode=st.sampled_from([None, "pooled-stats", "vote"]),
+        test=st.sampled_from([None, "fisher-z", "g-square"]),
         alpha=ALPHA,
         keep=KEEP,
         max_cond=MAX_COND,
-        orientation=st.sampled_from(["cpdag", "dag"]),
+        orientation=st.sampled_from([None, "skeleton", "cpdag", "dag"]),
+        epsilon=EPSILON,
+        clip=CLIP,
     )
-    def run(sites, split, test, alpha, keep, max_cond, orientation) -> None:
+    def run(causal, sites, split, mode, test, alpha, keep, max_cond, orientation, epsilon, clip) -> None:
+        options = {
+            "mode": mode, "test": test, "alpha": alpha, "keep_fraction": keep, "max_cond": max_cond,
+            "orientation": orientation, "epsilon": epsilon, "clip": clip,
+        }  # fmt: skip
+        overrides = {key: value for key, value in options.items() if value is not None}
         try:
-            check_options(alpha, keep, max_cond, split)
-            resolved, frames = site_frames(config, [site_files[s] for s in sites], split)
-            depth = check_sites(resolved, frames, test=test, max_cond=max_cond, split=split)
-            graph, result, detail = learn_site_graph(
-                resolved, frames, test=test, alpha=alpha, keep_fraction=keep, max_cond=depth, orientation=orientation
+            check_options(alpha, keep, max_cond, split, epsilon=epsilon, clip=clip)
+            config = parse_config({**GRAPH_CONFIG, "causal": causal}, source="graph-fuzz.yaml")
+            resolved, frames, overrides, chosen = prepare_graph(
+                config, [site_files[s] for s in sites], split, overrides
             )
+            graph, result, detail = learn_site_graph(resolved, frames, **overrides)
         except FedrcaError as exc:
             _one_line(exc)
             counts["error"] += 1
             return
-        assert graph.plants == ("a", "b") and result.n_variables == 4 and detail["test"] == test
+        assert graph.plants == ("a", "b") and result.n_variables == 4
+        assert (detail["test"], detail["mode"]) == (chosen.test, chosen.mode)
         counts["ok"] += 1
 
     run()

@@ -688,7 +688,10 @@ WHATIF_CASES = [
     Case("whatif-mode-unknown", WHATIF + " --mode ramp", r"argument --mode: invalid choice"),
 ]
 
-GRAPH = "graph --config {cfg} --sites {nominal} --out {ws}/g.json"
+#: One site, the vote (the pooled statistics need two sites: :data:`POOLED`).
+GRAPH = "graph --config {cfg} --sites {nominal} --mode vote --out {ws}/g.json"
+#: The default mode (``causal.mode: pooled-stats``) over two sites cut from one file.
+POOLED = "graph --config {cfg} --sites {nominal} --split 2 --out {ws}/g.json"
 
 GRAPH_CASES = [
     Case("graph-ok", GRAPH + " --max-cond 1", None, outputs=("g.json", "g.png"), check=_files_of("g.json", "g.png")),
@@ -732,7 +735,7 @@ GRAPH_CASES = [
     Case(
         "graph-constant-column",
         GRAPH.replace("{nominal}", "{ws}/const.csv"),
-        r"const\.csv: column\(s\) plant1\.y4 never change",
+        r"const\.csv: column\(s\) plant1\.y4 are constant at this site; .* leave them out",
         setup=_frame_file("const.csv", _set("plant1.y4", 2.5)),
     ),
     Case("graph-site-missing", GRAPH.replace("{nominal}", "{ws}/nope.csv"), r"nope\.csv: no such site file"),
@@ -755,6 +758,57 @@ GRAPH_CASES = [
     ),
     Case("graph-test-unknown", GRAPH + " --test kendall", r"argument --test: invalid choice"),
     Case("graph-site-fifo", GRAPH.replace("{nominal}", "{ws}/pipe"), r"--sites .*pipe is a FIFO", setup=_fifo("pipe")),
+    Case(
+        "graph-pooled-ok",
+        POOLED + " --max-cond 1",
+        None,
+        outputs=("g.json", "g.png"),
+        check=_files_of("g.json", "g.png"),
+    ),
+    Case(
+        "graph-pooled-one-site",
+        POOLED.replace(" --split 2", ""),
+        r"--mode pooled-stats: pooled statistics need at least 2 sites .* or use --mode vote",
+    ),
+    Case("graph-epsilon-zero", POOLED + " --epsilon 0", r"--epsilon must be > 0"),
+    Case("graph-epsilon-nan", POOLED + " --epsilon nan", r"--epsilon must be > 0"),
+    Case("graph-clip-huge", POOLED + " --epsilon 2 --clip 1000", r"--clip must be in \(0, 100\]"),
+    Case(
+        "graph-epsilon-with-the-vote",
+        POOLED + " --mode vote --epsilon 2",
+        r"causal: a finite epsilon noises the pooled statistics of fisher-z",
+    ),
+    Case(
+        "graph-epsilon-with-g-square",
+        POOLED.replace("{nominal}", "{ws}/levels.csv") + " --test g-square --epsilon 2",
+        r"set mode: pooled-stats and test: fisher-z, or epsilon: inf",
+        setup=_frame_file("levels.csv", lambda f: (f.rank(pct=True) * 3).clip(upper=2.99).astype(int)),
+    ),
+    Case(
+        "graph-pooled-g-square-on-continuous-data",
+        POOLED + " --test g-square",
+        r"--test g-square needs discrete data: column .* of the sites together",
+    ),
+    Case(
+        "graph-pooled-g-square-tables-too-deep",
+        POOLED.replace("{nominal}", "{ws}/levels.csv") + " --test g-square --max-cond 13",
+        r"--max-cond 13: G-square tables of 3 levels .* give --max-cond at most 12",
+        setup=_frame_file("levels.csv", lambda f: (f.rank(pct=True) * 3).clip(upper=2.99).astype(int)),
+    ),
+    Case(
+        "graph-causal-section-out-of-range",
+        POOLED.replace("{cfg}", "{ws}/bad.yaml"),
+        r"bad\.yaml: causal\.alpha: .*",
+        setup=_config(lambda text: text + "\ncausal: {alpha: 2}\n"),
+    ),
+    Case(
+        "graph-causal-section-unknown-key",
+        POOLED.replace("{cfg}", "{ws}/bad.yaml"),
+        r"bad\.yaml: causal\.epsilom",
+        setup=_config(lambda text: text + "\ncausal: {epsilom: 2}\n"),
+    ),
+    Case("graph-mode-unknown", POOLED + " --mode secret", r"argument --mode: invalid choice"),
+    Case("graph-orientation-unknown", POOLED + " --orientation up", r"argument --orientation: invalid choice"),
 ]
 
 FLEET = "fleet --config fleet/fleet.yaml --out {ws}/fout"
@@ -794,6 +848,24 @@ FLEET_CASES = [
         BADFLEET,
         r"threshold\.folds: 500 folds leave participant 'p00' 0 rows per fold",
         setup=_fleet_config(_set_key("threshold.folds", 500)),
+    ),
+    Case(
+        "fleet-evaluate-participant-unknown",
+        BADFLEET,
+        r"evaluate\.participants names no participant: p99",
+        setup=_fleet_config(_set_key("evaluate", {"participants": ["p99"], "nominal": ["fleet/p00.csv"]})),
+    ),
+    Case(
+        "fleet-threshold-ewma-zero",
+        BADFLEET,
+        r"threshold\.ewma: .*greater than 0",
+        setup=_fleet_config(_set_key("threshold.ewma", 0)),
+    ),
+    Case(
+        "fleet-threshold-scope-unknown",
+        BADFLEET,
+        r"threshold\.scope: .*'participant' or 'fleet'",
+        setup=_fleet_config(_set_key("threshold.scope", "everyone")),
     ),
     Case(
         "fleet-components-beyond-the-rows",

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from fedrca.cli import main
+from fedrca.cli.graph import g_square_bytes, graph_bytes, graph_variables
 from fedrca.config.limits import (
     BASE_MEMORY,
     MEMORY_LIMIT,
@@ -142,16 +143,20 @@ def test_whatif_at_the_most_steps(ws, capsys):
     _check(peak, 0, whatif_bytes(100_000, 4, 8))
 
 
-def test_graph_g_square_at_the_deepest_tables_memory_allows(ws, capsys):
+@pytest.mark.parametrize(("mode", "split"), [("vote", "1"), ("pooled-stats", "2")])
+def test_graph_g_square_at_the_deepest_tables_memory_allows(ws, capsys, mode, split):
     frame = pd.read_csv(ws / "nominal.csv")
     levels = (frame.rank(pct=True) * 10).clip(upper=9.99).astype(int)  # 10 levels: the most 600 samples carry
     levels.to_csv(ws / "levels.csv", index=False)
-    deepest = largest(MEMORY_LIMIT, lambda n: 48 * 10 ** (n + 1), 16) - 1
+    sites, pooled = int(split), mode == "pooled-stats"
+    budget = MEMORY_LIMIT - graph_bytes(16, sites)
+    deepest = largest(budget, lambda n: g_square_bytes(10, n - 1, pooled=pooled), 16) - 1
     base = ["graph", "--config", str(ws / "linear.yaml"), "--sites", str(ws / "levels.csv"), "--test", "g-square",
-            "--out", str(ws / "g.json")]  # fmt: skip
+            "--mode", mode, "--split", split, "--out", str(ws / "g.json")]  # fmt: skip
     _refused([*base, "--max-cond", str(deepest + 1)], capsys, f"give --max-cond at most {deepest}")
     peak = _peak([*base, "--max-cond", str(deepest)], ws)
-    _check(peak, _data_bytes(ws / "levels.csv", ws / "linear.yaml"), 48 * 10 ** (deepest + 2))
+    term = g_square_bytes(10, deepest, pooled=pooled) + graph_bytes(16, sites)
+    _check(peak, _data_bytes(ws / "levels.csv", ws / "linear.yaml"), term)
 
 
 def test_detect_at_the_most_random_features_memory_allows(ws, capsys):
@@ -194,3 +199,28 @@ def test_train_at_the_most_random_features_memory_allows(ws, capsys):
             "--out", str(ws / "tp")]  # fmt: skip
     peak = _peak(argv, ws)
     _check(peak, _data_bytes(ws / "nominal.csv"), 2 * plant_bytes(600, 8, most))
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_graph_at_the_most_variables_memory_allows(ws, capsys):
+    """FedPC's per-pair and per-triple state at the limit: the most variables two sites may have (Fisher-z)."""
+    most = graph_variables(2)
+    rng = np.random.default_rng(3)
+    for p in (most + 1, most):
+        columns = [f"a.x{j}" for j in range(p // 2)] + [f"b.x{j}" for j in range(p - p // 2)]
+        pd.DataFrame(rng.normal(size=(60, p)), columns=columns).to_csv(ws / f"wide{p}.csv", index=False)
+        config = {
+            "site": "wide",
+            "dataset": {"format": "csv", "columns": columns},
+            "plants": [{"name": "a", "sensors": columns[: p // 2]}, {"name": "b", "sensors": columns[p // 2 :]}],
+        }
+        (ws / f"wide{p}.yaml").write_text(yaml.safe_dump(config))
+
+    def argv(p: int) -> list[str]:
+        return ["graph", "--config", str(ws / f"wide{p}.yaml"), "--sites", str(ws / f"wide{p}.csv"), "--split", "2",
+                "--max-cond", "0", "--out", str(ws / "wide.json")]  # fmt: skip
+
+    _refused(argv(most + 1), capsys, f"at most {most} sensors and inputs")
+    peak = _peak(argv(most), ws)
+    _check(peak, _data_bytes(ws / f"wide{most}.csv", ws / f"wide{most}.yaml"), graph_bytes(most, 2))

@@ -155,7 +155,7 @@ COMMANDS = {
     "--root-cause plant1 --json {mnt}/m.json --report {mnt}/report",
     "train": "train --config {ws}/linear.yaml --data {ws}/nominal.csv --rounds 2 --quiet --out {mnt}/params",
     "simulate": "simulate --hours 0.5 --seed 3 --out {mnt}/run.dat",
-    "graph": "graph --config {ws}/linear.yaml --sites {ws}/nominal.csv --max-cond 1 --out {mnt}/g.json",
+    "graph": "graph --config {ws}/linear.yaml --sites {ws}/nominal.csv --split 2 --max-cond 1 --out {mnt}/g.json",
     "fleet": "fleet --config {ws}/fleet.yaml --out {mnt}/fleet",
     "whatif": "whatif --params {ws}/wparams --target plant2 --input-of plant1 --delta [1,0] --plot {mnt}/w.png "
     "--json {mnt}/w.json",

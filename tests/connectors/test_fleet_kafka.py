@@ -50,6 +50,7 @@ def test_five_participants_over_kafka_reach_the_in_process_parameters(kafka_brok
     assert remote.model.threshold == local.model.threshold
     for n in fleet.datasets:
         assert np.array_equal(remote.results[n].weights, local.results[n].weights)
+        assert remote.results[n].calibration == local.results[n].calibration
     assert remote.messages == local.messages
     # each participant's topic holds only messages addressed to it, from its peers
     total = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import importlib
 import os
+import re
 import subprocess
 import sys
 
@@ -290,3 +291,18 @@ def test_cli_simulate_needs_exactly_one_of_out_and_to(args, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "exactly one of --out" in err and len(err.strip().splitlines()) == 1
+
+
+@needs_sim
+@pytest.mark.slow
+def test_demo_on_a_live_simulated_plant_ends_with_the_table(tmp_path, capsys):
+    args = ["demo", "--source", "simulator", "--hours", "3", "--idv", "4@1", "--speed", "asap"]
+    assert main([*args, "--metrics-port", "0", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("3/3 evaluation") :].splitlines()[1:]
+    header = next(line for line in table if "true root" in line)
+    assert "majority after onset" in header and "RCA delay" in header
+    row = next(line for line in table if line.startswith("simulated IDV 4"))
+    correct, total = map(int, re.search(r"(\d+)/(\d+)", row).groups())
+    # true root, majority: the reactor; every verdict after the onset names it
+    assert row.split()[3] == "reactor" and row.split()[-3] == "reactor" and correct == total > 0

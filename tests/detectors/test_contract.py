@@ -43,6 +43,10 @@ DETECTORS = {
         lambda seed: FleetDetector("p", n_components=2, folds=3, max_iter=30, epsilon=2.0, seed=seed),
         _nonlinear,
     ),
+    "fleet-ggm-ewma": (
+        lambda seed: FleetDetector("p", n_components=2, folds=3, max_iter=30, ewma=0.2, epsilon=2.0, seed=seed),
+        _nonlinear,
+    ),
 }
 
 

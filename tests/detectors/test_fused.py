@@ -20,6 +20,7 @@ from fedrca.config import load_config
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.detectors import kalman
 from fedrca.detectors.factory import build_detector
+from fedrca.detectors.fused import _ewma
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,3 +149,12 @@ def test_flags_on_tep_files_are_those_of_the_complex_schur_recursion(site, monke
         for field in ("zc", "za", "zc_pub", "za_pub", "level", "level_pub"):
             np.testing.assert_array_equal(getattr(result, field), getattr(before[key], field), err_msg=f"{key} {field}")
         np.testing.assert_allclose(result.d2_c, before[key].d2_c, rtol=1e-9, atol=1e-9, err_msg=str(key))
+
+
+@pytest.mark.parametrize("T", [1, 3, 8])
+def test_ewma_of_a_few_samples_is_lfilters_to_the_bit(T: int) -> None:
+    rng = np.random.default_rng(T)
+    W, start = rng.normal(size=(6, T)), rng.normal(size=6)
+    for lam in (0.1, 0.05, 0.3):
+        expected, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], W, axis=1, zi=((1.0 - lam) * start)[:, None])
+        np.testing.assert_array_equal(_ewma(W, lam, start), expected)

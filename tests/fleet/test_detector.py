@@ -14,6 +14,7 @@ from fedrca.detectors.factory import build_detector as build_plant_detector
 from fedrca.detectors.factory import plant_seed
 from fedrca.detectors.plant import PlantDetector
 from fedrca.exceptions import ConfigError, DataError, NotFittedError
+from fedrca.fleet.calibration import ewma_scores
 from fedrca.fleet.collabdict import FleetSettings, fit_centralised
 from fedrca.fleet.detector import FleetDetector, build_fleet_detector
 
@@ -28,8 +29,9 @@ def shared():
 def test_a_plant_scores_with_the_shared_model_and_its_own_weights(shared):
     fleet, fit = shared
     X = fleet.datasets["p01"]
-    det = FleetDetector("p01", model=fit.model, epsilon=math.inf).fit(X)
-    assert det.threshold_value == fit.model.threshold
+    det = FleetDetector("p01", model=fit.model, calibration=fit.calibrations[1], epsilon=math.inf).fit(X)
+    # the plant's own cross-fitted threshold from the fleet run, not the fleet's pooled one
+    assert det.threshold_value == fit.calibrations[1].threshold != fit.model.threshold
     # its own weights, re-estimated with the shared components fixed, are the fleet's for it
     assert np.abs(det.weights - fit.weights[1]).max() < 0.02
     assert np.allclose(det.score(X), fit.model.score(X, det.weights))
@@ -97,3 +99,43 @@ def test_a_site_builds_the_fleet_detector_for_a_fleet_plant_and_the_plant_detect
         build_plant_detector(config, member)
     with pytest.raises(ConfigError, match=r"^plants\[0\]\.detector\.kind: plant 'own' runs the plant detector"):
         build_fleet_detector(config, own)
+
+
+def test_without_the_fleet_runs_calibration_a_plant_calibrates_on_its_own_nominal_scores(shared):
+    fleet, fit = shared
+    X = fleet.datasets["p02"]
+    own = FleetDetector("p02", model=fit.model).fit(X)
+    scores = fit.model.score(X, own.weights)
+    # the conformal 99.5th percentile of its 300 scores: the ceil(301 x 0.995) = 300th smallest
+    assert own.rule.rule == "own" and own.threshold_value == np.sort(scores)[299]
+    # scope "fleet", or too few scores to certify the percentile: the fleet's one threshold
+    assert FleetDetector(model=fit.model, scope="fleet").fit(X).threshold_value == fit.model.threshold
+    few = FleetDetector(model=fit.model).fit(X[:150])
+    assert few.rule.rule == "fleet" and few.threshold_value == fit.model.threshold
+
+
+def test_a_smoothing_detector_alarms_on_the_ewma_of_its_score_and_carries_it_across_batches(shared):
+    fleet, fit = shared
+    X = fleet.datasets["p03"]
+    det = FleetDetector("p03", model=fit.model, ewma=0.1).fit(X)
+    assert det.rule.ewma == 0.1
+    raw = fit.model.score(X, det.weights)
+    # calibrated on the smoothed nominal scores
+    assert det.threshold_value == np.sort(ewma_scores(raw, 0.1))[299]
+    whole = det.step_batch(X)
+    assert np.allclose(whole.d2_c, ewma_scores(raw, 0.1)) and np.array_equal(whole.zc, whole.d2_c > det.threshold_value)
+    # two batches give the one stream; reset starts a new one; the state carries the last value
+    det.reset()
+    first = det.step_batch(X[:100])
+    state = det.get_state()
+    second = det.step_batch(X[100:])
+    assert np.allclose(np.concatenate([first.d2_c, second.d2_c]), whole.d2_c)
+    det.set_state(state)
+    assert np.array_equal(det.step_batch(X[100:]).d2_c, second.d2_c)
+    det.reset()
+    assert det.step_batch(X[100:101]).d2_c[0] == raw[100]
+    # a small persistent shift: the smoothed statistic sees it, the score alone hardly
+    shifted = X[:200] + 0.8 * X.std(axis=0)
+    plain = FleetDetector("p03", model=fit.model).fit(X)
+    det.reset()
+    assert det.step_batch(shifted).zc[50:].mean() > plain.step_batch(shifted).zc[50:].mean() + 0.3

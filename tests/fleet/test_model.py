@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections import defaultdict
@@ -113,6 +114,29 @@ def test_cross_fitted_threshold_equals_the_centralised_one():
     run = simulate_fleet(fleet.datasets, s, seed=0)
     central = fit_centralised(list(fleet.datasets.values()), s, init=run.results["p00"].init)
     assert run.model.threshold == pytest.approx(central.model.threshold, rel=1e-6)
+
+
+def test_every_participants_own_calibration_equals_the_centralised_one():
+    # two participants with enough held-out scores for their own 95th percentile (>= 19),
+    # three without: those three pool theirs by consensus
+    fleet = fleet_patterns(n_participants=5, n_samples=[60, 50, 12, 14, 16], n_dims=2, n_patterns=2, seed=2)
+    s = FleetSettings(n_components=2, folds=3, percentile=95.0, ewma=0.2, seed=0)
+    run = simulate_fleet(fleet.datasets, s, seed=0)
+    central = fit_centralised(list(fleet.datasets.values()), s, init=run.results["p00"].init)
+    rules = [run.results[n].calibration for n in fleet.datasets]
+    assert [c.rule for c in rules] == ["own", "own", "shared", "shared", "shared"]
+    assert [c.ewma for c in rules] == [0.2, 0.2, None, None, None]
+    assert [c.scores for c in rules] == [60, 50, 42, 42, 42]
+    for mine, twin in zip(rules, central.calibrations, strict=True):
+        assert (mine.rule, mine.ewma, mine.scores) == (twin.rule, twin.ewma, twin.scores)
+        assert mine.threshold == pytest.approx(twin.threshold, rel=1e-6)
+    # the three small ones hold one pooled threshold; the big ones differ from each other and from it
+    assert rules[2].threshold == rules[3].threshold == rules[4].threshold
+    assert len({rules[0].threshold, rules[1].threshold, rules[2].threshold}) == 3
+    # scope "fleet": everybody takes the model's one pooled threshold
+    pooled = simulate_fleet(fleet.datasets, dataclasses.replace(s, threshold_scope="fleet", folds=0, chunks=1), seed=0)
+    assert {r.calibration.threshold for r in pooled.results.values()} == {pooled.model.threshold}
+    assert {r.calibration.rule for r in pooled.results.values()} == {"fleet"}
 
 
 def _monitored_fleet(noise: bool):

@@ -34,7 +34,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -43,7 +43,19 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedrca.exceptions import DataError
 
-__all__ = ["CITest", "DSeparation", "FisherZ", "GSquare", "as_queries", "d_separated"]
+__all__ = [
+    "CITest",
+    "DSeparation",
+    "FisherZ",
+    "GSquare",
+    "TableGSquare",
+    "as_queries",
+    "contingency_counts",
+    "d_separated",
+    "gsquare_from_counts",
+    "gsquare_pvalues",
+    "table_shapes",
+]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -135,15 +147,25 @@ class FisherZ:
         self._n = int(X.shape[0])
 
     @classmethod
-    def from_correlation(cls, corr: ArrayLike, n_samples: int) -> FisherZ:
-        """The test from a correlation matrix (p, p) estimated on ``n_samples`` samples."""
+    def from_correlation(cls, corr: ArrayLike, n_samples: int, noise_var: float = 0.0) -> FisherZ:
+        """The test from a correlation matrix (p, p) estimated on ``n_samples`` samples.
+
+        ``noise_var`` is the variance of independent noise on each off-diagonal entry of
+        ``corr`` (a private release, :mod:`fedrca.causal.sufficient`); the test then adds
+        the noise's share to the variance of every partial correlation (see :meth:`pvalues`).
+        """
         C = np.asarray(corr, dtype=np.float64)
         if C.ndim != 2 or C.shape[0] != C.shape[1] or not np.allclose(C, C.T) or not np.allclose(np.diag(C), 1.0):
             raise DataError("a correlation matrix must be square, symmetric, with a unit diagonal")
+        if not (np.isfinite(noise_var) and noise_var >= 0):
+            raise DataError(f"noise_var must be a finite number >= 0, got {noise_var}")
         test = cls.__new__(cls)
         test._corr = C.copy()
         test._n = int(n_samples)
+        test._noise_var = float(noise_var)
         return test
+
+    _noise_var: float = 0.0
 
     @property
     def n_variables(self) -> int:
@@ -163,12 +185,19 @@ class FisherZ:
     def partial_correlations(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> FloatArray:
         """Partial correlations r (Q,) of x and y given S."""
         xa, ya, Sa = as_queries(x, y, S, self.n_variables)
+        return self._partials(xa, ya, Sa)[0]
+
+    def _partials(self, xa: IntArray, ya: IntArray, Sa: IntArray) -> tuple[FloatArray, FloatArray]:
+        """r (Q,) and the variance (Q,) the correlation matrix's noise gives r (zeros without noise)."""
         Q, l = Sa.shape
+        tau2 = self._noise_var
         if l == 0:
-            return np.asarray(self._corr[xa, ya], dtype=np.float64)
+            return np.asarray(self._corr[xa, ya], dtype=np.float64), np.full(Q, tau2)
         r = np.empty(Q)
+        var = np.zeros(Q)
         k = l + 2
         step = max(1, _CHUNK_ELEMENTS // (k * k))
+        upper = np.triu_indices(k, 1)
         for lo in range(0, Q, step):
             hi = min(Q, lo + step)
             V = np.column_stack([xa[lo:hi], ya[lo:hi], Sa[lo:hi]])  # (q, k)
@@ -182,11 +211,32 @@ class FisherZ:
             # r = -P_01 / sqrt(P_00 P_11)
             denom = np.sqrt(np.abs(P[:, 0, 0] * P[:, 1, 1]))
             with np.errstate(divide="ignore", invalid="ignore"):
-                r[lo:hi] = np.where(denom > 0, -P[:, 0, 1] / denom, 0.0)
-        return r
+                rq = np.where(denom > 0, -P[:, 0, 1] / denom, 0.0)
+                r[lo:hi] = rq
+                if tau2 > 0:
+                    # delta method: dP = -P dC P, so dr = Σ_ab h_ab dC_ab with
+                    # h_ab = -(∂r/∂P_01 P_0a P_b1 + ∂r/∂P_00 P_0a P_b0 + ∂r/∂P_11 P_1a P_b1),
+                    # ∂r/∂P_01 = -1/sqrt(P_00 P_11), ∂r/∂P_00 = -r/(2 P_00), ∂r/∂P_11 = -r/(2 P_11)
+                    g01 = np.where(denom > 0, -1.0 / denom, 0.0)
+                    g00 = -rq / (2.0 * P[:, 0, 0])
+                    g11 = -rq / (2.0 * P[:, 1, 1])
+                    h = -(
+                        g01[:, None, None] * P[:, 0, :, None] * P[:, None, :, 1]
+                        + g00[:, None, None] * P[:, 0, :, None] * P[:, None, :, 0]
+                        + g11[:, None, None] * P[:, 1, :, None] * P[:, None, :, 1]
+                    )
+                    # C is symmetric, dC_ab = dC_ba: Var = τ² Σ_{a<b} (h_ab + h_ba)²
+                    both = (h + np.transpose(h, (0, 2, 1)))[:, upper[0], upper[1]]
+                    var[lo:hi] = tau2 * np.nan_to_num(np.sum(both * both, axis=1))
+        return r, var
 
     def pvalues(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> FloatArray:
-        """Two-sided p-values (Q,); NaN where n - |S| - 3 <= 0 (too few samples to test)."""
+        """Two-sided p-values (Q,); NaN where n - |S| - 3 <= 0 (too few samples to test).
+
+        With ``noise_var`` > 0 the standard error of atanh(r) is
+        ``sqrt(1/(n - |S| - 3) + Var_noise(r) / (1 - r²)²)`` (delta method), so that noise on
+        the correlation matrix does not pass for evidence of dependence.
+        """
         xa, ya, Sa = as_queries(x, y, S, self.n_variables)
         l = Sa.shape[1]
         dof = self._n - l - 3
@@ -194,11 +244,15 @@ class FisherZ:
             return np.empty(0)
         if dof <= 0:
             return np.full(len(xa), np.nan)
-        r = self.partial_correlations(xa, ya, Sa)
+        r, noise = self._partials(xa, ya, Sa)
         # |r| = 1 (a deterministic relation): keep z finite, p = 0 to machine precision
         r = np.clip(r, -1.0 + np.finfo(float).eps, 1.0 - np.finfo(float).eps)
-        # z = sqrt(n - |S| - 3) atanh(r)
-        z = np.sqrt(dof) * np.arctanh(r)
+        if self._noise_var > 0:
+            # z = atanh(r) / sqrt(1/(n - |S| - 3) + Var_noise(r) / (1 - r²)²)
+            z = np.arctanh(r) / np.sqrt(1.0 / dof + noise / (1.0 - r * r) ** 2)
+        else:
+            # z = sqrt(n - |S| - 3) atanh(r)
+            z = np.sqrt(dof) * np.arctanh(r)
         # p = 2 Φ̄(|z|)
         return np.asarray(2.0 * scipy.stats.norm.sf(np.abs(z)), dtype=np.float64)
 
@@ -235,9 +289,15 @@ class GSquare:
         if raw.dtype.kind == "f" and not np.all(np.isfinite(raw)):
             raise DataError("G-square data contain NaN or inf; drop those rows or code missing as a level")
         codes = np.empty(raw.shape, dtype=np.int64)
+        labels = []
         for j in range(raw.shape[1]):
-            _, codes[:, j] = np.unique(raw[:, j], return_inverse=True)
+            values, codes[:, j] = np.unique(raw[:, j], return_inverse=True)
+            labels.append(tuple(str(v) for v in values))
+            if len(set(labels[-1])) != len(values):
+                raise DataError(f"G-square data: column {j} has distinct values with the same text; code them uniquely")
         self._codes: IntArray = codes
+        self._codes.flags.writeable = False
+        self._labels: tuple[tuple[str, ...], ...] = tuple(labels)
         self._levels: IntArray = np.asarray(codes.max(axis=0) + 1, dtype=np.int64)
 
     @property
@@ -255,37 +315,138 @@ class GSquare:
         """Number of distinct values r_j of each variable (p,)."""
         return self._levels.copy()
 
+    @property
+    def labels(self) -> tuple[tuple[str, ...], ...]:
+        """Per variable, the text of each level in code order (``labels[j][codes[i, j]]`` is sample i's value)."""
+        return self._labels
+
+    @property
+    def codes(self) -> IntArray:
+        """(n, p) level codes (read-only)."""
+        return self._codes
+
+    def counts(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> IntArray:
+        """The queries' contingency tables, flat (layout of :func:`table_shapes`)."""
+        xa, ya, Sa = as_queries(x, y, S, self.n_variables)
+        return contingency_counts(self._codes, self._levels, xa, ya, Sa)
+
     def statistics(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> tuple[FloatArray, IntArray]:
         """G² (Q,) and degrees of freedom (Q,) of each query."""
         xa, ya, Sa = as_queries(x, y, S, self.n_variables)
-        Q, l = Sa.shape
-        G2 = np.zeros(Q)
-        dof = np.zeros(Q, dtype=np.int64)
-        if Q == 0:
-            return G2, dof
-        n = self.n_samples
-        R = int(self._levels.max())
-        card_S = self._levels[Sa]  # (Q, l)
-        n_strata = np.prod(card_S, axis=1) if l else np.ones(Q, dtype=np.int64)
-        # queries with the most strata first, so that a chunk's tables are sized by its largest member
-        order = np.argsort(-n_strata, kind="stable")
-        lo = 0
-        while lo < Q:
-            n_cells = int(n_strata[order[lo]]) * R * R
-            step = max(1, min(_CHUNK_ELEMENTS // max(n_cells, 1), _CHUNK_ELEMENTS // max(n, 1)))
-            idx = order[lo : lo + step]
-            lo += len(idx)
-            q = len(idx)
-            # stratum of every sample: mixed-radix code of S's values (q, n)
-            stratum = np.zeros((q, n), dtype=np.int64)
-            for k in range(l):
-                stratum = stratum * card_S[idx, k][:, None] + self._codes[:, Sa[idx, k]].T
-            cell = (stratum * R + self._codes[:, xa[idx]].T) * R + self._codes[:, ya[idx]].T
-            flat = cell + (np.arange(q, dtype=np.int64) * n_cells)[:, None]
+        counts = contingency_counts(self._codes, self._levels, xa, ya, Sa)
+        return gsquare_from_counts(counts, table_shapes(self._levels, xa, ya, Sa))
+
+    def pvalues(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> FloatArray:
+        """p-values (Q,) from the chi-square distribution; 1 where the tables leave no degree of freedom."""
+        return gsquare_pvalues(*self.statistics(x, y, S))
+
+
+class TableGSquare:
+    """G-square over contingency tables counted elsewhere: the pooled test of sites that add their counts.
+
+    Parameters
+    ----------
+    levels : (p,) int, number of levels r_j of each variable (the agreed code book's sizes)
+    n_samples : N, the number of samples the counts cover
+    count : ``count(x, y, S)`` -> the flat tables of the queries (layout of :func:`table_shapes`),
+        e.g. the sum of every site's :meth:`GSquare.counts` under secure aggregation
+
+    The contingency tables are G-square's sufficient statistics, and they add over
+    disjoint samples: with the pooled tables the test is the pooled-data test
+    (``tests/causal/test_pooled.py`` checks the p-values against :class:`GSquare` on the pooled data).
+    """
+
+    def __init__(self, levels: ArrayLike, n_samples: int, count: Callable[[IntArray, IntArray, IntArray], IntArray]):
+        self._levels: IntArray = np.asarray(levels, dtype=np.int64).copy()
+        if self._levels.ndim != 1 or len(self._levels) < 2 or np.any(self._levels < 1):
+            raise DataError(f"G-square levels must be (p >= 2,) positive counts, got {self._levels.tolist()}")
+        self._n = int(n_samples)
+        self._count = count
+
+    @property
+    def n_variables(self) -> int:
+        """p."""
+        return len(self._levels)
+
+    @property
+    def n_samples(self) -> int:
+        """N."""
+        return self._n
+
+    def statistics(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> tuple[FloatArray, IntArray]:
+        """G² (Q,) and degrees of freedom (Q,) of each query, from the counted tables."""
+        xa, ya, Sa = as_queries(x, y, S, self.n_variables)
+        shapes = table_shapes(self._levels, xa, ya, Sa)
+        counts = np.asarray(self._count(xa, ya, Sa), dtype=np.int64)
+        if counts.shape != (int(np.prod(shapes, axis=1).sum()),):
+            raise DataError(
+                f"the counted tables have {counts.shape} cells, the queries need {np.prod(shapes, 1).sum()}"
+            )
+        return gsquare_from_counts(counts, shapes)
+
+    def pvalues(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> FloatArray:
+        """p-values (Q,) from the chi-square distribution; 1 where the tables leave no degree of freedom."""
+        return gsquare_pvalues(*self.statistics(x, y, S))
+
+
+def table_shapes(levels: ArrayLike, x: IntArray, y: IntArray, S: IntArray) -> IntArray:
+    """(Q, 3) shape of each query's table: strata (product of S's levels), levels of x, levels of y.
+
+    Query q's table is ``counts[offset_q : offset_q + prod(shape_q)]`` reshaped to ``shape_q``
+    (C order; the stratum is the mixed-radix code of S's values, first variable most
+    significant), the tables one after another in query order.
+    """
+    r = np.asarray(levels, dtype=np.int64)
+    strata = np.prod(r[S], axis=1) if S.shape[1] else np.ones(len(x), dtype=np.int64)
+    return np.column_stack([strata, r[x], r[y]]).astype(np.int64)
+
+
+def contingency_counts(codes: IntArray, levels: ArrayLike, x: IntArray, y: IntArray, S: IntArray) -> IntArray:
+    """The flat contingency tables O_sab of the queries over coded samples (n, p), layout of :func:`table_shapes`."""
+    r = np.asarray(levels, dtype=np.int64)
+    shapes = table_shapes(r, x, y, S)
+    sizes = np.prod(shapes, axis=1)
+    Q, l = S.shape
+    n = codes.shape[0]
+    out = np.zeros(int(sizes.sum()), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    step = max(1, _CHUNK_ELEMENTS // max(n, 1))
+    for lo in range(0, Q, step):
+        hi = min(Q, lo + step)
+        # stratum of every sample: mixed-radix code of S's values (q, n)
+        stratum = np.zeros((hi - lo, n), dtype=np.int64)
+        for k in range(l):
+            stratum = stratum * r[S[lo:hi, k]][:, None] + codes[:, S[lo:hi, k]].T
+        # cell = offset_q + (stratum r_x + a) r_y + b
+        cell = (stratum * shapes[lo:hi, 1:2] + codes[:, x[lo:hi]].T) * shapes[lo:hi, 2:3] + codes[:, y[lo:hi]].T
+        cell += (starts[lo:hi] - starts[lo])[:, None]
+        out[starts[lo] : starts[hi]] = np.bincount(cell.ravel(), minlength=int(starts[hi] - starts[lo]))
+    return out
+
+
+def gsquare_from_counts(counts: IntArray, shapes: IntArray) -> tuple[FloatArray, IntArray]:
+    """G² (Q,) and degrees of freedom (Q,) from flat contingency tables (layout of :func:`table_shapes`).
+
+    Queries with tables of one shape are computed together, in chunks that bound memory.
+    """
+    Q = len(shapes)
+    G2 = np.zeros(Q)
+    dof = np.zeros(Q, dtype=np.int64)
+    if Q == 0:
+        return G2, dof
+    sizes = np.prod(shapes, axis=1)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    kinds, which = np.unique(shapes, axis=0, return_inverse=True)
+    for g, (s, rx, ry) in enumerate(kinds.tolist()):
+        members = np.flatnonzero(which.ravel() == g)
+        c = s * rx * ry
+        step = max(1, _CHUNK_ELEMENTS // c)
+        for lo in range(0, len(members), step):
+            idx = members[lo : lo + step]
             # O_sab: counts per query, stratum, x level, y level
-            O = np.bincount(flat.ravel(), minlength=q * n_cells).reshape(q, -1, R, R).astype(np.float64)
-            Osa = O.sum(axis=3)  # (q, s, R)
-            Osb = O.sum(axis=2)  # (q, s, R)
+            O = counts[starts[idx][:, None] + np.arange(c)].reshape(len(idx), s, rx, ry).astype(np.float64)
+            Osa = O.sum(axis=3)  # (q, s, r_x)
+            Osb = O.sum(axis=2)  # (q, s, r_y)
             Os = Osa.sum(axis=2)  # (q, s)
             # E_sab = O_sa+ O_s+b / O_s++
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -294,19 +455,19 @@ class GSquare:
                 terms = np.where(O > 0, O * np.log(np.where(O > 0, O, 1.0) / np.where(O > 0, E, 1.0)), 0.0)
             G2[idx] = 2.0 * terms.sum(axis=(1, 2, 3))
             # dof = Σ_{non-empty s} (observed x levels - 1)(observed y levels - 1)
-            rx = (Osa > 0).sum(axis=2)
-            ry = (Osb > 0).sum(axis=2)
-            dof[idx] = np.where(Os > 0, (rx - 1) * (ry - 1), 0).sum(axis=1)
-        return np.maximum(G2, 0.0), dof
+            rxo = (Osa > 0).sum(axis=2)
+            ryo = (Osb > 0).sum(axis=2)
+            dof[idx] = np.where(Os > 0, (rxo - 1) * (ryo - 1), 0).sum(axis=1)
+    return np.maximum(G2, 0.0), dof
 
-    def pvalues(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> FloatArray:
-        """p-values (Q,) from the chi-square distribution; 1 where the tables leave no degree of freedom."""
-        G2, dof = self.statistics(x, y, S)
-        p = np.ones(len(G2))
-        ok = dof > 0
-        # p = P(χ²_dof > G²)
-        p[ok] = scipy.stats.chi2.sf(G2[ok], dof[ok])
-        return p
+
+def gsquare_pvalues(G2: FloatArray, dof: IntArray) -> FloatArray:
+    """p = P(χ²_dof > G²) (Q,); 1 where dof = 0."""
+    p = np.ones(len(G2))
+    ok = dof > 0
+    # p = P(χ²_dof > G²)
+    p[ok] = scipy.stats.chi2.sf(G2[ok], dof[ok])
+    return p
 
 
 def d_separated(dag: ArrayLike, x: int, y: int, S: Sequence[int]) -> bool:

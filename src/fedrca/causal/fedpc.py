@@ -56,7 +56,6 @@ Examples
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,8 +66,20 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
-from fedrca.causal.citests import CITest, FisherZ, GSquare
+from fedrca.causal.citests import CITest, FisherZ, GSquare, as_queries, contingency_counts
 from fedrca.causal.pdag import meek_rules, orient_colliders, pdag_to_dag, unshielded_triples
+from fedrca.causal.secagg import KeyReply, KeyRequest, MaskedVector, SessionKeys, encode_counts, encode_fixed
+from fedrca.causal.sufficient import (
+    Ledger,
+    LevelsReply,
+    LevelsRequest,
+    StatsRequest,
+    code_against,
+    moment_vector,
+    private_scatter_vector,
+    scatter_vector,
+)
+from fedrca.causal.wire import Message, decode_message, encode_message, register
 from fedrca.contracts.deadletter import DeadLetterReason as Reason
 from fedrca.exceptions import DataError, MessageError
 
@@ -160,24 +171,6 @@ def _pairs_array(value: Any, what: str) -> IntArray:
 
 
 # ----------------------------------------------------------------------------- messages
-@dataclass(frozen=True, eq=False)
-class _Message:
-    """Base of the FedPC messages: immutable, validated, JSON-encodable."""
-
-    kind: ClassVar[str] = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (decoded by :func:`decode_message`)."""
-        raise NotImplementedError
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]
-
-
 def _edge_list(adjacency: BoolArray) -> list[list[int]]:
     return [[int(i), int(j)] for i, j in zip(*np.nonzero(np.triu(adjacency, 1)))]
 
@@ -198,8 +191,9 @@ def _from_edge_list(n: Any, edges: Any, what: str) -> BoolArray:
     return A
 
 
+@register
 @dataclass(frozen=True, eq=False)
-class SkeletonRequest(_Message):
+class SkeletonRequest(Message):
     """Server -> site: the skeleton at the start of layer ``layer`` and the test level.
 
     Attributes
@@ -233,9 +227,16 @@ class SkeletonRequest(_Message):
             "edges": _edge_list(self.adjacency),
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SkeletonRequest:
+        """Inverse of :meth:`to_dict`."""
+        A = _from_edge_list(data["n_variables"], data["edges"], cls.kind)
+        return cls(layer=data["layer"], adjacency=A, alpha=data["alpha"])
 
+
+@register
 @dataclass(frozen=True, eq=False)
-class SkeletonReply(_Message):
+class SkeletonReply(Message):
     """Site -> server: the site's skeleton at the end of layer ``layer`` (nothing else).
 
     Attributes
@@ -263,9 +264,15 @@ class SkeletonReply(_Message):
             "edges": _edge_list(self.adjacency),
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SkeletonReply:
+        """Inverse of :meth:`to_dict`."""
+        return cls(layer=data["layer"], adjacency=_from_edge_list(data["n_variables"], data["edges"], cls.kind))
 
+
+@register
 @dataclass(frozen=True, eq=False)
-class SepsetRequest(_Message):
+class SepsetRequest(Message):
     """Server -> site: the final skeleton and the non-adjacent pairs that need a separating set.
 
     Attributes
@@ -302,9 +309,16 @@ class SepsetRequest(_Message):
             "max_size": self.max_size,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SepsetRequest:
+        """Inverse of :meth:`to_dict`."""
+        A = _from_edge_list(data["n_variables"], data["edges"], cls.kind)
+        return cls(adjacency=A, pairs=data["pairs"], max_size=data["max_size"])
 
+
+@register
 @dataclass(frozen=True, eq=False)
-class SepsetReply(_Message):
+class SepsetReply(Message):
     """Site -> server: per requested pair, the site's best separating set and its p-value (nothing else).
 
     Attributes
@@ -352,9 +366,15 @@ class SepsetReply(_Message):
             "pvalues": [float(v) for v in self.pvalues],
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SepsetReply:
+        """Inverse of :meth:`to_dict`."""
+        return cls(pairs=data["pairs"], sepsets=tuple(data["sepsets"]), pvalues=data["pvalues"])
 
+
+@register
 @dataclass(frozen=True, eq=False)
-class ResultMessage(_Message):
+class ResultMessage(Message):
     """Server -> sites: the learned CPDAG and its DAG extension over variable ids.
 
     Attributes
@@ -386,49 +406,20 @@ class ResultMessage(_Message):
             "dag_arcs": [[int(i), int(j)] for i, j in zip(*np.nonzero(self.dag))],
         }
 
-
-Request = SkeletonRequest | SepsetRequest
-Reply = SkeletonReply | SepsetReply
-_KINDS: dict[str, type[_Message]] = {
-    c.kind: c for c in (SkeletonRequest, SkeletonReply, SepsetRequest, SepsetReply, ResultMessage)
-}
-
-
-def encode_message(message: _Message) -> bytes:
-    """UTF-8 JSON bytes of a FedPC message."""
-    return json.dumps(message.to_dict(), separators=(",", ":")).encode("utf-8")
-
-
-def decode_message(raw: bytes | str) -> _Message:
-    """Inverse of :func:`encode_message`; MessageError (reason code + detail) on anything malformed."""
-    try:
-        data = json.loads(raw)
-        kind = data["type"]
-    except (ValueError, TypeError, KeyError) as exc:
-        raise MessageError(Reason.MALFORMED_JSON, f"not a FedPC message ({exc})") from None
-    if kind not in _KINDS:
-        raise MessageError(Reason.BAD_TYPE, f"unknown FedPC message type {kind!r}; known: {', '.join(_KINDS)}")
-    try:
-        if kind == "skeleton_request":
-            A = _from_edge_list(data["n_variables"], data["edges"], kind)
-            return SkeletonRequest(layer=data["layer"], adjacency=A, alpha=data["alpha"])
-        if kind == "skeleton_reply":
-            A = _from_edge_list(data["n_variables"], data["edges"], kind)
-            return SkeletonReply(layer=data["layer"], adjacency=A)
-        if kind == "sepset_request":
-            A = _from_edge_list(data["n_variables"], data["edges"], kind)
-            return SepsetRequest(adjacency=A, pairs=data["pairs"], max_size=data["max_size"])
-        if kind == "sepset_reply":
-            return SepsetReply(pairs=data["pairs"], sepsets=tuple(data["sepsets"]), pvalues=data["pvalues"])
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ResultMessage:
+        """Inverse of :meth:`to_dict`."""
         n = data["n_variables"]
         cp = np.zeros((n, n), dtype=bool)
         dg = np.zeros((n, n), dtype=bool)
         for target, key in ((cp, "cpdag_arcs"), (dg, "dag_arcs")):
             for i, j in data[key]:
                 target[i, j] = True
-        return ResultMessage(cpdag=cp, dag=dg)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise MessageError(Reason.BAD_FIELD, f"{kind}: missing or malformed field ({exc})") from None
+        return cls(cpdag=cp, dag=dg)
+
+
+Request = SkeletonRequest | SepsetRequest
+Reply = SkeletonReply | SepsetReply
 
 
 # ----------------------------------------------------------------------------- skeleton (pure)
@@ -765,14 +756,30 @@ class FedPCSite:
     data : (n, p) samples, or a DataFrame whose columns are the variable names
     names : the p variable names (required with an array)
     test : ``fisher-z`` (continuous) or ``g-square`` (discrete)
+    seed : seed of the noise of a private release (pooled statistics with ``mu``)
+    ledger : the site's privacy ledger (e.g. :class:`fedrca.training.ledger.PrivacyLedger`);
+        a noised release is charged to it first and refused when it would pass its budget
+    max_mu : the largest mu (least noise) this site releases at; a request for more is refused
+        (None: the server's request decides, within the ledger's budget)
 
-    Only the test's sufficient statistics are kept (the correlation matrix and n
-    for Fisher's z; the coded values for G-square), in ``_private`` attributes;
-    what the site returns is a :class:`SkeletonReply` or a :class:`SepsetReply`.
+    The site keeps its CI test (the correlation matrix and n for Fisher's z, the coded
+    values for G-square) and, for Fisher's z, its rows (the pooled-statistics mode sums
+    over them), in ``_private`` attributes. It answers the vote with a
+    :class:`SkeletonReply` or a :class:`SepsetReply`, and the pooled-statistics protocol
+    (:class:`fedrca.causal.pooled.PooledStatsServer`) with a
+    :class:`~fedrca.causal.secagg.KeyReply`, a :class:`~fedrca.causal.sufficient.LevelsReply`
+    or a :class:`~fedrca.causal.secagg.MaskedVector`.
     """
 
     def __init__(
-        self, data: ArrayLike | pd.DataFrame, names: Sequence[str] | None = None, *, test: TestKind = "fisher-z"
+        self,
+        data: ArrayLike | pd.DataFrame,
+        names: Sequence[str] | None = None,
+        *,
+        test: TestKind = "fisher-z",
+        seed: int = 0,
+        ledger: Ledger | None = None,
+        max_mu: float | None = None,
     ):
         if isinstance(data, pd.DataFrame):
             names = [str(c) for c in data.columns] if names is None else list(names)
@@ -789,13 +796,21 @@ class FedPCSite:
         position = {str(n): j for j, n in enumerate(names)}
         order = [position[n] for n in self._names]
         X = X[:, order]
+        self._rows: FloatArray | None = None
         if test == "fisher-z":
-            self._test: CITest = FisherZ(X.astype(np.float64))
+            self._rows = X.astype(np.float64)
+            self._test: CITest = FisherZ(self._rows)
         elif test == "g-square":
             self._test = GSquare(X)
         else:
             raise DataError(f"unknown CI test {test!r}; use 'fisher-z' or 'g-square'")
         self._n = int(X.shape[0])
+        self._rng = np.random.default_rng(seed)
+        self._ledger = ledger
+        self._max_mu = max_mu
+        self._sessions: dict[str, SessionKeys] = {}
+        self._released: set[str] = set()
+        self._coded: tuple[tuple[tuple[str, ...], ...], IntArray] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -839,14 +854,91 @@ class FedPCSite:
         sets, pv = best_separating_sets(self._test, request.adjacency, request.pairs, max_size)
         return SepsetReply(pairs=request.pairs, sepsets=tuple(sets), pvalues=pv)
 
-    def handle(self, request: SkeletonRequest | SepsetRequest) -> SkeletonReply | SepsetReply:
-        """Answer one request (the site's endpoint)."""
+    def join(self, request: KeyRequest) -> KeyReply:
+        """Pooled statistics, step 1: a fresh key pair for the session; the reply carries its public key."""
+        if request.session in self._sessions:
+            raise MessageError(Reason.BAD_FIELD, f"session {request.session} was joined already")
+        keys = SessionKeys.generate(request.session, request.index, request.n_sites)
+        self._sessions[request.session] = keys
+        return keys.reply()
+
+    def levels(self, request: LevelsRequest) -> LevelsReply:
+        """Pooled statistics (G-square): the labels of the levels this site observed, per variable id."""
+        if not isinstance(self._test, GSquare):
+            raise MessageError(Reason.BAD_FIELD, "levels are asked of G-square sites; this site tests with Fisher-z")
+        return LevelsReply(session=request.session, levels=self._test.labels)
+
+    def _codes(self, codebook: tuple[tuple[str, ...], ...]) -> IntArray:
+        """The site's values coded by the agreed code book (cached: the code book is fixed for a run)."""
+        assert isinstance(self._test, GSquare)
+        if self._coded is None or self._coded[0] != codebook:
+            if len(codebook) != self.n_variables:
+                raise MessageError(Reason.WRONG_SIZE, f"the code book has {len(codebook)} variables")
+            labels, local = self._test.labels, self._test.codes
+            coded = np.column_stack([code_against(labels[j], local[:, j], codebook[j]) for j in range(len(labels))])
+            self._coded = (codebook, coded)
+        return self._coded[1]
+
+    def statistics(self, request: StatsRequest) -> MaskedVector:
+        """Pooled statistics: this site's share of a secure sum, masked (see :mod:`fedrca.causal.sufficient`)."""
+        keys = self._sessions.get(request.session)
+        if keys is None:
+            raise MessageError(Reason.BAD_FIELD, f"session {request.session} was not joined (KeyRequest first)")
+        kind = request.statistic
+        if kind == "tables":
+            assert request.queries is not None and request.codebook is not None
+            if not isinstance(self._test, GSquare):
+                raise MessageError(Reason.BAD_FIELD, "tables are asked of G-square sites; this site runs Fisher-z")
+            levels = np.array([len(c) for c in request.codebook], dtype=np.int64)
+            q = request.queries
+            x, y, S = as_queries(q[:, 0], q[:, 1], q[:, 2:], self.n_variables)
+            payload = encode_counts(contingency_counts(self._codes(request.codebook), levels, x, y, S))
+        elif kind == "count":
+            payload = encode_counts(np.array([self._n]))
+        else:
+            if self._rows is None:
+                raise MessageError(Reason.BAD_FIELD, f"{kind} is asked of Fisher-z sites; this site runs G-square")
+            if kind == "moments":
+                vector = moment_vector(self._rows)
+            elif kind == "scatter":
+                assert request.center is not None
+                if len(request.center) != self.n_variables:
+                    raise MessageError(Reason.WRONG_SIZE, f"the center has {len(request.center)} variables")
+                vector = scatter_vector(self._rows, request.center)
+            else:
+                assert request.clip is not None and request.mu is not None
+                if request.session in self._released:
+                    raise MessageError(Reason.BAD_ROUND, f"the noised statistics of {request.session} were released")
+                if self._max_mu is not None and request.mu > self._max_mu:
+                    raise MessageError(
+                        Reason.BAD_FIELD, f"the server asks for mu {request.mu:g}, above this site's {self._max_mu:g}"
+                    )
+                if self._ledger is not None and math.isfinite(request.mu):
+                    # charged before anything is computed: a release past the budget never happens
+                    self._ledger.charge_gaussian(request.mu**2, key=f"fedpc-stats:{request.session}")
+                # the site's standardiser: its own mean and standard deviation (preprocessing, never sent)
+                center, scale = self._rows.mean(axis=0), self._rows.std(axis=0)
+                vector = private_scatter_vector(self._rows, center, scale, request.clip, request.mu, self._rng)
+                self._released.add(request.session)
+            payload = encode_fixed(vector)
+        return keys.mask(payload, request.roster, request.round)
+
+    def handle(self, request: Message) -> Message:
+        """Answer one request (the site's endpoint): the vote's and the pooled-statistics protocol's."""
         if isinstance(request, SkeletonRequest):
             return self.skeleton(request)
         if isinstance(request, SepsetRequest):
             return self.separating_sets(request)
+        if isinstance(request, KeyRequest):
+            return self.join(request)
+        if isinstance(request, LevelsRequest):
+            return self.levels(request)
+        if isinstance(request, StatsRequest):
+            return self.statistics(request)
         raise MessageError(
-            Reason.BAD_TYPE, f"a site answers SkeletonRequest / SepsetRequest, got {type(request).__name__}"
+            Reason.BAD_TYPE,
+            f"a site answers SkeletonRequest, SepsetRequest, KeyRequest, LevelsRequest or StatsRequest, "
+            f"got {type(request).__name__}",
         )
 
     def translate(
@@ -858,7 +950,7 @@ class FedPCSite:
         return self._names, np.array(graph, dtype=bool)
 
 
-SiteEndpoint = Callable[[SkeletonRequest | SepsetRequest], SkeletonReply | SepsetReply]
+SiteEndpoint = Callable[[Any], Any]
 
 
 class FedPCServer:

@@ -1,23 +1,30 @@
 """``fedrca graph``: learn the plants' interdependency graph with FedPC over several sites' nominal data.
 
     fedrca graph --config config/tep.yaml --sites SITE [SITE ...] --out graph.json [--picture graph.png]
-                 [--split K] [--test fisher-z|g-square] [--alpha 0.01] [--keep-fraction 0.3]
-                 [--max-cond N] [--orientation cpdag|dag]
+                 [--split K] [--mode pooled-stats|vote] [--test fisher-z|g-square] [--alpha 0.01]
+                 [--keep-fraction 0.3] [--max-cond N] [--orientation skeleton|cpdag|dag] [--epsilon E] [--clip C]
 
 Each SITE is one site's data: a file, or a directory whose files (sorted by
 name) are concatenated; ``--split K`` cuts each SITE into K contiguous blocks,
 each a site of its own (to simulate sites from one recording). Every site runs
 :class:`fedrca.causal.fedpc.FedPCSite` on **all sensor and input columns** of the
-configured plants; the server sees only skeletons, separating sets and
-p-values (docs/fedpc.md).
+configured plants. ``--mode pooled-stats`` (the default): the server runs PC on the
+sites' summed sufficient statistics (secure aggregation: masked vectors only,
+:class:`fedrca.causal.pooled.PooledStatsServer`), with ``--epsilon`` noised under a
+privacy ledger per site; ``--mode vote``: P4's vote, the server sees only skeletons,
+separating sets and p-values (docs/fedpc.md). Options left out take the config's
+``causal:`` section.
 
 The variable-level result is aggregated to plants: plant n -> plant m when a
-variable of n has an arc into a variable of m (``--orientation cpdag``, the
-default: an undirected CPDAG edge, whose direction the data cannot tell, counts
-both ways; ``dag``: the arcs of the DAG extension only). The output is the graph
-JSON the RCA engine reads with ``rca: {graph: {source: file, path: ...}}``
-(plants, edges, weight = number of variable arcs), plus the variable-level
-result under the key ``fedpc``, and a PNG picture.
+variable of n is joined to a variable of m. ``--orientation skeleton`` (the default):
+every variable edge counts both ways, whatever direction PC gave it (in a plant
+under feedback control a disturbance travels both ways along a loop, and the
+directions PC reads from closed-loop nominal data are those of the controllers);
+``cpdag``: a directed CPDAG edge one way, an undirected one both ways; ``dag``: the
+arcs of the DAG extension only. The output is the graph JSON the RCA engine reads
+with ``rca: {graph: {source: file, path: ...}}`` (plants, edges, weight = number of
+variable arcs), plus the variable-level result under the key ``fedpc``, and a PNG
+picture.
 """
 
 from __future__ import annotations
@@ -35,15 +42,34 @@ import numpy as np
 import pandas as pd
 
 from fedrca.causal.fedpc import FedPCResult, FedPCServer, FedPCSite, TestKind, aggregate_to_groups
+from fedrca.causal.pooled import PooledStatsServer
 from fedrca.cli.outputs import Outputs
 from fedrca.cli.report import graph_picture
-from fedrca.config import MIN_NOMINAL_SAMPLES, SiteConfig, load_config, resolve_plants
+from fedrca.config import (
+    MIN_NOMINAL_SAMPLES,
+    CausalSettings,
+    SiteConfig,
+    load_config,
+    parse_causal_settings,
+    resolve_plants,
+)
 from fedrca.config.limits import MEMORY_LIMIT, gib, largest
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
 from fedrca.rca.graph import InterdependencyGraph
+from fedrca.training.ledger import PrivacyLedger
+from fedrca.training.privacy import gaussian_mu
 
-__all__ = ["PICTURE_FORMATS", "check_options", "check_sites", "learn_site_graph", "register", "site_frames"]
+__all__ = [
+    "PICTURE_FORMATS",
+    "check_options",
+    "check_sites",
+    "graph_settings",
+    "learn_site_graph",
+    "prepare_graph",
+    "register",
+    "site_frames",
+]
 
 #: File name endings of the graph picture (the formats it is drawn in).
 PICTURE_FORMATS = (".png", ".svg", ".pdf")
@@ -104,18 +130,102 @@ def _variables(config: SiteConfig) -> tuple[list[str], list[str]]:
 CELL_SAMPLES = 5
 #: Bytes per cell of a G-square query's tables (counts, margins, expected counts, terms: float64).
 G_SQUARE_CELL_BYTES = 48
+#: Bytes per cell of a pooled round (a site's counts and masks, the server's running ring sum: uint64 arrays).
+POOLED_CELL_BYTES = 128
+#: Cells the pooled server packs into one round (:mod:`fedrca.causal.pooled`).
+POOLED_ROUND_CELLS = 1 << 21
+#: Bytes per pair of variables of a FedPC run besides the sites' correlation matrices: PC's per-pair
+#: separating-set candidates and queries, the pooled sums' ring elements, the server's matrices.
+PAIR_BYTES = 1000
+#: Bytes per triple of variables: the orientation's unshielded-triple masks (``p x p x p`` booleans,
+#: :func:`fedrca.causal.pdag.unshielded_triples`). Measured with :data:`PAIR_BYTES`: 2.07 p³ bytes above the
+#: base over 800 variables (docs/limits.md).
+TRIPLE_BYTES = 2
 
 
-def check_options(alpha: float, keep_fraction: float, max_cond: int | None, split: int) -> None:
-    """Refuse option values FedPC has no meaning for (one line naming the option and the valid range)."""
-    if not 0.0 < alpha < 1.0:
+def g_square_bytes(levels: int, depth: int, *, pooled: bool = False) -> int:
+    """Bytes of one G-square query over ``levels`` levels with ``depth`` conditioning variables.
+
+    ``48 R^(l + 2)``; pooled, a round's ring vectors add ``128 max(R^(l + 2), 2^21)``.
+    """
+    cells = levels ** (depth + 2)
+    extra = POOLED_CELL_BYTES * max(cells, POOLED_ROUND_CELLS) if pooled else 0
+    return G_SQUARE_CELL_BYTES * cells + extra
+
+
+def graph_bytes(p: int, sites: int = 2) -> int:
+    """Bytes of a FedPC run over ``p`` variables and ``sites`` sites: ``2 p³ + p² (8 K + 1000)``.
+
+    The orientation's triple masks (:data:`TRIPLE_BYTES`); every Fisher-z site keeps its ``p x p``
+    correlation matrix (the vote's test, the pooled standardiser); PC keeps per pair of variables
+    its candidates and queries (:data:`PAIR_BYTES`).
+    """
+    return TRIPLE_BYTES * p**3 + p * p * (8 * sites + PAIR_BYTES)
+
+
+def graph_variables(sites: int = 2) -> int:
+    """The most variables a FedPC run over ``sites`` sites may have (:func:`graph_bytes` within the limit)."""
+    return largest(MEMORY_LIMIT, lambda p: graph_bytes(p, sites), 1 << 20)
+
+
+def check_options(
+    alpha: float | None,
+    keep_fraction: float | None,
+    max_cond: int | None,
+    split: int,
+    *,
+    epsilon: float | None = None,
+    clip: float | None = None,
+) -> None:
+    """Refuse option values FedPC has no meaning for (one line naming the option and the valid range).
+
+    None = the option was left out (the config's ``causal:`` section decides).
+    """
+    if alpha is not None and not 0.0 < alpha < 1.0:
         raise DataError(f"--alpha must be in (0, 1), got {alpha}")
-    if not 0.0 <= keep_fraction < 1.0:
+    if keep_fraction is not None and not 0.0 <= keep_fraction < 1.0:
         raise DataError(f"--keep-fraction must be in [0, 1), got {keep_fraction}")
     if max_cond is not None and max_cond < 0:
         raise DataError(f"--max-cond must be >= 0, got {max_cond}")
     if split < 1:
         raise DataError(f"--split must be >= 1, got {split}")
+    if epsilon is not None and not epsilon > 0.0:
+        raise DataError(f"--epsilon must be > 0 (inf = exact statistics), got {epsilon}")
+    if clip is not None and not 0.0 < clip <= 100.0:
+        raise DataError(f"--clip must be in (0, 100] (standard deviations per variable), got {clip}")
+
+
+def graph_settings(config: SiteConfig, overrides: dict[str, Any], base: CausalSettings | None = None) -> CausalSettings:
+    """The config's ``causal:`` section (or ``base``) with the command's options over it, validated like the section.
+
+    Raises
+    ------
+    ConfigError
+        naming the key (``causal.epsilon``), the options given and the valid values.
+    """
+    source = config.source if not overrides else f"{config.source} with the options {', '.join(sorted(overrides))}"
+    section = config.causal if base is None else base
+    return parse_causal_settings({**section.model_dump(), **overrides}, source=source)
+
+
+def prepare_graph(
+    config: SiteConfig, sites: list[str | Path], split: int, overrides: dict[str, Any]
+) -> tuple[SiteConfig, list[tuple[str, pd.DataFrame]], dict[str, Any], CausalSettings]:
+    """Everything ``fedrca graph`` checks before FedPC runs: the settings (the config's ``causal:``
+    section with ``overrides``, refused before a site is read), the sites' frames and what their
+    data can carry (:func:`check_sites`).
+
+    Returns the resolved config, the frames, the overrides for :func:`learn_site_graph` (with the
+    memory cap of G-square's conditioning depth when there is one) and the settings.
+    """
+    settings = graph_settings(config, overrides)
+    config, frames = site_frames(config, sites, split)
+    max_cond = check_sites(
+        config, frames, test=settings.test, max_cond=settings.max_cond, split=split, mode=settings.mode
+    )
+    if max_cond != settings.max_cond:
+        overrides = {**overrides, "max_cond": max_cond}
+    return config, frames, overrides, settings
 
 
 def check_sites(
@@ -125,17 +235,24 @@ def check_sites(
     test: str = "fisher-z",
     max_cond: int | None = None,
     split: int = 1,
+    mode: str = "vote",
 ) -> int | None:
     """Refuse site data the CI test cannot carry, before FedPC runs; returns the ``max_cond`` to use.
 
+    The tests run on one site's rows (``mode="vote"``) or on the pooled rows of all sites
+    (``mode="pooled-stats"``, which needs at least two sites):
+
+    * at most :func:`graph_variables` variables (PC's per-pair state and the sites' ``p x p``
+      correlation matrices: :func:`graph_bytes`);
     * every site needs the variables' columns, and each variable must vary at every site;
-    * Fisher-z needs ``|S| + 4`` samples for a conditioning set S, so a site needs the deepest
-      set + 4 (with ``--split`` the message gives the largest split that leaves enough);
+    * Fisher-z needs ``|S| + 4`` samples for a conditioning set S, so the tested rows need the
+      deepest set + 4 (with ``--split`` the message gives the largest split that leaves enough);
     * G-square needs discrete data: at most ``sqrt(n / 5)`` levels per variable (5 samples per
       cell of a two-variable table); continuous data (a value per sample) are refused. Its tables
       have ``R^(l + 2)`` cells for R levels and l conditioning variables: the deepest set is capped
-      so that one table fits :data:`~fedrca.config.limits.MEMORY_LIMIT` (``--max-cond`` above the cap
-      is refused; without it the cap is used and recorded as ``max_cond`` in the output).
+      so that one query fits :data:`~fedrca.config.limits.MEMORY_LIMIT` (:func:`g_square_bytes`;
+      ``--max-cond`` above the cap is refused; without it the cap is used and recorded as
+      ``max_cond`` in the output).
 
     Raises
     ------
@@ -143,49 +260,75 @@ def check_sites(
         naming the site (file), the column or the option, and the fix.
     """
     names, _ = _variables(config)
-    deepest = max(len(names) - 2, 0) if max_cond is None else min(max_cond, max(len(names) - 2, 0))
-    levels = 0
+    pooled = mode == "pooled-stats"
+    if pooled and len(frames) < 2:
+        raise DataError(
+            f"--mode pooled-stats: pooled statistics need at least 2 sites (secure aggregation hides each among the "
+            f"others), got {len(frames)}: give more --sites, cut the data with --split K, or use --mode vote"
+        )
+    p, K = len(names), len(frames)
+    if p > graph_variables(K):
+        raise DataError(
+            f"FedPC over {p} variables at {K} sites needs {gib(graph_bytes(p, K))}, over the {gib(MEMORY_LIMIT)} "
+            f"limit (docs/limits.md): give the plants at most {graph_variables(K)} sensors and inputs together, "
+            "or fewer sites"
+        )
+    deepest = max(p - 2, 0) if max_cond is None else min(max_cond, max(p - 2, 0))
     site_rows = sum(len(frame) for _, frame in frames) * split // max(len(frames), 1)  # one site's rows, split or not
     for label, frame in frames:
         missing = [c for c in names if c not in frame.columns]
         if missing:
             raise DataError(f"{label}: site data lack column(s) {', '.join(missing[:5])} of the configured plants")
-        n = len(frame)
-        values = frame[names]
         if test == "fisher-z":
-            need = deepest + 4
+            values = frame[names].to_numpy(dtype=np.float64)
+            spread, middle = values.std(axis=0), np.abs(values.mean(axis=0))
+            # constant to rounding: the criterion of fedrca.datasets.nominal.check_nominal
+            constant = [names[j] for j in np.flatnonzero(~(spread > 1e-12 * middle))]
+            if constant:
+                raise DataError(
+                    f"{label}: column(s) {', '.join(constant[:5])} are constant at this site; a CI test needs "
+                    "varying columns: leave them out of the plants' sensors/inputs, or give more data"
+                )
+    need = deepest + 4
+    tested = [("the sites together", sum(len(f) for _, f in frames))] if pooled else [(l, len(f)) for l, f in frames]
+    if test == "fisher-z":
+        for label, n in tested:
             if n < need:
-                cut = f"--split {split} leaves {label} {n} samples" if split > 1 else f"{label} has {n} samples"
-                fix = f"give --split at most {max(1, site_rows // need)}" if split > 1 else "give more data"
+                if split > 1 and not pooled:
+                    cut, fix = (
+                        f"--split {split} leaves {label} {n} samples",
+                        f"give --split at most {site_rows // need}",
+                    )
+                else:
+                    cut, fix = f"{label} {'hold' if pooled else 'has'} {n} samples", "give more data"
                 raise DataError(
                     f"{cut}; Fisher-z with conditioning sets of up to {deepest} variables needs at least {need}: "
                     f"{fix}, or a smaller --max-cond"
                 )
-            spread = values.std(axis=0).to_numpy()
-            constant = [names[j] for j in np.flatnonzero(~(spread > 0))]
-            if constant:
-                raise DataError(
-                    f"{label}: column(s) {', '.join(constant[:5])} never change at this site; a CI test needs "
-                    "variation: leave them out of the plants' sensors/inputs, or give more data"
-                )
-        else:
-            limit = max(2, math.isqrt(n // CELL_SAMPLES))
-            counts = values.nunique(axis=0)
-            worst = str(counts.idxmax())
-            if int(counts.max()) > limit:
-                raise DataError(
-                    f"--test g-square needs discrete data: column {worst} of {label} takes {int(counts.max())} "
-                    f"distinct values in {n} samples; {n} samples carry at most {limit} levels ({CELL_SAMPLES} "
-                    "samples per cell): use --test fisher-z for continuous data, or code the column into few levels"
-                )
-            levels = max(levels, int(counts.max()))
-    if test != "g-square":
         return max_cond
-    fits = largest(MEMORY_LIMIT, lambda l: G_SQUARE_CELL_BYTES * max(levels, 2) ** (l + 1), len(names)) - 1
-    if max_cond is not None and max_cond > fits:
+    if pooled:  # the pooled tables' levels are the union of the sites' (the code book)
+        counts = pd.concat([f[names] for _, f in frames], ignore_index=True).nunique(axis=0)
+        groups = [("the sites together", sum(len(f) for _, f in frames), counts)]
+    else:
+        groups = [(label, len(frame), frame[names].nunique(axis=0)) for label, frame in frames]
+    levels = 0
+    for label, n, counts in groups:
+        limit = max(2, math.isqrt(n // CELL_SAMPLES))
+        worst = str(counts.idxmax())
+        if int(counts.max()) > limit:
+            raise DataError(
+                f"--test g-square needs discrete data: column {worst} of {label} takes {int(counts.max())} "
+                f"distinct values in {n} samples; {n} samples carry at most {limit} levels ({CELL_SAMPLES} "
+                "samples per cell): use --test fisher-z for continuous data, or code the column into few levels"
+            )
+        levels = max(levels, int(counts.max()))
+    R = max(levels, 2)
+    budget = MEMORY_LIMIT - graph_bytes(p, K)  # the run's per-pair state and one query's tables share the limit
+    fits = largest(budget, lambda d: g_square_bytes(R, d - 1, pooled=pooled), p) - 1
+    if max_cond is not None and deepest > fits:  # deepest: a --max-cond beyond the variables is their number
         raise DataError(
-            f"--max-cond {max_cond}: G-square tables of {levels} levels and {max_cond} conditioning variables need "
-            f"{gib(G_SQUARE_CELL_BYTES * levels ** (max_cond + 2))}, over the {gib(MEMORY_LIMIT)} limit "
+            f"--max-cond {max_cond}: G-square tables of {levels} levels and {deepest} conditioning variables need "
+            f"{gib(g_square_bytes(R, deepest, pooled=pooled))}, over the {gib(MEMORY_LIMIT)} limit "
             f"(docs/limits.md): give --max-cond at most {fits}"
         )
     return min(deepest, max(fits, 0))
@@ -194,30 +337,50 @@ def check_sites(
 def learn_site_graph(
     config: SiteConfig,
     frames: list[tuple[str, pd.DataFrame]],
-    *,
-    test: str = "fisher-z",
-    alpha: float = 0.01,
-    keep_fraction: float = 0.3,
-    max_cond: int | None = None,
-    orientation: str = "cpdag",
+    settings: CausalSettings | None = None,
+    **overrides: Any,
 ) -> tuple[InterdependencyGraph, FedPCResult, dict[str, Any]]:
-    """FedPC over the sites' frames; the plant graph, the variable-level result and a JSON-able description."""
+    """FedPC over the sites' frames; the plant graph, the variable-level result and a JSON-able description.
+
+    ``settings`` default to the config's ``causal:`` section; ``overrides`` replace single
+    keys (``mode="vote"``, ``alpha=0.05``, ...) and are validated like the section.
+    """
+    s = graph_settings(config, overrides, base=settings)
     names, variable_plants = _variables(config)
+    kind: TestKind = s.test
+    mu = gaussian_mu(s.epsilon, s.delta)
+    ledgers = [PrivacyLedger(label, delta=s.delta, budget=s.budget, budget_key="causal.budget") for label, _ in frames]
     sites = []
-    for label, frame in frames:
+    for k, (label, frame) in enumerate(frames):
         missing = [c for c in names if c not in frame.columns]
         if missing:
             raise DataError(f"{label}: site data lack column(s) {', '.join(missing[:5])} of the configured plants")
-        kind: TestKind = "g-square" if test == "g-square" else "fisher-z"
         values = frame[names].to_numpy(dtype=np.float64 if kind == "fisher-z" else object)
-        sites.append(FedPCSite(values, names, test=kind))
-    server = FedPCServer(len(names), alpha=alpha, keep_fraction=keep_fraction, max_cond=max_cond)
-    result = server.run([s.handle for s in sites])
+        if kind == "fisher-z" and len(values):
+            sd, mean = values.std(axis=0), values.mean(axis=0)
+            # constant to rounding: the criterion of fedrca.datasets.nominal.check_nominal
+            flat = [n for n, dev, m in zip(names, sd, mean) if not dev > 1e-12 * abs(m)]
+            if flat:
+                raise DataError(
+                    f"{label}: column(s) {', '.join(flat[:5])} are constant; Fisher-z needs varying columns: "
+                    "leave them out of the config's plants"
+                )
+        sites.append(FedPCSite(values, names, test=kind, seed=s.seed + k, ledger=ledgers[k], max_mu=mu))
+    endpoints = [site.handle for site in sites]
+    if s.mode == "vote":
+        result = FedPCServer(len(names), alpha=s.alpha, keep_fraction=s.keep_fraction, max_cond=s.max_cond).run(
+            endpoints
+        )
+    else:
+        server = PooledStatsServer(len(names), test=kind, alpha=s.alpha, max_cond=s.max_cond, mu=mu, clip=s.clip)
+        result = server.run(endpoints)
     # back to names on the site's side (the server only knows ids)
-    id_names, graph = sites[0].translate(result, "cpdag" if orientation == "cpdag" else "dag")
+    id_names, graph = sites[0].translate(result, "dag" if s.orientation == "dag" else "cpdag")
+    if s.orientation == "skeleton":
+        graph = graph | graph.T  # every variable edge both ways
     plant_of = dict(zip(names, variable_plants))
     adjacency, weight = aggregate_to_groups(graph, [plant_of[n] for n in id_names], config.plant_names)
-    plant_graph = InterdependencyGraph(tuple(config.plant_names), adjacency, weight, source="fedpc", threshold=alpha)
+    plant_graph = InterdependencyGraph(tuple(config.plant_names), adjacency, weight, source="fedpc", threshold=s.alpha)
     cp, dag = result.cpdag, result.dag
     detail = {
         "variables": list(id_names),
@@ -226,20 +389,32 @@ def learn_site_graph(
         "undirected": [[id_names[i], id_names[j]] for i, j in zip(*np.nonzero(np.triu(cp & cp.T)))],
         "dag": [[id_names[i], id_names[j]] for i, j in zip(*np.nonzero(dag))],
         "extension_exact": result.extension_exact,
-        "orientation": orientation,
-        "test": test,
-        "alpha": alpha,
-        "keep_fraction": keep_fraction,
-        "max_cond": max_cond,
+        "mode": s.mode,
+        "orientation": s.orientation,
+        "test": s.test,
+        "alpha": s.alpha,
+        "keep_fraction": s.keep_fraction if s.mode == "vote" else None,
+        "max_cond": s.max_cond,
         "layers": [{"layer": r.layer, "edges": int(r.merged.sum() // 2)} for r in result.layers],
         "sites": [{"data": label, "samples": len(frame)} for label, frame in frames],
+        "rounds": result.extra.get("rounds"),
+        "bytes_per_site": result.extra.get("bytes_per_site"),
+        "privacy": None
+        if math.isinf(s.epsilon)
+        else {
+            "epsilon_per_site": s.epsilon,
+            "delta": s.delta,
+            "mu": mu,
+            "clip": s.clip,
+            "spent_epsilon": [ledger.epsilon() for ledger in ledgers],
+        },
     }
     return plant_graph, result, detail
 
 
 def _graph(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    check_options(args.alpha, args.keep_fraction, args.max_cond, args.split)
+    check_options(args.alpha, args.keep_fraction, args.max_cond, args.split, epsilon=args.epsilon, clip=args.clip)
     picture = Path(args.picture) if args.picture else Path(args.out).with_suffix(".png")
     seen: dict[str, str] = {}
     for site in args.sites:
@@ -255,26 +430,38 @@ def _graph(args: argparse.Namespace) -> int:
                 f"{', '.join(PICTURE_FORMATS)}"
             )
         config = load_config(args.config)
-        config, frames = site_frames(config, args.sites, args.split)
-        max_cond = check_sites(config, frames, test=args.test, max_cond=args.max_cond, split=args.split)
+        options = {
+            "mode": args.mode,
+            "test": args.test,
+            "alpha": args.alpha,
+            "keep_fraction": args.keep_fraction,
+            "max_cond": args.max_cond,
+            "orientation": args.orientation,
+            "epsilon": args.epsilon,
+            "clip": args.clip,
+        }
+        overrides = {key: value for key, value in options.items() if value is not None}
+        config, frames, overrides, settings = prepare_graph(config, args.sites, args.split, overrides)
+        max_cond = overrides.get("max_cond", settings.max_cond)
         sizes = [str(len(f)) for _, f in frames]
         shown = ", ".join(sizes[:6]) + (f", ... ({len(sizes)} sites)" if len(sizes) > 6 else "")
-        print(f"FedPC over {len(frames)} sites ({shown} samples) ...", file=sys.stderr)
-        if max_cond != args.max_cond:
+        print(f"FedPC ({settings.mode}) over {len(frames)} sites ({shown} samples) ...", file=sys.stderr)
+        if max_cond != settings.max_cond:
             print(f"  G-square tables: conditioning sets of at most {max_cond} variables (memory)", file=sys.stderr)
-        graph, result, detail = learn_site_graph(
-            config, frames, test=args.test, alpha=args.alpha, keep_fraction=args.keep_fraction,
-            max_cond=max_cond, orientation=args.orientation,
-        )  # fmt: skip
+        graph, result, detail = learn_site_graph(config, frames, **overrides)
         payload = {**graph.to_dict(), "fedpc": detail}
         out.write("--out", json.dumps(payload, indent=2) + "\n")
         title = (
-            f"FedPC over {len(frames)} sites: {result.n_variables} variables, {len(detail['directed'])} directed + "
-            f"{len(detail['undirected'])} undirected edges ({args.orientation})"
+            f"FedPC ({detail['mode']}) over {len(frames)} sites: {result.n_variables} variables, "
+            f"{len(detail['directed'])} directed + {len(detail['undirected'])} undirected edges "
+            f"({detail['orientation']})"
         )
         out.write_with("--picture", lambda f: graph_picture(graph, f, title=title, fmt=picture.suffix))
     for layer in detail["layers"]:
         print(f"  layer {layer['layer']}: {layer['edges']} variable edges kept", file=sys.stderr)
+    if detail["privacy"] is not None:
+        spent = max(detail["privacy"]["spent_epsilon"])
+        print(f"  privacy: epsilon {spent:.3g} per site (delta {detail['privacy']['delta']:g})", file=sys.stderr)
     edges = [f"{a}->{b}" for a, b in graph.edges()]
     listed = ", ".join(edges[:12]) + (", ..." if len(edges) > 12 else "")
     print(f"wrote {args.out} ({len(edges)} plant edges: {listed}) and {picture}; {time.perf_counter() - started:.2f} s")
@@ -291,16 +478,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sites", required=True, nargs="+", metavar="SITE", help="one data file or directory per site (nominal data)"
     )
     parser.add_argument("--split", type=int, default=1, help="cut each SITE into K contiguous sites (simulation)")
-    parser.add_argument("--test", choices=["fisher-z", "g-square"], default="fisher-z", help="CI test")
-    parser.add_argument("--alpha", type=float, default=0.01, help="significance level of every CI test")
     parser.add_argument(
-        "--keep-fraction", type=float, default=0.3, help="keep an edge kept by more than this share of sites"
-    )
+        "--mode", choices=["pooled-stats", "vote"], default=None,
+        help="pooled-stats: PC on the sites' securely summed statistics; vote: P4's skeleton vote (causal.mode)",
+    )  # fmt: skip
+    parser.add_argument("--test", choices=["fisher-z", "g-square"], default=None, help="CI test (causal.test)")
+    parser.add_argument("--alpha", type=float, default=None, help="significance level of every CI test (causal.alpha)")
+    parser.add_argument(
+        "--keep-fraction", type=float, default=None,
+        help="vote: keep an edge kept by more than this share of sites (causal.keep_fraction)",
+    )  # fmt: skip
     parser.add_argument("--max-cond", type=int, default=None, help="largest conditioning set (default: no limit)")
     parser.add_argument(
-        "--orientation", choices=["cpdag", "dag"], default="cpdag",
-        help="plant arcs from the CPDAG (undirected = both ways) or from its DAG extension",
+        "--orientation", choices=["skeleton", "cpdag", "dag"], default=None,
+        help="plant arcs from every variable edge both ways (skeleton), the CPDAG (undirected both ways) or its DAG "
+        "extension (causal.orientation)",
     )  # fmt: skip
+    parser.add_argument(
+        "--epsilon", type=float, default=None,
+        help="pooled-stats, fisher-z: epsilon per site of its one noised release (inf = exact; causal.epsilon)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--clip", type=float, default=None, help="noise: rows clipped to CLIP sqrt(p) standard deviations (causal.clip)"
+    )
     parser.add_argument("--out", required=True, help="graph JSON to write (rca.graph.path)")
     parser.add_argument("--picture", help="PNG picture of the plant graph (default: OUT with .png)")
     parser.set_defaults(func=_graph)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from fedrca.cli.fleet.store import load_fleet_model
+from fedrca.cli.fleet.store import load_calibration, load_fleet_model
 from fedrca.cli.params import load_params
 from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict
@@ -31,6 +31,7 @@ from fedrca.detectors.factory import fit_detectors, frame_segments
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
+from fedrca.fleet.calibration import Calibration
 from fedrca.fleet.collabdict import FleetModel
 from fedrca.fleet.detector import build_fleet_detector
 from fedrca.observability import Metrics
@@ -261,25 +262,30 @@ def build_detectors(
         data = dict(nominal)
     for plant in config.plants:
         check_nominal_plant(config, plant, data[plant.name], source)
-    models = fleet_models(config)
+    models, rules = fleet_models(config), fleet_calibrations(config)
 
     def build(config: SiteConfig, plant: PlantConfig, seed: int | None) -> Detector:
-        return build_detector(config, plant, seed, models.get(plant.name))
+        return build_detector(config, plant, seed, models.get(plant.name), rules.get(plant.name))
 
     return fit_detectors(config, data, seed, segments=segments, build=build)
 
 
 def build_detector(
-    config: SiteConfig, plant: PlantConfig, seed: int | None = None, fleet_model: FleetModel | None = None
+    config: SiteConfig,
+    plant: PlantConfig,
+    seed: int | None = None,
+    fleet_model: FleetModel | None = None,
+    calibration: Calibration | None = None,
 ) -> Detector:
     """An unfitted detector with the plant's configured settings.
 
     A plant with ``detector.kind: fleet`` gets a :class:`~fedrca.fleet.detector.FleetDetector` on
-    ``fleet_model`` (the fleet's shared model; None = the plant learns alone), every other plant a
+    ``fleet_model`` (the fleet's shared model; None = the plant learns alone) with ``calibration``
+    (its own from the fleet run; None = from its nominal data), every other plant a
     :class:`~fedrca.detectors.plant.PlantDetector` (:func:`fedrca.detectors.factory.build_detector`).
     """
     if plant.detector.kind == "fleet":
-        return build_fleet_detector(config, plant, seed, fleet_model)
+        return build_fleet_detector(config, plant, seed, fleet_model, calibration)
     return build_plant_detector(config, plant, seed)
 
 
@@ -289,6 +295,15 @@ def fleet_models(config: SiteConfig) -> dict[str, FleetModel]:
         p.name: load_fleet_model(p.detector.model)
         for p in config.plants
         if p.detector.kind == "fleet" and p.detector.model is not None
+    }
+
+
+def fleet_calibrations(config: SiteConfig) -> dict[str, Calibration]:
+    """The calibration from the fleet run of every fleet plant that names its participant file."""
+    return {
+        p.name: load_calibration(p.detector.participant)
+        for p in config.plants
+        if p.detector.kind == "fleet" and p.detector.participant is not None
     }
 
 
@@ -368,9 +383,11 @@ def plant_runtime(
     for plant_config in config.plants:
         if plant_config.name in served:
             check_nominal_plant(config, plant_config, nominal[plant_config.name], source)
-    models = fleet_models(config)
+    models, rules = fleet_models(config), fleet_calibrations(config)
     detectors = {
-        p.name: build_detector(config, p, fleet_model=models.get(p.name)).fit(nominal[p.name].Y, nominal[p.name].U)
+        p.name: build_detector(config, p, fleet_model=models.get(p.name), calibration=rules.get(p.name)).fit(
+            nominal[p.name].Y, nominal[p.name].U
+        )
         for p in config.plants
         if p.name in served
     }

@@ -3,7 +3,8 @@
 :func:`load_config` reads a site's YAML strictly (:mod:`fedrca.config._yaml`: no
 duplicate keys, bounded aliases and nesting, UTF-8 only) and validates every
 section at once: site, dataset, plants, privacy, topics, graph, ``training``
-(:class:`TrainingSettings`) and ``rca`` (:class:`RCASettings`), each a frozen
+(:class:`TrainingSettings`), ``rca`` (:class:`RCASettings`) and ``causal``
+(:class:`CausalSettings`, ``fedrca graph``), each a frozen
 model on the one strict base (:mod:`fedrca.config._base`). Every error is one
 :class:`~fedrca.exceptions.ConfigError` line with the file, the key path and what
 would be valid; nothing is validated later.
@@ -11,6 +12,7 @@ would be valid; nothing is validated later.
 This package imports nothing of fedrca but :mod:`fedrca.exceptions`.
 """
 
+from fedrca.config.causal import CausalSettings, parse_causal_settings
 from fedrca.config.formats import KNOWN_COLUMNS, MIN_NOMINAL_SAMPLES, TEP_COLUMNS
 from fedrca.config.rca import GraphOptions, RCASettings, parse_rca_settings
 from fedrca.config.site import (
@@ -40,6 +42,7 @@ __all__ = [
     "MIN_NOMINAL_SAMPLES",
     "TEP_COLUMNS",
     "AugmentationSettings",
+    "CausalSettings",
     "ColumnMatch",
     "DatasetSettings",
     "GraphOptions",
@@ -59,6 +62,7 @@ __all__ = [
     "group_columns",
     "load_config",
     "parameters_hash",
+    "parse_causal_settings",
     "parse_config",
     "parse_rca_settings",
     "parse_training_settings",

@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
@@ -87,8 +88,9 @@ def gib(nbytes: float) -> str:
     ('2.1 GB', '340 MB', 'about 4.8e+644 bytes')
     """
     if isinstance(nbytes, int) and nbytes >= 10**15:
-        digits = str(nbytes)
-        return f"about {digits[0]}.{digits[1]}e+{len(digits) - 1} bytes"
+        # log10 of the int itself: str() of an int of more than 4,300 digits is refused by Python
+        exponent = math.log10(nbytes)
+        return f"about {10 ** (exponent % 1):.1f}e+{math.floor(exponent)} bytes"
     return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.0f} MB"
 
 

@@ -34,6 +34,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
+from fedrca.config.causal import CausalSettings
 from fedrca.config.formats import KNOWN_COLUMNS
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
@@ -199,11 +200,16 @@ class DetectorSettings(Strict):
     rho: float = Field(10.0, ge=0.0)
     percentile: float = Field(99.5, gt=0.0, lt=100.0)
     folds: int = Field(5, ge=0)
+    ewma: float | None = Field(None, gt=0.0, le=1.0, description="fleet: lambda of the smoothed score; None = score")
+    participant: str | None = Field(
+        None, description="fleet: this plant's participants/<name>.json from `fedrca fleet` (its calibration)"
+    )
 
     @model_validator(mode="after")
     def _fleet_keys(self) -> DetectorSettings:
-        if self.kind == "plant" and self.model is not None:
-            raise ValueError("model: is the fleet model file of kind 'fleet'; remove it or set kind: fleet")
+        for key in ("model", "ewma", "participant"):
+            if self.kind == "plant" and getattr(self, key) is not None:
+                raise ValueError(f"{key}: belongs to the fleet detector (kind 'fleet'); remove it or set kind: fleet")
         if self.folds == 1:
             raise ValueError("folds must be 0 (in-sample threshold) or >= 2")
         return self
@@ -369,7 +375,7 @@ class DatasetSettings(Strict):
 
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
             raise ValueError(f"unknown time zone '{value}'; use an IANA name such as UTC, Asia/Seoul") from None
         return value
 
@@ -399,6 +405,7 @@ class SiteConfig(Strict):
     graph: GraphSettings | None = None
     training: TrainingSettings = TrainingSettings()
     rca: RCASettings = RCASettings()
+    causal: CausalSettings = CausalSettings()
     source: str | None = Field(None, exclude=True)
 
     @property
@@ -525,7 +532,7 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         data["plants"] = [
             _merge({k: defaults.get(k, {}) for k in _SECTIONS}, p) if isinstance(p, dict) else p for p in plants
         ]
-    for section in ("training", "rca"):
+    for section in ("training", "rca", "causal"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"
     try:

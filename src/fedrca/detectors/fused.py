@@ -36,6 +36,8 @@ __all__ = ["PairMaps", "PairOutput", "pair_statistics"]
 
 FloatArray = NDArray[np.float64]
 Memory = list[FloatArray | None]
+#: batches of at most this many samples run the EWMA recursion directly (see :func:`_ewma`)
+_LOOP_SAMPLES = 8
 
 
 @dataclass(frozen=True)
@@ -124,9 +126,21 @@ def _sq(W: FloatArray) -> FloatArray:
 
 
 def _ewma(W: FloatArray, lam: float, start: FloatArray) -> FloatArray:
-    """``w(t) = λ W(t) + (1 - λ) w(t-1)`` per row of ``W`` (R, T), from ``w(-1) = start`` (R,)."""
-    out, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], W, axis=1, zi=((1.0 - lam) * start)[:, None])
-    return np.asarray(out)
+    """``w(t) = λ W(t) + (1 - λ) w(t-1)`` per row of ``W`` (R, T), from ``w(-1) = start`` (R,).
+
+    A few samples (a stream's small batches) go through the recursion itself: the same two
+    products and one sum per value as :func:`scipy.signal.lfilter`'s transposed direct form,
+    so the same numbers to the bit, without its set-up cost.
+    """
+    T = W.shape[1]
+    if T <= _LOOP_SAMPLES:
+        out = np.empty_like(W)
+        w = np.asarray(start, dtype=np.float64)
+        for t in range(T):
+            w = out[:, t] = lam * W[:, t] + (1.0 - lam) * w
+        return out
+    filtered, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], W, axis=1, zi=((1.0 - lam) * start)[:, None])
+    return np.asarray(filtered)
 
 
 def pair_statistics(

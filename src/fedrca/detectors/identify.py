@@ -188,7 +188,7 @@ def identify_linear_model(
     # min ||targets - regressors Theta'||^2 + ridge ||Theta||^2 (normal equations)
     gram = regressors.T @ regressors
     gram += ridge * np.trace(gram) / gram.shape[0] * np.eye(gram.shape[0])
-    coef = np.linalg.solve(gram, regressors.T @ targets).T  # (P, P + U)
+    coef = np.asarray(np.linalg.solve(gram, regressors.T @ targets).T, dtype=np.float64)  # (P, P + U)
     A = coef[:, :P]
     B = coef[:, P:] if U is not None else None
 

@@ -178,6 +178,10 @@ def steady_state_gain(
     return P_pred, K, S
 
 
+#: batches of at most this many rows run the recursion row by row (cheaper than the filters' set-up)
+_LOOP_ROWS = 8
+
+
 @dataclass(frozen=True)
 class _Mode:
     """One diagonal block of a real Schur form: a real eigenvalue (``size`` 1) or a complex pair (2).
@@ -215,6 +219,10 @@ def _prior_covariance(A: FloatArray, C: FloatArray, Q: FloatArray, R: FloatArray
         if L is not None:
             return np.asarray(scipy.linalg.solve_discrete_are(A.T, L, Q, np.eye(P)))
     return np.asarray(scipy.linalg.solve_discrete_are(A.T, C.T, Q, R))
+
+
+#: Batches of at most this many samples run the steady-state recursion sample by sample.
+SMALL_BATCH = 4
 
 
 @lru_cache(maxsize=64)
@@ -267,6 +275,14 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     T_len, P = W.shape
     if T_len == 0:
         return np.empty((0, P))
+    if T_len <= _LOOP_ROWS:
+        # a few rows (a stream's small batches): the recursion itself costs less than one IIR filter call
+        out = np.empty((T_len, P))
+        x = np.asarray(x0, dtype=np.float64)
+        for t in range(T_len):
+            # x(t) = F x(t-1) + w(t)
+            x = out[t] = F @ x + W[t]
+        return out
     T_mat, Z, blocks = _real_schur(np.ascontiguousarray(F, dtype=np.float64).tobytes(), P)
     # Mode-major layout (P, T): each mode's time series is contiguous for the IIR filter.
     # v(t) = Z' w(t) ;  z(-1) = Z' x0
@@ -398,6 +414,16 @@ class LinearKalmanFilter(GaussianFilter):
         self._S_ss: FloatArray | None = None
         if steady_state:
             self._P_pred_ss, self._K_ss, self._S_ss = steady_state_gain(self.A, self.C, self.Q, self.R)
+        # the steady-state recursion's fixed maps, built once: per batch they would cost a
+        # (P, D) x (D, P) product, which at batch size 1 and 1,000 sensors is most of the step
+        self._I_KC: FloatArray | None = None
+        self._F: FloatArray | None = None
+        self._P_post: FloatArray | None = None
+        if self._K_ss is not None and self._P_pred_ss is not None:
+            self._I_KC = np.eye(n) - self._K_ss @ self.C
+            # F = (I - K C) A
+            self._F = self._I_KC @ self.A
+            self._P_post = self._I_KC @ self._P_pred_ss
         if P0 is not None:
             self._P0 = _as_matrix("P0", P0, (n, n))
         elif self._P_pred_ss is not None and self._K_ss is not None:
@@ -510,18 +536,26 @@ class LinearKalmanFilter(GaussianFilter):
         return self._steady_estimates(Y, None)
 
     def _steady_estimates(self, Y: FloatArray, U: FloatArray | None) -> FloatArray:
-        assert self._K_ss is not None and self._P_pred_ss is not None
-        K = self._K_ss
-        I_KC = np.eye(self.state_dim) - K @ self.C
+        assert self._K_ss is not None and self._I_KC is not None and self._F is not None
+        K, I_KC, F = self._K_ss, self._I_KC, self._F
         # x(t|t) = (I - K C) A x(t-1|t-1) + (I - K C) B u + K y(t)
-        F = I_KC @ self.A
         W = Y @ K.T
         if self.B is not None and U is not None:
             W += U @ (I_KC @ self.B).T
-        x_est = lti_recursion(F, W, self._x)
+        if len(W) <= SMALL_BATCH:
+            # a few samples (a 1 Hz plant's batch): the recursion itself, one product per sample,
+            # is cheaper than setting up the modal solution (equal to rounding; test_plant's
+            # batch-equals-streaming test runs both)
+            x_est = np.empty_like(W)
+            x = self._x
+            for t in range(len(W)):
+                x = F @ x + W[t]
+                x_est[t] = x
+        else:
+            x_est = lti_recursion(F, W, self._x)
         if len(x_est):
             self._x = x_est[-1].copy()
-            self._P = I_KC @ self._P_pred_ss
+            self._P = self._P_post if self._P_post is not None else self._P
         return x_est
 
     def _check_y(self, y: FloatArray) -> FloatArray:

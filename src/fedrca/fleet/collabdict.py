@@ -70,6 +70,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from fedrca.detectors.identify import Standardizer
 from fedrca.exceptions import ConfigError, ConvergenceError, DataError
+from fedrca.fleet.calibration import Calibration, conformal_percentile, held_out_block, own_calibration
 from fedrca.fleet.consensus import StepRule
 
 __all__ = [
@@ -82,10 +83,12 @@ __all__ = [
     "LocalLearner",
     "PrivacyWarning",
     "anomaly_score",
+    "calibrate",
     "component_nll",
     "e_step",
     "fit_centralised",
     "fleet_center",
+    "held_out_scores",
     "initialise",
     "initialise_centralised",
     "l_diversity",
@@ -98,6 +101,7 @@ __all__ = [
     "rough_scale",
     "score_floor",
     "score_histogram",
+    "shared_threshold",
     "spread_statistics",
     "unpack_statistics",
 ]
@@ -132,8 +136,13 @@ class FleetSettings:
     n_init : candidate sets of initial means; the fleet keeps the one with the highest
         summed log-likelihood (one small consensus)
     glasso_tol, glasso_max_iter : graphical lasso dual-gap tolerance and iterations
-    folds : cross-fitting folds for the threshold (0 = in-sample scores)
-    percentile : threshold = this percentile of the fleet's nominal scores
+    folds : cross-fitting folds for the thresholds (0 = in-sample scores); participant i holds
+        out its block (f + i) mod folds in fold f (:func:`fedrca.fleet.calibration.held_out_block`)
+    percentile : thresholds = this percentile of nominal statistics
+    threshold_scope : "participant" (each participant's own threshold, :mod:`fedrca.fleet.calibration`)
+        or "fleet" (one threshold pooled over everybody's scores)
+    ewma : lambda of the smoothed score a participant with its own threshold alarms on, or None
+        (the score itself)
     l0 : l-diversity bound; a PrivacyWarning when E^s < ln l0
     diversity : "max" (E^s = max_k H_k, the paper's definition) or "min" (every component)
     privacy_noise : when the monitor fires, add ``noise_samples`` pseudo-samples per exposed
@@ -158,6 +167,8 @@ class FleetSettings:
     glasso_max_iter: int = 500
     folds: int = 5
     percentile: float = 99.5
+    threshold_scope: Literal["participant", "fleet"] = "participant"
+    ewma: float | None = None
     l0: float = 2.0
     diversity: Literal["max", "min"] = "max"
     privacy_noise: bool = False
@@ -181,6 +192,8 @@ class FleetSettings:
             ("glasso_max_iter", self.glasso_max_iter >= 1, ">= 1"),
             ("folds", self.folds == 0 or self.folds >= 2, "0 or >= 2"),
             ("percentile", 0 < self.percentile < 100, "in (0, 100)"),
+            ("threshold_scope", self.threshold_scope in ("participant", "fleet"), "'participant' or 'fleet'"),
+            ("ewma", self.ewma is None or 0 < self.ewma <= 1, "in (0, 1] or None"),
             ("l0", self.l0 >= 1, ">= 1"),
             ("diversity", self.diversity in ("max", "min"), "'max' or 'min'"),
             ("noise_samples", self.noise_samples >= 1, ">= 1"),
@@ -932,10 +945,11 @@ class CentralFit:
 
     Attributes
     ----------
-    model : the shared model (threshold set when settings.folds / in-sample scores allow)
+    model : the shared model; its threshold is the one pooled over the whole fleet
     weights : per participant pi^s (K,)
     init : the initialisation used
     iterations : EM iterations; loglik : fleet log-likelihood per iteration
+    calibrations : per participant its alarm rule (:class:`~fedrca.fleet.calibration.Calibration`)
     """
 
     model: FleetModel
@@ -943,6 +957,7 @@ class CentralFit:
     init: FleetInit
     iterations: int
     loglik: list[float]
+    calibrations: list[Calibration] = field(default_factory=list)
 
 
 def _em_exact(
@@ -963,16 +978,67 @@ def _em_exact(
             return glob, learners
 
 
+def shared_threshold(excess: Sequence[ArrayLike], percentile: float) -> float | None:
+    """The threshold excess pooled from the participants without one of their own (None: there are none).
+
+    The conformal ``percentile`` of the pooled count n (:func:`~fedrca.fleet.calibration.conformal_percentile`,
+    the maximum when n is too small) of their excesses, by the fleet's two-pass histogram (:func:`pooled_quantile`).
+    """
+    n = int(sum(np.asarray(e).size for e in excess))
+    return None if n == 0 else pooled_quantile(excess, conformal_percentile(n, percentile))
+
+
+def calibrate(
+    held: Sequence[Sequence[FloatArray]], floor: float, fleet_threshold: float, settings: FleetSettings
+) -> list[Calibration]:
+    """Every participant's alarm rule from its held-out score blocks (the twin of the fleet's calibration).
+
+    ``held[s]`` are participant s's cross-fitted nominal scores, one array per contiguous block;
+    ``fleet_threshold`` is the one pooled over everybody (``threshold_scope: fleet``).
+    """
+    counts = [int(sum(b.size for b in blocks)) for blocks in held]
+    if settings.threshold_scope == "fleet":
+        return [Calibration(fleet_threshold, None, "fleet", sum(counts)) for _ in held]
+    own = [own_calibration(blocks, settings.percentile, settings.ewma) for blocks in held]
+    small = [np.concatenate(list(b)) - floor for b, o in zip(held, own, strict=True) if o is None and len(b)]
+    shared = shared_threshold(small, settings.percentile)
+    pooled = sum(c for c, o in zip(counts, own, strict=True) if o is None)
+    if shared is None:  # every participant certified a threshold of its own
+        return [o for o in own if o is not None]
+    return [o if o is not None else Calibration(floor + shared, None, "shared", pooled) for o in own]
+
+
+def held_out_scores(
+    Zs: Sequence[FloatArray],
+    init: FleetInit,
+    settings: FleetSettings,
+    glob: GlobalLearner,
+    weights: Sequence[FloatArray],
+) -> list[list[FloatArray]]:
+    """Every participant's nominal scores, one array per block: cross-fitted over ``settings.folds``
+    (participant s holds out its block (f + s) mod F in fold f), in-sample under the fitted model when 0."""
+    if not settings.folds:
+        return [[anomaly_score(Z, w, glob.means, glob.precisions)] for Z, w in zip(Zs, weights, strict=True)]
+    held: list[list[FloatArray]] = [[] for _ in Zs]
+    for f in range(settings.folds):
+        rows = [held_out_block(len(Z), settings.folds, f, s) for s, Z in enumerate(Zs)]
+        fglob, flearners = _em_exact([np.delete(Z, r, axis=0) for Z, r in zip(Zs, rows)], init, settings)
+        for s, (Z, r, lrn) in enumerate(zip(Zs, rows, flearners)):
+            held[s].append(anomaly_score(Z[r], lrn.weights, fglob.means, fglob.precisions))
+    return held
+
+
 def fit_centralised(
     datasets: Sequence[ArrayLike], settings: FleetSettings, init: FleetInit | None = None
 ) -> CentralFit:
     """The fleet's model computed centrally from every participant's raw data (the pure twin).
 
     Same participants (per-participant weights), same EM, same M-step; the fleet
-    sums are exact instead of agreed by consensus. The threshold is the
+    sums are exact instead of agreed by consensus. The model's threshold is the
     ``percentile`` of the pooled nominal scores, cross-fitted over ``folds`` (each
-    participant's data split into contiguous blocks, fold f leaving block f of
-    every participant out), in-sample when ``folds`` is 0.
+    participant's data split into contiguous blocks, fold f leaving block (f + s) mod F
+    of participant s out), in-sample when ``folds`` is 0; every participant's own alarm
+    rule is in ``calibrations`` (:func:`calibrate`).
 
     Parameters
     ----------
@@ -992,16 +1058,8 @@ def fit_centralised(
     model = FleetModel(init.scaler.mean, init.scaler.std, glob.means, glob.precisions)
     weights = [lrn.weights for lrn in learners]
     floor = score_floor(glob.precisions)
-    excess: list[FloatArray] = []
-    if settings.folds:
-        blocks = [np.array_split(np.arange(len(Z)), settings.folds) for Z in Zs]
-        for f in range(settings.folds):
-            train = [np.delete(Z, b[f], axis=0) for Z, b in zip(Zs, blocks)]
-            fglob, flearners = _em_exact(train, init, settings)
-            for Z, b, lrn in zip(Zs, blocks, flearners):
-                excess.append(anomaly_score(Z[b[f]], lrn.weights, fglob.means, fglob.precisions) - floor)
-    else:
-        for Z, w in zip(Zs, weights):
-            excess.append(anomaly_score(Z, w, glob.means, glob.precisions) - floor)
-    model = model.with_threshold(floor + pooled_quantile(excess, settings.percentile))
-    return CentralFit(model, weights, init, glob.iterations, list(glob.loglik))
+    held = held_out_scores(Zs, init, settings, glob, weights)
+    threshold = floor + pooled_quantile([np.concatenate(b) - floor for b in held], settings.percentile)
+    model = model.with_threshold(threshold)
+    calibrations = calibrate(held, floor, threshold, settings)
+    return CentralFit(model, weights, init, glob.iterations, list(glob.loglik), calibrations)

@@ -17,10 +17,14 @@ The protocol of one participant:
    **init**: the fleet sums every candidate's local log-likelihood and keeps the best;
 2. **fit**: EM iterations ``local_update -> consensus -> optimize`` until the fleet
    log-likelihood settles (every participant decides the same, from the same sums);
-3. **folds** (``settings.folds`` > 0): the same EM with block f of every participant
-   held out, for f = 1..F; each participant scores its held-out blocks;
-4. **threshold**: the fleet sums a histogram of those nominal scores; the threshold
-   is its ``percentile`` (no score leaves a participant, only bin counts, chunked).
+3. **folds** (``settings.folds`` > 0): the same EM with one block of every participant
+   held out, for f = 1..F (participant i's block (f + i) mod F, staggered); each
+   participant scores its held-out blocks;
+4. **threshold**: the fleet sums a histogram of those nominal scores; the fleet's
+   threshold (the model's) is its ``percentile`` (no score leaves a participant, only
+   bin counts, chunked); **calibration**: each participant's own threshold from its own
+   held-out scores, or, for those with too few, one more histogram pooled from just
+   them (:mod:`fedrca.fleet.calibration`).
 
 Every sum goes through :meth:`FleetParticipant.fleet_sum`: random chunks, one
 consensus session per chunk on a re-labelled peer graph, agreement on one value.
@@ -40,7 +44,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +53,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import ConfigError, DataError, MessageError, ModelError
+from fedrca.fleet.calibration import Calibration, conformal_percentile, held_out_block, own_calibration
 from fedrca.fleet.collabdict import (
     FleetInit,
     FleetModel,
@@ -115,6 +120,7 @@ class ParticipantResult:
     entropies : per EM iteration of the main fit, the l-diversity H_k of its release (K,)
     privacy_fired : per EM iteration, whether the monitor fired
     init : the standardiser and initial parameters agreed from the scale sums
+    calibration : its own alarm rule (private: threshold and statistic, :mod:`fedrca.fleet.calibration`)
     """
 
     name: str
@@ -125,6 +131,7 @@ class ParticipantResult:
     entropies: list[FloatArray]
     privacy_fired: list[bool]
     init: FleetInit
+    calibration: Calibration
 
 
 class FleetParticipant:
@@ -247,18 +254,61 @@ class FleetParticipant:
             if done:
                 return glob, local
 
-    def _pooled_quantile(
-        self, excess: FloatArray, percentile: float
-    ) -> Generator[Exchange, list[ConsensusMessage], float]:
-        """The fleet's two-pass histogram quantile (:func:`~fedrca.fleet.collabdict.pooled_quantile`)."""
+    def _pooled_quantiles(
+        self, excesses: Sequence[FloatArray], percentiles: Sequence[Callable[[int], float]]
+    ) -> Generator[Exchange, list[ConsensusMessage], list[tuple[float | None, int]]]:
+        """(quantile, count) of everybody's ``excesses[j]`` at ``percentiles[j](pooled count)`` for every j,
+        by the two-pass histogram (:func:`~fedrca.fleet.collabdict.pooled_quantile`); (None, 0) for a j
+        nobody counted a score in (everybody decides that from the same sum).
+
+        The J histograms travel side by side in one session per pass: as many messages as one quantile.
+        """
         coarse = coarse_edges()
+        bins = len(coarse) - 1
+        mine = [score_histogram(e, coarse) for e in excesses]
         # consensus sums are within ~1e-10 of whole counts; rounding makes them exact
-        c1 = np.round((yield from self.fleet_sum(score_histogram(excess, coarse), "threshold/coarse")))
-        i, within = quantile_bin(c1, percentile)
-        fine = fine_edges(coarse, i)
-        mine = score_histogram(excess[bin_index(excess, coarse) == i], fine)
-        c2 = np.round((yield from self.fleet_sum(mine, "threshold/fine")))
-        return rank_value(c2, fine, within)
+        c1 = np.round((yield from self.fleet_sum(np.concatenate(mine), "threshold/coarse"))).reshape(-1, bins)
+        found = [
+            quantile_bin(c, pct(int(c.sum()))) if c.sum() > 0 else None for c, pct in zip(c1, percentiles, strict=True)
+        ]
+        fines = [fine_edges(coarse, q[0] if q is not None else 0) for q in found]
+        inside = [
+            score_histogram(e[bin_index(e, coarse) == q[0]], fine) if q is not None else np.zeros(bins)
+            for e, q, fine in zip(excesses, found, fines, strict=True)
+        ]
+        c2 = np.round((yield from self.fleet_sum(np.concatenate(inside), "threshold/fine"))).reshape(-1, bins)
+        return [
+            (None, 0) if q is None else (rank_value(c, fine, q[1]), int(c_all.sum()))
+            for q, c, fine, c_all in zip(found, c2, fines, c1, strict=True)
+        ]
+
+    def _calibrate(
+        self, blocks: list[FloatArray], floor: float
+    ) -> Generator[Exchange, list[ConsensusMessage], tuple[float, Calibration]]:
+        """(the fleet's threshold, this participant's alarm rule); the twin: :func:`fedrca.fleet.collabdict.calibrate`.
+
+        The fleet's threshold pools everybody's held-out scores. The participant's rule is its own
+        conformal percentile when its held-out scores certify one; else the threshold pooled, in the
+        same sessions, from just the participants in that situation (a participant with its own
+        threshold adds an empty histogram there).
+        """
+        s = self.settings
+        excess = np.concatenate(blocks) - floor
+        own = own_calibration(blocks, s.percentile, s.ewma) if s.threshold_scope == "participant" else None
+        small = excess if s.threshold_scope == "participant" and own is None else np.empty(0)
+        (pooled, count), (shared, n) = yield from self._pooled_quantiles(
+            [excess, small], [lambda _: s.percentile, lambda m: conformal_percentile(m, s.percentile)]
+        )
+        if pooled is None:
+            raise DataError("no nominal scores to take a threshold from")
+        threshold = floor + pooled
+        if s.threshold_scope == "fleet":
+            return threshold, Calibration(threshold, None, "fleet", count)
+        if own is not None:
+            return threshold, own
+        if shared is None:  # cannot happen: this participant's own scores are in the pool
+            raise ModelError(f"{self.name}: the shared threshold pooled no score")
+        return threshold, Calibration(floor + shared, None, "shared", n)
 
     def protocol(self) -> Protocol:
         """The whole protocol as a generator (see the module docstring); returns a :class:`ParticipantResult`."""
@@ -275,15 +325,16 @@ class FleetParticipant:
         trace: list[tuple[FloatArray, bool]] = []
         glob, local = yield from self._em(Z, init, "fit", trace)
         floor = score_floor(glob.precisions)
-        excess: list[FloatArray] = []
+        blocks: list[FloatArray] = []
         if s.folds:
-            blocks = np.array_split(np.arange(len(Z)), s.folds)
+            # the twin: collabdict.held_out_scores (blocks staggered by the participant's position)
             for f in range(s.folds):
-                fglob, flocal = yield from self._em(np.delete(Z, blocks[f], axis=0), init, f"fold{f}")
-                excess.append(anomaly_score(Z[blocks[f]], flocal.weights, fglob.means, fglob.precisions) - floor)
+                rows = held_out_block(len(Z), s.folds, f, self.index)
+                fglob, flocal = yield from self._em(np.delete(Z, rows, axis=0), init, f"fold{f}")
+                blocks.append(anomaly_score(Z[rows], flocal.weights, fglob.means, fglob.precisions))
         else:
-            excess.append(anomaly_score(Z, local.weights, glob.means, glob.precisions) - floor)
-        threshold = floor + (yield from self._pooled_quantile(np.concatenate(excess), s.percentile))
+            blocks.append(anomaly_score(Z, local.weights, glob.means, glob.precisions))
+        threshold, calibration = yield from self._calibrate(blocks, floor)
         info = {
             "participants": len(self.names),
             "samples": float(init.n_total),
@@ -302,6 +353,7 @@ class FleetParticipant:
             [e for e, _ in trace],
             [f for _, f in trace],
             init,
+            calibration,
         )
 
 

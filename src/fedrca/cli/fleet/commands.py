@@ -64,8 +64,14 @@ def _summary(args: argparse.Namespace, config: FleetConfig, outcome: FleetOutcom
         f"fleet {config.fleet}: {s['participants']} participants ({transport}), {len(outcome.columns)} variables, "
         f"K = {s['components']} patterns after {s['iterations']} EM iterations; consensus rounds per session "
         f"mean {s['consensus_rounds_mean']:.1f} (max {s['consensus_rounds_max']}); {s['messages']:,} messages, "
-        f"{s['megabytes']} MB; identical parameters everywhere: {s['identical']}; threshold {s['threshold']:.3f}; "
-        f"{s['seconds']} s"
+        f"{s['megabytes']} MB; identical parameters everywhere: {s['identical']}; "
+        f"fleet threshold {s['threshold']:.3f}; {s['seconds']} s"
+    )
+    rules = [r.calibration.rule for r in outcome.run.results.values()]
+    print(
+        "participants' thresholds: "
+        + ", ".join(f"{rule} {rules.count(rule)}" for rule in ("own", "shared", "fleet") if rule in rules)
+        + f" (each one's rule in {paths['participants']}/<name>.json)"
     )
     warned = {n: c for n, c in s["privacy_warnings"].items() if c}
     if warned:

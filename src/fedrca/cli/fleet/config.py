@@ -11,10 +11,11 @@
     model: {components: 2, rho: 10.0, lambda0: 1.0}
     consensus: {chunks: 3, tolerance: 1.0e-12, step: degree}
     graph: {kind: expander}          # expander | ring | adjacency (+ neighbours: [[1, 4], [0, 2], ...])
-    threshold: {folds: 5, percentile: 99.5}
+    threshold: {folds: 5, percentile: 99.5, scope: participant, ewma: null}
     privacy: {l0: 2.0, noise: false}
     seed: 0
-    evaluate:                        # optional: files every participant's detector scores
+    evaluate:                        # optional: files the participants' detectors score
+      participants: [seg1, seg2]     # whose plant the files come from (default: every participant)
       onset: 160
       nominal: [data/tep/d00_te.dat]
       faults: {"01": data/tep/d01_te.dat}
@@ -166,10 +167,13 @@ class GraphSection(_Strict):
 
 
 class ThresholdSection(_Strict):
-    """The nominal-score threshold: cross-fitting folds (0 = in-sample) and percentile."""
+    """The nominal-score thresholds: cross-fitting folds (0 = in-sample), percentile, whose
+    threshold (each participant's own, or one for the fleet) and the statistic (score or its EWMA)."""
 
     folds: int = Field(5, ge=0, description="at most the fewest rows of a participant / 18")
     percentile: float = Field(99.5, gt=0.0, lt=100.0)
+    scope: Literal["participant", "fleet"] = "participant"
+    ewma: float | None = Field(None, gt=0.0, le=1.0, description="lambda of the smoothed score; null = the score")
 
     @model_validator(mode="after")
     def _folds(self) -> ThresholdSection:
@@ -188,8 +192,13 @@ class PrivacySection(_Strict):
 
 
 class EvaluateSection(_Strict):
-    """Files every participant's detector scores after learning (nominal: false alarms; faults: detection)."""
+    """Files the participants' detectors score after learning (nominal: false alarms; faults: detection).
 
+    ``participants``: whose plant the files come from (each one's threshold is calibrated for its own
+    plant); None = every participant.
+    """
+
+    participants: list[str] | None = Field(None, min_length=1)
     onset: int = Field(0, ge=0, description="fault rows start here (TEP test files: 160)")
     nominal: list[str] = Field(default_factory=list)
     faults: dict[str, str] = Field(default_factory=dict)
@@ -216,6 +225,9 @@ class FleetConfig(_Strict):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"participant names must be unique; repeated: {', '.join(dup)}")
+        unknown = sorted(set(self.evaluate.participants or []) - set(names)) if self.evaluate else []
+        if unknown:
+            raise ValueError(f"evaluate.participants names no participant: {', '.join(unknown)}")
         simulated = [p.name for p in self.participants if p.simulate is not None]
         if simulated and self.data.format != "tep":
             raise ValueError(
@@ -258,6 +270,8 @@ class FleetConfig(_Strict):
             max_rounds=c.max_rounds,
             folds=t.folds,
             percentile=t.percentile,
+            threshold_scope=t.scope,
+            ewma=t.ewma,
             l0=p.l0,
             diversity=p.diversity,
             privacy_noise=p.noise,

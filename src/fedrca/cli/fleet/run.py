@@ -1,4 +1,4 @@
-"""Run a configured fleet (in one process, or over Kafka) and evaluate every participant's detector.
+"""Run a configured fleet (in one process, or over Kafka) and evaluate the participants' detectors.
 
 :func:`run_fleet` loads the participants' data, runs the protocol
 (:func:`fedrca.fleet.model.simulate_fleet`, or the Kafka driver of
@@ -104,11 +104,21 @@ def evaluation_files(config: FleetConfig, columns: list[str]) -> list[Evaluation
 def evaluate_fleet(
     config: FleetConfig, run: FleetRun, data: dict[str, FloatArray], files: list[EvaluationFile]
 ) -> list[dict[str, Any]]:
-    """Alarm rates of every participant's detector on the ``evaluate`` files."""
-    detectors = {n: FleetDetector(n, model=run.results[n].model, seed=config.seed).fit(X) for n, X in data.items()}
+    """Alarm rates on the ``evaluate`` files of the detector of every participant whose plant they come
+    from (``evaluate.participants``), each with its own calibration from the run."""
+    ev = config.evaluate
+    if ev is None:
+        return []
+    names = ev.participants or list(data)
+    detectors = {
+        n: FleetDetector(n, model=run.results[n].model, calibration=run.results[n].calibration, seed=config.seed).fit(
+            data[n]
+        )
+        for n in names
+    }
     rows = []
     for kind, label, path, X, start in files:
-        rates = {n: float(det.step_batch(X).zc[start:].mean()) for n, det in detectors.items()}
+        rates = {n: float(_fresh(det).step_batch(X).zc[start:].mean()) for n, det in detectors.items()}
         values = np.array(list(rates.values()))
         rows.append(
             {
@@ -125,9 +135,15 @@ def evaluate_fleet(
     return rows
 
 
+def _fresh(detector: FleetDetector) -> FleetDetector:
+    """The detector at the start of a new stream (each evaluated file is one)."""
+    detector.reset()
+    return detector
+
+
 def write_outcome(out_dir: str | Path, outcome: FleetOutcome) -> dict[str, Path]:
     """Write ``model.npz``/``model.json`` (shared), ``participants/<name>.json`` (each one's own
-    weights, in deployment kept by that participant) and ``report.json``; returns the paths.
+    weights and calibration, in deployment kept by that participant) and ``report.json``; returns the paths.
 
     The caller stages ``out_dir`` (:meth:`fedrca.cli.outputs.Outputs.folder`): the files appear together.
     """
@@ -137,7 +153,15 @@ def write_outcome(out_dir: str | Path, outcome: FleetOutcome) -> dict[str, Path]
     for name, res in outcome.run.results.items():
         write_file(
             part_dir / f"{name}.json",
-            json.dumps({"participant": name, "weights": res.weights.tolist(), "iterations": res.iterations}) + "\n",
+            json.dumps(
+                {
+                    "participant": name,
+                    "weights": res.weights.tolist(),
+                    "iterations": res.iterations,
+                    "calibration": res.calibration.to_dict(),
+                }
+            )
+            + "\n",
         )
     report = write_file(out / "report.json", json.dumps(_json_safe(outcome.summary()), indent=2) + "\n")
     return {"model": model_path, "report": report, "participants": part_dir}

@@ -28,10 +28,11 @@ import numpy as np
 
 from fedrca.cli.outputs import write_file, write_with
 from fedrca.contracts.artifacts import arrays_sha256
-from fedrca.exceptions import ArtifactError, DataError, IntegrityError
+from fedrca.exceptions import ArtifactError, ConfigError, DataError, IntegrityError
+from fedrca.fleet.calibration import Calibration
 from fedrca.fleet.collabdict import FleetModel
 
-__all__ = ["load_fleet_model", "save_fleet_model"]
+__all__ = ["load_calibration", "load_fleet_model", "save_fleet_model"]
 
 
 def _json_safe(value: Any) -> Any:
@@ -96,3 +97,28 @@ def load_fleet_model(path: str | Path) -> FleetModel:
         return FleetModel.from_arrays(arrays, info)
     except DataError as exc:
         raise ArtifactError(f"{file}: {exc}") from None
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """A participant's calibration from the ``participants/<name>.json`` that ``fedrca fleet`` wrote.
+
+    Raises
+    ------
+    ArtifactError
+        When the file is missing, not JSON or holds no valid ``calibration`` (the message names the file).
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ArtifactError(
+            f"{file}: no participant file; `fedrca fleet --out DIR` writes DIR/participants/<name>.json"
+        )
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{file}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("calibration"), dict):
+        raise ArtifactError(f"{file}: no 'calibration' object; write it with `fedrca fleet --out DIR`")
+    try:
+        return Calibration.from_dict(raw["calibration"])
+    except ConfigError as exc:
+        raise ArtifactError(f"{file}: {exc.reason}") from None
