@@ -242,17 +242,17 @@ def check_sites(
     The tests run on one site's rows (``mode="vote"``) or on the pooled rows of all sites
     (``mode="pooled-stats"``, which needs at least two sites):
 
-    * at most :func:`graph_variables` variables (PC's per-pair state and the sites' ``p x p``
-      correlation matrices: :func:`graph_bytes`);
+    * at most :func:`graph_variables` variables (the orientation's triple masks, PC's per-pair
+      state and the sites' ``p x p`` correlation matrices: :func:`graph_bytes`);
     * every site needs the variables' columns, and each variable must vary at every site;
     * Fisher-z needs ``|S| + 4`` samples for a conditioning set S, so the tested rows need the
       deepest set + 4 (with ``--split`` the message gives the largest split that leaves enough);
     * G-square needs discrete data: at most ``sqrt(n / 5)`` levels per variable (5 samples per
       cell of a two-variable table); continuous data (a value per sample) are refused. Its tables
       have ``R^(l + 2)`` cells for R levels and l conditioning variables: the deepest set is capped
-      so that one query fits :data:`~fedrca.config.limits.MEMORY_LIMIT` (:func:`g_square_bytes`;
-      ``--max-cond`` above the cap is refused; without it the cap is used and recorded as
-      ``max_cond`` in the output).
+      so that one query (:func:`g_square_bytes`) fits what :func:`graph_bytes` leaves of
+      :data:`~fedrca.config.limits.MEMORY_LIMIT` (``--max-cond`` above the cap is refused;
+      without it the cap is used and recorded as ``max_cond`` in the output).
 
     Raises
     ------
@@ -297,7 +297,7 @@ def check_sites(
                 if split > 1 and not pooled:
                     cut, fix = (
                         f"--split {split} leaves {label} {n} samples",
-                        f"give --split at most {site_rows // need}",
+                        f"give --split at most {max(1, site_rows // need)}",
                     )
                 else:
                     cut, fix = f"{label} {'hold' if pooled else 'has'} {n} samples", "give more data"
