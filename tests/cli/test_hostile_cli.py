@@ -772,6 +772,13 @@ GRAPH_CASES = [
     ),
     Case("graph-epsilon-zero", POOLED + " --epsilon 0", r"--epsilon must be > 0"),
     Case("graph-epsilon-nan", POOLED + " --epsilon nan", r"--epsilon must be > 0"),
+    Case("graph-epsilon-beyond-a-float-mu", POOLED + " --epsilon 1e308", r"--epsilon must be > 0 and at most 1e\+300"),
+    Case(
+        "graph-causal-epsilon-beyond-a-float-mu",
+        POOLED.replace("{cfg}", "{ws}/bad.yaml"),
+        r"bad\.yaml: causal\.epsilon: a finite epsilon must be at most 1e\+300",
+        setup=_config(lambda text: text + "\ncausal: {epsilon: 1.0e+308}\n"),
+    ),
     Case("graph-clip-huge", POOLED + " --epsilon 2 --clip 1000", r"--clip must be in \(0, 100\]"),
     Case(
         "graph-epsilon-with-the-vote",

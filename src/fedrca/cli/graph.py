@@ -53,6 +53,7 @@ from fedrca.config import (
     parse_causal_settings,
     resolve_plants,
 )
+from fedrca.config.causal import MAX_EPSILON
 from fedrca.config.limits import MEMORY_LIMIT, gib, largest
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
@@ -189,8 +190,8 @@ def check_options(
         raise DataError(f"--max-cond must be >= 0, got {max_cond}")
     if split < 1:
         raise DataError(f"--split must be >= 1, got {split}")
-    if epsilon is not None and not epsilon > 0.0:
-        raise DataError(f"--epsilon must be > 0 (inf = exact statistics), got {epsilon}")
+    if epsilon is not None and not (0.0 < epsilon <= MAX_EPSILON or epsilon == math.inf):
+        raise DataError(f"--epsilon must be > 0 and at most {MAX_EPSILON:g} (inf = exact statistics), got {epsilon}")
     if clip is not None and not 0.0 < clip <= 100.0:
         raise DataError(f"--clip must be in (0, 100] (standard deviations per variable), got {clip}")
 
