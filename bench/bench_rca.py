@@ -21,7 +21,7 @@
 
 Targets (exit 1 when missed): two-plant F1 >= 0.80 without flag privacy (trained,
 config graph); chain accuracy >= 0.9 (trained, config graph); every TEP fault's
-majority root after onset correct.
+majority root after onset correct (fault 01: the feed or the stripper, :data:`TEP_ACCEPTED`).
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ from fedrca.rca.metrics import FaultEvent
 REPO = Path(__file__).resolve().parents[1]
 EPSILONS = [1.0, 2.0, 4.0, math.inf]
 TEP_FAULTS = {"01": "feed", "04": "reactor", "05": "separator", "06": "feed"}
+#: roots accepted besides the true one: fault 01's stream-4 step enters through the stripper, whose
+#: sensors do not analyse stream 4, so the flags cannot tell the feed from the stripper (docs/rca.md)
+TEP_ACCEPTED = {"01": ("feed", "stripper")}
 PUBLISHED = {"precision": 0.73, "recall": 0.57, "F1": 0.64}
 TWO_PLANT_SIZES = {"n_train": 3000, "n_test": 6000, "n_events": 100}
 CHAIN_SIZES = {"n_train": 4000, "n_test": 8000, "n_events": 100}
@@ -190,7 +193,9 @@ def tep(trained: bool) -> tuple[list[dict], bool, list[dict], list[dict]]:
                     onsets.append(onset_rows(label, fault, run))
                 ev = evaluate_run(run, [FaultEvent(160, run.n_samples, root)])
                 after = ev.after_onset
-                ok = after["majority"] == root and after["correct"] > after["verdicts"] / 2
+                accepted = TEP_ACCEPTED.get(fault, (root,))
+                held = sum(n for p, n in after["named"].items() if p in accepted)
+                ok = after["majority"] in accepted and held > after["verdicts"] / 2
                 if train or not trained:
                     all_ok &= ok
                 rows.append(

@@ -10,8 +10,9 @@ settings, sensors ``s0..s{D-1}``), in-process, no broker:
 * **CPU per message**: what the plant worker's handler (:class:`fedrca.streams.agents.PlantAgent`:
   decode and validate the JSON message, ``step_batch``, encode the flag, serialise the
   state) costs per message at batch size 1 (a 1 Hz plant: each fetch holds one message of
-  it) and at batch size 200 (a backlog), CPU seconds (``time.process_time``) over
-  ``MESSAGES`` messages;
+  it) and at batch size 200 (a backlog), CPU seconds (``time.process_time``, all threads) over
+  ``MESSAGES`` messages, with the one BLAS thread a streaming worker runs with
+  (:func:`fedrca.streams.runtime.streaming_threads`);
 * **state per batch**: bytes of the state record the worker writes to the plant's state
   topic in every transaction.
 
@@ -41,6 +42,9 @@ REPO = Path(__file__).resolve().parents[1]
 SIZES = (50, 200, 1000)
 MESSAGES = {50: 3000, 200: 1500, 1000: 400}
 SMOKE = {"SIZES": (50,), "MESSAGES": {50: 50}}  # bench/run.py --smoke
+#: issue 24: handler CPU per message at batch size 1 (us) and fit (s), by plant size
+TARGET_BS1_US = {50: 200.0, 1000: 2000.0}
+TARGET_FIT_S = {1000: 60.0}
 
 
 def train_rows(d: int) -> int:
@@ -88,7 +92,7 @@ def measure(d: int, workdir: Path) -> dict[str, float]:
     from fedrca.detectors.factory import build_detector
     from fedrca.streams.agents import PlantAgent
     from fedrca.streams.loop import InputRecord
-    from fedrca.streams.runtime import PlantRuntime
+    from fedrca.streams.runtime import PlantRuntime, streaming_threads
 
     config = site(d, workdir)
     train = nominal(d, train_rows(d), seed=d)
@@ -110,19 +114,26 @@ def measure(d: int, workdir: Path) -> dict[str, float]:
     records = [InputRecord(i, b"p0", value, 0) for i, value in enumerate(raw)]
     agent.process(records[:100])  # warm caches
     out: dict[str, float] = {"fit_s": fit_s, "memory_mb": held / 2**20}
-    for label, size, chunk in (("bs1", 1, records[100 : 100 + n]), ("bs200", 200, records[100 + n : 100 + 2 * n])):
-        state_bytes = 0
-        cpu = time.process_time()
-        for k in range(0, len(chunk), size):
-            state_bytes = len(agent.process(chunk[k : k + size]).state)
-        out[f"{label}_us"] = 1e6 * (time.process_time() - cpu) / len(chunk)
-        out["state_kb"] = state_bytes / 1024
+    # the worker streams with one BLAS thread (fedrca.streams.runtime.streaming_threads; Worker.run)
+    with streaming_threads():
+        for label, size, chunk in (
+            ("bs1", 1, records[100 : 100 + n]),
+            ("bs200", 200, records[100 + n : 100 + 2 * n]),
+        ):
+            state_bytes = 0
+            cpu = time.process_time()
+            for k in range(0, len(chunk), size):
+                state_bytes = len(agent.process(chunk[k : k + size]).state)
+            out[f"{label}_us"] = 1e6 * (time.process_time() - cpu) / len(chunk)
+            out["state_kb"] = state_bytes / 1024
     out["message_kb"] = len(raw[0]) / 1024
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table (informational: no target; ``docs/sizing.md`` turns it into plants per worker).
+    """Print the table (``docs/sizing.md`` turns it into plants per worker) and the targets of issue 24
+    (handler CPU per message at batch size 1 <= 200 us at 50 sensors and <= 2 ms at 1,000; fit of a
+    1,000-sensor plant <= 60 s); non-zero when a measured size misses one.
 
     ``--sizes 50 200`` measures only those plant sizes (default: 50 200 1000).
     """
@@ -146,7 +157,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{d:>8}{r['fit_s']:>8.1f}{r['memory_mb']:>12.2f}{r['bs1_us']:>13.0f}{r['bs200_us']:>15.0f}"
             f"{r['state_kb']:>10.1f}{r['message_kb']:>8.1f}"
         )
-    return 0
+    missed = []
+    for d, r in rows:
+        checks = [("us/msg bs=1", r["bs1_us"], TARGET_BS1_US.get(d), "{:,.0f} us")]
+        checks.append(("fit", r["fit_s"], TARGET_FIT_S.get(d), "{:,.1f} s"))
+        for what, value, target, fmt in checks:
+            if target is None:
+                continue
+            met = value <= target
+            verdict = "met" if met else "MISSED"
+            print(f"target {d} sensors {what}: {fmt.format(value)} <= {fmt.format(target)}  {verdict}")
+            if not met:
+                missed.append(f"{d} sensors {what}")
+    if missed:
+        print(f"bench_sizing: TARGET MISSED ({', '.join(missed)})")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

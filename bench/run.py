@@ -72,6 +72,8 @@ def run_module(path: Path, repeat: int, smoke: bool) -> int:
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
+    # registered under its name, as an import would: dataclasses (and pickling) look the module up there
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     code = module.main(**arguments(module, repeat, smoke))
     return int(code or 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,22 @@ def test_no_file_names_a_path_outside_the_repository() -> None:
 @pytest.mark.parametrize("text", ["see ../shared/ARCHITECTURE.md", "[d](../../shared/x.md)", "/work/shared/papers"])
 def test_the_outside_pattern_catches_the_paths_it_is_for(text: str) -> None:
     assert OUTSIDE.search(text)
+
+
+def test_every_generated_figure_has_a_block_in_each_of_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A figure ``make docs-figures`` makes must have its place, or the tool fails after the benchmark ran."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_figures", REPO / "tools" / "docs_figures.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "docs_figures", tool)  # its dataclasses look themselves up there
+    spec.loader.exec_module(tool)
+    missing = [
+        f"{name} in {file}"
+        for name, figure in tool.FIGURES.items()
+        if not figure.writes_file
+        for file in figure.files
+        if name not in tool.blocks((REPO / file).read_text(encoding="utf-8"))
+    ]
+    assert not missing, "figures without a block: " + ", ".join(missing)

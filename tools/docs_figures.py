@@ -70,7 +70,9 @@ def bench_section(name: str) -> Callable[[str], str]:
         match = re.search(rf"^=== bench_{name} ===\n(.*?)^--- bench_{name}: ", output, re.S | re.M)
         if match is None:
             raise ValueError(f"bench/run.py printed no section for bench_{name}")
-        return "\n".join(line.rstrip() for line in match.group(1).strip("\n").splitlines())
+        lines = match.group(1).strip("\n").splitlines()
+        # "  note: ..." lines are progress (a simulated run's shutdown), not part of the figure
+        return "\n".join(line.rstrip() for line in lines if not line.startswith("  note: "))
 
     return extract
 
@@ -85,6 +87,13 @@ FIGURES: dict[str, Figure] = {
     "bench-detect": Figure((PYTHON, "bench/run.py", "detect"), bench_section("detect"), ("bench/README.md",)),
     "bench-datasets": Figure((PYTHON, "bench/run.py", "datasets"), bench_section("datasets"), ("bench/README.md",)),
     "bench-kafka": Figure((PYTHON, "bench/run.py", "kafka"), bench_section("kafka"), ("bench/README.md",)),
+    "bench-sizing": Figure((PYTHON, "bench/run.py", "sizing"), bench_section("sizing"), ("docs/sizing.md",)),
+    "bench-streams": Figure(
+        (PYTHON, "bench/run.py", "--repeat", "3", "streams"), bench_section("streams"), ("docs/sizing.md",)
+    ),
+    "rca-candidates": Figure(
+        (PYTHON, "bench/run.py", "rca_candidates"), bench_section("rca_candidates"), ("docs/rca.md",)
+    ),
     "faults": Figure((PYTHON, "bench/bench_faults.py"), _whole, ("docs/faults.md",), writes_file=True),
 }
 

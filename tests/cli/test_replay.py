@@ -241,7 +241,7 @@ def test_evaluate_errors_are_one_clear_line(repo, extra, fragment):
     assert "Traceback" not in result.stderr
 
 
-def test_replay_with_trained_parameters_uses_them_and_the_learned_graph(repo, tmp_path, capsys):
+def test_replay_with_trained_parameters_uses_them_and_the_configured_graph(repo, tmp_path, capsys):
     from fedrca.cli.training import train_site
     from fedrca.config import load_config
     from fedrca.datasets.loader import load_frame
@@ -269,6 +269,6 @@ def test_replay_with_trained_parameters_uses_them_and_the_learned_graph(repo, tm
     )
     assert code == 0
     err = capsys.readouterr().err
-    assert "parameters: v" in err and "graph: learned" in err
+    assert "parameters: v" in err and "graph: complete" in err  # config/tep.yaml: rca.graph.source complete
     named = [json.loads(line)["root_cause"] for line in verdicts.read_text().splitlines()]
     assert named and named.count("feed") > len(named) / 2  # fault 06: A feed loss

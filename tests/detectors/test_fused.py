@@ -158,3 +158,22 @@ def test_ewma_of_a_few_samples_is_lfilters_to_the_bit(T: int) -> None:
     for lam in (0.1, 0.05, 0.3):
         expected, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], W, axis=1, zi=((1.0 - lam) * start)[:, None])
         np.testing.assert_array_equal(_ewma(W, lam, start), expected)
+
+
+def test_a_restored_state_does_not_reuse_the_kept_feature_products(site) -> None:
+    # the fused path keeps Theta psi(y(t-1)) and its maps from one batch to the next
+    # (PairOutput.last_features); a state set in between names another y(t-1)
+    config, detectors = site
+    path = REPO / "data" / "tep" / "d05_te.dat"
+    Y = plant_frames(config, load_frame(config, path), path.name)["reactor"].Y
+    det = detectors["reactor"]
+    det.reset()
+    det.step_batch(Y[:50])
+    saved = det.get_state()
+    first = det.step_batch(Y[50:51])  # with the products of y(49) from the batch before
+    det.step_batch(Y[51:120])  # now the kept products are those of y(119)
+    det.set_state(saved)
+    again = det.step_batch(Y[50:51])
+    for field in ("x_a", "r_a", "d2_a", "stats_a"):
+        np.testing.assert_allclose(getattr(again, field), getattr(first, field), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(again.za, first.za)

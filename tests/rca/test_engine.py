@@ -131,6 +131,22 @@ def test_unobserved_entry_must_name_plants_of_the_graph():
     assert info.value.key == "rca.unobserved_entry"
 
 
+def test_verdicts_list_the_candidates_an_operator_is_shown():
+    # two simultaneous, equally persistent candidates on a complete graph: both are shown, the named one first
+    plants = ["p1", "p2", "p3"]
+    engine = engine_for(plants, InterdependencyGraph.complete(plants))
+    rows = [{"p1": (0, 0), "p2": (0, 0), "p3": (0, 0)}] * 3 + [{"p1": (1, 1), "p2": (1, 1), "p3": (0, 0)}] * 20
+    feed(engine, rows)
+    decision = engine.decision  # too uncertain for a verdict: the decision still says what would be shown
+    assert decision is not None and set(decision.candidates) == {"p1", "p2"}
+    assert decision.candidates[0] == decision.root_cause
+    # a clear root: the candidates are the root alone
+    clear = chain_engine(trained=True)
+    rows = [{"p1": (0, 0), "p2": (0, 0), "p3": (0, 0)}] * 3 + [{"p1": (1, 1), "p2": (1, 0), "p3": (0, 0)}] * 20
+    v = feed(clear, rows)[-1]
+    assert v.root_cause == "p1" and v.candidates == ("p1",)
+
+
 def test_persistence_separates_a_root_from_an_intermittent_effect():
     # both alarm from the same row; p2's effect comes and goes (compensated), p1 stays
     plants = ["p1", "p2"]
@@ -138,6 +154,7 @@ def test_persistence_separates_a_root_from_an_intermittent_effect():
     rows = [{"p1": (1, 1), "p2": (1, 1) if t % 3 == 0 else (0, 0)} for t in range(30)]
     verdicts = feed(engine, rows)
     assert verdicts and verdicts[-1].root_cause == "p1"
+    assert verdicts[-1].candidates[0] == "p1"
 
 
 def test_an_intermittent_root_is_still_named_not_an_outside_root():

@@ -62,12 +62,14 @@ def _verdict_printer(name: str) -> Any:
     last: list[tuple[Any, ...]] = [()]
 
     def show(v: Verdict) -> None:
-        key = (v.root_cause, v.propagated, v.outcome)
+        key = (v.root_cause, v.propagated, v.outcome, v.candidates)
         if key == last[0]:
             return  # print changes, not every row of an episode
         last[0] = key
         if v.root_cause is not None:
             what = f"root cause {v.root_cause}" + (f", propagated to {', '.join(v.propagated)}" if v.propagated else "")
+            if len(v.candidates) > 1:  # the engine is not sure between these (rca.candidate_mass)
+                what += f" [candidates: {', '.join(v.candidates)}]"
         else:
             what = v.outcome.replace("_", " ")
         first, last_seq = v.evidence_window

@@ -104,10 +104,13 @@ class RCASettings(Strict):
         loops move its flows, after the units it feeds). For such a plant the hypothesis
         "root k" also admits that k's direct successors in the graph start alarming
         before k itself: the onset order is then timed from the entry (the earliest onset
-        among k and its direct successors). Needs a graph with real direct edges (with the
-        complete graph every plant is a direct successor and the order says nothing).
+        among k and its direct successors). With the complete graph every plant is a direct
+        successor, so the variant drops the order rule for k: the onset order then says
+        nothing for or against k (what config/tep.yaml uses for TEP's feed and stripper).
     unobserved_weight : prior share of the unseen-entry variant within such a plant's root
         hypothesis (the rest keeps the ordinary onset order)
+    candidate_mass : share of the root posterior the candidates of a verdict hold (the
+        plants an operator is shown next to the root, most likely first)
     """
 
     horizon: int = Field(30, ge=1)
@@ -139,6 +142,7 @@ class RCASettings(Strict):
     prior_unexplained: float = Field(1e-6, gt=0.0, lt=1.0)
     unobserved_entry: list[str] = Field(default_factory=list)
     unobserved_weight: float = Field(0.5, gt=0.0, lt=1.0)
+    candidate_mass: float = Field(0.95, gt=0.0, le=1.0)
     graph: GraphOptions = GraphOptions()
 
     @field_validator("leak", "imperfect")

@@ -407,6 +407,9 @@ class Verdict:
     posterior : posterior probability of the decided hypothesis, in [0, 1] (6 digits)
     evidence_window : (first seq, last seq) of the rows the evidence came from, inclusive
     outcome : outcome code (:data:`fedrca.rca.table.OUTCOMES`)
+    candidates : the root-cause candidates an operator is shown, most likely first: the plants
+        whose root hypotheses together hold ``rca.candidate_mass`` of the root posterior (empty
+        when no root hypothesis has weight); the named root, when there is one, comes first
     id : deterministic id (:func:`verdict_id`), derived; a re-processed window gives the same id
 
     Examples
@@ -415,7 +418,7 @@ class Verdict:
     >>> Verdict.decode(v.encode()) == v
     True
     >>> sorted(v.to_dict())
-    ['evidence_window', 'id', 'outcome', 'posterior', 'propagated', 'root_cause', 'seq', 'site', 'ts']
+    ['candidates', 'evidence_window', 'id', 'outcome', 'posterior', 'propagated', 'root_cause', 'seq', 'site', 'ts']
     """
 
     site: str
@@ -426,6 +429,7 @@ class Verdict:
     posterior: float
     evidence_window: tuple[int, int]
     outcome: str
+    candidates: tuple[str, ...] = ()
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -449,6 +453,7 @@ class Verdict:
             "posterior": self.posterior,
             "evidence_window": list(self.evidence_window),
             "outcome": self.outcome,
+            "candidates": list(self.candidates),
             "id": self.id,
         }
 
@@ -470,6 +475,8 @@ class Verdict:
                 float(data["posterior"]),
                 (int(window[0]), int(window[1])),
                 str(data["outcome"]),
+                # optional: verdicts of producers that did not list candidates
+                tuple(str(p) for p in data.get("candidates", ())),
             )
         except KeyError as exc:
             raise MessageError(R.MISSING_FIELD, f"no {exc} in verdict") from None

@@ -9,9 +9,14 @@ layout (``(rows, T)``, each signal contiguous in time), and the products of the 
 ``x̂_c`` feed both models at once:
 
 * ``A x̂_c(t-1)``, ``C A x̂_c(t-1)`` and ``C x̂_c(t)`` from one product with ``[A; C A; C]``;
-* ``Theta psi(y)``, ``A Theta psi``, ``C A Theta psi`` and ``C Theta psi`` from one product
-  with ``[Theta; A Theta; C A Theta; C Theta]``, so the augmented prediction, residual and
-  estimate are the proprietary ones plus a correction (with Theta = 0 they are equal);
+* ``Theta psi(y)``, ``A Theta psi``, ``C A Theta psi`` and ``C Theta psi`` as a chain of
+  products (``Theta psi`` first: a (P, F) map, then the (P, P) and (D, P) ones, never a
+  (2P + 2D, F) stack, which at a thousand sensors is the largest matrix of the step), so the
+  augmented prediction, residual and estimate are the proprietary ones plus a correction (with
+  Theta = 0 they are equal); the products of ``psi(y(t-1))`` for the first sample of a batch are
+  the previous batch's last ones, handed back (:attr:`PairOutput.last_features`);
+* every whitening ``L⁻¹ (x - μ)`` as ``L⁻¹ x - (L⁻¹ μ)``, with ``L⁻¹ μ`` computed once per
+  parameter set (:attr:`PairMaps.shifts`): at batch size 1 it was a second (D, D) product;
 * the EWMA vectors of both models' whitened residuals for one smoothing constant in one
   :func:`scipy.signal.lfilter` call.
 
@@ -48,16 +53,20 @@ class PairMaps:
     ----------
     P, D : state and measurement dimensions
     state_maps : (P + 2D, P) ``[A; C A; C]``
-    feature_maps : (2P + 2D, F) ``[Theta; A Theta; C A Theta; C Theta]``
+    A, C, theta : (P, P) transition, (D, P) measurement, (P, F) Theta
     state_c, state_a : the proprietary and augmented families
+    shifts : ``L⁻¹ μ`` of every :class:`Moments` of both families, by ``id`` of the moments
     """
 
     P: int
     D: int
     state_maps: FloatArray
-    feature_maps: FloatArray
+    A: FloatArray
+    C: FloatArray
+    theta: FloatArray
     state_c: FamilyState
     state_a: FamilyState
+    shifts: dict[int, FloatArray]
 
     @classmethod
     def build(
@@ -65,14 +74,30 @@ class PairMaps:
     ) -> PairMaps:
         """Stack the maps of transition ``A`` (P, P), measurement ``C`` (D, P) and ``theta`` (P, F)."""
         CA = C @ A
+        moments = [m for st in (state_c, state_a) for m in (st.innovation, st.level, st.reconstruction, *st.smoothed)]
         return cls(
             A.shape[0],
             C.shape[0],
             np.ascontiguousarray(np.vstack([A, CA, C])),
-            np.ascontiguousarray(np.vstack([theta, A @ theta, CA @ theta, C @ theta])),
+            np.ascontiguousarray(A),
+            np.ascontiguousarray(C),
+            np.ascontiguousarray(theta),
             state_c,
             state_a,
+            # L⁻¹ μ, the shift of every whitening
+            {id(m): m.whitening @ m.mean for m in moments},
         )
+
+    def features(self, psi: FloatArray) -> FloatArray:
+        """``[Theta; A Theta; C A Theta; C Theta] psi`` of feature-major columns ``psi`` (F, T) -> (2P + 2D, T)."""
+        P, D = self.P, self.D
+        out = np.empty((2 * P + 2 * D, psi.shape[1]))
+        # Theta psi ; A (Theta psi) ; C (A Theta psi) ; C (Theta psi)
+        np.matmul(self.theta, psi, out=out[:P])
+        np.matmul(self.A, out[:P], out=out[P : 2 * P])
+        np.matmul(self.C, out[P : 2 * P], out=out[2 * P : 2 * P + D])
+        np.matmul(self.C, out[:P], out=out[2 * P + D :])
+        return out
 
 
 @dataclass(frozen=True)
@@ -85,6 +110,8 @@ class PairOutput:
     r_c, r_a : (D, T) prediction residuals
     stats_c, stats_a : (K, T) normalised statistics ``s_k / c_k`` of each family
     memory_c, memory_a : each family's EWMA memory after the last sample
+    last_features : (2P + 2D,) the feature products of the last sample's ``psi`` (the next batch's
+        ``first_features``)
     """
 
     x_c: FloatArray
@@ -95,6 +122,7 @@ class PairOutput:
     stats_a: FloatArray
     memory_c: Memory
     memory_a: Memory
+    last_features: FloatArray
 
 
 def _minus_previous(X: FloatArray, block: FloatArray, first: FloatArray) -> FloatArray:
@@ -113,10 +141,10 @@ def _plus_previous(X: FloatArray, block: FloatArray, first: FloatArray) -> Float
     return out
 
 
-def _white(m: Moments, X: FloatArray, out: FloatArray | None = None) -> FloatArray:
-    """``L⁻¹ (x - μ)`` of feature-major columns ``X`` (D, T) -> (D, T)."""
+def _white(maps: PairMaps, m: Moments, X: FloatArray, out: FloatArray | None = None) -> FloatArray:
+    """``L⁻¹ (x - μ) = L⁻¹ x - L⁻¹ μ`` of feature-major columns ``X`` (D, T) -> (D, T)."""
     W = np.matmul(m.whitening, X, out=out)
-    W -= (m.whitening @ m.mean)[:, None]
+    W -= maps.shifts[id(m)][:, None]
     return W
 
 
@@ -152,6 +180,7 @@ def pair_statistics(
     psi0: FloatArray | None,
     memory_c: Memory | None,
     memory_a: Memory | None,
+    first_features: FloatArray | None = None,
 ) -> PairOutput:
     """Both models' predictions, residuals and normalised family statistics for T samples.
 
@@ -166,6 +195,8 @@ def pair_statistics(
         prediction is then not augmented)
     memory_c, memory_a : each family's EWMA memory (None: a fresh stream), as
         :func:`~fedrca.detectors.statistics.family_statistics` keeps it
+    first_features : (2P + 2D,) :meth:`PairMaps.features` of ``psi0`` when the caller kept them
+        (the previous batch's :attr:`PairOutput.last_features`); None: computed here
 
     Returns
     -------
@@ -175,9 +206,14 @@ def pair_statistics(
     Y = Yz.T
     # [A; C A; C] x̂_c(t) and [Theta; A Theta; C A Theta; C Theta] psi(y(t)), all t at once
     SX = maps.state_maps @ X.T
-    SF = maps.feature_maps @ psi.T
+    SF = maps.features(psi.T)
     first_x = maps.state_maps @ x0
-    first_f = np.zeros(len(maps.feature_maps)) if psi0 is None else maps.feature_maps @ psi0
+    if psi0 is None:
+        first_f = np.zeros(2 * P + 2 * D)
+    elif first_features is not None:
+        first_f = first_features
+    else:
+        first_f = maps.features(psi0[:, None])[:, 0]
     # x_c(t) = A x̂_c(t-1) ;  x_a(t) = A (x̂_c(t-1) + Theta psi(y(t-1)))
     x_c = np.empty((P, T))
     x_c[:, 0] = first_x[:P]
@@ -194,15 +230,41 @@ def pair_statistics(
     sc, sa = maps.state_c, maps.state_a
     last_c: Memory = list(memory_c) if memory_c is not None else [None] * _slots(sc)
     last_a: Memory = list(memory_a) if memory_a is not None else [None] * _slots(sa)
-    # w(t) = L⁻¹ (r(t) - μ) of both models, stacked so that one IIR filter smooths both
-    W = np.empty((2 * D, T))
-    _white(sc.innovation, r_c, W[:D])
-    _white(sa.innovation, r_a, W[D:])
     cols_c: dict[str, Any] = {}
     cols_a: dict[str, Any] = {}
-    d2_c, d2_a = _sq(W[:D]), _sq(W[D:])
-    cols_c["innovation"], cols_a["innovation"] = d2_c, d2_a
-    for state, d2, cols, last in ((sc, d2_c, cols_c, last_c), (sa, d2_a, cols_a, last_a)):
+    # Every D-vector statistic of both models is a squared norm ||L⁻¹ (v - μ)||²: the whitened
+    # vectors go to one (blocks, D, T) array and their norms are taken in one pass.
+    blocks: list[tuple[dict[str, Any], str]] = [(cols_c, "innovation"), (cols_a, "innovation")]
+    n_rec = sum("reconstruction" in st.statistics for st in (sc, sa))
+    B = np.empty((2 + len(sc.lambdas) + len(sa.lambdas) + n_rec, D, T))
+    # w(t) = L⁻¹ (r(t) - μ) of both models, stacked so that one IIR filter smooths both
+    _white(maps, sc.innovation, r_c, B[0])
+    _white(maps, sa.innovation, r_a, B[1])
+    W = B[:2].reshape(2 * D, T)
+    k = 2
+    if sc.lambdas == sa.lambdas:
+        for i, lam in enumerate(sc.lambdas):
+            start = np.concatenate([_zero_if_none(last_c[i], D), _zero_if_none(last_a[i], D)])
+            # w_λ(t) = λ w(t) + (1 - λ) w_λ(t-1), both models in one filter
+            Wl = _ewma(W, lam, start)
+            for state, half, cols, last in ((sc, Wl[:D], cols_c, last_c), (sa, Wl[D:], cols_a, last_a)):
+                k = _smoothed(maps, state, i, half, B, k, blocks, cols, last, T)
+    else:
+        for state, Wm, cols, last in ((sc, W[:D], cols_c, last_c), (sa, W[D:], cols_a, last_a)):
+            for i, lam in enumerate(state.lambdas):
+                Wl = _ewma(Wm, lam, _zero_if_none(last[i], D))
+                k = _smoothed(maps, state, i, Wl, B, k, blocks, cols, last, T)
+    for state, e, cols in ((sc, e_c, cols_c), (sa, e_a, cols_a)):
+        if "reconstruction" in state.statistics:
+            # reconstruction = d2(y - h(x̂))
+            _white(maps, state.reconstruction, e, B[k])
+            blocks.append((cols, "reconstruction"))
+            k += 1
+    # ||w(t)||² of every block
+    norms = np.einsum("kdt,kdt->kt", B, B)
+    for (cols, name), row in zip(blocks, norms, strict=True):
+        cols[name] = row
+    for state, d2, cols, last in ((sc, norms[0], cols_c, last_c), (sa, norms[1], cols_a, last_a)):
         if state.dispersion:
             # v(t) = λ_d d2(r(t)) + (1 - λ_d) v(t-1), from the nominal mean of d2
             start = np.array([state.dispersion_start]) if last[-1] is None else last[-1]
@@ -210,25 +272,12 @@ def pair_statistics(
             cols["dispersion"] = v
             if T:
                 last[-1] = v[-1:].copy()
-    if sc.lambdas == sa.lambdas:
-        for i, lam in enumerate(sc.lambdas):
-            start = np.concatenate([_zero_if_none(last_c[i], D), _zero_if_none(last_a[i], D)])
-            # w_λ(t) = λ w(t) + (1 - λ) w_λ(t-1), both models in one filter
-            Wl = _ewma(W, lam, start)
-            _smoothed(sc, i, Wl[:D], cols_c, last_c, T)
-            _smoothed(sa, i, Wl[D:], cols_a, last_a, T)
-    else:
-        for state, Wm, cols, last in ((sc, W[:D], cols_c, last_c), (sa, W[D:], cols_a, last_a)):
-            for i, lam in enumerate(state.lambdas):
-                _smoothed(state, i, _ewma(Wm, lam, _zero_if_none(last[i], D)), cols, last, T)
-    for state, xh, e, cols in ((sc, X.T, e_c, cols_c), (sa, xh_a, e_a, cols_a)):
+    for state, xh, cols in ((sc, X.T, cols_c), (sa, xh_a, cols_a)):
         if "level" in state.statistics:
             # level = d2(x̂)
-            cols["level"] = _sq(_white(state.level, xh))
-        if "reconstruction" in state.statistics:
-            # reconstruction = d2(y - h(x̂))
-            cols["reconstruction"] = _sq(_white(state.reconstruction, e))
-    return PairOutput(x_c, x_a, r_c, r_a, _normalised(sc, cols_c, T), _normalised(sa, cols_a, T), last_c, last_a)
+            cols["level"] = _sq(_white(maps, state.level, xh))
+    stats_c, stats_a = _normalised(sc, cols_c, T), _normalised(sa, cols_a, T)
+    return PairOutput(x_c, x_a, r_c, r_a, stats_c, stats_a, last_c, last_a, SF[:, -1].copy())
 
 
 def _slots(state: FamilyState) -> int:
@@ -239,11 +288,25 @@ def _zero_if_none(v: FloatArray | None, n: int) -> FloatArray:
     return np.zeros(n) if v is None else np.asarray(v, dtype=np.float64)
 
 
-def _smoothed(state: FamilyState, i: int, Wl: FloatArray, cols: dict[str, Any], last: Memory, T: int) -> None:
+def _smoothed(
+    maps: PairMaps,
+    state: FamilyState,
+    i: int,
+    Wl: FloatArray,
+    B: FloatArray,
+    k: int,
+    blocks: list[tuple[dict[str, Any], str]],
+    cols: dict[str, Any],
+    last: Memory,
+    T: int,
+) -> int:
+    """Whiten one model's EWMA vectors ``Wl`` (D, T) into block ``k`` of ``B``; the next block."""
     # mewma = d2(w_λ) against the nominal moments of w_λ
-    cols[f"mewma@{state.lambdas[i]:g}"] = _sq(_white(state.smoothed[i], Wl))
+    _white(maps, state.smoothed[i], Wl, B[k])
+    blocks.append((cols, f"mewma@{state.lambdas[i]:g}"))
     if T:
         last[i] = Wl[:, -1].copy()
+    return k + 1
 
 
 def _normalised(state: FamilyState, cols: dict[str, Any], T: int) -> FloatArray:

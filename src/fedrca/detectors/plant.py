@@ -93,6 +93,9 @@ def severity_levels(score: FloatArray, threshold: float, alarm: BoolArray, n_lev
     >>> severity_levels(np.array([0.5, 2.0, 30.0, 3e5]), 1.0, np.array([False, True, True, True]), 4, 10.0).tolist()
     [0, 1, 2, 3]
     """
+    alarm = np.asarray(alarm, dtype=bool)
+    if not alarm.any():  # the usual sample: no alarm, level 0 (no logarithm to take)
+        return np.zeros(alarm.shape, dtype=np.int64)
     ratio = np.maximum(np.asarray(score, dtype=np.float64) / threshold, 1.0)
     # l = 1 + floor(log_b(s / tau)), capped
     level = np.minimum(1 + np.floor(np.log(ratio) / math.log(base)), n_levels - 1)
@@ -390,6 +393,8 @@ class PlantDetector(Detector):
         self._digest: str | None = None  # of the parameters in use (parameter_digest), None: not computed
         self.restored_parameters: tuple[str, str | None] | None = None
         self._fused: tuple[tuple[Any, ...], PairMaps] | None = None
+        # (y(t-1) it belongs to, maps, PairOutput.last_features): kept by identity of both
+        self._fused_last: tuple[FloatArray, PairMaps, FloatArray] | None = None
 
     def _lambdas(self) -> tuple[float, ...]:
         if self.ewma is None:
@@ -791,9 +796,13 @@ class PlantDetector(Detector):
         X = model.estimates(Yz)
         features = self.augmentation.feature_map
         psi0 = None if self._last_y is None else features.transform(self._last_y[None, :])[0]
-        out = pair_statistics(maps, Yz, features.transform(Yz), X, x0, psi0, sc.memory, sa.memory)
+        # the feature products of y(t-1) when the last batch left them (the same y and maps)
+        kept = self._fused_last
+        first = kept[2] if kept is not None and kept[0] is self._last_y and kept[1] is maps else None
+        out = pair_statistics(maps, Yz, features.transform(Yz), X, x0, psi0, sc.memory, sa.memory, first)
         sc.memory, sa.memory = out.memory_c, out.memory_a
         self._last_y = Yz[-1].copy()
+        self._fused_last = (self._last_y, maps, out.last_features)
         # max_k s_k / c_k of each family
         d2_c, d2_a = out.stats_c.max(axis=0), out.stats_a.max(axis=0)
         return self._finish(out.x_c.T, out.x_a.T, out.r_c.T, out.r_a.T, d2_c, d2_a, out.stats_c.T, out.stats_a.T)

@@ -10,7 +10,40 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedrca.exceptions import ModelError
 
-__all__ = ["LevelRandomizedResponse", "RandomizedResponse"]
+__all__ = ["LevelRandomizedResponse", "RandomizedResponse", "generator_state", "set_generator_state"]
+
+#: the 128-bit integers of numpy's PCG64 state (its ``state`` and ``inc``)
+_WIDE = ("state", "inc")
+
+
+def generator_state(rng: np.random.Generator) -> dict[str, Any]:
+    """The bit generator's state with its 128-bit integers as decimal strings.
+
+    A plant worker writes this with every batch (``streams/agents.py``); integers wider than
+    64 bits are what JSON encoders other than the standard library's refuse.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(1)
+    >>> state = generator_state(rng)
+    >>> a = rng.random(3)
+    >>> set_generator_state(rng, state)
+    >>> bool((rng.random(3) == a).all()), type(state["state"]["inc"]).__name__
+    (True, 'str')
+    """
+    state = dict(rng.bit_generator.state)
+    inner = state.get("state")
+    if isinstance(inner, dict):
+        state["state"] = {k: str(v) if k in _WIDE and isinstance(v, int) else v for k, v in inner.items()}
+    return state
+
+
+def set_generator_state(rng: np.random.Generator, state: dict[str, Any]) -> None:
+    """Restore :func:`generator_state` output (or numpy's own ``bit_generator.state``, integers as such)."""
+    inner = state.get("state")
+    if isinstance(inner, dict):
+        state = {**state, "state": {k: int(v) if k in _WIDE and isinstance(v, str) else v for k, v in inner.items()}}
+    rng.bit_generator.state = state
 
 
 class RandomizedResponse:
@@ -72,12 +105,12 @@ class RandomizedResponse:
         return (observed - (1.0 - p)) / (2.0 * p - 1.0)
 
     def get_state(self) -> dict[str, Any]:
-        """Generator state (for restarts)."""
-        return dict(self._rng.bit_generator.state)
+        """Generator state (for restarts; see :func:`generator_state`)."""
+        return generator_state(self._rng)
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`get_state` output."""
-        self._rng.bit_generator.state = state
+        set_generator_state(self._rng, state)
 
 
 class LevelRandomizedResponse:
@@ -131,9 +164,9 @@ class LevelRandomizedResponse:
         return np.asarray(np.where(u[:, 0] < self.keep_probability, L, other), dtype=np.int64)
 
     def get_state(self) -> dict[str, Any]:
-        """Generator state (for restarts)."""
-        return dict(self._rng.bit_generator.state)
+        """Generator state (for restarts; see :func:`generator_state`)."""
+        return generator_state(self._rng)
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`get_state` output."""
-        self._rng.bit_generator.state = state
+        set_generator_state(self._rng, state)

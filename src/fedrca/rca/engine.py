@@ -196,6 +196,7 @@ class RCAEngine:
         self._rise = np.full(M, -1, dtype=np.int64)
         self._onset = np.full(M, -1, dtype=np.int64)
         self._alarmed = np.zeros(M, dtype=bool)
+        self._penalty_memo: tuple[bytes, FloatArray, FloatArray | None] | None = None
         J = 0 if self.severity is None else self.severity.n_tracked
         # per plant and severity level j >= 2 (column j - 2): the same CUSUM machinery on "level >= j"
         self._lcusum = np.zeros((M, J))
@@ -489,7 +490,8 @@ class RCAEngine:
 
     def _order_penalty(self, unseen: bool = False) -> FloatArray:
         """log-evidence (M, M) of the onset order: [k, j] = log order_violation when plant j
-        started alarming more than ``onset_slack`` rows before plant k (or k is not alarming).
+        started alarming more than ``onset_slack`` rows before plant k (or k is not alarming),
+        plus the severity evidence.
 
         ``unseen``: for a root whose disturbance may enter unseen, time its effects from
         the **entry** instead: the earliest onset among k and its direct successors in
@@ -523,13 +525,22 @@ class RCAEngine:
         np.fill_diagonal(count, 0.0)
         return count * self._log_severity_violation
 
+    def _penalties(self, unseen_roots: NDArray[np.bool_]) -> tuple[FloatArray, FloatArray | None]:
+        """The order evidence of both root variants, recomputed only when an onset changed (they are a
+        function of the onsets alone; most rows change none)."""
+        key = b"".join(a.tobytes() for a in (self._alarmed, self._onset, self._lalarmed, self._lonset))
+        if self._penalty_memo is None or self._penalty_memo[0] != key:
+            unseen = self._order_penalty(unseen=True) if unseen_roots.any() else None
+            self._penalty_memo = (key, self._order_penalty(), unseen)
+        return self._penalty_memo[1], self._penalty_memo[2]
+
     def _decide(self, seq: int, ts: float) -> Verdict:
         mask = self._window(seq)
         M = len(self.plants)
         S = self._buf_lp[mask].sum(axis=0)
         unseen_roots = self._unseen & self._alarmed
-        order_unseen = self._order_penalty(unseen=True) if unseen_roots.any() else None
-        evidence, affected, unaffected = self._hypothesis_evidence(S, self._order_penalty(), order_unseen, unseen_roots)
+        order, order_unseen = self._penalties(unseen_roots)
+        evidence, affected, unaffected = self._hypothesis_evidence(S, order, order_unseen, unseen_roots)
         top = float(np.max(evidence))
         seqs = self._buf_seq[mask]
         window = (int(seqs.min()), int(seqs.max()))
@@ -543,21 +554,34 @@ class RCAEngine:
         h = int(np.argmax(posterior))
         codes = self._buf_codes[mask]
         prob = float(posterior[h])
+        candidates = self._candidates(posterior[1 : M + 1])
         if h == 0:
-            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY)
+            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY, candidates)
         alarming = self._alarm_share(codes) >= 0.5
         if h <= M:
             k = h - 1
             shown = alarming & (affected[k] > unaffected[k])
             shown[k] = False
             propagated = tuple(self.plants[j] for j in np.flatnonzero(shown))
-            return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE)
+            return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE, candidates)
         if h == M + 1:
             propagated = tuple(self.plants[j] for j in np.flatnonzero(alarming))
-            return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT)
+            return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT, candidates)
         dominant = self._dominant_states(codes)
         pattern = classify_pattern([(int(c) >> 1, int(c) & 1) for c in dominant])
-        return self._verdict(ts, seq, None, (), prob, window, pattern.outcome)
+        return self._verdict(ts, seq, None, (), prob, window, pattern.outcome, candidates)
+
+    def _candidates(self, roots: FloatArray) -> tuple[str, ...]:
+        """The plants whose root hypotheses, most likely first, hold ``candidate_mass`` of the root posterior."""
+        total = float(roots.sum())
+        if not total > 0.0:
+            return ()
+        # stable order: ties keep the plants' order
+        order = np.argsort(-roots, kind="stable")
+        need = self.settings.candidate_mass * total
+        held = np.cumsum(roots[order])
+        n = int(np.searchsorted(held, need * (1.0 - 1e-12)) + 1)
+        return tuple(self.plants[i] for i in order[: min(n, len(order))])
 
     def _verdict(
         self,
@@ -568,9 +592,11 @@ class RCAEngine:
         posterior: float,
         window: tuple[int, int],
         outcome: str,
+        candidates: tuple[str, ...] = (),
     ) -> Verdict:
         # the posterior is a softmax: clip its float rounding into [0, 1], the contract's range
-        return Verdict(self.site, ts, seq, root, propagated, min(max(posterior, 0.0), 1.0), window, outcome)
+        posterior = min(max(posterior, 0.0), 1.0)
+        return Verdict(self.site, ts, seq, root, propagated, posterior, window, outcome, candidates)
 
     def _alarm_share(self, codes: IntArray) -> FloatArray:
         """Channel-inverted share of window rows in which each plant's Z_c is on (M,)."""

@@ -22,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
@@ -48,7 +50,39 @@ log = logging.getLogger("fedrca.streams")
 
 
 def _json(state: Any) -> bytes:
+    """A handler's state as the JSON of its state record, written with every batch.
+
+    orjson writes the floats of a plant's state (its filter estimate, last sample and EWMA
+    memories: a few hundred) in a tenth of the time of the standard library's encoder, the
+    largest part of a 1 Hz plant's handler otherwise. It writes NaN and inf as ``null``, so a
+    state holding one (or anything else orjson refuses) goes through the standard library's
+    encoder, whose ``NaN`` / ``Infinity`` read back as they were
+    (``tests/streams/test_agents_state.py``).
+    """
+    if _finite(state):
+        try:
+            return orjson.dumps(state)
+        except TypeError:  # e.g. an integer beyond 64 bits
+            pass
     return json.dumps(state, separators=(",", ":")).encode()
+
+
+def _finite(obj: Any) -> bool:
+    """No NaN or inf anywhere in a JSON-like value (a list of floats is checked by its sum: a finite
+    sum has finite terms; a sum that overflows is reported as not finite, which only costs speed)."""
+    kind = type(obj)
+    if kind is list:
+        if obj and type(obj[0]) is float:
+            try:
+                return math.isfinite(sum(obj))
+            except TypeError:  # not all numbers
+                pass
+        return all(map(_finite, obj))
+    if kind is dict:
+        return all(map(_finite, obj.values()))
+    if kind is float:
+        return math.isfinite(obj)
+    return True
 
 
 class PlantAgent:

@@ -33,7 +33,7 @@ from fedrca.exceptions import ConfigError
 from fedrca.streams.agents import Heartbeat, ParamsFollower, PlantAgent, RCAAgent
 from fedrca.streams.compat import FedrcaApp
 from fedrca.streams.loop import BatchTimes, InputRecord, LoopSettings, TransactionalLoop
-from fedrca.streams.runtime import PlantRuntime, RCARuntime
+from fedrca.streams.runtime import PlantRuntime, RCARuntime, streaming_threads
 
 __all__ = ["ROLES", "StreamSettings", "Worker", "create_app", "parse_roles", "use_uvloop"]
 
@@ -211,6 +211,7 @@ class Worker:
         """Follow the parameters, then run every loop until cancelled (the Faust worker stops it)."""
         beat = asyncio.ensure_future(self.heartbeat.run())
         follow = asyncio.ensure_future(self.follower.run())
+        blas = streaming_threads()  # the detectors are fitted: stream with one BLAS thread
         try:
             try:
                 await asyncio.wait_for(asyncio.shield(self.follower.caught_up.wait()), PARAMS_CATCH_UP)
@@ -225,6 +226,7 @@ class Worker:
             self.follower.stop()
             for task in (beat, follow):
                 task.cancel()
+            blas.restore_original_limits()
 
 
 def create_app(names: SiteNames, settings: StreamSettings, worker: Worker) -> FedrcaApp:

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from fedrca.config import SiteConfig, parameters_hash
 from fedrca.contracts import (
     PRIVACY_WITHHELD,
@@ -54,6 +56,23 @@ from fedrca.training.privacy import gaussian_mu
 __all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "SiteRuntime"]
 
 log = logging.getLogger("fedrca.streams")
+
+#: BLAS threads while a worker streams (:func:`streaming_threads`)
+STREAMING_BLAS_THREADS = 1
+
+
+def streaming_threads() -> threadpool_limits:
+    """One BLAS thread for the batches of a streaming worker (a context manager; ``Worker.run``).
+
+    At a 1 Hz plant's batch size of 1 every product of the detector is a matrix-vector product,
+    bound by memory, not arithmetic: a second BLAS thread does not make it faster but spins while
+    it waits for work, and that spinning is CPU the worker pays per message (a 1,000-sensor plant's
+    handler about 3x its single-thread CPU; ``bench/bench_sizing.py`` measures the handler under
+    this limit). The worker's event loop is one thread anyway; start-up fits run before it, with
+    every thread.
+    """
+    return threadpool_limits(limits=STREAMING_BLAS_THREADS, user_api="blas")
+
 
 #: How an operator replaces a refused artifact on the params topic.
 _REPUBLISH = "publish parameters trained under this configuration: fedrca publish-params --config CONFIG --params DIR"
@@ -170,7 +189,9 @@ class PlantRuntime:
         self.metrics.record_messages_in("plant", plant, len(messages))
         if out.result is not None:
             self.metrics.record_detection(plant, out.result)
-            self._export_privacy(plant)
+            window = processor.window
+            if window is not None and window.active:  # flags without randomized response spend nothing
+                self._export_privacy(plant)
         if out.overrun or out.withheld:
             if plant not in self._exhausted:
                 action = "publishing anyway" if out.overrun else "withholding its flags"
