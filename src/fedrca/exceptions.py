@@ -7,7 +7,8 @@ alone. The hierarchy::
     FedrcaError
     ├── ConfigError            a configuration file or value is invalid
     ├── DataError              input data breaks its contract (shape, NaN, columns, file)
-    │   └── MessageError       one stream message is malformed (goes to the dead-letter topic)
+    │   ├── MessageError       one stream message is malformed (goes to the dead-letter topic)
+    │   └── OutputError        an output cannot be written (disk full, read-only, no permission)
     ├── ModelError             a model cannot be built or used
     │   ├── NotFittedError     a detector/scorer was used before ``fit``
     │   └── ConvergenceError   a learner's iteration cannot converge (e.g. spectral radius >= 1)
@@ -35,6 +36,7 @@ __all__ = [
     "MessageError",
     "ModelError",
     "NotFittedError",
+    "OutputError",
     "PrivacyBudgetExceeded",
 ]
 
@@ -82,6 +84,10 @@ class MessageError(DataError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason}: {detail}")
+
+
+class OutputError(DataError):
+    """An output file or folder cannot be written: the disk is full, the file system read-only, no permission."""
 
 
 class ModelError(FedrcaError):

@@ -138,7 +138,7 @@ def test_run_fleet_gives_the_same_model_as_the_command(fleet_dir):
         ({"graph": {"kind": "adjacency"}}, "graph"),
         ({"threshold": {"folds": 1}}, "threshold"),
         ({"participants": [{"name": "a", "file": "x"}, {"name": "a", "file": "y"}]}, "names must be unique"),
-        ({"participants": [{"name": "a", "file": "x", "rows": [5, 2]}]}, "participants[0]: Value error, rows"),
+        ({"participants": [{"name": "a", "file": "x", "rows": [5, 2]}]}, "participants[0]: rows must be [start, stop"),
         ({"consensus": {"chunks": 0}}, "consensus.chunks"),
         ({"threshold": {"ewma": 0.0}}, "threshold.ewma"),
         ({"threshold": {"scope": "everybody"}}, "threshold.scope"),

@@ -189,8 +189,11 @@ def test_parse_disturbance(text, expected):
         (lambda: parse_disturbance("29@1"), "IDV 29 does not exist"),
         (lambda: parse_disturbance("x@y"), "write IDV[@HOURS]"),
         (lambda: parse_disturbance("4@-1"), "onset -1.0 h"),
-        (lambda: SimulationSpec(hours=0, seed=100), "hours must be > 0"),
-        (lambda: SimulationSpec(hours=1, seed=-1), "seed must be an integer >= 0"),
+        (lambda: SimulationSpec(hours=0, seed=100), "hours must be in (0, 10000]"),
+        (lambda: SimulationSpec(hours=20_000, seed=100), "hours must be in (0, 10000]"),
+        (lambda: SimulationSpec(hours=1, seed=-1), "seed must be an integer in 0..4294967295"),
+        (lambda: SimulationSpec(hours=1, seed=2**32), "seed must be an integer in 0..4294967295"),
+        (lambda: SimulationSpec(hours=1, seed=100, disturbances=(Disturbance(1, 1.0),)), "after the 1 h run ends"),
         (lambda: SimulationSpec(hours=1, seed=100, mode="mode9"), "unknown mode 'mode9'"),
         (lambda: SimulationSpec(hours=1, seed=100, control_interval=0.007), "multiple of the control interval"),
         (

@@ -141,7 +141,7 @@ CASES = [
     Case("gz-fake", "fake.csv.gz", csv_text(ROWS), "named .gz but not gzip-compressed"),
     Case("directory", "adir.csv", _directory, "is a directory"),
     Case("missing", "missing.csv", lambda p: None, "no such file"),
-    Case("fifo", "pipe.csv", _fifo, "not a regular file (a device, pipe or socket)"),
+    Case("fifo", "pipe.csv", _fifo, "is a FIFO (named pipe), not a regular file"),
     Case(
         "zip-as-csv",
         "book.csv",

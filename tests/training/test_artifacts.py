@@ -120,9 +120,10 @@ def test_an_artifact_of_an_older_format_is_refused_with_the_fix(trained, tmp_pat
 def test_artifacts_are_bound_to_the_configuration_and_the_columns(trained):
     """Trained under one configuration, refused under another (issue 12: a scoring change went unnoticed)."""
     config, frames, _result, out = trained
-    from fedrca.cli.site import load_bound_artifacts, prepare_site
+    from fedrca.cli.params import load_params
+    from fedrca.cli.site import prepare_site
 
-    assert sorted(load_bound_artifacts(config, out)) == ["_server", "plant1", "plant2"]
+    assert sorted(load_params(out, config)) == ["_server", "plant1", "plant2"]
     raw = config.model_dump(exclude={"source"})
     raw["plants"][0]["scoring"]["percentile"] = 50.0
     other = parse_config(raw, source="other.yaml")
@@ -133,13 +134,13 @@ def test_artifacts_are_bound_to_the_configuration_and_the_columns(trained):
     raw["plants"][0]["sensors"] = list(reversed(raw["plants"][0]["sensors"]))
     reordered = parse_config(raw)
     with pytest.raises(ArtifactError, match=r"trained on other columns \(sensors differ"):
-        load_bound_artifacts(reordered, out)
+        load_params(out, reordered)
     # what needs no retraining: RCA settings, topics, flag privacy
     raw = config.model_dump(exclude={"source"})
     raw["rca"] = {"horizon": 7}
     raw["privacy"] = {"flag_epsilon": 2.0}
     raw["topics"] = {"flags": "{site}.other-flags"}
-    assert sorted(load_bound_artifacts(parse_config(raw), out)) == ["_server", "plant1", "plant2"]
+    assert sorted(load_params(out, parse_config(raw))) == ["_server", "plant1", "plant2"]
 
 
 def test_the_streaming_runtime_refuses_an_artifact_of_another_configuration(trained):

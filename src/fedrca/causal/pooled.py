@@ -59,9 +59,10 @@ from fedrca.causal.secagg import (
     KeyReply,
     KeyRequest,
     MaskedVector,
+    RingArray,
     decode_counts,
     decode_fixed,
-    ring_sum,
+    ring_add,
 )
 from fedrca.causal.sufficient import (
     LevelsReply,
@@ -184,7 +185,9 @@ class PooledStatsServer:
     def _secure_sum(self, sites: Sequence[SiteEndpoint], limbs: int, length: int, **fields: Any) -> Any:
         """One round: every site's masked vector of ``length`` ring elements; the decoded sum."""
         request = StatsRequest(session=self.session, round=self._round, roster=self._roster, **fields)
-        masked = []
+        # summed as the vectors arrive: the round holds one running sum, not one vector per site
+        # (memory independent of the number of sites: docs/limits.md, tests/cli/test_limits.py)
+        total: RingArray | None = None
         for k, site in enumerate(sites):
             reply = site(request)
             if not isinstance(reply, MaskedVector):
@@ -196,10 +199,10 @@ class PooledStatsServer:
                     Reason.BAD_REPLY,
                     f"site {k} sent a vector of shape {reply.data.shape}, expected ({length}, {limbs})",
                 )
-            masked.append(reply.data)
+            total = reply.data.copy() if total is None else ring_add(total, reply.data)
             self._bytes[k] += reply.n_bytes
         self._round += 1
-        total = ring_sum(masked)
+        assert total is not None  # _join admits at least two sites
         return decode_counts(total) if limbs == COUNT_LIMBS else decode_fixed(total)
 
     def pooled_statistics(self, sites: Sequence[SiteEndpoint]) -> PooledStatistics:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from fedrca import __version__
 from fedrca.cli.bundled import bundled_config, bundled_data_dir
+from fedrca.cli.outputs import Outputs, staged_folder, write_file
 from fedrca.cli.report import write_report
 from fedrca.cli.site import site_runtime
 from fedrca.cli.training import train_site
@@ -153,9 +154,7 @@ def _index(out: Path, rows: list[dict[str, Any]]) -> Path:
         "td,th{padding:4px 10px;border-bottom:1px solid #ddd}</style></head><body>"
         f"<h1>fedrca demo</h1>{table}<ul>{links}</ul></body></html>\n"
     )
-    index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
-    return index
+    return write_file(out / "index.html", page)
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -180,6 +179,7 @@ def run_demo(args: argparse.Namespace) -> int:
     nominal_path = data_dir / "d00.dat"
     if not nominal_path.is_file():
         raise DataError(f"{nominal_path}: no such file; --data-dir must hold tep/d00.dat (the bundled data/)")
+    Outputs.plan({"--config": args.config}, folders={"--out": out}, input_folders={"--data-dir": data_dir})
     pacer_spec = args.speed
 
     metrics = Metrics(plants=config.plant_names)
@@ -231,11 +231,12 @@ def run_demo(args: argparse.Namespace) -> int:
     _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
     pd.set_option("display.width", 160)
     _say(pd.DataFrame(rows).to_string(index=False))
-    report = out / "report"
-    report.mkdir(parents=True, exist_ok=True)
-    for result in results:
-        _report(report, result, runtime, TEP_FAULT_ONSET)
-    index = _index(report, rows)
+    # the report appears whole (every file's page, plots and the index) or not at all
+    with staged_folder(out / "report", option="--out") as stage:
+        for result in results:
+            _report(stage, result, runtime, TEP_FAULT_ONSET)
+        _index(stage, rows)
+    index = out / "report" / "index.html"
     dead = sum(len(r.run.deadletters) for r in results)
     _say(f"\nreport: {index}   dead letters: {dead}   done in {time.perf_counter() - started:.1f} s")
     if args.hold > 0:

@@ -5,23 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.files import check_paths, write_atomic
+from fedrca.cli.outputs import Outputs
 from fedrca.cli.site import build_detectors, run_detectors
 from fedrca.config import load_config, resolve_plants
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 
-__all__ = ["register", "write_flags_jsonl"]
+__all__ = ["flags_jsonl", "register"]
 
 
-def write_flags_jsonl(path: str | Path, results: dict[str, DetectionResult], published: bool = False) -> int:
-    """Write one JSON line per sample and plant (sample-major order); returns the line count.
+def flags_jsonl(results: dict[str, DetectionResult], published: bool = False) -> tuple[str, int]:
+    """One JSON line per sample and plant (sample-major order); (the text, the line count).
 
     Lines: ``{"plant", "seq", "zc", "za", "d2c", "d2a"}`` plus ``zc_pub``/``za_pub`` when
     ``published`` is true; plants that grade their alarms (``scoring.severity_levels``) add
@@ -29,7 +28,7 @@ def write_flags_jsonl(path: str | Path, results: dict[str, DetectionResult], pub
     """
     plants = list(results)
     if not plants:
-        return 0
+        return "", 0
     fields = ["zc", "za", "zc_pub", "za_pub"] if published else ["zc", "za"]
     T = len(results[plants[0]])
     if all(len(results[p].level) == T and (results[p].level >= 0).all() for p in plants):
@@ -48,23 +47,24 @@ def write_flags_jsonl(path: str | Path, results: dict[str, DetectionResult], pub
         for t in range(len(results[plants[0]]))
         for name in plants
     ]
-    write_atomic(path, "".join(line + "\n" for line in lines))
-    return len(lines)
+    return "".join(line + "\n" for line in lines), len(lines)
 
 
 def _detect(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    check_paths({"--config": args.config, "--train": args.train, "--input": args.input}, {"--out": args.out})
-    config = load_config(args.config)
-    train = load_frame(config, args.train)
-    # plants given by match rules take the nominal file's columns; the input must have them all
-    config = resolve_plants(config, [str(c) for c in train.columns])
-    data = load_frame(config, args.input)
-    detectors = build_detectors(config, train, source=str(args.train))
-    fitted = time.perf_counter()
-    results = run_detectors(detectors, plant_frames(config, data, str(args.input)))
-    processed = time.perf_counter()
-    n_lines = write_flags_jsonl(args.out, results)
+    inputs = {"--config": args.config, "--train": args.train, "--input": args.input}
+    with Outputs.plan(inputs, {"--out": args.out}) as out:
+        config = load_config(args.config)
+        train = load_frame(config, args.train)
+        # plants given by match rules take the nominal file's columns; the input must have them all
+        config = resolve_plants(config, [str(c) for c in train.columns])
+        data = load_frame(config, args.input)
+        detectors = build_detectors(config, train, source=str(args.train))
+        fitted = time.perf_counter()
+        results = run_detectors(detectors, plant_frames(config, data, str(args.input)))
+        processed = time.perf_counter()
+        text, n_lines = flags_jsonl(results)
+        out.write("--out", text)
     rows = []
     for name, det in detectors.items():
         r = results[name]

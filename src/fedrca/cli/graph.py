@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,16 +43,37 @@ import pandas as pd
 
 from fedrca.causal.fedpc import FedPCResult, FedPCServer, FedPCSite, TestKind, aggregate_to_groups
 from fedrca.causal.pooled import PooledStatsServer
-from fedrca.cli.files import check_paths, write_atomic
-from fedrca.cli.report import draw_graph
-from fedrca.config import CausalSettings, SiteConfig, load_config, parse_causal_settings, resolve_plants
+from fedrca.cli.outputs import Outputs
+from fedrca.cli.report import graph_picture
+from fedrca.config import (
+    MIN_NOMINAL_SAMPLES,
+    CausalSettings,
+    SiteConfig,
+    load_config,
+    parse_causal_settings,
+    resolve_plants,
+)
+from fedrca.config.causal import MAX_EPSILON
+from fedrca.config.limits import MEMORY_LIMIT, gib, largest
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.training.ledger import PrivacyLedger
 from fedrca.training.privacy import gaussian_mu
 
-__all__ = ["learn_site_graph", "register", "site_frames"]
+__all__ = [
+    "PICTURE_FORMATS",
+    "check_options",
+    "check_sites",
+    "graph_settings",
+    "learn_site_graph",
+    "prepare_graph",
+    "register",
+    "site_frames",
+]
+
+#: File name endings of the graph picture (the formats it is drawn in).
+PICTURE_FORMATS = (".png", ".svg", ".pdf")
 
 
 def _site_files(path: Path) -> list[Path]:
@@ -83,6 +105,11 @@ def site_frames(
         if split == 1:
             frames.append((str(path), frame))
             continue
+        if len(frame) // split < MIN_NOMINAL_SAMPLES:  # before the cut: a split beyond the rows allocates nothing
+            raise DataError(
+                f"--split {split} leaves {path} {len(frame) // split} samples per site ({len(frame)} rows), fewer than "
+                f"{MIN_NOMINAL_SAMPLES}: give --split at most {max(1, len(frame) // MIN_NOMINAL_SAMPLES)}"
+            )
         bounds = np.linspace(0, len(frame), split + 1).astype(int)
         for k in range(split):
             frames.append((f"{path}[{bounds[k]}:{bounds[k + 1]}]", frame.iloc[bounds[k] : bounds[k + 1]]))
@@ -100,6 +127,214 @@ def _variables(config: SiteConfig) -> tuple[list[str], list[str]]:
     return names, plants
 
 
+#: Samples per cell a G-square table needs (the usual rule for its chi-square reference).
+CELL_SAMPLES = 5
+#: Bytes per cell of a G-square query's tables (counts, margins, expected counts, terms: float64).
+G_SQUARE_CELL_BYTES = 48
+#: Bytes per cell of a pooled round (a site's counts and masks, the server's running ring sum: uint64 arrays).
+POOLED_CELL_BYTES = 128
+#: Cells the pooled server packs into one round (:mod:`fedrca.causal.pooled`).
+POOLED_ROUND_CELLS = 1 << 21
+#: Bytes per pair of variables of a FedPC run besides the sites' correlation matrices: PC's per-pair
+#: separating-set candidates and queries, the pooled sums' ring elements, the server's matrices.
+PAIR_BYTES = 1000
+#: Bytes per triple of variables: the orientation's unshielded-triple masks (``p x p x p`` booleans,
+#: :func:`fedrca.causal.pdag.unshielded_triples`). Measured with :data:`PAIR_BYTES`: 2.07 p³ bytes above the
+#: base over 800 variables (docs/limits.md).
+TRIPLE_BYTES = 2
+
+
+def g_square_bytes(levels: int, depth: int, *, pooled: bool = False) -> int:
+    """Bytes of one G-square query over ``levels`` levels with ``depth`` conditioning variables.
+
+    ``48 R^(l + 2)``; pooled, a round's ring vectors add ``128 max(R^(l + 2), 2^21)``.
+    """
+    cells = levels ** (depth + 2)
+    extra = POOLED_CELL_BYTES * max(cells, POOLED_ROUND_CELLS) if pooled else 0
+    return G_SQUARE_CELL_BYTES * cells + extra
+
+
+def graph_bytes(p: int, sites: int = 2) -> int:
+    """Bytes of a FedPC run over ``p`` variables and ``sites`` sites: ``2 p³ + p² (8 K + 1000)``.
+
+    The orientation's triple masks (:data:`TRIPLE_BYTES`); every Fisher-z site keeps its ``p x p``
+    correlation matrix (the vote's test, the pooled standardiser); PC keeps per pair of variables
+    its candidates and queries (:data:`PAIR_BYTES`).
+    """
+    return TRIPLE_BYTES * p**3 + p * p * (8 * sites + PAIR_BYTES)
+
+
+def graph_variables(sites: int = 2) -> int:
+    """The most variables a FedPC run over ``sites`` sites may have (:func:`graph_bytes` within the limit)."""
+    return largest(MEMORY_LIMIT, lambda p: graph_bytes(p, sites), 1 << 20)
+
+
+def check_options(
+    alpha: float | None,
+    keep_fraction: float | None,
+    max_cond: int | None,
+    split: int,
+    *,
+    epsilon: float | None = None,
+    clip: float | None = None,
+) -> None:
+    """Refuse option values FedPC has no meaning for (one line naming the option and the valid range).
+
+    None = the option was left out (the config's ``causal:`` section decides).
+    """
+    if alpha is not None and not 0.0 < alpha < 1.0:
+        raise DataError(f"--alpha must be in (0, 1), got {alpha}")
+    if keep_fraction is not None and not 0.0 <= keep_fraction < 1.0:
+        raise DataError(f"--keep-fraction must be in [0, 1), got {keep_fraction}")
+    if max_cond is not None and max_cond < 0:
+        raise DataError(f"--max-cond must be >= 0, got {max_cond}")
+    if split < 1:
+        raise DataError(f"--split must be >= 1, got {split}")
+    if epsilon is not None and not (0.0 < epsilon <= MAX_EPSILON or epsilon == math.inf):
+        raise DataError(f"--epsilon must be > 0 and at most {MAX_EPSILON:g} (inf = exact statistics), got {epsilon}")
+    if clip is not None and not 0.0 < clip <= 100.0:
+        raise DataError(f"--clip must be in (0, 100] (standard deviations per variable), got {clip}")
+
+
+def graph_settings(config: SiteConfig, overrides: dict[str, Any], base: CausalSettings | None = None) -> CausalSettings:
+    """The config's ``causal:`` section (or ``base``) with the command's options over it, validated like the section.
+
+    Raises
+    ------
+    ConfigError
+        naming the key (``causal.epsilon``), the options given and the valid values.
+    """
+    source = config.source if not overrides else f"{config.source} with the options {', '.join(sorted(overrides))}"
+    section = config.causal if base is None else base
+    return parse_causal_settings({**section.model_dump(), **overrides}, source=source)
+
+
+def prepare_graph(
+    config: SiteConfig, sites: list[str | Path], split: int, overrides: dict[str, Any]
+) -> tuple[SiteConfig, list[tuple[str, pd.DataFrame]], dict[str, Any], CausalSettings]:
+    """Everything ``fedrca graph`` checks before FedPC runs: the settings (the config's ``causal:``
+    section with ``overrides``, refused before a site is read), the sites' frames and what their
+    data can carry (:func:`check_sites`).
+
+    Returns the resolved config, the frames, the overrides for :func:`learn_site_graph` (with the
+    memory cap of G-square's conditioning depth when there is one) and the settings.
+    """
+    settings = graph_settings(config, overrides)
+    config, frames = site_frames(config, sites, split)
+    max_cond = check_sites(
+        config, frames, test=settings.test, max_cond=settings.max_cond, split=split, mode=settings.mode
+    )
+    if max_cond != settings.max_cond:
+        overrides = {**overrides, "max_cond": max_cond}
+    return config, frames, overrides, settings
+
+
+def check_sites(
+    config: SiteConfig,
+    frames: list[tuple[str, pd.DataFrame]],
+    *,
+    test: str = "fisher-z",
+    max_cond: int | None = None,
+    split: int = 1,
+    mode: str = "vote",
+) -> int | None:
+    """Refuse site data the CI test cannot carry, before FedPC runs; returns the ``max_cond`` to use.
+
+    The tests run on one site's rows (``mode="vote"``) or on the pooled rows of all sites
+    (``mode="pooled-stats"``, which needs at least two sites):
+
+    * at most :func:`graph_variables` variables (the orientation's triple masks, PC's per-pair
+      state and the sites' ``p x p`` correlation matrices: :func:`graph_bytes`);
+    * every site needs the variables' columns, and each variable must vary at every site;
+    * Fisher-z needs ``|S| + 4`` samples for a conditioning set S, so the tested rows need the
+      deepest set + 4 (with ``--split`` the message gives the largest split that leaves enough);
+    * G-square needs discrete data: at most ``sqrt(n / 5)`` levels per variable (5 samples per
+      cell of a two-variable table); continuous data (a value per sample) are refused. Its tables
+      have ``R^(l + 2)`` cells for R levels and l conditioning variables: the deepest set is capped
+      so that one query (:func:`g_square_bytes`) fits what :func:`graph_bytes` leaves of
+      :data:`~fedrca.config.limits.MEMORY_LIMIT` (``--max-cond`` above the cap is refused;
+      without it the cap is used and recorded as ``max_cond`` in the output).
+
+    Raises
+    ------
+    DataError
+        naming the site (file), the column or the option, and the fix.
+    """
+    names, _ = _variables(config)
+    pooled = mode == "pooled-stats"
+    if pooled and len(frames) < 2:
+        raise DataError(
+            f"--mode pooled-stats: pooled statistics need at least 2 sites (secure aggregation hides each among the "
+            f"others), got {len(frames)}: give more --sites, cut the data with --split K, or use --mode vote"
+        )
+    p, K = len(names), len(frames)
+    if p > graph_variables(K):
+        raise DataError(
+            f"FedPC over {p} variables at {K} sites needs {gib(graph_bytes(p, K))}, over the {gib(MEMORY_LIMIT)} "
+            f"limit (docs/limits.md): give the plants at most {graph_variables(K)} sensors and inputs together, "
+            "or fewer sites"
+        )
+    deepest = max(p - 2, 0) if max_cond is None else min(max_cond, max(p - 2, 0))
+    site_rows = sum(len(frame) for _, frame in frames) * split // max(len(frames), 1)  # one site's rows, split or not
+    for label, frame in frames:
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise DataError(f"{label}: site data lack column(s) {', '.join(missing[:5])} of the configured plants")
+        if test == "fisher-z":
+            values = frame[names].to_numpy(dtype=np.float64)
+            spread, middle = values.std(axis=0), np.abs(values.mean(axis=0))
+            # constant to rounding: the criterion of fedrca.datasets.nominal.check_nominal
+            constant = [names[j] for j in np.flatnonzero(~(spread > 1e-12 * middle))]
+            if constant:
+                raise DataError(
+                    f"{label}: column(s) {', '.join(constant[:5])} are constant at this site; a CI test needs "
+                    "varying columns: leave them out of the plants' sensors/inputs, or give more data"
+                )
+    need = deepest + 4
+    tested = [("the sites together", sum(len(f) for _, f in frames))] if pooled else [(l, len(f)) for l, f in frames]
+    if test == "fisher-z":
+        for label, n in tested:
+            if n < need:
+                if split > 1 and not pooled:
+                    cut, fix = (
+                        f"--split {split} leaves {label} {n} samples",
+                        f"give --split at most {max(1, site_rows // need)}",
+                    )
+                else:
+                    cut, fix = f"{label} {'hold' if pooled else 'has'} {n} samples", "give more data"
+                raise DataError(
+                    f"{cut}; Fisher-z with conditioning sets of up to {deepest} variables needs at least {need}: "
+                    f"{fix}, or a smaller --max-cond"
+                )
+        return max_cond
+    if pooled:  # the pooled tables' levels are the union of the sites' (the code book)
+        counts = pd.concat([f[names] for _, f in frames], ignore_index=True).nunique(axis=0)
+        groups = [("the sites together", sum(len(f) for _, f in frames), counts)]
+    else:
+        groups = [(label, len(frame), frame[names].nunique(axis=0)) for label, frame in frames]
+    levels = 0
+    for label, n, counts in groups:
+        limit = max(2, math.isqrt(n // CELL_SAMPLES))
+        worst = str(counts.idxmax())
+        if int(counts.max()) > limit:
+            raise DataError(
+                f"--test g-square needs discrete data: column {worst} of {label} takes {int(counts.max())} "
+                f"distinct values in {n} samples; {n} samples carry at most {limit} levels ({CELL_SAMPLES} "
+                "samples per cell): use --test fisher-z for continuous data, or code the column into few levels"
+            )
+        levels = max(levels, int(counts.max()))
+    R = max(levels, 2)
+    budget = MEMORY_LIMIT - graph_bytes(p, K)  # the run's per-pair state and one query's tables share the limit
+    fits = largest(budget, lambda d: g_square_bytes(R, d - 1, pooled=pooled), p) - 1
+    if max_cond is not None and deepest > fits:  # deepest: a --max-cond beyond the variables is their number
+        raise DataError(
+            f"--max-cond {max_cond}: G-square tables of {levels} levels and {deepest} conditioning variables need "
+            f"{gib(g_square_bytes(R, deepest, pooled=pooled))}, over the {gib(MEMORY_LIMIT)} limit "
+            f"(docs/limits.md): give --max-cond at most {fits}"
+        )
+    return min(deepest, max(fits, 0))
+
+
 def learn_site_graph(
     config: SiteConfig,
     frames: list[tuple[str, pd.DataFrame]],
@@ -111,9 +346,7 @@ def learn_site_graph(
     ``settings`` default to the config's ``causal:`` section; ``overrides`` replace single
     keys (``mode="vote"``, ``alpha=0.05``, ...) and are validated like the section.
     """
-    base = config.causal if settings is None else settings
-    source = config.source if not overrides else f"{config.source} with the options {', '.join(sorted(overrides))}"
-    s = parse_causal_settings({**base.model_dump(), **overrides}, source=source)
+    s = graph_settings(config, overrides, base=settings)
     names, variable_plants = _variables(config)
     kind: TestKind = s.test
     mu = gaussian_mu(s.epsilon, s.delta)
@@ -182,59 +415,57 @@ def learn_site_graph(
 
 def _graph(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    if args.alpha is not None and not 0.0 < args.alpha < 1.0:
-        raise DataError(f"--alpha must be in (0, 1), got {args.alpha}")
-    if args.keep_fraction is not None and not 0.0 <= args.keep_fraction < 1.0:
-        raise DataError(f"--keep-fraction must be in [0, 1), got {args.keep_fraction}")
-    if args.max_cond is not None and args.max_cond < 0:
-        raise DataError(f"--max-cond must be >= 0, got {args.max_cond}")
-    if args.epsilon is not None and not args.epsilon > 0.0:
-        raise DataError(f"--epsilon must be > 0 (inf = exact statistics), got {args.epsilon}")
-    if args.clip is not None and not 0.0 < args.clip <= 100.0:
-        raise DataError(f"--clip must be in (0, 100] (standard deviations per variable), got {args.clip}")
-    picture_path = args.picture or str(Path(args.out).with_suffix(".png"))
-    check_paths(
-        {"--config": args.config, **{f"--sites {site}": site for site in args.sites}},
-        {"--out": args.out, "--picture": picture_path},
-    )
-    config = load_config(args.config)
-    config, frames = site_frames(config, args.sites, args.split)
-    options = {
-        "mode": args.mode,
-        "test": args.test,
-        "alpha": args.alpha,
-        "keep_fraction": args.keep_fraction,
-        "max_cond": args.max_cond,
-        "orientation": args.orientation,
-        "epsilon": args.epsilon,
-        "clip": args.clip,
-    }
-    overrides = {key: value for key, value in options.items() if value is not None}  # fmt: skip
-    mode = overrides.get("mode", config.causal.mode)
-    print(f"FedPC ({mode}) over {len(frames)} sites ({', '.join(str(len(f)) for _, f in frames)} samples) ...",
-          file=sys.stderr)  # fmt: skip
-    graph, result, detail = learn_site_graph(config, frames, **overrides)
-    out = Path(args.out)
-    payload = {**graph.to_dict(), "fedpc": detail}
-    write_atomic(out, json.dumps(payload, indent=2) + "\n")
-    picture = Path(args.picture) if args.picture else out.with_suffix(".png")
-    n_var = result.n_variables
-    draw_graph(
-        graph,
-        picture,
-        title=f"FedPC ({detail['mode']}) over {len(frames)} sites: {n_var} variables, {len(detail['directed'])} "
-        f"directed + {len(detail['undirected'])} undirected edges ({detail['orientation']})",
-    )
+    check_options(args.alpha, args.keep_fraction, args.max_cond, args.split, epsilon=args.epsilon, clip=args.clip)
+    picture = Path(args.picture) if args.picture else Path(args.out).with_suffix(".png")
+    seen: dict[str, str] = {}
+    for site in args.sites:
+        real = os.path.realpath(site)
+        if real in seen:
+            raise DataError(f"--sites names {seen[real]} twice (as {site}); give each site's data once")
+        seen[real] = site
+    sites = {f"--sites {site}": site for site in args.sites}
+    with Outputs.plan({"--config": args.config}, {"--out": args.out, "--picture": picture}, input_folders=sites) as out:
+        if picture.suffix.lower() not in PICTURE_FORMATS:
+            raise DataError(
+                f"--picture {picture}: unknown picture format '{picture.suffix}'; end the name in "
+                f"{', '.join(PICTURE_FORMATS)}"
+            )
+        config = load_config(args.config)
+        options = {
+            "mode": args.mode,
+            "test": args.test,
+            "alpha": args.alpha,
+            "keep_fraction": args.keep_fraction,
+            "max_cond": args.max_cond,
+            "orientation": args.orientation,
+            "epsilon": args.epsilon,
+            "clip": args.clip,
+        }
+        overrides = {key: value for key, value in options.items() if value is not None}
+        config, frames, overrides, settings = prepare_graph(config, args.sites, args.split, overrides)
+        max_cond = overrides.get("max_cond", settings.max_cond)
+        sizes = [str(len(f)) for _, f in frames]
+        shown = ", ".join(sizes[:6]) + (f", ... ({len(sizes)} sites)" if len(sizes) > 6 else "")
+        print(f"FedPC ({settings.mode}) over {len(frames)} sites ({shown} samples) ...", file=sys.stderr)
+        if max_cond != settings.max_cond:
+            print(f"  G-square tables: conditioning sets of at most {max_cond} variables (memory)", file=sys.stderr)
+        graph, result, detail = learn_site_graph(config, frames, **overrides)
+        payload = {**graph.to_dict(), "fedpc": detail}
+        out.write("--out", json.dumps(payload, indent=2) + "\n")
+        title = (
+            f"FedPC ({detail['mode']}) over {len(frames)} sites: {result.n_variables} variables, "
+            f"{len(detail['directed'])} directed + {len(detail['undirected'])} undirected edges "
+            f"({detail['orientation']})"
+        )
+        out.write_with("--picture", lambda f: graph_picture(graph, f, title=title, fmt=picture.suffix))
     for layer in detail["layers"]:
         print(f"  layer {layer['layer']}: {layer['edges']} variable edges kept", file=sys.stderr)
     if detail["privacy"] is not None:
         spent = max(detail["privacy"]["spent_epsilon"])
         print(f"  privacy: epsilon {spent:.3g} per site (delta {detail['privacy']['delta']:g})", file=sys.stderr)
-    print(
-        f"wrote {out} ({len(graph.edges())} plant edges: "
-        + ", ".join(f"{a}->{b}" for a, b in graph.edges())
-        + f") and {picture}; {time.perf_counter() - started:.2f} s"
-    )
+    edges = [f"{a}->{b}" for a, b in graph.edges()]
+    listed = ", ".join(edges[:12]) + (", ..." if len(edges) > 12 else "")
+    print(f"wrote {args.out} ({len(edges)} plant edges: {listed}) and {picture}; {time.perf_counter() - started:.2f} s")
     return 0
 
 

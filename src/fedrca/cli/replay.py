@@ -24,11 +24,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedrca.cli.detect import write_flags_jsonl
+from fedrca.cli.detect import flags_jsonl
 from fedrca.cli.evaluation import evaluate_run, json_safe
-from fedrca.cli.files import check_paths, write_atomic
+from fedrca.cli.outputs import Outputs
+from fedrca.cli.params import load_params
 from fedrca.cli.report import write_report
-from fedrca.cli.site import PipelineRun, configured_graph, load_bound_artifacts, prepare_site, run_pipeline
+from fedrca.cli.site import PipelineRun, configured_graph, prepare_site, run_pipeline
 from fedrca.config import load_config
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
@@ -41,11 +42,12 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _prepare(args: argparse.Namespace, outputs: dict[str, str | None], report: str | None = None) -> PipelineRun:
-    inputs = {"--config": args.config, "--train": args.train, "--input": args.input, "--params": args.params}
-    check_paths(inputs, outputs, {"--report": report})
-    if args.params is not None and not Path(args.params).is_dir():
-        raise DataError(f"--params {args.params}: no such artifact directory; write one with fedrca train --out DIR")
+def _plan(args: argparse.Namespace, outputs: dict[str, str | None], report: str | None = None) -> Outputs:
+    inputs = {"--config": args.config, "--train": args.train, "--input": args.input}
+    return Outputs.plan(inputs, outputs, {"--report": report}, input_folders={"--params": args.params})
+
+
+def _prepare(args: argparse.Namespace) -> PipelineRun:
     config = load_config(args.config)
     root = getattr(args, "root_cause", None)
     if root is not None and root not in config.plant_names:
@@ -55,7 +57,7 @@ def _prepare(args: argparse.Namespace, outputs: dict[str, str | None], report: s
         raise DataError(f"--fault-start must be a row number >= 0, got {start}")
     # everything that can refuse the run is read before the long work (and its progress lines)
     if args.params is not None:
-        load_bound_artifacts(config, args.params, every_plant=True)
+        load_params(args.params, config)
     configured_graph(config)
     data = load_frame(config, args.input)
     if start >= len(data):
@@ -74,10 +76,12 @@ def _prepare(args: argparse.Namespace, outputs: dict[str, str | None], report: s
 
 
 def _replay(args: argparse.Namespace) -> int:
-    run = _prepare(args, {"--flags-out": args.flags_out, "--verdicts-out": args.verdicts_out})
-    n_flags = write_flags_jsonl(args.flags_out, run.results, published=True)
-    lines = [v.encode().decode() for v in run.verdicts]
-    write_atomic(args.verdicts_out, "".join(line + "\n" for line in lines))
+    with _plan(args, {"--flags-out": args.flags_out, "--verdicts-out": args.verdicts_out}) as out:
+        run = _prepare(args)
+        text, n_flags = flags_jsonl(run.results, published=True)
+        out.write("--flags-out", text)
+        lines = [v.encode().decode() for v in run.verdicts]
+        out.write("--verdicts-out", "".join(line + "\n" for line in lines))
     named = Counter(v.root_cause or v.outcome for v in run.verdicts)
     print(f"wrote {n_flags} flag lines to {args.flags_out} and {len(lines)} verdicts to {args.verdicts_out}")
     if named:
@@ -86,7 +90,18 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    run = _prepare(args, {"--json": args.json}, args.report)
+    with _plan(args, {"--json": args.json}, args.report) as out:
+        run = _prepare(args)
+        index = _evaluate_run(args, run, out)
+    if args.json:
+        print(f"wrote {args.json}")
+    if index is not None:
+        print(f"wrote the report {index}")
+    return 0
+
+
+def _evaluate_run(args: argparse.Namespace, run: PipelineRun, out: Outputs) -> Path | None:
+    """Score the run, print the tables, write --json and --report (committed by the caller); the report's page."""
     plants = run.plants
     if args.root_cause not in plants:
         raise DataError(f"--root-cause '{args.root_cause}' is not a plant; plants are {', '.join(plants)}")
@@ -115,12 +130,13 @@ def _evaluate(args: argparse.Namespace) -> int:
     }
     payload = json_safe(payload)
     if args.json:
-        write_atomic(args.json, json.dumps(payload, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    if args.report:
-        detectors = run.site.detectors
-        index = write_report(
-            args.report,
+        out.write("--json", json.dumps(payload, indent=2) + "\n")
+    if not args.report:
+        return None
+    detectors = run.site.detectors
+    with out.folder("--report") as staging:
+        page = write_report(
+            staging,
             title=f"fedrca evaluate: {Path(args.input).name}",
             summary=(
                 f"site {run.site.config.site}, {len(plants)} plants, {run.n_samples} samples, fault from row "
@@ -140,8 +156,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             fault_start=args.fault_start,
             root_cause=args.root_cause,
         )
-        print(f"wrote the report {index}")
-    return 0
+    return out.path("--report") / page.name
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -20,16 +20,16 @@ import html
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.cli.files import write_atomic
+from fedrca.cli.outputs import write_file, write_with
 from fedrca.contracts import Verdict
 from fedrca.rca.graph import InterdependencyGraph
 
-__all__ = ["draw_graph", "plot_scores", "plot_timeline", "write_report"]
+__all__ = ["draw_graph", "graph_picture", "plot_scores", "plot_timeline", "write_report"]
 
 _COLORS = ["#3465a4", "#cc0000", "#4e9a06", "#c4a000", "#75507b", "#ce5c00", "#06989a", "#8f5902"]
 
@@ -41,6 +41,14 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    """Save a figure as PNG whole through the output layer and close it."""
+    try:
+        return write_with(path, lambda f: fig.savefig(f, format="png"))
+    finally:
+        _pyplot().close(fig)
 
 
 def plot_scores(
@@ -82,10 +90,7 @@ def plot_scores(
     axes[-1, 0].set_xlabel("sample")
     fig.suptitle("Per-plant distances d2 with thresholds (dashed) and published flags (ticks: Z_c, Z_a)", fontsize=10)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def plot_timeline(
@@ -139,10 +144,7 @@ def plot_timeline(
             ax.axvline(fault_start, color="#cc0000", lw=1.0)
     ax_post.set_xlim(0, T)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def _fmt(value: Any) -> str:
@@ -200,7 +202,13 @@ window.addEventListener("load", function () {{
 
 
 def draw_graph(graph: InterdependencyGraph, path: str | Path, title: str | None = None) -> Path:
-    """Save a picture of the graph (PNG/SVG by extension): plants on a circle, arrows by weight."""
+    """Save a picture of the graph (PNG/SVG by extension) whole: plants on a circle, arrows by weight."""
+    out = Path(path)
+    return write_with(out, lambda f: graph_picture(graph, f, title=title, fmt=out.suffix))
+
+
+def graph_picture(graph: InterdependencyGraph, stream: BinaryIO, title: str | None = None, fmt: str = "png") -> None:
+    """Draw the graph into a binary stream in format ``fmt`` (``png``, ``svg``, ``.png`` ...; PNG when empty)."""
     plt = _pyplot()
     from matplotlib.patches import FancyArrowPatch
 
@@ -237,10 +245,10 @@ def draw_graph(graph: InterdependencyGraph, path: str | Path, title: str | None 
     if title is None:
         label += f", alpha {graph.threshold})" if graph.threshold is not None else ")"
     ax.set_title(label, fontsize=10)
-    out = Path(path)
-    fig.savefig(out, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    try:
+        fig.savefig(stream, format=fmt.lstrip(".").lower() or "png", bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def write_report(
@@ -261,21 +269,24 @@ def write_report(
     fault_start: int | None = None,
     root_cause: str | None = None,
 ) -> Path:
-    """Write the PNGs, graph.json, metrics.json and index.html into ``directory``; returns the page."""
+    """Write the PNGs, graph.json, metrics.json and index.html into ``directory``; returns the page.
+
+    The caller stages ``directory`` (:func:`fedrca.cli.outputs.staged_folder`) so that a
+    report appears whole or not at all; every file is written whole by itself too.
+    """
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
     plot_scores(out / "scores.png", plants, d2c, d2a, thresholds, published, fault_start)
     plot_timeline(out / "timeline.png", list(plants), published, verdicts, fault_start, root_cause)
     draw_graph(graph, out / "graph.png")
-    write_atomic(out / "graph.json", graph.to_json() + "\n")
-    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2, default=_json_default) + "\n")
+    write_file(out / "graph.json", graph.to_json() + "\n")
+    write_file(out / "metrics.json", json.dumps(metrics, indent=2, default=_json_default) + "\n")
     page = _PAGE.format(
         title=html.escape(title),
         summary=html.escape(summary),
         detection=_table(detection_rows),
         rca=_table(rca_rows),
     )
-    return write_atomic(out / "index.html", page)
+    return write_file(out / "index.html", page)
 
 
 def _json_default(value: Any) -> Any:

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedrca.cli.site import load_bound_artifacts, plant_runtime, rca_runtime, site_runtime
+from fedrca.cli.outputs import Outputs, staged_folder
+from fedrca.cli.params import load_params
+from fedrca.cli.site import plant_runtime, rca_runtime, site_runtime
 from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaOptions, KafkaSink, bootstrap_of, ensure_site_topics, read_topic
@@ -20,8 +22,6 @@ from fedrca.contracts import (
     ParameterArtifact,
     decode_published_artifact,
     encode_published_artifact,
-    load_artifact,
-    load_site_artifacts,
     save_artifact,
 )
 from fedrca.datasets.loader import load_dataset
@@ -41,6 +41,8 @@ def _run(args: argparse.Namespace) -> int:
     from fedrca.streams.app import StreamSettings, Worker, create_app, parse_roles, use_uvloop
 
     use_uvloop()
+    inputs = {"--config": args.config, "--train": args.train}
+    Outputs.plan(inputs, folders={"--data-dir": args.data_dir}, input_folders={"--params": args.params})
     config = load_config(args.config)
     roles = parse_roles(args.roles)
     bootstrap = bootstrap_of(args.broker)
@@ -133,6 +135,7 @@ def _served_plants(config: SiteConfig, text: str | None) -> list[str]:
 
 
 def _replay_to_kafka(args: argparse.Namespace) -> int:
+    Outputs.plan({"--config": args.config, "--input": args.input, "--labels": args.labels})  # inputs only
     config = load_config(args.config)
     bootstrap = bootstrap_of(args.broker)
     pacer = replay.Pacer.from_spec(args.speed)
@@ -185,10 +188,14 @@ def _published_params(bootstrap: str, config: SiteConfig, directory: Path, optio
     if not newest:
         print(f"fedrca run: no parameters on {config.topic('params')}; RCA engine with defaults", file=sys.stderr)
         return None
+    # the published set replaces the previous one as a whole: staged, then moved in
+    with staged_folder(directory, option="--data-dir") as stage:
+        for artifact in newest.values():
+            save_artifact(artifact, stage)
+    fresh = {name for plant in newest for name in (f"{plant}.npz", f"{plant}.json")}
     for stale in (*directory.glob("*.npz"), *directory.glob("*.json")):
-        stale.unlink()
-    for artifact in newest.values():
-        save_artifact(artifact, directory)
+        if stale.name not in fresh:
+            stale.unlink()
     versions = ", ".join(f"{p} {a.version}" for p, a in sorted(newest.items()))
     print(f"fedrca run: RCA engine from the published parameters ({versions})", file=sys.stderr, flush=True)
     return directory
@@ -197,18 +204,7 @@ def _published_params(bootstrap: str, config: SiteConfig, directory: Path, optio
 def _publish_params(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     bootstrap = bootstrap_of(args.broker)
-    artifacts = dict(load_site_artifacts(args.params))
-    if (Path(args.params) / f"{SERVER}.json").is_file():
-        artifacts[SERVER] = load_artifact(args.params, SERVER)
-    unknown = sorted(set(artifacts) - {*config.plant_names, SERVER})
-    if not unknown:
-        artifacts = load_bound_artifacts(config, args.params)
-    if unknown:
-        raise ConfigError(
-            f"{args.params} holds artifacts of plants {unknown} that site '{config.site}' does not have; "
-            "publish the artifacts trained with this configuration",
-            source=args.config,
-        )
+    artifacts = load_params(args.params, config)
     options = KafkaOptions.from_settings(config.kafka)
     topic = config.topic("params")
     ensure_site_topics(bootstrap, config, options=options, only=[topic])

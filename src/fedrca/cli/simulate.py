@@ -20,7 +20,7 @@ import sys
 import time
 
 from fedrca.cli.bundled import bundled_config
-from fedrca.cli.files import check_paths
+from fedrca.cli.outputs import Outputs
 from fedrca.config import load_config
 from fedrca.connectors.kafka import KafkaOptions, KafkaSink, bootstrap_of, ensure_site_topics
 from fedrca.connectors.replay import Pacer, progress_printer
@@ -29,10 +29,10 @@ from fedrca.connectors.simulator import (
     TEP_MODES,
     SimulationSpec,
     TEPSimulator,
+    dump_tep_dat,
     parse_disturbance,
     simulate,
     stream_simulation,
-    write_tep_dat,
 )
 from fedrca.exceptions import ConfigError
 
@@ -97,7 +97,6 @@ def _simulate(args: argparse.Namespace) -> int:
                           key="--out")  # fmt: skip
     if args.to is not None:
         return _stream(args)
-    check_paths({}, {"--out": args.out})
     spec = _spec(args)
     started = time.perf_counter()
     step = max(1, spec.n_samples // 10)
@@ -106,8 +105,9 @@ def _simulate(args: argparse.Namespace) -> int:
         if args.progress and (k % step == 0 or k == n):
             print(f"  {k}/{n} samples ({k * spec.sample_seconds / 3600:.1f} h)", file=sys.stderr, flush=True)
 
-    run = simulate(spec, progress=progress)
-    write_tep_dat(run.values, args.out)
+    with Outputs.plan({}, {"--out": args.out}) as out:
+        run = simulate(spec, progress=progress)
+        out.write_with("--out", lambda f: dump_tep_dat(run.values, f))
     idv = _describe(spec)
     ended = f"; PLANT SHUT DOWN after {len(run.values)} samples: {run.shutdown}" if run.terminated else ""
     print(

@@ -22,8 +22,9 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from fedrca.cli.fleet.store import load_calibration, load_fleet_model
-from fedrca.config import PlantConfig, RCASettings, SiteConfig, parameters_hash, resolve_plants
-from fedrca.contracts import ParameterArtifact, Verdict, check_binding, load_artifacts
+from fedrca.cli.params import load_params
+from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
+from fedrca.contracts import ParameterArtifact, Verdict
 from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames
 from fedrca.detectors.factory import build_detector as build_plant_detector
 from fedrca.detectors.factory import fit_detectors, frame_segments
@@ -45,7 +46,6 @@ __all__ = [
     "build_detector",
     "build_detectors",
     "configured_graph",
-    "load_bound_artifacts",
     "load_graph_file",
     "plant_runtime",
     "prepare_site",
@@ -63,36 +63,6 @@ def without_privacy(config: SiteConfig) -> SiteConfig:
     """The same configuration with flags (and severity levels) published as they are (epsilon = inf)."""
     privacy = config.privacy.model_copy(update={"flag_epsilon": math.inf, "level_epsilon": math.inf})
     return config.model_copy(update={"privacy": privacy})
-
-
-def load_bound_artifacts(
-    config: SiteConfig, params_dir: str | Path, *, every_plant: bool = False
-) -> dict[str, ParameterArtifact]:
-    """Every verified artifact of ``params_dir``, each checked to be trained under ``config``.
-
-    The configuration hash (:func:`fedrca.config.parameters_hash`) of every artifact must
-    be this configuration's; a plant artifact's schema must be the plant's columns when
-    they are resolved (a ``match`` rule is only resolved once a data file was read). With
-    ``every_plant``, each plant with a trainable detector (all but ``detector.kind: fleet``)
-    must have its artifact.
-
-    Raises
-    ------
-    ArtifactError
-        naming the artifact, what differs, and the ``fedrca train`` command that fixes it.
-    """
-    artifacts = load_artifacts(params_dir)
-    if every_plant:
-        missing = [p.name for p in config.plants if p.detector.kind != "fleet" and p.name not in artifacts]
-        if missing:
-            raise ArtifactError(f"{params_dir}: no artifact for plant(s) {', '.join(missing)}; run fedrca train first")
-    expected = parameters_hash(config)
-    fix = f"retrain: fedrca train --config {config.source or 'CONFIG'} --data NOMINAL --out {params_dir}"
-    for name, artifact in artifacts.items():
-        plant = next((p for p in config.plants if p.name == name), None)
-        schema = plant.data_schema() if plant is not None and plant.resolved else None
-        check_binding(artifact, expected, schema, fix=fix)
-    return artifacts
 
 
 def apply_params(
@@ -185,7 +155,7 @@ def prepare_site(
     version = "proprietary"
     artifacts = None
     if params_dir is not None:
-        artifacts = load_bound_artifacts(config, params_dir)
+        artifacts = load_params(params_dir, config)
         version = apply_params(detectors, artifacts, params_dir)
     nominal_flags = {}
     for name, det in detectors.items():
@@ -360,7 +330,7 @@ def site_runtime(
     site = prepare_site(config, train, params_dir=params_dir)
     metrics = metrics or Metrics(plants=site.config.plant_names)
     plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings)
-    artifacts = None if params_dir is None else load_bound_artifacts(site.config, params_dir)
+    artifacts = None if params_dir is None else load_params(params_dir, site.config)
     for plant, artifact in (artifacts or {}).items():
         if plant in plants.processors:
             plants.record_artifact(plant, artifact)  # applied by prepare_site
@@ -385,7 +355,7 @@ def rca_runtime(
     ``params_dir`` the engine uses the configured graph (else the complete graph) and
     ``rca.false_alarm_rate``.
     """
-    artifacts = None if params_dir is None else load_bound_artifacts(config, params_dir)
+    artifacts = None if params_dir is None else load_params(params_dir, config)
     graph = configured_graph(config)
     engine = build_engine(config, artifacts=artifacts, graph=graph)
     return RCARuntime(config, engine, metrics=metrics, settings=settings, artifacts=artifacts, graph=graph)
@@ -423,7 +393,7 @@ def plant_runtime(
     }
     runtime = PlantRuntime(config, detectors, metrics=metrics, settings=settings)
     if params_dir is not None:
-        artifacts = load_bound_artifacts(config, params_dir)
+        artifacts = load_params(params_dir, config, plants=served)
         apply_params(detectors, artifacts, params_dir)
         for plant in served:
             runtime.record_artifact(plant, artifacts[plant])

@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.files import check_paths, write_atomic
+from fedrca.cli.outputs import Outputs
 from fedrca.cli.site import build_detectors
 from fedrca.cli.training import run_training
 from fedrca.config import SiteConfig, load_config
+from fedrca.config.limits import MEMORY_LIMIT, gib, largest, plant_bytes
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.datasets.synthetic import SyntheticData, linear_multiplant, nonlinear_two_plant
 from fedrca.exceptions import ConfigError
@@ -96,25 +97,45 @@ def _evaluate(
 
 def _train(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    check_paths(
-        {"--config": args.config, "--data": args.data, "--test": args.test},
-        {"--save-data": args.save_data},
-        {"--out": args.out},
-    )
+    inputs = {"--config": args.config, "--data": args.data, "--test": args.test}
+    with Outputs.plan(inputs, {"--save-data": args.save_data}, {"--out": args.out}) as out:
+        _train_into(args, out)
+    print(f"\ndone in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _train_into(args: argparse.Namespace, out: Outputs) -> None:
+    """Train, write the artifacts (and --save-data) into the plan, print the tables (committed by the caller)."""
     config = load_config(args.config)
     settings = config.training
     if args.rounds is not None and args.rounds < 1:
         raise ConfigError(f"must be at least 1, got {args.rounds}", key="--rounds")
     if args.samples < 100:
         raise ConfigError(f"must be at least 100, got {args.samples}", key="--samples")
+    if args.synthetic:
+        # the generated rows, every plant's arrays over them, the held-out third (plant_bytes per plant)
+        width = max(1, sum(len(p.sensors) + len(p.inputs) for p in config.plants))
+        need = sum(plant_bytes(args.samples, len(p.sensors) + len(p.inputs), 1) for p in config.plants)
+        if need > MEMORY_LIMIT:
+            most = largest(
+                MEMORY_LIMIT, lambda n: sum(plant_bytes(n, len(p.sensors) + len(p.inputs), 1) for p in config.plants),
+                args.samples,
+            )  # fmt: skip
+            raise ConfigError(
+                f"{args.samples} samples of {width} columns need about {gib(need)}, over the {gib(MEMORY_LIMIT)} "
+                f"limit (docs/limits.md): give at most {most}",
+                key="--samples",
+            )
+    if args.test == "synthetic" and not args.synthetic:
+        raise ConfigError("--test synthetic needs --synthetic", key="--test")
     synthetic: SyntheticData | None = None
     if args.synthetic:
         synthetic = synthetic_data(args.synthetic, args.samples, args.seed)
         frame = _frame(synthetic)
         source = f"synthetic {args.synthetic} (seed {args.seed})"
         if args.save_data:
-            write_atomic(args.save_data, frame.to_csv(index=False))
-            print(f"wrote the generated nominal data to {args.save_data}", file=sys.stderr)
+            out.write("--save-data", frame.to_csv(index=False))
+            print(f"writes the generated nominal data to {args.save_data}", file=sys.stderr)
     elif args.data:
         frame = load_frame(config, args.data)
         source = str(args.data)
@@ -122,6 +143,9 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError("give the nominal data: --data FILE (or --synthetic NAME)", key="--data")
     data = plant_frames(config, frame, source)
     detectors = build_detectors(config, data, source=source)  # checks the nominal data first
+    # the held-out file is read before the long work: a bad one refuses the run, not its end
+    test_frame = load_frame(config, args.test) if args.test and args.test != "synthetic" else None
+    test_data = None if test_frame is None else plant_frames(config, test_frame, args.test)
     header = (
         f"fedrca train: site '{config.site}', {len(data)} plants, {len(frame)} nominal samples from {source}; "
         f"estimator {settings.estimator}, {args.rounds or settings.rounds} rounds"
@@ -134,6 +158,7 @@ def _train(args: argparse.Namespace) -> int:
         resume=not args.fresh,
         progress=None if args.quiet else sys.stderr,
         header=header,
+        outputs=out,
     )
     how = f"resumed from round {result.resumed_from}" if result.resumed_from else "fresh"
     print(f"\nTraining ({result.rounds} rounds, {how}):")
@@ -143,38 +168,35 @@ def _train(args: argparse.Namespace) -> int:
         f"\nserver: estimator {settings.estimator}, features {server.features}, loss {server.loss:.5g}; "
         f"artifacts {next(iter(result.artifacts.values())).version if result.artifacts else '-'} in {args.out}"
     )
-    if args.test:
-        if args.test == "synthetic":
-            if synthetic is None:
-                raise ConfigError("--test synthetic needs --synthetic", key="--test")
-            held_out = synthetic_data(args.synthetic, max(1000, args.samples // 3), args.seed + 1000)
-            test = plant_frames(config, _frame(held_out), "synthetic held-out data")
-            oracle_out = linear_oracle(held_out) if held_out.A is not None else nonlinear_oracle(held_out)
-            residuals = oracle_out.residuals
-            # identified detectors standardise; express the oracle's raw residuals in the same units
-            scale = np.concatenate([result.detectors[p.name].scaler.std for p in config.plants])
-            if all(result.detectors[p.name].identified_model is not None for p in config.plants):
-                residuals = residuals / scale
-            oracle_name = "true model"
-        else:
-            test_frame = load_frame(config, args.test)
-            test = plant_frames(config, test_frame, args.test)
-            columns = [c for p in config.plants for c in (p.sensors or [])]
-            if not columns:
-                columns = [c for c in test_frame.columns if c in frame.columns]
-            residuals = identified_oracle(
-                frame[columns].to_numpy(dtype=np.float64),
-                test_frame[columns].to_numpy(dtype=np.float64),
-                n_states=sum(c.state_dim for c in result.clients.values()),
-            ).residuals
-            oracle_name = "jointly identified"
-        table = _evaluate(config, result, data, test, residuals)
-        better = int((table["augmented lower"] == "yes").sum())
-        print(f"\nHeld-out residuals on {args.test} (oracle: centralised, {oracle_name}; comparison only):")
-        print(table.to_string(index=False))
-        print(f"augmented residuals lower than proprietary for {better} of {len(table)} plants")
-    print(f"\ndone in {time.perf_counter() - started:.1f} s")
-    return 0
+    if not args.test:
+        return
+    if synthetic is not None and args.test == "synthetic":
+        held_out = synthetic_data(args.synthetic, max(1000, args.samples // 3), args.seed + 1000)
+        test = plant_frames(config, _frame(held_out), "synthetic held-out data")
+        oracle_out = linear_oracle(held_out) if held_out.A is not None else nonlinear_oracle(held_out)
+        residuals = oracle_out.residuals
+        # identified detectors standardise; express the oracle's raw residuals in the same units
+        scale = np.concatenate([result.detectors[p.name].scaler.std for p in config.plants])
+        if all(result.detectors[p.name].identified_model is not None for p in config.plants):
+            residuals = residuals / scale
+        oracle_name = "true model"
+    else:
+        assert test_frame is not None and test_data is not None
+        test = test_data
+        columns = [c for p in config.plants for c in (p.sensors or [])]
+        if not columns:
+            columns = [c for c in test_frame.columns if c in frame.columns]
+        residuals = identified_oracle(
+            frame[columns].to_numpy(dtype=np.float64),
+            test_frame[columns].to_numpy(dtype=np.float64),
+            n_states=sum(c.state_dim for c in result.clients.values()),
+        ).residuals
+        oracle_name = "jointly identified"
+    table = _evaluate(config, result, data, test, residuals)
+    better = int((table["augmented lower"] == "yes").sum())
+    print(f"\nHeld-out residuals on {args.test} (oracle: centralised, {oracle_name}; comparison only):")
+    print(table.to_string(index=False))
+    print(f"augmented residuals lower than proprietary for {better} of {len(table)} plants")
 
 
 def register(subparsers: Any) -> None:

@@ -23,6 +23,15 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
+from fedrca.cli.outputs import (
+    TMP_PREFIX,
+    Outputs,
+    cannot_write,
+    make_parents,
+    remove_created,
+    staged_folder,
+    write_file,
+)
 from fedrca.cli.site import build_detectors
 from fedrca.config import SiteConfig, TrainingSettings
 from fedrca.contracts import save_artifact
@@ -78,36 +87,48 @@ def _checkpoint_digest(meta: Mapping[str, Any], parties: Mapping[str, PartyState
 
 
 def save_checkpoint(job: FederatedTraining, directory: Path, version: int) -> None:
-    """Write the job's state after its last completed round to ``directory/round-<N>`` and point LATEST at it."""
+    """Write the job's state after its last completed round to ``directory/round-<N>`` and point LATEST at it.
+
+    The round is written into a temporary folder and renamed: a failed write (a full disk)
+    removes it and raises one :class:`~fedrca.exceptions.OutputError` line; the previous
+    round's checkpoint stays the one a rerun resumes from.
+    """
     state = job.get_state()
-    directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"round-{state.round:06d}"
-    tmp = directory / f".tmp-round-{state.round:06d}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    for plant, party in state.clients.items():
-        _save_party(tmp / f"client-{plant}", party)
-    _save_party(tmp / "server", state.server)
-    meta = {
-        "round": state.round,
-        "version": version,
-        "config_hash": state.config_hash,
-        "data_hash": state.data_hash,
-        "bytes_up": state.bytes_up,
-        "bytes_down": state.bytes_down,
-        "raw_bytes": state.raw_bytes,
-    }
-    parties = {**{f"client-{plant}": party for plant, party in state.clients.items()}, "server": state.server}
-    # what was written, read back: the digest must cover the bytes a resume will see
-    meta["sha256"] = _checkpoint_digest(meta, {name: _load_party(tmp / name) for name in parties})
-    (tmp / "state.json").write_text(json.dumps(meta), encoding="utf-8")
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
-    latest_tmp = directory / "LATEST.tmp"
-    latest_tmp.write_text(target.name, encoding="utf-8")
-    os.replace(latest_tmp, directory / "LATEST")
+    tmp = directory / f"{TMP_PREFIX}round-{state.round:06d}"
+    created: list[Path] = []
+    try:
+        created = make_parents(directory)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        for plant, party in state.clients.items():
+            _save_party(tmp / f"client-{plant}", party)
+        _save_party(tmp / "server", state.server)
+        meta = {
+            "round": state.round,
+            "version": version,
+            "config_hash": state.config_hash,
+            "data_hash": state.data_hash,
+            "bytes_up": state.bytes_up,
+            "bytes_down": state.bytes_down,
+            "raw_bytes": state.raw_bytes,
+        }
+        parties = {**{f"client-{plant}": party for plant, party in state.clients.items()}, "server": state.server}
+        # what was written, read back: the digest must cover the bytes a resume will see
+        meta["sha256"] = _checkpoint_digest(meta, {name: _load_party(tmp / name) for name in parties})
+        (tmp / "state.json").write_text(json.dumps(meta), encoding="utf-8")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+        write_file(directory / "LATEST", target.name)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(created)  # a first checkpoint that failed leaves no empty folders either
+        raise cannot_write(None, directory, exc) from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     for old in directory.glob("round-*"):
         if old != target:
             shutil.rmtree(old, ignore_errors=True)
@@ -178,6 +199,7 @@ def run_training(
     stop_after: int | None = None,
     progress: TextIO | None = None,
     header: str | None = None,
+    outputs: Outputs | None = None,
 ) -> TrainingResult:
     """Run (or resume) a job with checkpoints in ``out/checkpoint`` and write its artifacts to ``out``.
 
@@ -191,6 +213,9 @@ def run_training(
     progress : stream for one progress line per round (None = quiet)
     header : a line printed to ``progress`` once the checkpoint was read (nothing is printed
         before a run is known to start)
+    outputs : the command's output plan with ``out`` as its ``--out`` folder: the artifacts are
+        staged in it and appear with the command's other outputs; without it they are staged and
+        moved into ``out`` at the end of this call (either way a set of artifacts appears whole)
     """
     started = time.perf_counter()
     total = rounds if rounds is not None else job.settings.rounds
@@ -218,9 +243,10 @@ def run_training(
             print(_progress_line(j, total, started), file=progress, flush=True)
 
     result = job.run(rounds=total, stop_after=stop_after, on_round=after_round, version=version)
-    if out_dir is not None:
-        for artifact in result.artifacts.values():
-            save_artifact(artifact, out_dir)
+    if out_dir is not None and result.artifacts:
+        with outputs.folder("--out") if outputs is not None else staged_folder(out_dir) as stage:
+            for artifact in result.artifacts.values():
+                save_artifact(artifact, stage)
     return result
 
 

@@ -27,16 +27,17 @@ are one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from fedrca.cli.files import write_atomic
-from fedrca.contracts.artifacts import SERVER, load_artifacts
+from fedrca.cli.evaluation import json_safe
+from fedrca.cli.outputs import Outputs
+from fedrca.cli.params import load_params
+from fedrca.config.limits import MEMORY_LIMIT, gib, largest, whatif_bytes
+from fedrca.contracts.artifacts import SERVER
 from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
 
@@ -44,6 +45,10 @@ __all__ = ["parse_delta", "register", "run_whatif"]
 
 #: Sensors drawn in the PNG (the ones with the largest response).
 PLOT_SENSORS = 8
+#: Most steps of a response (its arrays and the plot; docs/limits.md).
+MAX_STEPS = 100_000
+#: Most points a response line of the PNG has (longer responses are drawn every k-th step).
+PLOT_POINTS = 2_000
 
 
 def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
@@ -93,9 +98,8 @@ def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
 
 
 def _load(params: str, own_blocks: bool = False) -> GlobalModel:
-    artifacts = load_artifacts(params)
-    if SERVER not in artifacts:
-        raise ArtifactError(f"{params}: no server artifact ({SERVER}.npz/.json); run fedrca train --out {params}")
+    # every plant the server's model names must have its artifact (its measurement map and scales)
+    artifacts = load_params(params, server=True)
     server = artifacts.pop(SERVER)
     return GlobalModel.from_artifacts(server, artifacts, local_blocks=own_blocks)
 
@@ -110,9 +114,18 @@ def run_whatif(
     own_blocks: bool = False,
 ) -> tuple[GlobalModel, WhatIfAnswer]:
     """Load the artifacts, check the arguments and answer the query (no output)."""
-    if steps < 1:
-        raise ConfigError(f"must be at least 1, got {steps}", key="--steps")
+    if not 1 <= steps <= MAX_STEPS:
+        raise ConfigError(f"must be in 1..{MAX_STEPS} (a response of that many steps), got {steps}", key="--steps")
     model = _load(params, own_blocks)
+    sensors = max((m.C.shape[0] for m in model.maps.values() if m.C is not None), default=0)
+    need = whatif_bytes(steps, sum(model.state_dims), sensors)
+    if need > MEMORY_LIMIT:
+        fits = largest(MEMORY_LIMIT, lambda k: whatif_bytes(k, sum(model.state_dims), sensors), steps)
+        raise ConfigError(
+            f"{steps} steps of a model with {sum(model.state_dims)} states need about {gib(need)}, over the "
+            f"{gib(MEMORY_LIMIT)} limit (docs/limits.md); give at most {fits}",
+            key="--steps",
+        )
     for plant, key in ((target, "--target"), (source, "--input-of")):
         if plant not in model.plants:
             raise ConfigError(f"unknown plant '{plant}'; plants are {', '.join(model.plants)}", key=key)
@@ -152,7 +165,7 @@ def _table(answer: WhatIfAnswer) -> str:
     return "\n".join(lines)
 
 
-def _plot(answer: WhatIfAnswer, path: str | Path) -> Path:
+def _plot(answer: WhatIfAnswer, stream: BinaryIO) -> None:
     # start-up cost: matplotlib is imported only when a plot is drawn
     import matplotlib
 
@@ -163,10 +176,12 @@ def _plot(answer: WhatIfAnswer, path: str | Path) -> Path:
     response = answer.sensor_response
     names = _sensor_names(answer, response.shape[1])
     order = np.argsort(-np.max(np.abs(response), axis=0))[:PLOT_SENSORS]
-    k = np.arange(1, answer.steps + 1)
+    stride = max(1, answer.steps // PLOT_POINTS)
+    k = np.arange(1, answer.steps + 1)[::stride]
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     for j in order:
-        ax.plot(k, response[:, j], marker="o" if answer.steps <= 30 else None, ms=3, lw=1.2, label=names[j])
+        line = response[::stride, j]
+        ax.plot(k, line, marker="o" if answer.steps <= 30 else None, ms=3, lw=1.2, label=names[j])
     ax.axhline(0.0, color="#888888", lw=0.7)
     ax.set_xlabel("steps after the change (k)")
     ax.set_ylabel(f"change of {answer.target}'s sensors")
@@ -174,16 +189,22 @@ def _plot(answer: WhatIfAnswer, path: str | Path) -> Path:
     ax.set_title(f"{answer.mode} of {answer.source}'s inputs by [{change}]", fontsize=10)
     ax.legend(fontsize=7, ncol=2, frameon=False)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return write_atomic(path, buffer.getvalue())
+    try:
+        fig.savefig(stream, format="png")
+    finally:
+        plt.close(fig)
 
 
 def _whatif(args: argparse.Namespace) -> int:
-    model, answer = run_whatif(
-        args.params, args.target, args.input_of, args.delta, args.steps, args.mode, args.own_blocks
-    )
+    plot = args.plot or f"whatif_{args.target}_{args.input_of}.png"
+    with Outputs.plan({}, {"--plot": plot, "--json": args.json}, input_folders={"--params": args.params}) as out:
+        model, answer = run_whatif(
+            args.params, args.target, args.input_of, args.delta, args.steps, args.mode, args.own_blocks
+        )
+        out.write_with("--plot", lambda f: _plot(answer, f))
+        if args.json:
+            # a growing response reaches inf: strict JSON has no such number ("inf" then)
+            out.write("--json", json.dumps(json_safe(_payload(model, answer)), indent=2) + "\n")
     source_map = model.maps.get(answer.source, PlantMap(answer.source))
     inputs = list(source_map.inputs) if len(source_map.inputs) == len(answer.delta) else []
     change = ", ".join(
@@ -207,28 +228,28 @@ def _whatif(args: argparse.Namespace) -> int:
     settles = "the response settles" if rho < 1.0 else "the K-step response grows without bound: trust k=1 only"
     reached = ", ".join(model.reach(answer.source))
     print(f"spectral radius of A on the plants the change reaches ({reached}): {rho:.4g} ({settles})")
-    plot = args.plot or f"whatif_{answer.target}_{answer.source}.png"
-    written = _plot(answer, plot)
-    print(f"k-step response: {written}")
-    if args.json:
-        payload: dict[str, Any] = {
-            "target": answer.target,
-            "input_of": answer.source,
-            "delta": answer.delta.tolist(),
-            "mode": answer.mode,
-            "steps": answer.steps,
-            "model_version": model.version,
-            "own_blocks": list(model.local),
-            "spectral_radius": model.spectral_radius_from(answer.source),
-            "reaches": list(model.reach(answer.source)),
-            "rows": list(model.rows),
-            "sensors": _sensor_names(answer, 0 if answer.direct_sensors is None else len(answer.direct_sensors)),
-            "ate": None if answer.direct_sensors is None else answer.direct_sensors.tolist(),
-            "response": None if answer.sensor_response is None else answer.sensor_response.tolist(),
-            "state_response": answer.state_response.tolist(),
-        }
-        write_atomic(args.json, json.dumps(payload, indent=2) + "\n")
+    print(f"k-step response: {plot}")
     return 0
+
+
+def _payload(model: GlobalModel, answer: WhatIfAnswer) -> dict[str, Any]:
+    """The answer as JSON (``--json``)."""
+    return {
+        "target": answer.target,
+        "input_of": answer.source,
+        "delta": answer.delta.tolist(),
+        "mode": answer.mode,
+        "steps": answer.steps,
+        "model_version": model.version,
+        "own_blocks": list(model.local),
+        "spectral_radius": model.spectral_radius_from(answer.source),
+        "reaches": list(model.reach(answer.source)),
+        "rows": list(model.rows),
+        "sensors": _sensor_names(answer, 0 if answer.direct_sensors is None else len(answer.direct_sensors)),
+        "ate": None if answer.direct_sensors is None else answer.direct_sensors.tolist(),
+        "response": None if answer.sensor_response is None else answer.sensor_response.tolist(),
+        "state_response": answer.state_response.tolist(),
+    }
 
 
 def register(sub: Any) -> None:

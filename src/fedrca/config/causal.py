@@ -20,7 +20,11 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.exceptions import ConfigError
 
-__all__ = ["CausalSettings", "parse_causal_settings"]
+__all__ = ["MAX_EPSILON", "CausalSettings", "parse_causal_settings"]
+
+#: The largest finite epsilon of a release: the Gaussian mechanism's mu^2 (about 2 epsilon) stays a float
+#: (tests/cli/test_fuzz_commands.py drew 1e308, whose mu^2 overflowed in the site's ledger).
+MAX_EPSILON = 1e300
 
 
 class CausalSettings(Strict):
@@ -44,13 +48,22 @@ class CausalSettings(Strict):
     keep_fraction: float = Field(0.3, ge=0.0, lt=1.0, description="vote: keep an edge kept by more than this share")
     max_cond: int | None = Field(None, ge=0, description="largest conditioning set (null = no limit)")
     orientation: Literal["skeleton", "cpdag", "dag"] = "skeleton"
-    epsilon: float = Field(math.inf, gt=0.0, description="per site, of the one noised release; inf = exact")
+    epsilon: float = Field(
+        math.inf, gt=0.0, description="per site, of the one noised release; inf = exact, else at most MAX_EPSILON"
+    )
     delta: float = Field(1e-5, gt=0.0, lt=1.0)
     clip: float = Field(1.5, gt=0.0, le=100.0, description="row bound in units of sqrt(p) standard deviations")
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per site")
     seed: int = Field(0, ge=0, description="seed of the sites' noise")
 
     _inf = field_validator("epsilon", "budget", mode="before")(parse_inf)
+
+    @field_validator("epsilon")
+    @classmethod
+    def _representable(cls, value: float) -> float:
+        if math.isfinite(value) and value > MAX_EPSILON:
+            raise ValueError(f"a finite epsilon must be at most {MAX_EPSILON:g} (its mu^2 is a float); inf = exact")
+        return value
 
     @model_validator(mode="after")
     def _noise_needs_pooled_fisher_z(self) -> CausalSettings:

@@ -36,6 +36,16 @@ from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
 from fedrca.config.formats import KNOWN_COLUMNS
+from fedrca.config.limits import (
+    MAX_PRIVACY_WINDOW,
+    MAX_SEVERITY_LEVELS,
+    MAX_TOPIC_LENGTH,
+    MEMORY_LIMIT,
+    file_name_problem,
+    gib,
+    name_fits_topic,
+    render_topic,
+)
 from fedrca.config.rca import RCASettings
 from fedrca.config.training import TrainingSettings
 from fedrca.exceptions import ConfigError
@@ -142,7 +152,9 @@ class ScoringSettings(Strict):
     confidence: float = Field(0.5, ge=0.5, lt=1.0)
     dispersion: float = Field(0.2, gt=0.0, le=1.0)
     warmup: int = Field(0, ge=0)
-    severity_levels: int = Field(0, ge=0, description="levels published with the flags (0 = none, else >= 3)")
+    severity_levels: int = Field(
+        0, ge=0, le=MAX_SEVERITY_LEVELS, description="levels published with the flags (0 = none, else >= 3)"
+    )
     severity_base: float = Field(10.0, gt=1.0)
     calibration: Literal["cv", "in-sample"] = "cv"
     folds: int = Field(5, ge=2)
@@ -292,7 +304,7 @@ class PrivacySettings(Strict):
     seed: int = 0
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant (training + flags of a window)")
     delta: float = Field(1e-5, gt=0.0, lt=1.0, description="delta every epsilon is reported at")
-    window: int = Field(3600, ge=1, description="samples over which published flags compose")
+    window: int = Field(3600, ge=1, le=MAX_PRIVACY_WINDOW, description="samples over which published flags compose")
     on_exhausted: Literal["warn", "stop"] = "warn"
 
     _inf = field_validator("flag_epsilon", "budget", "level_epsilon", mode="before")(parse_inf)
@@ -363,7 +375,7 @@ class DatasetSettings(Strict):
 
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
             raise ValueError(f"unknown time zone '{value}'; use an IANA name such as UTC, Asia/Seoul") from None
         return value
 
@@ -425,7 +437,8 @@ class SiteConfig(Strict):
             raise ConfigError(f"unknown topic kind '{kind}'; kinds are {', '.join(TopicSettings.model_fields)}")
         if "{plant}" in template and plant is None:
             raise ConfigError(f"topic '{kind}' is per plant; pass plant=")
-        return str(template).format(site=self.site, plant=plant)
+        names = {"site": self.site} if plant is None else {"site": self.site, "plant": plant}
+        return render_topic(str(template), **names)
 
 
 _SECTIONS = ("model", "augmentation", "scoring")
@@ -526,11 +539,49 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         config = SiteConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
         raise translate(exc, SiteConfig, source=source) from None
+    _check_names(config, source)
     _check_columns(config, source)
     known = config.dataset.known_columns()
     if known is not None and not config.resolved:
         config = resolve_plants(config, known)
     return config
+
+
+def _check_names(config: SiteConfig, source: str | None) -> None:
+    """Refuse site and plant names (and topic templates) that do not fit a Kafka topic or a file name."""
+    for kind, template in config.topics.model_dump().items():
+        per_plant = "{plant}" in template
+        for i, plant in enumerate(config.plants if per_plant else config.plants[:1]):
+            names = {"site": config.site, "plant": plant.name} if per_plant else {"site": config.site}
+            try:
+                topic = render_topic(template, **names)
+            except ValueError as exc:
+                raise ConfigError(str(exc), source=source, key=f"topics.{kind}") from None
+            name, what, key = (
+                (plant.name, "plant name", f"plants[{i}].name") if per_plant else (config.site, "site name", "site")
+            )
+            if per_plant and len(topic) - len(plant.name) >= MAX_TOPIC_LENGTH:
+                # no plant name fits: the site name (or the template) is the one to shorten
+                name, what, key = config.site, "site name", "site"
+            problem = name_fits_topic(topic, name, what, template)
+            if problem is not None:
+                if len(topic) <= MAX_TOPIC_LENGTH:
+                    key = f"topics.{kind}"
+                raise ConfigError(problem, source=source, key=key)
+    need = 8 * config.rca.horizon * len(config.plants) * (len(config.plants) + 4)
+    if need > MEMORY_LIMIT:
+        most = MEMORY_LIMIT // (8 * len(config.plants) * (len(config.plants) + 4))
+        raise ConfigError(
+            f"an evidence window of {config.rca.horizon} rows over {len(config.plants)} plants needs about "
+            f"{gib(need)}, over the {gib(MEMORY_LIMIT)} limit (docs/limits.md): set it to at most {most}",
+            source=source,
+            key="rca.horizon",
+        )
+    for i, plant in enumerate(config.plants):
+        # the longest file a plant's name is in: its training checkpoint's client-<plant>.json
+        problem = file_name_problem(plant.name, "client-", ".json")
+        if problem is not None:
+            raise ConfigError(f"the plant name {problem}", source=source, key=f"plants[{i}].name")
 
 
 def _check_columns(config: SiteConfig, source: str | None) -> None:

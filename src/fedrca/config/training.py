@@ -106,7 +106,7 @@ class TrainingSettings(Strict):
     instruments: int = Field(2, ge=1, le=10, description="lags of measurement states used as instruments (iv)")
     hac_lags: int = Field(2, ge=0, le=20, description="Newey-West lags of the standard errors")
     server_features: Literal["auto", "linear", "rff"] = "auto"
-    server_n_features: int = Field(64, ge=1)
+    server_n_features: int = Field(64, ge=1, le=4096, description="random features of the server model (le: memory)")
     server_lengthscale: float = Field(1.0, gt=0.0)
     server_ridge: float = Field(1e-2, ge=0.0)
     seed: int = 0

@@ -135,18 +135,33 @@ class KafkaOptions:
         return out
 
 
-def bootstrap_of(broker: str) -> str:
+def bootstrap_of(broker: str, key: str = "--broker") -> str:
     """``kafka://host:port`` (Faust style) or ``host:port`` -> ``host:port``.
+
+    Any other scheme (``http://``, ``https://``, ``tcp://`` ...) is refused at once (a client would
+    otherwise try to reach a host called ``http`` until its timeout), so are an empty host, a
+    port outside 1..65535 and characters no host name has.
 
     Examples
     --------
     >>> bootstrap_of("kafka://127.0.0.1:9092")
     '127.0.0.1:9092'
+    >>> try:
+    ...     bootstrap_of("http://127.0.0.1:9092")
+    ... except ConfigError as exc:
+    ...     print(exc)
+    --broker: 'http://127.0.0.1:9092' has the scheme 'http'; a Kafka broker is kafka://host:port or host:port
     """
-    address = broker.removeprefix("kafka://")
+    scheme, sep, rest = broker.partition("://")
+    if sep and scheme != "kafka":
+        raise ConfigError(
+            f"'{broker}' has the scheme '{scheme}'; a Kafka broker is kafka://host:port or host:port", key=key
+        )
+    address = rest if sep else broker
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"broker '{broker}' must look like kafka://host:port")
+    host_ok = bool(host) and all(c.isalnum() or c in "-._[]:" for c in host) and len(host) <= 253
+    if not host_ok or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"'{broker}' must look like kafka://host:port (port 1..65535)", key=key)
     return address
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -50,6 +50,7 @@ from fedrca.exceptions import ConfigError, DataError, ModelError
 
 __all__ = [
     "DESIGN_CONTROL_INTERVAL_H",
+    "MAX_HOURS",
     "SIM_EXTRA_HINT",
     "TEP_MODES",
     "Disturbance",
@@ -59,6 +60,7 @@ __all__ = [
     "cached_run",
     "column_map",
     "default_cache_dir",
+    "dump_tep_dat",
     "load_tep_studio",
     "parse_disturbance",
     "simulate",
@@ -68,6 +70,9 @@ __all__ = [
 ]
 
 FloatArray = NDArray[np.float64]
+
+#: Longest simulated run, h: 200,000 samples of 52 columns (83 MB of values; docs/limits.md).
+MAX_HOURS = 10_000.0
 
 #: What to run when the optional simulator is missing.
 SIM_EXTRA_HINT = "pip install 'fedrca[sim]'"
@@ -200,10 +205,14 @@ class SimulationSpec:
     sample_seconds: float = 180.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.hours) and self.hours > 0):
-            raise ConfigError(f"hours must be > 0, got {self.hours}", key="--hours")
-        if int(self.seed) != self.seed or self.seed < 0:
-            raise ConfigError(f"seed must be an integer >= 0, got {self.seed}", key="--seed")
+        if not (math.isfinite(self.hours) and 0 < self.hours <= MAX_HOURS):
+            raise ConfigError(
+                f"hours must be in (0, {MAX_HOURS:g}] (at most {MAX_HOURS * 20:,.0f} samples; docs/limits.md), "
+                f"got {self.hours}",
+                key="--hours",
+            )
+        if int(self.seed) != self.seed or not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed must be an integer in 0..{2**32 - 1}, got {self.seed}", key="--seed")
         if self.mode not in TEP_MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; modes are {', '.join(TEP_MODES)}", key="--mode")
         if not (0 < self.control_interval <= 0.05):
@@ -221,6 +230,13 @@ class SimulationSpec:
             )
         if len({d.idv for d in self.disturbances}) != len(self.disturbances):
             raise ConfigError("each IDV may be given once", key="--idv")
+        late = [d for d in self.disturbances if d.onset_h >= self.hours]
+        if late:
+            raise ConfigError(
+                f"IDV {late[0].idv} starts at {late[0].onset_h:g} h, after the {self.hours:g} h run ends; give an "
+                "onset before the end (or more --hours)",
+                key="--idv",
+            )
 
     @property
     def steps_per_sample(self) -> int:
@@ -488,18 +504,27 @@ def cached_run(
     return run
 
 
-def write_tep_dat(values: FloatArray, path: str | Path) -> Path:
-    """Write rows (T, 52) as a whitespace-separated TEP ``.dat`` file (the Braatz layout)."""
+def dump_tep_dat(values: FloatArray, stream: BinaryIO) -> None:
+    """Write rows (T, 52) to a binary stream in the whitespace-separated TEP ``.dat`` layout (the Braatz files)."""
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[1] != len(TEP_COLUMNS):
-        raise DataError(f"{path}: a TEP file has {len(TEP_COLUMNS)} columns, got shape {arr.shape}")
+        raise DataError(f"a TEP file has {len(TEP_COLUMNS)} columns, got shape {arr.shape}")
+    np.savetxt(stream, arr, fmt="%.10g")
+
+
+def write_tep_dat(values: FloatArray, path: str | Path) -> Path:
+    """Write rows (T, 52) as a whitespace-separated TEP ``.dat`` file (the Braatz layout)."""
     out = Path(path)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         # whole or not at all: a run cut short leaves no truncated .dat that reads as data
-        np.savetxt(tmp, arr, fmt="%.10g")
+        with tmp.open("wb") as stream:
+            dump_tep_dat(values, stream)
         os.replace(tmp, out)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise DataError(f"{out}: cannot write ({exc.strerror}); pass a writable --out path") from None
+    except DataError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DataError(f"{out}: {exc}") from None
     return out

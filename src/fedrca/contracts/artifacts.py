@@ -296,12 +296,13 @@ def load_artifact(directory: str | Path, plant: str) -> ParameterArtifact:
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{manifest_path}: unreadable manifest ({exc})") from None
+        raise ArtifactError(f"{manifest_path}: unreadable manifest ({exc}); re-run fedrca train") from None
     try:
         with np.load(npz, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise IntegrityError(f"{npz}: unreadable parameter file ({exc}); re-run fedrca train") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        # a 0-byte or cut-short file ends np.load with EOFError ("No data left in file")
+        raise IntegrityError(f"{npz}: unreadable parameter file ({exc or 'empty'}); re-run fedrca train") from None
     if not isinstance(manifest, dict) or "version" not in manifest:
         raise ArtifactError(f"{manifest_path}: not a fedrca artifact manifest")
     artifact = ParameterArtifact(plant, str(manifest["version"]), arrays, manifest)

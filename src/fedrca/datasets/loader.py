@@ -19,6 +19,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig, compress_columns, resolve_plants
+from fedrca.config.limits import MEMORY_LIMIT, gib, largest, plant_bytes
 from fedrca.datasets.dataset import Dataset
 from fedrca.datasets.generic import load_csv
 from fedrca.datasets.hai import load_hai
@@ -162,10 +163,35 @@ def plant_frames(config: SiteConfig, frame: pd.DataFrame, source: str = "data") 
 
 
 def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData, source: str) -> None:
-    """Refuse nominal data a plant's detector cannot be fitted on (:func:`fedrca.datasets.nominal.check_nominal`)."""
+    """Refuse nominal data a plant's detector cannot be fitted on (:func:`fedrca.datasets.nominal.check_nominal`),
+    and settings the data cannot carry: augmentation features whose arrays pass the memory limit
+    (:func:`fedrca.config.limits.plant_bytes`), more fleet patterns than the rows estimate."""
     folds = plant.scoring.folds if plant.scoring.calibration == "cv" else None
     names = plant.sensors if len(plant.sensors) == data.Y.shape[1] else [f"#{j}" for j in range(data.Y.shape[1])]
     check_nominal(data.Y, names, plant=plant.name, source=source, folds=folds)
+    key = f"plants[{config.plant_names.index(plant.name)}]"
+    T, D = data.Y.shape
+    if plant.detector.kind == "fleet":
+        most = max(1, T // (D + 1))
+        if plant.detector.components > most:
+            raise ConfigError(
+                f"{plant.detector.components} patterns of {D} sensors need {D + 1} nominal rows each, {source} has "
+                f"{T}: set it to at most {most}",
+                source=config.source,
+                key=f"{key}.detector.components",
+            )
+    elif plant.augmentation.features == "rff":
+        # every plant's detector and training share the limit
+        F, share = plant.augmentation.n_features, MEMORY_LIMIT // len(config.plants)
+        if plant_bytes(T, D, F) > share:
+            fits = largest(share, lambda f: plant_bytes(T, D, f), F)
+            raise ConfigError(
+                f"{F} random features of {D} sensors over {T} nominal rows need about {gib(plant_bytes(T, D, F))}, "
+                f"over this plant's share {gib(share)} of the {gib(MEMORY_LIMIT)} limit (docs/limits.md): set it to "
+                f"at most {fits}",
+                source=config.source,
+                key=f"{key}.augmentation.n_features",
+            )
     if data.U is not None:
         inputs = plant.inputs if len(plant.inputs) == data.U.shape[1] else [f"#{j}" for j in range(data.U.shape[1])]
         check_nominal(data.U, inputs, plant=plant.name, source=source, where="inputs")

@@ -75,6 +75,8 @@ def gaussian_delta(epsilon: float, mu: float) -> float:
     --------
     >>> round(gaussian_delta(1.0, 1.0), 4)
     0.1269
+    >>> 0.0 <= gaussian_delta(1e300, 1.4e150) <= 1.0
+    True
     """
     if mu <= 0.0:
         return 0.0
@@ -82,9 +84,10 @@ def gaussian_delta(epsilon: float, mu: float) -> float:
         return 1.0
     a = -epsilon / mu + mu / 2.0
     b = -epsilon / mu - mu / 2.0
-    # Phi(a) - e^eps Phi(b), the second term in log space so large eps cannot overflow
+    # Phi(a) - e^eps Phi(b), the second term in log space so large eps cannot overflow; e^eps Phi(b) <= Phi(a)
+    # (delta >= 0), so its log is at most log Phi(a): the bound caps the rounding of eps + log Phi(b) at huge eps
     first = scipy.special.ndtr(a)
-    second = math.exp(epsilon + float(scipy.special.log_ndtr(b)))
+    second = math.exp(min(epsilon + float(scipy.special.log_ndtr(b)), float(scipy.special.log_ndtr(a))))
     return float(max(first - second, 0.0))
 
 

@@ -12,28 +12,39 @@ from __future__ import annotations
 import argparse
 import uuid
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from fedrca.cli.files import check_paths
-from fedrca.cli.fleet.config import load_fleet_config
-from fedrca.cli.fleet.run import Runner, run_fleet, write_outcome
+from fedrca.cli.fleet.config import FleetConfig, load_fleet_config
+from fedrca.cli.fleet.run import FleetOutcome, Runner, run_fleet, write_outcome
+from fedrca.cli.outputs import Outputs
 from fedrca.fleet.collabdict import PrivacyWarning
 
 __all__ = ["register"]
 
 
 def _fleet(args: argparse.Namespace) -> int:
-    check_paths({"--config": args.config}, {}, {"--out": args.out})
+    Outputs.plan({"--config": args.config}, folders={"--out": args.out})  # the configuration itself first
     config = load_fleet_config(args.config)
+    with Outputs.plan(config.inputs(args.config), folders={"--out": args.out}) as out:
+        outcome = _run(args, config)
+        with out.folder("--out") as stage:
+            paths = write_outcome(stage, outcome)
+    _summary(args, config, outcome, {k: Path(args.out) / v.relative_to(stage) for k, v in paths.items()})
+    return 0
+
+
+def _run(args: argparse.Namespace, config: FleetConfig) -> FleetOutcome:
+    """Learn the fleet's model in process or over Kafka, and evaluate it."""
     runner: Runner | None = None
     if args.kafka:
         # start-up cost: the Kafka client is imported only for a fleet run over a broker
         from fedrca.connectors.fleet_kafka import kafka_fleet
         from fedrca.connectors.kafka import bootstrap_of
 
-        bootstrap = bootstrap_of(args.kafka)
+        bootstrap = bootstrap_of(args.kafka, key="--kafka")
         # a fresh topic prefix per run: a participant reads its topic from the beginning
         prefix = f"{config.fleet}.{uuid.uuid4().hex[:8]}"
 
@@ -43,8 +54,10 @@ def _fleet(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         # every firing is recorded per participant and summarised below, once
         warnings.simplefilter("ignore", PrivacyWarning)
-        outcome = run_fleet(config, runner)
-    paths = write_outcome(args.out, outcome)
+        return run_fleet(config, runner)
+
+
+def _summary(args: argparse.Namespace, config: FleetConfig, outcome: FleetOutcome, paths: dict[str, Path]) -> None:
     s = outcome.summary()
     transport = f"Kafka at {args.kafka}" if args.kafka else "in process"
     print(
@@ -77,7 +90,6 @@ def _fleet(args: argparse.Namespace) -> int:
         ]
         print(pd.DataFrame(rows).to_string(index=False))
     print(f"wrote {paths['model']}, {paths['report']} and {paths['participants']}/")
-    return 0
 
 
 def register(sub: Any) -> None:

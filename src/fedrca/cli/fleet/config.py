@@ -2,8 +2,8 @@
 
 ::
 
-    fleet: tep-fleet                 # name (Kafka topics are <fleet>.peer.<participant>)
-    data: {format: tep}              # tep | csv (csv: optional columns: [...])
+    fleet: tep-fleet                 # name (Kafka topics are <fleet>.<run id>.peer.<participant>)
+    data: {format: tep}              # a site's dataset section: format, columns, time_column, label_columns, ...
     participants:                    # one entry per participant: its own nominal data
       - {name: seg1, file: data/tep/d00.dat, rows: [0, 100]}
       - {name: seg2, file: data/tep/d00.dat, rows: [100, 200]}
@@ -19,6 +19,15 @@
       onset: 160
       nominal: [data/tep/d00_te.dat]
       faults: {"01": data/tep/d01_te.dat}
+
+``data`` is a site's ``dataset`` section (:class:`~fedrca.config.DatasetSettings`: ``format``
+tep/csv/hai/swat, ``time_column``, ``label_columns``, ``sample_seconds``, ``timezone``,
+``time_format``), read by the loader every command uses, so a CSV's time and label columns
+are never variables; ``columns`` lists the variables (default: every other column).
+Names fit the transports and file systems they reach (``fedrca.config.limits``): a fleet and a
+participant name together fit a Kafka topic, a participant name a file name. Numbers are
+bounded where they set memory or run time (docs/limits.md); the bounds that depend on the
+data (components, folds) are checked once the data is read (:mod:`fedrca.cli.fleet.sources`).
 
 Relative file paths are taken from the directory ``fedrca`` runs in. Every error
 names the file, the key path and what would be valid.
@@ -37,8 +46,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fedrca.config import DatasetSettings
+from fedrca.config.limits import MAX_TOPIC_LENGTH, file_name_problem, name_fits_topic
 from fedrca.exceptions import ConfigError
 from fedrca.fleet.collabdict import FleetSettings
 from fedrca.fleet.consensus import PeerGraph
@@ -49,14 +60,40 @@ _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no inf or nan anywhere: every number of a fleet is a finite setting
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class DataSettings(_Strict):
-    """How every participant's file is read."""
+#: Topic a participant reads over Kafka: ``<fleet>.<run id: 8 hex digits>.peer.<participant>``
+#: (:func:`fedrca.connectors.fleet_kafka.peer_topic`; the run id is drawn per run).
+PEER_TOPIC = "{fleet}.xxxxxxxx.peer.{participant}"
+#: Largest settings that are not bounded by the data (run time and message sizes; docs/limits.md).
+MAX_ITER, MAX_INIT, MAX_ROUNDS, MAX_CHUNKS, MAX_NOISE_SAMPLES, MAX_PARTICIPANTS = (
+    10_000,
+    1_000,
+    1_000_000,
+    64,
+    1_000,
+    1_000,
+)
 
-    format: Literal["tep", "csv"] = "csv"
-    columns: list[str] | None = Field(None, description="csv: the variables, in order (default: every column)")
+
+class DataSettings(DatasetSettings):
+    """How every participant's file is read: a site's ``dataset`` section (the same loader and options);
+    ``columns`` are the variables, in order (default: every column but the time and label columns)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    format: Literal["tep", "csv", "hai", "swat"] = "csv"
+    columns: list[str] | None = Field(None, min_length=1, description="the variables, in order (default: every one)")
+
+    @field_validator("columns")
+    @classmethod
+    def _distinct(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            repeated = sorted({c for c in value if value.count(c) > 1})
+            raise ValueError(f"columns must not repeat a variable; repeated: {', '.join(repeated)}")
+        return value
 
 
 class SimulateSource(_Strict):
@@ -67,8 +104,8 @@ class SimulateSource(_Strict):
     Seeds below 100 are the project's independent-check seeds: use them only for that check.
     """
 
-    seed: int = Field(..., ge=0)
-    hours: float = Field(48.0, gt=0.0)
+    seed: int = Field(..., ge=0, lt=2**32)
+    hours: float = Field(48.0, gt=0.0, le=10_000.0)
     mode: Literal["mode1", "mode2", "mode3", "mode4", "mode5", "mode6"] = "mode1"
     generate: bool = False
 
@@ -98,22 +135,22 @@ class ParticipantConfig(_Strict):
 class ModelSection(_Strict):
     """The mixture: K, the priors, EM stopping and pruning."""
 
-    components: int = Field(2, ge=1)
+    components: int = Field(2, ge=1, description="at most the fleet's rows / (variables + 1) and the memory limit")
     rho: float = Field(10.0, ge=0.0)
     lambda0: float = Field(1.0, gt=0.0)
-    max_iter: int = Field(100, ge=1)
+    max_iter: int = Field(100, ge=1, le=MAX_ITER)
     em_tol: float = Field(1e-6, ge=0.0)
     prune: float = Field(1e-3, ge=0.0, lt=1.0)
-    n_init: int = Field(10, ge=1)
+    n_init: int = Field(10, ge=1, le=MAX_INIT)
 
 
 class ConsensusSection(_Strict):
     """Dynamical consensus and random chunking."""
 
-    chunks: int = Field(3, ge=1)
+    chunks: int = Field(3, ge=1, le=MAX_CHUNKS)
     tolerance: float = Field(1e-12, gt=0.0, lt=1.0)
     step: Literal["degree", "paper"] | float = "degree"
-    max_rounds: int = Field(100_000, ge=1)
+    max_rounds: int = Field(100_000, ge=1, le=MAX_ROUNDS)
 
 
 class GraphSection(_Strict):
@@ -133,7 +170,7 @@ class ThresholdSection(_Strict):
     """The nominal-score thresholds: cross-fitting folds (0 = in-sample), percentile, whose
     threshold (each participant's own, or one for the fleet) and the statistic (score or its EWMA)."""
 
-    folds: int = Field(5, ge=0)
+    folds: int = Field(5, ge=0, description="at most the fewest rows of a participant / 18")
     percentile: float = Field(99.5, gt=0.0, lt=100.0)
     scope: Literal["participant", "fleet"] = "participant"
     ewma: float | None = Field(None, gt=0.0, le=1.0, description="lambda of the smoothed score; null = the score")
@@ -151,7 +188,7 @@ class PrivacySection(_Strict):
     l0: float = Field(2.0, ge=1.0)
     diversity: Literal["max", "min"] = "max"
     noise: bool = False
-    noise_samples: int = Field(10, ge=1)
+    noise_samples: int = Field(10, ge=1, le=MAX_NOISE_SAMPLES)
 
 
 class EvaluateSection(_Strict):
@@ -172,13 +209,13 @@ class FleetConfig(_Strict):
 
     fleet: str = Field(..., pattern=_NAME)
     data: DataSettings = DataSettings()
-    participants: list[ParticipantConfig] = Field(..., min_length=1)
+    participants: list[ParticipantConfig] = Field(..., min_length=1, max_length=MAX_PARTICIPANTS)
     model: ModelSection = ModelSection()
     consensus: ConsensusSection = ConsensusSection()
     graph: GraphSection = GraphSection()
     threshold: ThresholdSection = ThresholdSection()
     privacy: PrivacySection = PrivacySection()
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32)
     evaluate: EvaluateSection | None = None
     source: str | None = Field(None, exclude=True)
 
@@ -202,6 +239,19 @@ class FleetConfig(_Strict):
     def names(self) -> list[str]:
         """Participant names in the fleet's agreed order."""
         return [p.name for p in self.participants]
+
+    def inputs(self, config_path: str | Path) -> dict[str, str]:
+        """Every file a run reads, by the option or key that names it (the outputs must not touch them)."""
+        files = {"--config": str(config_path)}
+        for k, p in enumerate(self.participants):
+            if p.file is not None:
+                files[f"participants[{k}].file"] = p.file
+        if self.evaluate is not None:
+            for k, path in enumerate(self.evaluate.nominal):
+                files[f"evaluate.nominal[{k}]"] = path
+            for label, path in self.evaluate.faults.items():
+                files[f"evaluate.faults.{label}"] = path
+        return files
 
     def settings(self) -> FleetSettings:
         """The core's :class:`~fedrca.fleet.collabdict.FleetSettings`."""
@@ -266,10 +316,27 @@ def parse_fleet_config(data: Any, source: str | None = None) -> FleetConfig:
         config = FleetConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
         first = exc.errors()[0]
-        message = first["msg"]
+        message = str(first["msg"]).removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             message = "unknown key (check the spelling; see fedrca.cli.fleet.config for the valid keys)"
         raise ConfigError(message, source=source, key=_key_path(tuple(first["loc"]))) from None
+    room = MAX_TOPIC_LENGTH - len(PEER_TOPIC.format(fleet=config.fleet, participant=""))
+    if room < 1:
+        raise ConfigError(
+            f"a fleet name of {len(config.fleet)} characters leaves no room for participant names in the topics "
+            f"{PEER_TOPIC} (Kafka allows {MAX_TOPIC_LENGTH}): give a fleet name of at most "
+            f"{len(config.fleet) + room - 1} characters",
+            source=source,
+            key="fleet",
+        )
+    for k, p in enumerate(config.participants):
+        # the name reaches a Kafka topic (with the fleet's) and a file name (participants/<name>.json)
+        topic = PEER_TOPIC.format(fleet=config.fleet, participant=p.name)
+        problem = name_fits_topic(topic, p.name, "participant name", PEER_TOPIC)
+        in_file = file_name_problem(p.name, suffix=".json")
+        problem = problem or (None if in_file is None else f"the participant name {in_file}")
+        if problem is not None:
+            raise ConfigError(problem, source=source, key=f"participants[{k}].name")
     try:
         config.settings()
     except ConfigError as exc:

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.cli.files import write_atomic
 from fedrca.cli.fleet.config import FleetConfig
-from fedrca.cli.fleet.sources import load_file, load_participants
+from fedrca.cli.fleet.sources import check_fleet, load_file, load_participants
 from fedrca.cli.fleet.store import _json_safe, save_fleet_model
-from fedrca.exceptions import DataError
+from fedrca.cli.outputs import write_file
+from fedrca.exceptions import ConfigError
 from fedrca.fleet.detector import FleetDetector
 from fedrca.fleet.model import FleetRun, InProcessNetwork, simulate_fleet
 
@@ -62,11 +62,11 @@ class FleetOutcome:
 
 
 def run_fleet(config: FleetConfig, runner: Runner | None = None) -> FleetOutcome:
-    """Load the data, run the protocol (in process unless ``runner`` is given), evaluate."""
+    """Load and check the data (the participants' and the evaluation files), run the protocol (in process
+    unless ``runner`` is given), evaluate. Everything that can refuse the run is read before the learning."""
     data, columns = load_participants(config)
-    dims = {v.shape[1] for v in data.values()}
-    if len(dims) != 1:
-        raise DataError(f"participants have different numbers of variables: {sorted(dims)}")
+    check_fleet(config, data, columns)
+    files = evaluation_files(config, columns)
     started = time.perf_counter()
     if runner is None:
         run = simulate_fleet(data, config.settings(), config.peer_graph(), seed=config.seed, network=InProcessNetwork())
@@ -74,11 +74,36 @@ def run_fleet(config: FleetConfig, runner: Runner | None = None) -> FleetOutcome
         run = runner(data)
     outcome = FleetOutcome(run, columns, time.perf_counter() - started)
     if config.evaluate is not None:
-        outcome.evaluation = evaluate_fleet(config, run, data)
+        outcome.evaluation = evaluate_fleet(config, run, data, files)
     return outcome
 
 
-def evaluate_fleet(config: FleetConfig, run: FleetRun, data: dict[str, FloatArray]) -> list[dict[str, Any]]:
+#: An evaluation file: kind (nominal/fault), label, path, samples (N, M), first scored row.
+EvaluationFile = tuple[str, str, str, FloatArray, int]
+
+
+def evaluation_files(config: FleetConfig, columns: list[str]) -> list[EvaluationFile]:
+    """The ``evaluate`` files, read (the fleet's variables) and checked against ``evaluate.onset``."""
+    ev = config.evaluate
+    if ev is None:
+        return []
+    files = [("nominal", Path(p).name, p) for p in ev.nominal] + [("fault", k, p) for k, p in ev.faults.items()]
+    out: list[EvaluationFile] = []
+    for kind, label, path in files:
+        X, _ = load_file(path, config.data, variables=columns)
+        start = 0 if kind == "nominal" else ev.onset
+        if start >= len(X):
+            raise ConfigError(
+                f"{start} is past the {len(X)} rows of {path}; give a row of the fault files", source=config.source,
+                key="evaluate.onset",
+            )  # fmt: skip
+        out.append((kind, label, str(path), X, start))
+    return out
+
+
+def evaluate_fleet(
+    config: FleetConfig, run: FleetRun, data: dict[str, FloatArray], files: list[EvaluationFile]
+) -> list[dict[str, Any]]:
     """Alarm rates on the ``evaluate`` files of the detector of every participant whose plant they come
     from (``evaluate.participants``), each with its own calibration from the run."""
     ev = config.evaluate
@@ -92,18 +117,12 @@ def evaluate_fleet(config: FleetConfig, run: FleetRun, data: dict[str, FloatArra
         for n in names
     }
     rows = []
-    files = [("nominal", name, path) for name, path in ((Path(p).name, p) for p in ev.nominal)]
-    files += [("fault", label, path) for label, path in ev.faults.items()]
-    for kind, label, path in files:
-        X, _ = load_file(path, config.data.format, config.data.columns)
-        start = 0 if kind == "nominal" else ev.onset
-        if start >= len(X):
-            raise DataError(f"{path}: onset {start} is past its {len(X)} rows (evaluate.onset)")
+    for kind, label, path, X, start in files:
         rates = {n: float(_fresh(det).step_batch(X).zc[start:].mean()) for n, det in detectors.items()}
         values = np.array(list(rates.values()))
         rows.append(
             {
-                "file": str(path),
+                "file": path,
                 "label": label,
                 "kind": kind,
                 "rows": len(X) - start,
@@ -124,14 +143,15 @@ def _fresh(detector: FleetDetector) -> FleetDetector:
 
 def write_outcome(out_dir: str | Path, outcome: FleetOutcome) -> dict[str, Path]:
     """Write ``model.npz``/``model.json`` (shared), ``participants/<name>.json`` (each one's own
-    weights and calibration, in deployment kept by that participant) and ``report.json``; returns the paths."""
+    weights and calibration, in deployment kept by that participant) and ``report.json``; returns the paths.
+
+    The caller stages ``out_dir`` (:meth:`fedrca.cli.outputs.Outputs.folder`): the files appear together.
+    """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     model_path = save_fleet_model(out / "model.npz", outcome.run.model, columns=outcome.columns)
     part_dir = out / "participants"
-    part_dir.mkdir(exist_ok=True)
     for name, res in outcome.run.results.items():
-        write_atomic(
+        write_file(
             part_dir / f"{name}.json",
             json.dumps(
                 {
@@ -143,5 +163,5 @@ def write_outcome(out_dir: str | Path, outcome: FleetOutcome) -> dict[str, Path]
             )
             + "\n",
         )
-    report = write_atomic(out / "report.json", json.dumps(_json_safe(outcome.summary()), indent=2) + "\n")
+    report = write_file(out / "report.json", json.dumps(_json_safe(outcome.summary()), indent=2) + "\n")
     return {"model": model_path, "report": report, "participants": part_dir}

@@ -18,54 +18,65 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from numpy.typing import NDArray
 
 from fedrca.cli.fleet.config import FleetConfig, ParticipantConfig
-from fedrca.config import compress_columns
+from fedrca.config import MIN_NOMINAL_SAMPLES, compress_columns
+from fedrca.config.limits import MEMORY_LIMIT, fleet_bytes, gib, largest
 from fedrca.connectors.simulator import SIM_EXTRA_HINT, SimulationSpec, cached_run, default_cache_dir
-from fedrca.datasets.tep import TEP_COLUMNS, load_tep
-from fedrca.exceptions import DataError, ModelError
+from fedrca.datasets.loader import DatasetOptions, load_dataset
+from fedrca.datasets.nominal import MAX_ABS_VALUE
+from fedrca.datasets.tep import TEP_COLUMNS
+from fedrca.exceptions import ConfigError, DataError, ModelError
 
-__all__ = ["LOADERS", "load_file", "load_participant", "load_participants", "load_simulated"]
+__all__ = ["LOADERS", "check_fleet", "load_file", "load_participant", "load_participants", "load_simulated"]
 
 FloatArray = NDArray[np.float64]
 
 
-def load_file(path: str | Path, fmt: str, columns: list[str] | None = None) -> tuple[FloatArray, list[str]]:
-    """Samples (N, M) and their column names from a ``tep`` or ``csv`` file.
+def load_file(
+    path: str | Path, data: DatasetOptions, variables: list[str] | None = None
+) -> tuple[FloatArray, list[str]]:
+    """Samples (N, M) and their column names from a file read as the fleet's ``data`` section says
+    (``variables``: these columns instead of ``data.columns``).
+
+    The loader of every command (:func:`fedrca.datasets.loader.load_dataset`) reads it, so a
+    CSV's ``time_column`` and ``label_columns`` are never variables; ``data.columns`` picks the
+    variables (default: every other column). With every column taken, a column that grows on
+    every row (an unnamed time or counter column) is refused: as a variable it would make the
+    same data at another time look anomalous.
 
     Raises
     ------
     DataError
-        When the file is missing or malformed, a column is missing, or a value is not finite.
+        When the file is missing or malformed, a column is missing, or a value is not finite or too large.
     """
     file = Path(path)
-    if fmt == "tep":
-        frame = load_tep(file)
-        names = list(TEP_COLUMNS) if columns is None else list(columns)
-    else:
-        if not file.is_file():
-            raise DataError(f"{file}: no such file")
-        try:
-            frame = pd.read_csv(file, sep=None, engine="python")
-        except (ValueError, pd.errors.ParserError) as exc:
-            raise DataError(f"{file}: not a readable CSV file ({exc})") from None
-        frame.columns = [str(c).strip() for c in frame.columns]
-        names = [str(c) for c in frame.columns] if columns is None else list(columns)
+    frame = load_dataset(data, file).frame
+    columns = variables if variables is not None else getattr(data, "columns", None)
+    names = [str(c) for c in frame.columns] if columns is None else list(columns)
     missing = [c for c in names if c not in frame.columns]
     if missing:
         raise DataError(
-            f"{file}: missing column(s) {', '.join(missing)}; the file has {compress_columns(list(frame.columns))}"
+            f"{file}: missing column(s) {', '.join(missing)}; the file has {compress_columns(list(frame.columns))} "
+            "(fix data.columns)"
         )
-    try:
-        values = frame[names].to_numpy(dtype=np.float64)
-    except ValueError as exc:
-        raise DataError(f"{file}: non-numeric values ({exc})") from None
-    bad = ~np.isfinite(values)
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        raise DataError(f"{file}: NaN or inf at row {row}, column {names[col]}; clean the file or drop the row")
+    values = frame[names].to_numpy(dtype=np.float64)
+    if columns is None and data.format == "csv" and len(values) >= 3:
+        growing = np.flatnonzero(np.all(np.diff(values, axis=0) > 0, axis=0))
+        if growing.size:
+            name = names[int(growing[0])]
+            raise DataError(
+                f"{file}: column '{name}' grows on every row, like a time or counter column; name it "
+                f"data.time_column: {name}, or list the variables in data.columns"
+            )
+    huge = np.abs(values) > MAX_ABS_VALUE
+    if huge.any():
+        row, col = np.argwhere(huge)[0]
+        raise DataError(
+            f"{file}: value {values[row, col]:.3g} at row {row}, column {names[col]} is beyond +-{MAX_ABS_VALUE:g}, "
+            "which overflows the model's statistics; fix the file or rescale the column"
+        )
     return values, names
 
 
@@ -80,7 +91,7 @@ def _rows(p: ParticipantConfig, values: FloatArray, what: str) -> FloatArray:
 
 def _file_source(config: FleetConfig, p: ParticipantConfig) -> tuple[FloatArray, list[str]]:
     assert p.file is not None  # ParticipantConfig guarantees it for source "file"
-    values, names = load_file(p.file, config.data.format, config.data.columns)
+    values, names = load_file(p.file, config.data)
     return _rows(p, values, p.file), names
 
 
@@ -164,3 +175,62 @@ def load_participants(config: FleetConfig) -> tuple[dict[str, FloatArray], list[
             )
         out[p.name] = values
     return out, columns or []
+
+
+def check_fleet(config: FleetConfig, data: dict[str, FloatArray], columns: list[str]) -> None:
+    """Refuse settings the fleet's data cannot carry, before the learning (docs/limits.md).
+
+    Every participant needs :data:`~fedrca.config.MIN_NOMINAL_SAMPLES` rows, and as many in each
+    threshold fold; a pattern of M variables needs M + 1 of the fleet's rows; the run's arrays must
+    fit :data:`~fedrca.config.limits.MEMORY_LIMIT` (:func:`~fedrca.config.limits.fleet_bytes`).
+
+    Raises
+    ------
+    ConfigError
+        naming the key, the participant or the figures, and the largest value that fits.
+    DataError
+        When a participant has too few rows.
+    """
+    source = config.source
+    rows = {name: len(X) for name, X in data.items()}
+    for name, n in rows.items():
+        if n < MIN_NOMINAL_SAMPLES:
+            raise DataError(
+                f"participant '{name}': {n} rows, a participant needs at least {MIN_NOMINAL_SAMPLES}; give it more "
+                "nominal rows"
+            )
+    fewest = min(rows, key=lambda name: rows[name])
+    folds = config.threshold.folds
+    if folds and rows[fewest] // folds < MIN_NOMINAL_SAMPLES:
+        best = rows[fewest] // MIN_NOMINAL_SAMPLES
+        fix = f"set threshold.folds to at most {best}, or 0 (in-sample scores)" if best >= 2 else "set it to 0"
+        raise ConfigError(
+            f"{folds} folds leave participant '{fewest}' {rows[fewest] // folds} rows per fold ({rows[fewest]} rows), "
+            f"fewer than {MIN_NOMINAL_SAMPLES}; {fix}",
+            source=source,
+            key="threshold.folds",
+        )
+    S, M, N = len(rows), len(columns), sum(rows.values())
+    k = config.model.components
+    most = max(1, N // (M + 1))
+    if k > most:
+        raise ConfigError(
+            f"{k} patterns of {M} variables need {M + 1} of the fleet's rows each, the fleet has {N}: set "
+            f"model.components to at most {most}",
+            source=source,
+            key="model.components",
+        )
+    noise = config.privacy.noise_samples if config.privacy.noise else 0
+
+    def need(k: int) -> int:
+        return fleet_bytes(S, k, M, N, chunks=config.consensus.chunks, n_init=config.model.n_init, noise_samples=noise)
+
+    if need(k) > MEMORY_LIMIT:
+        fits = largest(MEMORY_LIMIT, need, k)
+        fix = f"set model.components to at most {fits}" if fits else "use fewer consensus.chunks or participants"
+        raise ConfigError(
+            f"{k} patterns of {M} variables over {S} participants ({N} rows, {config.consensus.chunks} chunks) "
+            f"need about {gib(need(k))}, over the {gib(MEMORY_LIMIT)} limit (docs/limits.md); {fix}",
+            source=source,
+            key="model.components",
+        )

@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from fedrca.exceptions import ArtifactError, ConfigError, DataError
+from fedrca.cli.outputs import write_file, write_with
+from fedrca.contracts.artifacts import arrays_sha256
+from fedrca.exceptions import ArtifactError, ConfigError, DataError, IntegrityError
 from fedrca.fleet.calibration import Calibration
 from fedrca.fleet.collabdict import FleetModel
 
@@ -46,43 +48,51 @@ def _json_safe(value: Any) -> Any:
 
 
 def save_fleet_model(path: str | Path, model: FleetModel, columns: Sequence[str] | None = None) -> Path:
-    """Write ``model`` to ``path`` (.npz) and its info (with ``columns``) to the .json beside it."""
+    """Write ``model`` to ``path`` (.npz) and its info (with ``columns`` and the arrays' ``sha256``) to the .json
+    beside it, each file whole."""
     file = Path(path)
     if file.suffix != ".npz":
         raise DataError(f"{file}: a fleet model file ends in .npz")
-    file.parent.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, Any] = dict(model.to_arrays())
-    np.savez(file, **arrays)
+    write_with(file, lambda f: np.savez(f, **arrays))
     info = dict(model.info)
     if columns is not None:
         info["columns"] = list(columns)
-    file.with_suffix(".json").write_text(json.dumps(_json_safe(info), indent=2) + "\n", encoding="utf-8")
+    info["sha256"] = arrays_sha256(arrays)
+    write_file(file.with_suffix(".json"), json.dumps(_json_safe(info), indent=2) + "\n")
     return file
 
 
 def load_fleet_model(path: str | Path) -> FleetModel:
-    """Read a model written by :func:`save_fleet_model` (the .json beside it is optional).
+    """Read a model written by :func:`save_fleet_model` (the .json beside it is optional; its sha256 is checked).
 
     Raises
     ------
     ArtifactError
-        When the file is missing or not a fleet model (the message names the file and the fix).
+        When the file is missing, empty, not a fleet model, or its arrays do not match the recorded
+        sha256 (an :class:`~fedrca.exceptions.IntegrityError`); the message names the file and the fix.
     """
     file = Path(path)
     if not file.is_file():
         raise ArtifactError(f"{file}: no fleet model file; run `fedrca fleet --config ... --out DIR` to write one")
+    fix = "run `fedrca fleet --config ... --out DIR` to write it again"
+    if file.stat().st_size == 0:
+        raise ArtifactError(f"{file} is empty (0 bytes): the model was cut short; {fix}")
     try:
         with np.load(file, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise ArtifactError(f"{file}: not a readable .npz fleet model ({exc})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise ArtifactError(f"{file}: not a readable .npz fleet model ({exc or 'cut short'}); {fix}") from None
     meta = file.with_suffix(".json")
     info: dict[str, Any] = {}
     if meta.is_file():
         try:
             info = dict(json.loads(meta.read_text(encoding="utf-8")))
-        except ValueError as exc:
-            raise ArtifactError(f"{meta}: not valid JSON ({exc})") from None
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise ArtifactError(f"{meta}: not a fleet model description ({exc}); {fix}") from None
+    expected = info.pop("sha256", None)
+    if expected is not None and expected != arrays_sha256(arrays):
+        raise IntegrityError(f"{file}: the arrays do not match the sha256 in {meta.name} (edited or corrupted); {fix}")
     try:
         return FleetModel.from_arrays(arrays, info)
     except DataError as exc:

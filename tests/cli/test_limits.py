@@ -1,0 +1,226 @@
+"""Issue 25 acceptance 3: a command's peak memory on the largest accepted values stays under the documented bound.
+
+docs/limits.md bounds the peak memory of every command by
+``BASE_MEMORY + DATA_MEMORY_FACTOR x (bytes of its data files) + its parameter term`` (the term
+at most ``MEMORY_LIMIT`` on any configuration the commands accept). Each case runs a real
+command in a child process with its memory parameters at the largest values the command
+accepts for the data (the next larger one is refused, which each case checks first), reads
+the child's own peak resident set (``VmHWM``) and compares it with the formula. ``make
+test`` runs the cases whose largest values are bounded by small data; ``make exhaustive`` adds
+the ones bounded by the memory limit itself (about a gigabyte each).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from fedrca.cli import main
+from fedrca.cli.graph import g_square_bytes, graph_bytes, graph_variables
+from fedrca.config.limits import (
+    BASE_MEMORY,
+    MEMORY_LIMIT,
+    fleet_bytes,
+    gib,
+    largest,
+    peak_memory,
+    plant_bytes,
+    whatif_bytes,
+)
+from fedrca.datasets import linear_multiplant
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: The child reads its own high-water mark from /proc (VmHWM, kB). Not ``ru_maxrss``: Linux carries
+#: the parent's peak over ``exec`` into it, so a child of a large pytest process would report that.
+_CHILD = """
+import json, sys
+from fedrca.cli import main
+try:
+    code = main(sys.argv[2:])
+except SystemExit as exc:
+    code = exc.code
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+json.dump({"code": code, "peak": int(hwm.split()[1]) * 1024}, open(sys.argv[1], "w"))
+"""
+
+
+def _peak(argv: list[str], cwd: Path) -> int:
+    """Run ``fedrca argv`` in a child process; its peak resident memory in bytes (the command must succeed)."""
+    result = cwd / "peak.json"
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(result), *argv], capture_output=True, text=True, cwd=cwd, timeout=3000,
+        check=False,
+    )  # fmt: skip
+    outcome = json.loads(result.read_text())
+    assert outcome["code"] == 0, done.stderr[-3000:]
+    return int(outcome["peak"])
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], fragment: str) -> None:
+    """The next larger value is refused with one line (the value run below is the largest accepted)."""
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and fragment in err, err
+
+
+def _data_bytes(*paths: Path) -> int:
+    return sum(p.stat().st_size for p in paths)
+
+
+def _check(peak: int, data: int, term: int) -> None:
+    bound = peak_memory(data, term)
+    print(f"peak {gib(peak)} <= bound {gib(bound)} (data {data:,} B, term {gib(term)})")
+    assert term <= MEMORY_LIMIT
+    assert BASE_MEMORY / 2 < peak <= bound, (gib(peak), gib(bound))
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("limits")
+    shutil.copy(REPO / "config/synthetic_linear.yaml", root / "linear.yaml")
+    shutil.copy(REPO / "config/synthetic_inputs.yaml", root / "inputs.yaml")
+    data = linear_multiplant(n_samples=600, seed=0)
+    pd.DataFrame(data.Y, columns=data.columns()).to_csv(root / "nominal.csv", index=False)
+    argv = ["train", "--config", str(root / "inputs.yaml"), "--synthetic", "linear_two_plant_inputs", "--samples",
+            "500", "--rounds", "1", "--quiet", "--out", str(root / "wparams")]  # fmt: skip
+    assert main(argv) == 0
+    return root
+
+
+def _fleet_files(root: Path, participants: int, rows: int, dims: int) -> list[Path]:
+    rng = np.random.default_rng(2)
+    files = []
+    for k in range(participants):
+        path = root / f"fleet{participants}x{rows}-{k}.csv"
+        pd.DataFrame(rng.normal(size=(rows, dims)), columns=[f"x{j}" for j in range(dims)]).to_csv(path, index=False)
+        files.append(path)
+    return files
+
+
+def _fleet_config(path: Path, files: list[Path], components: int, **model: object) -> Path:
+    config = {
+        "fleet": "limits",
+        "participants": [{"name": f"p{k}", "file": str(f)} for k, f in enumerate(files)],
+        # the memory parameters at their largest; max_iter (run time, not memory) at one iteration
+        "model": {"components": components, "max_iter": 1, **model},
+        "consensus": {"chunks": 64},
+        "threshold": {"folds": 0},
+        "privacy": {"noise": True, "noise_samples": 1000},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_fleet_at_the_most_patterns_its_data_carry(ws, capsys):
+    files = _fleet_files(ws, participants=4, rows=60, dims=3)
+    most = 4 * 60 // (3 + 1)
+    _refused(["fleet", "--config", str(_fleet_config(ws / "over.yaml", files, most + 1, n_init=1000)),
+              "--out", str(ws / "fo")], capsys, f"at most {most}")  # fmt: skip
+    config = _fleet_config(ws / "fleet.yaml", files, most, n_init=1000)
+    peak = _peak(["fleet", "--config", str(config), "--out", str(ws / "fo")], ws)
+    term = fleet_bytes(4, most, 3, 240, chunks=64, n_init=1000, noise_samples=1000)
+    _check(peak, _data_bytes(config, *files), term)
+
+
+def test_whatif_at_the_most_steps(ws, capsys):
+    base = ["whatif", "--params", str(ws / "wparams"), "--target", "plant2", "--input-of", "plant1", "--delta",
+            "[1,0]", "--plot", str(ws / "w.png"), "--json", str(ws / "w.json")]  # fmt: skip
+    _refused([*base, "--steps", "100001"], capsys, "must be in 1..100000")
+    peak = _peak([*base, "--steps", "100000"], ws)
+    _check(peak, 0, whatif_bytes(100_000, 4, 8))
+
+
+@pytest.mark.parametrize(("mode", "split"), [("vote", "1"), ("pooled-stats", "2")])
+def test_graph_g_square_at_the_deepest_tables_memory_allows(ws, capsys, mode, split):
+    frame = pd.read_csv(ws / "nominal.csv")
+    levels = (frame.rank(pct=True) * 10).clip(upper=9.99).astype(int)  # 10 levels: the most 600 samples carry
+    levels.to_csv(ws / "levels.csv", index=False)
+    sites, pooled = int(split), mode == "pooled-stats"
+    budget = MEMORY_LIMIT - graph_bytes(16, sites)
+    deepest = largest(budget, lambda n: g_square_bytes(10, n - 1, pooled=pooled), 16) - 1
+    base = ["graph", "--config", str(ws / "linear.yaml"), "--sites", str(ws / "levels.csv"), "--test", "g-square",
+            "--mode", mode, "--split", split, "--out", str(ws / "g.json")]  # fmt: skip
+    _refused([*base, "--max-cond", str(deepest + 1)], capsys, f"give --max-cond at most {deepest}")
+    peak = _peak([*base, "--max-cond", str(deepest)], ws)
+    term = g_square_bytes(10, deepest, pooled=pooled) + graph_bytes(16, sites)
+    _check(peak, _data_bytes(ws / "levels.csv", ws / "linear.yaml"), term)
+
+
+def test_detect_at_the_most_random_features_memory_allows(ws, capsys):
+    most = largest(MEMORY_LIMIT // 2, lambda f: plant_bytes(600, 8, f), 100_000)  # two plants share the limit
+    text = (ws / "linear.yaml").read_text()
+    for name, features in (("over.yaml", most + 1), ("rff.yaml", most)):
+        (ws / name).write_text(text.replace("features: identity", f"features: rff\n    n_features: {features}"))
+    base = ["detect", "--train", str(ws / "nominal.csv"), "--input", str(ws / "nominal.csv"), "--out", str(ws / "f")]
+    _refused([*base, "--config", str(ws / "over.yaml")], capsys, f"at most {most}")
+    peak = _peak([*base, "--config", str(ws / "rff.yaml")], ws)
+    _check(peak, 2 * _data_bytes(ws / "nominal.csv"), 2 * plant_bytes(600, 8, most))
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_fleet_at_the_most_patterns_memory_allows(ws, capsys):
+    """The fleet's memory term at the limit itself: 8 participants x 2500 rows of 20 variables."""
+    files = _fleet_files(ws, participants=8, rows=2500, dims=20)
+
+    def need(k: int) -> int:
+        return fleet_bytes(8, k, 20, 20_000, chunks=64, n_init=1, noise_samples=1000)
+
+    most = largest(MEMORY_LIMIT, need, 20_000 // 21)
+    assert most < 20_000 // 21  # the memory limit binds, not the rows
+    _refused(["fleet", "--config", str(_fleet_config(ws / "over.yaml", files, most + 1, n_init=1)),
+              "--out", str(ws / "fo")], capsys, f"at most {most}")  # fmt: skip
+    config = _fleet_config(ws / "fleet.yaml", files, most, n_init=1)
+    peak = _peak(["fleet", "--config", str(config), "--out", str(ws / "fo")], ws)
+    _check(peak, _data_bytes(config, *files), need(most))
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_train_at_the_most_random_features_memory_allows(ws, capsys):
+    """Training's joint Gauss-Newton system at the limit: rff features of the most size memory allows."""
+    most = largest(MEMORY_LIMIT // 2, lambda f: plant_bytes(600, 8, f), 100_000)
+    text = (ws / "linear.yaml").read_text()
+    (ws / "rff.yaml").write_text(text.replace("features: identity", f"features: rff\n    n_features: {most}"))
+    argv = ["train", "--config", str(ws / "rff.yaml"), "--data", str(ws / "nominal.csv"), "--rounds", "1", "--quiet",
+            "--out", str(ws / "tp")]  # fmt: skip
+    peak = _peak(argv, ws)
+    _check(peak, _data_bytes(ws / "nominal.csv"), 2 * plant_bytes(600, 8, most))
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_graph_at_the_most_variables_memory_allows(ws, capsys):
+    """FedPC's per-pair and per-triple state at the limit: the most variables two sites may have (Fisher-z)."""
+    most = graph_variables(2)
+    rng = np.random.default_rng(3)
+    for p in (most + 1, most):
+        columns = [f"a.x{j}" for j in range(p // 2)] + [f"b.x{j}" for j in range(p - p // 2)]
+        pd.DataFrame(rng.normal(size=(60, p)), columns=columns).to_csv(ws / f"wide{p}.csv", index=False)
+        config = {
+            "site": "wide",
+            "dataset": {"format": "csv", "columns": columns},
+            "plants": [{"name": "a", "sensors": columns[: p // 2]}, {"name": "b", "sensors": columns[p // 2 :]}],
+        }
+        (ws / f"wide{p}.yaml").write_text(yaml.safe_dump(config))
+
+    def argv(p: int) -> list[str]:
+        return ["graph", "--config", str(ws / f"wide{p}.yaml"), "--sites", str(ws / f"wide{p}.csv"), "--split", "2",
+                "--max-cond", "0", "--out", str(ws / "wide.json")]  # fmt: skip
+
+    _refused(argv(most + 1), capsys, f"at most {most} sensors and inputs")
+    peak = _peak(argv(most), ws)
+    _check(peak, _data_bytes(ws / f"wide{most}.csv", ws / f"wide{most}.yaml"), graph_bytes(most, 2))
