@@ -14,7 +14,7 @@ import math
 import types
 import typing
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -123,3 +123,26 @@ def translate(
     elif message.startswith("Value error, "):
         message = message.removeprefix("Value error, ")
     return ConfigError(message, source=source, key=key_path([*prefix, *path]) or None)
+
+
+SectionT = TypeVar("SectionT", bound=BaseModel)
+
+
+def parse_section(model: type[SectionT], key: str, what: str, data: Any, source: str | None = None) -> SectionT:
+    """Validate one section of a configuration (``key:``, e.g. ``rca``) on its own with ``model``.
+
+    ``None`` is the empty section; ``what`` names its keys for the error when it is not a mapping.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``key.<field>`` and what would be valid.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"must be a mapping of {what}", source=source, key=key)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise translate(exc, model, source=source, prefix=(key,)) from None

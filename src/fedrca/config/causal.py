@@ -15,10 +15,9 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from fedrca.config._base import Strict, parse_inf, translate
-from fedrca.exceptions import ConfigError
+from fedrca.config._base import Strict, parse_inf, parse_section
 
 __all__ = ["MAX_EPSILON", "CausalSettings", "parse_causal_settings"]
 
@@ -83,11 +82,4 @@ def parse_causal_settings(data: Any, source: str | None = None) -> CausalSetting
     ConfigError
         Naming the key (e.g. ``causal.epsilon``) and the valid values.
     """
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError("must be a mapping of causal settings (mode, test, alpha, ...)", source=source, key="causal")
-    try:
-        return CausalSettings.model_validate(data)
-    except ValidationError as exc:
-        raise translate(exc, CausalSettings, source=source, prefix=("causal",)) from None
+    return parse_section(CausalSettings, "causal", "causal settings (mode, test, alpha, ...)", data, source)

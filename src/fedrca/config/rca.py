@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
-from fedrca.config._base import Strict, translate
-from fedrca.exceptions import ConfigError
+from fedrca.config._base import Strict, parse_section
 
 #: Graph sources learned from finite nominal data (server block test, FedPC, a graph file):
 #: their missing edges are doubted more than an operator's (``unlisted_path`` auto).
@@ -213,11 +212,4 @@ def parse_rca_settings(data: Any, source: str | None = None) -> RCASettings:
     ConfigError
         Naming the key (e.g. ``rca.horizon``) and the valid values.
     """
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError("must be a mapping of RCA settings (horizon, min_posterior, ...)", source=source, key="rca")
-    try:
-        return RCASettings.model_validate(data)
-    except ValidationError as exc:
-        raise translate(exc, RCASettings, source=source, prefix=("rca",)) from None
+    return parse_section(RCASettings, "rca", "RCA settings (horizon, min_posterior, ...)", data, source)

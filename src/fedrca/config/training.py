@@ -17,10 +17,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from fedrca.config._base import Strict, parse_inf, translate
-from fedrca.exceptions import ConfigError
+from fedrca.config._base import Strict, parse_inf, parse_section
 
 if TYPE_CHECKING:
     from fedrca.config.site import SiteConfig
@@ -148,13 +147,4 @@ def parse_training_settings(data: Any, source: str | None = None) -> TrainingSet
     ConfigError
         Naming ``training.<key>`` and what would be valid.
     """
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            "must be a mapping of training settings (rounds, privacy, ...)", source=source, key="training"
-        )
-    try:
-        return TrainingSettings.model_validate(data)
-    except ValidationError as exc:
-        raise translate(exc, TrainingSettings, source=source, prefix=("training",)) from None
+    return parse_section(TrainingSettings, "training", "training settings (rounds, privacy, ...)", data, source)
