@@ -1447,6 +1447,8 @@ RUN_CASES = [
     Case("run-broker-no-port", RUN.replace(":9 ", " "), r"--broker: .* must look like kafka://host:port"),
     Case("run-broker-port-zero", RUN.replace(":9 ", ":0 "), r"port 1\.\.65535"),
     Case("run-config-missing", RUN.replace("{cfg}", "{ws}/nope.yaml"), r"nope\.yaml"),
+    Case("run-worker-name-a-path", RUN + " --worker-name ../up", r"--worker-name: '\.\./up' names a folder"),
+    Case("run-worker-name-too-long", RUN + " --worker-name " + "w" * 300, r"--worker-name: the name makes the file"),
 ]
 
 DEMO = "demo --out {ws}/demo"

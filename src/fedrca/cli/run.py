@@ -21,8 +21,10 @@ from fedrca.config.limits import (
     MAX_SESSION_TIMEOUT,
     MEMORY_LIMIT,
     MIN_SESSION_TIMEOUT,
+    TOPIC_CHARACTERS,
     artifact_record_problem,
     check_range,
+    file_name_problem,
     gib,
     largest,
     rca_record_room,
@@ -152,6 +154,16 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
     allowed lateness and the evidence window) within one Kafka record, and the worker's
     streaming state (:func:`~fedrca.config.limits.stream_bytes`) within the memory limit.
     """
+    name = args.worker_name
+    if not TOPIC_CHARACTERS.match(name) or name in (".", ".."):
+        raise ConfigError(
+            f"'{name}' names a folder under --data-dir and the worker's Kafka client ids: give letters, digits, "
+            "'.', '_' or '-'",
+            key="--worker-name",
+        )
+    problem = file_name_problem(name)
+    if problem is not None:
+        raise ConfigError(f"the name {problem}", key="--worker-name")
     check_range("--batch-size", args.batch_size, 1, MAX_BATCH_SIZE, "records per fetch; one fetch returns at most "
                 f"{MAX_BATCH_SIZE:,} of fedrca's smallest records")  # fmt: skip
     check_range("--batch-within", args.batch_within, 0.001, KAFKA_REQUEST_TIMEOUT / 2,
