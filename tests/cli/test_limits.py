@@ -33,6 +33,7 @@ from fedrca.config.limits import (
     BASE_MEMORY,
     MAX_BATCH_SIZE,
     MAX_KAFKA_RECORD,
+    MAX_PRIVACY_WINDOW,
     MEMORY_LIMIT,
     demo_bytes,
     fleet_bytes,
@@ -51,6 +52,7 @@ from fedrca.contracts import FlagMessage, encode_flags, encode_published_artifac
 from fedrca.datasets import linear_multiplant
 from fedrca.datasets.loader import load_frame
 from fedrca.datasets.tep import TEP_FAULT_ROOTS
+from fedrca.exceptions import ConfigError
 from tests.kafka_broker import unique_name, wait_until
 from tests.streams.workers import consumed_everything
 
@@ -393,3 +395,55 @@ def test_publish_params_at_the_largest_artifact_a_record_holds(ws, capsys, kafka
                  ws)  # fmt: skip
     artifacts = [*params.glob("*.npz"), *params.glob("*.json")]
     _check(peak, _data_bytes(config, *artifacts), 0)
+
+
+@pytest.mark.kafka
+def test_run_plant_worker_at_the_largest_privacy_window(ws, kafka_broker, tmp_path):
+    """A plant worker whose privacy windows hold the most samples ``privacy.window`` accepts (every flag
+    published with randomized response, no budget to stop it): each plant's state record, written to Kafka
+    after every batch, keeps the window's seqs within half a record, the peak within its bound."""
+    name = unique_name("win")
+    window = MAX_PRIVACY_WINDOW
+    text = _site(ws, name).read_text().replace("  flag_epsilon: inf", f"  flag_epsilon: 2.0\n  window: {window}")
+    config_path = ws / f"{name}.yaml"
+    config_path.write_text(text)
+    over = ws / f"{name}-over.yaml"
+    over.write_text(text.replace(f"window: {window}", f"window: {window + 1}"))
+    with pytest.raises(ConfigError, match=r"privacy\.window"):
+        load_config(over)
+    config = load_config(config_path)
+    rows = window + 200
+    data = linear_multiplant(n_samples=rows, seed=6)
+    csv = tmp_path / "live.csv"
+    pd.DataFrame(data.Y, columns=data.columns()).to_csv(csv, index=False)
+    argv = ["run", "--config", str(config_path), "--broker", kafka_broker.url, "--roles", "plants", "--train",
+            str(ws / "nominal.csv"), "--data-dir", str(tmp_path / "w"), "--session-timeout", "6"]  # fmt: skip
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen([sys.executable, "-m", "fedrca.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
+                                  cwd=ws)  # fmt: skip
+    try:
+        assert main(["replay-to-kafka", "--config", str(config_path), "--input", str(csv), "--broker",
+                     kafka_broker.url]) == 0  # fmt: skip
+        group = f"fedrca-{name}-plants"
+
+        def caught_up() -> bool:
+            assert worker.poll() is None, log.read_text()[-3000:]
+            try:
+                return all(consumed_everything(kafka_broker.bootstrap, group, config.topic("sensors", plant=p))
+                           for p in config.plant_names)  # fmt: skip
+            except KafkaError:  # no group coordinator yet: the worker is still joining
+                return False
+
+        wait_until(caught_up, 240, "the plant worker to consume every sensor message", interval=1.0)
+        peak = _vm_hwm(worker.pid)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    for plant in config.plant_names:
+        record = list(read_topic(kafka_broker.bootstrap, config.topic("state", plant=plant), timeout=30))[-1].value
+        held = sum(len(seqs) for seqs, _ in json.loads(record)["state"]["privacy"]["batches"])
+        print(f"{plant}: state record {len(record):,} B, {held:,} seqs in its privacy window")
+        assert held == window and len(record) <= MAX_KAFKA_RECORD // 2
+    term = 2 * plant_bytes(600, 8, 1) + stream_bytes(2, 2, 2000, 1000, window, 0)
+    _check(peak, _data_bytes(config_path, ws / "nominal.csv"), term)

@@ -131,3 +131,16 @@ def test_flag_window_state_round_trip():
     copy.set_state(window.get_state())
     assert copy.bits == window.bits == 100
     assert copy.epsilon() == window.epsilon()
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64, 1000])
+def test_the_window_keeps_no_seq_that_left_it(batch):
+    """The window holds at most ``window`` seqs whatever the batches (its state goes into the plant's state
+    record, one Kafka record, after every batch: docs/limits.md), and counts the same bits as before trimming."""
+    window = FlagWindow("p", flag_epsilon=1.0, window=100, delta=1e-5)
+    for first in range(0, 1500, batch):
+        window.record(np.arange(first, first + batch), bits_per_sample=2)
+        held = np.concatenate([seqs for seqs, _ in window.get_state()["batches"]])
+        last = first + batch - 1
+        assert held.min() > last - 100 and len(held) == min(100, last + 1)
+        assert window.bits == 2 * min(100, last + 1)

@@ -264,9 +264,15 @@ class FlagWindow:
         return math.isfinite(self.flag_epsilon)
 
     def _trim(self, last: int) -> None:
+        """Forget the seqs that left the window: the window holds at most ``window`` seqs, whatever the batches
+        (its state is written with the plant's state record after every batch: docs/limits.md,
+        ``tests/training/test_ledger.py::test_the_window_keeps_no_seq_that_left_it``)."""
         cutoff = last - self.window
         while self._batches and int(self._batches[0][0][-1]) <= cutoff:
             self._batches.popleft()
+        if self._batches and int(self._batches[0][0][0]) <= cutoff:
+            seqs, bits = self._batches[0]
+            self._batches[0] = (seqs[seqs > cutoff], bits)
 
     def count(self, last: int | None = None) -> int:
         """Bits published in the window ending at seq ``last`` (default: the newest seq seen)."""
