@@ -62,3 +62,35 @@ def test_streaming_threads_limits_blas_to_one_thread() -> None:
     np.ones((4, 4)) @ np.ones(4)  # numpy's BLAS is loaded
     with streaming_threads():
         assert {info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"} == {1}
+
+
+def test_the_rca_state_record_fits_a_kafka_record_at_the_largest_lateness() -> None:
+    """The RCA's state at the largest ``--allowed-lateness`` run accepts, with 13-digit seqs, the engine's
+    evidence and every verdict id it remembers, is one Kafka record (docs/limits.md: ``rca_state_bytes``)."""
+    from fedrca.cli.site import rca_runtime
+    from fedrca.config import load_config
+    from fedrca.config.limits import MAX_KAFKA_RECORD, MAX_REMEMBERED_VERDICTS, rca_record_room, rca_state_bytes
+    from fedrca.contracts import FlagMessage, encode_flags
+    from fedrca.streams.runtime import RuntimeSettings
+
+    for path in ("config/tep.yaml", "config/synthetic_linear.yaml"):
+        config = load_config(path)
+        plants, horizon = config.plant_names, config.rca.horizon
+        row = rca_state_bytes(plants, 1, 0) - rca_state_bytes(plants, 0, 0)
+        most = (rca_record_room() - rca_state_bytes(plants, 0, horizon)) // row
+        runtime = rca_runtime(config, settings=RuntimeSettings(allowed_lateness=most))
+        first = 10**12  # the seqs as long as the bound counts them
+        # every plant's flags but the last one's (the longest pending rows): 2 * horizon rows released (evidence),
+        # `most` + 1 left pending
+        flags = [
+            FlagMessage(config.site, plant, float(s - first), s, s % 2, (s // 2) % 2, math.inf, "v0")
+            for s in range(first, first + most + 2 * horizon + 1)
+            for plant in plants[:-1]
+        ]
+        _, rejected = runtime.process_flags(encode_flags(flags))
+        assert not rejected
+        runtime.stage.remember([f"{k:016x}" for k in range(2 * MAX_REMEMBERED_VERDICTS)])
+        state = runtime.stage.get_state()
+        assert len(state["aligner"]["buffer"]) == most + 1
+        assert len(_json(state["emitted"])) <= MAX_KAFKA_RECORD - rca_record_room()
+        assert len(_json(state)) <= MAX_KAFKA_RECORD, (path, len(_json(state)))

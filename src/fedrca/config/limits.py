@@ -32,6 +32,7 @@ __all__ = [
     "MAX_HOLD_SECONDS",
     "MAX_KAFKA_RECORD",
     "MAX_PORT",
+    "MAX_REMEMBERED_VERDICTS",
     "MAX_PRIVACY_WINDOW",
     "MAX_SESSION_TIMEOUT",
     "MAX_SEVERITY_LEVELS",
@@ -112,6 +113,9 @@ MAX_HOLD_SECONDS = 7 * 86_400.0
 #: state record with the aligner's pending rows and the engine's evidence; this much of the
 #: record is left to them.
 _RCA_RECORD_RESERVE = 1 << 18
+#: Most verdict ids an RCA worker remembers to emit no verdict twice: their JSON (``"<16 hex>",``, 19
+#: bytes each) fills the part of its state record the pending rows and the evidence leave.
+MAX_REMEMBERED_VERDICTS = _RCA_RECORD_RESERVE // 19
 
 #: Peak memory of any command before its data and parameters: the interpreter, numpy, scipy, pandas,
 #: pydantic, matplotlib and a report's figures (measured 190-240 MB; docs/limits.md).
@@ -275,7 +279,7 @@ def stream_bytes(plants: int, served: int, batch_size: int, lateness: int, windo
     for a batch of B records, L samples of allowed lateness over M plants (the aligner's pending
     rows), P served plants' privacy windows of W samples (a seq and its array per published
     sample), the RCA's H rows of evidence, the aligner's memory of 10,000 released rows and the
-    100,000 verdict ids the RCA remembers.
+    verdict ids the RCA remembers (:data:`MAX_REMEMBERED_VERDICTS`, counted as 100,000).
 
     Examples
     --------

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from fedrca.config.limits import MAX_REMEMBERED_VERDICTS
 from fedrca.contracts import FlagMessage, Verdict
 from fedrca.streams.aligner import AlignedRow, FlagAligner
 
@@ -50,7 +51,8 @@ class RCAStage:
         self.plants = list(plants)
         self.engine = engine
         self.aligner = FlagAligner(plants, allowed_lateness=allowed_lateness)
-        self._emitted: deque[str] = deque(maxlen=100_000)
+        # written with the state after every batch: as many as fit the state record (docs/limits.md)
+        self._emitted: deque[str] = deque(maxlen=MAX_REMEMBERED_VERDICTS)
         self._emitted_set: set[str] = set()
         self.incomplete_rows = 0
         self.consumed = 0
