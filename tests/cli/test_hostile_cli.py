@@ -798,8 +798,8 @@ GRAPH_CASES = [
     ),
     Case(
         "graph-pooled-g-square-tables-too-deep",
-        POOLED.replace("{nominal}", "{ws}/levels.csv") + " --test g-square --max-cond 13",
-        r"--max-cond 13: G-square tables of 3 levels .* give --max-cond at most 12",
+        POOLED.replace("{nominal}", "{ws}/levels.csv") + " --test g-square --max-cond 12",
+        r"--max-cond 12: G-square tables of 3 levels .* give --max-cond at most 11",
         setup=_frame_file("levels.csv", lambda f: (f.rank(pct=True) * 3).clip(upper=2.99).astype(int)),
     ),
     Case(
