@@ -401,19 +401,22 @@ class TableGSquare:
         return gsquare_pvalues(*self.statistics(x, y, S))
 
 
-def table_chunks(sizes: ArrayLike, cells: int = TABLE_CELLS) -> Iterator[tuple[int, int]]:
+def table_chunks(sizes: ArrayLike, cells: int | None = None) -> Iterator[tuple[int, int]]:
     """Consecutive query ranges ``[lo, hi)`` whose tables hold at most ``cells`` cells (one query at least).
+
+    ``cells`` defaults to :data:`TABLE_CELLS`.
 
     Examples
     --------
     >>> list(table_chunks([4, 4, 4, 9, 1], cells=8))
     [(0, 2), (2, 3), (3, 4), (4, 5)]
     """
+    limit = TABLE_CELLS if cells is None else cells
     total = np.cumsum(np.asarray(sizes, dtype=np.int64))
     lo, done = 0, 0
     while lo < len(total):
         # the most queries after lo whose cells fit, at least one
-        hi = max(lo + 1, int(np.searchsorted(total, done + cells, side="right")))
+        hi = max(lo + 1, int(np.searchsorted(total, done + limit, side="right")))
         yield lo, hi
         done = int(total[hi - 1])
         lo = hi
