@@ -26,6 +26,7 @@ import yaml
 from fedrca.causal.fedpc import MAX_QUERIES, layer_size
 from fedrca.cli import main
 from fedrca.cli.graph import g_square_bytes, graph_bytes, graph_variables
+from fedrca.config import load_config
 from fedrca.config.limits import (
     BASE_MEMORY,
     MEMORY_LIMIT,
@@ -34,6 +35,8 @@ from fedrca.config.limits import (
     largest,
     peak_memory,
     plant_bytes,
+    plant_share,
+    rca_bytes,
     whatif_bytes,
 )
 from fedrca.datasets import linear_multiplant
@@ -161,7 +164,7 @@ def test_graph_g_square_at_the_deepest_tables_memory_allows(ws, capsys, mode, sp
 
 
 def test_detect_at_the_most_random_features_memory_allows(ws, capsys):
-    most = largest(MEMORY_LIMIT // 2, lambda f: plant_bytes(600, 8, f), 100_000)  # two plants share the limit
+    most = largest(_share(ws), lambda f: plant_bytes(600, 8, f), 100_000)  # two plants share the limit
     text = (ws / "linear.yaml").read_text()
     for name, features in (("over.yaml", most + 1), ("rff.yaml", most)):
         (ws / name).write_text(text.replace("features: identity", f"features: rff\n    n_features: {features}"))
@@ -169,6 +172,28 @@ def test_detect_at_the_most_random_features_memory_allows(ws, capsys):
     _refused([*base, "--config", str(ws / "over.yaml")], capsys, f"at most {most}")
     peak = _peak([*base, "--config", str(ws / "rff.yaml")], ws)
     _check(peak, 2 * _data_bytes(ws / "nominal.csv"), 2 * plant_bytes(600, 8, most))
+
+
+def _share(ws: Path) -> int:
+    """Each of the two plants' share of the limit, after the RCA's evidence window (``plant_share``)."""
+    return plant_share(load_config(ws / "linear.yaml").rca.horizon, 2)
+
+
+def test_replay_at_the_longest_evidence_window_memory_allows(ws, capsys):
+    """The RCA engine allocates its window whole: ``rca.horizon`` at the largest value the limit allows."""
+    most = largest(MEMORY_LIMIT, lambda h: rca_bytes(h, 2), 1 << 40)
+    text = (ws / "linear.yaml").read_text()
+    assert "rca:" not in text
+    for name, horizon in (("over.yaml", most + 1), ("window.yaml", most)):
+        (ws / name).write_text(text + f"rca:\n  horizon: {horizon}\n")
+    # 60 rows: each row's decision reads the whole window (run time grows with it, memory does not)
+    pd.read_csv(ws / "nominal.csv").head(60).to_csv(ws / "short.csv", index=False)
+    base = ["replay", "--train", str(ws / "nominal.csv"), "--input", str(ws / "short.csv"), "--flags-out",
+            str(ws / "flags.jsonl"), "--verdicts-out", str(ws / "verdicts.jsonl")]  # fmt: skip
+    _refused([*base, "--config", str(ws / "over.yaml")], capsys, f"set it to at most {most}")
+    peak = _peak([*base, "--config", str(ws / "window.yaml")], ws)
+    # identity features: the plants' arrays are their data's (the data term)
+    _check(peak, _data_bytes(ws / "nominal.csv", ws / "short.csv"), rca_bytes(most, 2))
 
 
 @pytest.mark.slow
@@ -193,7 +218,7 @@ def test_fleet_at_the_most_patterns_memory_allows(ws, capsys):
 @pytest.mark.exhaustive
 def test_train_at_the_most_random_features_memory_allows(ws, capsys):
     """Training's joint Gauss-Newton system at the limit: rff features of the most size memory allows."""
-    most = largest(MEMORY_LIMIT // 2, lambda f: plant_bytes(600, 8, f), 100_000)
+    most = largest(_share(ws), lambda f: plant_bytes(600, 8, f), 100_000)
     text = (ws / "linear.yaml").read_text()
     (ws / "rff.yaml").write_text(text.replace("features: identity", f"features: rff\n    n_features: {most}"))
     argv = ["train", "--config", str(ws / "rff.yaml"), "--data", str(ws / "nominal.csv"), "--rounds", "1", "--quiet",

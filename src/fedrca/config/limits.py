@@ -36,6 +36,8 @@ __all__ = [
     "name_fits_topic",
     "peak_memory",
     "plant_bytes",
+    "plant_share",
+    "rca_bytes",
     "render_topic",
     "whatif_bytes",
 ]
@@ -181,6 +183,32 @@ def plant_bytes(rows: int, sensors: int, features: int) -> int:
     """
     T, D, F = rows, sensors, features
     return 8 * (3 * ((D + 1) * F + 1) ** 2 + 4 * T * F + 16 * T * D)
+
+
+def rca_bytes(horizon: int, plants: int) -> int:
+    """Bytes of the RCA engine's evidence window: ``8 H M (M + 4)`` for H rows over M plants.
+
+    The window is allocated whole when the engine starts (rows' codes and per-hypothesis log
+    evidence, :class:`fedrca.rca.engine.RCAEngine`); the plants' detectors share what it leaves of
+    :data:`MEMORY_LIMIT` (:func:`plant_share`).
+
+    Examples
+    --------
+    >>> gib(rca_bytes(30, 4))
+    '0 MB'
+    >>> gib(rca_bytes(10_000_000, 4))
+    '2.6 GB'
+    """
+    return 8 * horizon * plants * (plants + 4)
+
+
+def plant_share(horizon: int, plants: int) -> int:
+    """Bytes each plant's detector and training may take: what the RCA's window leaves of the limit, shared.
+
+    The plants and the RCA run in one process (``replay``, ``evaluate``, ``run``, the demo), so their
+    terms together stay within :data:`MEMORY_LIMIT`.
+    """
+    return max(MEMORY_LIMIT - rca_bytes(horizon, plants), 0) // max(plants, 1)
 
 
 def whatif_bytes(steps: int, states: int, sensors: int) -> int:
