@@ -357,3 +357,20 @@ def test_the_separating_set_search_at_the_query_limit(ws):
     peak, bound = int(str(at["peak"])), peak_memory(0, graph_bytes(72, 1))
     print(f"peak {gib(peak)} <= bound {gib(bound)}")
     assert peak <= bound, (gib(peak), gib(bound))
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_train_on_the_most_synthetic_samples_memory_allows(ws, capsys):
+    """``train --synthetic --samples``: every plant's arrays over the generated rows at the limit."""
+    config = load_config(ws / "linear.yaml")
+
+    def need(n: int) -> int:
+        return sum(plant_bytes(n, len(p.sensors) + len(p.inputs), 1) for p in config.plants)
+
+    most = largest(MEMORY_LIMIT, need, 10**9)
+    base = ["train", "--config", str(ws / "linear.yaml"), "--synthetic", "linear_two_plant", "--rounds", "1",
+            "--quiet", "--out", str(ws / "ts")]  # fmt: skip
+    _refused([*base, "--samples", str(most + 1)], capsys, f"give at most {most}")
+    peak = _peak([*base, "--samples", str(most)], ws)
+    _check(peak, _data_bytes(ws / "linear.yaml"), need(most))

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_PRIVACY_WINDOW",
     "MAX_SEVERITY_LEVELS",
     "MAX_TOPIC_LENGTH",
+    "MAX_TRAINING_ROUNDS",
     "MEMORY_LIMIT",
     "TOPIC_CHARACTERS",
     "file_name_problem",
@@ -50,6 +51,10 @@ TOPIC_CHARACTERS = re.compile(r"^[A-Za-z0-9._-]+$")
 MAX_FILE_NAME = 255
 #: Most samples a plant's privacy window composes (the ledger keeps the published seqs of the window).
 MAX_PRIVACY_WINDOW = 10_000_000
+#: Most federated training rounds (``training.rounds``, ``train --rounds``): each round costs the same
+#: memory, so only run time grows; the privacy budget is split over the rounds, so 10^5 rounds of
+#: 10^-5 of it each already carry noise a thousand times a single release's
+MAX_TRAINING_ROUNDS = 100_000
 #: Most severity levels a plant publishes (k-ary randomized response over K levels).
 MAX_SEVERITY_LEVELS = 64
 #: Bytes the arrays a configuration's numbers imply may take beyond the data itself (model,
