@@ -1415,6 +1415,104 @@ OTHER_CASES = [
     ),
 ]
 
+RUN = "run --config {cfg} --broker kafka://127.0.0.1:9 --roles rca --data-dir {ws}/w"
+RUN_PLANTS = "run --config {cfg} --broker kafka://127.0.0.1:9 --roles plants --train {nominal} --data-dir {ws}/w"
+
+#: ``fedrca run`` refuses every number, path, name and broker before it touches the network (port 9 of
+#: the loopback has no broker: a case that reached it would hang, not pass).
+RUN_CASES = [
+    Case("run-batch-size-zero", RUN + " --batch-size 0", r"--batch-size: must be in 1\.\.524288 \(records per fetch"),
+    Case("run-batch-size-huge", RUN + " --batch-size 1000000000000", r"--batch-size: must be in 1\.\.524288"),
+    Case("run-batch-size-not-a-number", RUN + " --batch-size many", r"--batch-size: invalid int value"),
+    Case("run-batch-within-nan", RUN + " --batch-within nan", r"--batch-within: must be in 0\.001\.\.15 .* got nan"),
+    Case("run-batch-within-negative", RUN + " --batch-within -1", r"--batch-within: must be in 0\.001\.\.15"),
+    Case("run-batch-within-inf", RUN + " --batch-within inf", r"--batch-within: .* got inf"),
+    Case("run-session-timeout-huge", RUN + " --session-timeout 1e12", r"--session-timeout: must be in 6\.\.1800"),
+    Case("run-session-timeout-below-broker", RUN + " --session-timeout 1", r"group\.min/max\.session\.timeout\.ms"),
+    Case("run-metrics-port-too-large", RUN + " --metrics-port 70000", r"--metrics-port: must be in 0\.\.65535"),
+    Case("run-metrics-port-negative", RUN + " --metrics-port -1", r"--metrics-port: must be in 0\.\.65535"),
+    Case(
+        "run-allowed-lateness-huge",
+        RUN + " --allowed-lateness 1000000000000000",
+        r"--allowed-lateness: must be in 0\.\.\d+ \(samples; the RCA's state record",
+    ),
+    Case("run-allowed-lateness-negative", RUN + " --allowed-lateness -5", r"--allowed-lateness: must be in 0\.\."),
+    Case("run-plants-batch-size-huge", RUN_PLANTS + " --batch-size 1000000000000", r"--batch-size: must be in 1\.\."),
+    Case(
+        "run-horizon-beyond-a-kafka-record",
+        RUN.replace("{cfg}", "{ws}/bad.yaml"),
+        r"rca\.horizon: an evidence window of 100000 rows .* longer than .* Kafka record .* at most \d+",
+        setup=_config(lambda t: t + "\nrca: {horizon: 100000}\n"),
+    ),
+    Case("run-params-missing", RUN + " --params {ws}/nope", r"--params .*nope: no such artifact directory"),
+    Case("run-params-empty-folder", RUN + " --params {ws}/edited", r"holds no artifacts", setup=_mkdir("edited")),
+    Case(
+        "run-params-half-an-artifact",
+        RUN + " --params {ws}/edited",
+        r"plant2\.json has no plant2\.npz",
+        setup=_both(_copy("params", "edited"), _remove("edited/plant2.npz")),
+    ),
+    Case("run-train-missing", RUN_PLANTS.replace("{nominal}", "{ws}/nope.csv"), r"nope\.csv: no such file"),
+    Case("run-unknown-plant", RUN_PLANTS + " --plants plant9", r"--plants: unknown plant\(s\) \['plant9'\]"),
+    Case("run-unknown-role", RUN.replace("--roles rca", "--roles rca,cook"), r"unknown role\(s\) \['cook'\]"),
+    Case("run-broker-no-port", RUN.replace(":9 ", " "), r"--broker: .* must look like kafka://host:port"),
+    Case("run-broker-port-zero", RUN.replace(":9 ", ":0 "), r"port 1\.\.65535"),
+    Case("run-config-missing", RUN.replace("{cfg}", "{ws}/nope.yaml"), r"nope\.yaml"),
+    Case("run-worker-name-a-path", RUN + " --worker-name ../up", r"--worker-name: '\.\./up' names a folder"),
+    Case("run-worker-name-too-long", RUN + " --worker-name " + "w" * 300, r"--worker-name: the name makes the file"),
+]
+
+DEMO = "demo --out {ws}/demo"
+
+#: ``fedrca demo`` refuses every option before it trains (files) or simulates (``--source simulator``).
+DEMO_CASES = [
+    Case("demo-metrics-port-too-large", DEMO + " --metrics-port 70000", r"--metrics-port: must be in 0\.\.65535"),
+    Case("demo-metrics-port-negative", DEMO + " --metrics-port -1", r"--metrics-port: must be in 0\.\.65535"),
+    Case("demo-hold-nan", DEMO + " --hold nan", r"--hold: must be in 0\.\.604800 .* got nan"),
+    Case("demo-hold-negative", DEMO + " --hold -1", r"--hold: must be in 0\.\.604800"),
+    Case("demo-hold-huge", DEMO + " --hold 1e9", r"--hold: must be in 0\.\.604800"),
+    Case("demo-speed-zero", DEMO + " --speed x0", r"--speed: unknown replay speed 'x0'"),
+    Case("demo-speed-too-slow", DEMO + " --speed x0.00001", r"--speed: a speed of x1e-05 is outside x0\.001"),
+    Case("demo-hours-huge", DEMO + " --source simulator --hours 1e12", r"--hours: hours must be in \(0, 10000\]"),
+    Case("demo-hours-zero", DEMO + " --source simulator --hours 0", r"--hours: hours must be in \(0, 10000\]"),
+    Case("demo-hours-nan-with-files", DEMO + " --hours nan", r"--hours: hours must be in \(0, 10000\]"),
+    Case("demo-seed-negative", DEMO + " --source simulator --seed -1", r"--seed: seed must be an integer in 0\.\."),
+    Case(
+        "demo-idv-after-the-run",
+        DEMO + " --source simulator --idv 4@9",
+        r"--idv: IDV 4 starts at 9 h, after the 8 h run",
+    ),
+    Case("demo-idv-unknown", DEMO + " --source simulator --idv 99", r"--idv: IDV 99 does not exist"),
+    Case("demo-idv-not-a-disturbance", DEMO + " --idv four", r"--idv: 'four' is not a disturbance"),
+    Case("demo-data-dir-missing", DEMO + " --data-dir {ws}/nope", r"d00\.dat: no such file; --data-dir must hold"),
+    Case("demo-config-not-tep", DEMO + " --config {cfg}", r"--config: the demo replays the TEP files"),
+]
+
+R2K = "replay-to-kafka --config {cfg} --input {test} --broker kafka://127.0.0.1:9"
+
+#: ``fedrca replay-to-kafka`` checks the row range against the file and the speed before the broker.
+REPLAY_TO_KAFKA_CASES = [
+    Case("replay-to-kafka-start-negative", R2K + " --start -1", r"--start: must be in 0\.\.299 .* 300 rows\), got -1"),
+    Case("replay-to-kafka-start-past-the-end", R2K + " --start 300", r"--start: must be in 0\.\.299"),
+    Case("replay-to-kafka-start-huge", R2K + " --start 1000000000000", r"--start: must be in 0\.\.299"),
+    Case("replay-to-kafka-stop-past-the-end", R2K + " --stop 301", r"--stop: must be in 1\.\.300"),
+    Case("replay-to-kafka-stop-before-start", R2K + " --start 10 --stop 5", r"--stop: must be in 11\.\.300"),
+    Case("replay-to-kafka-empty-range", R2K + " --start 10 --stop 10", r"--stop: must be in 11\.\.300 .* got 10"),
+    Case("replay-to-kafka-speed-too-slow", R2K + " --speed x0.00001", r"--speed: a speed of x1e-05 is outside"),
+    Case("replay-to-kafka-speed-too-fast", R2K + " --speed x99999999999", r"--speed: a speed of x1e\+11 is outside"),
+    Case("replay-to-kafka-speed-overflows", R2K + " --speed x" + "9" * 400, r"--speed: a speed of xinf is outside"),
+    Case("replay-to-kafka-input-missing", R2K.replace("{test}", "{ws}/nope.csv"), r"nope\.csv"),
+    Case(
+        "replay-to-kafka-input-fifo",
+        R2K.replace("{test}", "{ws}/pipe"),
+        r"--input .*pipe is a FIFO",
+        setup=_fifo("pipe"),
+    ),
+    Case("replay-to-kafka-config-missing", R2K.replace("{cfg}", "{ws}/nope.yaml"), r"nope\.yaml"),
+    Case("replay-to-kafka-broker-no-port", R2K.replace(":9", ""), r"must look like kafka://host:port"),
+    Case("replay-to-kafka-broker-bad-host", R2K.replace("127.0.0.1", "a/b"), r"must look like kafka://host:port"),
+]
+
 ALL_CASES = [
     *CASES,
     *WHATIF_CASES,
@@ -1425,6 +1523,9 @@ ALL_CASES = [
     *EVALUATE_CASES,
     *REPLAY_CASES,
     *PUBLISH_CASES,
+    *RUN_CASES,
+    *DEMO_CASES,
+    *REPLAY_TO_KAFKA_CASES,
     *OTHER_CASES,
 ]
 
@@ -1493,6 +1594,8 @@ def _argv(case: Case, ws: Path) -> list[str]:
 
 #: The commands issue 25 names: at least 20 hostile cases each.
 NEWER = ("whatif", "graph", "fleet", "simulate", "train", "evaluate", "publish-params", "replay")
+#: The commands of the live system besides publish-params (refused before the network): at least 12 each.
+KAFKA_SIDE = ("run", "demo", "replay-to-kafka")
 
 
 def test_the_suite_is_large_enough():
@@ -1504,13 +1607,15 @@ def test_the_suite_is_large_enough():
 
 
 def test_every_command_has_hostile_cases():
-    """Issue 25: every sub-command of ``fedrca --help`` is covered; the newer ones by at least 20 cases each."""
+    """Issue 25: every sub-command of ``fedrca --help`` is covered; the newer ones by at least 20 cases each, the
+    live system's run, demo and replay-to-kafka by at least 12."""
     from fedrca.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     per_command = {name: sum(c.argv.split()[0] == name for c in ALL_CASES) for name in sub.choices}
     assert all(per_command.values()), {k: v for k, v in per_command.items() if not v}
     assert all(per_command[name] >= 20 for name in NEWER), {k: per_command[k] for k in NEWER}
+    assert all(per_command[name] >= 12 for name in KAFKA_SIDE), {k: per_command[k] for k in KAFKA_SIDE}
 
 
 def _run(argv: list[str]) -> int:

@@ -13,6 +13,7 @@ the ones bounded by the memory limit itself (about a gigabyte each).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -22,14 +23,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from kafka.errors import KafkaError
 
 from fedrca.causal.fedpc import MAX_QUERIES, layer_size
 from fedrca.cli import main
 from fedrca.cli.graph import g_square_bytes, graph_bytes, graph_variables
+from fedrca.cli.params import load_params
 from fedrca.config import load_config
 from fedrca.config.limits import (
     BASE_MEMORY,
+    MAX_BATCH_SIZE,
+    MAX_KAFKA_RECORD,
     MEMORY_LIMIT,
+    demo_bytes,
     fleet_bytes,
     gib,
     largest,
@@ -37,9 +43,19 @@ from fedrca.config.limits import (
     plant_bytes,
     plant_share,
     rca_bytes,
+    rca_record_room,
+    rca_state_bytes,
+    replay_to_kafka_bytes,
+    stream_bytes,
     whatif_bytes,
 )
+from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
+from fedrca.contracts import FlagMessage, encode_flags, encode_published_artifact
 from fedrca.datasets import linear_multiplant
+from fedrca.datasets.loader import load_frame
+from fedrca.datasets.tep import TEP_FAULT_ROOTS
+from tests.kafka_broker import unique_name, wait_until
+from tests.streams.workers import consumed_everything
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -302,6 +318,140 @@ def test_graph_at_the_deepest_layer_the_query_limit_allows(ws, capsys):
     _check(peak, _data_bytes(data, ws / "dense.yaml"), graph_bytes(40, 2))
 
 
+# -- the live system's commands: real workers against the real broker -------------------------
+
+
+def _site(ws: Path, name: str, base: str = "linear.yaml") -> Path:
+    """A copy of the configuration ``base`` under a fresh site name (fresh topics and consumer groups)."""
+    lines = [f"site: {name}" if line.startswith("site:") else line for line in (ws / base).read_text().splitlines()]
+    path = ws / f"{name}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.kafka
+def test_replay_to_kafka_of_a_whole_file(ws, capsys, kafka_broker):
+    """replay-to-kafka at its largest row range (the whole file; one row more is refused) within its bound."""
+    data = linear_multiplant(n_samples=5000, seed=5)
+    csv = ws / "replay5000.csv"
+    pd.DataFrame(data.Y, columns=data.columns()).to_csv(csv, index=False)
+    config = _site(ws, unique_name("r2k"))
+    base = ["replay-to-kafka", "--config", str(config), "--input", str(csv), "--broker", kafka_broker.url]
+    _refused([*base, "--stop", "5001"], capsys, "--stop: must be in 1..5000")
+    peak = _peak([*base, "--start", "0", "--stop", "5000", "--speed", "asap"], ws)
+    _check(peak, _data_bytes(csv, config), replay_to_kafka_bytes())
+
+
+@pytest.mark.kafka
+def test_publish_params_of_a_training_run(ws, kafka_broker):
+    """publish-params reads, verifies and sends every artifact: its data (the artifacts, each at most one
+    Kafka record) bound it."""
+    config = _site(ws, unique_name("pub"), base="inputs.yaml")
+    params = [*(ws / "wparams").glob("*.npz"), *(ws / "wparams").glob("*.json")]
+    peak = _peak(["publish-params", "--config", str(config), "--params", str(ws / "wparams"), "--broker",
+                  kafka_broker.url], ws)  # fmt: skip
+    _check(peak, _data_bytes(config, *params), 0)
+
+
+def _vm_hwm(pid: int) -> int:
+    """A running process's peak resident memory (``VmHWM`` of /proc/<pid>/status), bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+@pytest.mark.kafka
+def test_run_rca_worker_at_its_largest_lateness_and_batch(ws, capsys, kafka_broker, tmp_path):
+    """An RCA worker at the largest accepted ``--allowed-lateness`` (its pending rows fill the state record it
+    writes to Kafka after every batch) and ``--batch-size``: the record fits, the peak stays within its bound.
+
+    One plant's flags only reach the RCA, so every row waits the whole lateness for the other plant: the
+    aligner holds L + 1 pending rows, the most the worker ever holds.
+    """
+    name = unique_name("run")
+    config_path = _site(ws, name)
+    config = load_config(config_path)
+    plants, horizon = config.plant_names, config.rca.horizon
+    most = (rca_record_room() - rca_state_bytes(plants, 0, horizon)) // (
+        rca_state_bytes(plants, 1, 0) - rca_state_bytes(plants, 0, 0)
+    )
+    base = ["run", "--config", str(config_path), "--broker", kafka_broker.url, "--roles", "rca", "--data-dir",
+            str(tmp_path / "w"), "--batch-size", str(MAX_BATCH_SIZE), "--session-timeout", "6"]  # fmt: skip
+    _refused([*base, "--allowed-lateness", str(most + 1)], capsys, f"--allowed-lateness: must be in 0..{most} ")
+    _refused([*base, "--allowed-lateness", str(most), "--batch-size", str(MAX_BATCH_SIZE + 1)], capsys,
+             f"--batch-size: must be in 1..{MAX_BATCH_SIZE} ")  # fmt: skip
+    argv = [*base, "--allowed-lateness", str(most)]
+    ensure_site_topics(kafka_broker.bootstrap, config)  # the flags are sent while the worker starts
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen([sys.executable, "-m", "fedrca.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
+                                  cwd=ws)  # fmt: skip
+    try:
+        rows = most + 50  # the first 50 rows leave the aligner judged without plant2; `most` stay pending
+        flags = [FlagMessage(name, plants[0], float(seq), seq, 0, 0, math.inf, "v0") for seq in range(rows)]
+        with KafkaSink(kafka_broker.bootstrap, config) as sink:
+            for value in encode_flags(flags):
+                sink.send_raw(config.topic("flags"), plants[0].encode(), value)
+        group, topic = f"fedrca-{name}-rca", config.topic("flags")
+
+        def caught_up() -> bool:
+            assert worker.poll() is None, log.read_text()[-3000:]
+            try:
+                return consumed_everything(kafka_broker.bootstrap, group, topic)
+            except KafkaError:  # no group coordinator yet: the worker is still joining
+                return False
+
+        wait_until(caught_up, 120, "the RCA worker to consume every flag", interval=0.5)
+        peak = _vm_hwm(worker.pid)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    records = list(read_topic(kafka_broker.bootstrap, config.topic("rca_state"), timeout=30))
+    assert records, log.read_text()[-3000:]
+    state = json.loads(records[-1].value)["state"]
+    pending = len(state["aligner"]["buffer"])
+    print(f"RCA state record {len(records[-1].value):,} B with {pending} pending rows (room {rca_record_room():,} B)")
+    assert most <= pending <= most + 1 and len(records[-1].value) <= MAX_KAFKA_RECORD
+    term = stream_bytes(len(plants), 0, MAX_BATCH_SIZE, most, config.privacy.window, horizon)
+    _check(peak, _data_bytes(config_path), term)
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_demo_on_every_bundled_file(ws, capsys):
+    """The demo replays every bundled file (its largest data); the report keeps every run (``demo_bytes``)."""
+    _refused(["demo", "--hours", "10000.5", "--out", str(ws / "demo")], capsys, "--hours: hours must be in (0, 10000]")
+    peak = _peak(["demo", "--speed", "asap", "--metrics-port", "0", "--out", str(ws / "demo")], ws)
+    config = load_config(REPO / "config/tep.yaml")
+    tep = REPO / "data" / "tep"
+    replayed = [tep / "d00_te.dat", *(tep / f"d{f}_te.dat" for f in TEP_FAULT_ROOTS)]
+    rows = sum(len(load_frame(config, path)) for path in replayed)
+    fits = sum(plant_bytes(500, len(p.sensors) + len(p.inputs), 1) for p in config.plants)
+    _check(peak, _data_bytes(tep / "d00.dat", *replayed), demo_bytes(rows, len(config.plants)) + fits)
+
+
+def _wide_plant(ws: Path, sensors: int) -> tuple[Path, Path]:
+    """One plant of ``sensors`` columns (a random walk of two states seen in noise), trained for one round."""
+    rng = np.random.default_rng(sensors)
+    columns = [f"w.y{j}" for j in range(sensors)]
+    states = rng.normal(size=(800, 2)).cumsum(axis=0) * 0.01
+    csv, config, params = ws / f"wide{sensors}.csv", ws / f"wide{sensors}.yaml", ws / f"wide{sensors}"
+    pd.DataFrame(states @ rng.normal(size=(2, sensors)) + rng.normal(size=(800, sensors)), columns=columns).to_csv(
+        csv, index=False
+    )
+    site = {
+        "site": unique_name("wide"),
+        "dataset": {"format": "csv", "columns": columns},
+        "plants": [{"name": "w", "sensors": columns}],
+        "privacy": {"flag_epsilon": ".inf"},
+    }
+    config.write_text(yaml.safe_dump(site).replace("'.inf'", ".inf"))
+    argv = ["train", "--config", str(config), "--data", str(csv), "--rounds", "1", "--quiet", "--out", str(params)]
+    assert main(argv) == 0
+    return config, params
+
+
 @pytest.mark.slow
 @pytest.mark.exhaustive
 def test_graph_refuses_the_layer_over_the_query_limit(ws, capsys):
@@ -374,3 +524,19 @@ def test_train_on_the_most_synthetic_samples_memory_allows(ws, capsys):
     _refused([*base, "--samples", str(most + 1)], capsys, f"give at most {most}")
     peak = _peak([*base, "--samples", str(most)], ws)
     _check(peak, _data_bytes(ws / "linear.yaml"), need(most))
+
+
+@pytest.mark.kafka
+def test_publish_params_at_the_largest_artifact_a_record_holds(ws, capsys, kafka_broker):
+    """A plant's artifact grows with the square of its sensors (the scorer's whitening): 270 sensors make a record
+    just under Kafka's 1 MiB, which publish-params sends; 290 sensors make one over it, refused before the broker."""
+    config, params = _wide_plant(ws, 290)
+    _refused(["publish-params", "--config", str(config), "--params", str(params), "--broker", kafka_broker.url],
+             capsys, "a Kafka record holds at most 1,048,576")  # fmt: skip
+    config, params = _wide_plant(ws, 270)
+    sizes = [len(encode_published_artifact(a)) for a in load_params(params).values()]
+    assert 0.85 * MAX_KAFKA_RECORD < max(sizes) <= MAX_KAFKA_RECORD, sizes
+    peak = _peak(["publish-params", "--config", str(config), "--params", str(params), "--broker", kafka_broker.url],
+                 ws)  # fmt: skip
+    artifacts = [*params.glob("*.npz"), *params.glob("*.json")]
+    _check(peak, _data_bytes(config, *artifacts), 0)

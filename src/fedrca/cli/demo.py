@@ -32,6 +32,7 @@ from fedrca.cli.report import write_report
 from fedrca.cli.site import site_runtime
 from fedrca.cli.training import train_site
 from fedrca.config import load_config
+from fedrca.config.limits import MAX_HOLD_SECONDS, MAX_PORT, MEMORY_LIMIT, check_range, demo_bytes, gib, largest
 from fedrca.connectors.replay import Pacer
 from fedrca.connectors.simulator import SimulationSpec, TEPSimulator, cached_run, parse_disturbance
 from fedrca.contracts import Verdict
@@ -157,8 +158,33 @@ def _index(out: Path, rows: list[dict[str, Any]]) -> Path:
     return write_file(out / "index.html", page)
 
 
+def check_demo_options(args: argparse.Namespace) -> SimulationSpec:
+    """Refuse every number of ``fedrca demo`` outside its bound before any work (whatever ``--source``).
+
+    The port, the hold, the replay speed and the simulated run (``--hours``, ``--seed``, ``--idv``:
+    :class:`~fedrca.connectors.simulator.SimulationSpec`, its samples within the memory the demo
+    keeps of a run, :func:`~fedrca.config.limits.demo_bytes`). Returns the simulated run's spec.
+    """
+    check_range("--metrics-port", args.metrics_port, 0, MAX_PORT, "a TCP port; 0 = any free one")
+    check_range("--hold", args.hold, 0, MAX_HOLD_SECONDS, "seconds /metrics is served at the end; Ctrl-C ends it")
+    Pacer.from_spec(args.speed)
+    disturbance = parse_disturbance(args.idv)
+    spec = SimulationSpec(hours=args.hours, seed=args.seed, disturbances=(disturbance,))
+    plants = 5  # the TEP plants of config/tep.yaml and config/tep-sim.yaml
+    if demo_bytes(spec.n_samples, plants) > MEMORY_LIMIT:
+        most = largest(MEMORY_LIMIT, lambda n: demo_bytes(n, plants), spec.n_samples)
+        raise ConfigError(
+            f"a run of {spec.n_samples} samples needs about {gib(demo_bytes(spec.n_samples, plants))} for the demo's "
+            f"report, over the {gib(MEMORY_LIMIT)} limit (docs/limits.md): give at most "
+            f"{most * spec.sample_seconds / 3600:g} hours",
+            key="--hours",
+        )
+    return spec
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """The demo (see the module docstring); returns the exit code."""
+    check_demo_options(args)
     if args.source == "simulator":
         return run_simulator_demo(args)
     started = time.perf_counter()
@@ -261,8 +287,8 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     config = load_config(args.config or bundled_config("tep-sim.yaml"))
     if config.dataset.format != "tep":
         raise ConfigError("the simulator makes TEP samples: use config/tep-sim.yaml", key="--config")
-    disturbance = parse_disturbance(args.idv)
-    spec = SimulationSpec(hours=args.hours, seed=args.seed, disturbances=(disturbance,))
+    spec = check_demo_options(args)
+    disturbance = spec.disturbances[0]
     onset = round(disturbance.onset_h * 3600 / spec.sample_seconds)  # row k holds the plant at (k + 1) * 3 min
     if onset >= spec.n_samples:
         raise ConfigError(

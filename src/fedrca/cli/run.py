@@ -14,6 +14,23 @@ from fedrca.cli.outputs import Outputs, staged_folder
 from fedrca.cli.params import load_params
 from fedrca.cli.site import plant_runtime, rca_runtime, site_runtime
 from fedrca.config import SiteConfig, load_config, resolve_plants
+from fedrca.config.limits import (
+    KAFKA_REQUEST_TIMEOUT,
+    MAX_BATCH_SIZE,
+    MAX_PORT,
+    MAX_SESSION_TIMEOUT,
+    MEMORY_LIMIT,
+    MIN_SESSION_TIMEOUT,
+    TOPIC_CHARACTERS,
+    artifact_record_problem,
+    check_range,
+    file_name_problem,
+    gib,
+    largest,
+    rca_record_room,
+    rca_state_bytes,
+    stream_bytes,
+)
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaOptions, KafkaSink, bootstrap_of, ensure_site_topics, read_topic
 from fedrca.connectors.names import SiteNames
@@ -25,7 +42,8 @@ from fedrca.contracts import (
     save_artifact,
 )
 from fedrca.datasets.loader import load_dataset
-from fedrca.exceptions import ConfigError, FedrcaError
+from fedrca.datasets.text import check_file
+from fedrca.exceptions import ArtifactError, ConfigError, FedrcaError
 from fedrca.streams.runtime import RuntimeSettings
 
 __all__ = ["register"]
@@ -54,6 +72,12 @@ def _run(args: argparse.Namespace) -> int:
             "published on the params topic)"
         )
     served = _served_plants(config, args.plants)
+    check_run_options(args, config, roles, served)
+    if args.train is not None and "plants" in roles:
+        check_file(args.train, "nominal data (--train)")
+    if args.params is not None:
+        # the artifacts before the broker: a wrong folder is refused at once, not after connecting
+        load_params(args.params, config, plants=served if "rca" not in roles else None)
     needed = SiteNames(config)
     ensure_site_topics(
         bootstrap,
@@ -121,6 +145,64 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple[str, ...], served: list[str]) -> None:
+    """Refuse every number of ``fedrca run`` outside its bound before the worker touches the network.
+
+    The bounds come from the transport and memory (docs/limits.md): a batch at most what one
+    fetch can return, a session timeout the broker's group coordinator accepts, a fetch wait
+    below the clients' request timeout, a port, the RCA's state record (pending rows of the
+    allowed lateness and the evidence window) within one Kafka record, and the worker's
+    streaming state (:func:`~fedrca.config.limits.stream_bytes`) within the memory limit.
+    """
+    name = args.worker_name
+    if not TOPIC_CHARACTERS.match(name) or name in (".", ".."):
+        raise ConfigError(
+            f"'{name}' names a folder under --data-dir and the worker's Kafka client ids: give letters, digits, "
+            "'.', '_' or '-'",
+            key="--worker-name",
+        )
+    problem = file_name_problem(name)
+    if problem is not None:
+        raise ConfigError(f"the name {problem}", key="--worker-name")
+    check_range("--batch-size", args.batch_size, 1, MAX_BATCH_SIZE, "records per fetch; one fetch returns at most "
+                f"{MAX_BATCH_SIZE:,} of fedrca's smallest records")  # fmt: skip
+    check_range("--batch-within", args.batch_within, 0.001, KAFKA_REQUEST_TIMEOUT / 2,
+                "seconds a fetch waits, 1 ms resolution, well below the clients' 30 s request timeout")  # fmt: skip
+    check_range("--session-timeout", args.session_timeout, MIN_SESSION_TIMEOUT, MAX_SESSION_TIMEOUT,
+                "seconds; the broker's group.min/max.session.timeout.ms")  # fmt: skip
+    if args.metrics_port is not None:
+        check_range("--metrics-port", args.metrics_port, 0, MAX_PORT, "a TCP port; 0 = any free one")
+    plants = config.plant_names
+    room, horizon = rca_record_room(), config.rca.horizon if "rca" in roles else 0
+    row = rca_state_bytes(plants, 1, 0) - rca_state_bytes(plants, 0, 0)
+    if "rca" in roles and rca_state_bytes(plants, 0, horizon) > room:
+        fits = largest(room, lambda h: rca_state_bytes(plants, 0, h), horizon)
+        raise ConfigError(
+            f"an evidence window of {horizon} rows over {len(plants)} plants makes the RCA's state record longer "
+            f"than its {room:,} bytes of a Kafka record (docs/limits.md): set it to at most {fits}",
+            source=config.source,
+            key="rca.horizon",
+        )
+    most = (room - rca_state_bytes(plants, 0, horizon)) // row
+    check_range("--allowed-lateness", args.allowed_lateness, 0, most,
+                f"samples; the RCA's state record holds the pending rows, {row} bytes each, in at most "
+                f"{room:,} bytes of a Kafka record")  # fmt: skip
+    windows = len(served) if "plants" in roles else 0
+
+    def need(batch: int) -> int:
+        return stream_bytes(len(plants), windows, batch, args.allowed_lateness, config.privacy.window,
+                            config.rca.horizon if "rca" in roles else 0)  # fmt: skip
+
+    if need(args.batch_size) > MEMORY_LIMIT:
+        fits = largest(MEMORY_LIMIT, need, args.batch_size)
+        fix = f"give --batch-size at most {fits}" if fits else "serve fewer plants per worker (--plants)"
+        raise ConfigError(
+            f"the worker's streaming state needs about {gib(need(args.batch_size))}, over the {gib(MEMORY_LIMIT)} "
+            f"limit (docs/limits.md): {fix}",
+            key="--batch-size",
+        )
+
+
 def _served_plants(config: SiteConfig, text: str | None) -> list[str]:
     """The plants of ``--plants`` (all when not given)."""
     if not text:
@@ -142,6 +224,11 @@ def _replay_to_kafka(args: argparse.Namespace) -> int:
     dataset = load_dataset(config.dataset, args.input, labels_path=args.labels)
     # plants given by match rules take the file's columns
     config = resolve_plants(config, dataset.columns)
+    rows = dataset.rows
+    stop = rows if args.stop is None else args.stop
+    check_range("--start", args.start, 0, rows - 1, f"the first row; {args.input} has {rows} rows")
+    check_range("--stop", stop, args.start + 1, rows, f"the row after the last, after --start {args.start}; "
+                f"{args.input} has {rows} rows")  # fmt: skip
     options = KafkaOptions.from_settings(config.kafka)
     sensors = [config.topic("sensors", plant=p) for p in config.plant_names]
     ensure_site_topics(bootstrap, config, options=options, only=sensors)
@@ -156,7 +243,7 @@ def _replay_to_kafka(args: argparse.Namespace) -> int:
             site=config.site,
             pacer=pacer,
             start=args.start,
-            stop=args.stop,
+            stop=stop,
             progress=replay.progress_printer("replay-to-kafka"),
         )
     finally:
@@ -205,13 +292,18 @@ def _publish_params(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     bootstrap = bootstrap_of(args.broker)
     artifacts = load_params(args.params, config)
+    records = {plant: encode_published_artifact(artifact) for plant, artifact in artifacts.items()}
+    for plant, record in records.items():
+        problem = artifact_record_problem(f"{plant} of {args.params}", len(record))
+        if problem is not None:
+            raise ArtifactError(f"--params: {problem}")
     options = KafkaOptions.from_settings(config.kafka)
     topic = config.topic("params")
     ensure_site_topics(bootstrap, config, options=options, only=[topic])
     with KafkaSink(bootstrap, config, options=options) as sink:
         for plant, artifact in artifacts.items():
             # Keyed by plant on a compacted topic: the broker keeps the newest artifact of each plant.
-            sink.send_raw(topic, plant.encode(), encode_published_artifact(artifact))
+            sink.send_raw(topic, plant.encode(), records[plant])
             print(f"published {plant} {artifact.version} ({artifact.manifest.get('sha256', '')[:12]}) to {topic}")
     return 0
 

@@ -18,18 +18,35 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+from fedrca.exceptions import ConfigError
 
 __all__ = [
     "BASE_MEMORY",
     "DATA_MEMORY_FACTOR",
+    "KAFKA_REQUEST_TIMEOUT",
+    "MAX_BATCH_SIZE",
+    "MAX_FETCH_BYTES",
     "MAX_FILE_NAME",
+    "MAX_HOLD_SECONDS",
+    "MAX_KAFKA_RECORD",
+    "MAX_PORT",
     "MAX_PRIVACY_WINDOW",
+    "MAX_SESSION_TIMEOUT",
     "MAX_SEVERITY_LEVELS",
+    "MAX_SPEED",
     "MAX_TOPIC_LENGTH",
     "MAX_TRAINING_ROUNDS",
     "MEMORY_LIMIT",
+    "MIN_RECORD_BYTES",
+    "MIN_SESSION_TIMEOUT",
+    "MIN_SPEED",
     "TOPIC_CHARACTERS",
+    "artifact_record_problem",
+    "batch_bytes",
+    "check_range",
+    "demo_bytes",
     "file_name_problem",
     "fleet_bytes",
     "gib",
@@ -39,7 +56,11 @@ __all__ = [
     "plant_bytes",
     "plant_share",
     "rca_bytes",
+    "rca_record_room",
+    "rca_state_bytes",
     "render_topic",
+    "replay_to_kafka_bytes",
+    "stream_bytes",
     "whatif_bytes",
 ]
 
@@ -49,8 +70,18 @@ MAX_TOPIC_LENGTH = 249
 TOPIC_CHARACTERS = re.compile(r"^[A-Za-z0-9._-]+$")
 #: Longest file name on the file systems fedrca writes to (ext4, xfs, tmpfs: 255 bytes).
 MAX_FILE_NAME = 255
-#: Most samples a plant's privacy window composes (the ledger keeps the published seqs of the window).
-MAX_PRIVACY_WINDOW = 10_000_000
+#: Largest record a Kafka producer sends and a broker stores by default (``max.request.size``,
+#: ``message.max.bytes``: 1 MiB). A worker writes its state as one record with every batch, and
+#: ``publish-params`` an artifact as one record: both must fit it.
+MAX_KAFKA_RECORD = 1 << 20
+#: JSON bytes a published sample takes in a plant's state record (its seq in the privacy window,
+#: ``[[seq],bits],`` of a batch of one: a 19-digit seq and the framing).
+WINDOW_SEQ_BYTES = 26
+#: Most samples a plant's privacy window composes: the ledger keeps the seq of every sample published
+#: in the window (:class:`fedrca.training.ledger.FlagWindow`, about 400 bytes each in memory) and
+#: writes them with the plant's state record after every batch: half a Kafka record (the other
+#: half for the detector's state) holds about 20,000 (docs/limits.md).
+MAX_PRIVACY_WINDOW = 20_000
 #: Most federated training rounds (``training.rounds``, ``train --rounds``): each round costs the same
 #: memory, so only run time grows; the privacy budget is split over the rounds, so 10^5 rounds of
 #: 10^-5 of it each already carry noise a thousand times a single release's
@@ -62,6 +93,32 @@ MAX_SEVERITY_LEVELS = 64
 #: largest value that fits (docs/limits.md gives each command's formula).
 MEMORY_LIMIT = 1 << 30
 
+
+#: Largest TCP port a server binds (0 = any free port).
+MAX_PORT = 65_535
+#: Most bytes one consumer fetch returns (``fetch.max.bytes``, the Kafka clients' default 50 MiB).
+MAX_FETCH_BYTES = 50 << 20
+#: The smallest fedrca record with its Kafka framing: a flag (85 bytes of JSON) in a record batch.
+MIN_RECORD_BYTES = 100
+#: Most records one fetch can return (:data:`MAX_FETCH_BYTES` of the smallest records): a larger
+#: ``--batch-size`` is never filled.
+MAX_BATCH_SIZE = MAX_FETCH_BYTES // MIN_RECORD_BYTES
+#: Session timeouts (seconds) a broker's group coordinator accepts by default
+#: (``group.min.session.timeout.ms`` 6 s, ``group.max.session.timeout.ms`` 30 min): a worker
+#: outside them is refused when it joins its consumer group.
+MIN_SESSION_TIMEOUT, MAX_SESSION_TIMEOUT = 6.0, 1800.0
+#: Seconds a client request may take (:class:`fedrca.streams.loop.LoopSettings`): a fetch that
+#: waits longer for records times out instead of returning.
+KAFKA_REQUEST_TIMEOUT = 30.0
+#: Replay speeds (``xN``): slower than 1/1000 of real time a 3-minute sample waits two days; faster
+#: than 10^9 is ``asap``.
+MIN_SPEED, MAX_SPEED = 1e-3, 1e9
+#: Longest ``demo --hold`` (a week; Ctrl-C ends it earlier).
+MAX_HOLD_SECONDS = 7 * 86_400.0
+#: The verdict ids an RCA worker remembers (:class:`fedrca.streams.rca_stage.RCAStage`) share its
+#: state record with the aligner's pending rows and the engine's evidence; this much of the
+#: record is left to them.
+_RCA_RECORD_RESERVE = 1 << 18
 
 #: Peak memory of any command before its data and parameters: the interpreter, numpy, scipy, pandas,
 #: pydantic, matplotlib and a report's figures (measured 190-240 MB; docs/limits.md).
@@ -228,6 +285,130 @@ def whatif_bytes(steps: int, states: int, sensors: int) -> int:
     '512 MB'
     """
     return 256 * steps * (states + sensors)
+
+
+def batch_bytes(batch_size: int) -> int:
+    """Bytes a worker's batch of ``batch_size`` records holds until it commits: ``1000 B + 50 MiB``.
+
+    Per record the client's record object, the decoded message and its outputs (about 1 kB); the
+    records' values together at most one fetch (:data:`MAX_FETCH_BYTES`).
+
+    Examples
+    --------
+    >>> gib(batch_bytes(2000)), gib(batch_bytes(MAX_BATCH_SIZE))
+    ('54 MB', '577 MB')
+    """
+    return 1000 * batch_size + MAX_FETCH_BYTES
+
+
+def stream_bytes(plants: int, served: int, batch_size: int, lateness: int, window: int, horizon: int) -> int:
+    """Bytes a ``fedrca run`` worker's streaming state takes beyond its plants' detectors (docs/limits.md).
+
+    ``batch_bytes(B) + (L + 1)(400 + 250 M) + 400 P W + 8 H M (M + 4) + 10^4 (120 + M) + 1.2 10^7``
+    for a batch of B records, L samples of allowed lateness over M plants (the aligner's pending
+    rows), P served plants' privacy windows of W samples (a seq and its array per published
+    sample), the RCA's H rows of evidence, the aligner's memory of 10,000 released rows and the
+    100,000 verdict ids the RCA remembers.
+
+    Examples
+    --------
+    >>> gib(stream_bytes(5, 5, 2000, 1000, 3600, 30))
+    '77 MB'
+    """
+    M, P, L, W, H = plants, served, lateness, window, horizon
+    return (
+        batch_bytes(batch_size)
+        + (L + 1) * (400 + 250 * M)
+        + 400 * P * W
+        + 8 * H * M * (M + 4)
+        + 10_000 * (120 + M)
+        + 12_000_000
+    )
+
+
+def rca_state_bytes(plants: Sequence[str], lateness: int, horizon: int) -> int:
+    """JSON bytes of an RCA worker's state record (written to Kafka with every batch) but its verdict ids.
+
+    ``L (64 + sum(2 len(p) + 16)) + H (24 + 2 M) + 14,200 M + 1,000``: the aligner's pending rows
+    (at most L + 1: a seq key, each plant's bits and level, the row's time), the engine's H rows
+    of flag codes, the aligner's memory of 10,000 released rows (zlib and base64, at worst 4/3 of
+    a byte per plant and row) and the engine's per-plant statistics. At most
+    ``MAX_KAFKA_RECORD - 256 KiB`` (the rest for the verdict ids): ``fedrca run`` refuses a longer
+    ``--allowed-lateness`` or ``rca.horizon``.
+
+    Examples
+    --------
+    >>> rca_state_bytes(["reactor", "separator"], 1000, 30)
+    158240
+    """
+    M = len(plants)
+    row = 64 + sum(2 * len(p) + 16 for p in plants)
+    return lateness * row + horizon * (24 + 2 * M) + 14_200 * M + 1_000
+
+
+def rca_record_room() -> int:
+    """Bytes of the RCA's state record :func:`rca_state_bytes` may take (a Kafka record less the verdict ids)."""
+    return MAX_KAFKA_RECORD - _RCA_RECORD_RESERVE
+
+
+def demo_bytes(samples: int, plants: int) -> int:
+    """Bytes ``fedrca demo`` keeps of one replayed run: ``1000 T M`` for T samples of M plants.
+
+    Every flag message (about 230 bytes), the plants' scores and flags per sample, the report's
+    curves (the operator report keeps the whole run).
+
+    Examples
+    --------
+    >>> gib(demo_bytes(200_000, 5))
+    '1.0 GB'
+    """
+    return 1000 * samples * plants
+
+
+def replay_to_kafka_bytes(pending: int = 8 << 20) -> int:
+    """Bytes ``replay-to-kafka`` holds beyond the file: ``4 x`` the sink's unacknowledged bytes.
+
+    The messages waiting for the broker's acknowledgement (:class:`fedrca.connectors.kafka.KafkaSink`,
+    8 MiB), their futures and the producer's buffers.
+
+    Examples
+    --------
+    >>> gib(replay_to_kafka_bytes())
+    '34 MB'
+    """
+    return 4 * pending
+
+
+def artifact_record_problem(name: str, size: int) -> str | None:
+    """What is wrong with publishing artifact ``name`` as a Kafka record of ``size`` bytes (None: it fits)."""
+    if size > MAX_KAFKA_RECORD:
+        return (
+            f"the artifact {name} makes a record of {size:,} bytes; a Kafka record holds at most "
+            f"{MAX_KAFKA_RECORD:,} (max.message.bytes): train it with fewer features (augmentation.n_features, "
+            "training.server_n_features) or fewer sensors per plant"
+        )
+    return None
+
+
+def check_range(option: str, value: float, low: float, high: float, why: str) -> None:
+    """Refuse ``value`` of ``option`` outside ``low..high`` (NaN and infinities too), naming ``why`` the bound holds.
+
+    Raises
+    ------
+    ConfigError
+        ``--option: must be in low..high (why), got value``.
+
+    Examples
+    --------
+    >>> try:
+    ...     check_range("--batch-size", 0, 1, 10, "records per fetch")
+    ... except ConfigError as exc:
+    ...     print(exc)
+    --batch-size: must be in 1..10 (records per fetch), got 0
+    """
+    if not (math.isfinite(value) and low <= value <= high):
+        shown = value if isinstance(value, int) else f"{value:g}"
+        raise ConfigError(f"must be in {low:g}..{high:g} ({why}), got {shown}", key=option)
 
 
 def largest(limit: int, size: Callable[[int], int], cap: int) -> int:

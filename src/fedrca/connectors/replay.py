@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fedrca.config import ColumnMatch, group_columns
+from fedrca.config.limits import MAX_SPEED, MIN_SPEED
 from fedrca.contracts import SensorMessage
 from fedrca.datasets.dataset import Dataset
 from fedrca.exceptions import ConfigError, DataError
@@ -133,8 +134,15 @@ class Pacer:
             return cls(1.0, **kwargs)
         match = re.fullmatch(r"x?(\d+(?:\.\d*)?|\.\d+)x?", text)
         if match is None or float(match.group(1)) <= 0:
-            raise ConfigError(f"unknown replay speed '{spec}'; use asap, realtime, or xN such as x60")
-        return cls(float(match.group(1)), **kwargs)
+            raise ConfigError(f"unknown replay speed '{spec}'; use asap, realtime, or xN such as x60", key="--speed")
+        speed = float(match.group(1))
+        if not MIN_SPEED <= speed <= MAX_SPEED:
+            raise ConfigError(
+                f"a speed of x{speed:g} is outside x{MIN_SPEED:g}..x{MAX_SPEED:g} (slower a sample waits days; "
+                "faster is asap): give a speed in that range, asap or realtime",
+                key="--speed",
+            )
+        return cls(speed, **kwargs)
 
     def begin(self, t0: float) -> None:
         """Anchor the schedule: data time ``t0`` is released now."""
