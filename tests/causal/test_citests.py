@@ -10,7 +10,8 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrca.causal.citests import DSeparation, FisherZ, GSquare, d_separated
+from fedrca.causal import citests
+from fedrca.causal.citests import DSeparation, FisherZ, GSquare, TableGSquare, d_separated, table_chunks
 from fedrca.exceptions import DataError
 
 
@@ -202,6 +203,38 @@ def test_g_square_properties_for_every_example(seed, l):
     G2r, dofr = GSquare(relabelled).statistics(x, y, S)
     np.testing.assert_allclose(G2r, G2, rtol=1e-10, atol=1e-9)
     np.testing.assert_array_equal(dofr, dof)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 50), max_size=40), st.integers(1, 60))
+def test_table_chunks_cover_the_queries_in_order_within_the_cells(sizes, cells):
+    chunks = list(table_chunks(sizes, cells=cells))
+    assert [i for lo, hi in chunks for i in range(lo, hi)] == list(range(len(sizes)))
+    assert all(hi - lo == 1 or sum(sizes[lo:hi]) <= cells for lo, hi in chunks)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_g_square_batches_cost_the_same_as_one_query_at_a_time(seed, monkeypatch):
+    """A batch's tables are counted a few cells at a time (memory of one run of cells, not of the batch):
+    the statistics equal the whole batch's, for the local test and for tables counted elsewhere."""
+    D = discrete_data(seed, n=200)
+    x, y, S = all_queries(6, 2)
+    test = GSquare(D)
+    G2, dof = test.statistics(x, y, S)
+    monkeypatch.setattr(citests, "TABLE_CELLS", 40)  # one or two queries' tables a time
+    sizes: list[int] = []
+
+    def count(xa, ya, Sa):
+        counts = test.counts(xa, ya, Sa)
+        sizes.append(len(counts))
+        return counts
+
+    for other in (GSquare(D), TableGSquare(test.levels, len(D), count)):
+        G2c, dofc = other.statistics(x, y, S)
+        np.testing.assert_allclose(G2c, G2, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(dofc, dof)
+    largest_table = int(np.prod(np.sort(test.levels)[-4:]))
+    assert len(sizes) > 1 and max(sizes) <= max(40, largest_table)
 
 
 def test_g_square_accepts_strings_and_rejects_bad_shapes():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import itertools
 import json
 
 import numpy as np
@@ -26,6 +28,7 @@ from fedrca.causal.fedpc import (
     encode_message,
     fedpc,
     layer_queries,
+    layer_size,
     merge_skeletons,
     needs_layer,
     site_layer,
@@ -33,6 +36,9 @@ from fedrca.causal.fedpc import (
 from fedrca.causal.pdag import cpdag_of_dag
 from fedrca.datasets.causal import discrete_network, linear_gaussian, random_dag, split_sites
 from fedrca.exceptions import DataError, MessageError
+
+#: the module itself (``fedrca.causal.fedpc`` the attribute is the function of that name)
+fedpc_module = importlib.import_module("fedrca.causal.fedpc")
 
 
 @settings(max_examples=30, deadline=None)
@@ -306,3 +312,123 @@ def test_an_unbounded_separating_set_search_on_a_dense_skeleton_is_refused():
         best_separating_sets(oracle, A, [[0, 1]])
     sets, pv = best_separating_sets(oracle, A, [[0, 1]], max_size=1)
     assert sets == [()] and pv[0] == 1.0
+
+
+# ----------------------------------------------------------------------------- queries by block (issue 25)
+def _reference_separating_sets(test, A, pairs, max_size=None):
+    """The search as written in its docstring, one pair at a time with every subset at once."""
+    sets, pvalues = [], []
+    for x, y in np.asarray(pairs).tolist():
+        cand = [v for v in np.flatnonzero(A[x]).tolist() if v != y]
+        cand_y = [v for v in np.flatnonzero(A[y]).tolist() if v != x]
+        top = max(len(cand), len(cand_y)) if max_size is None else min(max(len(cand), len(cand_y)), max_size)
+        best, best_set = -1.0, ()
+        for l in range(top + 1):
+            subsets = sorted(set(itertools.combinations(cand, l)) | set(itertools.combinations(cand_y, l)))
+            if not subsets:
+                continue
+            S = np.array(subsets, dtype=np.int64).reshape(len(subsets), l)
+            pv = test.pvalues(np.full(len(subsets), x), np.full(len(subsets), y), S)
+            pv = np.where(np.isnan(pv), -1.0, pv)
+            i = int(np.argmax(pv))  # the first of the highest: the lexicographically first set
+            if pv[i] > best:
+                best, best_set = float(pv[i]), subsets[i]
+        sets.append(best_set)
+        pvalues.append(max(best, 0.0))
+    return sets, np.array(pvalues)
+
+
+def _unshielded(A):
+    p = len(A)
+    return np.array([(x, y) for x in range(p) for y in range(x + 1, p) if not A[x, y] and (A[x] & A[y]).any()])
+
+
+def test_combination_chunks_are_the_lexicographic_subsets(monkeypatch):
+    monkeypatch.setattr(fedpc_module, "_BATCH", 7)
+    for n, k, rows in [(6, 3, 4), (9, 4, 10), (5, 0, 2), (7, 7, 1), (12, 5, 100)]:
+        chunks = list(fedpc_module._combination_chunks(n, k, rows))
+        assert all(1 <= len(c) <= rows for c in chunks)
+        assert [tuple(r) for c in chunks for r in c.tolist()] == list(itertools.combinations(range(n), k))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_separating_sets_searched_in_small_blocks_match_the_search_over_every_subset(seed, monkeypatch):
+    """Blocks of a few queries (several per pair and level) give the sets and p-values of the whole search:
+    the best per pair is kept across blocks with the same ties (smaller set, then lexicographically first)."""
+    rng = np.random.default_rng(seed)
+    p = int(rng.integers(6, 10))
+    dag = random_dag(p, float(rng.uniform(1.5, 3.0)), seed=seed)
+    A = dag | dag.T
+    A |= np.triu(rng.random((p, p)) < 0.2, 1)  # extra edges: larger neighbourhoods
+    A = A | A.T
+    pairs = _unshielded(A)
+    if len(pairs) == 0:
+        pairs = np.array([[0, 1]])
+    max_size = None if seed % 3 else 2
+    # an oracle (p-values 0 or 1: ties everywhere) and Fisher-z on data of the DAG
+    tests = [DSeparation(dag), FisherZ(linear_gaussian(dag, 300, seed=seed))]
+    expected = [_reference_separating_sets(t, A, pairs, max_size) for t in tests]
+    monkeypatch.setattr(fedpc_module, "_BLOCK_ELEMENTS", 9)  # 2-4 queries a block
+    seen: list[int] = []
+    for test, (sets, pv) in zip(tests, expected):
+
+        class Counting:
+            n_variables, n_samples = test.n_variables, test.n_samples
+
+            def pvalues(self, x, y, S, _test=test):
+                seen.append(len(np.asarray(x)))
+                return _test.pvalues(x, y, S)
+
+        got_sets, got_pv = best_separating_sets(Counting(), A, pairs, max_size)
+        assert got_sets == sets
+        np.testing.assert_array_equal(got_pv, pv)
+    assert max(seen) <= 9 and len(seen) > 2 * len(pairs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_skeleton_layer_in_small_blocks_equals_the_layer_in_one_block(seed, monkeypatch):
+    dag = random_dag(9, 2.5, seed=seed)
+    test = FisherZ(linear_gaussian(dag, 200, seed=seed))
+    A = ~np.eye(9, dtype=bool)
+    layers = []
+    for layer in range(4):
+        layers.append(site_layer(test, A, layer, 0.05))
+        A = layers[-1]
+    monkeypatch.setattr(fedpc_module, "_BATCH", 5)
+    monkeypatch.setattr(fedpc_module, "_BLOCK_ELEMENTS", 12)
+    A = ~np.eye(9, dtype=bool)
+    for layer in range(4):
+        np.testing.assert_array_equal(site_layer(test, A, layer, 0.05), layers[layer])
+        A = layers[layer]
+
+
+class _Dependent:
+    """Every pair dependent given anything: the skeleton stays complete, each layer larger than the last."""
+
+    n_samples = 1000
+
+    def __init__(self, p: int) -> None:
+        self.n_variables = p
+
+    def pvalues(self, x, y, S):
+        return np.zeros(len(np.asarray(x)))
+
+
+def test_a_skeleton_layer_over_the_query_limit_is_refused_by_the_server_and_by_a_site(monkeypatch):
+    # complete graph of 12 variables: layer l makes at most 12 * 11 * C(10, l) queries; 15,840 at l = 3
+    monkeypatch.setattr(fedpc_module, "MAX_QUERIES", 10_000)
+    full = ~np.eye(12, dtype=bool)
+    assert layer_size(full, 2) == 5940 and layer_size(full, 3) == 15840
+    with pytest.raises(DataError, match=r"layer 3 of the skeleton would run 15,840 CI tests .* max_cond at most 2"):
+        fedpc([_Dependent(12)])
+    result = fedpc([_Dependent(12)], max_cond=2)
+    assert result.skeleton.sum() == 12 * 11 and len(result.layers) == 3
+    # sites whose data keep every edge up to layer 2 (one common factor)
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(2000, 1)) + 0.3 * rng.normal(size=(2000, 12))
+    names = [f"v{j:02d}" for j in range(12)]
+    sites = [FedPCSite(half, names=names).handle for half in (data[:1000], data[1000:])]
+    with pytest.raises(DataError, match="layer 3 of the skeleton"):
+        FedPCServer(12).run(sites)  # refused before the layer's request is sent
+    with pytest.raises(DataError, match="layer 3 of the skeleton"):
+        site_layer(_Dependent(12), full, 3, 0.01)  # a site does not run a request it cannot finish

@@ -3,9 +3,11 @@ the noised variant's privacy record, and one clear line for every bad choice."""
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -13,6 +15,8 @@ from fedrca.cli import main
 from fedrca.cli.graph import learn_site_graph, site_frames
 from fedrca.config import load_config, parse_causal_settings
 from fedrca.exceptions import ConfigError
+
+fedpc_module = importlib.import_module("fedrca.causal.fedpc")
 
 
 def _graph(repo, tmp_path, *options, name="g.json"):
@@ -107,3 +111,33 @@ def test_the_causal_section_is_validated_with_its_key_path():
     ]:
         with pytest.raises(ConfigError, match=key):
             parse_causal_settings(data, source="x.yaml")
+
+
+def _dense_site(tmp_path, p=12, n=2000):
+    """p variables with one common factor: every pair stays dependent given any others (a complete skeleton)."""
+    rng = np.random.default_rng(0)
+    columns = [f"a.x{j}" for j in range(p // 2)] + [f"b.x{j}" for j in range(p - p // 2)]
+    values = rng.normal(size=(n, 1)) + 0.3 * rng.normal(size=(n, p))
+    pd.DataFrame(values, columns=columns).to_csv(tmp_path / "dense.csv", index=False)
+    config = {
+        "site": "dense",
+        "dataset": {"format": "csv", "columns": columns},
+        "plants": [{"name": "a", "sensors": columns[: p // 2]}, {"name": "b", "sensors": columns[p // 2 :]}],
+    }
+    (tmp_path / "dense.yaml").write_text(yaml.safe_dump(config))
+    return ["graph", "--config", str(tmp_path / "dense.yaml"), "--sites", str(tmp_path / "dense.csv"), "--split", "2",
+            "--out", str(tmp_path / "dense.json")]  # fmt: skip
+
+
+def test_a_skeleton_too_dense_for_the_query_limit_names_the_depth_that_fits(tmp_path, capsys, monkeypatch):
+    """A layer over the limit is refused before it runs: one line naming --max-cond, no output."""
+    monkeypatch.setattr(fedpc_module, "MAX_QUERIES", 10_000)  # layer 3 of 12 variables makes 15,840
+    argv = _dense_site(tmp_path)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("fedrca graph: error: layer 3 of the skeleton would run 15,840 CI tests"), err
+    assert "max_cond at most 2 (fedrca graph --max-cond N)" in err[-1] and "Traceback" not in "".join(err)
+    assert not list(tmp_path.glob("dense.json*")) and not list(tmp_path.glob(".*"))
+    assert main([*argv, "--max-cond", "2"]) == 0
+    assert json.loads((tmp_path / "dense.json").read_text())["fedpc"]["max_cond"] == 2

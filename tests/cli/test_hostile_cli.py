@@ -574,7 +574,7 @@ CASES = [
     Case(
         "train-zero-rounds",
         "train --config {cfg} --data {nominal} --out {ws}/p --rounds 0",
-        r"--rounds: must be at least 1",
+        r"--rounds: must be in 1\.\.100,000, got 0",
     ),
     Case(
         "train-too-few-samples",
@@ -798,8 +798,8 @@ GRAPH_CASES = [
     ),
     Case(
         "graph-pooled-g-square-tables-too-deep",
-        POOLED.replace("{nominal}", "{ws}/levels.csv") + " --test g-square --max-cond 13",
-        r"--max-cond 13: G-square tables of 3 levels .* give --max-cond at most 12",
+        POOLED.replace("{nominal}", "{ws}/levels.csv") + " --test g-square --max-cond 12",
+        r"--max-cond 12: G-square tables of 3 levels .* give --max-cond at most 11",
         setup=_frame_file("levels.csv", lambda f: (f.rank(pct=True) * 3).clip(upper=2.99).astype(int)),
     ),
     Case(
@@ -1070,7 +1070,18 @@ TRAIN_CASES = [
         setup=_frame_file("nan.csv", _set("plant2.y3", np.nan, slice(7, 8))),
     ),
     Case("train-test-synthetic-needs-synthetic", TRAIN + " --test synthetic", r"--test synthetic needs --synthetic"),
-    Case("train-rounds-negative", TRAIN.replace("--rounds 1", "--rounds -4"), r"--rounds: must be at least 1"),
+    Case("train-rounds-negative", TRAIN.replace("--rounds 1", "--rounds -4"), r"--rounds: must be in 1\.\.100,000"),
+    Case(
+        "train-rounds-without-end",
+        TRAIN.replace("--rounds 1", "--rounds 1000000000"),
+        r"--rounds: must be in 1\.\.100,000",
+    ),
+    Case(
+        "train-config-rounds-without-end",
+        TRAIN.replace("{cfg}", "{ws}/bad.yaml").replace(" --rounds 1", ""),
+        r"training\.rounds: Input should be less than or equal to 100000",
+        setup=_config(_sub("  rounds: 20", "  rounds: 100001")),
+    ),
     Case(
         "train-samples-beyond-memory",
         "train --config {cfg} --synthetic linear_two_plant --samples 1000000000 --out {ws}/p",

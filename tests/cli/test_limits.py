@@ -25,6 +25,7 @@ import pytest
 import yaml
 from kafka.errors import KafkaError
 
+from fedrca.causal.fedpc import MAX_QUERIES, layer_size
 from fedrca.cli import main
 from fedrca.cli.graph import g_square_bytes, graph_bytes, graph_variables
 from fedrca.cli.params import load_params
@@ -41,6 +42,8 @@ from fedrca.config.limits import (
     largest,
     peak_memory,
     plant_bytes,
+    plant_share,
+    rca_bytes,
     rca_record_room,
     rca_state_bytes,
     replay_to_kafka_bytes,
@@ -179,7 +182,7 @@ def test_graph_g_square_at_the_deepest_tables_memory_allows(ws, capsys, mode, sp
 
 
 def test_detect_at_the_most_random_features_memory_allows(ws, capsys):
-    most = largest(MEMORY_LIMIT // 2, lambda f: plant_bytes(600, 8, f), 100_000)  # two plants share the limit
+    most = largest(_share(ws), lambda f: plant_bytes(600, 8, f), 100_000)  # two plants share the limit
     text = (ws / "linear.yaml").read_text()
     for name, features in (("over.yaml", most + 1), ("rff.yaml", most)):
         (ws / name).write_text(text.replace("features: identity", f"features: rff\n    n_features: {features}"))
@@ -187,6 +190,28 @@ def test_detect_at_the_most_random_features_memory_allows(ws, capsys):
     _refused([*base, "--config", str(ws / "over.yaml")], capsys, f"at most {most}")
     peak = _peak([*base, "--config", str(ws / "rff.yaml")], ws)
     _check(peak, 2 * _data_bytes(ws / "nominal.csv"), 2 * plant_bytes(600, 8, most))
+
+
+def _share(ws: Path) -> int:
+    """Each of the two plants' share of the limit, after the RCA's evidence window (``plant_share``)."""
+    return plant_share(load_config(ws / "linear.yaml").rca.horizon, 2)
+
+
+def test_replay_at_the_longest_evidence_window_memory_allows(ws, capsys):
+    """The RCA engine allocates its window whole: ``rca.horizon`` at the largest value the limit allows."""
+    most = largest(MEMORY_LIMIT, lambda h: rca_bytes(h, 2), 1 << 40)
+    text = (ws / "linear.yaml").read_text()
+    assert "rca:" not in text
+    for name, horizon in (("over.yaml", most + 1), ("window.yaml", most)):
+        (ws / name).write_text(text + f"rca:\n  horizon: {horizon}\n")
+    # 60 rows: each row's decision reads the whole window (run time grows with it, memory does not)
+    pd.read_csv(ws / "nominal.csv").head(60).to_csv(ws / "short.csv", index=False)
+    base = ["replay", "--train", str(ws / "nominal.csv"), "--input", str(ws / "short.csv"), "--flags-out",
+            str(ws / "flags.jsonl"), "--verdicts-out", str(ws / "verdicts.jsonl")]  # fmt: skip
+    _refused([*base, "--config", str(ws / "over.yaml")], capsys, f"set it to at most {most}")
+    peak = _peak([*base, "--config", str(ws / "window.yaml")], ws)
+    # identity features: the plants' arrays are their data's (the data term)
+    _check(peak, _data_bytes(ws / "nominal.csv", ws / "short.csv"), rca_bytes(most, 2))
 
 
 @pytest.mark.slow
@@ -211,7 +236,7 @@ def test_fleet_at_the_most_patterns_memory_allows(ws, capsys):
 @pytest.mark.exhaustive
 def test_train_at_the_most_random_features_memory_allows(ws, capsys):
     """Training's joint Gauss-Newton system at the limit: rff features of the most size memory allows."""
-    most = largest(MEMORY_LIMIT // 2, lambda f: plant_bytes(600, 8, f), 100_000)
+    most = largest(_share(ws), lambda f: plant_bytes(600, 8, f), 100_000)
     text = (ws / "linear.yaml").read_text()
     (ws / "rff.yaml").write_text(text.replace("features: identity", f"features: rff\n    n_features: {most}"))
     argv = ["train", "--config", str(ws / "rff.yaml"), "--data", str(ws / "nominal.csv"), "--rounds", "1", "--quiet",
@@ -243,6 +268,56 @@ def test_graph_at_the_most_variables_memory_allows(ws, capsys):
     _refused(argv(most + 1), capsys, f"at most {most} sensors and inputs")
     peak = _peak(argv(most), ws)
     _check(peak, _data_bytes(ws / f"wide{most}.csv", ws / f"wide{most}.yaml"), graph_bytes(most, 2))
+
+
+def _dense_levels(ws: Path, p: int = 16, levels: int = 10) -> Path:
+    """p variables with one common factor, cut into levels: every edge stays, every layer is full of queries."""
+    rng = np.random.default_rng(4)
+    columns = [f"a.x{j}" for j in range(p // 2)] + [f"b.x{j}" for j in range(p - p // 2)]
+    frame = pd.DataFrame(rng.normal(size=(600, 1)) + 0.3 * rng.normal(size=(600, p)), columns=columns)
+    (frame.rank(pct=True) * levels).clip(upper=levels - 0.01).astype(int).to_csv(ws / "dense-levels.csv", index=False)
+    _wide_config(ws / "dense-levels.yaml", columns)
+    return ws / "dense-levels.csv"
+
+
+def _wide_config(path: Path, columns: list[str]) -> None:
+    half = len(columns) // 2
+    config = {
+        "site": "wide",
+        "dataset": {"format": "csv", "columns": columns},
+        "plants": [{"name": "a", "sensors": columns[:half]}, {"name": "b", "sensors": columns[half:]}],
+    }
+    path.write_text(yaml.safe_dump(config))
+
+
+def test_graph_g_square_on_a_dense_skeleton_counts_its_tables_a_run_at_a_time(ws):
+    """21,840 queries of 10^4 cells in layer 2: counted 2^21 cells at a time, not 1.7 GB of tables at once."""
+    data = _dense_levels(ws)
+    argv = ["graph", "--config", str(ws / "dense-levels.yaml"), "--sites", str(data), "--test", "g-square",
+            "--mode", "vote", "--split", "1", "--max-cond", "2", "--out", str(ws / "gd.json")]  # fmt: skip
+    peak = _peak(argv, ws)
+    _check(peak, _data_bytes(data, ws / "dense-levels.yaml"), g_square_bytes(10, 2) + graph_bytes(16, 1))
+
+
+def _dense_normal(ws: Path, p: int = 40) -> Path:
+    rng = np.random.default_rng(5)
+    columns = [f"a.x{j}" for j in range(p // 2)] + [f"b.x{j}" for j in range(p - p // 2)]
+    values = rng.normal(size=(2000, 1)) + 0.5 * rng.normal(size=(2000, p))
+    pd.DataFrame(values, columns=columns).to_csv(ws / "dense.csv", index=False)
+    _wide_config(ws / "dense.yaml", columns)
+    return ws / "dense.csv"
+
+
+def test_graph_at_the_deepest_layer_the_query_limit_allows(ws, capsys):
+    """40 variables that stay dependent: layer 3 makes 13.2 million queries (the limit is 20 million), made
+    and tested block by block; layer 4 (115 million) is refused with the depth that fits."""
+    data = _dense_normal(ws)
+    full = ~np.eye(40, dtype=bool)
+    assert MAX_QUERIES // 2 < layer_size(full, 3) <= MAX_QUERIES < layer_size(full, 4)
+    base = ["graph", "--config", str(ws / "dense.yaml"), "--sites", str(data), "--split", "2", "--out",
+            str(ws / "dense.json")]  # fmt: skip
+    peak = _peak([*base, "--max-cond", "3"], ws)
+    _check(peak, _data_bytes(data, ws / "dense.yaml"), graph_bytes(40, 2))
 
 
 # -- the live system's commands: real workers against the real broker -------------------------
@@ -340,7 +415,7 @@ def test_run_rca_worker_at_its_largest_lateness_and_batch(ws, capsys, kafka_brok
     pending = len(state["aligner"]["buffer"])
     print(f"RCA state record {len(records[-1].value):,} B with {pending} pending rows (room {rca_record_room():,} B)")
     assert most <= pending <= most + 1 and len(records[-1].value) <= MAX_KAFKA_RECORD
-    term = stream_bytes(len(plants), 0, MAX_BATCH_SIZE, most, config.privacy.window, horizon)
+    term = stream_bytes(len(plants), 0, MAX_BATCH_SIZE, most, config.privacy.window) + rca_bytes(horizon, 2)
     _check(peak, _data_bytes(config_path), term)
 
 
@@ -381,6 +456,78 @@ def _wide_plant(ws: Path, sensors: int) -> tuple[Path, Path]:
 
 @pytest.mark.slow
 @pytest.mark.exhaustive
+def test_graph_refuses_the_layer_over_the_query_limit(ws, capsys):
+    data = _dense_normal(ws)
+    base = ["graph", "--config", str(ws / "dense.yaml"), "--sites", str(data), "--split", "2", "--out",
+            str(ws / "refused.json")]  # fmt: skip
+    capsys.readouterr()
+    assert main(base) == 2  # layers 0-3 run, then layer 4 is refused before it starts
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "layer 4 of the skeleton would run 115,151,400 CI tests" in last and "max_cond at most 3" in last, last
+    assert not list(ws.glob("refused*"))
+
+
+#: The separating-set search at its limit, in a child (pure core: no command builds this skeleton from data).
+_SEARCH = """
+import json, sys
+import numpy as np
+from fedrca.causal.citests import FisherZ
+from fedrca.causal.fedpc import best_separating_sets
+from fedrca.exceptions import DataError
+u = int(sys.argv[2])
+p = 2 * u
+A = np.zeros((p, p), dtype=bool)
+A[:u, u:] = A[u:, :u] = True  # complete bipartite: every pair of a side is unshielded, its sets are the other side
+pairs = [(i, j) for side in (range(u), range(u, p)) for i in side for j in side if i < j]
+test = FisherZ(np.random.default_rng(6).normal(size=(500, p)))
+try:
+    sets, pv = best_separating_sets(test, A, pairs, max_size=3)
+    outcome = {"code": 0, "pairs": len(sets)}
+except DataError as exc:
+    outcome = {"code": 2, "error": str(exc)}
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+outcome["peak"] = int(hwm.split()[1]) * 1024
+json.dump(outcome, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_the_separating_set_search_at_the_query_limit(ws):
+    """36 + 36 variables, sets of up to 3: 19,673,640 queries counted (9.8 million distinct ones run) stay
+    within one block's memory; 37 + 37 (22.6 million) are refused before the search."""
+
+    def search(u: int) -> dict[str, object]:
+        result = ws / f"search{u}.json"
+        subprocess.run([sys.executable, "-c", _SEARCH, str(result), str(u)], check=True, timeout=3000, cwd=ws)
+        return dict(json.loads(result.read_text()))
+
+    over = search(37)
+    assert over["code"] == 2 and "22,574,736 CI tests" in str(over["error"]), over
+    at = search(36)
+    assert at["code"] == 0 and at["pairs"] == 2 * 630, at
+    peak, bound = int(str(at["peak"])), peak_memory(0, graph_bytes(72, 1))
+    print(f"peak {gib(peak)} <= bound {gib(bound)}")
+    assert peak <= bound, (gib(peak), gib(bound))
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_train_on_the_most_synthetic_samples_memory_allows(ws, capsys):
+    """``train --synthetic --samples``: every plant's arrays over the generated rows at the limit."""
+    config = load_config(ws / "linear.yaml")
+
+    def need(n: int) -> int:
+        return sum(plant_bytes(n, len(p.sensors) + len(p.inputs), 1) for p in config.plants)
+
+    most = largest(MEMORY_LIMIT, need, 10**9)
+    base = ["train", "--config", str(ws / "linear.yaml"), "--synthetic", "linear_two_plant", "--rounds", "1",
+            "--quiet", "--out", str(ws / "ts")]  # fmt: skip
+    _refused([*base, "--samples", str(most + 1)], capsys, f"give at most {most}")
+    peak = _peak([*base, "--samples", str(most)], ws)
+    _check(peak, _data_bytes(ws / "linear.yaml"), need(most))
+
+
 @pytest.mark.kafka
 def test_publish_params_at_the_largest_artifact_a_record_holds(ws, capsys, kafka_broker):
     """A plant's artifact grows with the square of its sensors (the scorer's whitening): 270 sensors make a record
@@ -445,5 +592,5 @@ def test_run_plant_worker_at_the_largest_privacy_window(ws, kafka_broker, tmp_pa
         held = sum(len(seqs) for seqs, _ in json.loads(record)["state"]["privacy"]["batches"])
         print(f"{plant}: state record {len(record):,} B, {held:,} seqs in its privacy window")
         assert held == window and len(record) <= MAX_KAFKA_RECORD // 2
-    term = 2 * plant_bytes(600, 8, 1) + stream_bytes(2, 2, 2000, 1000, window, 0)
+    term = 2 * plant_bytes(600, 8, 1) + stream_bytes(2, 2, 2000, 1000, window)
     _check(peak, _data_bytes(config_path, ws / "nominal.csv"), term)

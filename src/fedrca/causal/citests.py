@@ -34,7 +34,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -54,6 +54,7 @@ __all__ = [
     "d_separated",
     "gsquare_from_counts",
     "gsquare_pvalues",
+    "table_chunks",
     "table_shapes",
 ]
 
@@ -63,6 +64,11 @@ BoolArray = NDArray[np.bool_]
 
 #: cap on the elements of one intermediate array (queries x cells or queries x samples) of a batch
 _CHUNK_ELEMENTS = 1 << 22
+#: cells of the contingency tables counted and scored at once: a batch of queries is cut into runs
+#: of at most this many cells (or one query, when its table alone is larger), so a batch's memory
+#: does not grow with its number of queries (``fedrca.cli.graph.g_square_bytes``; guarded by
+#: ``tests/causal/test_citests.py::test_g_square_batches_cost_the_same_as_one_query_at_a_time``)
+TABLE_CELLS = 1 << 21
 
 
 @runtime_checkable
@@ -331,10 +337,14 @@ class GSquare:
         return contingency_counts(self._codes, self._levels, xa, ya, Sa)
 
     def statistics(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> tuple[FloatArray, IntArray]:
-        """G² (Q,) and degrees of freedom (Q,) of each query."""
+        """G² (Q,) and degrees of freedom (Q,) of each query (counted and scored :data:`TABLE_CELLS` cells at once)."""
         xa, ya, Sa = as_queries(x, y, S, self.n_variables)
-        counts = contingency_counts(self._codes, self._levels, xa, ya, Sa)
-        return gsquare_from_counts(counts, table_shapes(self._levels, xa, ya, Sa))
+        shapes = table_shapes(self._levels, xa, ya, Sa)
+        G2, dof = np.zeros(len(xa)), np.zeros(len(xa), dtype=np.int64)
+        for lo, hi in table_chunks(np.prod(shapes, axis=1)):
+            counts = contingency_counts(self._codes, self._levels, xa[lo:hi], ya[lo:hi], Sa[lo:hi])
+            G2[lo:hi], dof[lo:hi] = gsquare_from_counts(counts, shapes[lo:hi])
+        return G2, dof
 
     def pvalues(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> FloatArray:
         """p-values (Q,) from the chi-square distribution; 1 where the tables leave no degree of freedom."""
@@ -377,16 +387,39 @@ class TableGSquare:
         """G² (Q,) and degrees of freedom (Q,) of each query, from the counted tables."""
         xa, ya, Sa = as_queries(x, y, S, self.n_variables)
         shapes = table_shapes(self._levels, xa, ya, Sa)
-        counts = np.asarray(self._count(xa, ya, Sa), dtype=np.int64)
-        if counts.shape != (int(np.prod(shapes, axis=1).sum()),):
-            raise DataError(
-                f"the counted tables have {counts.shape} cells, the queries need {np.prod(shapes, 1).sum()}"
-            )
-        return gsquare_from_counts(counts, shapes)
+        sizes = np.prod(shapes, axis=1)
+        G2, dof = np.zeros(len(xa)), np.zeros(len(xa), dtype=np.int64)
+        for lo, hi in table_chunks(sizes):
+            counts = np.asarray(self._count(xa[lo:hi], ya[lo:hi], Sa[lo:hi]), dtype=np.int64)
+            if counts.shape != (int(sizes[lo:hi].sum()),):
+                raise DataError(f"the counted tables have {counts.shape} cells, the queries need {sizes[lo:hi].sum()}")
+            G2[lo:hi], dof[lo:hi] = gsquare_from_counts(counts, shapes[lo:hi])
+        return G2, dof
 
     def pvalues(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> FloatArray:
         """p-values (Q,) from the chi-square distribution; 1 where the tables leave no degree of freedom."""
         return gsquare_pvalues(*self.statistics(x, y, S))
+
+
+def table_chunks(sizes: ArrayLike, cells: int | None = None) -> Iterator[tuple[int, int]]:
+    """Consecutive query ranges ``[lo, hi)`` whose tables hold at most ``cells`` cells (one query at least).
+
+    ``cells`` defaults to :data:`TABLE_CELLS`.
+
+    Examples
+    --------
+    >>> list(table_chunks([4, 4, 4, 9, 1], cells=8))
+    [(0, 2), (2, 3), (3, 4), (4, 5)]
+    """
+    limit = TABLE_CELLS if cells is None else cells
+    total = np.cumsum(np.asarray(sizes, dtype=np.int64))
+    lo, done = 0, 0
+    while lo < len(total):
+        # the most queries after lo whose cells fit, at least one
+        hi = max(lo + 1, int(np.searchsorted(total, done + limit, side="right")))
+        yield lo, hi
+        done = int(total[hi - 1])
+        lo = hi
 
 
 def table_shapes(levels: ArrayLike, x: IntArray, y: IntArray, S: IntArray) -> IntArray:

@@ -84,6 +84,7 @@ from fedrca.contracts.deadletter import DeadLetterReason as Reason
 from fedrca.exceptions import DataError, MessageError
 
 __all__ = [
+    "MAX_QUERIES",
     "FedPCResult",
     "FedPCServer",
     "FedPCSite",
@@ -96,10 +97,12 @@ __all__ = [
     "aggregate_to_groups",
     "anonymise",
     "best_separating_sets",
+    "check_layer",
     "decode_message",
     "encode_message",
     "fedpc",
     "layer_queries",
+    "layer_size",
     "merge_skeletons",
     "needs_layer",
     "site_layer",
@@ -112,8 +115,11 @@ TestKind = Literal["fisher-z", "g-square"]
 
 #: queries tested in one vectorised call (bounds the memory of one batch)
 _BATCH = 200_000
-#: refuse a separating-set search larger than this (a dense skeleton needs max_cond)
-_MAX_SEPSET_QUERIES = 20_000_000
+#: ids in one block of queries (rows x (2 + l)): with deep conditioning sets a block has fewer rows
+_BLOCK_ELEMENTS = 1 << 22
+#: refuse a skeleton layer or a separating-set search of more CI queries than this (run time: a
+#: dense skeleton needs max_cond); memory does not grow with it, queries are made and tested by block
+MAX_QUERIES = 20_000_000
 
 
 # ----------------------------------------------------------------------------- anonymisation
@@ -425,11 +431,34 @@ Reply = SkeletonReply | SepsetReply
 # ----------------------------------------------------------------------------- skeleton (pure)
 @lru_cache(maxsize=256)
 def _combinations(n: int, k: int) -> IntArray:
-    """All k-subsets of range(n) in lexicographic order, (C(n, k), k)."""
+    """All k-subsets of range(n) in lexicographic order, (C(n, k), k); only for C(n, k) <= ``_BATCH``."""
     combos = list(itertools.combinations(range(n), k))
     out = np.array(combos, dtype=np.int64).reshape(len(combos), k)
     out.flags.writeable = False
     return out
+
+
+def _block_rows(width: int) -> int:
+    """Queries of ``width`` ids in one block: at most ``_BATCH``, and at most ``_BLOCK_ELEMENTS`` ids."""
+    return max(1, min(_BATCH, _BLOCK_ELEMENTS // max(width, 1)))
+
+
+def _combination_chunks(n: int, k: int, rows: int) -> Iterator[IntArray]:
+    """The k-subsets of range(n) in lexicographic order, in arrays of at most ``rows`` rows.
+
+    Memory is that of one chunk however many subsets there are (``C(30, 15)`` is 155 million);
+    ``tests/causal/test_fedpc.py::test_combination_chunks_are_the_lexicographic_subsets`` checks
+    the order and the chunking.
+    """
+    if math.comb(n, k) <= min(rows, _BATCH):
+        yield _combinations(n, k)
+        return
+    subsets = itertools.combinations(range(n), k)
+    while True:
+        flat = np.fromiter(itertools.chain.from_iterable(itertools.islice(subsets, rows)), dtype=np.int64)
+        if not flat.size:
+            return
+        yield flat.reshape(-1, k)
 
 
 def needs_layer(adjacency: ArrayLike, layer: int) -> bool:
@@ -438,23 +467,52 @@ def needs_layer(adjacency: ArrayLike, layer: int) -> bool:
     return bool(A.size) and int(A.sum(axis=1).max()) > layer
 
 
+def layer_size(adjacency: ArrayLike, layer: int) -> int:
+    """CI queries layer l generates at most: ``Σ_x d_x C(d_x - 1, l)`` over the degrees d_x of the skeleton."""
+    degrees = np.asarray(adjacency, dtype=bool).sum(axis=1).tolist()
+    return sum(d * math.comb(d - 1, layer) for d in degrees if d > layer)
+
+
+def check_layer(adjacency: ArrayLike, layer: int) -> None:
+    """Refuse a skeleton layer of more than ``MAX_QUERIES`` CI queries (run time; memory is per block).
+
+    Raises
+    ------
+    DataError
+        Naming the layer, its size and the ``max_cond`` that avoids it.
+    """
+    total = layer_size(adjacency, layer)
+    if total > MAX_QUERIES:
+        top = int(np.asarray(adjacency, dtype=bool).sum(axis=1).max())
+        raise DataError(
+            f"layer {layer} of the skeleton would run {total:,} CI tests (neighbourhoods of up to {top} variables; "
+            f"the limit is {MAX_QUERIES:,}): the variables stay dependent given {layer - 1} others, bound the "
+            f"conditioning sets with max_cond at most {layer - 1} (fedrca graph --max-cond N)"
+        )
+
+
 def _layer_blocks(A: BoolArray, layer: int, skipped: BoolArray) -> Iterator[IntArray]:
     """The distinct queries of layer l, generated per variable x (and per neighbour y when x has many).
 
-    ``skipped`` (p, p) is read at each step, so edges decided meanwhile are left out.
+    ``skipped`` (p, p) is read at each step, so edges decided meanwhile are left out. A block holds
+    at most ``_BATCH`` queries (a neighbour's subsets are cut into chunks when they are more).
     """
+    rows_max = _block_rows(layer + 2)
     for x in range(A.shape[0]):
         nb = np.flatnonzero(A[x])
         d = len(nb)
         if d - 1 < layer:
             continue
-        C = _combinations(d - 1, layer)
+        m = math.comb(d - 1, layer)
         # others[j] = nb without nb[j]: positions 0..d-2 shifted past j
         pos = np.arange(d - 1)[None, :]
         others = nb[pos + (pos >= np.arange(d)[:, None])]  # (d, d-1)
-        # one block per x, or per (x, y) when x's block would be too large
-        groups = [np.arange(d)] if d * len(C) <= _BATCH else [np.array([j]) for j in range(d)]
-        for js in groups:
+        # one block per x, or per (x, y) and chunk of subsets when x's block would be too large
+        if d * m <= rows_max:
+            parts: Iterator[tuple[IntArray, IntArray]] = iter([(np.arange(d), _combinations(d - 1, layer))])
+        else:
+            parts = ((np.array([j]), C) for j in range(d) for C in _combination_chunks(d - 1, layer, rows_max))
+        for js, C in parts:
             ys = np.repeat(nb[js], len(C))
             S = others[js][:, C].reshape(len(ys), layer)  # (len(js) * m, l)
             xs = np.full(len(ys), x)
@@ -501,9 +559,12 @@ def site_layer(test: CITest, adjacency: ArrayLike, layer: int, alpha: float) -> 
     -----
     Queries are generated and tested in blocks; an edge already found independent
     gets no further test (the decision is the same: the neighbourhoods stay those
-    of G_l), which bounds memory and saves most tests of the high layers.
+    of G_l), which bounds memory and saves most tests of the high layers. A layer of more than
+    :data:`MAX_QUERIES` queries is refused (:func:`check_layer`): a site does not take a request
+    that would run without end.
     """
     A = np.asarray(adjacency, dtype=bool)
+    check_layer(A, layer)
     removed = np.zeros_like(A)
     pending: list[IntArray] = []
     size = 0
@@ -558,6 +619,12 @@ def best_separating_sets(
     -------
     sepsets : K sorted tuples of ids
     pvalues : (K,) float
+
+    Notes
+    -----
+    The queries are made and tested block by block (:func:`_level_queries`), each query once,
+    and only the best set of each pair so far is kept: memory is that of a block however many
+    queries the search runs (at most :data:`MAX_QUERIES`, counted before it starts).
     """
     A = np.asarray(adjacency, dtype=bool)
     P = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
@@ -566,41 +633,81 @@ def best_separating_sets(
     best_set: list[tuple[int, ...]] = [()] * K
     if K == 0:
         return [], np.zeros(0)
-    cand = [np.flatnonzero(A[x] & (np.arange(A.shape[0]) != y)) for x, y in P]
-    cand_y = [np.flatnonzero(A[y] & (np.arange(A.shape[0]) != x)) for x, y in P]
+    ids = np.arange(A.shape[0])
+    cand = [np.flatnonzero(A[x] & (ids != y)) for x, y in P]
+    cand_y = [np.flatnonzero(A[y] & (ids != x)) for x, y in P]
     top = max(max(len(a), len(b)) for a, b in zip(cand, cand_y))
     if max_size is not None and max_size >= 0:
         top = min(top, max_size)
     total = sum(math.comb(len(nb), l) for a, b in zip(cand, cand_y) for nb in (a, b) for l in range(top + 1))
-    if total > _MAX_SEPSET_QUERIES:
+    if total > MAX_QUERIES:
         raise DataError(
-            f"the separating-set search would run {total:,} CI tests (neighbourhoods of up to {top + 1} variables); "
-            "bound the set size with max_cond (fedrca graph --max-cond N)"
+            f"the separating-set search would run {total:,} CI tests (neighbourhoods of up to {top + 1} variables; "
+            f"the limit is {MAX_QUERIES:,}): bound the set size with max_cond (fedrca graph --max-cond N)"
         )
     for l in range(top + 1):
-        rows = []
-        for k in range(K):
-            for nb in (cand[k], cand_y[k]):
-                if len(nb) < l:
-                    continue
-                S = nb[_combinations(len(nb), l)]
-                rows.append(np.column_stack([np.full(len(S), k), S]))
-        if not rows:
-            continue
-        Q = np.unique(np.concatenate(rows), axis=0)  # (pair, S sorted): distinct, lexicographic
-        pv = np.empty(len(Q))
-        for lo in range(0, len(Q), _BATCH):
-            blk = Q[lo : lo + _BATCH]
-            pv[lo : lo + _BATCH] = test.pvalues(P[blk[:, 0], 0], P[blk[:, 0], 1], blk[:, 1:])
-        pv = np.where(np.isnan(pv), -1.0, pv)
-        # per pair: the first row with the highest p-value
-        order = np.lexsort((np.arange(len(Q)), -pv, Q[:, 0]))
-        pair_of, first = np.unique(Q[order, 0], return_index=True)
-        for k, row in zip(pair_of, order[first]):
-            if pv[row] > best_p[k]:
-                best_p[k] = pv[row]
-                best_set[k] = tuple(int(v) for v in Q[row, 1:])
+        level_p, level_set = _best_at_level(test, P, cand, cand_y, l)
+        # a larger set replaces a smaller one only with a strictly higher p-value
+        better = level_p > best_p
+        best_p[better] = level_p[better]
+        for k in np.flatnonzero(better).tolist():
+            best_set[k] = tuple(int(v) for v in level_set[k])
     return best_set, np.maximum(best_p, 0.0)
+
+
+def _level_queries(cand: Sequence[IntArray], cand_y: Sequence[IntArray], l: int, rows: int) -> Iterator[IntArray]:
+    """Blocks of at most ``rows`` queries ``(pair index, S...)``: the l-subsets of each pair's ``cand[k]``, then
+    those of ``cand_y[k]`` not inside ``cand[k]`` (so each query once), pairs and subsets in order."""
+    pending: list[IntArray] = []
+    size = 0
+    for k, (a, b) in enumerate(zip(cand, cand_y)):
+        inside = np.isin(b, a)
+        for nb, seen in ((a, None), (b, inside)):
+            if len(nb) < l:
+                continue
+            for C in _combination_chunks(len(nb), l, rows):
+                if seen is not None:
+                    C = C[~seen[C].all(axis=1)]  # S ⊆ cand[k] was asked with x's subsets
+                if pending and size + len(C) > rows:
+                    yield np.concatenate(pending)
+                    pending.clear()
+                    size = 0
+                if len(C):
+                    pending.append(np.column_stack([np.full(len(C), k), nb[C]]))
+                    size += len(C)
+    if pending:
+        yield np.concatenate(pending)
+
+
+def _best_at_level(
+    test: CITest, P: IntArray, cand: Sequence[IntArray], cand_y: Sequence[IntArray], l: int
+) -> tuple[FloatArray, IntArray]:
+    """Per pair, the highest p-value of its l-subsets (-2 when it has none; NaN counts -1) and the
+    lexicographically first subset that has it, (K,) and (K, l)."""
+    K = len(P)
+    level_p = np.full(K, -2.0)
+    level_set = np.zeros((K, l), dtype=np.int64)
+    for Q in _level_queries(cand, cand_y, l, _block_rows(l + 1)):
+        pv = test.pvalues(P[Q[:, 0], 0], P[Q[:, 0], 1], Q[:, 1:])
+        pv = np.where(np.isnan(pv), -1.0, pv)
+        # the block's best row per pair: sorted by pair, then p-value down, then S lexicographically
+        order = np.lexsort((*Q[:, :0:-1].T, -pv, Q[:, 0]))
+        pair_of, first = np.unique(Q[order, 0], return_index=True)
+        rows = order[first]
+        new_p, new_S = pv[rows], Q[rows, 1:]
+        old_p, old_S = level_p[pair_of], level_set[pair_of]
+        if l:
+            # new_S < old_S lexicographically: at the first column where they differ
+            differs = new_S != old_S
+            col = differs.argmax(axis=1)
+            at = np.arange(len(rows))
+            earlier = differs.any(axis=1) & (new_S[at, col] < old_S[at, col])
+        else:
+            earlier = np.zeros(len(rows), dtype=bool)
+        take = (new_p > old_p) | ((new_p == old_p) & earlier)
+        level_p[pair_of[take]] = new_p[take]
+        level_set[pair_of[take]] = new_S[take]
+    return level_p, level_set
 
 
 # ----------------------------------------------------------------------------- result
@@ -722,6 +829,7 @@ def fedpc(
     layers = []
     l = 0
     while needs_layer(A, l) and (max_cond is None or l <= max_cond):
+        check_layer(A, l)
         A, votes = merge_skeletons([site_layer(t, A, l, alpha) for t in tests], keep_fraction)
         layers.append(LayerRecord(l, votes, A.copy()))
         l += 1
@@ -1000,6 +1108,7 @@ class FedPCServer:
         l = 0
         rounds = 0
         while needs_layer(A, l) and (self.max_cond is None or l <= self.max_cond):
+            check_layer(A, l)
             request = SkeletonRequest(layer=l, adjacency=A, alpha=self.alpha)
             replies = self._ask(sites, request, SkeletonReply)
             rounds += 1

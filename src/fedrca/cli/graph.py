@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedrca.causal.citests import TABLE_CELLS
 from fedrca.causal.fedpc import FedPCResult, FedPCServer, FedPCSite, TestKind, aggregate_to_groups
 from fedrca.causal.pooled import PooledStatsServer
 from fedrca.cli.outputs import Outputs
@@ -129,7 +130,8 @@ def _variables(config: SiteConfig) -> tuple[list[str], list[str]]:
 
 #: Samples per cell a G-square table needs (the usual rule for its chi-square reference).
 CELL_SAMPLES = 5
-#: Bytes per cell of a G-square query's tables (counts, margins, expected counts, terms: float64).
+#: Bytes per cell of a G-square query's tables (counts, margins, expected counts, terms: float64); the
+#: tables of a batch are counted :data:`~fedrca.causal.citests.TABLE_CELLS` cells at a time.
 G_SQUARE_CELL_BYTES = 48
 #: Bytes per cell of a pooled round (a site's counts and masks, the server's running ring sum: uint64 arrays).
 POOLED_CELL_BYTES = 128
@@ -142,26 +144,33 @@ PAIR_BYTES = 1000
 #: :func:`fedrca.causal.pdag.unshielded_triples`). Measured with :data:`PAIR_BYTES`: 2.07 p³ bytes above the
 #: base over 800 variables (docs/limits.md).
 TRIPLE_BYTES = 2
+#: Bytes of one block of CI queries with the test's working arrays on it: FedPC makes and tests its
+#: queries in blocks of at most 2^22 ids (:mod:`fedrca.causal.fedpc`), Fisher-z in chunks of 2^22
+#: elements; measured 40-110 MB for the test and 34 MB for a block at every depth (docs/limits.md).
+SEARCH_BYTES = 256_000_000
 
 
 def g_square_bytes(levels: int, depth: int, *, pooled: bool = False) -> int:
     """Bytes of one G-square query over ``levels`` levels with ``depth`` conditioning variables.
 
-    ``48 R^(l + 2)``; pooled, a round's ring vectors add ``128 max(R^(l + 2), 2^21)``.
+    ``48 max(R^(l + 2), 2^21)`` (a batch's tables are counted 2^21 cells at a time, or one query's
+    when it has more); pooled, a round's ring vectors add ``128 max(R^(l + 2), 2^21)``.
     """
-    cells = levels ** (depth + 2)
+    cells = max(levels ** (depth + 2), TABLE_CELLS)
     extra = POOLED_CELL_BYTES * max(cells, POOLED_ROUND_CELLS) if pooled else 0
     return G_SQUARE_CELL_BYTES * cells + extra
 
 
 def graph_bytes(p: int, sites: int = 2) -> int:
-    """Bytes of a FedPC run over ``p`` variables and ``sites`` sites: ``2 p³ + p² (8 K + 1000)``.
+    """Bytes of a FedPC run over ``p`` variables and ``sites`` sites: ``2 p³ + p² (8 K + 1000) + 256 MB``.
 
     The orientation's triple masks (:data:`TRIPLE_BYTES`); every Fisher-z site keeps its ``p x p``
     correlation matrix (the vote's test, the pooled standardiser); PC keeps per pair of variables
-    its candidates and queries (:data:`PAIR_BYTES`).
+    its candidates and queries (:data:`PAIR_BYTES`); one block of queries is made and tested at a
+    time (:data:`SEARCH_BYTES`), however many the run has (at most
+    :data:`~fedrca.causal.fedpc.MAX_QUERIES` a layer or a separating-set search).
     """
-    return TRIPLE_BYTES * p**3 + p * p * (8 * sites + PAIR_BYTES)
+    return TRIPLE_BYTES * p**3 + p * p * (8 * sites + PAIR_BYTES) + SEARCH_BYTES
 
 
 def graph_variables(sites: int = 2) -> int:

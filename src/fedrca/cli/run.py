@@ -190,8 +190,7 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
     windows = len(served) if "plants" in roles else 0
 
     def need(batch: int) -> int:
-        return stream_bytes(len(plants), windows, batch, args.allowed_lateness, config.privacy.window,
-                            config.rca.horizon if "rca" in roles else 0)  # fmt: skip
+        return stream_bytes(len(plants), windows, batch, args.allowed_lateness, config.privacy.window)
 
     if need(args.batch_size) > MEMORY_LIMIT:
         fits = largest(MEMORY_LIMIT, need, args.batch_size)

@@ -25,7 +25,7 @@ from fedrca.cli.outputs import Outputs
 from fedrca.cli.site import build_detectors
 from fedrca.cli.training import run_training
 from fedrca.config import SiteConfig, load_config
-from fedrca.config.limits import MEMORY_LIMIT, gib, largest, plant_bytes
+from fedrca.config.limits import MAX_TRAINING_ROUNDS, MEMORY_LIMIT, gib, largest, plant_bytes
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.datasets.synthetic import SyntheticData, linear_multiplant, nonlinear_two_plant
 from fedrca.exceptions import ConfigError
@@ -108,8 +108,8 @@ def _train_into(args: argparse.Namespace, out: Outputs) -> None:
     """Train, write the artifacts (and --save-data) into the plan, print the tables (committed by the caller)."""
     config = load_config(args.config)
     settings = config.training
-    if args.rounds is not None and args.rounds < 1:
-        raise ConfigError(f"must be at least 1, got {args.rounds}", key="--rounds")
+    if args.rounds is not None and not 1 <= args.rounds <= MAX_TRAINING_ROUNDS:
+        raise ConfigError(f"must be in 1..{MAX_TRAINING_ROUNDS:,}, got {args.rounds}", key="--rounds")
     if args.samples < 100:
         raise ConfigError(f"must be at least 100, got {args.samples}", key="--samples")
     if args.synthetic:

@@ -38,6 +38,7 @@ __all__ = [
     "MAX_SEVERITY_LEVELS",
     "MAX_SPEED",
     "MAX_TOPIC_LENGTH",
+    "MAX_TRAINING_ROUNDS",
     "MEMORY_LIMIT",
     "MIN_RECORD_BYTES",
     "MIN_SESSION_TIMEOUT",
@@ -54,6 +55,8 @@ __all__ = [
     "name_fits_topic",
     "peak_memory",
     "plant_bytes",
+    "plant_share",
+    "rca_bytes",
     "rca_record_room",
     "rca_state_bytes",
     "render_topic",
@@ -80,6 +83,10 @@ WINDOW_SEQ_BYTES = 26
 #: writes them with the plant's state record after every batch: half a Kafka record (the other
 #: half for the detector's state) holds about 20,000 (docs/limits.md).
 MAX_PRIVACY_WINDOW = 20_000
+#: Most federated training rounds (``training.rounds``, ``train --rounds``): each round costs the same
+#: memory, so only run time grows; the privacy budget is split over the rounds, so 10^5 rounds of
+#: 10^-5 of it each already carry noise a thousand times a single release's
+MAX_TRAINING_ROUNDS = 100_000
 #: Most severity levels a plant publishes (k-ary randomized response over K levels).
 MAX_SEVERITY_LEVELS = 64
 #: Bytes the arrays a configuration's numbers imply may take beyond the data itself (model,
@@ -244,6 +251,32 @@ def plant_bytes(rows: int, sensors: int, features: int) -> int:
     return 8 * (3 * ((D + 1) * F + 1) ** 2 + 4 * T * F + 16 * T * D)
 
 
+def rca_bytes(horizon: int, plants: int) -> int:
+    """Bytes of the RCA engine's evidence window: ``8 H M (M + 4)`` for H rows over M plants.
+
+    The window is allocated whole when the engine starts (rows' codes and per-hypothesis log
+    evidence, :class:`fedrca.rca.engine.RCAEngine`); the plants' detectors share what it leaves of
+    :data:`MEMORY_LIMIT` (:func:`plant_share`).
+
+    Examples
+    --------
+    >>> gib(rca_bytes(30, 4))
+    '0 MB'
+    >>> gib(rca_bytes(10_000_000, 4))
+    '2.6 GB'
+    """
+    return 8 * horizon * plants * (plants + 4)
+
+
+def plant_share(horizon: int, plants: int) -> int:
+    """Bytes each plant's detector and training may take: what the RCA's window leaves of the limit, shared.
+
+    The plants and the RCA run in one process (``replay``, ``evaluate``, ``run``, the demo), so their
+    terms together stay within :data:`MEMORY_LIMIT`.
+    """
+    return max(MEMORY_LIMIT - rca_bytes(horizon, plants), 0) // max(plants, 1)
+
+
 def whatif_bytes(steps: int, states: int, sensors: int) -> int:
     """Bytes of a what-if answer (``fedrca whatif --steps K``): ``256 K (S + D)`` for S states and D sensors.
 
@@ -272,29 +305,23 @@ def batch_bytes(batch_size: int) -> int:
     return 1000 * batch_size + MAX_FETCH_BYTES
 
 
-def stream_bytes(plants: int, served: int, batch_size: int, lateness: int, window: int, horizon: int) -> int:
-    """Bytes a ``fedrca run`` worker's streaming state takes beyond its plants' detectors (docs/limits.md).
+def stream_bytes(plants: int, served: int, batch_size: int, lateness: int, window: int) -> int:
+    """Bytes a ``fedrca run`` worker's streaming state takes beyond its plants' detectors and the RCA's evidence
+    window (:func:`plant_bytes`, :func:`rca_bytes`; docs/limits.md).
 
-    ``batch_bytes(B) + (L + 1)(400 + 250 M) + 400 P W + 8 H M (M + 4) + 10^4 (120 + M) + 1.2 10^7``
-    for a batch of B records, L samples of allowed lateness over M plants (the aligner's pending
-    rows), P served plants' privacy windows of W samples (a seq and its array per published
-    sample), the RCA's H rows of evidence, the aligner's memory of 10,000 released rows and the
-    verdict ids the RCA remembers (:data:`MAX_REMEMBERED_VERDICTS`, counted as 100,000).
+    ``batch_bytes(B) + (L + 1)(400 + 250 M) + 400 P W + 10^4 (120 + M) + 1.2 10^7`` for a batch of B
+    records, L samples of allowed lateness over M plants (the aligner's pending rows), P served
+    plants' privacy windows of W samples (a seq and its array per published sample), the aligner's
+    memory of 10,000 released rows and the verdict ids the RCA remembers
+    (:data:`MAX_REMEMBERED_VERDICTS`, counted as 100,000).
 
     Examples
     --------
-    >>> gib(stream_bytes(5, 5, 2000, 1000, 3600, 30))
+    >>> gib(stream_bytes(5, 5, 2000, 1000, 3600))
     '77 MB'
     """
-    M, P, L, W, H = plants, served, lateness, window, horizon
-    return (
-        batch_bytes(batch_size)
-        + (L + 1) * (400 + 250 * M)
-        + 400 * P * W
-        + 8 * H * M * (M + 4)
-        + 10_000 * (120 + M)
-        + 12_000_000
-    )
+    M, P, L, W = plants, served, lateness, window
+    return batch_bytes(batch_size) + (L + 1) * (400 + 250 * M) + 400 * P * W + 10_000 * (120 + M) + 12_000_000
 
 
 def rca_state_bytes(plants: Sequence[str], lateness: int, horizon: int) -> int:

@@ -43,7 +43,9 @@ from fedrca.config.limits import (
     MEMORY_LIMIT,
     file_name_problem,
     gib,
+    largest,
     name_fits_topic,
+    rca_bytes,
     render_topic,
 )
 from fedrca.config.rca import RCASettings
@@ -568,9 +570,9 @@ def _check_names(config: SiteConfig, source: str | None) -> None:
                 if len(topic) <= MAX_TOPIC_LENGTH:
                     key = f"topics.{kind}"
                 raise ConfigError(problem, source=source, key=key)
-    need = 8 * config.rca.horizon * len(config.plants) * (len(config.plants) + 4)
+    need = rca_bytes(config.rca.horizon, len(config.plants))
     if need > MEMORY_LIMIT:
-        most = MEMORY_LIMIT // (8 * len(config.plants) * (len(config.plants) + 4))
+        most = largest(MEMORY_LIMIT, lambda h: rca_bytes(h, len(config.plants)), config.rca.horizon)
         raise ConfigError(
             f"an evidence window of {config.rca.horizon} rows over {len(config.plants)} plants needs about "
             f"{gib(need)}, over the {gib(MEMORY_LIMIT)} limit (docs/limits.md): set it to at most {most}",

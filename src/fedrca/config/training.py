@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from fedrca.config._base import Strict, parse_inf, parse_section
+from fedrca.config.limits import MAX_TRAINING_ROUNDS
 
 if TYPE_CHECKING:
     from fedrca.config.site import SiteConfig
@@ -94,7 +95,7 @@ class TrainingPrivacySettings(Strict):
 class TrainingSettings(Strict):
     """Settings of the federated training job (``training:`` in the site YAML)."""
 
-    rounds: int = Field(20, ge=1, description="communication rounds")
+    rounds: int = Field(20, ge=1, le=MAX_TRAINING_ROUNDS, description="communication rounds")
     window: int | None = Field(None, ge=16, description="samples per round message; None = all")
     warm_up: int = Field(10, ge=1, description="leading samples skipped (filter transient)")
     client_lr: float = Field(0.5, gt=0.0, description="step of the preconditioned client update")

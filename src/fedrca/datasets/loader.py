@@ -19,7 +19,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig, compress_columns, resolve_plants
-from fedrca.config.limits import MEMORY_LIMIT, gib, largest, plant_bytes
+from fedrca.config.limits import MEMORY_LIMIT, gib, largest, plant_bytes, plant_share
 from fedrca.datasets.dataset import Dataset
 from fedrca.datasets.generic import load_csv
 from fedrca.datasets.hai import load_hai
@@ -181,14 +181,14 @@ def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData,
                 key=f"{key}.detector.components",
             )
     elif plant.augmentation.features == "rff":
-        # every plant's detector and training share the limit
-        F, share = plant.augmentation.n_features, MEMORY_LIMIT // len(config.plants)
+        # every plant's detector and training share what the RCA's evidence window leaves of the limit
+        F, share = plant.augmentation.n_features, plant_share(config.rca.horizon, len(config.plants))
         if plant_bytes(T, D, F) > share:
             fits = largest(share, lambda f: plant_bytes(T, D, f), F)
+            fix = f"set it to at most {fits}" if fits else "use fewer features or a shorter rca.horizon"
             raise ConfigError(
                 f"{F} random features of {D} sensors over {T} nominal rows need about {gib(plant_bytes(T, D, F))}, "
-                f"over this plant's share {gib(share)} of the {gib(MEMORY_LIMIT)} limit (docs/limits.md): set it to "
-                f"at most {fits}",
+                f"over this plant's share {gib(share)} of the {gib(MEMORY_LIMIT)} limit (docs/limits.md): {fix}",
                 source=config.source,
                 key=f"{key}.augmentation.n_features",
             )
