@@ -214,6 +214,18 @@ def test_replay_at_the_longest_evidence_window_memory_allows(ws, capsys):
     _check(peak, _data_bytes(ws / "nominal.csv", ws / "short.csv"), rca_bytes(most, 2))
 
 
+def test_evaluate_with_a_report_at_the_most_random_features_memory_allows(ws, capsys):
+    """``evaluate --report``: the plants' detectors at their share, the RCA and the report's figures."""
+    most = largest(_share(ws), lambda f: plant_bytes(600, 8, f), 100_000)
+    text = (ws / "linear.yaml").read_text()
+    (ws / "rff-eval.yaml").write_text(text.replace("features: identity", f"features: rff\n    n_features: {most}"))
+    argv = ["evaluate", "--config", str(ws / "rff-eval.yaml"), "--train", str(ws / "nominal.csv"), "--input",
+            str(ws / "nominal.csv"), "--fault-start", "300", "--root-cause", "plant1", "--report", str(ws / "rep"),
+            "--json", str(ws / "eval.json")]  # fmt: skip
+    peak = _peak(argv, ws)
+    _check(peak, 2 * _data_bytes(ws / "nominal.csv"), 2 * plant_bytes(600, 8, most))
+
+
 @pytest.mark.slow
 @pytest.mark.exhaustive
 def test_fleet_at_the_most_patterns_memory_allows(ws, capsys):

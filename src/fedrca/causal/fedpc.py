@@ -429,13 +429,30 @@ Reply = SkeletonReply | SepsetReply
 
 
 # ----------------------------------------------------------------------------- skeleton (pure)
-@lru_cache(maxsize=256)
-def _combinations(n: int, k: int) -> IntArray:
-    """All k-subsets of range(n) in lexicographic order, (C(n, k), k); only for C(n, k) <= ``_BATCH``."""
-    combos = list(itertools.combinations(range(n), k))
-    out = np.array(combos, dtype=np.int64).reshape(len(combos), k)
+#: subset tables of at most this many ids are kept for reuse (64 of them: at most 32 MB)
+_CACHED_IDS = 1 << 16
+
+
+@lru_cache(maxsize=64)
+def _cached_combinations(n: int, k: int) -> IntArray:
+    return _make_combinations(n, k)
+
+
+def _make_combinations(n: int, k: int) -> IntArray:
+    out = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), k)), dtype=np.int64)
+    out = out.reshape(math.comb(n, k), k)
     out.flags.writeable = False
     return out
+
+
+def _combinations(n: int, k: int) -> IntArray:
+    """All k-subsets of range(n) in lexicographic order, (C(n, k), k); for C(n, k) up to a block's rows.
+
+    Small tables (the common case: every variable's neighbourhood at every layer) are cached.
+    """
+    if math.comb(n, k) * max(k, 1) <= _CACHED_IDS:
+        return _cached_combinations(n, k)
+    return _make_combinations(n, k)
 
 
 def _block_rows(width: int) -> int:
