@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1458,6 +1459,16 @@ RUN_CASES = [
     Case("run-broker-no-port", RUN.replace(":9 ", " "), r"--broker: .* must look like kafka://host:port"),
     Case("run-broker-port-zero", RUN.replace(":9 ", ":0 "), r"port 1\.\.65535"),
     Case("run-config-missing", RUN.replace("{cfg}", "{ws}/nope.yaml"), r"nope\.yaml"),
+    Case(
+        "run-metrics-port-taken",
+        RUN + " --metrics-port {port}",
+        r"--metrics-port: cannot listen on 127\.0\.0\.1:\d+ \(Address already in use\)",
+    ),
+    Case(
+        "run-metrics-addr-not-this-machine",
+        RUN + " --metrics-port 0 --metrics-addr 192.0.2.1",
+        r"--metrics-port: cannot listen on 192\.0\.2\.1:0 \(Cannot assign requested address\)",
+    ),
     Case("run-worker-name-a-path", RUN + " --worker-name ../up", r"--worker-name: '\.\./up' names a folder"),
     Case("run-worker-name-too-long", RUN + " --worker-name " + "w" * 300, r"--worker-name: the name makes the file"),
 ]
@@ -1583,11 +1594,24 @@ def _digests(ws: Path) -> dict[str, str]:
     return out
 
 
+#: A TCP port something listens on for the whole session (``{port}`` of a case: a port that is taken).
+_LISTENERS: list[socket.socket] = []
+
+
+def _taken_port() -> int:
+    if not _LISTENERS:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        _LISTENERS.append(listener)
+    return int(_LISTENERS[0].getsockname()[1])
+
+
 def _argv(case: Case, ws: Path) -> list[str]:
     paths = {
         "ws": ws, "cfg": ws / "linear.yaml", "nominal": ws / "nominal.csv", "test": ws / "test.csv",
         "params": ws / "params", "tep": ws / "tep.yaml", "d00": ws / "d00.dat", "d01": ws / "d01_te.dat",
-        "wparams": ws / "wparams",
+        "wparams": ws / "wparams", "port": _taken_port(),
     }  # fmt: skip
     return [part.format(**{k: str(v) for k, v in paths.items()}) for part in case.argv.split()]
 

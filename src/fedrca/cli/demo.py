@@ -297,7 +297,10 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     root = TEP_FAULT_ROOTS.get(f"{disturbance.idv:02d}")
     out = Path(args.out)
     metrics = Metrics(plants=config.plant_names)
-    port = metrics.serve(args.metrics_port) if args.metrics_port else metrics.serve(0)
+    try:
+        port = metrics.serve(args.metrics_port)
+    except OSError:
+        port = metrics.serve(0)  # the port is taken (another exporter): any free one, as with --source files
     _say(f"fedrca {__version__} demo on a live simulated TEP plant: {len(config.plants)} plants, no broker")
     _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 

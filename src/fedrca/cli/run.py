@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import socket
 import sys
 import time
 from pathlib import Path
@@ -172,6 +173,7 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
                 "seconds; the broker's group.min/max.session.timeout.ms")  # fmt: skip
     if args.metrics_port is not None:
         check_range("--metrics-port", args.metrics_port, 0, MAX_PORT, "a TCP port; 0 = any free one")
+        _check_listen(args.metrics_addr, args.metrics_port)
     plants = config.plant_names
     room, horizon = rca_record_room(), config.rca.horizon if "rca" in roles else 0
     row = rca_state_bytes(plants, 1, 0) - rca_state_bytes(plants, 0, 0)
@@ -200,6 +202,21 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
             f"limit (docs/limits.md): {fix}",
             key="--batch-size",
         )
+
+
+def _check_listen(addr: str, port: int) -> None:
+    """Refuse a metrics address and port nothing can listen on (taken, not this machine's) before the work."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the metrics server binds
+            probe.bind((addr, port))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            f"cannot listen on {addr}:{port} ({reason}); give a free port (0 = any) and an address of this machine "
+            "(--metrics-addr)",
+            key="--metrics-port",
+        ) from None
 
 
 def _served_plants(config: SiteConfig, text: str | None) -> list[str]:
