@@ -17,6 +17,7 @@ import math
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -367,12 +368,40 @@ def test_publish_params_of_a_training_run(ws, kafka_broker):
     _check(peak, _data_bytes(config, *params), 0)
 
 
+def _succeeds(argv: list[str]) -> None:
+    assert main(argv) == 0
+
+
 def _vm_hwm(pid: int) -> int:
     """A running process's peak resident memory (``VmHWM`` of /proc/<pid>/status), bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise AssertionError(f"no VmHWM for process {pid}")
+
+
+def _worker_peak(argv: list[str], cwd: Path, log: Path, feed: Callable[[], None], bootstrap: str, group: str,
+                 topics: list[str], timeout: float) -> int:  # fmt: skip
+    """Start a ``fedrca run`` worker, ``feed`` its input, wait until its group consumed every record of ``topics``;
+    its peak resident memory then (it is stopped with SIGTERM)."""
+    with open(log, "wb") as out:
+        worker = subprocess.Popen([sys.executable, "-m", "fedrca.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
+                                  cwd=cwd)  # fmt: skip
+    try:
+        feed()
+
+        def caught_up() -> bool:
+            assert worker.poll() is None, log.read_text()[-3000:]
+            try:
+                return all(consumed_everything(bootstrap, group, topic) for topic in topics)
+            except KafkaError:  # no group coordinator yet: the worker is still joining
+                return False
+
+        wait_until(caught_up, timeout, f"the worker to consume every record of {', '.join(topics)}", interval=0.5)
+        return _vm_hwm(worker.pid)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
 
 
 @pytest.mark.kafka
@@ -398,29 +427,16 @@ def test_run_rca_worker_at_its_largest_lateness_and_batch(ws, capsys, kafka_brok
     argv = [*base, "--allowed-lateness", str(most)]
     ensure_site_topics(kafka_broker.bootstrap, config)  # the flags are sent while the worker starts
     log = tmp_path / "worker.log"
-    with open(log, "wb") as out:
-        worker = subprocess.Popen([sys.executable, "-m", "fedrca.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
-                                  cwd=ws)  # fmt: skip
-    try:
+
+    def feed() -> None:
         rows = most + 50  # the first 50 rows leave the aligner judged without plant2; `most` stay pending
         flags = [FlagMessage(name, plants[0], float(seq), seq, 0, 0, math.inf, "v0") for seq in range(rows)]
         with KafkaSink(kafka_broker.bootstrap, config) as sink:
             for value in encode_flags(flags):
                 sink.send_raw(config.topic("flags"), plants[0].encode(), value)
-        group, topic = f"fedrca-{name}-rca", config.topic("flags")
 
-        def caught_up() -> bool:
-            assert worker.poll() is None, log.read_text()[-3000:]
-            try:
-                return consumed_everything(kafka_broker.bootstrap, group, topic)
-            except KafkaError:  # no group coordinator yet: the worker is still joining
-                return False
-
-        wait_until(caught_up, 120, "the RCA worker to consume every flag", interval=0.5)
-        peak = _vm_hwm(worker.pid)
-    finally:
-        worker.terminate()
-        worker.wait(timeout=60)
+    peak = _worker_peak(argv, ws, log, feed, kafka_broker.bootstrap, f"fedrca-{name}-rca", [config.topic("flags")],
+                        120)  # fmt: skip
     records = list(read_topic(kafka_broker.bootstrap, config.topic("rca_state"), timeout=30))
     assert records, log.read_text()[-3000:]
     state = json.loads(records[-1].value)["state"]
@@ -577,28 +593,10 @@ def test_run_plant_worker_at_the_largest_privacy_window(ws, kafka_broker, tmp_pa
     pd.DataFrame(data.Y, columns=data.columns()).to_csv(csv, index=False)
     argv = ["run", "--config", str(config_path), "--broker", kafka_broker.url, "--roles", "plants", "--train",
             str(ws / "nominal.csv"), "--data-dir", str(tmp_path / "w"), "--session-timeout", "6"]  # fmt: skip
-    log = tmp_path / "worker.log"
-    with open(log, "wb") as out:
-        worker = subprocess.Popen([sys.executable, "-m", "fedrca.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
-                                  cwd=ws)  # fmt: skip
-    try:
-        assert main(["replay-to-kafka", "--config", str(config_path), "--input", str(csv), "--broker",
-                     kafka_broker.url]) == 0  # fmt: skip
-        group = f"fedrca-{name}-plants"
-
-        def caught_up() -> bool:
-            assert worker.poll() is None, log.read_text()[-3000:]
-            try:
-                return all(consumed_everything(kafka_broker.bootstrap, group, config.topic("sensors", plant=p))
-                           for p in config.plant_names)  # fmt: skip
-            except KafkaError:  # no group coordinator yet: the worker is still joining
-                return False
-
-        wait_until(caught_up, 240, "the plant worker to consume every sensor message", interval=1.0)
-        peak = _vm_hwm(worker.pid)
-    finally:
-        worker.terminate()
-        worker.wait(timeout=60)
+    sensors = [config.topic("sensors", plant=p) for p in config.plant_names]
+    replay = ["replay-to-kafka", "--config", str(config_path), "--input", str(csv), "--broker", kafka_broker.url]
+    peak = _worker_peak(argv, ws, tmp_path / "worker.log", lambda: _succeeds(replay), kafka_broker.bootstrap,
+                        f"fedrca-{name}-plants", sensors, 240)  # fmt: skip
     for plant in config.plant_names:
         record = list(read_topic(kafka_broker.bootstrap, config.topic("state", plant=plant), timeout=30))[-1].value
         held = sum(len(seqs) for seqs, _ in json.loads(record)["state"]["privacy"]["batches"])
