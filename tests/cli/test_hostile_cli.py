@@ -1487,6 +1487,11 @@ DEMO_CASES = [
     Case("demo-hours-huge", DEMO + " --source simulator --hours 1e12", r"--hours: hours must be in \(0, 10000\]"),
     Case("demo-hours-zero", DEMO + " --source simulator --hours 0", r"--hours: hours must be in \(0, 10000\]"),
     Case("demo-hours-nan-with-files", DEMO + " --hours nan", r"--hours: hours must be in \(0, 10000\]"),
+    Case(
+        "demo-hours-over-the-demo-run",
+        DEMO + " --source simulator --hours 501",
+        r"--hours: the demo's live run is at most 500 hours \(10,000 samples\), got 501: .* fedrca simulate --to",
+    ),
     Case("demo-seed-negative", DEMO + " --source simulator --seed -1", r"--seed: seed must be an integer in 0\.\."),
     Case(
         "demo-idv-after-the-run",

@@ -461,6 +461,22 @@ def test_demo_on_every_bundled_file(ws, capsys):
     _check(peak, _data_bytes(tep / "d00.dat", *replayed), demo_bytes(rows, len(config.plants)) + fits)
 
 
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_demo_on_the_longest_simulated_run(ws, capsys):
+    """``demo --source simulator`` at its longest live run (500 hours, 10,000 samples; 501 refused)."""
+    _refused(["demo", "--source", "simulator", "--hours", "500.5", "--out", str(ws / "dsim")], capsys,
+             "the demo's live run is at most 500 hours")  # fmt: skip
+    argv = ["demo", "--source", "simulator", "--hours", "500", "--speed", "asap", "--metrics-port", "0", "--out",
+            str(ws / "dsim")]  # fmt: skip
+    peak = _peak(argv, ws)
+    config = load_config(REPO / "config/tep-sim.yaml")
+    nominal = 25 * 20  # the demo's cached nominal run: 25 hours of 3-minute samples
+    fits = sum(plant_bytes(nominal, len(p.sensors) + len(p.inputs), 1) for p in config.plants)
+    # the nominal run is simulated or read from the cache: 52 columns of about 12 characters a sample
+    _check(peak, nominal * 52 * 12, demo_bytes(10_000, len(config.plants)) + fits)
+
+
 def _wide_plant(ws: Path, sensors: int) -> tuple[Path, Path]:
     """One plant of ``sensors`` columns (a random walk of two states seen in noise), trained for one round."""
     rng = np.random.default_rng(sensors)

@@ -32,7 +32,12 @@ from fedrca.cli.report import write_report
 from fedrca.cli.site import site_runtime
 from fedrca.cli.training import train_site
 from fedrca.config import load_config
-from fedrca.config.limits import MAX_HOLD_SECONDS, MAX_PORT, MEMORY_LIMIT, check_range, demo_bytes, gib, largest
+from fedrca.config.limits import (
+    MAX_DEMO_HOURS,
+    MAX_HOLD_SECONDS,
+    MAX_PORT,
+    check_range,
+)
 from fedrca.connectors.replay import Pacer
 from fedrca.connectors.simulator import SimulationSpec, TEPSimulator, cached_run, parse_disturbance
 from fedrca.contracts import Verdict
@@ -162,21 +167,20 @@ def check_demo_options(args: argparse.Namespace) -> SimulationSpec:
     """Refuse every number of ``fedrca demo`` outside its bound before any work (whatever ``--source``).
 
     The port, the hold, the replay speed and the simulated run (``--hours``, ``--seed``, ``--idv``:
-    :class:`~fedrca.connectors.simulator.SimulationSpec`, its samples within the memory the demo
-    keeps of a run, :func:`~fedrca.config.limits.demo_bytes`). Returns the simulated run's spec.
+    :class:`~fedrca.connectors.simulator.SimulationSpec`, at most :data:`~fedrca.config.limits.MAX_DEMO_HOURS`:
+    the demo keeps every sample for its report, :func:`~fedrca.config.limits.demo_bytes`). Returns the
+    simulated run's spec.
     """
     check_range("--metrics-port", args.metrics_port, 0, MAX_PORT, "a TCP port; 0 = any free one")
     check_range("--hold", args.hold, 0, MAX_HOLD_SECONDS, "seconds /metrics is served at the end; Ctrl-C ends it")
     Pacer.from_spec(args.speed)
     disturbance = parse_disturbance(args.idv)
     spec = SimulationSpec(hours=args.hours, seed=args.seed, disturbances=(disturbance,))
-    plants = 5  # the TEP plants of config/tep.yaml and config/tep-sim.yaml
-    if demo_bytes(spec.n_samples, plants) > MEMORY_LIMIT:
-        most = largest(MEMORY_LIMIT, lambda n: demo_bytes(n, plants), spec.n_samples)
+    if spec.hours > MAX_DEMO_HOURS:
+        samples = round(MAX_DEMO_HOURS * 3600 / spec.sample_seconds)
         raise ConfigError(
-            f"a run of {spec.n_samples} samples needs about {gib(demo_bytes(spec.n_samples, plants))} for the demo's "
-            f"report, over the {gib(MEMORY_LIMIT)} limit (docs/limits.md): give at most "
-            f"{most * spec.sample_seconds / 3600:g} hours",
+            f"the demo's live run is at most {MAX_DEMO_HOURS:g} hours ({samples:,} samples), got {spec.hours:g}: "
+            "for a longer live plant run fedrca simulate --to kafka://HOST:PORT into fedrca run",
             key="--hours",
         )
     return spec

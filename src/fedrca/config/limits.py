@@ -27,6 +27,7 @@ __all__ = [
     "DATA_MEMORY_FACTOR",
     "KAFKA_REQUEST_TIMEOUT",
     "MAX_BATCH_SIZE",
+    "MAX_DEMO_HOURS",
     "MAX_FETCH_BYTES",
     "MAX_FILE_NAME",
     "MAX_HOLD_SECONDS",
@@ -116,6 +117,9 @@ KAFKA_REQUEST_TIMEOUT = 30.0
 MIN_SPEED, MAX_SPEED = 1e-3, 1e9
 #: Longest ``demo --hold`` (a week; Ctrl-C ends it earlier).
 MAX_HOLD_SECONDS = 7 * 86_400.0
+#: Longest live run of ``demo --source simulator`` (10,000 samples, about 3 minutes to simulate here):
+#: the demo shows the system; a longer live plant is ``fedrca simulate --to`` feeding ``fedrca run``.
+MAX_DEMO_HOURS = 500.0
 #: The verdict ids an RCA worker remembers (:class:`fedrca.streams.rca_stage.RCAStage`) share its
 #: state record with the aligner's pending rows and the engine's evidence; this much of the
 #: record is left to them.
