@@ -354,17 +354,18 @@ def rca_record_room() -> int:
 
 
 def demo_bytes(samples: int, plants: int) -> int:
-    """Bytes ``fedrca demo`` keeps of one replayed run: ``1000 T M`` for T samples of M plants.
+    """Bytes ``fedrca demo`` keeps of one run: ``5000 T M`` for T samples of M plants.
 
-    Every flag message (about 230 bytes), the plants' scores and flags per sample, the report's
-    curves (the operator report keeps the whole run).
+    Every flag message and verdict, the plants' scores and flags per sample, the report's curves
+    (the operator report keeps the whole run): measured 4.1 kB a sample and plant between the
+    simulator demo's 100- and 500-hour runs (303 and 468 MB peak; docs/limits.md).
 
     Examples
     --------
-    >>> gib(demo_bytes(200_000, 5))
-    '1.0 GB'
+    >>> gib(demo_bytes(10_000, 5))
+    '250 MB'
     """
-    return 1000 * samples * plants
+    return 5000 * samples * plants
 
 
 def replay_to_kafka_bytes(pending: int = 8 << 20) -> int:
