@@ -147,7 +147,7 @@ def write_config(home: Home, port: int, auth_port: int) -> None:
         # stay the user that started it: the log and password file are this user's
         f"user {getpass.getuser()}",
         "persistence false",
-        "log_dest stdout",
+        f"log_dest file {home.logs / 'mosquitto.log'}",
         "log_type error",
         "log_type warning",
         "log_type notice",
@@ -168,7 +168,7 @@ def write_config(home: Home, port: int, auth_port: int) -> None:
 def _launch(home: Home, address: str, timeout: float) -> subprocess.Popen[bytes]:
     """Start mosquitto on the home's config; wait until it answers CONNECT on ``address``."""
     home.logs.mkdir(parents=True, exist_ok=True)
-    out = open(home.logs / "mosquitto.log", "ab")  # noqa: SIM115 - handed to the child
+    out = open(home.logs / "stdout.log", "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(
         [mosquitto_binary(), "-c", str(home.config)],
         stdout=out,
@@ -190,12 +190,14 @@ def _launch(home: Home, address: str, timeout: float) -> subprocess.Popen[bytes]
 
 
 def _log_tail(home: Home, lines: int = 15) -> str:
-    path = home.logs / "mosquitto.log"
-    if path.is_file():
-        tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
-        if tail:
-            return f"last lines of {path}:\n" + "\n".join(tail)
-    return f"no log under {home.logs}"
+    parts = []
+    for name in ("stdout.log", "mosquitto.log"):
+        path = home.logs / name
+        if path.is_file():
+            tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
+            if tail:
+                parts.append(f"last lines of {path}:\n" + "\n".join(tail))
+    return "\n".join(parts) or f"no log under {home.logs}"
 
 
 def is_our_broker(pid: int, home: Home) -> bool:

@@ -1,0 +1,642 @@
+"""MQTT sources of ``fedrca edge``: plain JSON per tag (``kind: mqtt``) and Sparkplug B (``kind: sparkplug``).
+
+Both run on aiomqtt (asyncio, over paho-mqtt) through one connection loop, :class:`MqttLink`:
+connect, subscribe, read, and on any loss of the broker reconnect with a backoff from 0.1 s
+to ``reconnect_max_delay`` without operator action (counted in ``reconnects``; every
+subscription is made again, so a broker restart loses no tag). While the broker is away
+no update arrives: the row assembler turns the tags stale after its bound.
+
+Incoming messages wait in a :class:`PendingQueue` bounded in messages and bytes, so a
+flood cannot grow the process: past ``soft`` pending messages a JSON source keeps only the
+newest pending message of each topic (a tag's older value would be superseded anyway;
+counted in ``conflated``), and at the hard bound a message is dropped (counted in
+``dropped``, one log line a minute). A Sparkplug source never conflates (its messages are
+numbered): a drop shows as a sequence gap, and the rebirth it triggers brings every value
+back.
+
+JSON payloads (:func:`json_value`): a number, a numeric string, ``true``/``false``, or an
+object holding the value, its quality and its time at configurable fields. A payload that
+is not JSON, too large, or has no number where the tag's value should be, is counted and
+logged (one line per topic and kind a minute) and reported as a Bad value of that tag;
+``null`` is a missing value; NaN / inf are Bad. Nothing of other messages is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import math
+import os
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import aiomqtt
+import orjson
+
+from fedrca.config.edge_protocols import MqttConnection, MqttSource, MqttTag, SparkplugSource, SparkplugTag
+from fedrca.edge.sparkplug import SparkplugHost, Target
+from fedrca.exceptions import ConfigError
+
+__all__ = [
+    "JsonRoute",
+    "MqttLink",
+    "MqttReader",
+    "PendingQueue",
+    "ReaderCounters",
+    "SparkplugReader",
+    "json_value",
+    "quality_of",
+]
+
+log = logging.getLogger("fedrca.edge.mqtt")
+
+_GOOD, _BAD, _STALE, _MISSING = 0, 1, 2, 3
+#: Longest numeric string converted (longer text is not a reading; float() of megabytes is slow).
+_MAX_NUMBER_TEXT = 64
+
+Emit = Callable[[int, float | None, int, float], None]
+
+
+@dataclass
+class ReaderCounters:
+    """What an MQTT reader has seen (cumulative; the edge exports them as metrics)."""
+
+    messages: int = 0
+    updates: int = 0
+    malformed: int = 0
+    wrong_type: int = 0
+    dropped: int = 0
+    conflated: int = 0
+    connects: int = 0
+    reconnects: int = 0
+    connected: bool = False
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: int(v) for k, v in vars(self).items()}
+
+
+class _RateLimited:
+    """One log line per key every ``every`` seconds (a flood gives one line and a count)."""
+
+    def __init__(self, logger: logging.Logger, every: float = 60.0) -> None:
+        self.logger = logger
+        self.every = every
+        self._last: dict[Any, float] = {}
+
+    def warning(self, key: Any, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.every:
+            return
+        if len(self._last) > 10_000:
+            self._last.clear()
+        self._last[key] = now
+        self.logger.warning(message, *args)
+
+
+# -- the bounded queue of incoming messages ----------------------------------------------------
+class PendingQueue(asyncio.Queue):  # type: ignore[type-arg]
+    """aiomqtt's incoming queue, bounded in messages and payload bytes (see the module docstring).
+
+    ``put_nowait`` never raises: past ``soft`` messages it conflates per topic when
+    ``conflate``; at ``hard`` messages or ``max_bytes`` it drops the message, counting it.
+    Built through :meth:`factory` (aiomqtt instantiates its ``queue_type`` itself).
+    """
+
+    def __init__(
+        self,
+        maxsize: int = 0,
+        *,
+        hard: int = 100_000,
+        soft: int = 10_000,
+        max_bytes: int = 256 * 1024 * 1024,
+        conflate: bool = False,
+        counters: ReaderCounters | None = None,
+        what: str = "mqtt",
+    ) -> None:
+        super().__init__(maxsize=0)
+        self.hard = hard
+        self.soft = soft
+        self.max_bytes = max_bytes
+        self.conflate = conflate
+        self.counters = counters if counters is not None else ReaderCounters()
+        self.what = what
+        self.bytes = 0
+        self._latest: dict[str, list[Any]] = {}
+        self._warn = _RateLimited(log)
+
+    @classmethod
+    def factory(cls, **options: Any) -> Callable[..., PendingQueue]:
+        """A ``queue_type`` for :class:`aiomqtt.Client` with these bounds."""
+
+        def make(maxsize: int = 0) -> PendingQueue:
+            return cls(maxsize, **options)
+
+        return make
+
+    # asyncio.Queue keeps its items in self._queue (a deque) through _put / _get
+    def _init(self, maxsize: int) -> None:
+        self._queue: collections.deque[list[Any]] = collections.deque()
+
+    def _put(self, item: list[Any]) -> None:
+        self._queue.append(item)
+
+    def _get(self) -> Any:
+        entry = self._queue.popleft()
+        topic, message = entry
+        if self._latest.get(topic) is entry:
+            del self._latest[topic]
+        self.bytes -= len(message.payload)
+        return message
+
+    def put_nowait(self, item: Any) -> None:
+        size = len(item.payload) if isinstance(item.payload, bytes | bytearray) else 0
+        topic = item.topic.value
+        pending = self.qsize()
+        if self.conflate and pending >= self.soft:
+            entry = self._latest.get(topic)
+            if entry is not None:
+                self.bytes += size - len(entry[1].payload)
+                entry[1] = item
+                self.counters.conflated += 1
+                return
+        if pending >= self.hard or self.bytes + size > self.max_bytes:
+            self.counters.dropped += 1
+            self._warn.warning(
+                "dropped", "%s: %d messages (%d bytes) wait to be read: dropping (%d dropped so far)",
+                self.what, pending, self.bytes, self.counters.dropped,
+            )  # fmt: skip
+            return
+        entry = [topic, item]
+        self._latest[topic] = entry
+        self.bytes += size
+        super().put_nowait(entry)
+
+    def drain(self, most: int) -> list[Any]:
+        """Up to ``most`` waiting messages, without waiting."""
+        out = []
+        while len(out) < most and not self.empty():
+            out.append(self.get_nowait())
+        return out
+
+
+# -- the connection loop -----------------------------------------------------------------------
+def _password(settings: MqttConnection) -> str | None:
+    if settings.username is None:
+        return None
+    password = os.environ.get(settings.password_env)
+    if password is None:
+        raise ConfigError(
+            f"user '{settings.username}' needs a password: set the environment variable {settings.password_env}",
+            key="password_env",
+        )
+    return password
+
+
+def _tls(settings: MqttConnection) -> ssl.SSLContext | None:
+    if not settings.tls:
+        return None
+    context = ssl.create_default_context(cafile=settings.ca_file)
+    if settings.cert_file is not None:
+        context.load_cert_chain(settings.cert_file, settings.key_file)
+    return context
+
+
+class MqttLink:
+    """One MQTT connection that comes back by itself (see the module docstring).
+
+    Parameters
+    ----------
+    settings : the source's connection settings
+    name : the source's name (log lines, client id)
+    subscriptions : topic filters to subscribe to at every connection
+    handle : called with each batch of messages (``list[aiomqtt.Message]``)
+    queue : the bounds of the incoming queue (:class:`PendingQueue` options)
+    on_connect : awaited with the client after each (re)connection and subscription
+    will : the MQTT will of the connection (Sparkplug's STATE)
+    """
+
+    #: most messages handed to ``handle`` at once
+    BATCH = 512
+
+    def __init__(
+        self,
+        settings: MqttConnection,
+        name: str,
+        subscriptions: Sequence[str],
+        handle: Callable[[list[Any]], None],
+        counters: ReaderCounters,
+        queue: dict[str, Any] | None = None,
+        on_connect: Callable[[aiomqtt.Client], Awaitable[None]] | None = None,
+        will: aiomqtt.Will | None = None,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.subscriptions = list(subscriptions)
+        self.handle = handle
+        self.counters = counters
+        self.on_connect = on_connect
+        self.will = will
+        self.client: aiomqtt.Client | None = None
+        self._queue_options = {"counters": counters, "what": f"mqtt source '{name}'", **(queue or {})}
+        self._password = _password(settings)
+        self._tls = _tls(settings)
+        self._client_id = settings.client_id or f"fedrca-edge-{name}-{os.getpid()}"
+
+    async def run(self) -> None:
+        """Connect, subscribe and read until cancelled; reconnect on every loss."""
+        host, port = self.settings.address()
+        delay = 0.1
+        first = True
+        while True:
+            try:
+                client = aiomqtt.Client(
+                    host, port,
+                    identifier=self._client_id,
+                    username=self.settings.username, password=self._password,
+                    keepalive=self.settings.keepalive,
+                    tls_context=self._tls,
+                    will=self.will,
+                    clean_session=True,
+                    queue_type=PendingQueue.factory(**self._queue_options),  # type: ignore[arg-type]
+                    timeout=10.0,
+                )  # fmt: skip
+                async with client:
+                    self.client = client
+                    queue: PendingQueue = client._queue  # type: ignore[assignment] # noqa: SLF001 - ours
+                    await client.subscribe([(topic, self.settings.qos) for topic in self.subscriptions])
+                    self.counters.connects += 1
+                    self.counters.connected = True
+                    if not first:
+                        self.counters.reconnects += 1
+                        log.warning("mqtt source '%s': connected again to %s:%d", self.name, host, port)
+                    else:
+                        log.info("mqtt source '%s': connected to %s:%d, %d subscriptions", self.name, host, port,
+                                 len(self.subscriptions))  # fmt: skip
+                    first, delay = False, 0.1
+                    if self.on_connect is not None:
+                        await self.on_connect(client)
+                    async for message in client.messages:
+                        batch = [message, *queue.drain(self.BATCH - 1)]
+                        self.handle(batch)
+            except aiomqtt.MqttError as exc:
+                self.client = None
+                if self.counters.connected:
+                    log.warning("mqtt source '%s': lost the broker %s:%d (%s); reconnecting", self.name, host, port,
+                                exc)  # fmt: skip
+                elif first:
+                    log.warning("mqtt source '%s': cannot reach %s:%d (%s); retrying every %.1f s at most",
+                                self.name, host, port, exc, self.settings.reconnect_max_delay)  # fmt: skip
+                self.counters.connected = False
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.reconnect_max_delay)
+            finally:
+                self.counters.connected = False
+
+    async def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> bool:
+        """Publish when connected; False (nothing sent) while the broker is away."""
+        client = self.client
+        if client is None:
+            return False
+        try:
+            await client.publish(topic, payload, qos=qos, retain=retain)
+        except aiomqtt.MqttError:
+            return False
+        return True
+
+
+# -- plain JSON -----------------------------------------------------------------------------------
+def quality_of(raw: Any) -> int:
+    """A quality code from a payload's quality field.
+
+    ``true``/``false``; ``good``/``bad``/``uncertain``/``stale`` (any case); a number as OPC
+    quality (192..255 good, 500 stale as Ignition writes it, else bad).
+
+    Examples
+    --------
+    >>> quality_of(True), quality_of("Good"), quality_of("uncertain"), quality_of(192), quality_of(0)
+    (0, 0, 1, 0, 1)
+    """
+    if isinstance(raw, bool):
+        return _GOOD if raw else _BAD
+    if isinstance(raw, int):
+        if raw == 500:
+            return _STALE
+        return _GOOD if 192 <= raw <= 255 else _BAD
+    if isinstance(raw, str):
+        word = raw.strip().lower()
+        if word == "good":
+            return _GOOD
+        if word == "stale":
+            return _STALE
+    return _BAD
+
+
+def _walk(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return _ABSENT
+        obj = obj.get(key, _ABSENT)
+        if obj is _ABSENT:
+            return obj
+    return obj
+
+
+_ABSENT = object()
+
+
+def _number(raw: Any) -> tuple[float | None, int, str | None]:
+    """A JSON value as ``(value, quality, problem)``."""
+    if raw is None:
+        return None, _MISSING, None
+    if isinstance(raw, bool):
+        return float(raw), _GOOD, None
+    if isinstance(raw, int | float):
+        try:
+            value = float(raw)
+        except OverflowError:
+            return None, _BAD, "an integer beyond the float range"
+        return (value, _GOOD, None) if math.isfinite(value) else (None, _BAD, None)
+    if isinstance(raw, str):
+        if len(raw) > _MAX_NUMBER_TEXT:
+            return None, _BAD, f"a string of {len(raw)} characters, not a number"
+        try:
+            value = float(raw)
+        except ValueError:
+            return None, _BAD, "a string that is not a number"
+        return (value, _GOOD, None) if math.isfinite(value) else (None, _BAD, None)
+    return None, _BAD, f"a JSON {type(raw).__name__}, not a number"
+
+
+def _timestamp(raw: Any, unit: str) -> float | None:
+    if unit == "iso":
+        if not isinstance(raw, str) or len(raw) > 64:
+            return None
+        try:
+            stamp = datetime.fromisoformat(raw)
+        except ValueError:
+            return None
+        return stamp.timestamp() if stamp.tzinfo is not None else None
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    seconds = raw / 1000.0 if unit == "ms" else float(raw)
+    return seconds if math.isfinite(seconds) and 0 <= seconds < 1e11 else None
+
+
+_NON_JSON_WORDS = frozenset({b"nan", b"-nan", b"inf", b"+inf", b"-inf", b"infinity", b"-infinity", b"+infinity"})
+
+
+@dataclass(frozen=True)
+class JsonRoute:
+    """Where one tag is in its topic's payloads (see :func:`json_value`)."""
+
+    target: Target
+    field: tuple[str, ...] | None
+    quality: tuple[str, ...]
+    timestamp: tuple[str, ...]
+    unit: str = "s"
+    label: str = ""
+
+
+def _path(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(text.split("."))
+
+
+def json_value(doc: Any, route: JsonRoute, value_field: tuple[str, ...]) -> tuple[float | None, int, float | None, str | None]:
+    """One tag's ``(value, quality, source_ts or None, problem)`` from a parsed JSON payload.
+
+    A scalar payload is the value (with no field configured); an object holds it at the
+    route's ``field`` (else ``value_field``), its quality and time beside it.
+
+    Examples
+    --------
+    >>> r = JsonRoute(Target(0), ("pv",), ("q",), ("t",), "ms")
+    >>> json_value({"pv": 2.5, "q": 192, "t": 1700000000000}, r, ("value",))
+    (2.5, 0, 1700000000.0, None)
+    >>> json_value({"pv": "open"}, r, ("value",))[1:]
+    (1, None, 'a string that is not a number')
+    """
+    if not isinstance(doc, dict):
+        if route.field is not None:
+            return None, _BAD, None, "the payload is not a JSON object with the tag's field"
+        value, quality, problem = _number(doc)
+        return value, quality, None, problem
+    raw = _walk(doc, route.field or value_field)
+    if raw is _ABSENT:
+        return None, _MISSING, None, "the tag's field is not in the payload"
+    value, quality, problem = _number(raw)
+    stated = _walk(doc, route.quality)
+    if stated is not _ABSENT and quality == _GOOD:
+        quality = quality_of(stated)
+        if quality != _GOOD:
+            value = None
+    ts = _walk(doc, route.timestamp)
+    return value, quality, (None if ts is _ABSENT else _timestamp(ts, route.unit)), problem
+
+
+class MqttReader:
+    """The tags of one ``kind: mqtt`` source (plain JSON), reported through ``emit``.
+
+    Parameters
+    ----------
+    name : the source's name
+    settings : its settings
+    tags : ``(tag index, address, scale, offset, label)`` of every tag read from it
+    emit : called ``emit(tag, value, quality, source_ts)`` for every update
+    clock : seconds since the epoch (arrival times)
+    """
+
+    def __init__(
+        self,
+        name: str,
+        settings: MqttSource,
+        tags: Iterable[tuple[int, MqttTag, str]],
+        emit: Emit,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self.counters = ReaderCounters()
+        self._emit = emit
+        self._clock = clock
+        self._value_field = tuple(settings.value_field.split("."))
+        self._warn = _RateLimited(log)
+        self.routes: dict[str, list[JsonRoute]] = {}
+        for index, address, label in tags:
+            route = JsonRoute(
+                Target(index, address.scale, address.offset, label),
+                _path(address.field),
+                _path(address.quality_field or settings.quality_field) or (),
+                _path(address.timestamp_field or settings.timestamp_field) or (),
+                settings.timestamp_unit,
+                label,
+            )
+            self.routes.setdefault(address.topic, []).append(route)
+        self.link = MqttLink(
+            settings, name, list(self.routes), self.handle, self.counters,
+            queue={"conflate": True, "max_bytes": 64 * settings.max_payload_bytes + 64 * 1024 * 1024},
+        )  # fmt: skip
+
+    async def run(self) -> None:
+        """Read until cancelled (reconnecting by itself)."""
+        await self.link.run()
+
+    def _problem(self, counter: str, topic: str, message: str) -> None:
+        setattr(self.counters, counter, getattr(self.counters, counter) + 1)
+        self._warn.warning(
+            (counter, topic), "mqtt source '%s' topic '%s': %s (%s so far: %d)",
+            self.name, topic[:200], message, counter.replace("_", " "), getattr(self.counters, counter),
+        )  # fmt: skip
+
+    def handle(self, messages: list[Any]) -> None:
+        """Turn a batch of messages into tag updates (never raises for bad input)."""
+        now = self._clock()
+        for message in messages:
+            self.counters.messages += 1
+            topic = message.topic.value
+            routes = self.routes.get(topic)
+            if routes is None:
+                continue  # a retained message of a filter we no longer hold
+            self.on_payload(topic, message.payload, routes, now)
+
+    def on_payload(self, topic: str, payload: Any, routes: list[JsonRoute], now: float) -> None:
+        emit = self._emit
+        if not isinstance(payload, bytes | bytearray):
+            payload = b"" if payload is None else str(payload).encode()
+        if len(payload) > self.settings.max_payload_bytes:
+            self._problem("malformed", topic, f"payload of {len(payload)} bytes is over max_payload_bytes")
+            self._bad(routes, now)
+            return
+        try:
+            doc = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            if payload.strip().lower() in _NON_JSON_WORDS:  # a device writing NaN / inf as text: a Bad value
+                for route in routes:
+                    emit(route.target.tag, None, _BAD, now)
+                    self.counters.updates += 1
+                return
+            self._problem("malformed", topic, "payload is not JSON")
+            self._bad(routes, now)
+            return
+        for route in routes:
+            value, quality, ts, problem = json_value(doc, route, self._value_field)
+            if problem is not None:
+                if quality == _MISSING:
+                    self._problem("malformed", topic, f"{route.label or 'tag'}: {problem}")
+                    continue  # this payload does not carry the tag: no news of it
+                self._problem("wrong_type", topic, f"{route.label or 'tag'}: {problem}")
+            target = route.target
+            if value is not None and (target.scale != 1.0 or target.offset != 0.0):
+                value = value * target.scale + target.offset
+                if not math.isfinite(value):
+                    value, quality = None, _BAD
+            emit(target.tag, value, quality, now if ts is None else ts)
+            self.counters.updates += 1
+
+    def _bad(self, routes: list[JsonRoute], now: float) -> None:
+        for route in routes:
+            self._emit(route.target.tag, None, _BAD, now)
+            self.counters.updates += 1
+
+
+# -- Sparkplug B ----------------------------------------------------------------------------------
+@dataclass
+class _Commands:
+    pending: collections.deque[tuple[str, bytes]] = field(default_factory=lambda: collections.deque(maxlen=1000))
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class SparkplugReader:
+    """The tags of one ``kind: sparkplug`` source: a Sparkplug B host application (:class:`SparkplugHost`).
+
+    Parameters are those of :class:`MqttReader`; the tags' addresses are :class:`SparkplugTag`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        settings: SparkplugSource,
+        tags: Iterable[tuple[int, SparkplugTag, str]],
+        emit: Emit,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self.counters = ReaderCounters()
+        self._clock = clock
+        targets: dict[tuple[str, str, str | None, str], list[Target]] = {}
+        for index, address, label in tags:
+            node = address.node or settings.node
+            if node is None:
+                raise ConfigError(
+                    f"tag {label}: which edge node? set node on the tag or edge.sources.{name}.node",
+                    key=f"edge.sources.{name}.node",
+                )
+            key = (address.group or settings.group, node, address.device, address.metric)
+            targets.setdefault(key, []).append(Target(index, address.scale, address.offset, label))
+        self._commands = _Commands()
+        self.host = SparkplugHost(targets, emit, self._queue_command, rebirth_holdoff=settings.rebirth_holdoff)
+        will = None
+        if settings.host_id is not None:
+            will = aiomqtt.Will(self.state_topic, self._state(False), qos=1, retain=True)
+        self.link = MqttLink(
+            settings, name, self.host.subscriptions(), self.handle, self.counters,
+            queue={"conflate": False}, on_connect=self._connected, will=will,
+        )  # fmt: skip
+
+    @property
+    def state_topic(self) -> str:
+        return f"spBv1.0/STATE/{self.settings.host_id}"
+
+    def _state(self, online: bool) -> bytes:
+        return orjson.dumps({"online": online, "timestamp": int(self._clock() * 1000)})
+
+    def _queue_command(self, topic: str, payload: bytes) -> None:
+        self._commands.pending.append((topic, payload))
+        self._commands.wake.set()
+
+    async def _connected(self, client: aiomqtt.Client) -> None:
+        if self.settings.host_id is not None:
+            await client.publish(self.state_topic, self._state(True), qos=1, retain=True)
+        # births sent while we were away are lost to us (they are not retained): ask again
+        self.host.request_rebirths(self._clock(), "the host connected")
+
+    async def _send_commands(self) -> None:
+        while True:
+            await self._commands.wake.wait()
+            self._commands.wake.clear()
+            while self._commands.pending:
+                topic, payload = self._commands.pending[0]
+                if not await self.link.publish(topic, payload, qos=0):
+                    break  # the broker is away: the next connection's births make up for it
+                self._commands.pending.popleft()
+
+    async def run(self) -> None:
+        """Read until cancelled (reconnecting by itself); rebirth requests go out as they arise."""
+        sender = asyncio.create_task(self._send_commands())
+        try:
+            await self.link.run()
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+
+    def handle(self, messages: list[Any]) -> None:
+        now = self._clock()
+        host = self.host
+        for message in messages:
+            self.counters.messages += 1
+            payload = message.payload
+            if not isinstance(payload, bytes | bytearray):
+                payload = b"" if payload is None else str(payload).encode()
+            host.on_message(message.topic.value, bytes(payload), now)
+        c = host.counters
+        self.counters.updates = c.updates
+        self.counters.malformed = c.malformed
+        self.counters.wrong_type = c.wrong_type
