@@ -254,6 +254,8 @@ class MqttLink:
         host, port = self.settings.address()
         delay = 0.1
         first = True
+        outage: float | None = None  # when the broker was last reported unreachable
+        attempts = 0
         while True:
             try:
                 client = aiomqtt.Client(
@@ -267,19 +269,20 @@ class MqttLink:
                     queue_type=PendingQueue.factory(**self._queue_options),  # type: ignore[arg-type]
                     timeout=10.0,
                 )  # fmt: skip
+                attempts += 1
                 async with client:
                     self.client = client
                     queue: PendingQueue = client._queue  # type: ignore[assignment] # noqa: SLF001 - ours
                     await client.subscribe([(topic, self.settings.qos) for topic in self.subscriptions])
                     self.counters.connects += 1
                     self.counters.connected = True
-                    if not first:
-                        self.counters.reconnects += 1
-                        log.warning("mqtt source '%s': connected again to %s:%d", self.name, host, port)
-                    else:
+                    if first:
                         log.info("mqtt source '%s': connected to %s:%d, %d subscriptions", self.name, host, port,
                                  len(self.subscriptions))  # fmt: skip
-                    first, delay = False, 0.1
+                    else:
+                        self.counters.reconnects += 1
+                        log.warning("mqtt source '%s': connected again to %s:%d", self.name, host, port)
+                    first, delay, outage, attempts = False, 0.1, None, 0
                     if self.on_connect is not None:
                         await self.on_connect(client)
                     async for message in client.messages:
@@ -287,12 +290,16 @@ class MqttLink:
                         self.handle(batch)
             except aiomqtt.MqttError as exc:
                 self.client = None
+                now = time.monotonic()
                 if self.counters.connected:
                     log.warning("mqtt source '%s': lost the broker %s:%d (%s); reconnecting", self.name, host, port,
                                 exc)  # fmt: skip
-                elif first:
-                    log.warning("mqtt source '%s': cannot reach %s:%d (%s); retrying every %.1f s at most",
-                                self.name, host, port, exc, self.settings.reconnect_max_delay)  # fmt: skip
+                    outage = now
+                elif outage is None or now - outage >= 60.0:
+                    again = f" (still, after {attempts} attempts)" if outage is not None else ""
+                    log.warning("mqtt source '%s': cannot reach %s:%d (%s)%s; retrying every %.1f s at most",
+                                self.name, host, port, exc, again, self.settings.reconnect_max_delay)  # fmt: skip
+                    outage = now
                 self.counters.connected = False
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.settings.reconnect_max_delay)
