@@ -295,7 +295,10 @@ class ModbusPoller:
                 else:
                     if item.scale != 1.0 or item.offset_value != 0.0:
                         value = value * item.scale + item.offset_value
-                    self._emit(item.tag, value, _GOOD if math.isfinite(value) else _BAD, ts)
+                    if math.isfinite(value):
+                        self._emit(item.tag, value, _GOOD, ts)
+                    else:
+                        self._emit(item.tag, None, _BAD, ts)
                 self.counters.updates += 1
         for block, parts in split:
             log.warning("modbus source '%s' %s: illegal address; reading its %d tags one by one from now on",
