@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import time
 from collections.abc import Callable, Coroutine
@@ -17,23 +16,10 @@ from pydantic import ValidationError
 from fedrca.config.edge_protocols import ModbusSource, ModbusTag
 from fedrca.edge.modbus import EXCEPTION_NAMES, ModbusPoller, plan_reads
 from fedrca.edge.modbus_server import ModbusPlantServer
+from tests.edge.recording import RecordingSink, tags
 
 pytestmark = pytest.mark.modbus
 GOOD, BAD = 0, 1
-
-
-class Updates:
-    def __init__(self) -> None:
-        self.all: list[tuple[int, float | None, int, float]] = []
-
-    def __call__(self, tag: int, value: float | None, quality: int, ts: float) -> None:
-        self.all.append((tag, value, quality, ts))
-
-    def last(self, tag: int) -> tuple[float | None, int] | None:
-        for t, v, q, _ in reversed(self.all):
-            if t == tag:
-                return v, q
-        return None
 
 
 async def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -56,14 +42,16 @@ def serve(body: Callable[[ModbusPlantServer], Coroutine[Any, Any, None]], units:
     asyncio.run(main())
 
 
-def poller(server: ModbusPlantServer, tags: list[tuple[int, ModbusTag, str]], **kw: Any) -> tuple[ModbusPoller, Updates]:
-    updates = Updates()
-    source = ModbusSource(kind="modbus", url=f"modbus://127.0.0.1:{server.port}", **{"timeout": 0.3, "retries": 0, **kw})
-    return ModbusPoller("plc", source, tags, updates, period=0.1), updates
+def poller(server: ModbusPlantServer, addresses: list[ModbusTag], **kw: Any) -> tuple[ModbusPoller, RecordingSink]:
+    options = {"timeout": 0.3, "retries": 0, **kw}
+    source = ModbusSource(kind="modbus", url=f"modbus://127.0.0.1:{server.port}", **options)
+    p = ModbusPoller("plc", source, tags(*addresses), period=0.1)
+    p.sink = RecordingSink()  # type: ignore[attr-defined]
+    return p, p.sink  # type: ignore[attr-defined]
 
 
 async def running(p: ModbusPoller, body: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    task = asyncio.create_task(p.run())
+    task = asyncio.create_task(p.run(p.sink))  # type: ignore[attr-defined]
     try:
         await body()
     finally:
@@ -81,21 +69,21 @@ TYPED = [
 
 def test_every_type_word_order_scale_and_table() -> None:
     async def body(server: ModbusPlantServer) -> None:
-        tags = []
+        addresses = []
         for i, (kind, value, order) in enumerate(TYPED):
             server.write(1, "holding", 10 * i, value, kind, order)
-            tags.append((i, ModbusTag(register=10 * i, type=kind, word_order=order), kind))
+            addresses.append(ModbusTag(register=10 * i, type=kind, word_order=order))
         server.write(1, "input", 3, 123, "uint16")
         server.write(2, "coil", 17, 1)
         server.write(2, "discrete", 4, 0)
-        n = len(tags)
-        tags += [
-            (n, ModbusTag(register="ir:3", scale=0.5, offset=-1.0), "scaled"),
-            (n + 1, ModbusTag(register="coil:17", unit=2), "coil"),
-            (n + 2, ModbusTag(register=4, table="discrete", unit=2), "discrete"),
+        n = len(addresses)
+        addresses += [
+            ModbusTag(register="ir:3", scale=0.5, offset=-1.0),
+            ModbusTag(register="coil:17", unit=2),
+            ModbusTag(register=4, table="discrete", unit=2),
         ]
-        p, updates = poller(server, tags)
-        await running(p, lambda: until(lambda: all(updates.last(t[0]) for t in tags), 10, "every tag"))
+        p, updates = poller(server, addresses)
+        await running(p, lambda: until(lambda: all(updates.last(i) for i in range(n + 3)), 10, "every tag"))
         for i, (kind, value, _) in enumerate(TYPED):
             got = updates.last(i)
             assert got is not None and got[1] == GOOD, kind
@@ -106,23 +94,23 @@ def test_every_type_word_order_scale_and_table() -> None:
     serve(body)
 
 
-def test_exception_codes_are_bad_values_counted_per_code(caplog: pytest.LogCaptureFixture) -> None:
+def test_exception_codes_are_bad_values_counted_per_code() -> None:
     codes = [1, 2, 3, 4, 5, 6, 8, 10, 11]
 
     async def body(server: ModbusPlantServer) -> None:
-        tags = [(i, ModbusTag(register=20 * i), f"t{i}") for i in range(len(codes))]
-        tags.append((len(codes), ModbusTag(register=400), "healthy"))
+        addresses = [ModbusTag(register=20 * i) for i in range(len(codes))] + [ModbusTag(register=400)]
         server.write(1, "holding", 400, 7, "uint16")
         for i, code in enumerate(codes):
             server.fail(1, "holding", 20 * i, 20 * i, code)
-        p, updates = poller(server, tags)
-        caplog.set_level(logging.WARNING, logger="fedrca.edge.modbus")
-        await running(p, lambda: until(lambda: p.counters.polls >= 2, 10, "two polls"))
+        p, updates = poller(server, addresses)
+        await running(p, lambda: until(lambda: p.stats.polls >= 2, 10, "two polls"))
         for i, code in enumerate(codes):
             assert updates.last(i) == (None, BAD), code
-            assert p.counters.exceptions[code] >= 2, code
-            lines = [r.getMessage() for r in caplog.records if f"exception {code} " in r.getMessage()]
-            assert len(lines) == 1 and EXCEPTION_NAMES[code] in lines[0], code  # once, not once a poll
+            assert p.stats.exceptions[code] >= 2, code
+            refused = [r for r in updates.refused if r[1] == f"modbus-exception-{code}"]
+            # refused at every poll, naming the register and the protocol's name of the code
+            assert {r[0] for r in refused} == {i} and len(refused) == p.stats.exceptions[code], code
+            assert f"holding {20 * i}..{20 * i}" in refused[0][2] and EXCEPTION_NAMES[code] in refused[0][2]
         assert updates.last(len(codes)) == (7.0, GOOD)  # the healthy register of the same unit is unharmed
 
     serve(body)
@@ -133,9 +121,7 @@ def test_illegal_address_in_a_block_splits_it_so_only_that_tag_is_bad() -> None:
         server.write(1, "holding", 0, 1.5, "float32")
         server.write(1, "holding", 4, 2.5, "float32")
         server.fail(1, "holding", 2, 3, 2)
-        tags = [(0, ModbusTag(register=0, type="float32"), "a"), (1, ModbusTag(register=2, type="float32"), "b"),
-                (2, ModbusTag(register=4, type="float32"), "c")]  # fmt: skip
-        p, updates = poller(server, tags)
+        p, updates = poller(server, [ModbusTag(register=r, type="float32") for r in (0, 2, 4)])
         assert len(p.blocks) == 1
         await running(p, lambda: until(lambda: updates.last(0) == (1.5, GOOD), 10, "the split reads"))
         assert len(p.blocks) == 3
@@ -147,13 +133,13 @@ def test_illegal_address_in_a_block_splits_it_so_only_that_tag_is_bad() -> None:
 def test_timeout_then_recovery() -> None:
     async def body(server: ModbusPlantServer) -> None:
         server.write(1, "holding", 0, 5, "uint16")
-        p, updates = poller(server, [(0, ModbusTag(register=0), "a")], timeout=0.2)
+        p, updates = poller(server, [ModbusTag(register=0)], timeout=0.2)
 
         async def steps() -> None:
             await until(lambda: updates.last(0) == (5.0, GOOD), 10, "a good value")
             server.delay(1, 0.5)
             await until(lambda: updates.last(0) == (None, BAD), 10, "the timeout")
-            assert p.counters.timeouts >= 1
+            assert p.stats.timeouts >= 1 and updates.refused[-1][1] == "timeout"
             server.heal()
             server.write(1, "holding", 0, 6, "uint16")
             await until(lambda: updates.last(0) == (6.0, GOOD), 10, "a good value again")
@@ -166,7 +152,7 @@ def test_timeout_then_recovery() -> None:
 def test_server_down_and_back_reconnects_by_itself() -> None:
     async def body(server: ModbusPlantServer) -> None:
         server.write(1, "holding", 0, 5, "uint16")
-        p, updates = poller(server, [(0, ModbusTag(register=0), "a")], reconnect_max_delay=0.2)
+        p, updates = poller(server, [ModbusTag(register=0)], reconnect_max_delay=0.2)
 
         async def steps() -> None:
             await until(lambda: updates.last(0) == (5.0, GOOD), 10, "a good value")
@@ -183,7 +169,7 @@ def test_server_down_and_back_reconnects_by_itself() -> None:
     serve(body)
 
 
-def test_hostile_registers_and_replies(caplog: pytest.LogCaptureFixture) -> None:
+def test_hostile_registers_and_replies() -> None:
     """Values a device may hold or answer that are no reading: each a Bad value, none a crash."""
 
     async def body(server: ModbusPlantServer) -> None:
@@ -203,13 +189,11 @@ def test_hostile_registers_and_replies(caplog: pytest.LogCaptureFixture) -> None
             ("scale to inf", ModbusTag(register=20, type="float32", scale=1e308),
              lambda: server.write(1, "holding", 20, 3.0e38)),
         ]
-        tags = [(i, tag, what) for i, (what, tag, _) in enumerate(cases)]
-        tags.append((len(cases), ModbusTag(register=100), "valid"))
         for _, _, setup in cases:
             setup()
         server.write(1, "holding", 100, 42, "uint16")
-        p, updates = poller(server, tags)
-        await running(p, lambda: until(lambda: p.counters.polls >= 2, 10, "two polls"))
+        p, updates = poller(server, [tag for _, tag, _ in cases] + [ModbusTag(register=100)])
+        await running(p, lambda: until(lambda: p.stats.polls >= 2, 10, "two polls"))
         for i, (what, _, _) in enumerate(cases):
             assert updates.last(i) == (None, BAD), what
         assert updates.last(len(cases)) == (42.0, GOOD)

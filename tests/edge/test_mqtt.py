@@ -18,26 +18,14 @@ import paho.mqtt.client as paho
 import pytest
 
 from fedrca.config.edge_protocols import MqttSource, MqttTag, SparkplugSource, SparkplugTag
-from fedrca.edge.mqtt import JsonRoute, MqttReader, PendingQueue, ReaderCounters, SparkplugReader, json_value
+from fedrca.edge.mqtt import JsonRoute, MqttReader, PendingQueue, ReaderStats, SparkplugReader, json_value
 from fedrca.edge.sparkplug import SparkplugNode, Target, decode_payload
 from fedrca.exceptions import ConfigError
+from tests.edge.recording import RecordingSink, tags
 from tests.mqtt_broker import MqttBroker, private_mosquitto
 
 pytestmark = pytest.mark.mqtt
 GOOD, BAD, STALE, MISSING = 0, 1, 2, 3
-
-
-class Updates:
-    """What a reader emits, by tag."""
-
-    def __init__(self) -> None:
-        self.all: list[tuple[int, float | None, int, float]] = []
-
-    def __call__(self, tag: int, value: float | None, quality: int, ts: float) -> None:
-        self.all.append((tag, value, quality, ts))
-
-    def of(self, tag: int) -> list[tuple[float | None, int]]:
-        return [(v, q) for t, v, q, _ in self.all if t == tag]
 
 
 def publisher(address: str, client_id: str = "", will: tuple[str, bytes] | None = None) -> paho.Client:
@@ -63,10 +51,10 @@ async def until(condition: Callable[[], bool], timeout: float, what: str) -> Non
 
 
 def run_with(reader: Any, body: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Run ``reader`` while ``body`` runs (both in one event loop), then cancel it."""
+    """Run ``reader`` into its ``sink`` attribute while ``body`` runs (one event loop), then cancel it."""
 
     async def main() -> None:
-        task = asyncio.create_task(reader.run())
+        task = asyncio.create_task(reader.run(reader.sink))
         try:
             await until(lambda: reader.counters.connected, 10, "the reader to connect")
             await body()
@@ -78,21 +66,29 @@ def run_with(reader: Any, body: Callable[[], Coroutine[Any, Any, None]]) -> None
     asyncio.run(main())
 
 
-def json_reader(broker: MqttBroker, tags: list[tuple[int, MqttTag, str]], **settings: Any) -> tuple[MqttReader, Updates]:
-    updates = Updates()
+def json_reader(broker: MqttBroker, *addresses: MqttTag, **settings: Any) -> tuple[MqttReader, RecordingSink]:
     source = MqttSource(kind="mqtt", url=f"mqtt://{broker.address}", **settings)
-    return MqttReader("broker", source, tags, updates), updates
+    reader = MqttReader("broker", source, tags(*addresses))
+    reader.sink = RecordingSink()  # type: ignore[attr-defined]
+    return reader, reader.sink  # type: ignore[attr-defined]
+
+
+def sparkplug_reader(source: SparkplugSource, *addresses: SparkplugTag) -> tuple[SparkplugReader, RecordingSink]:
+    reader = SparkplugReader("scada", source, tags(*addresses))
+    reader.sink = RecordingSink()  # type: ignore[attr-defined]
+    return reader, reader.sink  # type: ignore[attr-defined]
 
 
 # -- plain JSON ------------------------------------------------------------------------------------
 def test_json_tags_per_topic_and_from_a_shared_payload(mqtt_broker: MqttBroker) -> None:
     prefix = f"t{os.getpid()}{time.monotonic_ns()}"
-    tags = [
-        (0, MqttTag(topic=f"{prefix}/pressure"), "pressure"),
-        (1, MqttTag(topic=f"{prefix}/unit", field="level.pv", scale=2.0, offset=1.0), "level"),
-        (2, MqttTag(topic=f"{prefix}/unit", field="temp"), "temp"),
-    ]
-    reader, updates = json_reader(mqtt_broker, tags, timestamp_unit="ms")
+    reader, updates = json_reader(
+        mqtt_broker,
+        MqttTag(topic=f"{prefix}/pressure"),
+        MqttTag(topic=f"{prefix}/unit", field="level.pv", scale=2.0, offset=1.0),
+        MqttTag(topic=f"{prefix}/unit", field="temp"),
+        timestamp_unit="ms",
+    )
 
     async def body() -> None:
         client = publisher(mqtt_broker.address)
@@ -112,7 +108,7 @@ def test_json_tags_per_topic_and_from_a_shared_payload(mqtt_broker: MqttBroker) 
     assert [u[3] for u in updates.all if u[0] == 0][1] == 1_700_000_000.0  # the payload's time (ms)
     assert updates.of(1) == [(21.0, GOOD), (23.0, GOOD), (None, BAD)]  # scale 2, offset 1; quality false
     assert updates.of(2) == [(120.5, GOOD), (None, MISSING), (None, BAD)]
-    assert reader.counters.malformed == 0 and reader.counters.connects == 1
+    assert updates.refused == [] and reader.stats.connects == 1 and reader.counters.updates == 8
 
 
 def _hostile_json() -> list[tuple[str, bytes, int, str | None]]:
@@ -124,11 +120,11 @@ def _hostile_json() -> list[tuple[str, bytes, int, str | None]]:
         ("empty payload", b"", BAD, "malformed"),
         ("huge payload", b"1" * 2_000_000, BAD, "malformed"),
         ("deeply nested", b"[" * 5000 + b"]" * 5000, BAD, "malformed"),
-        ("a string", b'"open"', BAD, "wrong_type"),
-        ("a huge string", b'"' + b"9" * 100_000 + b'"', BAD, "wrong_type"),
-        ("a list", b"[1, 2, 3]", BAD, "wrong_type"),
-        ("an object in the value", b'{"value": {"a": 1}}', BAD, "wrong_type"),
-        ("a string in the value", b'{"value": "n/a"}', BAD, "wrong_type"),
+        ("a string", b'"open"', BAD, "wrong-type"),
+        ("a huge string", b'"' + b"9" * 100_000 + b'"', BAD, "wrong-type"),
+        ("a list", b"[1, 2, 3]", BAD, "wrong-type"),
+        ("an object in the value", b'{"value": {"a": 1}}', BAD, "wrong-type"),
+        ("a string in the value", b'{"value": "n/a"}', BAD, "wrong-type"),
         ("an int beyond float", b"1" + b"0" * 400, BAD, "malformed"),
         ("NaN as text", b"NaN", BAD, None),
         ("inf as text", b"-Infinity", BAD, None),
@@ -144,45 +140,41 @@ def _hostile_json() -> list[tuple[str, bytes, int, str | None]]:
     ]
 
 
-def test_hostile_json_payloads(mqtt_broker: MqttBroker, caplog: pytest.LogCaptureFixture) -> None:
+def test_hostile_json_payloads(mqtt_broker: MqttBroker) -> None:
     cases = _hostile_json()
     assert len(cases) >= 20
     prefix = f"h{os.getpid()}{time.monotonic_ns()}"
-    tags = [(0, MqttTag(topic=f"{prefix}/x"), "x"), (1, MqttTag(topic=f"{prefix}/ok"), "ok")]
-    reader, updates = json_reader(mqtt_broker, tags, max_payload_bytes=1_000_000)
-    reader._warn.every = 0.0  # a line for every case (a flood of one problem gives one line a minute)
-    caplog.set_level(logging.WARNING, logger="fedrca.edge.mqtt")
-    results: list[tuple[str, list[tuple[float | None, int]], dict[str, int], list[str]]] = []
+    reader, updates = json_reader(mqtt_broker, MqttTag(topic=f"{prefix}/x"), MqttTag(topic=f"{prefix}/ok"),
+                                  max_payload_bytes=1_000_000)  # fmt: skip
+    results: list[tuple[str, list[tuple[float | None, int]], list[tuple[int | None, str, str]]]] = []
 
     async def body() -> None:
         client = publisher(mqtt_broker.address)
         try:
             for i, (_, payload, _, _) in enumerate(cases):
-                before = dict(reader.counters.as_dict())
-                caplog.clear()
+                refused = len(updates.refused)
                 n = len(updates.all)
                 publish(client, f"{prefix}/x", payload)
                 publish(client, f"{prefix}/ok", str(float(i)).encode())  # a valid value right behind it
                 await until(lambda n=n, i=i: (1, float(i), GOOD) in [u[:3] for u in updates.all[n:]], 10, "ok")
                 got = [(v, q) for t, v, q, _ in updates.all[n:] if t == 0]
-                after = reader.counters.as_dict()
-                diff = {k: after[k] - before[k] for k in after if after[k] != before[k]}
-                results.append((cases[i][0], got, diff, [r.getMessage() for r in caplog.records]))
+                results.append((cases[i][0], got, updates.refused[refused:]))
         finally:
             client.loop_stop()
             client.disconnect()
 
     run_with(reader, body)
-    for (what, _, quality, counter), (_, got, diff, lines) in zip(cases, results):
+    for (what, _, quality, reason), (_, got, refused) in zip(cases, results):
         if quality == -1:
             assert got == [], what  # the payload does not carry the tag: no news of it
         else:
             assert [q for _, q in got] == [quality], what
-        if counter is not None:
-            assert diff.get(counter) == 1, (what, diff)
-            assert len(lines) == 1 and len(lines[0]) < 400, (what, lines)  # one clear line, no echo
+        if reason is not None:
+            # refused once, naming the tag's topic, without echoing the input
+            assert [(t, r) for t, r, _ in refused] == [(0, reason)], (what, refused)
+            assert f"{prefix}/x" in refused[0][2] and len(refused[0][2]) < 400, what
         else:
-            assert lines == [], (what, lines)  # plant data (Bad, missing) is not bad input
+            assert refused == [], (what, refused)  # plant data (Bad, missing) is not bad input
     # nothing valid lost: every valid value arrived, in order
     assert [v for v, _ in updates.of(1)] == [float(i) for i in range(len(cases))]
     ts = [u[3] for u in updates.all if u[0] == 0 and u[1] in (4.0, 5.0)]
@@ -205,8 +197,10 @@ def test_pending_queue_is_bounded_and_conflates_per_topic() -> None:
             self.payload = payload
 
     async def main() -> None:
-        counters = ReaderCounters()
-        queue = PendingQueue(hard=100, soft=10, max_bytes=10_000, conflate=True, counters=counters)
+        counters = ReaderStats()
+        refused: list[tuple[int | None, str, str]] = []
+        queue = PendingQueue(hard=100, soft=10, max_bytes=10_000, conflate=True, stats=counters,
+                             reject=lambda *r: refused.append(r))  # fmt: skip
         for i in range(10):
             queue.put_nowait(Msg(f"t{i}", b"x"))  # under the soft bound: all kept
         for i in range(1000):
@@ -215,6 +209,7 @@ def test_pending_queue_is_bounded_and_conflates_per_topic() -> None:
         for i in range(200):
             queue.put_nowait(Msg(f"u{i}", b"z"))  # 90 fit under the hard bound, 110 dropped
         assert queue.qsize() == 100 and counters.conflated == 1000 and counters.dropped == 111
+        assert len(refused) == 111 and {r[:2] for r in refused} == {(None, "queue-full")}
         got = [(m.topic.value, m.payload) for m in queue.drain(1000)]
         assert got[3] == ("t3", b"999") and len(got) == 100 and queue.bytes == 0
 
@@ -224,7 +219,7 @@ def test_pending_queue_is_bounded_and_conflates_per_topic() -> None:
 # -- the broker goes away ---------------------------------------------------------------------------
 def test_broker_restart_reconnects_and_resubscribes(tmp_path: Path) -> None:
     with private_mosquitto(tmp_path / "mq") as broker:
-        reader, updates = json_reader(broker, [(0, MqttTag(topic="plant/a"), "a")], reconnect_max_delay=0.5)
+        reader, updates = json_reader(broker, MqttTag(topic="plant/a"), reconnect_max_delay=0.5)
 
         async def body() -> None:
             client = publisher(broker.address)
@@ -243,38 +238,51 @@ def test_broker_restart_reconnects_and_resubscribes(tmp_path: Path) -> None:
             client.disconnect()
 
         run_with(reader, body)
-        assert reader.counters.reconnects == 1 and reader.counters.connects == 2
+        assert reader.counters.reconnects == 1 and reader.stats.connects == 2
 
 
-def test_wrong_credentials_one_clear_line_and_retry(mqtt_broker: MqttBroker, caplog: pytest.LogCaptureFixture,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    caplog.set_level(logging.WARNING, logger="fedrca.edge.mqtt")
+def test_wrong_credentials_stop_with_one_clear_line(mqtt_broker: MqttBroker, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"mqtt://{mqtt_broker.auth_address}"
+    source = MqttSource(kind="mqtt", url=url, username=mqtt_broker.user, password_env="EDGE_TEST_PASSWORD")
     monkeypatch.setenv("EDGE_TEST_PASSWORD", "not-the-password")
-    source = MqttSource(kind="mqtt", url=url, username=mqtt_broker.user, password_env="EDGE_TEST_PASSWORD",
-                        reconnect_max_delay=0.2)  # fmt: skip
-    reader = MqttReader("secured", source, [(0, MqttTag(topic="a"), "a")], Updates())
+    reader = MqttReader("secured", source, tags(MqttTag(topic="a")))
+    with pytest.raises(ConfigError) as refused:
+        asyncio.run(asyncio.wait_for(reader.run(RecordingSink()), 20))
+    line = str(refused.value)
+    assert "refuses user 'fedrca'" in line and "$EDGE_TEST_PASSWORD" in line and "edge.sources.secured" in line
+    assert "not-the-password" not in line
+    # anonymous on the password listener: refused the same way
+    anonymous = MqttReader("anon", MqttSource(kind="mqtt", url=url), tags(MqttTag(topic="a")))
+    with pytest.raises(ConfigError, match="refuses an anonymous client"):
+        asyncio.run(asyncio.wait_for(anonymous.run(RecordingSink()), 20))
+    # the right password connects
+    monkeypatch.setenv("EDGE_TEST_PASSWORD", mqtt_broker.password)
+    reader = MqttReader("secured", source, tags(MqttTag(topic="a")))
+    reader.sink = RecordingSink()  # type: ignore[attr-defined]
+    run_with(reader, lambda: asyncio.sleep(0))
+    assert reader.stats.connects == 1
+    # no password in the environment: a configuration error naming the variable
+    monkeypatch.delenv("EDGE_TEST_PASSWORD")
+    with pytest.raises(ConfigError, match="EDGE_TEST_PASSWORD"):
+        MqttReader("secured", source, tags(MqttTag(topic="a")))
+
+
+def test_an_unreachable_broker_is_retried_with_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="fedrca.edge.mqtt")
+    source = MqttSource(kind="mqtt", url="mqtt://127.0.0.1:9", reconnect_max_delay=0.1)  # discard port: refused
+    reader = MqttReader("away", source, tags(MqttTag(topic="a")))
 
     async def main() -> None:
-        task = asyncio.create_task(reader.run())
-        await asyncio.sleep(1.5)
+        task = asyncio.create_task(reader.run(RecordingSink()))
+        await asyncio.sleep(1.0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(main())
-    assert reader.counters.connects == 0
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "cannot reach" in lines[0] and "Not authorized" in lines[0], lines
-    # the right password connects
-    monkeypatch.setenv("EDGE_TEST_PASSWORD", mqtt_broker.password)
-    reader = MqttReader("secured", source, [(0, MqttTag(topic="a"), "a")], Updates())
-    run_with(reader, lambda: asyncio.sleep(0))
-    assert reader.counters.connects == 1
-    # no password in the environment: a configuration error naming the variable
-    monkeypatch.delenv("EDGE_TEST_PASSWORD")
-    with pytest.raises(ConfigError, match="EDGE_TEST_PASSWORD"):
-        MqttReader("secured", source, [(0, MqttTag(topic="a"), "a")], Updates())
+    assert len(lines) == 1 and "cannot reach 127.0.0.1:9" in lines[0], lines
+    assert reader.stats.connects == 0 and not reader.counters.connected and reader.counters.last_error
 
 
 # -- Sparkplug B through the broker --------------------------------------------------------------------
@@ -295,19 +303,20 @@ time.sleep(600)
 
 def test_sparkplug_node_death_by_kill_marks_its_tags_stale(mqtt_broker: MqttBroker, tmp_path: Path) -> None:
     group = f"g{os.getpid()}{time.monotonic_ns()}"
-    updates = Updates()
     source = SparkplugSource(kind="sparkplug", url=f"mqtt://{mqtt_broker.address}", group=group, node="n1")
-    reader = SparkplugReader("scada", source, [(0, SparkplugTag(metric="a"), "a"), (1, SparkplugTag(metric="b"), "b")],
-                             updates)  # fmt: skip
+    reader, updates = sparkplug_reader(source, SparkplugTag(metric="a"), SparkplugTag(metric="b"))
     script = tmp_path / "node.py"
     script.write_text(NODE_SCRIPT)
 
     async def body() -> None:
         host, _, port = mqtt_broker.address.rpartition(":")
-        proc = subprocess.Popen([sys.executable, str(script), host, port, group, "n1"], stdout=subprocess.PIPE, text=True)
+        cmd = [sys.executable, str(script), host, port, group, "n1"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "born"
             await until(lambda: updates.of(1) == [(2.0, GOOD)], 10, "the birth's values")
+            # while the node lives, its tags are vouched for (report by exception: no news is no change)
+            await until(lambda: [0, 1] in updates.alive_calls, 10, "a keep-alive of the born node's tags")
             os.kill(proc.pid, signal.SIGKILL)  # no clean disconnect: the broker sends the will (NDEATH)
             await until(lambda: updates.of(1)[-1:] == [(None, STALE)], 20, "the NDEATH")
         finally:
@@ -321,10 +330,9 @@ def test_sparkplug_node_death_by_kill_marks_its_tags_stale(mqtt_broker: MqttBrok
 
 def test_sparkplug_gap_asks_a_rebirth_that_the_node_answers(mqtt_broker: MqttBroker) -> None:
     group = f"r{os.getpid()}{time.monotonic_ns()}"
-    updates = Updates()
     source = SparkplugSource(kind="sparkplug", url=f"mqtt://{mqtt_broker.address}", group=group, node="n",
                              rebirth_holdoff=0.5)  # fmt: skip
-    reader = SparkplugReader("scada", source, [(0, SparkplugTag(metric="a"), "a")], updates)
+    reader, updates = sparkplug_reader(source, SparkplugTag(metric="a"))
     node = SparkplugNode(group, "n", ["a"])
     commands: list[bytes] = []
     client = publisher(mqtt_broker.address)  # the node, listening to its commands before the host starts
@@ -354,13 +362,13 @@ def test_sparkplug_gap_asks_a_rebirth_that_the_node_answers(mqtt_broker: MqttBro
     run_with(reader, body)
     assert updates.of(0) == [(1.0, GOOD), (2.0, GOOD), (3.0, GOOD), (4.0, GOOD)]
     assert reader.host.counters.sequence_gaps == 1 and reader.host.counters.rebirths_requested == 2
+    assert [(t, r) for t, r, _ in updates.refused] == [(None, "sequence-gaps")]
 
 
 # -- a flood ------------------------------------------------------------------------------------------
 def test_flood_of_updates_memory_bounded_nothing_valid_lost(mqtt_broker: MqttBroker) -> None:
     prefix = f"f{os.getpid()}{time.monotonic_ns()}"
-    tags = [(0, MqttTag(topic=f"{prefix}/flood"), "flood"), (1, MqttTag(topic=f"{prefix}/valid"), "valid")]
-    reader, updates = json_reader(mqtt_broker, tags)
+    reader, updates = json_reader(mqtt_broker, MqttTag(topic=f"{prefix}/flood"), MqttTag(topic=f"{prefix}/valid"))
     peak = {"pending": 0}
 
     async def body() -> None:
@@ -389,4 +397,4 @@ def test_flood_of_updates_memory_bounded_nothing_valid_lost(mqtt_broker: MqttBro
     flood = [v for v, _ in updates.of(0)]
     # what passed is in order and good; what the bound held back was superseded by a newer value
     assert flood and flood == sorted(flood) and not any(v is None or math.isnan(v) for v in flood)
-    assert reader.counters.messages + reader.counters.conflated + reader.counters.dropped <= 4001
+    assert reader.stats.messages + reader.stats.conflated + reader.stats.dropped <= 4001

@@ -156,6 +156,8 @@ class MqttSource(MqttConnection):
     them unless a tag says otherwise (``quality_field``: ``true``/``false``, ``good`` /
     ``bad`` / ``uncertain`` / ``stale``, or an OPC quality number, 192..255 good).
     ``timestamp_unit``: ``s`` or ``ms`` since the epoch, or ``iso`` (ISO 8601 text).
+    ``report_by_exception``: the devices publish a tag only when it changes, so while the
+    broker connection is up its last value still holds (it does not turn stale).
     """
 
     kind: Literal["mqtt"]
@@ -163,6 +165,7 @@ class MqttSource(MqttConnection):
     quality_field: str = Field("quality", min_length=1, max_length=1024)
     timestamp_field: str = Field("timestamp", min_length=1, max_length=1024)
     timestamp_unit: Literal["s", "ms", "iso"] = "s"
+    report_by_exception: bool = False
     max_payload_bytes: int = Field(1_048_576, ge=64, le=268_435_455)
 
     tag_model: ClassVar[type[TagAddress]] = MqttTag

@@ -12,11 +12,12 @@ What the device says goes into the tags' quality, never into a crash:
 
 * an **exception response** (illegal function 1, illegal address 2, illegal value 3,
   device failure 4, busy 6, gateway path unavailable 10, gateway target failed to
-  respond 11, ...) makes the request's tags Bad, counted per code, one log line per
-  request and code a minute. An illegal address on a request of several tags splits it
-  into one request per tag from then on, so one wrong register costs only its own tag;
+  respond 11, ...) makes the request's tags Bad, counted per code and reported to the
+  sink as ``modbus-exception-<code>`` (one log line per request and code). An illegal
+  address on a request of several tags splits it into one request per tag from then on,
+  so one wrong register costs only its own tag;
 * a **timeout** (no answer within ``timeout`` after ``retries``) makes the tags Bad,
-  counted in ``timeouts``;
+  counted in ``timeouts`` and reported as ``timeout``;
 * a **lost connection** makes every tag Bad and reconnects with a backoff from 0.1 s to
   ``reconnect_max_delay``;
 * a reply with the wrong number of registers, or a float that is NaN / inf, is Bad.
@@ -39,11 +40,13 @@ from pymodbus.client import AsyncModbusTcpClient
 from pymodbus.exceptions import ConnectionException, ModbusException, ModbusIOException
 
 from fedrca.config.edge_protocols import ModbusSource, ModbusTag
+from fedrca.edge.source import SourceCounters, TagSink
+from fedrca.edge.tags import Tag, TagUpdate
 
 __all__ = [
     "EXCEPTION_NAMES",
     "ModbusPoller",
-    "PollCounters",
+    "PollStats",
     "ReadBlock",
     "ReadItem",
     "decode",
@@ -62,7 +65,6 @@ EXCEPTION_NAMES = {
 #: Most coils / discrete inputs one request reads (the protocol's bound).
 MAX_BITS = 2000
 
-Emit = Callable[[int, float | None, int, float], None]
 _DATATYPE = AsyncModbusTcpClient.DATATYPE
 _TYPES = {
     "int16": _DATATYPE.INT16, "uint16": _DATATYPE.UINT16, "int32": _DATATYPE.INT32, "uint32": _DATATYPE.UINT32,
@@ -138,8 +140,8 @@ def plan_reads(
 
 def _block(unit: int, table: str, start: int, end: int, members: list[tuple[int, ModbusTag, str]]) -> ReadBlock:
     items = tuple(
-        ReadItem(index, address.reg - start, address.value_type, address.width, address.word_order,
-                 address.scale, address.offset, label)  # fmt: skip
+        ReadItem(index, address.reg - start, address.value_type, address.width, address.word_order, address.scale,
+                 address.offset, label)
         for index, address, label in members
     )
     return ReadBlock(unit, table, start, end - start, items)
@@ -170,74 +172,74 @@ def decode(item: ReadItem, words: Sequence[int] | Sequence[bool]) -> float | Non
 
 
 @dataclass
-class PollCounters:
-    """What a :class:`ModbusPoller` has seen (cumulative; the edge exports them as metrics)."""
+class PollStats:
+    """Details of a :class:`ModbusPoller` beyond its :class:`~fedrca.edge.source.SourceCounters` (cumulative)."""
 
     polls: int = 0
     requests: int = 0
-    updates: int = 0
     timeouts: int = 0
     malformed: int = 0
     connects: int = 0
-    reconnects: int = 0
-    connected: bool = False
     exceptions: Counter[int] = field(default_factory=Counter)
-
-    def as_dict(self) -> dict[str, int]:
-        out = {k: int(v) for k, v in vars(self).items() if k != "exceptions"}
-        out["exceptions"] = sum(self.exceptions.values())
-        return out
 
 
 class ModbusPoller:
-    """The tags of one ``kind: modbus`` source, polled and reported through ``emit``.
+    """The tags of one ``kind: modbus`` source, polled: a :class:`~fedrca.edge.source.TagSource`.
 
     Parameters
     ----------
     name : the source's name
     settings : its settings
-    tags : ``(tag index, address, label)`` of every tag read from it
-    emit : called ``emit(tag, value, quality, source_ts)`` for every tag at every poll
-    period : the polling period, s (``poll_seconds``, else the edge's sample clock)
-    anchor : a poll time (polls are at ``anchor + k * period - lead``)
+    tags : the tags read from it (addresses :class:`ModbusTag`)
+    period : the polling period, s, unless ``poll_seconds`` is set (the edge's sample clock)
+    anchor : a sample time (polls are at ``anchor + k * period - lead``)
     clock : seconds since the epoch
     """
+
+    kind = "modbus"
 
     def __init__(
         self,
         name: str,
         settings: ModbusSource,
-        tags: Iterable[tuple[int, ModbusTag, str]],
-        emit: Emit,
+        tags: Sequence[Tag],
         period: float,
         anchor: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
         self.settings = settings
+        self.tags = list(tags)
         self.period = settings.poll_seconds or period
         self.anchor = anchor
         # polled a little before each sample time, so the answer is in before the row closes
         self.lead = min(0.1, self.period / 4)
-        self.counters = PollCounters()
-        self._emit = emit
+        self.counters = SourceCounters()
+        self.stats = PollStats()
+        self._sink: TagSink | None = None
         self._clock = clock
-        self.blocks = plan_reads(tags, settings.unit, settings.max_registers, settings.max_gap)
-        self._warned: dict[tuple[str, int], float] = {}
-        self._client: AsyncModbusTcpClient | None = None
+        addresses = []
+        for tag in self.tags:
+            assert isinstance(tag.address, ModbusTag)
+            addresses.append((tag.index, tag.address, tag.name))
+        self.blocks = plan_reads(addresses, settings.unit, settings.max_registers, settings.max_gap)
 
     # -- one poll ------------------------------------------------------------------------------------
-    def _warn(self, key: tuple[str, int], message: str, *args: object) -> None:
-        now = time.monotonic()
-        last = self._warned.get(key)
-        if last is None or now - last >= 60.0:
-            self._warned[key] = now
-            log.warning(message, *args)
+    def _update(self, tag: int, value: float | None, quality: int, ts: float) -> None:
+        self.counters.updates += 1
+        if self._sink is not None:
+            self._sink.update(TagUpdate(tag, value, quality, ts))
+
+    def _reject(self, block: ReadBlock, reason: str, detail: str) -> None:
+        c = self.counters
+        c.rejected += 1
+        c.reasons[reason] = c.reasons.get(reason, 0) + 1
+        if self._sink is not None:
+            self._sink.rejected(block.items[0].tag, reason, f"modbus source '{self.name}' {block.describe()}: {detail}")
 
     def _bad(self, block: ReadBlock, ts: float) -> None:
         for item in block.items:
-            self._emit(item.tag, None, _BAD, ts)
-            self.counters.updates += 1
+            self._update(item.tag, None, _BAD, ts)
 
     async def _request(self, client: AsyncModbusTcpClient, block: ReadBlock) -> object:
         read = {
@@ -246,12 +248,12 @@ class ModbusPoller:
             "coil": client.read_coils,
             "discrete": client.read_discrete_inputs,
         }[block.table]
-        self.counters.requests += 1
+        self.stats.requests += 1
         return await read(block.start, count=block.count, device_id=block.unit)
 
     async def poll(self, client: AsyncModbusTcpClient) -> None:
         """Read every block once and report each tag (raises ConnectionException when the link is gone)."""
-        self.counters.polls += 1
+        self.stats.polls += 1
         split: list[tuple[ReadBlock, list[ReadBlock]]] = []
         for block in self.blocks:
             ts = self._clock()
@@ -260,24 +262,21 @@ class ModbusPoller:
             except ConnectionException:
                 raise
             except ModbusIOException as exc:
-                self.counters.timeouts += 1
-                self._warn(("timeout", block.start), "modbus source '%s' %s: no answer (%s); its %d tags are Bad",
-                           self.name, block.describe(), str(exc)[:200], len(block.items))  # fmt: skip
+                self.stats.timeouts += 1
+                self._reject(block, "timeout", f"no answer ({str(exc)[:200]}); its {len(block.items)} tags are Bad")
                 self._bad(block, ts)
                 continue
             except ModbusException as exc:
-                self.counters.malformed += 1
-                self._warn(("error", block.start), "modbus source '%s' %s: %s; its %d tags are Bad",
-                           self.name, block.describe(), str(exc)[:200], len(block.items))  # fmt: skip
+                self.stats.malformed += 1
+                self._reject(block, "malformed", f"{str(exc)[:200]}; its {len(block.items)} tags are Bad")
                 self._bad(block, ts)
                 continue
             if reply.isError():  # type: ignore[attr-defined]
                 code = int(getattr(reply, "exception_code", 0))
-                self.counters.exceptions[code] += 1
+                self.stats.exceptions[code] += 1
                 name = EXCEPTION_NAMES.get(code, "unknown exception")
-                self._warn((f"exception {code}", block.start),
-                           "modbus source '%s' %s: exception %d (%s); its %d tags are Bad", self.name,
-                           block.describe(), code, name, len(block.items))  # fmt: skip
+                self._reject(block, f"modbus-exception-{code}",
+                             f"exception {code} ({name}); its {len(block.items)} tags are Bad")  # fmt: skip
                 self._bad(block, ts)
                 if code == 2 and len(block.items) > 1:
                     split.append((block, [_single(block, item) for item in block.items]))
@@ -285,21 +284,16 @@ class ModbusPoller:
             words = reply.bits if block.table in ("coil", "discrete") else reply.registers  # type: ignore[attr-defined]
             expected = block.count
             if len(words) < expected:
-                self.counters.malformed += 1
-                self._warn(("short", block.start), "modbus source '%s' %s: %d values in the reply, %d asked",
-                           self.name, block.describe(), len(words), expected)  # fmt: skip
+                self.stats.malformed += 1
+                self._reject(block, "malformed", f"{len(words)} values in the reply, {expected} asked")
             for item in block.items:
                 value = decode(item, words)
-                if value is None:
-                    self._emit(item.tag, None, _BAD, ts)
+                if value is not None and (item.scale != 1.0 or item.offset_value != 0.0):
+                    value = value * item.scale + item.offset_value
+                if value is None or not math.isfinite(value):
+                    self._update(item.tag, None, _BAD, ts)
                 else:
-                    if item.scale != 1.0 or item.offset_value != 0.0:
-                        value = value * item.scale + item.offset_value
-                    if math.isfinite(value):
-                        self._emit(item.tag, value, _GOOD, ts)
-                    else:
-                        self._emit(item.tag, None, _BAD, ts)
-                self.counters.updates += 1
+                    self._update(item.tag, value, _GOOD, ts)
         for block, parts in split:
             log.warning("modbus source '%s' %s: illegal address; reading its %d tags one by one from now on",
                         self.name, block.describe(), len(parts))  # fmt: skip
@@ -311,37 +305,38 @@ class ModbusPoller:
         k = math.floor((now + self.lead - self.anchor) / self.period) + 1
         return self.anchor + k * self.period - self.lead
 
-    async def run(self) -> None:
-        """Poll until cancelled; reconnect by itself."""
+    async def run(self, sink: TagSink) -> None:
+        """Poll into ``sink`` until cancelled; reconnect by itself."""
+        self._sink = sink
         host, port = self.settings.address()
-        delay, first = 0.1, True
+        delay, reported = 0.1, False
         logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # its errors are reported here, once
         while True:
             client = AsyncModbusTcpClient(
                 host, port=port, timeout=self.settings.timeout, retries=self.settings.retries,
                 reconnect_delay=0,  # reconnection is this loop's (with its backoff and counters)
             )  # fmt: skip
-            self._client = client
             try:
                 if not await client.connect():
                     raise ConnectionException(f"cannot connect to {host}:{port}")
-                self.counters.connects += 1
+                self.stats.connects += 1
                 self.counters.connected = True
-                if not first:
-                    self.counters.reconnects += 1
-                    log.warning("modbus source '%s': connected again to %s:%d", self.name, host, port)
-                else:
+                if self.stats.connects == 1:
                     log.info("modbus source '%s': connected to %s:%d, %d requests every %g s", self.name, host,
                              port, len(self.blocks), self.period)  # fmt: skip
-                first, delay = False, 0.1
+                else:
+                    self.counters.reconnects += 1
+                    log.warning("modbus source '%s': connected again to %s:%d", self.name, host, port)
+                delay, reported = 0.1, False
                 while True:
                     await asyncio.sleep(max(0.0, self._next_poll(self._clock()) - self._clock()))
                     await self.poll(client)
             except ConnectionException as exc:
-                if self.counters.connected or first:
+                self.counters.last_error = str(exc)[:500]
+                if not reported:  # one line an outage, not one a retry
                     log.warning("modbus source '%s': %s:%d unreachable (%s); its tags are Bad, reconnecting",
                                 self.name, host, port, str(exc)[:200])  # fmt: skip
-                first = False if self.counters.connects else first
+                    reported = True
                 self.counters.connected = False
                 now = self._clock()
                 for block in self.blocks:

@@ -97,7 +97,7 @@ class ModbusPlantServer:
         else:
             if not math.isfinite(value):
                 raise ValueError(f"{type} cannot hold {value}")
-            raw = int(round(value))
+            raw = round(value)
         words = AsyncModbusTcpClient.convert_to_registers(raw, _TYPES[type], word_order=word_order)  # type: ignore[arg-type]
         getattr(image, table)[register : register + len(words)] = words
 
@@ -178,11 +178,9 @@ def plant_layout(plants: Sequence[str]) -> dict[str, int]:
 def plant_tags(plants: dict[str, Sequence[str]], source: str = "plant") -> dict[str, Any]:
     """The ``edge.plants`` tag map of the simulated plant's registers (float32 at holding 2i)."""
     units = plant_layout(list(plants))
-    return {
-        plant: {
-            "source": source,
-            "tags": {column: {"unit": units[plant], "register": 2 * i, "type": "float32"}
-                     for i, column in enumerate(columns)},
-        }  # fmt: skip
-        for plant, columns in plants.items()
-    }
+    out: dict[str, Any] = {}
+    for plant, columns in plants.items():
+        unit = units[plant]
+        tags = {column: {"unit": unit, "register": 2 * i, "type": "float32"} for i, column in enumerate(columns)}
+        out[plant] = {"source": source, "tags": tags}
+    return out

@@ -9,16 +9,25 @@ no update arrives: the row assembler turns the tags stale after its bound.
 Incoming messages wait in a :class:`PendingQueue` bounded in messages and bytes, so a
 flood cannot grow the process: past ``soft`` pending messages a JSON source keeps only the
 newest pending message of each topic (a tag's older value would be superseded anyway;
-counted in ``conflated``), and at the hard bound a message is dropped (counted in
-``dropped``, one log line a minute). A Sparkplug source never conflates (its messages are
+counted in ``conflated``), and at the hard bound a message is dropped (refused as
+``queue-full``). A Sparkplug source never conflates (its messages are
 numbered): a drop shows as a sequence gap, and the rebirth it triggers brings every value
 back.
 
+Both implement :class:`~fedrca.edge.source.TagSource`: updates, keep-alives and refused
+input go to the :class:`~fedrca.edge.source.TagSink` (which logs one line per tag and
+reason and counts it); credentials the broker refuses at the first connection are a
+:class:`~fedrca.exceptions.ConfigError` (the process stops with that line), later they
+are retried like any outage.
+
 JSON payloads (:func:`json_value`): a number, a numeric string, ``true``/``false``, or an
 object holding the value, its quality and its time at configurable fields. A payload that
-is not JSON, too large, or has no number where the tag's value should be, is counted and
-logged (one line per topic and kind a minute) and reported as a Bad value of that tag;
-``null`` is a missing value; NaN / inf are Bad. Nothing of other messages is lost.
+is not JSON, too large, or has no number where the tag's value should be, is refused
+(``malformed``, ``wrong-type``) and reported as a Bad value of its tags; ``null`` is a
+missing value; NaN / inf are Bad. Nothing of other messages is lost. A JSON source whose
+devices publish only on change sets ``report_by_exception``: then the connection vouches
+for its tags' last values while it is up (:meth:`~fedrca.edge.source.TagSink.alive`); a
+Sparkplug source always does, for the tags of every node that is born and not dead.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import math
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -40,7 +49,9 @@ import aiomqtt
 import orjson
 
 from fedrca.config.edge_protocols import MqttConnection, MqttSource, MqttTag, SparkplugSource, SparkplugTag
+from fedrca.edge.source import SourceCounters, TagSink
 from fedrca.edge.sparkplug import SparkplugHost, Target
+from fedrca.edge.tags import Tag, TagUpdate
 from fedrca.exceptions import ConfigError
 
 __all__ = [
@@ -48,7 +59,8 @@ __all__ = [
     "MqttLink",
     "MqttReader",
     "PendingQueue",
-    "ReaderCounters",
+    "ReaderStats",
+    "Reporter",
     "SparkplugReader",
     "json_value",
     "quality_of",
@@ -59,54 +71,59 @@ log = logging.getLogger("fedrca.edge.mqtt")
 _GOOD, _BAD, _STALE, _MISSING = 0, 1, 2, 3
 #: Longest numeric string converted (longer text is not a reading; float() of megabytes is slow).
 _MAX_NUMBER_TEXT = 64
+#: MQTT CONNACK codes no retry fixes: bad user name or password, not authorised (3.1.1: 4, 5; 5.0: 134, 135).
+_REFUSED = frozenset({4, 5, 134, 135})
 
-Emit = Callable[[int, float | None, int, float], None]
+Reject = Callable[[int | None, str, str], None]
 
 
 @dataclass
-class ReaderCounters:
-    """What an MQTT reader has seen (cumulative; the edge exports them as metrics)."""
+class ReaderStats:
+    """Details of an MQTT source beyond its :class:`~fedrca.edge.source.SourceCounters` (cumulative)."""
 
     messages: int = 0
-    updates: int = 0
-    malformed: int = 0
-    wrong_type: int = 0
     dropped: int = 0
     conflated: int = 0
     connects: int = 0
-    reconnects: int = 0
-    connected: bool = False
-
-    def as_dict(self) -> dict[str, int]:
-        return {k: int(v) for k, v in vars(self).items()}
 
 
-class _RateLimited:
-    """One log line per key every ``every`` seconds (a flood gives one line and a count)."""
+class Reporter:
+    """A source's side of its :class:`~fedrca.edge.source.TagSink`: updates, keep-alives, refusals, counters.
 
-    def __init__(self, logger: logging.Logger, every: float = 60.0) -> None:
-        self.logger = logger
-        self.every = every
-        self._last: dict[Any, float] = {}
+    What happens before :meth:`bind` (no sink yet) is counted and not delivered.
+    """
 
-    def warning(self, key: Any, message: str, *args: Any) -> None:
-        now = time.monotonic()
-        last = self._last.get(key)
-        if last is not None and now - last < self.every:
-            return
-        if len(self._last) > 10_000:
-            self._last.clear()
-        self._last[key] = now
-        self.logger.warning(message, *args)
+    def __init__(self, counters: SourceCounters) -> None:
+        self.counters = counters
+        self.sink: TagSink | None = None
+
+    def bind(self, sink: TagSink) -> None:
+        self.sink = sink
+
+    def update(self, tag: int, value: float | None, quality: int, source_ts: float) -> None:
+        self.counters.updates += 1
+        if self.sink is not None:
+            self.sink.update(TagUpdate(tag, value, quality, source_ts))
+
+    def alive(self, tags: Sequence[int]) -> None:
+        if self.sink is not None and tags:
+            self.sink.alive(tags)
+
+    def reject(self, tag: int | None, reason: str, detail: str) -> None:
+        c = self.counters
+        c.rejected += 1
+        c.reasons[reason] = c.reasons.get(reason, 0) + 1
+        if self.sink is not None:
+            self.sink.rejected(tag, reason, detail)
 
 
 # -- the bounded queue of incoming messages ----------------------------------------------------
-class PendingQueue(asyncio.Queue):  # type: ignore[type-arg]
+class PendingQueue(asyncio.Queue[Any]):
     """aiomqtt's incoming queue, bounded in messages and payload bytes (see the module docstring).
 
     ``put_nowait`` never raises: past ``soft`` messages it conflates per topic when
-    ``conflate``; at ``hard`` messages or ``max_bytes`` it drops the message, counting it.
-    Built through :meth:`factory` (aiomqtt instantiates its ``queue_type`` itself).
+    ``conflate``; at ``hard`` messages or ``max_bytes`` it drops the message and refuses it
+    as ``queue-full``. Built through :meth:`factory` (aiomqtt instantiates its ``queue_type``).
     """
 
     def __init__(
@@ -117,19 +134,18 @@ class PendingQueue(asyncio.Queue):  # type: ignore[type-arg]
         soft: int = 10_000,
         max_bytes: int = 256 * 1024 * 1024,
         conflate: bool = False,
-        counters: ReaderCounters | None = None,
-        what: str = "mqtt",
+        stats: ReaderStats | None = None,
+        reject: Reject | None = None,
     ) -> None:
         super().__init__(maxsize=0)
         self.hard = hard
         self.soft = soft
         self.max_bytes = max_bytes
         self.conflate = conflate
-        self.counters = counters if counters is not None else ReaderCounters()
-        self.what = what
+        self.stats = stats if stats is not None else ReaderStats()
+        self.reject = reject
         self.bytes = 0
         self._latest: dict[str, list[Any]] = {}
-        self._warn = _RateLimited(log)
 
     @classmethod
     def factory(cls, **options: Any) -> Callable[..., PendingQueue]:
@@ -140,7 +156,7 @@ class PendingQueue(asyncio.Queue):  # type: ignore[type-arg]
 
         return make
 
-    # asyncio.Queue keeps its items in self._queue (a deque) through _put / _get
+    # asyncio.Queue keeps its items through _init / _put / _get: entries are [topic, message]
     def _init(self, maxsize: int) -> None:
         self._queue: collections.deque[list[Any]] = collections.deque()
 
@@ -164,14 +180,12 @@ class PendingQueue(asyncio.Queue):  # type: ignore[type-arg]
             if entry is not None:
                 self.bytes += size - len(entry[1].payload)
                 entry[1] = item
-                self.counters.conflated += 1
+                self.stats.conflated += 1
                 return
         if pending >= self.hard or self.bytes + size > self.max_bytes:
-            self.counters.dropped += 1
-            self._warn.warning(
-                "dropped", "%s: %d messages (%d bytes) wait to be read: dropping (%d dropped so far)",
-                self.what, pending, self.bytes, self.counters.dropped,
-            )  # fmt: skip
+            self.stats.dropped += 1
+            if self.reject is not None:
+                self.reject(None, "queue-full", f"{pending} messages ({self.bytes} bytes) wait to be read: dropped one")
             return
         entry = [topic, item]
         self._latest[topic] = entry
@@ -180,21 +194,21 @@ class PendingQueue(asyncio.Queue):  # type: ignore[type-arg]
 
     def drain(self, most: int) -> list[Any]:
         """Up to ``most`` waiting messages, without waiting."""
-        out = []
+        out: list[Any] = []
         while len(out) < most and not self.empty():
             out.append(self.get_nowait())
         return out
 
 
 # -- the connection loop -----------------------------------------------------------------------
-def _password(settings: MqttConnection) -> str | None:
+def _password(settings: MqttConnection, name: str) -> str | None:
     if settings.username is None:
         return None
     password = os.environ.get(settings.password_env)
     if password is None:
         raise ConfigError(
             f"user '{settings.username}' needs a password: set the environment variable {settings.password_env}",
-            key="password_env",
+            key=f"edge.sources.{name}.password_env",
         )
     return password
 
@@ -208,6 +222,12 @@ def _tls(settings: MqttConnection) -> ssl.SSLContext | None:
     return context
 
 
+def _code(exc: aiomqtt.MqttError) -> int | None:
+    rc = getattr(exc, "rc", None)
+    value = getattr(rc, "value", rc)
+    return value if isinstance(value, int) else None
+
+
 class MqttLink:
     """One MQTT connection that comes back by itself (see the module docstring).
 
@@ -217,6 +237,8 @@ class MqttLink:
     name : the source's name (log lines, client id)
     subscriptions : topic filters to subscribe to at every connection
     handle : called with each batch of messages (``list[aiomqtt.Message]``)
+    counters, stats : where the connection counts what it does
+    reject : where dropped messages are refused
     queue : the bounds of the incoming queue (:class:`PendingQueue` options)
     on_connect : awaited with the client after each (re)connection and subscription
     will : the MQTT will of the connection (Sparkplug's STATE)
@@ -231,7 +253,9 @@ class MqttLink:
         name: str,
         subscriptions: Sequence[str],
         handle: Callable[[list[Any]], None],
-        counters: ReaderCounters,
+        counters: SourceCounters,
+        stats: ReaderStats,
+        reject: Reject,
         queue: dict[str, Any] | None = None,
         on_connect: Callable[[aiomqtt.Client], Awaitable[None]] | None = None,
         will: aiomqtt.Will | None = None,
@@ -241,48 +265,57 @@ class MqttLink:
         self.subscriptions = list(subscriptions)
         self.handle = handle
         self.counters = counters
+        self.stats = stats
         self.on_connect = on_connect
         self.will = will
         self.client: aiomqtt.Client | None = None
-        self._queue_options = {"counters": counters, "what": f"mqtt source '{name}'", **(queue or {})}
-        self._password = _password(settings)
+        self._queue_options = {"stats": stats, "reject": reject, **(queue or {})}
+        self._password = _password(settings, name)
         self._tls = _tls(settings)
         self._client_id = settings.client_id or f"fedrca-edge-{name}-{os.getpid()}"
 
+    def _client(self, host: str, port: int) -> aiomqtt.Client:
+        return aiomqtt.Client(
+            host, port,
+            identifier=self._client_id,
+            username=self.settings.username, password=self._password,
+            keepalive=self.settings.keepalive,
+            tls_context=self._tls,
+            will=self.will,
+            clean_session=True,
+            queue_type=PendingQueue.factory(**self._queue_options),  # type: ignore[arg-type]
+            timeout=10.0,
+        )  # fmt: skip
+
     async def run(self) -> None:
-        """Connect, subscribe and read until cancelled; reconnect on every loss."""
+        """Connect, subscribe and read until cancelled; reconnect on every loss.
+
+        Raises
+        ------
+        ConfigError
+            When the broker refuses the credentials at the first connection.
+        """
         host, port = self.settings.address()
         delay = 0.1
-        first = True
         outage: float | None = None  # when the broker was last reported unreachable
         attempts = 0
         while True:
             try:
-                client = aiomqtt.Client(
-                    host, port,
-                    identifier=self._client_id,
-                    username=self.settings.username, password=self._password,
-                    keepalive=self.settings.keepalive,
-                    tls_context=self._tls,
-                    will=self.will,
-                    clean_session=True,
-                    queue_type=PendingQueue.factory(**self._queue_options),  # type: ignore[arg-type]
-                    timeout=10.0,
-                )  # fmt: skip
+                client = self._client(host, port)
                 attempts += 1
                 async with client:
                     self.client = client
-                    queue: PendingQueue = client._queue  # type: ignore[assignment] # noqa: SLF001 - ours
-                    await client.subscribe([(topic, self.settings.qos) for topic in self.subscriptions])
-                    self.counters.connects += 1
+                    queue: PendingQueue = client._queue  # type: ignore[assignment]
+                    await client.subscribe([(topic, int(self.settings.qos)) for topic in self.subscriptions])
+                    self.stats.connects += 1
                     self.counters.connected = True
-                    if first:
+                    if self.stats.connects == 1:
                         log.info("mqtt source '%s': connected to %s:%d, %d subscriptions", self.name, host, port,
                                  len(self.subscriptions))  # fmt: skip
                     else:
                         self.counters.reconnects += 1
                         log.warning("mqtt source '%s': connected again to %s:%d", self.name, host, port)
-                    first, delay, outage, attempts = False, 0.1, None, 0
+                    delay, outage, attempts = 0.1, None, 0
                     if self.on_connect is not None:
                         await self.on_connect(client)
                     async for message in client.messages:
@@ -290,6 +323,14 @@ class MqttLink:
                         self.handle(batch)
             except aiomqtt.MqttError as exc:
                 self.client = None
+                self.counters.last_error = str(exc)[:500]
+                if self.stats.connects == 0 and _code(exc) in _REFUSED:
+                    who = f"user '{self.settings.username}'" if self.settings.username else "an anonymous client"
+                    raise ConfigError(
+                        f"the broker {host}:{port} refuses {who} ({exc}); check username and the password in "
+                        f"${self.settings.password_env}",
+                        key=f"edge.sources.{self.name}.username",
+                    ) from None
                 now = time.monotonic()
                 if self.counters.connected:
                     log.warning("mqtt source '%s': lost the broker %s:%d (%s); reconnecting", self.name, host, port,
@@ -305,6 +346,7 @@ class MqttLink:
                 delay = min(delay * 2, self.settings.reconnect_max_delay)
             finally:
                 self.counters.connected = False
+                self.client = None
 
     async def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False) -> bool:
         """Publish when connected; False (nothing sent) while the broker is away."""
@@ -316,6 +358,14 @@ class MqttLink:
         except aiomqtt.MqttError:
             return False
         return True
+
+
+async def _vouch(link: MqttLink, reporter: Reporter, tags: Callable[[], list[int]], every: float) -> None:
+    """While the link is up, say every ``every`` seconds that ``tags()`` still hold their last values."""
+    while True:
+        await asyncio.sleep(every)
+        if link.counters.connected:
+            reporter.alive(tags())
 
 
 # -- plain JSON -----------------------------------------------------------------------------------
@@ -415,7 +465,9 @@ def _path(text: str | None) -> tuple[str, ...] | None:
     return None if text is None else tuple(text.split("."))
 
 
-def json_value(doc: Any, route: JsonRoute, value_field: tuple[str, ...]) -> tuple[float | None, int, float | None, str | None]:
+def json_value(
+    doc: Any, route: JsonRoute, value_field: tuple[str, ...]
+) -> tuple[float | None, int, float | None, str | None]:
     """One tag's ``(value, quality, source_ts or None, problem)`` from a parsed JSON payload.
 
     A scalar payload is the value (with no field configured); an object holds it at the
@@ -448,64 +500,67 @@ def json_value(doc: Any, route: JsonRoute, value_field: tuple[str, ...]) -> tupl
 
 
 class MqttReader:
-    """The tags of one ``kind: mqtt`` source (plain JSON), reported through ``emit``.
+    """The tags of one ``kind: mqtt`` source (plain JSON): a :class:`~fedrca.edge.source.TagSource`.
 
     Parameters
     ----------
     name : the source's name
     settings : its settings
-    tags : ``(tag index, address, scale, offset, label)`` of every tag read from it
-    emit : called ``emit(tag, value, quality, source_ts)`` for every update
+    tags : the tags read from it (addresses :class:`MqttTag`)
     clock : seconds since the epoch (arrival times)
     """
 
+    kind = "mqtt"
+
     def __init__(
-        self,
-        name: str,
-        settings: MqttSource,
-        tags: Iterable[tuple[int, MqttTag, str]],
-        emit: Emit,
-        clock: Callable[[], float] = time.time,
+        self, name: str, settings: MqttSource, tags: Sequence[Tag], clock: Callable[[], float] = time.time
     ) -> None:
         self.name = name
         self.settings = settings
-        self.counters = ReaderCounters()
-        self._emit = emit
+        self.tags = list(tags)
+        self.counters = SourceCounters()
+        self.stats = ReaderStats()
+        self.report = Reporter(self.counters)
         self._clock = clock
         self._value_field = tuple(settings.value_field.split("."))
-        self._warn = _RateLimited(log)
         self.routes: dict[str, list[JsonRoute]] = {}
-        for index, address, label in tags:
+        for tag in self.tags:
+            address = tag.address
+            assert isinstance(address, MqttTag)
             route = JsonRoute(
-                Target(index, address.scale, address.offset, label),
+                Target(tag.index, address.scale, address.offset, tag.name),
                 _path(address.field),
                 _path(address.quality_field or settings.quality_field) or (),
                 _path(address.timestamp_field or settings.timestamp_field) or (),
                 settings.timestamp_unit,
-                label,
+                tag.name,
             )
             self.routes.setdefault(address.topic, []).append(route)
         self.link = MqttLink(
-            settings, name, list(self.routes), self.handle, self.counters,
+            settings, name, list(self.routes), self.handle, self.counters, self.stats, self.report.reject,
             queue={"conflate": True, "max_bytes": 64 * settings.max_payload_bytes + 64 * 1024 * 1024},
         )  # fmt: skip
 
-    async def run(self) -> None:
-        """Read until cancelled (reconnecting by itself)."""
-        await self.link.run()
-
-    def _problem(self, counter: str, topic: str, message: str) -> None:
-        setattr(self.counters, counter, getattr(self.counters, counter) + 1)
-        self._warn.warning(
-            (counter, topic), "mqtt source '%s' topic '%s': %s (%s so far: %d)",
-            self.name, topic[:200], message, counter.replace("_", " "), getattr(self.counters, counter),
-        )  # fmt: skip
+    async def run(self, sink: TagSink) -> None:
+        """Read into ``sink`` until cancelled (reconnecting by itself)."""
+        self.report.bind(sink)
+        if not self.settings.report_by_exception:
+            await self.link.run()
+            return
+        indices = [t.index for t in self.tags]
+        vouch = asyncio.create_task(_vouch(self.link, self.report, lambda: indices, self.settings.keepalive / 2))
+        try:
+            await self.link.run()
+        finally:
+            vouch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await vouch
 
     def handle(self, messages: list[Any]) -> None:
         """Turn a batch of messages into tag updates (never raises for bad input)."""
         now = self._clock()
         for message in messages:
-            self.counters.messages += 1
+            self.stats.messages += 1
             topic = message.topic.value
             routes = self.routes.get(topic)
             if routes is None:
@@ -513,43 +568,41 @@ class MqttReader:
             self.on_payload(topic, message.payload, routes, now)
 
     def on_payload(self, topic: str, payload: Any, routes: list[JsonRoute], now: float) -> None:
-        emit = self._emit
+        """One message of ``topic`` (its tags' ``routes``) arrived at ``now``."""
+        update, reject = self.report.update, self.report.reject
         if not isinstance(payload, bytes | bytearray):
             payload = b"" if payload is None else str(payload).encode()
         if len(payload) > self.settings.max_payload_bytes:
-            self._problem("malformed", topic, f"payload of {len(payload)} bytes is over max_payload_bytes")
-            self._bad(routes, now)
+            self._bad(routes, now, "malformed", f"topic '{topic[:200]}': payload of {len(payload)} bytes is over "
+                                                f"max_payload_bytes {self.settings.max_payload_bytes}")  # fmt: skip
             return
         try:
             doc = orjson.loads(payload)
         except orjson.JSONDecodeError:
             if payload.strip().lower() in _NON_JSON_WORDS:  # a device writing NaN / inf as text: a Bad value
                 for route in routes:
-                    emit(route.target.tag, None, _BAD, now)
-                    self.counters.updates += 1
+                    update(route.target.tag, None, _BAD, now)
                 return
-            self._problem("malformed", topic, "payload is not JSON")
-            self._bad(routes, now)
+            self._bad(routes, now, "malformed", f"topic '{topic[:200]}': payload is not JSON")
             return
         for route in routes:
             value, quality, ts, problem = json_value(doc, route, self._value_field)
-            if problem is not None:
-                if quality == _MISSING:
-                    self._problem("malformed", topic, f"{route.label or 'tag'}: {problem}")
-                    continue  # this payload does not carry the tag: no news of it
-                self._problem("wrong_type", topic, f"{route.label or 'tag'}: {problem}")
             target = route.target
+            if problem is not None:
+                if quality == _MISSING:  # this payload does not carry the tag: no news of it
+                    reject(target.tag, "malformed", f"topic '{topic[:200]}': {problem}")
+                    continue
+                reject(target.tag, "wrong-type", f"topic '{topic[:200]}': {problem}")
             if value is not None and (target.scale != 1.0 or target.offset != 0.0):
                 value = value * target.scale + target.offset
                 if not math.isfinite(value):
                     value, quality = None, _BAD
-            emit(target.tag, value, quality, now if ts is None else ts)
-            self.counters.updates += 1
+            update(target.tag, value, quality, now if ts is None else ts)
 
-    def _bad(self, routes: list[JsonRoute], now: float) -> None:
+    def _bad(self, routes: list[JsonRoute], now: float, reason: str, detail: str) -> None:
+        self.report.reject(routes[0].target.tag if len(routes) == 1 else None, reason, detail)
         for route in routes:
-            self._emit(route.target.tag, None, _BAD, now)
-            self.counters.updates += 1
+            self.report.update(route.target.tag, None, _BAD, now)
 
 
 # -- Sparkplug B ----------------------------------------------------------------------------------
@@ -560,40 +613,51 @@ class _Commands:
 
 
 class SparkplugReader:
-    """The tags of one ``kind: sparkplug`` source: a Sparkplug B host application (:class:`SparkplugHost`).
+    """The tags of one ``kind: sparkplug`` source: a Sparkplug B host application (:class:`SparkplugHost`)
+    and a :class:`~fedrca.edge.source.TagSource`.
 
     Parameters are those of :class:`MqttReader`; the tags' addresses are :class:`SparkplugTag`.
+    ``alive_every``: how often the tags of born nodes are vouched for, s.
     """
+
+    kind = "sparkplug"
 
     def __init__(
         self,
         name: str,
         settings: SparkplugSource,
-        tags: Iterable[tuple[int, SparkplugTag, str]],
-        emit: Emit,
+        tags: Sequence[Tag],
         clock: Callable[[], float] = time.time,
+        alive_every: float = 1.0,
     ) -> None:
         self.name = name
         self.settings = settings
-        self.counters = ReaderCounters()
+        self.tags = list(tags)
+        self.counters = SourceCounters()
+        self.stats = ReaderStats()
+        self.report = Reporter(self.counters)
+        self.alive_every = alive_every
         self._clock = clock
         targets: dict[tuple[str, str, str | None, str], list[Target]] = {}
-        for index, address, label in tags:
+        for tag in self.tags:
+            address = tag.address
+            assert isinstance(address, SparkplugTag)
             node = address.node or settings.node
             if node is None:
                 raise ConfigError(
-                    f"tag {label}: which edge node? set node on the tag or edge.sources.{name}.node",
+                    f"tag {tag.describe()}: which edge node? set node on the tag or edge.sources.{name}.node",
                     key=f"edge.sources.{name}.node",
                 )
             key = (address.group or settings.group, node, address.device, address.metric)
-            targets.setdefault(key, []).append(Target(index, address.scale, address.offset, label))
+            targets.setdefault(key, []).append(Target(tag.index, address.scale, address.offset, tag.name))
         self._commands = _Commands()
-        self.host = SparkplugHost(targets, emit, self._queue_command, rebirth_holdoff=settings.rebirth_holdoff)
+        self.host = SparkplugHost(targets, self.report.update, self._queue_command, self.report.reject,
+                                  rebirth_holdoff=settings.rebirth_holdoff)  # fmt: skip
         will = None
         if settings.host_id is not None:
             will = aiomqtt.Will(self.state_topic, self._state(False), qos=1, retain=True)
         self.link = MqttLink(
-            settings, name, self.host.subscriptions(), self.handle, self.counters,
+            settings, name, self.host.subscriptions(), self.handle, self.counters, self.stats, self.report.reject,
             queue={"conflate": False}, on_connect=self._connected, will=will,
         )  # fmt: skip
 
@@ -621,29 +685,33 @@ class SparkplugReader:
             while self._commands.pending:
                 topic, payload = self._commands.pending[0]
                 if not await self.link.publish(topic, payload, qos=0):
-                    break  # the broker is away: the next connection's births make up for it
+                    break  # the broker is away: the connection's own rebirth requests make up for it
                 self._commands.pending.popleft()
 
-    async def run(self) -> None:
-        """Read until cancelled (reconnecting by itself); rebirth requests go out as they arise."""
-        sender = asyncio.create_task(self._send_commands())
+    async def run(self, sink: TagSink) -> None:
+        """Read into ``sink`` until cancelled (reconnecting by itself); rebirth requests go out as they
+        arise, and the tags of born nodes are vouched for every ``alive_every`` seconds."""
+        self.report.bind(sink)
+        helpers = [
+            asyncio.create_task(self._send_commands()),
+            asyncio.create_task(_vouch(self.link, self.report, self.host.born_tags, self.alive_every)),
+        ]
         try:
             await self.link.run()
         finally:
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sender
+            for task in helpers:
+                task.cancel()
+            for task in helpers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def handle(self, messages: list[Any]) -> None:
+        """Hand a batch of messages to the host (never raises for bad input)."""
         now = self._clock()
         host = self.host
         for message in messages:
-            self.counters.messages += 1
+            self.stats.messages += 1
             payload = message.payload
             if not isinstance(payload, bytes | bytearray):
                 payload = b"" if payload is None else str(payload).encode()
             host.on_message(message.topic.value, bytes(payload), now)
-        c = host.counters
-        self.counters.updates = c.updates
-        self.counters.malformed = c.malformed
-        self.counters.wrong_type = c.wrong_type

@@ -50,7 +50,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -381,6 +381,7 @@ class _Node:
 
 Emit = Callable[[int, float | None, int, float], None]
 Publish = Callable[[str, bytes], None]
+Reject = Callable[[int | None, str, str], None]
 
 
 class SparkplugHost:
@@ -392,20 +393,25 @@ class SparkplugHost:
     emit : called ``emit(tag, value, quality, source_ts)`` for every tag update (``value`` in
         the column's unit, None unless quality is 0)
     publish : called ``publish(topic, payload)`` for each command (rebirth requests)
+    reject : called ``reject(tag or None, reason, detail)`` for each refused input (the edge's
+        :meth:`~fedrca.edge.source.TagSink.rejected`); without it the host logs each kind of
+        problem of a node once every ``log_every`` seconds itself
     rebirth_holdoff : least time between two rebirth requests to one node, s
-    log_every : least time between two log lines of one kind of problem of one node, s
+    log_every : see ``reject``
     """
 
     def __init__(
         self,
-        targets: dict[tuple[str, str, str | None, str], Sequence[Target]],
+        targets: Mapping[tuple[str, str, str | None, str], Sequence[Target]],
         emit: Emit,
         publish: Publish,
+        reject: Reject | None = None,
         rebirth_holdoff: float = 5.0,
         log_every: float = 30.0,
     ) -> None:
         self._emit = emit
         self._publish = publish
+        self._reject = reject
         self.rebirth_holdoff = rebirth_holdoff
         self.log_every = log_every
         self.counters = HostCounters()
@@ -428,13 +434,27 @@ class SparkplugHost:
             out += [f"{NAMESPACE}/{group}/+/{node}", f"{NAMESPACE}/{group}/+/{node}/+"]
         return out
 
+    def born_tags(self) -> list[int]:
+        """The tags of every node that is born and not dead, and of its born devices: their last
+        values still hold (Sparkplug reports by exception; a death would have said otherwise)."""
+        out: list[int] = []
+        for state in self._nodes.values():
+            if state.online:
+                for device in state.devices.values():
+                    if device.born:
+                        out += [t.tag for targets in device.targets.values() for t in targets]
+        return out
+
     def node_online(self, group: str, node: str) -> bool:
         state = self._nodes.get((group, node))
         return bool(state and state.online)
 
     # -- problems ----------------------------------------------------------------------------------
-    def _problem(self, counter: str, where: str, message: str, now: float) -> None:
+    def _problem(self, counter: str, where: str, message: str, now: float, tag: int | None = None) -> None:
         setattr(self.counters, counter, getattr(self.counters, counter) + 1)
+        if self._reject is not None:
+            self._reject(tag, counter.replace("_", "-"), f"sparkplug {where}: {message}")
+            return
         key = (counter, where)
         last = self._logged.get(key)
         if last is None or now - last >= self.log_every:
@@ -593,7 +613,7 @@ class SparkplugHost:
                 continue
             value, quality, problem = metric_value(metric, device.datatypes.get(name))
             if problem is not None:
-                self._problem("wrong_type", f"{where} metric '{name[:100]}'", problem, now)
+                self._problem("wrong_type", f"{where} metric '{name[:100]}'", problem, now, targets[0].tag)
             ts = _ms(metric.timestamp) if metric.HasField("timestamp") else default_ts
             for target in targets:
                 scaled = value
