@@ -37,7 +37,7 @@ COMMAND_MODULES = (
     "fedrca.cli.simulate",
     "fedrca.cli.edge",
     "fedrca.cli.graph",
-    "fedrca.cli.fleet.commands",
+    "fedrca.cli.fleet",
     "fedrca.cli.whatif",
 )
 
