@@ -62,14 +62,17 @@ class TagSource(Protocol):
     ----------
     name : the source's name in ``edge.sources``
     kind : its protocol (``opcua``, ``mqtt``, ``sparkplug``, ``modbus``)
-    tags : the tags read through it
     counters : what it did so far
     """
 
     name: str
     kind: str
-    tags: Sequence[Tag]
     counters: SourceCounters
+
+    @property
+    def tags(self) -> Sequence[Tag]:
+        """The tags read through this source."""
+        ...
 
     async def run(self, sink: TagSink) -> None:
         """Read the tags into ``sink`` until cancelled (reconnecting by itself).

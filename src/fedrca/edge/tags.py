@@ -28,8 +28,8 @@ __all__ = ["Quality", "Tag", "TagMap", "TagUpdate", "to_float"]
 class Quality(IntEnum):
     """Why a sensor value is not usable (the codes of a sensor message's ``quality`` list).
 
-    TODO(edge): this mirrors ``fedrca.contracts.Quality`` of the sensor contract with missing
-    values (issue 30); it becomes an import of it when that lands.
+    TODO(edge): this mirrors the ``Quality`` codes of the sensor contract with missing values
+    (issue 30, in ``contracts``); it becomes an import of them when that lands.
     """
 
     GOOD = 0  #: a usable value
