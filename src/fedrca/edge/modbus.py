@@ -218,6 +218,7 @@ class ModbusPoller:
         self.stats = PollStats()
         self._sink: TagSink | None = None
         self._clock = clock
+        self._reported: set[tuple[str, str]] = set()
         addresses = []
         for tag in self.tags:
             assert isinstance(tag.address, ModbusTag)
@@ -231,11 +232,17 @@ class ModbusPoller:
             self._sink.update(TagUpdate(tag, value, quality, ts))
 
     def _reject(self, block: ReadBlock, reason: str, detail: str) -> None:
+        """Count, report and log (once per request and reason) what the device answered instead of values."""
         c = self.counters
         c.rejected += 1
         c.reasons[reason] = c.reasons.get(reason, 0) + 1
+        text = f"{block.describe()}: {detail}"
         if self._sink is not None:
-            self._sink.rejected(block.items[0].tag, reason, f"modbus source '{self.name}' {block.describe()}: {detail}")
+            self._sink.rejected(block.items[0].tag, reason, text)
+        key = (block.describe(), reason)
+        if key not in self._reported and len(self._reported) < 10_000:
+            self._reported.add(key)
+            log.warning("%s: %s (%s; logged once per request and reason)", self.name, text, reason)
 
     def _bad(self, block: ReadBlock, ts: float) -> None:
         for item in block.items:

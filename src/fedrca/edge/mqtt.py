@@ -90,12 +90,17 @@ class ReaderStats:
 class Reporter:
     """A source's side of its :class:`~fedrca.edge.source.TagSink`: updates, keep-alives, refusals, counters.
 
-    What happens before :meth:`bind` (no sink yet) is counted and not delivered.
+    A refusal is counted, handed to the sink (its metric) and logged once per tag and reason
+    (a flood of one problem is one line and a count). What happens before :meth:`bind` (no
+    sink yet) is counted and not delivered.
     """
 
-    def __init__(self, counters: SourceCounters) -> None:
+    def __init__(self, counters: SourceCounters, name: str, labels: dict[int, str] | None = None) -> None:
         self.counters = counters
+        self.name = name
+        self.labels = labels or {}
         self.sink: TagSink | None = None
+        self._reported: set[tuple[int, str]] = set()
 
     def bind(self, sink: TagSink) -> None:
         self.sink = sink
@@ -115,6 +120,11 @@ class Reporter:
         c.reasons[reason] = c.reasons.get(reason, 0) + 1
         if self.sink is not None:
             self.sink.rejected(tag, reason, detail)
+        key = (-1 if tag is None else tag, reason)
+        if key not in self._reported and len(self._reported) < 10_000:
+            self._reported.add(key)
+            where = f"{self.labels[tag]}: " if tag in self.labels else ""
+            log.warning("%s: %s%s (%s; logged once per tag and reason)", self.name, where, detail, reason)
 
 
 # -- the bounded queue of incoming messages ----------------------------------------------------
@@ -520,7 +530,7 @@ class MqttReader:
         self.tags = list(tags)
         self.counters = SourceCounters()
         self.stats = ReaderStats()
-        self.report = Reporter(self.counters)
+        self.report = Reporter(self.counters, name, {t.index: t.describe() for t in self.tags})
         self._clock = clock
         self._value_field = tuple(settings.value_field.split("."))
         self.routes: dict[str, list[JsonRoute]] = {}
@@ -635,7 +645,7 @@ class SparkplugReader:
         self.tags = list(tags)
         self.counters = SourceCounters()
         self.stats = ReaderStats()
-        self.report = Reporter(self.counters)
+        self.report = Reporter(self.counters, name, {t.index: t.describe() for t in self.tags})
         self.alive_every = alive_every
         self._clock = clock
         targets: dict[tuple[str, str, str | None, str], list[Target]] = {}
