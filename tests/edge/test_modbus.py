@@ -8,14 +8,18 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from fedrca.config import parse_config
 from fedrca.config.edge_protocols import ModbusSource, ModbusTag
 from fedrca.edge.modbus import EXCEPTION_NAMES, ModbusPoller, plan_reads
-from fedrca.edge.modbus_server import ModbusPlantServer
+from fedrca.edge.modbus_server import ModbusPlantServer, ModbusTagServer
+from fedrca.edge.modbus_server import edge_section as modbus_edge_section
+from fedrca.edge.runtime import EdgeRuntime
 from tests.edge.recording import RecordingSink, tags
 
 pytestmark = pytest.mark.modbus
@@ -246,3 +250,46 @@ def test_plan_reads_covers_every_tag_once_within_the_protocol_bounds(
             tag = tags[item.tag]
             assert block.start + item.offset == tag.reg and item.offset + item.width <= block.count
             assert block.unit == (1 if tag.unit is None else tag.unit) and block.table == tag.table
+
+
+def test_runtime_rows_are_the_served_samples_over_modbus() -> None:
+    """The simulated plant's registers polled on the sample clock: row k holds sample k, exactly
+    (float32 on the wire: the values are float32 numbers)."""
+    plants = {"boiler": ["a", "b", "c"], "turbine": ["d", "e"]}
+    columns = [c for cols in plants.values() for c in cols]
+    period = 0.25
+    samples = np.random.default_rng(3).normal(size=(6, 5)).astype(np.float32).astype(np.float64)
+
+    async def scenario() -> tuple[int, dict[str, list[Any]]]:
+        server = ModbusTagServer(plants)
+        await server.start()
+        config = parse_config({
+            "site": "s",
+            "dataset": {"format": "csv", "columns": columns, "sample_seconds": period},
+            "plants": [{"name": p, "sensors": cols} for p, cols in plants.items()],
+            "edge": modbus_edge_section(plants, server.url, staleness_seconds=2 * period),
+        })  # fmt: skip
+        runtime = EdgeRuntime(config, list(plants), keep_rows=True)
+        done = asyncio.Event()
+        run = asyncio.create_task(runtime.run(until=done.is_set))
+        try:
+            start = math.ceil(time.time() / period) + 1
+            for k, row in enumerate(samples):
+                await asyncio.sleep(max(0.0, (start + k + 0.5) * period - time.time()))
+                await server.write(dict(zip(columns, row.tolist())), time.time())
+            await asyncio.sleep(2 * period)
+        finally:
+            done.set()
+            await run
+            await server.stop()
+        return start, runtime.rows
+
+    start, got = asyncio.run(scenario())
+    offset = 0
+    for plant, cols in plants.items():
+        rows = {r.seq: r for r in got[plant]}
+        for k in range(len(samples)):
+            row = rows[start + k + 1]
+            assert row.quality.tolist() == [GOOD] * len(cols), (plant, k)
+            assert row.values.tolist() == samples[k, offset : offset + len(cols)].tolist(), (plant, k)
+        offset += len(cols)

@@ -29,7 +29,7 @@ from pymodbus.server import ModbusTcpServer
 from pymodbus.simulator import DataType, SimData, SimDevice
 from pymodbus.simulator.simutils import SimUtils
 
-__all__ = ["ModbusPlantServer", "UnitImage", "plant_layout", "plant_tags"]
+__all__ = ["ModbusPlantServer", "ModbusTagServer", "UnitImage", "edge_section", "plant_layout", "plant_tags"]
 
 _TABLE_OF_FUNCTION = {1: "coil", 5: "coil", 15: "coil", 2: "discrete", 3: "holding", 6: "holding", 16: "holding",
                       22: "holding", 23: "holding", 4: "input"}  # fmt: skip
@@ -184,3 +184,49 @@ def plant_tags(plants: dict[str, Sequence[str]], source: str = "plant") -> dict[
         tags = {column: {"unit": unit, "register": 2 * i, "type": "float32"} for i, column in enumerate(columns)}
         out[plant] = {"source": source, "tags": tags}
     return out
+
+
+class ModbusTagServer:
+    """The simulated plant's registers served with the shape of the OPC UA ``TagServer``
+    (``columns``, ``start``, ``stop``, ``write``), so one pacing loop drives either.
+
+    A sample's value goes to its column's float32 (:func:`plant_layout`); a Bad value is
+    written as NaN (a device's invalid reading, read back as Bad); a dropped sample leaves
+    the register as it was (a register always holds a value).
+    """
+
+    def __init__(self, plants: dict[str, Sequence[str]], host: str = "127.0.0.1", port: int = 0) -> None:
+        self.plants = {p: list(c) for p, c in plants.items()}
+        self.columns = [c for cols in self.plants.values() for c in cols]
+        units = plant_layout(list(self.plants))
+        self._where = {c: (units[p], 2 * i) for p, cols in self.plants.items() for i, c in enumerate(cols)}
+        size = max(2 * len(c) for c in self.plants.values()) + 2
+        self.server = ModbusPlantServer(list(units.values()), size=size, host=host, port=port)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def url(self) -> str:
+        return f"modbus://{self.server.host}:{self.server.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def stop(self) -> None:
+        await self.server.stop()
+
+    async def write(self, values: dict[str, float | None], ts: float, status: dict[str, int] | None = None) -> None:
+        """Store one sample (``ts`` is not kept: a Modbus register has no timestamp)."""
+        bad = set(status or ())
+        for column, value in values.items():
+            unit, register = self._where[column]
+            good = value is not None and math.isfinite(value) and column not in bad
+            self.server.write(unit, "holding", register, value if good else math.nan, "float32")  # type: ignore[arg-type]
+
+
+def edge_section(plants: dict[str, Sequence[str]], url: str, **extra: Any) -> dict[str, Any]:
+    """The ``edge:`` section that polls :class:`ModbusTagServer`'s registers (``extra``: other keys)."""
+    return {**extra, "sources": {"plant-modbus": {"kind": "modbus", "url": url}},
+            "plants": plant_tags(plants, source="plant-modbus")}  # fmt: skip
