@@ -131,7 +131,7 @@ class MqttPlant:
         client = self._clients[plant]
         async for message in client.messages:
             try:
-                metrics = decode_payload(bytes(message.payload)).metrics  # type: ignore[arg-type]
+                metrics = decode_payload(bytes(message.payload)).metrics
             except ValueError:
                 continue
             if any(m.name == REBIRTH and m.boolean_value for m in metrics):
@@ -144,7 +144,9 @@ class MqttPlant:
         await self._clients[plant].publish(node.topic("NBIRTH"), node.birth(values, stamp), qos=0)
         self._born.add(plant)
 
-    async def write(self, values: Mapping[str, float | None], ts: float, status: Mapping[str, int] | None = None) -> None:
+    async def write(
+        self, values: Mapping[str, float | None], ts: float, status: Mapping[str, int] | None = None
+    ) -> None:
         """Publish one sample: ``values`` column -> value (a column left out is a dropout), ``status``
         column -> a non-Good code (its value is published as Bad)."""
         bad = set(status or ())
