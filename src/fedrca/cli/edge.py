@@ -84,8 +84,9 @@ def _configure_logging(level: str) -> None:
         stream=sys.stderr,
     )
     # the protocol libraries log every session event; the edge's own lines say what matters
-    for name in ("asyncua", "kafka"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+    # asyncua logs a lost connection as an ERROR with a traceback: the source's one line says it
+    logging.getLogger("asyncua").setLevel(logging.CRITICAL)
 
 
 def _edge(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
@@ -40,9 +41,11 @@ __all__ = [
     "SIM_NAMESPACE",
     "Imperfections",
     "PasswordUsers",
+    "Served",
     "TagServer",
     "address_space_cache",
     "parse_opcua_address",
+    "serve_rows",
 ]
 
 #: Namespace URI of the simulated plant's tags.
@@ -351,3 +354,61 @@ async def serve_forever(server: TagServer) -> None:
             await asyncio.sleep(3600)
     finally:
         await server.stop()
+
+
+@dataclass
+class Served:
+    """What :func:`serve_rows` did: rows written, the grid index of the first row, restarts."""
+
+    rows: int = 0
+    first_slot: int | None = None
+    restarts: int = 0
+    max_lag: float = 0.0
+
+
+async def serve_rows(
+    server: TagServer,
+    rows: Any,
+    period: float,
+    imperfections: Imperfections | None = None,
+    clock: Any = None,
+    on_row: Any = None,
+) -> Served:
+    """Write ``rows`` (an iterable of (k, values) in ``server.columns`` order), one every ``period`` seconds.
+
+    Row k is written in the middle of the sample interval of an edge whose clock has this
+    ``period`` (at ``(first_slot + k + 0.5) * period`` seconds since the epoch), stamped with its
+    write time (plus ``skew``): an edge closes it as row ``seq = first_slot + k + 1`` whatever the
+    jitter below half a period (``tests/edge/test_simulate.py``). Imperfections are applied as
+    written; the server restarts after sample ``restart_at``.
+    """
+    spec = imperfections or Imperfections()
+    imperfect = Imperfect(spec, server.columns)
+    now = clock or time.time
+    served = Served()
+    start = math.ceil(now() / period) + 1
+    served.first_slot = start
+    for k, values in rows:
+        due = (start + k + 0.5) * period
+        wait = due - now()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        else:
+            served.max_lag = max(served.max_lag, -wait)
+        delay = imperfect.delay()
+        if delay:
+            await asyncio.sleep(min(delay, 0.45 * period))
+        if spec.any:
+            writes, status = imperfect.apply(values)
+        else:
+            writes, status = dict(zip(server.columns, map(float, values), strict=True)), {}
+        await server.write(writes, now() + spec.skew, status)
+        served.rows = k + 1
+        if on_row is not None:
+            on_row(k)
+        if spec.restart_at is not None and k == spec.restart_at:
+            await server.stop()
+            await asyncio.sleep(spec.restart_seconds)
+            await server.start()
+            served.restarts += 1
+    return served
