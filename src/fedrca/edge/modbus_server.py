@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,7 +175,7 @@ def plant_layout(plants: Sequence[str]) -> dict[str, int]:
     return {plant: index + 1 for index, plant in enumerate(plants)}
 
 
-def plant_tags(plants: dict[str, Sequence[str]], source: str = "plant") -> dict[str, Any]:
+def plant_tags(plants: Mapping[str, Sequence[str]], source: str = "plant") -> dict[str, Any]:
     """The ``edge.plants`` tag map of the simulated plant's registers (float32 at holding 2i)."""
     units = plant_layout(list(plants))
     out: dict[str, Any] = {}
@@ -195,9 +195,13 @@ class ModbusTagServer:
     the register as it was (a register always holds a value).
     """
 
-    def __init__(self, plants: dict[str, Sequence[str]], host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, plants: Mapping[str, Sequence[str]], host: str = "127.0.0.1", port: int = 0,
+        columns: Sequence[str] | None = None,
+    ) -> None:  # fmt: skip
         self.plants = {p: list(c) for p, c in plants.items()}
-        self.columns = [c for cols in self.plants.values() for c in cols]
+        # the order of a row's values for a pacing loop (default the plants' columns in order)
+        self.columns = list(columns) if columns is not None else [c for cols in self.plants.values() for c in cols]
         units = plant_layout(list(self.plants))
         self._where = {c: (units[p], 2 * i) for p, cols in self.plants.items() for i, c in enumerate(cols)}
         size = max(2 * len(c) for c in self.plants.values()) + 2
@@ -221,12 +225,14 @@ class ModbusTagServer:
         """Store one sample (``ts`` is not kept: a Modbus register has no timestamp)."""
         bad = set(status or ())
         for column, value in values.items():
+            if column not in self._where:
+                continue  # a column of no plant
             unit, register = self._where[column]
             good = value is not None and math.isfinite(value) and column not in bad
             self.server.write(unit, "holding", register, value if good else math.nan, "float32")  # type: ignore[arg-type]
 
 
-def edge_section(plants: dict[str, Sequence[str]], url: str, **extra: Any) -> dict[str, Any]:
+def edge_section(plants: Mapping[str, Sequence[str]], url: str, **extra: Any) -> dict[str, Any]:
     """The ``edge:`` section that polls :class:`ModbusTagServer`'s registers (``extra``: other keys)."""
     return {**extra, "sources": {"plant-modbus": {"kind": "modbus", "url": url}},
             "plants": plant_tags(plants, source="plant-modbus")}  # fmt: skip

@@ -57,6 +57,8 @@ class MqttPlant:
     site : the site name (the JSON topics' prefix)
     sparkplug : publish as Sparkplug B edge nodes instead of JSON per tag
     group : the Sparkplug group id
+    columns : the order of a row's values for a pacing loop (the simulator's columns; default the
+        plants' columns in order); a column in no plant is not published
     """
 
     def __init__(
@@ -66,11 +68,14 @@ class MqttPlant:
         site: str,
         sparkplug: bool = False,
         group: str = DEFAULT_GROUP,
+        columns: Sequence[str] | None = None,
     ) -> None:
         self.plants = {p: list(c) for p, c in plants.items()}
-        self.columns = [c for cols in self.plants.values() for c in cols]
-        if len(set(self.columns)) != len(self.columns):
+        served = [c for cols in self.plants.values() for c in cols]
+        if len(set(served)) != len(served):
             raise ValueError("a column belongs to one plant")
+        self.served = set(served)
+        self.columns = list(columns) if columns is not None else served
         self.host, self.port = split_url(url, 1883)
         self.site = site
         self.sparkplug = sparkplug
@@ -97,6 +102,7 @@ class MqttPlant:
         self._born.clear()
         if not self.sparkplug:
             client = aiomqtt.Client(self.host, self.port, identifier=f"fedrca-sim-{self.site}", keepalive=10)
+            client.pending_calls_threshold = 10 * len(self.columns)  # a sample is one publish per column
             self._clients = {"": await stack.enter_async_context(client)}
             return
         self._clients = {}
@@ -154,6 +160,8 @@ class MqttPlant:
             client = self._clients[""]
             sends = []
             for column, value in values.items():
+                if column not in self.served:
+                    continue
                 good = value is not None and math.isfinite(value) and column not in bad
                 doc = {"value": value if good else None, "timestamp": ts, "quality": "good" if good else "bad"}
                 sends.append(client.publish(f"{self.prefix}/{column}", orjson.dumps(doc), qos=1))
@@ -208,5 +216,5 @@ def edge_section(
     return {
         **extra,
         "sources": {name: source},
-        "plants": {plant: {"source": name, "template": template} for plant in plants},
+        "plants": {plant: {"source": name, "template": dict(template)} for plant in plants},
     }
