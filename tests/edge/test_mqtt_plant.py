@@ -12,7 +12,6 @@ import numpy as np
 import orjson
 import paho.mqtt.client as paho
 import pytest
-
 import yaml
 
 from fedrca.cli import main
@@ -23,8 +22,8 @@ from fedrca.connectors.simulator import SimulationSpec, simulate
 from fedrca.datasets.tep import TEP_COLUMNS
 from fedrca.edge.modbus_server import edge_section as modbus_edge_section
 from fedrca.edge.mqtt_plant import MqttPlant, edge_section
-from fedrca.edge.sparkplug import decode_payload
 from fedrca.edge.runtime import EdgeRuntime
+from fedrca.edge.sparkplug import decode_payload
 from tests.mqtt_broker import MqttBroker
 
 pytestmark = pytest.mark.mqtt
