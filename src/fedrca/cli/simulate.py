@@ -209,10 +209,13 @@ def _serve_protocol(args: argparse.Namespace) -> int:
     async def serve() -> Any:
         await server.start()
         try:
-            return await serve_rows(
+            served = await serve_rows(
                 server, simulator.rows(), period, imperfections,
                 on_row=(lambda k: progress(k + 1, spec.n_samples)) if progress else None,
             )  # fmt: skip
+            # the last sample stays up until an edge at this speed has closed its row
+            await asyncio.sleep(period)
+            return served
         finally:
             await server.stop()
 

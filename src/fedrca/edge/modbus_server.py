@@ -206,6 +206,7 @@ class ModbusTagServer:
         self._where = {c: (units[p], 2 * i) for p, cols in self.plants.items() for i, c in enumerate(cols)}
         size = max(2 * len(c) for c in self.plants.values()) + 2
         self.server = ModbusPlantServer(list(units.values()), size=size, host=host, port=port)
+        self._started = False
 
     @property
     def port(self) -> int:
@@ -216,6 +217,12 @@ class ModbusTagServer:
         return f"modbus://{self.server.host}:{self.server.port}"
 
     async def start(self) -> None:
+        """Listen; until its first sample a column holds NaN (read as Bad), not a made-up 0."""
+        if not self._started:
+            for column in self._where:
+                unit, register = self._where[column]
+                self.server.write(unit, "holding", register, math.nan, "float32")
+            self._started = True
         await self.server.start()
 
     async def stop(self) -> None:
