@@ -379,7 +379,7 @@ async def serve_rows(
     Row k is written in the middle of the sample interval of an edge whose clock has this
     ``period`` (at ``(first_slot + k + 0.5) * period`` seconds since the epoch), stamped with its
     write time (plus ``skew``): an edge closes it as row ``seq = first_slot + k + 1`` whatever the
-    jitter below half a period (``tests/edge/test_simulate.py``). Imperfections are applied as
+    jitter below half a period plus the edge's grace. Imperfections are applied as
     written; the server restarts after sample ``restart_at``.
     """
     spec = imperfections or Imperfections()
@@ -402,7 +402,9 @@ async def serve_rows(
             writes, status = imperfect.apply(values)
         else:
             writes, status = dict(zip(server.columns, map(float, values), strict=True)), {}
-        await server.write(writes, now() + spec.skew, status)
+        # stamped with its sample's scheduled time: a write that comes late (a loaded machine, jitter)
+        # still lands in its row when it arrives before the row closes (the edge's grace)
+        await server.write(writes, due + spec.skew, status)
         served.rows = k + 1
         if on_row is not None:
             on_row(k)
