@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import orjson
 import paho.mqtt.client as paho
 import pytest
 
@@ -398,3 +399,22 @@ def test_flood_of_updates_memory_bounded_nothing_valid_lost(mqtt_broker: MqttBro
     # what passed is in order and good; what the bound held back was superseded by a newer value
     assert flood and flood == sorted(flood) and not any(v is None or math.isnan(v) for v in flood)
     assert reader.stats.messages + reader.stats.conflated + reader.stats.dropped <= 4001
+
+
+def test_sparkplug_primary_host_state_is_retained_online_then_offline(mqtt_broker: MqttBroker) -> None:
+    host_id = f"h{os.getpid()}{time.monotonic_ns()}"
+    source = SparkplugSource(kind="sparkplug", url=f"mqtt://{mqtt_broker.address}", group="g", node="n",
+                             host_id=host_id)  # fmt: skip
+    reader, _ = sparkplug_reader(source, SparkplugTag(metric="a"))
+    run_with(reader, lambda: asyncio.sleep(0.2))
+    states: list[dict[str, Any]] = []
+    client = publisher(mqtt_broker.address)
+    client.on_message = lambda c, u, m: states.append(orjson.loads(m.payload))
+    client.subscribe(f"spBv1.0/STATE/{host_id}", qos=1)
+    deadline = time.monotonic() + 10
+    while not states and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.loop_stop()
+    client.disconnect()
+    # retained: a node connecting later learns the host's state; a host that stopped says it is offline
+    assert states and states[-1]["online"] is False and isinstance(states[-1]["timestamp"], int)

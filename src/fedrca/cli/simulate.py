@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import queue
 import re
 import sys
+import threading
 import time
 from typing import Any
 
@@ -210,7 +212,7 @@ def _serve_protocol(args: argparse.Namespace) -> int:
         await server.start()
         try:
             served = await serve_rows(
-                server, simulator.rows(), period, imperfections,
+                server, _ahead(simulator.rows()), period, imperfections,
                 on_row=(lambda k: progress(k + 1, spec.n_samples)) if progress else None,
             )  # fmt: skip
             # the last sample stays up until an edge at this speed has closed its row
@@ -228,6 +230,27 @@ def _serve_protocol(args: argparse.Namespace) -> int:
     ended = f"; PLANT SHUT DOWN after {served.rows} samples: {simulator.shutdown}" if simulator.terminated else ""
     print(f"served {served.rows} samples (most behind schedule {served.max_lag:.2f} s){ended}")
     return 0
+
+
+def _ahead(rows: Any, most: int = 4) -> Any:
+    """``rows`` computed up to ``most`` ahead in a thread: the event loop that serves the plant (a
+    Modbus server answering polls, the MQTT keep-alives) is not held while the next sample computes."""
+    waiting: queue.Queue[Any] = queue.Queue(maxsize=most)
+    end = object()
+
+    def produce() -> None:
+        try:
+            for row in rows:
+                waiting.put(row)
+        except Exception as exc:  # handed to the consumer, raised there
+            waiting.put(exc)
+        waiting.put(end)
+
+    threading.Thread(target=produce, name="simulate-ahead", daemon=True).start()
+    while (row := waiting.get()) is not end:
+        if isinstance(row, Exception):
+            raise row
+        yield row
 
 
 def _checked_url(url: str, scheme: str) -> str:

@@ -251,6 +251,7 @@ class MqttLink:
     reject : where dropped messages are refused
     queue : the bounds of the incoming queue (:class:`PendingQueue` options)
     on_connect : awaited with the client after each (re)connection and subscription
+    on_close : awaited with the client when the link is cancelled while connected (a clean goodbye)
     will : the MQTT will of the connection (Sparkplug's STATE)
     """
 
@@ -269,8 +270,10 @@ class MqttLink:
         queue: dict[str, Any] | None = None,
         on_connect: Callable[[aiomqtt.Client], Awaitable[None]] | None = None,
         will: aiomqtt.Will | None = None,
+        on_close: Callable[[aiomqtt.Client], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
+        self.on_close = on_close
         self.name = name
         self.subscriptions = list(subscriptions)
         self.handle = handle
@@ -328,9 +331,15 @@ class MqttLink:
                     delay, outage, attempts = 0.1, None, 0
                     if self.on_connect is not None:
                         await self.on_connect(client)
-                    async for message in client.messages:
-                        batch = [message, *queue.drain(self.BATCH - 1)]
-                        self.handle(batch)
+                    try:
+                        async for message in client.messages:
+                            batch = [message, *queue.drain(self.BATCH - 1)]
+                            self.handle(batch)
+                    except asyncio.CancelledError:
+                        if self.on_close is not None:
+                            with contextlib.suppress(aiomqtt.MqttError, asyncio.TimeoutError):
+                                await asyncio.wait_for(self.on_close(client), 2.0)
+                        raise
             except aiomqtt.MqttError as exc:
                 self.client = None
                 self.counters.last_error = str(exc)[:500]
@@ -669,6 +678,7 @@ class SparkplugReader:
         self.link = MqttLink(
             settings, name, self.host.subscriptions(), self.handle, self.counters, self.stats, self.report.reject,
             queue={"conflate": False}, on_connect=self._connected, will=will,
+            on_close=self._closing if settings.host_id is not None else None,
         )  # fmt: skip
 
     @property
@@ -687,6 +697,10 @@ class SparkplugReader:
             await client.publish(self.state_topic, self._state(True), qos=1, retain=True)
         # births sent while we were away are lost to us (they are not retained): ask again
         self.host.request_rebirths(self._clock(), "the host connected")
+
+    async def _closing(self, client: aiomqtt.Client) -> None:
+        # a clean stop sends no will: say offline ourselves (Sparkplug 3.0 host STATE)
+        await client.publish(self.state_topic, self._state(False), qos=1, retain=True)
 
     async def _send_commands(self) -> None:
         while True:
