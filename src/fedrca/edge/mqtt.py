@@ -257,6 +257,9 @@ class MqttLink:
 
     #: most messages handed to ``handle`` at once
     BATCH = 512
+    #: how long a batch waits for more messages after its first, s: one wake-up of the reader for
+    #: many messages instead of one each (as Kafka's linger.ms); small beside any sample period
+    LINGER = 0.005
 
     def __init__(
         self,
@@ -333,6 +336,8 @@ class MqttLink:
                         await self.on_connect(client)
                     try:
                         async for message in client.messages:
+                            if queue.qsize() < self.BATCH - 1:
+                                await asyncio.sleep(self.LINGER)
                             batch = [message, *queue.drain(self.BATCH - 1)]
                             self.handle(batch)
                     except asyncio.CancelledError:
