@@ -121,8 +121,14 @@ def edge_config(workdir: Path, url: str, plants: int, tags: int) -> Path:
         "dataset": {"format": "csv", "sample_seconds": 1.0},
         "plants": [{"name": f"p{i}", "sensors": [f"p{i}_t{j}" for j in range(tags)]} for i in range(plants)],
         "edge": {
-            "sources": {"bench": {"kind": "opcua", "url": url, "namespace": "urn:fedrca:tep-simulator",
-                                  "publishing_interval": 0.1}},  # fmt: skip
+            "sources": {
+                "bench": {
+                    "kind": "opcua",
+                    "url": url,
+                    "namespace": "urn:fedrca:tep-simulator",
+                    "publishing_interval": 0.1,
+                }
+            },
             "plants": {f"p{i}": {"template": "s={column}"} for i in range(plants)},
         },
     }
