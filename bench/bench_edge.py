@@ -147,8 +147,11 @@ def edge_config(workdir: Path, url: str, plants: int, tags: int) -> Path:
         "edge": {
             "sources": {
                 "bench": {
-                    "kind": "opcua", "url": url, "namespace": "urn:fedrca:tep-simulator", "publishing_interval": 0.1,
-                },
+                    "kind": "opcua",
+                    "url": url,
+                    "namespace": "urn:fedrca:tep-simulator",
+                    "publishing_interval": 0.1,
+                }
             },
             "plants": {f"p{i}": {"template": "s={column}"} for i in range(plants)},
         },

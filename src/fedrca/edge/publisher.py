@@ -170,7 +170,10 @@ class RowPublisher:
             p: PlantBuffer(config.topic("sensors", plant=p), p.encode(), bound) for p in plants
         }
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._producer: KafkaProducer | None = None
+        self._sender: threading.Thread | None = None
+        self._closing = False
         self.failures = 0
 
     def connect(self, timeout: float = 30.0) -> None:
@@ -193,6 +196,18 @@ class RowPublisher:
             )
         except KafkaError as exc:
             raise DataError(f"cannot reach the Kafka broker at {self.bootstrap} ({exc}); is it running?") from None
+        # kafka-python's send() may block (metadata of a topic, a full accumulator): never on the caller's
+        # thread, whose event loop also serves the protocol sessions
+        self._sender = threading.Thread(target=self._send_loop, name="fedrca-edge-sender", daemon=True)
+        self._sender.start()
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._wake:
+                if self._closing:
+                    return
+                self._wake.wait(timeout=0.1)
+            self.pump()
 
     def last_seqs(self, timeout: float = 10.0) -> dict[str, int | None]:
         """The last ``seq`` already on each plant's topic (None: nothing there)."""
@@ -223,10 +238,10 @@ class RowPublisher:
                         buffer.gap = [lost[0], lost[-1]]
                     else:
                         buffer.gap[1] = lost[-1]
-        self.pump(plant)
+            self._wake.notify()
 
     def pump(self, plant: str | None = None) -> None:
-        """Hand waiting rows to the producer, up to the in-flight limit per plant."""
+        """Hand waiting rows to the producer, up to the in-flight limit per plant (the sender thread's work)."""
         producer = self._producer
         if producer is None:
             return
@@ -301,6 +316,11 @@ class RowPublisher:
         except DataError as exc:
             log.error("closing with rows not delivered: %s", exc)
         finally:
+            with self._wake:
+                self._closing = True
+                self._wake.notify()
+            if self._sender is not None:
+                self._sender.join(timeout=5.0)
             self._producer.close(timeout=max(timeout, 1.0))
             self._producer = None
 

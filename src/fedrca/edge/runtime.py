@@ -132,7 +132,15 @@ class EdgeRuntime:
         self.clock = clock
         t = self.timing
         self.assemblers = {
-            p: RowAssembler(self.tags.width[p], t.period, t.staleness, t.grace, t.anchor, max_behind=t.buffer_rows)
+            # a jump of the clock (a suspended process) closes at most an hour of rows (or the buffer's worth)
+            p: RowAssembler(
+                self.tags.width[p],
+                t.period,
+                t.staleness,
+                t.grace,
+                t.anchor,
+                max_behind=max(t.buffer_rows, math.ceil(3600.0 / t.period)),
+            )
             for p in self.tags.plants
         }
         # tag index -> (assembler, column, counter slot)
@@ -255,7 +263,6 @@ class EdgeRuntime:
                     m.edge_rows.labels(plant).inc(buffer.published - self._published_seen[plant])
                     self._published_seen[plant] = buffer.published
                 m.edge_buffered.labels(plant).set(len(buffer.waiting) + buffer.in_flight)
-            self.publisher.pump()
         for source in self.sources:
             seen = self._reconnects_seen.get(source.name, 0)
             if source.counters.reconnects > seen:
