@@ -4,7 +4,7 @@
 :class:`MqttPlant`; it has the shape of the OPC UA :class:`~fedrca.edge.opcua_server.TagServer`
 (``columns``, ``start``, ``stop``, ``write``) so one pacing loop drives either.
 
-* JSON: each column on its own topic ``<prefix>/<column>`` (QoS 1), the payload
+* JSON: each column on its own topic ``<prefix>/<column>`` (QoS 0: one TCP stream, no round trip a tag), the payload
   ``{"value": v, "timestamp": <s since the epoch>, "quality": "good"|"bad"}``; a dropped
   sample is no message.
 * Sparkplug B: each plant is an edge node ``spBv1.0/<group>/.../<plant>`` on its own MQTT
@@ -164,7 +164,7 @@ class MqttPlant:
                     continue
                 good = value is not None and math.isfinite(value) and column not in bad
                 doc = {"value": value if good else None, "timestamp": ts, "quality": "good" if good else "bad"}
-                sends.append(client.publish(f"{self.prefix}/{column}", orjson.dumps(doc), qos=1))
+                sends.append(client.publish(f"{self.prefix}/{column}", orjson.dumps(doc), qos=0))
             await asyncio.gather(*sends)
             self.published += len(sends)
             return
