@@ -18,7 +18,11 @@ pytestmark = [pytest.mark.mqtt, pytest.mark.kafka]
 ROWS = 12
 
 
-@pytest.mark.parametrize("sparkplug", [False, True], ids=["json", "sparkplug"])
+# Sparkplug's rows are checked without Kafka in make test (tests/edge/test_mqtt_plant.py): here in make exhaustive
+SPARKPLUG = pytest.param(True, marks=pytest.mark.exhaustive, id="sparkplug")
+
+
+@pytest.mark.parametrize("sparkplug", [pytest.param(False, id="json"), SPARKPLUG])
 def test_rows_through_mqtt_edge_and_kafka_are_the_file_rows(
     mqtt_broker: MqttBroker, kafka_broker: KafkaBroker, sparkplug: bool
 ) -> None:
