@@ -65,13 +65,16 @@ def through_opcua(
 
     async def run() -> tuple[int, int, int]:
         await server.start()
-        # the source at this server; changes published every period / 5; rows wait a second for late updates
+        # the source at this server, changes published twice a period; a row waits 100 periods (at least
+        # 2 s) for late updates: server and edge share this process and its event loop, which a loaded
+        # machine can hold up for a second or more (a late update would land in the next row)
         sources = {
-            name: s.model_copy(update={"url": server.url, "publishing_interval": max(0.005, period / 5)})
+            name: s.model_copy(update={"url": server.url, "publishing_interval": max(0.01, period / 2)})
             for name, s in edge.sources.items()
         }
+        grace = max(2.0, 100 * period)
         site_config = config.model_copy(
-            update={"site": site, "edge": edge.model_copy(update={"sources": sources, "grace_seconds": 1.0})}
+            update={"site": site, "edge": edge.model_copy(update={"sources": sources, "grace_seconds": grace})}
         )
         options = KafkaOptions.from_settings(site_config.kafka)
         plants = site_config.plant_names
