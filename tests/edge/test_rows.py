@@ -121,7 +121,7 @@ def test_memory_is_bounded_and_rows_are_the_as_of_values(updates):
         assert len(a._entries[0]) <= 2 + 51  # one entry per interval at most
     rows = a.due(60.0)
     for r in rows:
-        before = [u for u in updates if u[0] <= r.ts + 1e-12]
+        before = [u for u in updates if u[0] <= r.ts]
         if not before:
             assert r.quality[0] == M
         else:
@@ -130,3 +130,16 @@ def test_memory_is_bounded_and_rows_are_the_as_of_values(updates):
             assert r.quality[0] == q
             if q == G:
                 assert r.values[0] == v
+
+
+@pytest.mark.exhaustive
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 50, allow_nan=False), st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([G, B])),
+        max_size=300,
+    )
+)
+def test_memory_is_bounded_and_rows_are_the_as_of_values_exhaustive(updates):
+    """make exhaustive: the property above over many more examples."""
+    test_memory_is_bounded_and_rows_are_the_as_of_values.hypothesis.inner_test(updates)

@@ -66,9 +66,9 @@ def through_opcua(
     server = TagServer(list(columns), folder="TEP")
 
     def edge_at(site: str) -> EdgeSettings:
-        # the source at this server; changes published every period / 5
+        # the source at this server, changes published twice a period
         sources = {
-            name: s.model_copy(update={"url": server.url, "publishing_interval": max(0.005, period / 5)})
+            name: s.model_copy(update={"url": server.url, "publishing_interval": max(0.01, period / 2)})
             for name, s in edge.sources.items()
         }
         return edge.model_copy(update={"sources": sources})
@@ -85,14 +85,14 @@ def through_mqtt(
     broker: str,
     sparkplug: bool = False,
     progress: Callable[[int, int], None] | None = None,
-    grace: float = 1.0,
+    grace: float | None = None,
 ) -> ProtocolRun:
     """Publish ``rows`` (T, len(columns)) to the MQTT broker ``broker`` (``mqtt://host:port``) as JSON per tag
     or Sparkplug B nodes, read them with the edge into Kafka, read them back (see :func:`through_opcua`).
 
     The site's plants are served with the tag map :func:`~fedrca.edge.mqtt_plant.edge_section` writes
     (topics and Sparkplug group named after the run's fresh site), the rest of its ``edge:`` section kept.
-    ``grace``: how long a row waits for late updates, s.
+    ``grace``: how long a row waits for late updates, s (default 100 periods, at least 2 s).
     """
     edge = config.edge or EdgeSettings()
     plants = {p.name: list(p.sensors) for p in config.plants}
@@ -117,7 +117,7 @@ def _through(
     bootstrap: str,
     period: float,
     progress: Callable[[int, int], None] | None,
-    grace: float = 1.0,
+    grace: float | None = None,
 ) -> ProtocolRun:
     """Serve ``rows`` from ``server`` (a tag server, or a function of the run's site that makes one), read
     them with an edge configured by ``edge_at(site)`` into Kafka, and read them back."""
@@ -129,9 +129,12 @@ def _through(
 
     async def run() -> tuple[int, int, int]:
         await server.start()
-        # rows wait ``grace`` (a second) for late updates
+        # a row waits ``grace`` (default 100 periods, at least 2 s) for late updates: server and edge share
+        # this process and its event loop, which a loaded machine can hold up for a second or more (a late
+        # update would land in the next row)
+        wait = grace if grace is not None else max(2.0, 100 * period)
         site_config = config.model_copy(
-            update={"site": site, "edge": edge_at(site).model_copy(update={"grace_seconds": grace})}
+            update={"site": site, "edge": edge_at(site).model_copy(update={"grace_seconds": wait})}
         )
         options = KafkaOptions.from_settings(site_config.kafka)
         plants = site_config.plant_names

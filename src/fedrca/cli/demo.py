@@ -295,6 +295,13 @@ def run_demo(args: argparse.Namespace) -> int:
                 f"({served.seconds:.0f} s, {served.late_updates} late updates); rows identical to the file: "
                 f"{'yes' if identical else 'NO'}"
             )
+            if not identical:
+                changed = sum(int((~np.isclose(values[p], served.values[p], equal_nan=True)).sum()) for p in values)
+                raise DataError(
+                    f"{name}: {changed} values changed on the way through {over} and fedrca edge "
+                    f"({served.late_updates} updates came after their row closed): the machine is too busy for a "
+                    f"row every {period:g} s; give a longer --period"
+                )
             values = served.values
         run = replay_frame(
             runtime,

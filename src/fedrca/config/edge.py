@@ -258,7 +258,7 @@ class EdgeSettings(Strict):
     sample_seconds: float | None = Field(None, gt=0.0, le=86_400.0)
     staleness_seconds: float | None = Field(None, gt=0.0, le=7 * 86_400.0)
     grace_seconds: float = Field(0.25, ge=0.0, le=3600.0)
-    buffer_seconds: float = Field(900.0, gt=0.0, le=7 * 86_400.0)
+    buffer_seconds: float = Field(3600.0, gt=0.0, le=7 * 86_400.0)
     anchor: float = Field(0.0, ge=0.0)
     sources: dict[str, Any] = Field(default_factory=dict)
     plants: dict[str, PlantTags] = Field(default_factory=dict)

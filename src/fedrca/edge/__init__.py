@@ -4,7 +4,7 @@ A transport-level package (docs/architecture.md), beside the streaming runtime:
 
 * :mod:`~fedrca.edge.tags`: :class:`TagUpdate` (one value of one tag, as a protocol client
   saw it), :class:`TagMap` (the process's tags from the site configuration's ``edge:``
-  section) and the quality codes;
+  section) and the quality codes (the sensor contract's, :class:`fedrca.contracts.Quality`);
 * :mod:`~fedrca.edge.rows`: :class:`RowAssembler`, the pure row assembler on the plant's
   sample clock (updates in, rows out; ``seq`` from the clock; staleness; no I/O);
 * :mod:`~fedrca.edge.source`: the :class:`TagSource` protocol every protocol client

@@ -57,6 +57,8 @@ log = logging.getLogger("fedrca.edge.opcua")
 _GOOD, _BAD, _MISSING = int(Quality.GOOD), int(Quality.BAD), int(Quality.MISSING)
 #: The severity bits of a status code (Part 4, 7.39): 00 good, 01 uncertain, 10 bad.
 _SEVERITY = 0xC0000000
+#: InfoType DataValue (bit 10) + Overflow (bit 7) of a status code: a monitored item's queue overflowed.
+_OVERFLOW = 0x480
 #: Largest message the client accepts (a hostile server cannot make it allocate more).
 MAX_MESSAGE_BYTES = 16 << 20
 #: Status codes of a refused identity or channel: no retry fixes them.
@@ -419,6 +421,9 @@ class OpcuaSource:
                 continue
             dv = item.Value
             status = dv.StatusCode.value if dv.StatusCode is not None else 0
+            if status & _OVERFLOW == _OVERFLOW:
+                # the server's queue of this item overflowed: changes between two publishes were lost
+                self._report(tag.index, "queue-overflow", "the server dropped changes (raise queue_size)")
             quality = _GOOD if status & _SEVERITY == 0 else _BAD
             variant = dv.Value
             raw = None if variant is None else variant.Value

@@ -30,20 +30,18 @@ from kafka.errors import KafkaError
 
 from fedrca.config import SiteConfig
 from fedrca.connectors.kafka import KafkaOptions
+from fedrca.contracts import SensorMessage
 from fedrca.edge.rows import Row
-from fedrca.edge.tags import Quality
 from fedrca.exceptions import DataError
 
 __all__ = ["PlantBuffer", "RowPublisher", "encode_row", "last_published"]
 
 log = logging.getLogger("fedrca.edge.publisher")
 
-_MISSING = int(Quality.MISSING)
-
 
 def encode_row(site: str, plant: str, row: Row) -> bytes:
-    """The sensor message of a row (the sensor contract: ``null`` for a value that is not usable,
-    ``quality`` when a code says more than missing).
+    """The sensor message of a row (:class:`~fedrca.contracts.SensorMessage`: ``null`` for a value
+    that is not usable, ``quality`` when a code says more than missing).
 
     Examples
     --------
@@ -52,18 +50,7 @@ def encode_row(site: str, plant: str, row: Row) -> bytes:
     >>> encode_row("s", "p", row)
     b'{"site":"s","plant":"p","ts":1.5,"seq":7,"values":[2.0,null,null],"quality":[0,1,3]}'
     """
-    quality = row.quality
-    values: list[float | None] = row.values.tolist()
-    message: dict[str, Any] = {"site": site, "plant": plant, "ts": row.ts, "seq": row.seq}
-    if quality.any():
-        codes = quality.tolist()
-        values = [None if q else v for v, q in zip(values, codes, strict=True)]
-        message["values"] = values
-        if any(q not in (0, _MISSING) for q in codes):
-            message["quality"] = codes
-    else:
-        message["values"] = values
-    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    return SensorMessage(site, plant, row.ts, row.seq, row.values, row.quality).encode()
 
 
 def last_published(

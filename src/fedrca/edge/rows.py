@@ -136,8 +136,18 @@ class RowAssembler:
         --------
         >>> RowAssembler(1, period=2.0, staleness=1.0, anchor=10.0).seq_at(13.0)
         2
+        >>> a = RowAssembler(1, period=0.1, staleness=1.0)
+        >>> a.seq_at(a.time_of(3)), a.seq_at(a.time_of(3) + 1e-12)
+        (3, 4)
         """
-        return math.ceil((t - self.anchor) / self.period - 1e-9)
+        # exact against time_of (tests/edge/test_rows.py::test_memory_is_bounded_and_rows_are_the_as_of_values):
+        # the division's rounding may be one off either way
+        k = math.ceil((t - self.anchor) / self.period)
+        if self.time_of(k - 1) >= t:
+            k -= 1
+        elif self.time_of(k) < t:
+            k += 1
+        return k
 
     def time_of(self, seq: int) -> float:
         """Sample time of ``seq``."""
@@ -179,7 +189,7 @@ class RowAssembler:
         t = source_ts if source_ts <= heard else heard
         if t != t:  # NaN source time: the arrival time
             t = heard
-        bucket = math.ceil((t - self.anchor) / self.period - 1e-9)
+        bucket = self.seq_at(t)
         entries = self._entries[column]
         if heard > self._heard[column]:
             self._heard[column] = heard
@@ -221,7 +231,10 @@ class RowAssembler:
         """Close every row whose sample time plus grace is at or before ``now``, in seq order."""
         if self._next is None:
             raise ConfigError("call start() before due()")
-        last = math.floor((now - self.grace - self.anchor) / self.period + 1e-9)
+        # the last sample with time + grace <= now (exact against time_of, as seq_at)
+        last = self.seq_at(now - self.grace)
+        if self.time_of(last) + self.grace > now:
+            last -= 1
         if last < self._next:
             return []
         if last - self._next + 1 > self.max_behind:

@@ -49,7 +49,7 @@ class EdgeTiming:
     --------
     >>> from fedrca.config import load_config
     >>> EdgeTiming.of(load_config("config/tep.yaml"), speed=60.0)
-    EdgeTiming(period=3.0, staleness=9.0, grace=0.25, anchor=0.0, buffer_rows=300)
+    EdgeTiming(period=3.0, staleness=9.0, grace=0.25, anchor=0.0, buffer_rows=20)
     """
 
     period: float

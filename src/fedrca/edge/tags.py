@@ -5,9 +5,9 @@ A protocol client turns what its server says into :class:`TagUpdate` values: whi
 when there is none), a quality code and the time the value holds from. The row
 assembler (:mod:`fedrca.edge.rows`) turns them into rows.
 
-Quality codes are the sensor contract's (``quality`` list of a sensor message):
-0 good, 1 bad (the device or protocol reported Bad), 2 stale (no fresh update within the
-bound), 3 missing (never received, or no value).
+Quality codes are the sensor contract's (:class:`fedrca.contracts.Quality`, the ``quality``
+list of a sensor message): 0 good, 1 bad (the device or protocol reported Bad), 2 stale (no
+fresh update within the bound), 3 missing (never received, or no value).
 """
 
 from __future__ import annotations
@@ -15,27 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import NamedTuple
 
 from fedrca.config import SiteConfig
 from fedrca.config.edge import ResolvedTag, TagAddress, resolve_tags
+from fedrca.contracts import Quality
 from fedrca.exceptions import ConfigError
 
 __all__ = ["Quality", "Tag", "TagMap", "TagUpdate", "to_float"]
-
-
-class Quality(IntEnum):
-    """Why a sensor value is not usable (the codes of a sensor message's ``quality`` list).
-
-    TODO(edge): this mirrors the ``Quality`` codes of the sensor contract with missing values
-    (issue 30, in ``contracts``); it becomes an import of them when that lands.
-    """
-
-    GOOD = 0  #: a usable value
-    BAD = 1  #: the device or protocol reported Bad quality
-    STALE = 2  #: the edge had no fresh update within its bound
-    MISSING = 3  #: never received, or no value
 
 
 class TagUpdate(NamedTuple):
