@@ -424,8 +424,9 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     demo.add_argument("--broker", default=None, help="opcua: the Kafka broker, kafka://HOST:PORT")
     demo.add_argument(
-        "--period", type=float, default=0.05, help="opcua: seconds between two rows on the server (default 0.05)"
-    )
+        "--period", type=float, default=0.2,
+        help="opcua: seconds between two rows on the server (default 0.2; 960 rows a file take 3 minutes)",
+    )  # fmt: skip
     demo.add_argument("--idv", default="4@2", metavar="N[@HOURS]", help="simulator: the disturbance (default 4@2)")
     demo.add_argument("--hours", type=float, default=8.0, help="simulator: hours of the live run (default 8)")
     demo.add_argument("--seed", type=int, default=7, help="simulator: the live run's seed (default 7)")
