@@ -53,8 +53,8 @@ async def serve(port: int, names: list[str], seconds: float, rate: float | None,
                 log.flush()
             done += len(names)
             k += 1
-            if rate is None and k % 20 == 0:
-                await asyncio.sleep(0)  # let the server publish
+            if rate is None:
+                await asyncio.sleep(0)  # let the server publish and answer its clients between two rounds
     finally:
         if log is not None:
             log.close()

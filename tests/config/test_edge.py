@@ -55,7 +55,7 @@ def test_tags_template_shorthand_class_and_scale():
         ({"sources": SRC, "plants": {"boiler": {"tags": {"a": "s=A", "b": "s=B", "z": "s=Z"}}}},
          "edge.plants.boiler.tags", "not a sensor"),
         ({"sources": SRC, "plants": {"pump": {"template": "s={column}"}}}, "edge.plants.pump", "unknown plant"),
-        ({"sources": SRC, "plants": {"boiler": {"template": "q=1"}}}, "edge.plants.boiler.template", "node id"),
+        ({"sources": SRC, "plants": {"boiler": {"template": "q=1"}}}, "edge.plants.boiler.template.node", "node id"),
         ({"sources": SRC, "plants": {"boiler": {"template": {"node": "s=x", "path": "A"}}}},
          "edge.plants.boiler.template", "exactly one"),
         ({"sources": SRC, "plants": {"boiler": {"source": "nope", "template": "s={column}"}}},

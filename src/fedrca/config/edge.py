@@ -152,12 +152,17 @@ class OpcuaTag(TagAddress):
     node: str | None = Field(None, min_length=1, max_length=4096)
     path: str | None = Field(None, min_length=1, max_length=4096)
 
+    @field_validator("node")
+    @classmethod
+    def _node_id(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_node_id(value)
+        return value
+
     @model_validator(mode="after")
     def _node_or_path(self) -> OpcuaTag:
         if (self.node is None) == (self.path is None):
             raise ValueError("give exactly one of node: 'nsu=urn:plant;s=Tank.Level' or path: 'Objects/Tank/Level'")
-        if self.node is not None:
-            parse_node_id(self.node)
         if self.path is not None:
             parts = self.path.strip("/").split("/")
             if parts and parts[0] == "Objects":
