@@ -60,7 +60,8 @@ def site(d: int, workdir: Path) -> Any:
     doc["site"] = f"size{d}"
     doc["dataset"] = {"format": "csv", "sample_seconds": 1}
     doc["plants"] = [{"name": "p0", "sensors": [f"s{i}" for i in range(d)]}]
-    doc.pop("rca", None)  # TEP's RCA settings name TEP's plants
+    doc.pop("rca", None)  # TEP's RCA and edge settings name TEP's plants
+    doc.pop("edge", None)
     path = workdir / f"size{d}.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     return load_config(path)
