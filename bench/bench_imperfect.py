@@ -134,7 +134,7 @@ def fedrca_factory(config: SiteConfig, counted: dict[str, Counted], trained: boo
 
     Returns ``factory(nominal) -> monitor(frame, condition_key) -> MonitorOutput``.
     """
-    from fedrca.cli.site import prepare_site, run_pipeline
+    from fedrca.application.site import prepare_site, run_pipeline
 
     dataset = config.dataset.model_copy(update={"missing": "allow"})
     config = config.model_copy(update={"dataset": dataset})
@@ -143,7 +143,7 @@ def fedrca_factory(config: SiteConfig, counted: dict[str, Counted], trained: boo
         config_run = bf.without_constant_sensors(config, nominal)
         with tempfile.TemporaryDirectory() as params:
             if trained:
-                from fedrca.cli.training import train_site
+                from fedrca.application.training import train_site
 
                 train_site(config_run, nominal, params, resume=False, progress=None)
             site = prepare_site(config_run, nominal, params_dir=params if trained else None)

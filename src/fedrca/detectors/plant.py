@@ -52,7 +52,6 @@ from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_li
 from fedrca.detectors.kalman import LinearKalmanFilter
 from fedrca.detectors.missing import min_present, observed_counts
 from fedrca.detectors.plugin import ProprietaryFilter, filter_batch
-from fedrca.detectors.privacy import LevelRandomizedResponse, RandomizedResponse
 from fedrca.detectors.scoring import ResidualScorer, ScorerState
 from fedrca.detectors.statistics import (
     STATISTICS,
@@ -68,6 +67,7 @@ from fedrca.detectors.statistics import (
     tail_quantile,
 )
 from fedrca.exceptions import DataError, ModelError, NotFittedError
+from fedrca.privacy.randomized_response import LevelRandomizedResponse, RandomizedResponse
 
 __all__ = ["DetectionResult", "Detector", "PlantDetector", "hold_last", "severity_levels"]
 
