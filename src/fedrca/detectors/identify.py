@@ -189,6 +189,9 @@ def identify_linear_model(
         raise DataError(f"need at least 3 nominal samples to identify a model, got {T}")
     if np.isinf(Y_arr).any():
         raise DataError("nominal data contains inf; clean it before fitting")
+    empty = np.isnan(Y_arr).all(axis=0)
+    if empty.any():
+        raise DataError(f"sensor {int(np.argmax(empty))} has no observed value in the nominal data; leave it out")
     if n_states is not None and not 1 <= n_states <= D:
         raise ModelError(f"n_states must be between 1 and {D} (the sensor count), got {n_states}")
     if n_states is None and not 0.0 < energy <= 1.0:

@@ -638,8 +638,8 @@ class LinearKalmanFilter(GaussianFilter):
         With a diagonal R (every identified model's) and more sensors than states, the steps run
         in information form, ``P(t|t) = (P(t|t-1)⁻¹ + C_o' R_oo⁻¹ C_o)⁻¹`` and
         ``x(t|t) = x(t|t-1) + P(t|t) C_o' R_oo⁻¹ r_o``: the numbers of :func:`kf_update` (its
-        twin; ``tests/detectors/test_kalman.py`` compares them) with P x P inverses instead of a
-        D x D solve per row.
+        twin; ``tests/detectors/test_kalman.py`` compares them) with one P x P solve instead of a
+        D x D one per row.
         """
         info = self._information()
         if info is None:
@@ -648,49 +648,57 @@ class LinearKalmanFilter(GaussianFilter):
                 steps.append(self._exact_step(Y[t], None if U is None else U[t]))
                 t += 1
             return _stacked(steps), t
-        CtRi, _ = info
+        CtRi, H = info
         A, C, Q, B = self.A, self.C, self.Q, self.B
+        At = A.T
+        I = np.eye(len(A))
         missing = np.isnan(Y)
         P_ss = self._P_post
-        tol = -1.0 if P_ss is None else STEADY_RTOL * float(np.linalg.norm(P_ss))
+        tol2 = -1.0 if P_ss is None else (STEADY_RTOL * float(np.linalg.norm(P_ss))) ** 2
         x = self._x
         P = P_ss if self._steady and P_ss is not None else self._P
-        x_pred, x_est, residuals = [], [], []
+        x_pred, x_est = [], []
         steady = self._steady
+        start = t
         while t < len(Y) and not (steady and not gaps[t]):
             # x(t|t-1) = A x(t-1|t-1) + B u ;  P(t|t-1) = A P A' + Q
             xp = A @ x
             if B is not None and U is not None:
                 xp = xp + B @ U[t]
-            Pp = A @ P @ A.T + Q
-            # r = y - C x(t|t-1)
-            r = Y[t] - C @ xp
+            Pp = A @ P @ At + Q
             m = missing[t]
-            if m.all():
+            if gaps[t] and m.all():
                 # nothing observed: x(t|t) = x(t|t-1), P(t|t) = P(t|t-1)
                 x, P = xp, Pp
             else:
                 if gaps[t]:
-                    o = np.flatnonzero(~m)
-                    # C_o' R_oo^-1 C_o ;  C_o' R_oo^-1 r_o
-                    H_o, g = CtRi[:, o] @ C[o], CtRi[:, o] @ r[o]
+                    o = ~m
+                    # C_o' R_oo^-1 C_o ;  C_o' R_oo^-1 r_o   (r with 0 for the missing entries)
+                    H_o, g = CtRi[:, o] @ C[o], CtRi @ np.where(m, 0.0, Y[t] - C @ xp)
                 else:
-                    H_o, g = info[1], CtRi @ r
-                # P(t|t) = (P(t|t-1)^-1 + C_o' R_oo^-1 C_o)^-1
-                J = np.linalg.inv(np.linalg.inv(Pp) + H_o)
+                    # C' R^-1 C ;  C' R^-1 (y - C x(t|t-1))
+                    H_o, g = H, CtRi @ (Y[t] - C @ xp)
+                # P(t|t) = (P(t|t-1)^-1 + C_o' R_oo^-1 C_o)^-1 = (I + P(t|t-1) C_o' R_oo^-1 C_o)^-1 P(t|t-1)
+                J = np.linalg.solve(I + Pp @ H_o, Pp)
                 P = 0.5 * (J + J.T)
                 # x(t|t) = x(t|t-1) + P(t|t) C_o' R_oo^-1 r_o
                 x = xp + P @ g
             x_pred.append(xp)
             x_est.append(x)
-            residuals.append(r)
             t += 1
             # ||P - P_ss||_F <= rtol ||P_ss||_F on a complete row: the constant gain applies again
-            steady = P_ss is not None and not gaps[t - 1] and bool(np.linalg.norm(P - P_ss) <= tol)
-            if steady and P_ss is not None:
-                P = P_ss
+            if P_ss is not None and not gaps[t - 1]:
+                D = P - P_ss
+                steady = bool(np.einsum("ij,ij->", D, D) <= tol2)
+                if steady:
+                    P = P_ss
+            else:
+                steady = False
+        X_pred = np.array(x_pred)
+        # r = y - C x(t|t-1)   (NaN where y is missing)
+        residuals = Y[start:t] - X_pred @ C.T
         self._x, self._P, self._steady = x, P, steady
-        return FilterOutput(np.array(x_pred), np.array(x_est), np.array(residuals)), t
+        return FilterOutput(X_pred, np.array(x_est), residuals), t
 
     def _information(self) -> tuple[FloatArray, FloatArray] | None:
         """``(C' R⁻¹, C' R⁻¹ C)`` when R is diagonal and there are more sensors than states, else None."""
