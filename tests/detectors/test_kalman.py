@@ -244,7 +244,7 @@ def test_the_pure_update_equals_the_update_of_the_observed_subsystem():
     assert np.array_equal(nothing[0], x) and np.array_equal(nothing[1], P)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(st.integers(0, 2**16), st.lists(st.integers(1, 60), min_size=1, max_size=8))
 def test_missing_values_batch_equals_streaming_and_the_gain_returns_to_steady(seed, cuts):
     rng = np.random.default_rng(seed)
