@@ -174,7 +174,7 @@ class SensorMessage:
         out: dict[str, Any] = {"site": self.site, "plant": self.plant, "ts": self.ts, "seq": self.seq}
         values = self.values.tolist()
         if self._quality is None and not np.isnan(self.values).any():
-            out["values"] = values  # every value good: the contract as it always was
+            out["values"] = values  # every value good: no null, no quality list
             return out
         quality = self.quality
         out["values"] = [None if q else v for v, q in zip(values, quality.tolist(), strict=True)]
