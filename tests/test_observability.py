@@ -126,7 +126,7 @@ def test_every_metric_rendered_with_help_and_type(metrics):
         assert f"# TYPE {name} {kind}\n" in text, name
         help_line = re.search(rf"^# HELP {name} (.+)$", text, re.MULTILINE)
         assert help_line and len(help_line.group(1)) > 20, f"{name} needs a real help text"
-    extras = {"fedrca_d2_dropped_total", "fedrca_parameter_info"}
+    extras = {"fedrca_d2_dropped_total", "fedrca_degraded_rows_total", "fedrca_parameter_info"}
     declared = {n for n in re.findall(r"^# TYPE (\S+)", text, re.MULTILINE) if not n.endswith("_created")}
     assert declared == set(EXPECTED_TYPES) | extras
 

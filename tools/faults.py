@@ -25,10 +25,16 @@ expected verdict id exactly once with the same content and no other verdict; eve
 (plant, seq) flag exactly once with the same bits and model version. Committed
 records only (``read_committed``), as every reader of the outputs sees them.
 
+With ``--gaps`` the input is fault 04 as plant data really arrives (:func:`with_gaps`:
+values missing at random, a dead sensor per plant, a plant with nothing for a few rows),
+replayed with ``null`` values under ``dataset.missing: allow`` (docs/missing.md): the
+same comparison, degraded flags included.
+
 Usage::
 
     tools/faults.py                                  # 30 kill runs, 5 restarts, 5 pauses
     tools/faults.py --kills 3 --restarts 1 --pauses 1 --seed 7 --json faults.json
+    tools/faults.py --gaps --kills 5 --restarts 1 --pauses 1     # the input with missing values
 
 Exit status 0 when every run lost and duplicated nothing, 1 otherwise (the failing
 runs' worker logs are printed), 2 on a setup error.
@@ -59,6 +65,34 @@ FAULT = REPO / "data" / "tep" / "d04_te.dat"
 LATENESS = 2000  # rows wait for a killed worker's plants longer than any outage here
 SPEED = "x9000"  # 3-minute samples at 9000x: 50 rows/s, 960 rows in about 19 s
 FEDRCA = [sys.executable, "-m", "fedrca.cli"]
+
+
+def with_gaps(
+    source: Path, out: Path, plants: dict[str, list[str]], seed: int = 30, dark: range = range(500, 503)
+) -> Path:
+    """A copy of the TEP file ``source`` with missing values (``nan``), as plant data really arrives.
+
+    5 % of the values missing at random, one sensor of each plant (in ``plants``: name ->
+    columns) missing for a tenth of the rows at a random place, and every sensor of the first
+    plant missing in the ``dark`` rows (rows it cannot score: degraded). Seeded.
+    """
+    import numpy as np
+
+    from fedrca.datasets.tep import TEP_COLUMNS, load_tep
+
+    rng = np.random.default_rng(seed)
+    X = load_tep(source).to_numpy(dtype=np.float64, copy=True)
+    T = len(X)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    index = {c: j for j, c in enumerate(TEP_COLUMNS)}
+    for columns in plants.values():
+        j = index[columns[int(rng.integers(len(columns)))]]
+        start = int(rng.integers(0, T - T // 10))
+        X[start : start + T // 10, j] = np.nan
+    first = next(iter(plants.values()))
+    X[np.ix_(np.asarray(dark), [index[c] for c in first])] = np.nan
+    np.savetxt(out, X, fmt="%.9g")
+    return out
 
 
 @dataclass
@@ -93,7 +127,7 @@ class Comparison:
 
 def compare(
     expected_verdicts: Mapping[str, Any],
-    expected_flags: Mapping[tuple[str, int], tuple[int, int, str]],
+    expected_flags: Mapping[tuple[str, int], tuple[int, int, str, bool]],
     verdicts: Iterable[Mapping[str, Any]],
     flags: Iterable[Mapping[str, Any]],
     decode: Callable[[Mapping[str, Any]], Any] = dict,
@@ -102,7 +136,7 @@ def compare(
 
     ``expected_verdicts`` maps verdict id -> the expected verdict, compared with
     ``decode(record)`` of each verdict record found (``Verdict.from_dict`` in the harness);
-    ``expected_flags`` maps (plant, seq) -> (zc, za, model_version).
+    ``expected_flags`` maps (plant, seq) -> (zc, za, model_version, degraded).
     """
     verdicts = list(verdicts)
     flags = list(flags)
@@ -119,7 +153,7 @@ def compare(
     problems += [f"verdict {i} not expected" for i in unexpected_v[:3]]
     problems += [f"verdict {i} differs" for i in different_v[:3]]
     keys = Counter((f["plant"], f["seq"]) for f in flags)
-    got = {(f["plant"], f["seq"]): (f["zc"], f["za"], f["model_version"]) for f in flags}
+    got = {(f["plant"], f["seq"]): (f["zc"], f["za"], f["model_version"], bool(f.get("degraded"))) for f in flags}
     missing_f = sorted(set(expected_flags) - set(got))
     duplicated_f = sorted(k for k, n in keys.items() if n > 1)
     different_f = sorted(k for k in expected_flags if k in got and got[k] != expected_flags[k])
@@ -216,8 +250,15 @@ def end_offset(bootstrap: str, topic: str) -> int:
 
 class Harness:
     def __init__(
-        self, workdir: Path, broker: Broker, params: Path, log: Callable[[str], None], pause_seconds: float
+        self,
+        workdir: Path,
+        broker: Broker,
+        params: Path,
+        log: Callable[[str], None],
+        pause_seconds: float,
+        gaps: bool = False,
     ) -> None:
+        self.gaps = gaps
         self.pause_seconds = pause_seconds
         self.workdir = workdir
         self.broker = broker
@@ -240,15 +281,18 @@ class Harness:
         began = time.monotonic()
         bootstrap = self.broker.bootstrap
         tmp = Path(tempfile.mkdtemp(prefix=f"run{index:02d}-", dir=self.workdir))
-        config_path = site_config(tmp, unique_name("flt"))
+        config_path = site_config(tmp, unique_name("flt"), missing=self.gaps)
         config = load_config(config_path)
+        fault = FAULT
+        if self.gaps:
+            fault = with_gaps(FAULT, tmp / FAULT.name, {p.name: list(p.sensors) for p in config.plants})
         runtime = site_runtime(
             config, TRAIN, params_dir=self.params, settings=RuntimeSettings(allowed_lateness=LATENESS)
         )
-        data = plant_frames(config, load_frame(config, FAULT))
+        data = plant_frames(config, load_frame(config, fault))
         expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=180.0)
         expected_verdicts = {v.id: v for v in expected.verdicts}
-        expected_flags = {(f.plant, f.seq): (f.zc, f.za, f.model_version) for f in expected.flags}
+        expected_flags = {(f.plant, f.seq): (f.zc, f.za, f.model_version, f.degraded) for f in expected.flags}
         total_flags = len(expected_flags)
 
         ensure_site_topics(bootstrap, config)
@@ -277,7 +321,7 @@ class Harness:
 
             def feed() -> None:
                 groups = {p.name: list(p.sensors) for p in config.plants}
-                dataset = load_dataset(config.dataset, FAULT)
+                dataset = load_dataset(config.dataset, fault)
                 with KafkaSink(bootstrap, config) as sink:
                     replay.replay(dataset, groups, sink, site=config.site, pacer=replay.Pacer.from_spec(SPEED))
 
@@ -378,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restarts", type=int, default=5, help="runs with a broker restart (default 5)")
     parser.add_argument("--pauses", type=int, default=5, help="runs with a broker pause (default 5)")
     parser.add_argument("--pause-seconds", type=float, default=30.0, help="length of a broker pause (default 30)")
+    parser.add_argument(
+        "--gaps", action="store_true", help="the input with missing values (with_gaps, docs/missing.md)"
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault schedule (default: random, printed)")
     parser.add_argument("--json", type=Path, default=None, help="write every run's result to this file")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (worker logs, broker)")
@@ -404,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         log(f"setup failed: {exc}")
         return 2
-    harness = Harness(workdir, broker, params, log, args.pause_seconds)
+    harness = Harness(workdir, broker, params, log, args.pause_seconds, gaps=args.gaps)
     plan = ["kill"] * args.kills + ["restart"] * args.restarts + ["pause"] * args.pauses
     results: list[RunResult] = []
     try:

@@ -374,6 +374,13 @@ class Metrics:
             ["plant", "kind"],
             registry=r,
         )
+        self.degraded = Counter(
+            "fedrca_degraded_rows_total",
+            "Rows a plant could not score (fewer usable sensors than scoring.min_sensors) and published as "
+            "degraded flags, by plant (docs/missing.md).",
+            ["plant"],
+            registry=r,
+        )
         self.flags = Counter(
             "fedrca_flags_total",
             "Raised anomaly flags, by plant and kind (zc/za = raw proprietary/augmented flags, "
@@ -606,8 +613,9 @@ class Metrics:
         """Record everything a plant detector's batch result says.
 
         Observes ``d2_c``/``d2_a`` in ``fedrca_d2``, counts the four flag
-        arrays in ``fedrca_flags_total`` and sets ``fedrca_plant_anomalous``
-        from the last published row (``zc_pub or za_pub``).
+        arrays in ``fedrca_flags_total`` and the degraded rows (a result's
+        ``degraded``, when it has one) in ``fedrca_degraded_rows_total``, and sets
+        ``fedrca_plant_anomalous`` from the last published row (``zc_pub or za_pub``).
 
         Parameters
         ----------
@@ -619,6 +627,9 @@ class Metrics:
         self.observe_d2(plant, "c", result.d2_c)
         self.observe_d2(plant, "a", result.d2_a)
         self.record_flags(plant, {"zc": result.zc, "za": result.za, "zc_pub": result.zc_pub, "za_pub": result.za_pub})
+        degraded = int(np.count_nonzero(getattr(result, "degraded", ())))
+        if degraded:
+            self._series(self.degraded, plant).inc(degraded)
         zc_pub, za_pub = np.asarray(result.zc_pub), np.asarray(result.za_pub)
         if zc_pub.size and za_pub.size:
             self.set_plant_anomalous(plant, bool(zc_pub.ravel()[-1]) or bool(za_pub.ravel()[-1]))

@@ -167,8 +167,9 @@ def prepare_site(
                     det.step_batch(nominal[name].Y[start : start + n], None if U is None else U[start : start + n])
                 )
             start += n
+        # a degraded row (too few sensors, docs/missing.md) is no flag state
         nominal_flags[name] = np.column_stack(
-            [np.concatenate([r.zc for r in parts]), np.concatenate([r.za for r in parts])]
+            [np.concatenate([r.zc[~r.degraded] for r in parts]), np.concatenate([r.za[~r.degraded] for r in parts])]
         )
     engine = build_engine(
         config,
@@ -234,10 +235,16 @@ def run_pipeline(
     results = run_detectors(site.detectors, arrays)
     plants = config.plant_names
     published = np.stack([np.column_stack([results[p].zc_pub, results[p].za_pub]) for p in plants], axis=1)
+    published = published.astype(np.int64)
+    # a degraded row (too few usable sensors) is no evidence, like an absent plant (negative)
+    degraded = np.column_stack([results[p].degraded for p in plants])
+    published[degraded] = -1
     seqs = np.arange(len(published))
     levels = np.column_stack([results[p].level_pub for p in plants]) if config.severity_levels else None
+    if levels is not None:
+        levels = np.where(degraded, -1, levels)
     # rows are stamped like the live stream's: seq times the sampling interval
-    verdicts = site.engine.run(seqs, published.astype(np.int64), ts=seqs * config.dataset.sample_seconds, levels=levels)
+    verdicts = site.engine.run(seqs, published, ts=seqs * config.dataset.sample_seconds, levels=levels)
     return PipelineRun(site, results, verdicts)
 
 

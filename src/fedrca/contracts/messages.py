@@ -35,7 +35,7 @@ from enum import IntEnum
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import MessageError
@@ -91,7 +91,7 @@ def _all_good(n: int) -> NDArray[np.uint8]:
     return good
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SensorMessage:
     """One sensor reading of one plant: what a plant's sensors topic carries.
 
@@ -108,8 +108,8 @@ class SensorMessage:
     Raises
     ------
     MessageError
-        ``bad-quality`` when ``quality`` is not (D,) codes that are non-zero exactly where
-        ``values`` is NaN; ``non-finite`` for an infinite value.
+        ``bad-quality`` when ``quality`` is given and is not (D,) codes that are non-zero
+        exactly where ``values`` is NaN.
 
     Examples
     --------
@@ -123,44 +123,61 @@ class SensorMessage:
     ts: float
     seq: int
     values: NDArray[np.float64]
-    quality: NDArray[np.uint8] = field(default=None, compare=False)  # type: ignore[arg-type]
+    #: the codes as given (None: derived from ``values`` when first read, :attr:`quality`)
+    _quality: NDArray[np.uint8] | None = field(default=None, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self, site: str, plant: str, ts: float, seq: int, values: NDArray[np.float64], quality: ArrayLike | None = None
+    ) -> None:
+        # a plant worker builds one per message: the codes are checked only when given, derived only when read
+        setattr = object.__setattr__
+        setattr(self, "site", site)
+        setattr(self, "plant", plant)
+        setattr(self, "ts", ts)
+        setattr(self, "seq", seq)
+        setattr(self, "values", values)
+        setattr(self, "_quality", None if quality is None else self._checked(quality))
+
+    def _checked(self, quality: ArrayLike) -> NDArray[np.uint8]:
+        codes = np.asarray(quality)
         values = self.values
-        if self.quality is None:
-            nan = np.isnan(values)
-            if nan.any():
-                object.__setattr__(self, "quality", np.where(nan, np.uint8(Quality.MISSING), np.uint8(0)))
-            else:
-                object.__setattr__(self, "quality", _all_good(len(values)))
-            return
-        quality = np.asarray(self.quality)
         if (
-            quality.shape != values.shape
-            or not np.array_equal(quality, quality.astype(np.uint8))
-            or not np.isin(quality, list(_QUALITY_CODES)).all()
-            or not np.array_equal(quality != 0, np.isnan(values))
+            codes.shape != values.shape
+            or not np.array_equal(codes, codes.astype(np.uint8))
+            or not np.isin(codes, list(_QUALITY_CODES)).all()
+            or not np.array_equal(codes != 0, np.isnan(values))
         ):
             raise MessageError(
                 R.BAD_QUALITY,
                 f"plant '{self.plant}' seq {self.seq}: quality must be {values.shape} codes "
                 f"{sorted(_QUALITY_CODES)}, non-zero exactly where a value is NaN",
             )
-        object.__setattr__(self, "quality", quality.astype(np.uint8, copy=False))
+        return codes.astype(np.uint8, copy=False)
+
+    @property
+    def quality(self) -> NDArray[np.uint8]:
+        """(D,) uint8 :class:`Quality` codes, non-zero exactly where ``values`` is NaN (NaN alone: ``MISSING``)."""
+        codes = self._quality
+        if codes is None:
+            nan = np.isnan(self.values)
+            codes = np.where(nan, np.uint8(Quality.MISSING), np.uint8(0)) if nan.any() else _all_good(len(nan))
+            object.__setattr__(self, "_quality", codes)
+        return codes
 
     @property
     def missing(self) -> NDArray[np.bool_]:
         """(D,) bool: True where there is no usable value (whatever the reason)."""
-        return self.quality != 0
+        return np.isnan(self.values)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: ``null`` for NaN; ``quality`` only when a code says more than missing."""
         out: dict[str, Any] = {"site": self.site, "plant": self.plant, "ts": self.ts, "seq": self.seq}
         values = self.values.tolist()
+        if self._quality is None and not np.isnan(self.values).any():
+            out["values"] = values  # every value good: no null, no quality list
+            return out
         quality = self.quality
-        if quality.any():
-            values = [None if q else v for v, q in zip(values, quality.tolist(), strict=True)]
-        out["values"] = values
+        out["values"] = [None if q else v for v, q in zip(values, quality.tolist(), strict=True)]
         if ((quality != 0) & (quality != Quality.MISSING)).any():
             out["quality"] = quality.tolist()
         return out

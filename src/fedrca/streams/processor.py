@@ -16,9 +16,11 @@ the window, and when the next samples would pass the plant's budget it either pu
 them anyway (``on_exhausted="warn"``; the overrun is counted) or publishes *withheld*
 flags without bits (``"stop"``), which are not charged. The window is part of the state.
 
-A row with a missing value (NaN, ``null`` on the wire) is *degraded*: not scored, published
-as a flag with ``degraded`` set and no bits (the RCA takes it as no evidence), and not charged
-to the window (it releases nothing computed from the values).
+Missing values (NaN, ``null`` on the wire) go to the detector, which scores the observed
+sensors (docs/missing.md). A row it could not score (fewer usable sensors than the plant's
+``min_sensors``: :attr:`DetectionResult.degraded`) is published as a flag with ``degraded`` set
+and no bits (the RCA takes it as no evidence), and is not charged to the window (it releases
+nothing computed from the values).
 """
 
 from __future__ import annotations
@@ -107,13 +109,12 @@ class PlantProcessor:
         if not fresh:
             return ProcessorOutput(duplicates=duplicates)
         Y = np.vstack([m.values for m in fresh])
-        # rows with a missing value are degraded (not scored, no evidence); the detector steps on the rest
-        degraded: NDArray[np.bool_] = np.asarray(np.isnan(Y).any(axis=1))
+        # missing values are NaN: the detector scores the observed sensors, and degrades a row with too few
+        result = self.detector.step_batch(Y)
+        degraded: NDArray[np.bool_] = result.degraded
         scored = fresh
         if degraded.any():
             scored = [m for m, bad in zip(fresh, degraded.tolist(), strict=True) if not bad]
-            Y = Y[~degraded]
-        result = self.detector.step_batch(Y) if scored else None
         self._last_seq = last
         eps = self.detector.epsilon
         eps = math.inf if math.isinf(eps) else eps
@@ -121,9 +122,10 @@ class PlantProcessor:
         flags: dict[int, FlagMessage] = {}
         withheld: list[bool] = [False] * len(scored)
         overrun = 0
-        if result is not None:
-            zc = result.zc_pub.astype(int).tolist()
-            za = result.za_pub.astype(int).tolist()
+        if scored:
+            keep = ~degraded
+            zc = result.zc_pub[keep].astype(int).tolist()
+            za = result.za_pub[keep].astype(int).tolist()
             window = self.window
             if window is not None and window.active:
                 seqs = np.fromiter((m.seq for m in scored), dtype=np.int64, count=len(scored))
@@ -137,7 +139,9 @@ class PlantProcessor:
             # severity levels travel with the flags when the plant publishes them (negative = none)
             levels: list[int | None] = [
                 None if v < 0 else int(v)
-                for v in (result.level_pub.tolist() if len(result.level_pub) == len(scored) else [-1] * len(scored))
+                for v in (
+                    result.level_pub[keep].tolist() if len(result.level_pub) == len(fresh) else [-1] * len(scored)
+                )
             ]
             level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
             for i, m in enumerate(scored):
