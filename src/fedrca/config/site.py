@@ -36,6 +36,7 @@ from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
 from fedrca.config.formats import KNOWN_COLUMNS
+from fedrca.config.health import HealthSettings
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
     MAX_SEVERITY_LEVELS,
@@ -270,6 +271,7 @@ class PlantConfig(Strict):
     augmentation: AugmentationSettings = AugmentationSettings()
     scoring: ScoringSettings = ScoringSettings()
     detector: DetectorSettings = DetectorSettings()
+    health: HealthSettings = HealthSettings()
 
     @model_validator(mode="after")
     def _sensors_or_match(self) -> PlantConfig:
@@ -277,6 +279,9 @@ class PlantConfig(Strict):
             raise ValueError("give the sensor columns (sensors: [...]) or a rule (match: {prefix: 'P1_'})")
         if self.match is not None and self.sensors:
             raise ValueError("give either sensors: [...] or match: {...}, not both")
+        unknown = sorted(set(self.health.limits) - set(self.sensors)) if self.sensors else []
+        if unknown:
+            raise ValueError(f"health.limits names {unknown}, not sensors of this plant; its sensors: {self.sensors}")
         return self
 
     @property
@@ -443,22 +448,23 @@ class SiteConfig(Strict):
         return render_topic(str(template), **names)
 
 
-_SECTIONS = ("model", "augmentation", "scoring")
+_SECTIONS = ("model", "augmentation", "scoring", "health")
 
 
 def parameters_hash(config: SiteConfig) -> str:
     """sha256 of what trained parameters depend on: the plants (names, inputs, models, scoring) and ``training``.
 
-    Topics, Kafka, the RCA settings, the graph and flag privacy are left out: changing
-    them needs no retraining. The sensor columns are left out too, because a plant given
-    by a ``match`` rule only has them once a data file resolved it; they are bound
+    Topics, Kafka, the RCA settings, the graph, flag privacy and the plants' sensor checks
+    (``health``) are left out: changing them needs no retraining. The sensor columns are left
+    out too, because a plant given by a ``match`` rule only has them once a data file resolved
+    it; they are bound
     separately as each plant artifact's ``schema`` (:meth:`PlantConfig.data_schema`), checked
     wherever the plant's data is read. A training checkpoint and every artifact carry
     this hash, and an artifact is refused under a configuration with another one
     (:func:`fedrca.contracts.check_binding`; ``tests/training/test_artifacts.py``).
     """
     part = {
-        "plants": [plant.model_dump(mode="python", exclude={"sensors", "match"}) for plant in config.plants],
+        "plants": [plant.model_dump(mode="python", exclude={"sensors", "match", "health"}) for plant in config.plants],
         "training": config.training.model_dump(mode="python"),
     }
     payload = json.dumps(part, sort_keys=True, default=str)
@@ -521,7 +527,9 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     data = copy.deepcopy(data)
     defaults = data.pop("defaults", None) or {}
     if not isinstance(defaults, dict):
-        raise ConfigError("must be a mapping of model/augmentation/scoring settings", source=source, key="defaults")
+        raise ConfigError(
+            "must be a mapping of model/augmentation/scoring/health settings", source=source, key="defaults"
+        )
     unknown = set(defaults) - set(_SECTIONS)
     if unknown:
         raise ConfigError(
