@@ -12,10 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fedrca.contracts import Quality
 from fedrca.detectors.health import CHECKS, SensorHealth, health_reference
 from fedrca.exceptions import DataError, ModelError, NotFittedError
 
-BAD, STALE = 1, 2
+BAD, STALE = Quality.BAD, Quality.STALE
 
 
 def _nominal(rng: np.random.Generator, T: int = 600, D: int = 4) -> np.ndarray:

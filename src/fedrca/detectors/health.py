@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedrca.contracts import Quality
 from fedrca.detectors.privacy import RandomizedResponse
 from fedrca.exceptions import DataError, ModelError, NotFittedError
 
@@ -77,8 +78,8 @@ IntArray = NDArray[np.int64]
 CHECKS: tuple[str, ...] = ("stale", "bad", "stuck", "flatline", "range")
 #: The checks that see a value and exclude it (stale and bad values are missing already).
 VALUE_CHECKS: tuple[str, ...] = ("stuck", "flatline", "range")
-#: Quality code of a value the device or protocol reported Bad (:class:`fedrca.contracts.Quality`).
-_BAD = 1
+#: Quality code of a value the device or protocol reported Bad.
+_BAD = int(Quality.BAD)
 #: "Rows since" of a condition that never held (large, far from int64 overflow).
 _NEVER = 1 << 40
 
