@@ -40,7 +40,7 @@ class HealthSettings(Strict):
     stuck_slack: int = Field(2, ge=0, le=1_000_000)
     flat_moves: int = Field(8, ge=1, le=10_000)
     flat_ratio: float = Field(0.25, ge=0.0, lt=1.0)
-    range_margin: float = Field(1.0, ge=0.0, le=1e6)
+    range_margin: float = Field(10.0, ge=0.0, le=1e6)
     limits: dict[str, tuple[float | None, float | None]] = Field(default_factory=dict)
     recover: int = Field(5, ge=1, le=1_000_000)
 

@@ -127,7 +127,7 @@ class HealthResult:
     checks : (C, T, D) bool, check c active for tag j at row t (C = len(:data:`CHECKS`))
     fault : (T,) bool, the plant has a sensor fault at row t (any check, any tag)
     fault_pub : (T,) bool, ``fault`` after randomized response: what leaves the plant
-    started : (C,) int, (tag, check) episodes that began in these rows
+    onsets : (K, 3) int, ``(check, row, tag)`` of every episode that began in these rows
     """
 
     values: FloatArray
@@ -135,7 +135,12 @@ class HealthResult:
     checks: BoolArray
     fault: BoolArray
     fault_pub: BoolArray
-    started: IntArray
+    onsets: IntArray
+
+    @property
+    def started(self) -> IntArray:
+        """(C,) int: episodes begun per check."""
+        return np.bincount(self.onsets[:, 0], minlength=len(CHECKS)).astype(np.int64)
 
     def __len__(self) -> int:
         return len(self.fault)
@@ -147,13 +152,15 @@ class HealthResult:
     @classmethod
     def concat(cls, parts: Sequence[HealthResult]) -> HealthResult:
         """Results of consecutive batches as one."""
+        offsets = np.cumsum([0] + [len(p) for p in parts[:-1]])
+        onsets = [p.onsets + np.array([0, off, 0]) for p, off in zip(parts, offsets, strict=True)]
         return cls(
             np.concatenate([p.values for p in parts]),
             np.concatenate([p.excluded for p in parts]),
             np.concatenate([p.checks for p in parts], axis=1),
             np.concatenate([p.fault for p in parts]),
             np.concatenate([p.fault_pub for p in parts]),
-            np.sum([p.started for p in parts], axis=0).astype(np.int64),
+            np.concatenate(onsets).astype(np.int64),
         )
 
 
@@ -303,7 +310,7 @@ class SensorHealth:
         stuck_slack: int = 2,
         flat_moves: int = 8,
         flat_ratio: float = 0.25,
-        range_margin: float = 1.0,
+        range_margin: float = 10.0,
         limits: Mapping[str, tuple[float, float]] | None = None,
         recover: int = 5,
         epsilon: float = math.inf,
@@ -427,20 +434,20 @@ class SensorHealth:
         # active from the row the condition holds until it was clear for `recover` rows
         active = since < params.recover
         was_active = np.concatenate([state["since"][:, None, :] < params.recover, active[:, :-1]], axis=1)
-        started = (active & ~was_active).sum(axis=(1, 2)).astype(np.int64)
+        onsets = np.argwhere(active & ~was_active).astype(np.int64)  # (check, row, tag), row-major order
         excluded = active[[CHECKS.index(c) for c in VALUE_CHECKS]].any(axis=0) & ev.observed
         values = np.where(excluded, np.nan, Y_arr)
         fault = np.asarray(active.any(axis=(0, 2)), dtype=bool)
         self._state = {**ev.state, "since": since[:, -1] if len(Y_arr) else state["since"]}
         fault_pub = self._privacy.perturb(fault[:, None])[:, 0] if len(fault) else fault.copy()
-        return HealthResult(values, excluded, active, fault, np.asarray(fault_pub, dtype=bool), started)
+        return HealthResult(values, excluded, active, fault, np.asarray(fault_pub, dtype=bool), onsets)
 
-    def describe(self, result: HealthResult, row: int = -1) -> list[tuple[str, str]]:
-        """``(tag, check)`` of every active check at ``row`` of a result: for the plant's own log and
-        report only (the tag never leaves the plant)."""
+    def describe(self, result: HealthResult) -> list[tuple[int, str, str]]:
+        """``(row, tag, check)`` of every episode that began in a result, by row: for the plant's own log
+        and report only (the tag never leaves the plant)."""
         names = self._tag_names(self.parameters.n_tags)
-        c_idx, j_idx = np.nonzero(result.checks[:, row, :])
-        return [(names[j], CHECKS[c]) for c, j in zip(c_idx.tolist(), j_idx.tolist(), strict=True)]
+        order = np.lexsort((result.onsets[:, 2], result.onsets[:, 0], result.onsets[:, 1]))
+        return [(int(t), names[int(j)], CHECKS[int(c)]) for c, t, j in result.onsets[order].tolist()]
 
     # -- streaming state -------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
