@@ -425,7 +425,9 @@ class SensorHealth:
         Y_arr = np.asarray(Y, dtype=np.float64)
         if Y_arr.ndim != 2 or Y_arr.shape[1] != params.n_tags:
             raise DataError(f"plant '{self.name}': rows must be (T, {params.n_tags}), got shape {Y_arr.shape}")
-        Q = None if quality is None else np.asarray(quality, dtype=np.uint8).reshape(Y_arr.shape)
+        Q = None if quality is None else np.asarray(quality, dtype=np.uint8)
+        if Q is not None and Q.shape != Y_arr.shape:
+            raise DataError(f"plant '{self.name}': quality codes must be {Y_arr.shape} like the rows, got {Q.shape}")
         assert self._state is not None
         state = self._state
         ev = _evidence(Y_arr, params.scale, params.flat_moves, state)

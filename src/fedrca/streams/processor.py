@@ -196,7 +196,7 @@ class PlantProcessor:
                 )  # fmt: skip
             i += int(not degraded[k])
         return ProcessorOutput(
-            flags=gap_flags + flags,
+            flags=sorted(gap_flags + flags, key=lambda f: f.seq) if gap_flags else flags,
             duplicates=duplicates,
             result=result,
             withheld=withheld,
