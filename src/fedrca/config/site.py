@@ -514,6 +514,17 @@ def compress_columns(columns: list[str]) -> str:
     return ", ".join(parts)
 
 
+def _defaults_for(defaults: dict[str, Any], plant: dict[str, Any]) -> dict[str, Any]:
+    """The ``defaults`` sections for one plant: site-wide ``health.limits`` keep only the plant's own sensors
+    (a plant's own ``health.limits`` must name its sensors; the defaults may name every tag of the site)."""
+    out = {k: defaults.get(k, {}) for k in _SECTIONS}
+    health, sensors = out.get("health"), plant.get("sensors")
+    if isinstance(health, dict) and isinstance(health.get("limits"), dict) and isinstance(sensors, list):
+        own = set(sensors)
+        out["health"] = {**health, "limits": {t: v for t, v in health["limits"].items() if t in own}}
+    return out
+
+
 def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     """Validate a configuration mapping (already parsed from YAML).
 
@@ -539,9 +550,7 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         )
     plants = data.get("plants")
     if isinstance(plants, list):
-        data["plants"] = [
-            _merge({k: defaults.get(k, {}) for k in _SECTIONS}, p) if isinstance(p, dict) else p for p in plants
-        ]
+        data["plants"] = [_merge(_defaults_for(defaults, p), p) if isinstance(p, dict) else p for p in plants]
     for section in ("training", "rca", "causal"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"

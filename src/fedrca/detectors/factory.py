@@ -152,9 +152,12 @@ def build_health(config: SiteConfig, plant: PlantConfig, seed: int | None = None
     if not settings.enabled:
         return None
     nan = float("nan")
+    # the configuration names only the plant's sensors (validated when read); a plant narrowed since
+    # (a constant sensor dropped) keeps the limits of the sensors it still has
     limits = {
         tag: (nan if low is None else float(low), nan if high is None else float(high))
         for tag, (low, high) in settings.limits.items()
+        if tag in plant.sensors
     }
     return SensorHealth(
         name=plant.name,

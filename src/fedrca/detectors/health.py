@@ -29,7 +29,10 @@ range     ``y_t < lo_j`` or ``y_t > hi_j``                             ``limits`
 ========  =========================================================  ==========================
 
 A check is *active* from the row its condition holds until it has been clear for ``recover``
-rows. Stuck and flatline are not judged on a value exactly at a configured limit (a valve
+rows. Independent sensor failures rarely coincide, a process excursion moves several tags at
+once: while two or more tags of the plant have been out of range within the last ``recover``
+rows, no tag of it is judged out of range (the process left its nominal envelope, not a sensor).
+Stuck and flatline are not judged on a value exactly at a configured limit (a valve
 saturated at 100 % is flat by physics, not broken). The sample-and-hold tags of an analyser
 (a value repeated for a few samples by design) learn their longest nominal run, and their
 flatline statistic counts moves only, so a hold is neither stuck nor flat.
@@ -82,6 +85,7 @@ VALUE_CHECKS: tuple[str, ...] = ("stuck", "flatline", "range")
 _BAD = int(Quality.BAD)
 #: "Rows since" of a condition that never held (large, far from int64 overflow).
 _NEVER = 1 << 40
+_RANGE = CHECKS.index("range")
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,7 @@ def _fresh_state(D: int, k: int) -> dict[str, Any]:
         "repeats": np.zeros(D, dtype=np.int64),
         "moves": np.full((k, D), np.nan),
         "since": np.full((len(CHECKS), D), _NEVER, dtype=np.int64),
+        "range_since": np.full(D, _NEVER, dtype=np.int64),
     }
 
 
@@ -432,6 +437,9 @@ class SensorHealth:
         state = self._state
         ev = _evidence(Y_arr, params.scale, params.flat_moves, state)
         cond = _conditions(params, Y_arr, Q, ev)
+        # two or more tags out of range within the last `recover` rows: a process excursion, not a sensor
+        out_of_range = _rows_since(cond[_RANGE], state["range_since"])
+        cond[_RANGE] &= ((out_of_range < params.recover).sum(axis=1) < 2)[:, None]
         since = np.stack([_rows_since(cond[c], state["since"][c]) for c in range(len(CHECKS))])
         # active from the row the condition holds until it was clear for `recover` rows
         active = since < params.recover
@@ -440,7 +448,11 @@ class SensorHealth:
         excluded = active[[CHECKS.index(c) for c in VALUE_CHECKS]].any(axis=0) & ev.observed
         values = np.where(excluded, np.nan, Y_arr)
         fault = np.asarray(active.any(axis=(0, 2)), dtype=bool)
-        self._state = {**ev.state, "since": since[:, -1] if len(Y_arr) else state["since"]}
+        self._state = {
+            **ev.state,
+            "since": since[:, -1] if len(Y_arr) else state["since"],
+            "range_since": out_of_range[-1] if len(Y_arr) else state["range_since"],
+        }
         fault_pub = self._privacy.perturb(fault[:, None])[:, 0] if len(fault) else fault.copy()
         return HealthResult(values, excluded, active, fault, np.asarray(fault_pub, dtype=bool), onsets)
 
@@ -466,6 +478,7 @@ class SensorHealth:
             "repeats": np.asarray(s["repeats"]).tolist(),
             "moves": floats(s["moves"]),
             "since": np.asarray(s["since"]).ravel().tolist(),
+            "range_since": np.asarray(s["range_since"]).tolist(),
             "privacy": self._privacy.get_state(),
         }
 
@@ -482,6 +495,7 @@ class SensorHealth:
             "repeats": np.asarray(state["repeats"], dtype=np.int64).reshape(D),
             "moves": floats(state["moves"], (k, D)),
             "since": np.asarray(state["since"], dtype=np.int64).reshape(len(CHECKS), D),
+            "range_since": np.asarray(state["range_since"], dtype=np.int64).reshape(D),
         }
         self._privacy.set_state(state["privacy"])
 
@@ -497,6 +511,14 @@ def health_reference(
     Q = None if quality is None else np.asarray(quality, dtype=np.int64).reshape(T, D)
     checks = np.zeros((len(CHECKS), T, D), dtype=bool)
     values = Y_arr.copy()
+    # out of range, and whether two or more tags were within the last `recover` rows (a process excursion)
+    outside = [
+        [not math.isnan(y) and (y < params.lo[j] or y > params.hi[j]) for j, y in enumerate(row)] for row in Y_arr
+    ]
+    excursion = [
+        sum(any(outside[u][j] for u in range(max(0, t - params.recover + 1), t + 1)) for j in range(D)) >= 2
+        for t in range(T)
+    ]
     for j in range(D):
         last = math.nan
         unusable = repeats = 0
@@ -519,7 +541,7 @@ def health_reference(
                         moves.append(abs(y - last) / float(params.scale[j]))
                 last = y
                 saturated = bool(params.saturation[j]) and y in (float(params.lo[j]), float(params.hi[j]))
-                cond["range"] = y < params.lo[j] or y > params.hi[j]
+                cond["range"] = outside[t][j] and not excursion[t]
                 cond["stuck"] = repeats >= params.repeats[j] and not saturated
                 full = len(moves) == params.flat_moves
                 cond["flatline"] = full and sum(moves) / params.flat_moves < params.flat[j] and not saturated
