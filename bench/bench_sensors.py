@@ -155,7 +155,7 @@ def shifted(arrays: dict[str, PlantData], plant: str, by: int) -> dict[str, Plan
 
 
 def run_site(site: Any, arrays: dict[str, PlantData], quality: dict[str, np.ndarray] | None = None) -> Outcome:
-    from fedrca.cli.site import run_pipeline
+    from fedrca.application.site import run_pipeline
 
     run = run_pipeline(site, arrays, quality=quality)
     alarm = run.true_flags().astype(bool).any(axis=(1, 2))
@@ -220,13 +220,13 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         f"({time.perf_counter() - started:.1f} s); trained: {not args.no_train}",
         flush=True,
     )
-    from fedrca.cli.site import prepare_site
+    from fedrca.application.site import prepare_site
 
     config = without_constant_sensors(load_config(args.config), train)
     sites: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as params:
         if not args.no_train:
-            from fedrca.cli.training import train_site
+            from fedrca.application.training import train_site
 
             train_site(config, train, params, resume=False, progress=None)
         for name, enabled in (("checks", True), ("no checks", False)):

@@ -10,9 +10,9 @@ import pytest
 from fedrca.contracts import FlagMessage, SensorMessage, decode_flag, encode_flags
 from fedrca.datasets import linear_multiplant
 from fedrca.detectors import PlantDetector
+from fedrca.privacy import FlagWindow
 from fedrca.streams.aligner import FlagAligner
 from fedrca.streams.processor import PlantProcessor
-from fedrca.training.ledger import FlagWindow
 
 
 def test_degraded_rows_are_complete_without_evidence():

@@ -10,20 +10,20 @@ import math
 import numpy as np
 import pytest
 
-from fedrca.cli.site import prepare_site, run_pipeline, site_runtime
+from fedrca.application.site import prepare_site, run_pipeline, site_runtime
 from fedrca.config import load_config, parse_config
 from fedrca.contracts import SENSOR_FAULT, SENSOR_RECOVERED, FlagMessage, Quality, SensorMessage, encode
 from fedrca.datasets import linear_multiplant
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.detectors import PlantDetector
 from fedrca.detectors.health import CHECKS, SensorHealth
+from fedrca.privacy import FlagWindow
 from fedrca.rca.engine import build_engine
 from fedrca.rca.sensors import SENSOR_LOG_ODDS, SensorEvents
 from fedrca.streams.embedded import replay_frame
 from fedrca.streams.processor import PlantProcessor
 from fedrca.streams.rca_stage import RCAStage
 from fedrca.streams.runtime import PlantRuntime, RCARuntime
-from fedrca.training.ledger import FlagWindow
 
 
 @pytest.fixture(scope="module")

@@ -68,8 +68,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.contracts import Quality
-from fedrca.detectors.privacy import RandomizedResponse
 from fedrca.exceptions import DataError, ModelError, NotFittedError
+from fedrca.privacy import RandomizedResponse
 
 __all__ = ["CHECKS", "HealthParameters", "HealthResult", "SensorHealth", "health_reference"]
 
