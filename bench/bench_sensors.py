@@ -55,13 +55,14 @@ from bench_faults import (
     without_constant_sensors,
 )
 from fedrca.config import SiteConfig, load_config
-from fedrca.contracts import SENSOR_FAULT, Quality
+from fedrca.contracts import SENSOR_FAULT
 from fedrca.datasets.loader import PlantData, plant_frames
+from fedrca.datasets.sensor_faults import SENSOR_FAULT_KINDS, inject_sensor_fault
 from tep_library import FAR_SEEDS, FAULT_SEEDS, IDVS, ONSET_SAMPLE, TRAIN_SEEDS, Library
 
 REPO = Path(__file__).resolve().parents[1]
 
-KINDS = ("stuck", "flatline", "range", "stale", "bad")
+KINDS = SENSOR_FAULT_KINDS
 #: a nominal run's injected sensor fault: its first row and length
 NOMINAL_ONSET, DURATION = 300, 200
 #: rows after a process fault's onset at which its injected sensor fault starts
@@ -122,24 +123,11 @@ def with_checks(config: SiteConfig, enabled: bool) -> SiteConfig:
 def inject(
     arrays: dict[str, PlantData], nominal: dict[str, np.ndarray], inj: Injection, rng: np.random.Generator
 ) -> tuple[dict[str, PlantData], dict[str, np.ndarray]]:
-    """The plants' rows with one sensor fault injected, and the quality codes of that plant."""
-    Y = arrays[inj.plant].Y.copy()
-    T, D = Y.shape
-    Q = np.zeros((T, D), dtype=np.uint8)
-    a, b, j = inj.start, min(inj.stop, T), inj.tag
-    ref = nominal[inj.plant][:, j]
-    move = np.abs(np.diff(ref))
-    move = float(move[move > 0].mean()) if (move > 0).any() else 1.0
-    if inj.kind == "stuck":
-        Y[a:b, j] = Y[a - 1, j]
-    elif inj.kind == "flatline":
-        Y[a:b, j] = Y[a - 1, j] + rng.normal(0.0, 0.01 * move, size=b - a)
-    elif inj.kind == "range":
-        # a broken transmitter loop: a reading no state of the process gives
-        Y[a:b, j] = ref.min() - 25.0 * (ref.max() - ref.min())
-    else:
-        Y[a:b, j] = np.nan
-        Q[a:b, j] = Quality.STALE if inj.kind == "stale" else Quality.BAD
+    """The plants' rows with one sensor fault injected (:func:`fedrca.datasets.sensor_faults.inject_sensor_fault`,
+    the nominal move and span from the training rows), and the quality codes of that plant."""
+    Y, Q = inject_sensor_fault(
+        arrays[inj.plant].Y, inj.tag, inj.kind, inj.start, inj.stop, nominal[inj.plant][:, inj.tag], rng
+    )
     out = dict(arrays)
     out[inj.plant] = PlantData(Y, arrays[inj.plant].U)
     return out, {inj.plant: Q}

@@ -95,6 +95,7 @@ FIGURES: dict[str, Figure] = {
         (PYTHON, "bench/run.py", "rca_candidates"), bench_section("rca_candidates"), ("docs/rca.md",)
     ),
     "faults": Figure((PYTHON, "bench/bench_faults.py"), _whole, ("docs/faults.md",), writes_file=True),
+    "bench-sensors": Figure((PYTHON, "bench/run.py", "sensors"), bench_section("sensors"), ("docs/sensors.md",)),
 }
 
 
