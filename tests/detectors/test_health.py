@@ -128,7 +128,9 @@ def test_configured_limits_replace_the_learned_range_and_saturation_is_not_stuck
     nominal[:, 0] = np.clip(nominal[:, 0], -1.0, 1.0)  # a valve that saturates in nominal operation too
     health = SensorHealth(tags=["v", "a", "b", "c"], limits={"v": (-1.0, 1.0), "b": (math.nan, 5.0)}).fit(nominal)
     p = health.parameters
-    assert (p.lo[0], p.hi[0], p.lo[2], p.hi[2]) == (-1.0, 1.0, -np.inf, 5.0)
+    # the limits widened by 5 % of their span (a measured position passes them by its noise)
+    assert (p.lo[0], p.hi[0], p.lo[2]) == (-1.1, 1.1, -np.inf)
+    assert (p.sat_lo[0], p.sat_hi[0], p.sat_hi[2]) == (-1.0, 1.0, 5.0)
     Y = _nominal(np.random.default_rng(6), T=80)
     Y[:, 0] = np.clip(Y[:, 0], -1.0, 1.0)
     Y[30:, 0] = 1.0  # saturated at its limit for 50 rows: flat by physics
@@ -138,6 +140,25 @@ def test_configured_limits_replace_the_learned_range_and_saturation_is_not_stuck
     Y[60:, 0] = 1.5
     health.reset()
     assert _active(health.update(Y), "range")[60:, 0].all()
+
+
+def test_two_tags_breaking_at_once_are_a_process_excursion_not_sensor_faults():
+    rng = np.random.default_rng(15)
+    health = SensorHealth(recover=5).fit(_nominal(rng))
+    hi = health.parameters.hi
+    Y = _nominal(np.random.default_rng(16), T=120)
+    Y[40:, 0] = hi[0] + 1.0 + rng.normal(size=80) * 0.01  # tag 0 leaves its range at row 40 ...
+    Y[43:, 1] = Y[42, 1]  # ... and tag 1 freezes 3 rows later: the plant, not two sensors
+    out = health.update(Y)
+    # tag 0 alone is a sensor fault from row 40; once tag 1 is stuck too (its third repeat, row 45) both are
+    # the plant's: tag 0 is used again after `recover` rows, tag 1 never counts
+    assert out.checks[:, 40:45, 0].any() and not out.checks[:, 50:].any() and not out.checks[:, :, 1].any()
+    # on their own, each is a sensor fault
+    for j in (0, 1):
+        alone = _nominal(np.random.default_rng(16), T=120)
+        alone[:, j] = Y[:, j]
+        health.reset()
+        assert health.update(alone).checks[:, :, j].any()
 
 
 def test_state_round_trips_through_json_and_continues_the_same():

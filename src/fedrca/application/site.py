@@ -16,7 +16,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,6 +39,7 @@ from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.rca.sensors import SensorEvents
+from fedrca.streams.processor import detector_layout, result_layout, spread_result
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, RuntimeSettings, SiteRuntime
 
 __all__ = [
@@ -303,44 +303,9 @@ def run_detectors_degraded(
         degraded[name] = bad
         keep = ~bad
         part = det.step_batch(Y[keep], None if U is None else U[keep]) if keep.any() else None
-        results[name] = _spread(part, keep, Y.shape[1])
+        layout = result_layout(part) if part is not None and len(part) else detector_layout(det, Y.shape[1])
+        results[name] = spread_result(part, keep, layout)
     return results, degraded
-
-
-def _spread(part: DetectionResult | None, keep: BoolArray, D: int) -> DetectionResult:
-    """A result of the kept rows laid out over every row (NaN, False, -1 elsewhere)."""
-    T = len(keep)
-
-    def full(values: NDArray | None, fill: Any, width: int | None, dtype: Any) -> NDArray:
-        shape = (T,) if width is None else (T, width)
-        out = np.full(shape, fill, dtype=dtype)
-        if values is not None and len(values):
-            out[keep] = values
-        return out
-
-    # widths of the state and statistics columns (1 when no row was scored at all)
-    P = part.x_c.shape[1] if part is not None else 1
-    K_c, K_a = (part.stats_c.shape[1], part.stats_a.shape[1]) if part is not None else (1, 1)
-
-    def get(name: str) -> NDArray | None:
-        return None if part is None else getattr(part, name)
-
-    return DetectionResult(
-        full(get("x_c"), np.nan, P, np.float64),
-        full(get("x_a"), np.nan, P, np.float64),
-        full(get("r_c"), np.nan, D, np.float64),
-        full(get("r_a"), np.nan, D, np.float64),
-        full(get("d2_c"), np.nan, None, np.float64),
-        full(get("d2_a"), np.nan, None, np.float64),
-        full(get("zc"), False, None, bool),
-        full(get("za"), False, None, bool),
-        full(get("zc_pub"), False, None, bool),
-        full(get("za_pub"), False, None, bool),
-        full(get("stats_c"), np.nan, K_c, np.float64),
-        full(get("stats_a"), np.nan, K_a, np.float64),
-        full(get("level"), -1, None, np.int64),
-        full(get("level_pub"), -1, None, np.int64),
-    )
 
 
 def build_detectors(

@@ -23,17 +23,20 @@ stuck     exact repeats of the last value ``r_t >= rep_j``            ``rep_j`` 
                                                                      + ``stuck_slack`` + 1
 flatline  mean size of the last ``flat_moves`` moves (non-zero       ``flat_ratio`` x the
           changes, in units of the nominal move) ``f_t < flat_j``    smallest nominal ``f``
-range     ``y_t < lo_j`` or ``y_t > hi_j``                             ``limits`` of the config,
-                                                                     else nominal [min, max]
+range     ``y_t < lo_j`` or ``y_t > hi_j``                             ``limits`` of the config
+                                                                     +- 5 % of their span, else
+                                                                     nominal [min, max]
                                                                      +- ``range_margin`` spans
 ========  =========================================================  ==========================
 
 A check is *active* from the row its condition holds until it has been clear for ``recover``
-rows. Independent sensor failures rarely coincide, a process excursion moves several tags at
-once: while two or more tags of the plant have been out of range within the last ``recover``
-rows, no tag of it is judged out of range (the process left its nominal envelope, not a sensor).
-Stuck and flatline are not judged on a value exactly at a configured limit (a valve
-saturated at 100 % is flat by physics, not broken). The sample-and-hold tags of an analyser
+rows. Independent sensor failures rarely coincide, a process excursion (or a plant that stops)
+moves several tags at once: while two or more tags of the plant have had a stuck, flat or
+out-of-range condition within the last ``recover`` rows, none of these three checks holds for
+any tag of it (the process left its nominal envelope, not a sensor). Stuck and flatline are
+not judged on a value at or beyond a configured limit (a valve saturated at 100 % is flat by
+physics, not broken); a reading is out of range only 5 % of the limits' span beyond them (a
+measured valve position reads 100.4 % with its noise). The sample-and-hold tags of an analyser
 (a value repeated for a few samples by design) learn their longest nominal run, and their
 flatline statistic counts moves only, so a hold is neither stuck nor flat.
 
@@ -85,7 +88,10 @@ VALUE_CHECKS: tuple[str, ...] = ("stuck", "flatline", "range")
 _BAD = int(Quality.BAD)
 #: "Rows since" of a condition that never held (large, far from int64 overflow).
 _NEVER = 1 << 40
-_RANGE = CHECKS.index("range")
+_VALUE = [CHECKS.index(c) for c in VALUE_CHECKS]
+#: Share of a configured limits' span a reading may pass them by before it is out of range (the noise of a
+#: measured valve position at 100 %).
+LIMIT_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -94,9 +100,10 @@ class HealthParameters:
 
     Attributes
     ----------
-    lo, hi : (D,) range limits, raw units (configured physical limits, else learned)
-    saturation : (D,) bool, True where ``lo``/``hi`` are configured physical limits (a value exactly
-        at one is saturated, not stuck or flat)
+    lo, hi : (D,) range bounds, raw units (configured physical limits widened by
+        :data:`LIMIT_TOLERANCE` of their span, else learned)
+    sat_lo, sat_hi : (D,) configured physical limits: a value at or beyond one is saturated, never
+        stuck or flat (-inf, inf where none is configured)
     repeats : (D,) int, exact repeats from which a tag is stuck (``r_t >= repeats``)
     scale : (D,) nominal mean size of a move (non-zero change), raw units
     flat : (D,) flatline bound on the mean normalised size of the last ``flat_moves`` moves
@@ -106,7 +113,8 @@ class HealthParameters:
 
     lo: FloatArray
     hi: FloatArray
-    saturation: BoolArray
+    sat_lo: FloatArray
+    sat_hi: FloatArray
     repeats: IntArray
     scale: FloatArray
     flat: FloatArray
@@ -267,18 +275,18 @@ def _fresh_state(D: int, k: int) -> dict[str, Any]:
         "repeats": np.zeros(D, dtype=np.int64),
         "moves": np.full((k, D), np.nan),
         "since": np.full((len(CHECKS), D), _NEVER, dtype=np.int64),
-        "range_since": np.full(D, _NEVER, dtype=np.int64),
+        "value_since": np.full(D, _NEVER, dtype=np.int64),
     }
 
 
 def _conditions(
     params: HealthParameters, rows: FloatArray, quality: NDArray[np.uint8] | None, ev: _Evidence
 ) -> BoolArray:
-    """(C, T, D) where each check's condition holds (before the recovery hysteresis)."""
+    """(C, T, D) where each check's condition holds (before the coincidence rule and the recovery hysteresis)."""
     obs = ev.observed
     lo, hi, bound = params.lo[None, :], params.hi[None, :], params.flat[None, :]
     with np.errstate(invalid="ignore"):
-        saturated = obs & params.saturation[None, :] & ((rows == lo) | (rows == hi))
+        saturated = obs & ((rows <= params.sat_lo[None, :]) | (rows >= params.sat_hi[None, :]))
         out_of_range = obs & ((rows < lo) | (rows > hi))
         flat = obs & (ev.flat < bound) & ~saturated
     gone = ~obs & (ev.unusable >= params.stale_after)
@@ -374,14 +382,18 @@ class SensorHealth:
             lo_nom, hi_nom = np.nanmin(Y_arr, axis=0), np.nanmax(Y_arr, axis=0)
         span = hi_nom - lo_nom
         lo, hi = lo_nom - self.range_margin * span, hi_nom + self.range_margin * span
-        saturation = np.zeros(D, dtype=bool)
+        sat_lo, sat_hi = np.full(D, -np.inf), np.full(D, np.inf)
         for tag, (low, high) in self.limits.items():
             j = names.index(tag)
             if not (math.isnan(low) or math.isnan(high)) and low >= high:
                 raise ModelError(f"plant '{self.name}': limits of {tag} must have low < high, got [{low}, {high}]")
-            lo[j] = -np.inf if math.isnan(low) else low
-            hi[j] = np.inf if math.isnan(high) else high
-            saturation[j] = True
+            # a reading passes a limit by its noise: LIMIT_TOLERANCE of the limits' span (of the nominal span
+            # when only one side is configured)
+            width = high - low if not (math.isnan(low) or math.isnan(high)) else float(span[j])
+            tolerance = LIMIT_TOLERANCE * width
+            sat_lo[j] = -np.inf if math.isnan(low) else low
+            sat_hi[j] = np.inf if math.isnan(high) else high
+            lo[j], hi[j] = sat_lo[j] - tolerance, sat_hi[j] + tolerance
         sizes = []
         start = 0
         for n in lengths:
@@ -407,7 +419,8 @@ class SensorHealth:
         self._params = HealthParameters(
             lo=lo,
             hi=hi,
-            saturation=saturation,
+            sat_lo=sat_lo,
+            sat_hi=sat_hi,
             repeats=repeats + self.stuck_slack + 1,
             scale=scale,
             flat=flat,
@@ -437,21 +450,22 @@ class SensorHealth:
         state = self._state
         ev = _evidence(Y_arr, params.scale, params.flat_moves, state)
         cond = _conditions(params, Y_arr, Q, ev)
-        # two or more tags out of range within the last `recover` rows: a process excursion, not a sensor
-        out_of_range = _rows_since(cond[_RANGE], state["range_since"])
-        cond[_RANGE] &= ((out_of_range < params.recover).sum(axis=1) < 2)[:, None]
+        # two or more tags stuck, flat or out of range within the last `recover` rows: a process excursion
+        value_since = _rows_since(cond[_VALUE].any(axis=0), state["value_since"])
+        excursion = (value_since < params.recover).sum(axis=1) >= 2
+        cond[_VALUE] &= ~excursion[None, :, None]
         since = np.stack([_rows_since(cond[c], state["since"][c]) for c in range(len(CHECKS))])
         # active from the row the condition holds until it was clear for `recover` rows
         active = since < params.recover
         was_active = np.concatenate([state["since"][:, None, :] < params.recover, active[:, :-1]], axis=1)
         onsets = np.argwhere(active & ~was_active).astype(np.int64)  # (check, row, tag), row-major order
-        excluded = active[[CHECKS.index(c) for c in VALUE_CHECKS]].any(axis=0) & ev.observed
+        excluded = active[_VALUE].any(axis=0) & ev.observed
         values = np.where(excluded, np.nan, Y_arr)
         fault = np.asarray(active.any(axis=(0, 2)), dtype=bool)
         self._state = {
             **ev.state,
             "since": since[:, -1] if len(Y_arr) else state["since"],
-            "range_since": out_of_range[-1] if len(Y_arr) else state["range_since"],
+            "value_since": value_since[-1] if len(Y_arr) else state["value_since"],
         }
         fault_pub = self._privacy.perturb(fault[:, None])[:, 0] if len(fault) else fault.copy()
         return HealthResult(values, excluded, active, fault, np.asarray(fault_pub, dtype=bool), onsets)
@@ -478,7 +492,7 @@ class SensorHealth:
             "repeats": np.asarray(s["repeats"]).tolist(),
             "moves": floats(s["moves"]),
             "since": np.asarray(s["since"]).ravel().tolist(),
-            "range_since": np.asarray(s["range_since"]).tolist(),
+            "value_since": np.asarray(s["value_since"]).tolist(),
             "privacy": self._privacy.get_state(),
         }
 
@@ -495,7 +509,7 @@ class SensorHealth:
             "repeats": np.asarray(state["repeats"], dtype=np.int64).reshape(D),
             "moves": floats(state["moves"], (k, D)),
             "since": np.asarray(state["since"], dtype=np.int64).reshape(len(CHECKS), D),
-            "range_since": np.asarray(state["range_since"], dtype=np.int64).reshape(D),
+            "value_since": np.asarray(state["value_since"], dtype=np.int64).reshape(D),
         }
         self._privacy.set_state(state["privacy"])
 
@@ -511,43 +525,47 @@ def health_reference(
     Q = None if quality is None else np.asarray(quality, dtype=np.int64).reshape(T, D)
     checks = np.zeros((len(CHECKS), T, D), dtype=bool)
     values = Y_arr.copy()
-    # out of range, and whether two or more tags were within the last `recover` rows (a process excursion)
-    outside = [
-        [not math.isnan(y) and (y < params.lo[j] or y > params.hi[j]) for j, y in enumerate(row)] for row in Y_arr
-    ]
-    excursion = [
-        sum(any(outside[u][j] for u in range(max(0, t - params.recover + 1), t + 1)) for j in range(D)) >= 2
-        for t in range(T)
-    ]
+    # 1. each tag's conditions, row by row
+    cond = [[dict.fromkeys(CHECKS, False) for _ in range(D)] for _ in range(T)]
     for j in range(D):
         last = math.nan
         unusable = repeats = 0
         moves: deque[float] = deque(maxlen=params.flat_moves)
-        since = [_NEVER] * len(CHECKS)
         for t in range(T):
-            y = float(Y_arr[t, j])
-            cond = dict.fromkeys(CHECKS, False)
+            y, c = float(Y_arr[t, j]), cond[t][j]
             if math.isnan(y):
                 unusable += 1
                 if unusable >= params.stale_after:
-                    cond["bad" if Q is not None and Q[t, j] == _BAD else "stale"] = True
+                    c["bad" if Q is not None and Q[t, j] == _BAD else "stale"] = True
+                continue
+            unusable = 0
+            if y == last:
+                repeats += 1
             else:
-                unusable = 0
-                if y == last:
-                    repeats += 1
-                else:
-                    repeats = 0
-                    if not math.isnan(last):
-                        moves.append(abs(y - last) / float(params.scale[j]))
-                last = y
-                saturated = bool(params.saturation[j]) and y in (float(params.lo[j]), float(params.hi[j]))
-                cond["range"] = outside[t][j] and not excursion[t]
-                cond["stuck"] = repeats >= params.repeats[j] and not saturated
-                full = len(moves) == params.flat_moves
-                cond["flatline"] = full and sum(moves) / params.flat_moves < params.flat[j] and not saturated
-            for c, check in enumerate(CHECKS):
-                since[c] = 0 if cond[check] else min(since[c] + 1, _NEVER)
-                checks[c, t, j] = since[c] < params.recover
-            if any(checks[CHECKS.index(c), t, j] for c in VALUE_CHECKS):
+                repeats = 0
+                if not math.isnan(last):
+                    moves.append(abs(y - last) / float(params.scale[j]))
+            last = y
+            saturated = y <= params.sat_lo[j] or y >= params.sat_hi[j]
+            c["range"] = not params.lo[j] <= y <= params.hi[j]
+            c["stuck"] = repeats >= params.repeats[j] and not saturated
+            full = len(moves) == params.flat_moves
+            c["flatline"] = full and sum(moves) / params.flat_moves < params.flat[j] and not saturated
+    # 2. two or more tags with a value condition within the last `recover` rows: a process excursion
+    raw = [[any(cond[t][j][v] for v in VALUE_CHECKS) for j in range(D)] for t in range(T)]
+    for t in range(T):
+        recent = range(max(0, t - params.recover + 1), t + 1)
+        if sum(any(raw[u][j] for u in recent) for j in range(D)) >= 2:
+            for j in range(D):
+                for v in VALUE_CHECKS:
+                    cond[t][j][v] = False
+    # 3. active until clear for `recover` rows; a value check excludes the value
+    for j in range(D):
+        since = [_NEVER] * len(CHECKS)
+        for t in range(T):
+            for k, check in enumerate(CHECKS):
+                since[k] = 0 if cond[t][j][check] else min(since[k] + 1, _NEVER)
+                checks[k, t, j] = since[k] < params.recover
+            if any(checks[CHECKS.index(v), t, j] for v in VALUE_CHECKS):
                 values[t, j] = math.nan
     return values, checks

@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -45,11 +45,11 @@ from numpy.typing import NDArray
 
 from fedrca.contracts import FlagMessage, SensorMessage
 from fedrca.detectors.health import HealthResult, SensorHealth
-from fedrca.detectors.plant import DetectionResult, Detector
+from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
 from fedrca.exceptions import ConfigError
 from fedrca.privacy.ledger import FlagWindow
 
-__all__ = ["PlantProcessor", "ProcessorOutput"]
+__all__ = ["PlantProcessor", "ProcessorOutput", "detector_layout", "result_layout", "spread_result"]
 
 
 #: Most consecutive skipped seqs a processor publishes degraded flags for (a longer jump is left to
@@ -78,6 +78,52 @@ class ProcessorOutput:
     health: HealthResult | None = None
     late: list[SensorMessage] = field(default_factory=list)
     skipped: int = 0
+
+
+#: How each field of a :class:`DetectionResult` is laid out: per row or not, the shape of one row, its dtype.
+Layout = dict[str, tuple[bool, tuple[int, ...], Any]]
+
+
+def result_layout(result: DetectionResult) -> Layout:
+    """The layout of a result of at least one row (a field is per row when its first axis is the rows)."""
+    n = len(result)
+    return {
+        f.name: ((arr := getattr(result, f.name)).ndim >= 1 and arr.shape[0] == n, arr.shape[1:], arr.dtype)
+        for f in fields(DetectionResult)
+    }
+
+
+def detector_layout(detector: Detector, D: int) -> Layout:
+    """The layout of a detector's results before it gave one: a plant detector's states, residuals and
+    statistics; any other detector's (the fleet's) as it writes them (no states, no statistics)."""
+    if isinstance(detector, PlantDetector):
+        P, K = detector.proprietary.state_dim, len(detector.statistics)
+    else:
+        P, K = 0, -1
+    rows = {"x_c": (P,), "x_a": (P,), "r_c": (D,), "r_a": (D,), "stats_c": (K,), "stats_a": (K,)}
+    out: Layout = {}
+    for f in fields(DetectionResult):
+        kind = bool if f.name in ("zc", "za", "zc_pub", "za_pub") else np.int64 if "level" in f.name else np.float64
+        shape = rows.get(f.name, ())
+        out[f.name] = (shape != (-1,), (0,) if shape == (-1,) else shape, np.dtype(kind))
+    return out
+
+
+def spread_result(part: DetectionResult | None, keep: NDArray[np.bool_], layout: Layout) -> DetectionResult:
+    """A result of the kept rows laid out over every row: NaN distances, False flags, level -1 elsewhere (a
+    degraded row), so a batch's result has one entry per row (``layout``: :func:`result_layout`)."""
+    T = len(keep)
+    values: dict[str, Any] = {}
+    for name, (per_row, shape, dtype) in layout.items():
+        if not per_row:
+            values[name] = getattr(part, name) if part is not None else np.empty((0, *shape), dtype=dtype)
+            continue
+        fill: Any = False if dtype == np.dtype(bool) else -1 if np.issubdtype(dtype, np.integer) else np.nan
+        out = np.full((T, *shape), fill, dtype=dtype)
+        if part is not None and keep.any():
+            out[keep] = getattr(part, name)
+        values[name] = out
+    return DetectionResult(**values)
 
 
 class PlantProcessor:
@@ -109,6 +155,7 @@ class PlantProcessor:
         self._last_seq = -1
         self._last_ts = 0.0
         self._gaps: deque[tuple[int, int]] = deque(maxlen=MAX_GAPS)
+        self._layout: Layout | None = None  # of the detector's results (spread_result)
 
     @property
     def bits_per_sample(self) -> int:
@@ -164,6 +211,11 @@ class PlantProcessor:
         degraded: NDArray[np.bool_] = np.asarray(np.isnan(Y).any(axis=1))
         scored = [m for m, bad in zip(fresh, degraded.tolist(), strict=True) if not bad]
         result = self.detector.step_batch(Y[~degraded]) if scored else None
+        if result is not None and len(result) and self._layout is None:
+            self._layout = result_layout(result)
+        # one entry per row of the batch: a degraded row's distances NaN, its flags False
+        layout = self._layout or detector_layout(self.detector, Y.shape[1])
+        full = spread_result(result, ~degraded, layout) if degraded.any() else result
         self._last_seq, self._last_ts = last, last_ts
         # randomized-response bits of each row: the flags of a scored row, the sensor bit of every row
         sensor_bit = int(checked is not None)
@@ -198,7 +250,7 @@ class PlantProcessor:
         return ProcessorOutput(
             flags=sorted(gap_flags + flags, key=lambda f: f.seq) if gap_flags else flags,
             duplicates=duplicates,
-            result=result,
+            result=full,
             withheld=withheld,
             overrun=overrun,
             degraded=int(degraded.sum()),
