@@ -39,7 +39,6 @@ from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.rca.sensors import SensorEvents
-from fedrca.streams.processor import detector_layout, result_layout, spread_result
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, RuntimeSettings, SiteRuntime
 
 __all__ = [
@@ -172,8 +171,9 @@ def prepare_site(
                     det.step_batch(nominal[name].Y[start : start + n], None if U is None else U[start : start + n])
                 )
             start += n
+        # a degraded row (too few sensors, docs/missing.md) is no flag state
         nominal_flags[name] = np.column_stack(
-            [np.concatenate([r.zc for r in parts]), np.concatenate([r.za for r in parts])]
+            [np.concatenate([r.zc[~r.degraded] for r in parts]), np.concatenate([r.za[~r.degraded] for r in parts])]
         )
     engine = build_engine(
         config,
@@ -190,15 +190,13 @@ def prepare_site(
 class PipelineRun:
     """What one in-process run produced.
 
-    ``health``: each plant's sensor checks (which tag, which check: the plant's own evidence);
-    ``degraded``: each plant's rows it could not score (no flags; the RCA saw no evidence).
+    ``health``: each plant's sensor checks (which tag, which check: the plant's own evidence).
     """
 
     site: Site
     results: dict[str, DetectionResult]
     verdicts: list[Verdict]
     health: dict[str, HealthResult] = field(default_factory=dict)
-    degraded: dict[str, BoolArray] = field(default_factory=dict)
 
     @property
     def plants(self) -> list[str]:
@@ -211,13 +209,12 @@ class PipelineRun:
         return len(next(iter(self.results.values())))
 
     def published(self) -> NDArray[np.int64]:
-        """Published flags (T, M, 2) as the RCA saw them (-1 where a plant's row was degraded)."""
+        """Published flags (T, M, 2) as the RCA saw them (-1 where a plant's row was degraded: no evidence)."""
         out = np.stack(
             [np.column_stack([self.results[p].zc_pub, self.results[p].za_pub]) for p in self.plants], axis=1
         ).astype(np.int64)
         for m, p in enumerate(self.plants):
-            if p in self.degraded:
-                out[self.degraded[p], m] = -1
+            out[self.results[p].degraded, m] = -1
         return out
 
     def sensor_faults(self) -> NDArray[np.bool_]:
@@ -264,14 +261,16 @@ def run_pipeline(
         # a broken tag is excluded (NaN) before the plant's detector sees it
         checked[name] = health.update(arrays[name].Y, None if quality is None else quality.get(name))
         arrays[name] = PlantData(checked[name].values, arrays[name].U)
-    results, degraded = run_detectors_degraded(site.detectors, arrays)
-    run = PipelineRun(site, results, [], checked, degraded)
+    results = run_detectors(site.detectors, arrays)
+    run = PipelineRun(site, results, [], checked)
     plants = config.plant_names
+    # a degraded row (too few usable sensors) is no evidence, like an absent plant (negative)
     published = run.published()
+    degraded = published[:, :, 0] < 0
     seqs = np.arange(len(published))
     levels = np.column_stack([results[p].level_pub for p in plants]) if config.severity_levels else None
     if levels is not None:
-        levels = np.where(published[:, :, 0] < 0, -1, levels)
+        levels = np.where(degraded, -1, levels)
     # rows are stamped like the live stream's: seq times the sampling interval
     ts = seqs * config.dataset.sample_seconds
     verdicts = site.engine.run(seqs, published, ts=ts, levels=levels)
@@ -284,28 +283,6 @@ def run_pipeline(
         verdicts = sorted([*events, *verdicts], key=lambda v: (v.seq, not v.is_sensor_event))
     run.verdicts = verdicts
     return run
-
-
-def run_detectors_degraded(
-    detectors: Mapping[str, Detector], data: Mapping[str, PlantData]
-) -> tuple[dict[str, DetectionResult], dict[str, BoolArray]]:
-    """:func:`run_detectors` where a row with a missing value is degraded, as in the plant processor
-    (:class:`~fedrca.streams.processor.PlantProcessor`): not scored (the detector steps over the rest),
-    its flags False and its distances NaN in the result; returns the results and each plant's degraded
-    rows (only plants that had any)."""
-    results, degraded = {}, {}
-    for name, det in detectors.items():
-        Y, U = data[name].Y, data[name].U
-        bad = np.asarray(np.isnan(Y).any(axis=1), dtype=bool)
-        if not bad.any():
-            results[name] = det.step_batch(Y, U)
-            continue
-        degraded[name] = bad
-        keep = ~bad
-        part = det.step_batch(Y[keep], None if U is None else U[keep]) if keep.any() else None
-        layout = result_layout(part) if part is not None and len(part) else detector_layout(det, Y.shape[1])
-        results[name] = spread_result(part, keep, layout)
-    return results, degraded
 
 
 def build_detectors(

@@ -19,12 +19,17 @@ from fedrca.detectors.plant import DetectionResult, PlantDetector
 __all__ = ["flags_jsonl", "register"]
 
 
+#: What a line adds for a degraded row (and for any other).
+_DEGRADED: dict[bool, dict[str, bool]] = {True: {"degraded": True}, False: {}}
+
+
 def flags_jsonl(results: dict[str, DetectionResult], published: bool = False) -> tuple[str, int]:
     """One JSON line per sample and plant (sample-major order); (the text, the line count).
 
     Lines: ``{"plant", "seq", "zc", "za", "d2c", "d2a"}`` plus ``zc_pub``/``za_pub`` when
     ``published`` is true; plants that grade their alarms (``scoring.severity_levels``) add
-    ``level`` (and ``level_pub``, the level the RCA saw).
+    ``level`` (and ``level_pub``, the level the RCA saw); a row the plant could not score (too
+    few usable sensors, docs/missing.md) adds ``"degraded": true`` (its flags are 0).
     """
     plants = list(results)
     if not plants:
@@ -42,8 +47,12 @@ def flags_jsonl(results: dict[str, DetectionResult], published: bool = False) ->
         for name in plants
     }
     keys = [*fields, "d2c", "d2a"]
+    degraded = {name: results[name].degraded.tolist() for name in plants}
     lines = [
-        json.dumps({"plant": name, "seq": t, **{k: columns[name][k][t] for k in keys}}, separators=(",", ":"))
+        json.dumps(
+            {"plant": name, "seq": t, **{k: columns[name][k][t] for k in keys}, **_DEGRADED[degraded[name][t]]},
+            separators=(",", ":"),
+        )
         for t in range(len(results[plants[0]]))
         for name in plants
     ]

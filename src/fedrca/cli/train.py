@@ -24,7 +24,7 @@ import pandas as pd
 from fedrca.application.outputs import Outputs
 from fedrca.application.site import build_detectors
 from fedrca.application.training import run_training
-from fedrca.config import SiteConfig, load_config
+from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.config.limits import MAX_TRAINING_ROUNDS, MEMORY_LIMIT, gib, largest, plant_bytes
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.datasets.synthetic import SyntheticData, linear_multiplant, nonlinear_two_plant
@@ -141,6 +141,8 @@ def _train_into(args: argparse.Namespace, out: Outputs) -> None:
         source = str(args.data)
     else:
         raise ConfigError("give the nominal data: --data FILE (or --synthetic NAME)", key="--data")
+    # plants given by match rules take the file's columns (their artifacts' schemas name them)
+    config = resolve_plants(config, [str(c) for c in frame.columns])
     data = plant_frames(config, frame, source)
     detectors = build_detectors(config, data, source=source)  # checks the nominal data first
     # the held-out file is read before the long work: a bad one refuses the run, not its end

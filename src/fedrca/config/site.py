@@ -136,7 +136,10 @@ class ScoringSettings(Strict):
     ``alpha`` the plant's family-wise false-alarm rate per sample over both flags and
     every statistic; the threshold is fitted to the upper ``tail`` share of held-out nominal
     scores and taken at its ``confidence`` upper bound (more margin for short nominal data).
-    ``warmup``: samples after a reset without flags (both methods). ``severity_levels``
+    ``warmup``: samples after a reset without flags (both methods). ``min_sensors``: the
+    fewest usable sensors a row is scored with, a count (>= 1) or a share of the plant's
+    sensors (< 1); a row with fewer is published *degraded* (no evidence; docs/missing.md).
+    ``severity_levels``
     (K, 0 = off) and ``severity_base`` (b): with its flags the plant publishes the severity
     level of its proprietary score, 0 without an alarm, else ``1 + floor(log_b(score / tau))``
     capped at K - 1, through k-ary randomized response (``privacy.level_epsilon``).
@@ -155,12 +158,22 @@ class ScoringSettings(Strict):
     confidence: float = Field(0.5, ge=0.5, lt=1.0)
     dispersion: float = Field(0.2, gt=0.0, le=1.0)
     warmup: int = Field(0, ge=0)
+    min_sensors: float = Field(
+        0.5, gt=0.0, description="fewest usable sensors a row is scored with: a count, or a share below 1"
+    )
     severity_levels: int = Field(
         0, ge=0, le=MAX_SEVERITY_LEVELS, description="levels published with the flags (0 = none, else >= 3)"
     )
     severity_base: float = Field(10.0, gt=1.0)
     calibration: Literal["cv", "in-sample"] = "cv"
     folds: int = Field(5, ge=2)
+
+    @field_validator("min_sensors")
+    @classmethod
+    def _whole_count(cls, value: float) -> float:
+        if value >= 1 and value != int(value):
+            raise ValueError("a count of sensors (>= 1) must be whole, e.g. 3; or a share below 1, e.g. 0.5")
+        return value
 
     @field_validator("ewma")
     @classmethod
@@ -365,9 +378,19 @@ class KafkaSettings(Strict):
 
 
 class DatasetSettings(Strict):
-    """Where the columns come from: a known format or an explicit column list."""
+    """Where the columns come from: a known format or an explicit column list.
+
+    ``missing``: ``refuse`` (default) refuses a file with an empty cell (or ``nan``, ``NA``,
+    ``null``); ``allow`` reads it as a missing value (NaN) that every command scores as plant
+    data: the detectors use the observed sensors, training estimates on the observed
+    entries, and a nominal column missing in more than half of its rows is refused
+    (docs/missing.md).
+    """
 
     format: Literal["tep", "csv", "hai", "swat", "synthetic"] = "csv"
+    missing: Literal["refuse", "allow"] = Field(
+        "refuse", description="refuse: an empty cell is an error; allow: a missing value, scored as such"
+    )
     columns: list[str] | None = None
     time_column: str | None = None
     sample_seconds: float = Field(1.0, gt=0.0)
@@ -454,17 +477,24 @@ _SECTIONS = ("model", "augmentation", "scoring", "health")
 def parameters_hash(config: SiteConfig) -> str:
     """sha256 of what trained parameters depend on: the plants (names, inputs, models, scoring) and ``training``.
 
-    Topics, Kafka, the RCA settings, the graph, flag privacy and the plants' sensor checks
-    (``health``) are left out: changing them needs no retraining. The sensor columns are left
-    out too, because a plant given by a ``match`` rule only has them once a data file resolved
-    it; they are bound
+    Topics, Kafka, the RCA settings, the graph, flag privacy, ``scoring.min_sensors`` and the
+    plants' sensor checks (``health``) are left out: changing them needs no retraining. The
+    sensor columns are left out too, because a plant given by a ``match`` rule only has them
+    once a data file resolved it; they are bound
     separately as each plant artifact's ``schema`` (:meth:`PlantConfig.data_schema`), checked
     wherever the plant's data is read. A training checkpoint and every artifact carry
     this hash, and an artifact is refused under a configuration with another one
     (:func:`fedrca.contracts.check_binding`; ``tests/training/test_artifacts.py``).
     """
     part = {
-        "plants": [plant.model_dump(mode="python", exclude={"sensors", "match", "health"}) for plant in config.plants],
+        # scoring.min_sensors only decides which rows are scored, health which tags: no retraining
+        "plants": [
+            plant.model_dump(
+                mode="python",
+                exclude={"sensors": True, "match": True, "health": True, "scoring": {"min_sensors"}},
+            )
+            for plant in config.plants
+        ],
         "training": config.training.model_dump(mode="python"),
     }
     payload = json.dumps(part, sort_keys=True, default=str)

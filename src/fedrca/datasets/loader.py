@@ -48,6 +48,9 @@ class DatasetOptions(Protocol):
     @property
     def label_columns(self) -> Sequence[str]: ...
 
+    @property
+    def missing(self) -> str: ...
+
 
 def load_dataset(options: DatasetOptions, path: str | Path, labels_path: str | Path | None = None) -> Dataset:
     """Parse a recorded file in the configured format.
@@ -55,7 +58,8 @@ def load_dataset(options: DatasetOptions, path: str | Path, labels_path: str | P
     Parameters
     ----------
     options : the configuration's ``dataset`` section (``format``, ``time_column``,
-        ``sample_seconds``, ``label_columns``, ``timezone``, ``time_format``)
+        ``sample_seconds``, ``label_columns``, ``timezone``, ``time_format``, ``missing``:
+        ``allow`` reads empty cells as missing values, NaN)
     path : the data file
     labels_path : HAI 23.05 / HAIEnd 23.05 only: the separate label file
 
@@ -67,6 +71,7 @@ def load_dataset(options: DatasetOptions, path: str | Path, labels_path: str | P
         When a label file is given for a format that has none.
     """
     fmt = options.format
+    missing = options.missing == "allow"
     timezone = str(getattr(options, "timezone", "UTC") or "UTC")
     time_format = getattr(options, "time_format", None)
     if labels_path is not None and fmt != "hai":
@@ -76,11 +81,11 @@ def load_dataset(options: DatasetOptions, path: str | Path, labels_path: str | P
             key="--labels",
         )
     if fmt == "tep":
-        return load_tep_dataset(path, sample_seconds=options.sample_seconds)
+        return load_tep_dataset(path, sample_seconds=options.sample_seconds, missing=missing)
     if fmt == "hai":
-        return load_hai(path, labels_path=labels_path, timezone=timezone, time_format=time_format)
+        return load_hai(path, labels_path=labels_path, timezone=timezone, time_format=time_format, missing=missing)
     if fmt == "swat":
-        return load_swat(path, timezone=timezone, time_format=time_format)
+        return load_swat(path, timezone=timezone, time_format=time_format, missing=missing)
     return load_csv(
         path,
         options.time_column,
@@ -88,6 +93,7 @@ def load_dataset(options: DatasetOptions, path: str | Path, labels_path: str | P
         label_columns=list(options.label_columns),
         time_format=time_format,
         timezone=timezone,
+        missing=missing,
     )
 
 
@@ -113,30 +119,30 @@ def load_frame(config: SiteConfig, path: str | Path) -> pd.DataFrame:
     return load_dataset(config.dataset, path).frame
 
 
-def _columns(frame: pd.DataFrame, plant: PlantConfig, kind: str, source: str) -> FloatArray | None:
+def _columns(
+    frame: pd.DataFrame, plant: PlantConfig, kind: str, source: str, missing: bool = False
+) -> FloatArray | None:
     names = getattr(plant, kind)
     if not names:
         return None
-    missing = [c for c in names if c not in frame.columns]
-    if missing:
+    absent = [c for c in names if c not in frame.columns]
+    if absent:
         raise DataError(
-            f"{source}: plant '{plant.name}' needs column(s) {', '.join(missing)}; "
+            f"{source}: plant '{plant.name}' needs column(s) {', '.join(absent)}; "
             f"the file has {compress_columns([str(c) for c in frame.columns])}"
         )
     try:
         values = frame[names].to_numpy(dtype=np.float64)
     except ValueError as exc:
         raise DataError(f"{source}: plant '{plant.name}' has non-numeric values ({exc})") from None
-    bad = ~np.isfinite(values)
+    bad = np.isinf(values) if missing else ~np.isfinite(values)
     if bad.any():
         row, col = np.argwhere(bad)[0]
-        raise DataError(
-            f"{source}: NaN or inf at row {row}, column {names[col]} (plant '{plant.name}'); "
-            "clean the file or drop the row"
-        )
+        fix = "fix the file" if missing else "clean the file or drop the row, or set dataset.missing: allow"
+        raise DataError(f"{source}: NaN or inf at row {row}, column {names[col]} (plant '{plant.name}'); {fix}")
     # a finite value this large overflows every squared statistic to inf (scores, JSON output):
     # refused in any file, nominal or not (tests/cli/test_hostile_cli.py)
-    huge = np.abs(values) > MAX_ABS_VALUE
+    huge = np.abs(np.nan_to_num(values)) > MAX_ABS_VALUE
     if huge.any():
         row, col = np.argwhere(huge)[0]
         raise DataError(
@@ -150,15 +156,17 @@ def plant_frames(config: SiteConfig, frame: pd.DataFrame, source: str = "data") 
     """Split a frame into per-plant arrays in configured column order.
 
     Plants whose sensors are a ``match`` rule take the frame's columns the rule selects
-    (:func:`fedrca.config.resolve_plants`), in the frame's column order.
+    (:func:`fedrca.config.resolve_plants`), in the frame's column order. Missing values (NaN) are
+    refused unless ``dataset.missing`` is ``allow``.
     """
     config = resolve_plants(config, [str(c) for c in frame.columns])
+    missing = config.dataset.missing == "allow"
     out: dict[str, PlantData] = {}
     for plant in config.plants:
-        Y = _columns(frame, plant, "sensors", source)
+        Y = _columns(frame, plant, "sensors", source, missing)
         if Y is None:  # sensors are required by the config schema
             raise DataError(f"plant '{plant.name}' has no sensors")
-        out[plant.name] = PlantData(Y, _columns(frame, plant, "inputs", source))
+        out[plant.name] = PlantData(Y, _columns(frame, plant, "inputs", source, missing))
     return out
 
 
@@ -168,7 +176,8 @@ def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData,
     (:func:`fedrca.config.limits.plant_bytes`), more fleet patterns than the rows estimate."""
     folds = plant.scoring.folds if plant.scoring.calibration == "cv" else None
     names = plant.sensors if len(plant.sensors) == data.Y.shape[1] else [f"#{j}" for j in range(data.Y.shape[1])]
-    check_nominal(data.Y, names, plant=plant.name, source=source, folds=folds)
+    missing = config.dataset.missing == "allow"
+    check_nominal(data.Y, names, plant=plant.name, source=source, folds=folds, missing=missing)
     key = f"plants[{config.plant_names.index(plant.name)}]"
     T, D = data.Y.shape
     if plant.detector.kind == "fleet":
@@ -194,4 +203,4 @@ def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData,
             )
     if data.U is not None:
         inputs = plant.inputs if len(plant.inputs) == data.U.shape[1] else [f"#{j}" for j in range(data.U.shape[1])]
-        check_nominal(data.U, inputs, plant=plant.name, source=source, where="inputs")
+        check_nominal(data.U, inputs, plant=plant.name, source=source, where="inputs", missing=missing)

@@ -109,6 +109,7 @@ def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = No
         confidence=scoring.confidence,
         dispersion=scoring.dispersion,
         warmup=scoring.warmup,
+        min_sensors=scoring.min_sensors,
         severity_levels=scoring.severity_levels,
         severity_base=scoring.severity_base,
         level_epsilon=config.privacy.level_epsilon,

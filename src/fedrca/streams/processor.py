@@ -16,9 +16,11 @@ the window, and when the next samples would pass the plant's budget it either pu
 them anyway (``on_exhausted="warn"``; the overrun is counted) or publishes *withheld*
 flags without bits (``"stop"``), which are not charged. The window is part of the state.
 
-A row with a missing value (NaN, ``null`` on the wire) is *degraded*: not scored, published
-as a flag with ``degraded`` set and no bits (the RCA takes it as no evidence), and not charged
-to the window (it releases nothing computed from the values).
+Missing values (NaN, ``null`` on the wire) go to the detector, which scores the observed
+sensors (docs/missing.md). A row it could not score (fewer usable sensors than the plant's
+``min_sensors``: :attr:`DetectionResult.degraded`) is published as a flag with ``degraded`` set
+and no bits (the RCA takes it as no evidence), and is not charged to the window (it releases
+nothing computed from the values), but for the sensor-fault bit below.
 
 With a :class:`~fedrca.detectors.health.SensorHealth` the plant checks its own tags first: a
 stale, Bad, stuck, flat or out-of-range tag is excluded (NaN) from the detector's rows, and
@@ -37,7 +39,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,11 +47,11 @@ from numpy.typing import NDArray
 
 from fedrca.contracts import FlagMessage, SensorMessage
 from fedrca.detectors.health import HealthResult, SensorHealth
-from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
+from fedrca.detectors.plant import DetectionResult, Detector
 from fedrca.exceptions import ConfigError
 from fedrca.privacy.ledger import FlagWindow
 
-__all__ = ["PlantProcessor", "ProcessorOutput", "detector_layout", "result_layout", "spread_result"]
+__all__ = ["PlantProcessor", "ProcessorOutput"]
 
 
 #: Most consecutive skipped seqs a processor publishes degraded flags for (a longer jump is left to
@@ -78,52 +80,6 @@ class ProcessorOutput:
     health: HealthResult | None = None
     late: list[SensorMessage] = field(default_factory=list)
     skipped: int = 0
-
-
-#: How each field of a :class:`DetectionResult` is laid out: per row or not, the shape of one row, its dtype.
-Layout = dict[str, tuple[bool, tuple[int, ...], Any]]
-
-
-def result_layout(result: DetectionResult) -> Layout:
-    """The layout of a result of at least one row (a field is per row when its first axis is the rows)."""
-    n = len(result)
-    return {
-        f.name: ((arr := getattr(result, f.name)).ndim >= 1 and arr.shape[0] == n, arr.shape[1:], arr.dtype)
-        for f in fields(DetectionResult)
-    }
-
-
-def detector_layout(detector: Detector, D: int) -> Layout:
-    """The layout of a detector's results before it gave one: a plant detector's states, residuals and
-    statistics; any other detector's (the fleet's) as it writes them (no states, no statistics)."""
-    if isinstance(detector, PlantDetector):
-        P, K = detector.proprietary.state_dim, len(detector.statistics)
-    else:
-        P, K = 0, -1
-    rows = {"x_c": (P,), "x_a": (P,), "r_c": (D,), "r_a": (D,), "stats_c": (K,), "stats_a": (K,)}
-    out: Layout = {}
-    for f in fields(DetectionResult):
-        kind = bool if f.name in ("zc", "za", "zc_pub", "za_pub") else np.int64 if "level" in f.name else np.float64
-        shape = rows.get(f.name, ())
-        out[f.name] = (shape != (-1,), (0,) if shape == (-1,) else shape, np.dtype(kind))
-    return out
-
-
-def spread_result(part: DetectionResult | None, keep: NDArray[np.bool_], layout: Layout) -> DetectionResult:
-    """A result of the kept rows laid out over every row: NaN distances, False flags, level -1 elsewhere (a
-    degraded row), so a batch's result has one entry per row (``layout``: :func:`result_layout`)."""
-    T = len(keep)
-    values: dict[str, Any] = {}
-    for name, (per_row, shape, dtype) in layout.items():
-        if not per_row:
-            values[name] = getattr(part, name) if part is not None else np.empty((0, *shape), dtype=dtype)
-            continue
-        fill: Any = False if dtype == np.dtype(bool) else -1 if np.issubdtype(dtype, np.integer) else np.nan
-        out = np.full((T, *shape), fill, dtype=dtype)
-        if part is not None and keep.any():
-            out[keep] = getattr(part, name)
-        values[name] = out
-    return DetectionResult(**values)
 
 
 class PlantProcessor:
@@ -155,7 +111,6 @@ class PlantProcessor:
         self._last_seq = -1
         self._last_ts = 0.0
         self._gaps: deque[tuple[int, int]] = deque(maxlen=MAX_GAPS)
-        self._layout: Layout | None = None  # of the detector's results (spread_result)
 
     @property
     def bits_per_sample(self) -> int:
@@ -207,15 +162,10 @@ class PlantProcessor:
             # the plant's sensor checks: a broken tag is excluded (NaN) before the detector sees it
             checked = self.health.update(Y, np.vstack([m.quality for m in fresh]))
             Y = checked.values
-        # rows with a missing value are degraded (not scored, no evidence); the detector steps on the rest
-        degraded: NDArray[np.bool_] = np.asarray(np.isnan(Y).any(axis=1))
-        scored = [m for m, bad in zip(fresh, degraded.tolist(), strict=True) if not bad]
-        result = self.detector.step_batch(Y[~degraded]) if scored else None
-        if result is not None and len(result) and self._layout is None:
-            self._layout = result_layout(result)
-        # one entry per row of the batch: a degraded row's distances NaN, its flags False
-        layout = self._layout or detector_layout(self.detector, Y.shape[1])
-        full = spread_result(result, ~degraded, layout) if degraded.any() else result
+        # missing values are NaN: the detector scores the observed sensors, and degrades a row with too few
+        result = self.detector.step_batch(Y)
+        degraded: NDArray[np.bool_] = np.asarray(result.degraded, dtype=bool)
+        keep = ~degraded
         self._last_seq, self._last_ts = last, last_ts
         # randomized-response bits of each row: the flags of a scored row, the sensor bit of every row
         sensor_bit = int(checked is not None)
@@ -224,15 +174,15 @@ class PlantProcessor:
         sensor = checked.fault_pub.tolist() if checked is not None else [False] * len(fresh)
         flags: list[FlagMessage] = []
         i = 0  # index among the scored rows
-        if result is not None:
-            zc = result.zc_pub.astype(int).tolist()
-            za = result.za_pub.astype(int).tolist()
-            # severity levels travel with the flags when the plant publishes them (negative = none)
-            levels: list[int | None] = [
-                None if v < 0 else int(v)
-                for v in (result.level_pub.tolist() if len(result.level_pub) == len(scored) else [-1] * len(scored))
-            ]
-            level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
+        n_scored = int(keep.sum())
+        zc = result.zc_pub[keep].astype(int).tolist()
+        za = result.za_pub[keep].astype(int).tolist()
+        # severity levels travel with the flags when the plant publishes them (negative = none)
+        levels: list[int | None] = [
+            None if v < 0 else int(v)
+            for v in (result.level_pub[keep].tolist() if len(result.level_pub) == len(fresh) else [-1] * n_scored)
+        ]
+        level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
         withheld = 0
         for k, m in enumerate(fresh):
             fault = bool(sensor[k]) and bool(published[k])
@@ -250,7 +200,7 @@ class PlantProcessor:
         return ProcessorOutput(
             flags=sorted(gap_flags + flags, key=lambda f: f.seq) if gap_flags else flags,
             duplicates=duplicates,
-            result=full,
+            result=result,
             withheld=withheld,
             overrun=overrun,
             degraded=int(degraded.sum()),

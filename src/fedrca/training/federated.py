@@ -522,7 +522,10 @@ class FederatedTraining:
                 stop = start + length
                 with det.detached():
                     nominal = det.step_batch(Y[start:stop], None if U is None else U[start:stop])
-                state_counts += np.bincount(flag_states(nominal.zc, nominal.za), minlength=N_FLAG_STATES)
+                scored = ~nominal.degraded  # a degraded row is no flag state (docs/missing.md)
+                state_counts += np.bincount(
+                    flag_states(nominal.zc[scored], nominal.za[scored]), minlength=N_FLAG_STATES
+                )
                 start = stop
             metrics = {
                 "rounds": self.round,
