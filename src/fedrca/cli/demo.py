@@ -103,9 +103,13 @@ def _verdict_printer(name: str) -> Any:
 
 
 def _sensor_events(verdicts: list[Verdict]) -> str:
-    """The sensor faults the RCA reported: ``plant@sample`` of each, ``-`` for none."""
-    begun = [f"{p}@{v.seq}" for v in verdicts if v.outcome == SENSOR_FAULT for p in v.sensor_plants]
-    return ", ".join(begun) or "-"
+    """The plants whose sensor fault the RCA reported, each with the sample of its first report, ``-`` for none."""
+    first: dict[str, int] = {}
+    for v in verdicts:
+        if v.outcome == SENSOR_FAULT:
+            for p in v.sensor_plants:
+                first.setdefault(p, v.seq)
+    return " ".join(f"{p}@{seq}" for p, seq in first.items()) or "-"
 
 
 def _score(result: FileResult, plants: list[str], onset: int) -> dict[str, Any]:
