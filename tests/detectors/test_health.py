@@ -26,6 +26,12 @@ def _nominal(rng: np.random.Generator, T: int = 600, D: int = 4) -> np.ndarray:
     return Y
 
 
+def _onsets(checks: np.ndarray) -> list[list[int]]:
+    """(check, row, tag) where a check became active (from a fresh stream)."""
+    before = np.concatenate([np.zeros_like(checks[:, :1]), checks[:, :-1]], axis=1)
+    return np.argwhere(checks & ~before).tolist()
+
+
 def _active(result, check: str) -> np.ndarray:
     return result.checks[CHECKS.index(check)]
 
@@ -68,13 +74,18 @@ def test_any_chunking_gives_the_definition(seed, cuts):
     Y, Q = _random_stream(rng, 80, D)
     expected_values, expected_checks = health_reference(health.parameters, Y, Q)
     bounds = sorted({0, 80, *cuts})
-    parts = [health.update(Y[a:b], Q[a:b]) for a, b in itertools.pairwise(bounds)]
-    out = parts[0].concat(parts)
-    np.testing.assert_array_equal(out.checks, expected_checks)
-    np.testing.assert_array_equal(np.isnan(out.values), np.isnan(expected_values))
-    np.testing.assert_array_equal(out.values[~np.isnan(out.values)], Y[~np.isnan(out.values)])
-    assert out.fault.tolist() == expected_checks.any(axis=(0, 2)).tolist()
-    assert out.fault_pub.tolist() == out.fault.tolist()  # epsilon inf: published as is
+    state = health.get_state()
+    # in the given chunks, then one row at a time (a 1 Hz plant's batches: the single-row path)
+    for chunks in (list(itertools.pairwise(bounds)), [(t, t + 1) for t in range(80)]):
+        health.set_state(state)
+        parts = [health.update(Y[a:b], Q[a:b]) for a, b in chunks]
+        out = parts[0].concat(parts)
+        np.testing.assert_array_equal(out.checks, expected_checks)
+        np.testing.assert_array_equal(np.isnan(out.values), np.isnan(expected_values))
+        np.testing.assert_array_equal(out.values[~np.isnan(out.values)], Y[~np.isnan(out.values)])
+        assert out.fault.tolist() == expected_checks.any(axis=(0, 2)).tolist()
+        assert out.fault_pub.tolist() == out.fault.tolist()  # epsilon inf: published as is
+        assert sorted(map(tuple, out.onsets.tolist())) == sorted(map(tuple, _onsets(expected_checks)))
 
 
 def test_nominal_data_raises_no_sensor_fault_and_each_fault_is_found_within_ten_samples():
