@@ -56,10 +56,21 @@ def _random_stream(rng: np.random.Generator, T: int, D: int) -> tuple[np.ndarray
     return Y, Q
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), cuts=st.lists(st.integers(0, 80), max_size=6))
 def test_any_chunking_gives_the_definition(seed, cuts):
-    """SensorHealth.update over any split of the stream == health_reference over the whole."""
+    """SensorHealth.update over any split of the stream, and row by row, == health_reference over the whole."""
+    _check_chunking(seed, cuts)
+
+
+@pytest.mark.exhaustive
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), cuts=st.lists(st.integers(0, 80), max_size=12))
+def test_any_chunking_gives_the_definition_many_examples(seed, cuts):
+    _check_chunking(seed, cuts)
+
+
+def _check_chunking(seed: int, cuts: list[int]) -> None:
     rng = np.random.default_rng(seed)
     D = int(rng.integers(1, 5))
     nominal, _ = _random_stream(rng, 120, D)

@@ -23,7 +23,7 @@ from fedrca.rca.sensors import SENSOR_LOG_ODDS, SensorEvents
 from fedrca.streams.embedded import replay_frame
 from fedrca.streams.processor import PlantProcessor
 from fedrca.streams.rca_stage import RCAStage
-from fedrca.streams.runtime import PlantRuntime, RCARuntime
+from fedrca.streams.runtime import PlantRuntime, RCARuntime, RuntimeSettings
 
 
 @pytest.fixture(scope="module")
@@ -222,3 +222,24 @@ def test_replay_and_the_streaming_runtime_agree_with_sensor_faults(tep):
     assert m.value("fedrca_sensor_fault", plant="separator") == 1.0
     assert m.value("fedrca_sensor_faulty_tags", plant="separator", check="stuck") == 1.0
     assert m.value("fedrca_sensor_fault_episodes_total", plant="compressor", check="bad") == 1.0
+
+
+def test_a_flag_past_the_lateness_is_judged_without_its_plant_counted_and_dead_lettered():
+    config = parse_config(
+        {
+            "site": "s",
+            "dataset": {"format": "synthetic", "columns": ["y0", "y1"]},
+            "plants": [{"name": p, "sensors": [f"y{i}"]} for i, p in enumerate("ab")],
+        }
+    )
+    rca = RCARuntime(config, build_engine(config), settings=RuntimeSettings(allowed_lateness=3))
+    # sample by sample, but b's first two rows are missing
+    early = [_flag(p, seq) for seq in range(10) for p in "ab" if p == "a" or seq >= 2]
+    rca.process_flags([encode(f.to_dict()) for f in early])
+    # b's rows 0 and 1 were released without it once a flag 3 samples newer came; its flags now are late
+    _, rejected = rca.process_flags([encode(_flag("b", seq).to_dict()) for seq in (0, 1)])
+    assert [err.reason for _, err in rejected] == ["late", "late"]
+    m = rca.metrics
+    assert m.value("fedrca_rows_without_plant_total", plant="b", reason="late") == 2
+    assert m.value("fedrca_deadletters_total", stage="rca", reason="late") == 2
+    assert m.value("fedrca_rows_without_plant_total", plant="a", reason="late") is None
