@@ -205,8 +205,8 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     train, far_frames, fault_frames = load_library(library, generate=not args.no_generate, available=args.available)
     onset_rows = round(library.onset_h * 3600 / 180)
     print(
-        f"library: {len(train)} training rows, {len(far_frames)} FAR runs, {len(fault_frames)} fault runs "
-        f"({time.perf_counter() - started:.1f} s); trained: {not args.no_train}",
+        f"library: {len(train)} training rows, {len(far_frames)} FAR runs, {len(fault_frames)} fault runs; "
+        f"trained: {not args.no_train}",
         flush=True,
     )
     from fedrca.application.site import prepare_site
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     arrays = lambda frame: plant_frames(cfg, frame, "library")  # noqa: E731
     far = {s: arrays(f) for s, f in far_frames.items()}
     faults = {k: arrays(f) for k, f in fault_frames.items()}
-    print(f"sites fitted ({time.perf_counter() - started:.1f} s)", flush=True)
+    print(f"  sites fitted ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
 
     # clean runs
     clean = {name: {s: run_site(site, a) for s, a in far.items()} for name, site in sites.items()}
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     ]
     if not smoke:
         print("\nIssue-30 bars on this library:\n  " + "\n  ".join(bars))
-    print(f"\nbench_sensors: done ({elapsed:.0f} s)")
+    print(f"bench_sensors: done ({elapsed:.0f} s)", file=sys.stderr)
     return 0
 
 
