@@ -10,7 +10,7 @@ import pytest
 from fedrca.contracts import FlagMessage, SensorMessage, decode_flag, encode_flags
 from fedrca.datasets import linear_multiplant
 from fedrca.detectors import PlantDetector
-from fedrca.privacy import FlagWindow
+from fedrca.privacy.ledger import FlagWindow
 from fedrca.streams.aligner import FlagAligner
 from fedrca.streams.processor import PlantProcessor
 
