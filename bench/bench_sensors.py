@@ -6,10 +6,11 @@ training seeds' nominal rows, flag epsilon inf):
 
 * **sensor faults** injected into one tag at a time (seeded choice over every tag of every plant):
   ``stuck`` (the tag repeats its last value), ``flatline`` (its last value plus noise of 1 % of its
-  nominal move), ``range`` (a broken transmitter loop: a reading 25 nominal spans below the tag's
-  nominal minimum), ``stale`` (no value, quality Stale), ``bad`` (no value, quality Bad). On the nominal
-  FAR runs (from row 300 for 200 rows, ``TAGS_PER_KIND`` tags per run and kind) and during every
-  process fault (from ``DURING`` rows after its onset to the end, one kind and tag per run);
+  nominal move), ``range`` (a broken transmitter loop: an open 4-20 mA loop reads 25 % of the span
+  below the tag's range, the range its plant's checks use), ``stale`` (no value, quality Stale),
+  ``bad`` (no value, quality Bad). On the nominal FAR runs (from row 300 for 200 rows,
+  ``TAGS_PER_KIND`` tags per run and kind) and during every process fault (from ``DURING`` rows
+  after its onset to the end, one kind and tag per run);
 * **reported**: a ``sensor_fault`` event naming the tag's plant within ``WITHIN`` samples of the injection;
 * **process root causes caused by a sensor fault** on the nominal runs: root verdicts of the injected
   run that the clean run does not issue (same verdict id);
@@ -122,12 +123,18 @@ def with_checks(config: SiteConfig, enabled: bool) -> SiteConfig:
 
 
 def inject(
-    arrays: dict[str, PlantData], nominal: dict[str, np.ndarray], inj: Injection, rng: np.random.Generator
+    arrays: dict[str, PlantData],
+    nominal: dict[str, np.ndarray],
+    inj: Injection,
+    rng: np.random.Generator,
+    ranges: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> tuple[dict[str, PlantData], dict[str, np.ndarray]]:
     """The plants' rows with one sensor fault injected (:func:`fedrca.datasets.sensor_faults.inject_sensor_fault`,
-    the nominal move and span from the training rows), and the quality codes of that plant."""
+    the nominal move from the training rows; a broken loop reads 25 % of the tag's range below it, ``ranges``:
+    plant -> (low, high) per tag, the range the plant's checks use), and the quality codes of that plant."""
+    limits = None if ranges is None else (float(ranges[inj.plant][0][inj.tag]), float(ranges[inj.plant][1][inj.tag]))
     Y, Q = inject_sensor_fault(
-        arrays[inj.plant].Y, inj.tag, inj.kind, inj.start, inj.stop, nominal[inj.plant][:, inj.tag], rng
+        arrays[inj.plant].Y, inj.tag, inj.kind, inj.start, inj.stop, nominal[inj.plant][:, inj.tag], rng, limits
     )
     out = dict(arrays)
     out[inj.plant] = PlantData(Y, arrays[inj.plant].U)
@@ -227,6 +234,8 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     cfg = sites["checks"].config
     nominal = {p: d.Y for p, d in plant_frames(cfg, train, "training").items()}
     width = {p: nominal[p].shape[1] for p in plants}
+    # each tag's range as its plant's checks have it (configured limits or the learned plausibility range)
+    ranges = {p: (h.parameters.lo, h.parameters.hi) for p, h in sites["checks"].health.items()}
     tags = [(p, j) for p in plants for j in range(width[p])]
     arrays = lambda frame: plant_frames(cfg, frame, "library")  # noqa: E731
     far = {s: arrays(f) for s, f in far_frames.items()}
@@ -246,7 +255,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
             for t in rng.choice(len(tags), size=min(TAGS_PER_KIND, len(tags)), replace=False):
                 plant, j = tags[int(t)]
                 inj = Injection(plant, j, kind, NOMINAL_ONSET, NOMINAL_ONSET + DURATION)
-                values, quality = inject(a, nominal, inj, rng)
+                values, quality = inject(a, nominal, inj, rng, ranges)
                 injected_nominal += 1
                 for name, site in sites.items():
                     out = run_site(site, values, quality)
@@ -262,7 +271,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         plant, j = tags[int(rng.integers(len(tags)))]
         start = onset_rows + DURING
         inj = Injection(plant, j, kind, start, len(a[plant].Y))
-        values, quality = inject(a, nominal, inj, rng)
+        values, quality = inject(a, nominal, inj, rng, ranges)
         for name, site in sites.items():
             during[name][key] = run_site(site, values, quality)
         during_reports[kind].append(reported(during["checks"][key], inj))

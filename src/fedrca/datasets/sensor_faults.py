@@ -4,7 +4,10 @@ Five kinds (docs/sensors.md), each from row ``start`` to ``stop`` of one column:
 
 * ``stuck``: the tag repeats its last value before ``start``;
 * ``flatline``: that value plus noise of 1 % of the tag's nominal move (its mean non-zero change);
-* ``range``: a broken transmitter loop, a reading 25 nominal spans below the tag's nominal minimum;
+* ``range``: a broken transmitter loop: an open 4-20 mA loop reads 0 mA, 25 % of the instrument's
+  span below its zero; the tag's ``limits`` (its configured physical limits, or the plausibility
+  range a plant learns, :mod:`fedrca.detectors.health`) stand for the instrument's range, else 25
+  nominal spans below the nominal minimum;
 * ``stale``: no value (NaN), quality code Stale;
 * ``bad``: no value (NaN), quality code Bad.
 
@@ -45,9 +48,10 @@ def inject_sensor_fault(
     stop: int,
     nominal: NDArray[np.float64] | None = None,
     seed: int | np.random.Generator = 0,
+    limits: tuple[float, float] | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.uint8]]:
     """``Y`` (T, D) with a sensor fault of ``kind`` in ``column`` over rows [start, stop), and the (T, D)
-    quality codes (non-zero where the fault leaves no value)."""
+    quality codes (non-zero where the fault leaves no value); ``limits``: the tag's range (``range``)."""
     if kind not in SENSOR_FAULT_KINDS:
         raise DataError(f"unknown sensor fault '{kind}'; kinds are {', '.join(SENSOR_FAULT_KINDS)}")
     out = np.array(Y, dtype=np.float64, copy=True)
@@ -65,8 +69,10 @@ def inject_sensor_fault(
         moves = np.abs(np.diff(reference))
         move = float(moves[moves > 0].mean()) if (moves > 0).any() else 1.0
         out[a:b, column] = out[a - 1, column] + rng.normal(0.0, 0.01 * move, size=b - a)
+    elif kind == "range" and limits is not None and np.isfinite(limits).all():
+        # an open 4-20 mA loop: 0 mA, 25 % of the span below the range's zero
+        out[a:b, column] = limits[0] - 0.25 * (limits[1] - limits[0])
     elif kind == "range":
-        # a broken transmitter loop: a reading no state of the process gives
         low, high = (float(reference.min()), float(reference.max())) if len(reference) else (0.0, 1.0)
         out[a:b, column] = low - 25.0 * max(high - low, 1e-9)
     else:

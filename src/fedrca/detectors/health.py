@@ -29,16 +29,19 @@ range     ``y_t < lo_j`` or ``y_t > hi_j``                             ``limits`
                                                                      +- ``range_margin`` spans
 ========  =========================================================  ==========================
 
-A check is *active* from the row its condition holds until it has been clear for ``recover``
-rows. Independent sensor failures rarely coincide, a process excursion (or a plant that stops)
-moves several tags at once: while two or more tags of the plant have had a stuck, flat or
-out-of-range condition within the last ``recover`` rows, none of these three checks holds for
-any tag of it (the process left its nominal envelope, not a sensor). Stuck and flatline are
-not judged on a value at or beyond a configured limit (a valve saturated at 100 % is flat by
-physics, not broken); a reading is out of range only 5 % of the limits' span beyond them (a
-measured valve position reads 100.4 % with its noise). The sample-and-hold tags of an analyser
-(a value repeated for a few samples by design) learn their longest nominal run, and their
-flatline statistic counts moves only, so a hold is neither stuck nor flat.
+A check is *active* from the row its condition holds until it has been clear for ``recover`` rows.
+Independent sensor failures rarely coincide, a process excursion (or a plant that stops) moves
+several tags at once: while two or more tags of the plant have had a stuck, flat or out-of-range
+condition within the last ``recover`` rows, none of these three checks holds for any tag of it (the
+process left its nominal envelope, not a sensor). Stuck and flatline are not judged on a value
+within 5 % of the limits' span of a configured limit or beyond it (a valve pinned near its end stop
+moves little by physics); a reading is out of range only 5 % of the span beyond them (a measured
+valve position reads 100.4 % with its noise). Without configured limits the learned range is a
+plausibility range, far wider than the nominal one (``range_margin``, 100 spans): a process
+excursion moves a tightly controlled tag tens of nominal spans, a broken transmitter reads beyond
+any of them (a rail, a wrong unit). The sample-and-hold tags of an analyser (a value repeated for a
+few samples by design) learn their longest nominal run, and their flatline statistic counts moves
+only, so a hold is neither stuck nor flat.
 
 Two implementations agree exactly (``tests/detectors/test_health.py``): :class:`SensorHealth`,
 vectorised over a batch's rows and tags (cumulative sums and running maxima, no loop over
@@ -105,8 +108,9 @@ class HealthParameters:
     ----------
     lo, hi : (D,) range bounds, raw units (configured physical limits widened by
         :data:`LIMIT_TOLERANCE` of their span, else learned)
-    sat_lo, sat_hi : (D,) configured physical limits: a value at or beyond one is saturated, never
-        stuck or flat (-inf, inf where none is configured)
+    sat_lo, sat_hi : (D,) the configured physical limits moved inwards by :data:`LIMIT_TOLERANCE` of
+        their span: a value at or beyond one is saturated (pinned near its end stop), never stuck or
+        flat (-inf, inf where none is configured)
     repeats : (D,) int, exact repeats from which a tag is stuck (``r_t >= repeats``)
     scale : (D,) nominal mean size of a move (non-zero change), raw units
     flat : (D,) flatline bound on the mean normalised size of the last ``flat_moves`` moves
@@ -304,7 +308,8 @@ class SensorHealth:
     stuck_slack : a tag is stuck after ``slack + 1`` more exact repeats than its longest nominal run
     flat_moves, flat_ratio : a tag is flat when the mean size of its last ``flat_moves`` moves falls
         below ``flat_ratio`` times the smallest such mean in its nominal data
-    range_margin : the learned range is the nominal [min, max] widened by this many spans each way
+    range_margin : the learned range is the nominal [min, max] widened by this many spans each way (a
+        plausibility range: 100 spans by default)
     limits : tag -> (lo, hi) physical limits (NaN for a side without one); they replace the learned
         range of that tag, and a value exactly at one is saturated, never stuck or flat
     recover : rows a check must stay clear before the tag is used again
@@ -320,7 +325,7 @@ class SensorHealth:
         stuck_slack: int = 2,
         flat_moves: int = 8,
         flat_ratio: float = 0.25,
-        range_margin: float = 10.0,
+        range_margin: float = 100.0,
         limits: Mapping[str, tuple[float, float]] | None = None,
         recover: int = 5,
         epsilon: float = math.inf,
@@ -388,9 +393,11 @@ class SensorHealth:
             # when only one side is configured)
             width = high - low if not (math.isnan(low) or math.isnan(high)) else float(span[j])
             tolerance = LIMIT_TOLERANCE * width
-            sat_lo[j] = -np.inf if math.isnan(low) else low
-            sat_hi[j] = np.inf if math.isnan(high) else high
-            lo[j], hi[j] = sat_lo[j] - tolerance, sat_hi[j] + tolerance
+            lo[j] = -np.inf if math.isnan(low) else low - tolerance
+            hi[j] = np.inf if math.isnan(high) else high + tolerance
+            # a value pinned near its end stop (a valve at 0.2 %) moves little by physics: saturated
+            sat_lo[j] = -np.inf if math.isnan(low) else low + tolerance
+            sat_hi[j] = np.inf if math.isnan(high) else high - tolerance
         sizes = []
         start = 0
         for n in lengths:
