@@ -34,6 +34,8 @@ EXPECTED_ALERTS = {
     "FedrcaConsumerLagHigh",
     "FedrcaStaleParameters",
     "FedrcaPrivacyBudgetExhausted",
+    "FedrcaSensorFault",
+    "FedrcaRowsWithoutPlant",
 }
 #: The alerts of fedrca edge (group fedrca-edge; fedrca.edge.metrics).
 EXPECTED_EDGE_ALERTS = {
@@ -63,6 +65,11 @@ EXPECTED_TYPES = {
     "fedrca_rca_parameter_version": "gauge",
     "fedrca_rca_reloads_total": "counter",
     "fedrca_stage_latency_seconds": "histogram",
+    "fedrca_sensor_faulty_tags": "gauge",
+    "fedrca_sensor_fault_episodes_total": "counter",
+    "fedrca_sensor_fault": "gauge",
+    "fedrca_rows_without_plant_total": "counter",
+    "fedrca_clock_offset_seconds": "gauge",
 }
 
 

@@ -102,6 +102,7 @@ FIGURES: dict[str, Figure] = {
         ("docs/imperfect.md",),
         writes_file=True,
     ),
+    "bench-sensors": Figure((PYTHON, "bench/run.py", "sensors"), bench_section("sensors"), ("docs/sensors.md",)),
 }
 
 

@@ -30,7 +30,22 @@ name                                           type       labels
 ``fedrca_privacy_epsilon_budget``              gauge      plant
 ``fedrca_plant_anomalous``                     gauge      plant
 ``fedrca_root_cause``                          gauge      plant
+``fedrca_sensor_faulty_tags``                  gauge      plant, check (stale, bad, stuck, flatline, range)
+``fedrca_sensor_fault_episodes_total``         counter    plant, check
+``fedrca_sensor_fault``                        gauge      plant
+``fedrca_rows_without_plant_total``            counter    plant, reason (skipped, late, clock)
+``fedrca_clock_offset_seconds``                gauge      plant
 =============================================  =========  ==========================
+
+The sensor metrics (docs/sensors.md): a plant worker exports how many of its tags each check
+holds faulty (``fedrca_sensor_faulty_tags``, never which tag) and the episodes begun; the RCA
+exports ``fedrca_sensor_fault`` (1 while it reports a sensor fault of the plant: a sensor event,
+never a root cause). ``fedrca_rows_without_plant_total`` counts rows judged without a plant
+because of time (docs/streams.md): ``skipped`` (the plant's row came after a later one and was
+published degraded), ``late`` (the RCA released the row before the plant's flag came), ``clock``
+(the plant's time disagreed with the others' beyond ``rca.max_clock_skew``);
+``fedrca_clock_offset_seconds`` is the plant's time minus the median of the plants' times of its
+latest row.
 
 Why ``fedrca_d2`` is a custom collector
 ---------------------------------------
@@ -112,6 +127,7 @@ __all__ = [
     "NO_ROOT_CAUSE",
     "STAGES",
     "STAGE_LATENCY_BUCKETS",
+    "TIME_REASONS",
     "DetectionLike",
     "Metrics",
     "numeric_version",
@@ -180,6 +196,9 @@ FLAG_KINDS: Final[tuple[str, ...]] = ("zc", "za", "zc_pub", "za_pub")
 
 #: ``root_cause`` label of ``fedrca_verdicts_total`` for a verdict that names no plant.
 NO_ROOT_CAUSE: Final[str] = "none"
+
+#: ``reason`` label values of ``fedrca_rows_without_plant_total``.
+TIME_REASONS: Final[tuple[str, ...]] = ("skipped", "late", "clock")
 
 _TRAILING_INT = re.compile(r"(\d+)$")
 
@@ -460,6 +479,39 @@ class Metrics:
             ["plant"],
             registry=r,
         )
+        self.sensor_faulty_tags = Gauge(
+            "fedrca_sensor_faulty_tags",
+            "Tags of a plant a sensor check holds faulty (excluded from its statistics), by check "
+            "(stale, bad, stuck, flatline, range); exported by the plant's own worker, never naming the tag.",
+            ["plant", "check"],
+            registry=r,
+        )
+        self.sensor_episodes = Counter(
+            "fedrca_sensor_fault_episodes_total",
+            "Sensor-fault episodes begun (a tag found faulty by a check), by plant and check.",
+            ["plant", "check"],
+            registry=r,
+        )
+        self.sensor_fault = Gauge(
+            "fedrca_sensor_fault",
+            "1 while the RCA reports a sensor fault of the plant (a sensor event, not a process root cause), else 0.",
+            ["plant"],
+            registry=r,
+        )
+        self.rows_without_plant = Counter(
+            "fedrca_rows_without_plant_total",
+            "Rows the RCA judged without a plant's evidence because of time, by reason: skipped (the plant's "
+            "row came after a later one), late (its flag came after the row was released), clock (its time "
+            "disagreed with the other plants' beyond rca.max_clock_skew).",
+            ["plant", "reason"],
+            registry=r,
+        )
+        self.clock_offset = Gauge(
+            "fedrca_clock_offset_seconds",
+            "A plant's time minus the median time of the plants in its latest aligned row (seconds).",
+            ["plant"],
+            registry=r,
+        )
         for plant in plants:
             self._know(plant)
 
@@ -653,6 +705,43 @@ class Metrics:
         self.verdicts.labels(root_cause=NO_ROOT_CAUSE if root_cause is None else root_cause).inc()
         for plant in self.plants:
             self.root_cause.labels(plant=plant).set(1 if plant == root_cause else 0)
+
+    # -- sensor faults, time ---------------------------------------------------------
+    def record_health(self, plant: str, faulty: Mapping[str, int], started: Mapping[str, int]) -> None:
+        """Set a plant's faulty tags per check (after a batch) and count the sensor-fault episodes begun.
+
+        Parameters
+        ----------
+        plant : str
+            Plant name.
+        faulty : mapping of str to int
+            Check -> tags it holds faulty now.
+        started : mapping of str to int
+            Check -> episodes begun in the batch.
+        """
+        self._know(plant)
+        for check, n in faulty.items():
+            self._series(self.sensor_faulty_tags, plant, check).set(n)
+        for check, n in started.items():
+            if n:
+                self._series(self.sensor_episodes, plant, check).inc(n)
+
+    def set_sensor_fault(self, plant: str, faulty: bool) -> None:
+        """Set ``fedrca_sensor_fault`` of a plant (1 while the RCA reports its sensor fault)."""
+        self._know(plant)
+        self._series(self.sensor_fault, plant).set(1 if faulty else 0)
+
+    def record_rows_without(self, plant: str, reason: str, n: int = 1) -> None:
+        """Count ``n`` rows judged without ``plant`` because of time (``skipped``, ``late`` or ``clock``)."""
+        self._check_kind(reason, TIME_REASONS, "row-without-plant reason")
+        self._know(plant)
+        if n:
+            self._series(self.rows_without_plant, plant, reason).inc(n)
+
+    def set_clock_offset(self, plant: str, seconds: float) -> None:
+        """Set ``fedrca_clock_offset_seconds`` of a plant."""
+        self._know(plant)
+        self._series(self.clock_offset, plant).set(seconds)
 
     # -- latency, lag ----------------------------------------------------------------
     def record_stage_latency(self, stage: str, records: Sequence[Any], now: float | None = None) -> None:

@@ -192,10 +192,12 @@ def check_report_in_chromium(report, profile, metrics):
         # the page shows what the report promises: its sections, the metrics and the named root cause
         headings = [h.text for h in driver.find_elements(By.TAG_NAME, "h2")]
         assert headings == [
-            "Detection", "Root cause analysis", "Distances and flags", "RCA timeline", "Interdependency graph"
+            "Detection", "Root cause analysis", "Sensor faults", "Distances and flags", "RCA timeline",
+            "Interdependency graph",
         ]  # fmt: skip
         tables = [t.text for t in driver.find_elements(By.TAG_NAME, "table")]
-        assert len(tables) == 2 and "proprietary (Z_c)" in tables[0]
+        assert len(tables) >= 3 and "proprietary (Z_c)" in tables[0]
+        assert "sensor faults reported" in tables[2]  # a count per plant, then the plants' own episodes
         assert metrics["after_onset"]["majority"] in body.text
         # the scores plot, as the browser painted it: filled, with the red fault onset / flag colours
         import io

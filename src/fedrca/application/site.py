@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,8 @@ from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict
 from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames
 from fedrca.detectors.factory import build_detector as build_plant_detector
-from fedrca.detectors.factory import fit_detectors, frame_segments
+from fedrca.detectors.factory import fit_detectors, fit_health, frame_segments
+from fedrca.detectors.health import HealthResult, SensorHealth
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
@@ -37,6 +38,7 @@ from fedrca.fleet.detector import build_fleet_detector
 from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
+from fedrca.rca.sensors import SensorEvents
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, RuntimeSettings, SiteRuntime
 
 __all__ = [
@@ -84,13 +86,14 @@ def apply_params(
 
 @dataclass
 class Site:
-    """Fitted detectors of a site, their nominal flags and the RCA engine."""
+    """Fitted detectors of a site, their nominal flags, the RCA engine and the plants' sensor checks."""
 
     config: SiteConfig
     detectors: dict[str, Detector]
     nominal_flags: dict[str, BoolArray]
     engine: RCAEngine
     params_version: str
+    health: dict[str, SensorHealth] = field(default_factory=dict)
 
     @property
     def graph(self) -> InterdependencyGraph:
@@ -152,6 +155,7 @@ def prepare_site(
     # a nominal frame made of several recordings says so in attrs["segments"]: each is a fresh stream
     segments = frame_segments(frame)
     detectors = build_detectors(config, nominal, source=source, segments=segments)
+    health = fit_health(config, nominal, segments=segments)
     version = "proprietary"
     artifacts = None
     if params_dir is not None:
@@ -179,16 +183,20 @@ def prepare_site(
         settings=settings,
         graph=graph if graph is not None else configured_graph(config, settings),
     )
-    return Site(config, detectors, nominal_flags, engine, version)
+    return Site(config, detectors, nominal_flags, engine, version, health)
 
 
 @dataclass
 class PipelineRun:
-    """What one in-process run produced."""
+    """What one in-process run produced.
+
+    ``health``: each plant's sensor checks (which tag, which check: the plant's own evidence).
+    """
 
     site: Site
     results: dict[str, DetectionResult]
     verdicts: list[Verdict]
+    health: dict[str, HealthResult] = field(default_factory=dict)
 
     @property
     def plants(self) -> list[str]:
@@ -201,10 +209,20 @@ class PipelineRun:
         return len(next(iter(self.results.values())))
 
     def published(self) -> NDArray[np.int64]:
-        """Published flags (T, M, 2) as the RCA saw them."""
-        return np.stack(
+        """Published flags (T, M, 2) as the RCA saw them (-1 where a plant's row was degraded: no evidence)."""
+        out = np.stack(
             [np.column_stack([self.results[p].zc_pub, self.results[p].za_pub]) for p in self.plants], axis=1
         ).astype(np.int64)
+        for m, p in enumerate(self.plants):
+            out[self.results[p].degraded, m] = -1
+        return out
+
+    def sensor_faults(self) -> NDArray[np.bool_]:
+        """(T, M) the plants' own sensor-fault decisions (False for a plant without checks)."""
+        T = self.n_samples
+        return np.column_stack(
+            [self.health[p].fault if p in self.health else np.zeros(T, dtype=bool) for p in self.plants]
+        )
 
     def true_flags(self) -> NDArray[np.int64]:
         """The plants' own flags before randomized response (T, M, 2) (for detector metrics only)."""
@@ -218,11 +236,15 @@ def run_pipeline(
     data: str | Path | pd.DataFrame | Mapping[str, PlantData],
     reset: bool = True,
     source: str | None = None,
+    quality: Mapping[str, NDArray[np.uint8]] | None = None,
 ) -> PipelineRun:
-    """Process a data set: every detector in batch, then the engine over the published flags.
+    """Process a data set: every plant's sensor checks and detector in batch, then the engine and the
+    sensor events over the published flags and bits (the streaming runtime's order: a row's sensor
+    events before its process verdict).
 
     With ``reset`` the detectors and the engine start fresh (a new recording); ``source``
-    names a frame's file in error messages.
+    names a frame's file in error messages; ``quality`` gives per-plant (T, D) quality codes
+    (:class:`~fedrca.contracts.Quality`) of the values, as a sensor message's ``quality``.
     """
     config = site.config
     source = source or (str(data) if isinstance(data, str | Path) else "input")
@@ -231,21 +253,36 @@ def run_pipeline(
     if reset:
         for det in site.detectors.values():
             det.reset()
+        for health in site.health.values():
+            health.reset()
         site.engine.reset()
+    checked = {}
+    for name, health in site.health.items():
+        # a broken tag is excluded (NaN) before the plant's detector sees it
+        checked[name] = health.update(arrays[name].Y, None if quality is None else quality.get(name))
+        arrays[name] = PlantData(checked[name].values, arrays[name].U)
     results = run_detectors(site.detectors, arrays)
+    run = PipelineRun(site, results, [], checked)
     plants = config.plant_names
-    published = np.stack([np.column_stack([results[p].zc_pub, results[p].za_pub]) for p in plants], axis=1)
-    published = published.astype(np.int64)
     # a degraded row (too few usable sensors) is no evidence, like an absent plant (negative)
-    degraded = np.column_stack([results[p].degraded for p in plants])
-    published[degraded] = -1
+    published = run.published()
+    degraded = published[:, :, 0] < 0
     seqs = np.arange(len(published))
     levels = np.column_stack([results[p].level_pub for p in plants]) if config.severity_levels else None
     if levels is not None:
         levels = np.where(degraded, -1, levels)
     # rows are stamped like the live stream's: seq times the sampling interval
-    verdicts = site.engine.run(seqs, published, ts=seqs * config.dataset.sample_seconds, levels=levels)
-    return PipelineRun(site, results, verdicts)
+    ts = seqs * config.dataset.sample_seconds
+    verdicts = site.engine.run(seqs, published, ts=ts, levels=levels)
+    if checked:
+        bits = np.column_stack(
+            [checked[p].fault_pub.astype(np.int64) if p in checked else np.zeros(len(seqs), np.int64) for p in plants]
+        )
+        events = SensorEvents(config.site, plants, config.privacy.flag_epsilon).run(seqs, bits, ts)
+        # in seq order, a row's sensor events first
+        verdicts = sorted([*events, *verdicts], key=lambda v: (v.seq, not v.is_sensor_event))
+    run.verdicts = verdicts
+    return run
 
 
 def build_detectors(
@@ -336,7 +373,7 @@ def site_runtime(
     """
     site = prepare_site(config, train, params_dir=params_dir)
     metrics = metrics or Metrics(plants=site.config.plant_names)
-    plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings)
+    plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings, health=site.health)
     artifacts = None if params_dir is None else load_params(params_dir, site.config)
     for plant, artifact in (artifacts or {}).items():
         if plant in plants.processors:
@@ -398,7 +435,8 @@ def plant_runtime(
         for p in config.plants
         if p.name in served
     }
-    runtime = PlantRuntime(config, detectors, metrics=metrics, settings=settings)
+    health = fit_health(config, nominal, segments=frame_segments(frame), plants=served)
+    runtime = PlantRuntime(config, detectors, metrics=metrics, settings=settings, health=health)
     if params_dir is not None:
         artifacts = load_params(params_dir, config, plants=served)
         apply_params(detectors, artifacts, params_dir)

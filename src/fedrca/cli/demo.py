@@ -6,7 +6,9 @@
    (the code the Kafka workers run) built from the trained parameters;
 3. the bundled nominal test file and fault files replayed as live streams
    (JSON sensor messages in, JSON flags and verdicts out), verdicts printed as they
-   change, Prometheus metrics served on ``/metrics`` while it runs;
+   change, Prometheus metrics served on ``/metrics`` while it runs; then one fault file
+   again with a broken sensor in another plant (``--sensor-fault``): the sensor fault and
+   the process fault told apart;
 4. the evaluation table and a report directory (PNG plots + HTML page per file).
 """
 
@@ -32,8 +34,8 @@ from fedrca.application.protocol_demo import through_mqtt, through_opcua
 from fedrca.application.site import site_runtime
 from fedrca.application.training import train_site
 from fedrca.cli.bundled import bundled_config, bundled_data_dir
-from fedrca.cli.report import write_report
-from fedrca.config import load_config
+from fedrca.cli.report import sensor_episodes, write_report
+from fedrca.config import SiteConfig, load_config
 from fedrca.config.limits import (
     MAX_DEMO_HOURS,
     MAX_HOLD_SECONDS,
@@ -43,8 +45,9 @@ from fedrca.config.limits import (
 from fedrca.connectors.kafka import bootstrap_of
 from fedrca.connectors.replay import Pacer
 from fedrca.connectors.simulator import SimulationSpec, TEPSimulator, cached_run, parse_disturbance
-from fedrca.contracts import Verdict
+from fedrca.contracts import SENSOR_FAULT, Verdict
 from fedrca.datasets.loader import load_frame, plant_frames
+from fedrca.datasets.sensor_faults import inject_sensor_fault, parse_sensor_fault
 from fedrca.datasets.tep import TEP_COLUMNS, TEP_FAULT_ONSET, TEP_FAULT_ROOTS, TEP_SAMPLE_SECONDS
 from fedrca.exceptions import ConfigError, DataError
 from fedrca.observability import Metrics
@@ -61,6 +64,8 @@ class FileResult:
     name: str
     root: str | None  # None for nominal data
     run: EmbeddedRun
+    #: the injected sensor fault: (plant, tag, first sample, kind), None without one
+    sensor: tuple[str, str, int, str] | None = None
 
 
 def _say(message: str) -> None:
@@ -71,6 +76,17 @@ def _verdict_printer(name: str) -> Any:
     last: list[tuple[Any, ...]] = [()]
 
     def show(v: Verdict) -> None:
+        if v.is_sensor_event:
+            plants = ", ".join(v.sensor_plants)
+            what = (
+                f"sensor fault in {plants} (a broken tag, not a process fault)"
+                if v.outcome == SENSOR_FAULT
+                else f"sensor of {plants} recovered"
+            )
+            if sys.stderr.isatty():
+                sys.stderr.write("\r" + " " * 70 + "\r")
+            _say(f"  [{name}] sample {v.seq:>4}: {what}")
+            return
         key = (v.root_cause, v.propagated, v.outcome, v.candidates)
         if key == last[0]:
             return  # print changes, not every row of an episode
@@ -89,10 +105,21 @@ def _verdict_printer(name: str) -> Any:
     return show
 
 
+def _sensor_events(verdicts: list[Verdict]) -> str:
+    """The plants whose sensor fault the RCA reported, each with the sample of its first report, ``-`` for none."""
+    first: dict[str, int] = {}
+    for v in verdicts:
+        if v.outcome == SENSOR_FAULT:
+            for p in v.sensor_plants:
+                first.setdefault(p, v.seq)
+    return " ".join(f"{p}@{seq}" for p, seq in first.items()) or "-"
+
+
 def _score(result: FileResult, plants: list[str], onset: int) -> dict[str, Any]:
     run = result.run
     zc = np.asarray(np.column_stack([run.results[p].zc for p in plants]).any(axis=1))
-    verdicts = run.verdicts
+    verdicts = [v for v in run.verdicts if not v.is_sensor_event]
+    sensor = _sensor_events(run.verdicts)
     if result.root is None:
         naming = [v for v in verdicts if v.root_cause is not None]
         return {
@@ -104,6 +131,7 @@ def _score(result: FileResult, plants: list[str], onset: int) -> dict[str, Any]:
             "correct after onset": "-",
             "majority after onset": "-",
             "RCA delay": "-",
+            "sensor faults": sensor,
         }
     after = [v for v in verdicts if v.seq >= onset]
     named = Counter(v.root_cause for v in after if v.root_cause is not None)
@@ -118,7 +146,21 @@ def _score(result: FileResult, plants: list[str], onset: int) -> dict[str, Any]:
         "correct after onset": f"{correct}/{len(after)}",
         "majority after onset": named.most_common(1)[0][0] if named else "-",
         "RCA delay": "-" if first is None else f"{first - onset} samples",
+        "sensor faults": sensor,
     }
+
+
+def _sensor_rows(result: FileResult, runtime: SiteRuntime) -> list[dict[str, Any]]:
+    """The injected sensor fault and the plants' own sensor-fault episodes (the operator report holds every
+    plant's data, so it may name the tag, which never leaves a plant's boundary in the live system)."""
+    checks = {p: h for p, proc in runtime.plants.processors.items() if (h := proc.health) is not None}
+    rows = sensor_episodes(result.run.health, checks)
+    if result.sensor is not None:
+        plant, tag, start, kind = result.sensor
+        injected = {"plant": plant, "tag": tag, "check": f"{kind} (injected)", "from sample": start,
+                    "to sample": result.run.rows - 1}  # fmt: skip
+        rows.insert(0, injected)
+    return rows
 
 
 def _report(out: Path, result: FileResult, runtime: SiteRuntime, onset: int) -> Path:
@@ -148,6 +190,7 @@ def _report(out: Path, result: FileResult, runtime: SiteRuntime, onset: int) -> 
         rca_rows=[{k: v for k, v in row.items() if k != "alarm rate"}],
         fault_start=onset if result.root else None,
         root_cause=result.root,
+        sensor_rows=_sensor_rows(result, runtime),
     )
 
 
@@ -166,6 +209,64 @@ def _index(out: Path, rows: list[dict[str, Any]]) -> Path:
     return write_file(out / "index.html", page)
 
 
+def _sensor_fault_replay(
+    args: argparse.Namespace, config: SiteConfig, runtime: SiteRuntime, data_dir: Path, pacer_spec: str
+) -> FileResult:
+    """One bundled file replayed again with a broken sensor (``--sensor-fault FAULT:TAG@SAMPLE[:KIND]``)."""
+    fault, tag, start, kind = sensor_fault_option(args.sensor_fault)
+    name = f"d{fault}_te.dat"
+    root = TEP_FAULT_ROOTS.get(fault)
+    path = data_dir / name
+    frame = load_frame(config, path)
+    arrays = plant_frames(config, frame, str(path))
+    plant = next((p.name for p in config.plants if tag in p.sensors), None)
+    if plant is None:
+        raise ConfigError(f"{tag} is no sensor of any plant of {config.site}", key="--sensor-fault")
+    column = config.plant(plant).sensors.index(tag)
+    if start >= len(frame):
+        raise ConfigError(f"{name} has {len(frame)} samples; the sensor fault starts at {start}", key="--sensor-fault")
+    values = {p: d.Y for p, d in arrays.items()}
+    values[plant], codes = inject_sensor_fault(values[plant], column, kind, start, len(frame), seed=0)
+    label = f"{name}+{kind} {tag}"
+    runtime.reset()
+    what = "nominal operation" if root is None else f"fault from sample {TEP_FAULT_ONSET}, true root {root}"
+    _say(f"\n  replaying {name} again with {tag} of the {plant} {kind} from sample {start} ({what})")
+    run = replay_frame(
+        runtime,
+        values,
+        sample_seconds=TEP_SAMPLE_SECONDS,
+        pacer=Pacer.from_spec(pacer_spec),
+        on_verdict=_verdict_printer(f"{name.removesuffix('_te.dat')}+{kind}"),
+        progress=progress_bar(label),
+        quality={plant: codes},
+    )
+    return FileResult(label, root, run, (plant, tag, start, kind))
+
+
+def sensor_fault_option(text: str) -> tuple[str, str, int, str]:
+    """``--sensor-fault FAULT:TAG@SAMPLE[:KIND]`` -> (bundled fault number, tag, first sample, kind); ``00`` is
+    the nominal test file.
+
+    Examples
+    --------
+    >>> sensor_fault_option("04:XMEAS(13)@100")
+    ('04', 'XMEAS(13)', 100, 'stuck')
+    """
+    fault, _, rest = text.partition(":")
+    fault = fault.strip().zfill(2)
+    if fault != "00" and fault not in TEP_FAULT_ROOTS:
+        raise ConfigError(
+            f"a sensor fault is FAULT:TAG@SAMPLE[:KIND] with FAULT 00 (nominal) or one of "
+            f"{', '.join(TEP_FAULT_ROOTS)}, got {text!r}",
+            key="--sensor-fault",
+        )
+    try:
+        tag, start, kind = parse_sensor_fault(rest)
+    except DataError as exc:
+        raise ConfigError(str(exc), key="--sensor-fault") from None
+    return fault, tag, start, kind
+
+
 def check_demo_options(args: argparse.Namespace) -> SimulationSpec:
     """Refuse every number of ``fedrca demo`` outside its bound before any work (whatever ``--source``).
 
@@ -176,6 +277,8 @@ def check_demo_options(args: argparse.Namespace) -> SimulationSpec:
     """
     check_range("--metrics-port", args.metrics_port, 0, MAX_PORT, "a TCP port; 0 = any free one")
     check_range("--hold", args.hold, 0, MAX_HOLD_SECONDS, "seconds /metrics is served at the end; Ctrl-C ends it")
+    if getattr(args, "sensor_fault", "none") != "none":
+        sensor_fault_option(args.sensor_fault)
     Pacer.from_spec(args.speed)
     disturbance = parse_disturbance(args.idv)
     spec = SimulationSpec(hours=args.hours, seed=args.seed, disturbances=(disturbance,))
@@ -316,6 +419,8 @@ def run_demo(args: argparse.Namespace) -> int:
             agree = [_verdict_key(a) == _verdict_key(b) for a, b in zip(expected.verdicts, run.verdicts, strict=False)]
             n = max(len(expected.verdicts), len(run.verdicts))
             same.append(f"{name}: {sum(agree)}/{n}")
+    if args.sensor_fault != "none" and not protocol:
+        results.append(_sensor_fault_replay(args, config, runtime, data_dir, pacer_spec))
 
     # 3. evaluation and report
     rows = [_score(r, config.plant_names, TEP_FAULT_ONSET) for r in results]
@@ -447,6 +552,11 @@ def register(sub: Any) -> None:
     demo.add_argument(
         "--period", type=float, default=0.2,
         help="opcua, mqtt: seconds between two rows on the server (default 0.2; 960 rows a file take 3 minutes)",
+    )  # fmt: skip
+    demo.add_argument(
+        "--sensor-fault", default="04:XMEAS(13)@100", metavar="FAULT:TAG@SAMPLE[:KIND]",
+        help="files: replay this bundled file again with TAG broken from SAMPLE (KIND stuck, flatline, range, stale or "
+        "bad; default 04:XMEAS(13)@100, the separator pressure stuck during the reactor's fault; none: skip)",
     )  # fmt: skip
     demo.add_argument("--idv", default="4@2", metavar="N[@HOURS]", help="simulator: the disturbance (default 4@2)")
     demo.add_argument("--hours", type=float, default=8.0, help="simulator: hours of the live run (default 8)")

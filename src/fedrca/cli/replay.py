@@ -29,7 +29,7 @@ from fedrca.application.outputs import Outputs
 from fedrca.application.params import load_params
 from fedrca.application.site import PipelineRun, configured_graph, prepare_site, run_pipeline
 from fedrca.cli.detect import flags_jsonl
-from fedrca.cli.report import write_report
+from fedrca.cli.report import sensor_episodes, write_report
 from fedrca.config import load_config
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError
@@ -82,7 +82,7 @@ def _replay(args: argparse.Namespace) -> int:
         out.write("--flags-out", text)
         lines = [v.encode().decode() for v in run.verdicts]
         out.write("--verdicts-out", "".join(line + "\n" for line in lines))
-    named = Counter(v.root_cause or v.outcome for v in run.verdicts)
+    named = Counter(v.root_cause or v.outcome for v in run.verdicts)  # sensor events as sensor_fault / _recovered
     print(f"wrote {n_flags} flag lines to {args.flags_out} and {len(lines)} verdicts to {args.verdicts_out}")
     if named:
         print("verdicts: " + ", ".join(f"{k} {n}" for k, n in named.most_common()))
@@ -155,6 +155,7 @@ def _evaluate_run(args: argparse.Namespace, run: PipelineRun, out: Outputs) -> P
             rca_rows=result.rca_rows(),
             fault_start=args.fault_start,
             root_cause=args.root_cause,
+            sensor_rows=sensor_episodes(run.health, run.site.health),
         )
     return out.path("--report") / page.name
 

@@ -6,7 +6,8 @@
   scale) with their thresholds, the published alarm flags underneath, and the
   fault onset;
 * ``timeline.png`` — the published flag pairs of every plant over time, the
-  RCA verdicts (named root per verdict, green when correct) and their posterior;
+  RCA verdicts (named root per verdict, green when correct), the sensor events
+  (a plant's sensor fault begins or ends: purple squares) and the posterior;
 * ``graph.png`` / ``graph.json`` — the interdependency graph the engine used;
 * ``metrics.json`` and ``index.html`` — the metrics table and the pictures.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,10 +28,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.application.outputs import write_file, write_with
-from fedrca.contracts import Verdict
+from fedrca.contracts import SENSOR_FAULT, Verdict
+from fedrca.detectors.health import CHECKS, HealthResult, SensorHealth
 from fedrca.rca.graph import InterdependencyGraph
 
-__all__ = ["draw_graph", "graph_picture", "plot_scores", "plot_timeline", "write_report"]
+__all__ = ["draw_graph", "graph_picture", "plot_scores", "plot_timeline", "sensor_episodes", "write_report"]
 
 _COLORS = ["#3465a4", "#cc0000", "#4e9a06", "#c4a000", "#75507b", "#ce5c00", "#06989a", "#8f5902"]
 
@@ -117,6 +120,8 @@ def plot_timeline(
     ax_flags.set_yticklabels(plants, fontsize=8)
     ax_flags.set_title("published flag pairs: (0,0) light, (0,1) olive, (1,0) orange, (1,1) red", fontsize=9)
     labels = [*plants, "other", "none"]
+    events = [v for v in verdicts if v.is_sensor_event]
+    verdicts = [v for v in verdicts if not v.is_sensor_event]
     seqs = np.array([v.seq for v in verdicts], dtype=np.int64)
     rows = np.array(
         [
@@ -130,12 +135,22 @@ def plot_timeline(
         ax_rca.scatter(seqs[ok], rows[ok], s=14, color="#4e9a06", label="correct root")
         ax_rca.scatter(seqs[~ok], rows[~ok], s=14, color="#cc0000", marker="x", label="other verdict")
         ax_post.step(seqs, [v.posterior for v in verdicts], where="post", color="#333333", lw=0.8)
+    for v in events:
+        began = v.outcome == SENSOR_FAULT
+        for plant in v.sensor_plants:
+            ax_rca.scatter([v.seq], [plants.index(plant)], s=30, marker="s", color="#75507b",
+                           facecolors="#75507b" if began else "none",
+                           label="sensor fault" if began else "sensor recovered")  # fmt: skip
     ax_rca.set_yticks(np.arange(len(labels)))
     ax_rca.set_yticklabels(labels, fontsize=8)
     ax_rca.set_ylim(len(labels) - 0.5, -0.5)
-    ax_rca.set_title(f"RCA verdicts (named root per verdict); true root: {root_cause or '-'}", fontsize=9)
-    if len(seqs):
-        ax_rca.legend(loc="lower right", fontsize=7, frameon=False)
+    ax_rca.set_title(
+        f"RCA verdicts (named root per verdict), sensor events (squares); true root: {root_cause or '-'}", fontsize=9
+    )
+    if len(seqs) or events:
+        handles, names = ax_rca.get_legend_handles_labels()
+        unique = dict(zip(names, handles, strict=True))
+        ax_rca.legend(unique.values(), unique.keys(), loc="lower right", fontsize=7, frameon=False)
     ax_post.set_ylim(0, 1.05)
     ax_post.set_ylabel("posterior", fontsize=8)
     ax_post.set_xlabel("sample")
@@ -183,6 +198,11 @@ img {{ max-width: 100%; border: 1px solid #ddd; margin-bottom: 1.2em; }}
 {detection}
 <h2>Root cause analysis</h2>
 {rca}
+<h2>Sensor faults</h2>
+<p>A broken tag (stale, Bad, stuck, flat or out of range) is left out of its plant's statistics and
+reported as a sensor fault of the plant, never as a process root cause. The plant publishes one bit;
+the tags below are the plants' own view.</p>
+{sensors}
 <h2>Distances and flags</h2>
 <img src="scores.png" alt="per-plant d2 with thresholds and flags">
 <h2>RCA timeline</h2>
@@ -268,8 +288,12 @@ def write_report(
     rca_rows: Sequence[Mapping[str, Any]],
     fault_start: int | None = None,
     root_cause: str | None = None,
+    sensor_rows: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
     """Write the PNGs, graph.json, metrics.json and index.html into ``directory``; returns the page.
+
+    ``sensor_rows``: the sensor-fault episodes (plant, tag, check, rows) the page lists; the
+    sensor events among ``verdicts`` are counted and drawn on the timeline.
 
     The caller stages ``directory`` (:func:`fedrca.application.outputs.staged_folder`) so that a
     report appears whole or not at all; every file is written whole by itself too.
@@ -280,13 +304,33 @@ def write_report(
     draw_graph(graph, out / "graph.png")
     write_file(out / "graph.json", graph.to_json() + "\n")
     write_file(out / "metrics.json", json.dumps(metrics, indent=2, default=_json_default) + "\n")
+    events = Counter(p for v in verdicts if v.outcome == SENSOR_FAULT for p in v.sensor_plants)
+    counts = [{"plant": p, "sensor faults reported": events.get(p, 0)} for p in plants]
     page = _PAGE.format(
         title=html.escape(title),
         summary=html.escape(summary),
         detection=_table(detection_rows),
         rca=_table(rca_rows),
+        sensors=_table(counts) + _table(sensor_rows),
     )
     return write_file(out / "index.html", page)
+
+
+def sensor_episodes(results: Mapping[str, HealthResult], checks: Mapping[str, SensorHealth]) -> list[dict[str, Any]]:
+    """The plants' own sensor-fault episodes of a run: plant, tag, check, first and last sample (a report made
+    where every plant's data is, e.g. ``fedrca demo`` or ``fedrca evaluate``, may name the tag; in the live
+    system it never leaves its plant)."""
+    rows = []
+    for plant, checked in results.items():
+        health = checks.get(plant)
+        if health is None:
+            continue
+        for t, tag, check in health.describe(checked):
+            column = health.tags.index(tag) if health.tags else int(tag)
+            active = checked.checks[CHECKS.index(check), t:, column]
+            last = t + (int(np.argmin(active)) - 1 if not active.all() else len(active) - 1)
+            rows.append({"plant": plant, "tag": tag, "check": check, "from sample": t, "to sample": last})
+    return rows
 
 
 def _json_default(value: Any) -> Any:

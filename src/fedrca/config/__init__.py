@@ -16,6 +16,7 @@ This package imports nothing of fedrca but :mod:`fedrca.exceptions`.
 from fedrca.config.causal import CausalSettings, parse_causal_settings
 from fedrca.config.edge import EdgeSettings, OpcuaSource, OpcuaTag, ResolvedTag, resolve_tags
 from fedrca.config.formats import KNOWN_COLUMNS, MIN_NOMINAL_SAMPLES, TEP_COLUMNS
+from fedrca.config.health import HealthSettings
 from fedrca.config.rca import GraphOptions, RCASettings, parse_rca_settings
 from fedrca.config.site import (
     AugmentationSettings,
@@ -50,6 +51,7 @@ __all__ = [
     "EdgeSettings",
     "GraphOptions",
     "GraphSettings",
+    "HealthSettings",
     "KafkaSettings",
     "ModelSettings",
     "OpcuaSource",

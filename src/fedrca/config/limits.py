@@ -331,8 +331,9 @@ def stream_bytes(plants: int, served: int, batch_size: int, lateness: int, windo
 def rca_state_bytes(plants: Sequence[str], lateness: int, horizon: int) -> int:
     """JSON bytes of an RCA worker's state record (written to Kafka with every batch) but its verdict ids.
 
-    ``L (64 + sum(2 len(p) + 16)) + H (24 + 2 M) + 14,200 M + 1,000``: the aligner's pending rows
-    (at most L + 1: a seq key, each plant's bits and level, the row's time), the engine's H rows
+    ``L (104 + sum(4 len(p) + 45)) + H (24 + 2 M) + 14,200 M + 1,000``: the aligner's pending rows
+    (at most L + 1: a seq key, each plant's bits and level, the row's time, each plant's own time when
+    its clock differs, the plants whose sensor-fault bit is set), the engine's H rows
     of flag codes, the aligner's memory of 10,000 released rows (zlib and base64, at worst 4/3 of
     a byte per plant and row) and the engine's per-plant statistics. At most
     ``MAX_KAFKA_RECORD - 256 KiB`` (the rest for the verdict ids): ``fedrca run`` refuses a longer
@@ -341,10 +342,10 @@ def rca_state_bytes(plants: Sequence[str], lateness: int, horizon: int) -> int:
     Examples
     --------
     >>> rca_state_bytes(["reactor", "separator"], 1000, 30)
-    158240
+    288240
     """
     M = len(plants)
-    row = 64 + sum(2 * len(p) + 16 for p in plants)
+    row = 104 + sum(4 * len(p) + 45 for p in plants)
     return lateness * row + horizon * (24 + 2 * M) + 14_200 * M + 1_000
 
 

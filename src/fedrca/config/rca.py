@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
-from fedrca.config._base import Strict, parse_section
+from fedrca.config._base import Strict, parse_inf, parse_section
 
 #: Graph sources learned from finite nominal data (server block test, FedPC, a graph file):
 #: their missing edges are doubted more than an operator's (``unlisted_path`` auto).
@@ -110,6 +110,10 @@ class RCASettings(Strict):
         hypothesis (the rest keeps the ordinary onset order)
     candidate_mass : share of the root posterior the candidates of a verdict hold (the
         plants an operator is shown next to the root, most likely first)
+    max_clock_skew : seconds a plant's time may differ from the median time of the plants in
+        its row before the row is judged without it (its row stands for another moment; at
+        least two plants must agree); ``auto`` = one sampling interval
+        (``dataset.sample_seconds``), ``inf`` = never (docs/streams.md, "Time")
     """
 
     horizon: int = Field(30, ge=1)
@@ -142,7 +146,22 @@ class RCASettings(Strict):
     unobserved_entry: list[str] = Field(default_factory=list)
     unobserved_weight: float = Field(0.5, gt=0.0, lt=1.0)
     candidate_mass: float = Field(0.95, gt=0.0, le=1.0)
+    max_clock_skew: float | Literal["auto"] = Field(
+        "auto", json_schema_extra=_hint("must be 'auto', 'inf' or seconds >= 0")
+    )
     graph: GraphOptions = GraphOptions()
+
+    @field_validator("max_clock_skew", mode="before")
+    @classmethod
+    def _skew(cls, value: Any) -> Any:
+        value = parse_inf(value)
+        if value != "auto" and not (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0):
+            raise ValueError("must be 'auto', 'inf' or seconds >= 0")
+        return value
+
+    def max_clock_skew_for(self, sample_seconds: float) -> float:
+        """Seconds of clock skew tolerated: the configured value, or ``auto`` = one sampling interval."""
+        return float(sample_seconds) if self.max_clock_skew == "auto" else float(self.max_clock_skew)
 
     @field_validator("leak", "imperfect")
     @classmethod

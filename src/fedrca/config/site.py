@@ -37,6 +37,7 @@ from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
 from fedrca.config.edge import EdgeSettings, check_edge, parse_edge
 from fedrca.config.formats import KNOWN_COLUMNS
+from fedrca.config.health import HealthSettings
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
     MAX_SEVERITY_LEVELS,
@@ -284,6 +285,7 @@ class PlantConfig(Strict):
     augmentation: AugmentationSettings = AugmentationSettings()
     scoring: ScoringSettings = ScoringSettings()
     detector: DetectorSettings = DetectorSettings()
+    health: HealthSettings = HealthSettings()
 
     @model_validator(mode="after")
     def _sensors_or_match(self) -> PlantConfig:
@@ -291,6 +293,9 @@ class PlantConfig(Strict):
             raise ValueError("give the sensor columns (sensors: [...]) or a rule (match: {prefix: 'P1_'})")
         if self.match is not None and self.sensors:
             raise ValueError("give either sensors: [...] or match: {...}, not both")
+        unknown = sorted(set(self.health.limits) - set(self.sensors)) if self.sensors else []
+        if unknown:
+            raise ValueError(f"health.limits names {unknown}, not sensors of this plant; its sensors: {self.sensors}")
         return self
 
     @property
@@ -468,24 +473,28 @@ class SiteConfig(Strict):
         return render_topic(str(template), **names)
 
 
-_SECTIONS = ("model", "augmentation", "scoring")
+_SECTIONS = ("model", "augmentation", "scoring", "health")
 
 
 def parameters_hash(config: SiteConfig) -> str:
     """sha256 of what trained parameters depend on: the plants (names, inputs, models, scoring) and ``training``.
 
-    Topics, Kafka, the RCA settings, the graph, flag privacy and ``scoring.min_sensors`` are
-    left out: changing them needs no retraining. The sensor columns are left out too, because a plant given
-    by a ``match`` rule only has them once a data file resolved it; they are bound
+    Topics, Kafka, the RCA settings, the graph, flag privacy, ``scoring.min_sensors`` and the
+    plants' sensor checks (``health``) are left out: changing them needs no retraining. The
+    sensor columns are left out too, because a plant given by a ``match`` rule only has them
+    once a data file resolved it; they are bound
     separately as each plant artifact's ``schema`` (:meth:`PlantConfig.data_schema`), checked
     wherever the plant's data is read. A training checkpoint and every artifact carry
     this hash, and an artifact is refused under a configuration with another one
     (:func:`fedrca.contracts.check_binding`; ``tests/training/test_artifacts.py``).
     """
     part = {
-        # scoring.min_sensors only decides which rows are scored: no retraining
+        # scoring.min_sensors only decides which rows are scored, health which tags: no retraining
         "plants": [
-            plant.model_dump(mode="python", exclude={"sensors": True, "match": True, "scoring": {"min_sensors"}})
+            plant.model_dump(
+                mode="python",
+                exclude={"sensors": True, "match": True, "health": True, "scoring": {"min_sensors"}},
+            )
             for plant in config.plants
         ],
         "training": config.training.model_dump(mode="python"),
@@ -537,6 +546,17 @@ def compress_columns(columns: list[str]) -> str:
     return ", ".join(parts)
 
 
+def _defaults_for(defaults: dict[str, Any], plant: dict[str, Any]) -> dict[str, Any]:
+    """The ``defaults`` sections for one plant: site-wide ``health.limits`` keep only the plant's own sensors
+    (a plant's own ``health.limits`` must name its sensors; the defaults may name every tag of the site)."""
+    out = {k: defaults.get(k, {}) for k in _SECTIONS}
+    health, sensors = out.get("health"), plant.get("sensors")
+    if isinstance(health, dict) and isinstance(health.get("limits"), dict) and isinstance(sensors, list):
+        own = set(sensors)
+        out["health"] = {**health, "limits": {t: v for t, v in health["limits"].items() if t in own}}
+    return out
+
+
 def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     """Validate a configuration mapping (already parsed from YAML).
 
@@ -550,7 +570,9 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     data = copy.deepcopy(data)
     defaults = data.pop("defaults", None) or {}
     if not isinstance(defaults, dict):
-        raise ConfigError("must be a mapping of model/augmentation/scoring settings", source=source, key="defaults")
+        raise ConfigError(
+            "must be a mapping of model/augmentation/scoring/health settings", source=source, key="defaults"
+        )
     unknown = set(defaults) - set(_SECTIONS)
     if unknown:
         raise ConfigError(
@@ -560,9 +582,7 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         )
     plants = data.get("plants")
     if isinstance(plants, list):
-        data["plants"] = [
-            _merge({k: defaults.get(k, {}) for k in _SECTIONS}, p) if isinstance(p, dict) else p for p in plants
-        ]
+        data["plants"] = [_merge(_defaults_for(defaults, p), p) if isinstance(p, dict) else p for p in plants]
     for section in ("training", "rca", "causal"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"

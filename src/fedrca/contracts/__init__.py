@@ -32,6 +32,9 @@ from fedrca.contracts.deadletter import DeadLetterReason, DeadLetterStage, deadl
 from fedrca.contracts.flagstate import N_FLAG_STATES, FlagState, flag_bits, flag_states
 from fedrca.contracts.messages import (
     PRIVACY_WITHHELD,
+    SENSOR_FAULT,
+    SENSOR_OUTCOMES,
+    SENSOR_RECOVERED,
     FlagMessage,
     Quality,
     SensorMessage,
@@ -48,6 +51,9 @@ __all__ = [
     "NOMINAL_STATE_COUNTS",
     "N_FLAG_STATES",
     "PRIVACY_WITHHELD",
+    "SENSOR_FAULT",
+    "SENSOR_OUTCOMES",
+    "SENSOR_RECOVERED",
     "SERVER",
     "DeadLetterReason",
     "DeadLetterStage",

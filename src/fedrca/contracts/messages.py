@@ -17,10 +17,13 @@ Contracts (one schema each, used by the topics, the replay files and the reports
 * flags    ``{"site","plant","ts","seq","zc","za","eps","model_version"}`` (published flags only;
   ``"withheld": true`` with zc = za = 0 when the plant's privacy budget stopped it publishing;
   ``"degraded": true`` with zc = za = 0 when the plant's row had fewer usable sensors than its
-  configured minimum and was not scored — one bit, never which sensors), plus
-  ``"level","level_eps"`` when the plant publishes severity levels (k-ary randomized response).
-  Optional fields appear only when set; a consumer reads them with a default.
+  configured minimum and was not scored — one bit, never which sensors; ``"sensor_fault": true`` when
+  the plant has a sensor fault at that sample — one bit, randomized like the flags, never which tag
+  (docs/sensors.md)), plus ``"level","level_eps"`` when the plant publishes severity levels (k-ary
+  randomized response). Optional fields appear only when set; a consumer reads them with a default.
 * verdicts ``{"site","ts","seq","root_cause","propagated","posterior","evidence_window","outcome","id"}``
+  plus ``"sensor_plants"`` on a sensor event (outcome ``sensor_fault`` / ``sensor_recovered``: the
+  plants whose sensor fault it reports; never a process root cause, ``root_cause`` is null)
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ from fedrca.exceptions import MessageError
 
 __all__ = [
     "PRIVACY_WITHHELD",
+    "SENSOR_FAULT",
+    "SENSOR_OUTCOMES",
+    "SENSOR_RECOVERED",
     "FlagMessage",
     "Quality",
     "SensorMessage",
@@ -205,6 +211,13 @@ class SensorMessage:
 #: Verdict outcome while a plant withholds its flags (its privacy budget is exhausted and
 #: ``privacy.on_exhausted`` is ``stop``): the verdict was reached without that plant's evidence.
 PRIVACY_WITHHELD = "privacy_withheld"
+#: Outcome of a sensor event: the plants in ``sensor_plants`` report a sensor fault from this
+#: sample on (a broken tag, not a process fault; docs/sensors.md). Never names a root cause.
+SENSOR_FAULT = "sensor_fault"
+#: Outcome of a sensor event: the plants in ``sensor_plants`` report no sensor fault any more.
+SENSOR_RECOVERED = "sensor_recovered"
+#: The outcomes of sensor events.
+SENSOR_OUTCOMES = (SENSOR_FAULT, SENSOR_RECOVERED)
 
 
 @dataclass(frozen=True)
@@ -216,6 +229,10 @@ class FlagMessage:
     ``degraded`` marks a sample the plant did not score (fewer usable sensors than its
     configured minimum): its bits are 0 and carry no evidence either, neither alarm nor
     clearance; the bit says nothing of which sensors were missing.
+    ``sensor_fault`` says the plant has a sensor fault at this sample (a tag stale, Bad, stuck,
+    flat or out of range, excluded from its statistics; :mod:`fedrca.detectors.health`), after
+    randomized response of budget ``eps`` like the flags; never which tag. A degraded sample
+    carries it too; a withheld one publishes nothing.
     ``level`` is the published severity level of the proprietary score (0 = no alarm,
     1, 2, ... for each factor ``severity_base`` above the threshold) after its k-ary
     randomized response of budget ``level_eps``; None when the plant publishes no levels
@@ -234,6 +251,7 @@ class FlagMessage:
     level: int | None = None
     level_eps: float = math.inf
     degraded: bool = False
+    sensor_fault: bool = False
 
     @property
     def evidence(self) -> bool:
@@ -241,7 +259,7 @@ class FlagMessage:
         return not (self.withheld or self.degraded)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract (``withheld``, ``degraded`` and the levels only when set)."""
+        """The JSON contract (``withheld``, ``degraded``, ``sensor_fault`` and the levels only when set)."""
         out: dict[str, Any] = {
             "site": self.site,
             "plant": self.plant,
@@ -256,6 +274,8 @@ class FlagMessage:
             out["withheld"] = True
         if self.degraded:
             out["degraded"] = True
+        if self.sensor_fault:
+            out["sensor_fault"] = True
         if self.level is not None:
             out["level"] = self.level
             out["level_eps"] = None if math.isinf(self.level_eps) else self.level_eps
@@ -490,6 +510,7 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
         if (
             f.withheld
             or f.degraded
+            or f.sensor_fault
             or f.level is not None
             or not (type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int)
         ):
@@ -531,6 +552,11 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
     degraded = data.get("degraded", False)
     if type(degraded) is not bool or (degraded and flags != [0, 0]):
         raise MessageError(R.BAD_FLAG, f"'degraded' must be true (with zc = za = 0) or false, got {degraded!r}")
+    sensor_fault = data.get("sensor_fault", False)
+    if type(sensor_fault) is not bool or (sensor_fault and withheld):
+        raise MessageError(
+            R.BAD_FLAG, f"'sensor_fault' must be true or false (false on a withheld flag), got {sensor_fault!r}"
+        )
     eps = data.get("eps")
     level = data.get("level")
     if level is not None and (type(level) is not int or level < 0):
@@ -549,18 +575,27 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
         level,
         math.inf if level_eps is None else float(level_eps),
         degraded,
+        sensor_fault,
     )
 
 
-def verdict_id(site: str, root_cause: str | None, window: tuple[int, int]) -> str:
+def verdict_id(site: str, root_cause: str | None, window: tuple[int, int], sensor: str | None = None) -> str:
     """Deterministic verdict id: the same verdict of the same evidence always gets the same id.
+
+    ``sensor`` tells a sensor event apart (its outcome and plants): it shares no id with a
+    process verdict of the same window.
 
     Examples
     --------
     >>> verdict_id("tep", "reactor", (161, 170)) == verdict_id("tep", "reactor", (161, 170))
     True
+    >>> verdict_id("tep", None, (1, 9)) == verdict_id("tep", None, (1, 9), sensor="sensor_fault:reactor")
+    False
     """
-    return hashlib.sha1(f"{site}|{root_cause}|{window[0]}|{window[1]}".encode()).hexdigest()[:16]
+    key = f"{site}|{root_cause}|{window[0]}|{window[1]}"
+    if sensor is not None:
+        key += f"|{sensor}"
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -580,6 +615,9 @@ class Verdict:
     candidates : the root-cause candidates an operator is shown, most likely first: the plants
         whose root hypotheses together hold ``rca.candidate_mass`` of the root posterior (empty
         when no root hypothesis has weight); the named root, when there is one, comes first
+    sensor_plants : a sensor event (outcome in :data:`SENSOR_OUTCOMES`): the plants whose sensor
+        fault began (``sensor_fault``) or ended (``sensor_recovered``); empty on every process
+        verdict. A sensor event never names a root cause
     id : deterministic id (:func:`verdict_id`), derived; a re-processed window gives the same id
 
     Examples
@@ -589,6 +627,9 @@ class Verdict:
     True
     >>> sorted(v.to_dict())
     ['candidates', 'evidence_window', 'id', 'outcome', 'posterior', 'propagated', 'root_cause', 'seq', 'site', 'ts']
+    >>> e = Verdict("tep", 540.0, 3, None, (), 1.0, (2, 3), SENSOR_FAULT, sensor_plants=("reactor",))
+    >>> e.to_dict()["sensor_plants"], e.is_sensor_event, Verdict.decode(e.encode()) == e
+    (['reactor'], True, True)
     """
 
     site: str
@@ -600,6 +641,7 @@ class Verdict:
     evidence_window: tuple[int, int]
     outcome: str
     candidates: tuple[str, ...] = ()
+    sensor_plants: tuple[str, ...] = ()
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -610,11 +652,26 @@ class Verdict:
         first, last = self.evidence_window
         if first > last:
             raise MessageError(R.BAD_WINDOW, f"evidence window {self.evidence_window} is empty")
-        object.__setattr__(self, "id", verdict_id(self.site, self.root_cause, self.evidence_window))
+        sensor = None
+        if self.sensor_plants or self.outcome in SENSOR_OUTCOMES:
+            if self.outcome not in SENSOR_OUTCOMES or not self.sensor_plants or self.root_cause is not None:
+                raise MessageError(
+                    R.BAD_FIELD,
+                    f"a sensor event has outcome {' or '.join(SENSOR_OUTCOMES)}, its plants in sensor_plants and "
+                    f"no root cause; got outcome {self.outcome!r}, sensor_plants {list(self.sensor_plants)}, "
+                    f"root_cause {self.root_cause!r}",
+                )
+            sensor = f"{self.outcome}:{','.join(self.sensor_plants)}"
+        object.__setattr__(self, "id", verdict_id(self.site, self.root_cause, self.evidence_window, sensor))
+
+    @property
+    def is_sensor_event(self) -> bool:
+        """True for a sensor event (a broken tag reported by its plant), False for a process verdict."""
+        return bool(self.sensor_plants)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract."""
-        return {
+        """The JSON contract (``sensor_plants`` only on a sensor event)."""
+        out: dict[str, Any] = {
             "site": self.site,
             "ts": self.ts,
             "seq": self.seq,
@@ -626,6 +683,9 @@ class Verdict:
             "candidates": list(self.candidates),
             "id": self.id,
         }
+        if self.sensor_plants:
+            out["sensor_plants"] = list(self.sensor_plants)
+        return out
 
     def encode(self) -> bytes:
         """Compact JSON bytes."""
@@ -647,6 +707,8 @@ class Verdict:
                 str(data["outcome"]),
                 # optional: verdicts of producers that did not list candidates
                 tuple(str(p) for p in data.get("candidates", ())),
+                # optional: only a sensor event carries it
+                tuple(str(p) for p in data.get("sensor_plants", ())),
             )
         except KeyError as exc:
             raise MessageError(R.MISSING_FIELD, f"no {exc} in verdict") from None

@@ -112,7 +112,7 @@ class PlantAgent:
                     f"sensor messages of plant '{self.plant}' must be keyed by the plant name, got {r.key!r}",
                 )
                 runtime.reject(batch, r.value, error)
-        out = runtime.process_plant(self.plant, batch.valid)
+        out = runtime.process_plant(self.plant, batch.valid, batch)
         flags = [Outgoing(self.flags_topic, value, key=key) for value in encode_flags(out.flags)]
         dead = [
             Outgoing(

@@ -20,13 +20,25 @@ Missing values (NaN, ``null`` on the wire) go to the detector, which scores the 
 sensors (docs/missing.md). A row it could not score (fewer usable sensors than the plant's
 ``min_sensors``: :attr:`DetectionResult.degraded`) is published as a flag with ``degraded`` set
 and no bits (the RCA takes it as no evidence), and is not charged to the window (it releases
-nothing computed from the values).
+nothing computed from the values), but for the sensor-fault bit below.
+
+With a :class:`~fedrca.detectors.health.SensorHealth` the plant checks its own tags first: a
+stale, Bad, stuck, flat or out-of-range tag is excluded (NaN) from the detector's rows, and
+every flag carries the plant's sensor-fault bit (randomized like the flags, one more bit per
+sample in the window; a degraded row publishes that bit alone). Which tag stays here.
+
+Time: a message whose seq is below the last processed one is a *duplicate* (a redelivery) or,
+when its seq was skipped (a later one came first), *late*: the processor published a degraded
+flag for every skipped seq as soon as the later one arrived (at most :data:`MAX_GAP_FILL`), so
+the RCA judges those rows without this plant at once, and returns the late message for the
+caller to dead-letter (``late``) and count: never a silent drop.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +46,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.contracts import FlagMessage, SensorMessage
+from fedrca.detectors.health import HealthResult, SensorHealth
 from fedrca.detectors.plant import DetectionResult, Detector
 from fedrca.exceptions import ConfigError
 from fedrca.privacy.ledger import FlagWindow
@@ -41,9 +54,22 @@ from fedrca.privacy.ledger import FlagWindow
 __all__ = ["PlantProcessor", "ProcessorOutput"]
 
 
+#: Most consecutive skipped seqs a processor publishes degraded flags for (a longer jump is left to
+#: the aligner's lateness: a restart of the source, not a lost row).
+MAX_GAP_FILL = 1000
+#: Skipped runs of seqs a processor remembers to tell a late row from a duplicate.
+MAX_GAPS = 256
+
+
 @dataclass
 class ProcessorOutput:
-    """What one batch produced."""
+    """What one batch produced.
+
+    ``health``: the sensor checks of the batch's rows (None without checks); ``late``: messages of
+    seqs the processor skipped when a later one came first (their rows were published degraded:
+    the caller dead-letters them with reason ``late``); ``skipped``: degraded flags published for
+    such skipped seqs.
+    """
 
     flags: list[FlagMessage] = field(default_factory=list)
     duplicates: int = 0
@@ -51,6 +77,9 @@ class ProcessorOutput:
     withheld: int = 0
     overrun: int = 0
     degraded: int = 0
+    health: HealthResult | None = None
+    late: list[SensorMessage] = field(default_factory=list)
+    skipped: int = 0
 
 
 class PlantProcessor:
@@ -65,7 +94,12 @@ class PlantProcessor:
     """
 
     def __init__(
-        self, site: str, detector: Detector, window: FlagWindow | None = None, on_exhausted: str = "warn"
+        self,
+        site: str,
+        detector: Detector,
+        window: FlagWindow | None = None,
+        on_exhausted: str = "warn",
+        health: SensorHealth | None = None,
     ) -> None:
         if on_exhausted not in ("warn", "stop"):
             raise ConfigError(f"privacy.on_exhausted must be 'warn' or 'stop', got {on_exhausted!r}")
@@ -73,12 +107,16 @@ class PlantProcessor:
         self.detector = detector
         self.window = window
         self.on_exhausted = on_exhausted
+        self.health = health
         self._last_seq = -1
+        self._last_ts = 0.0
+        self._gaps: deque[tuple[int, int]] = deque(maxlen=MAX_GAPS)
 
     @property
     def bits_per_sample(self) -> int:
-        """Randomized-response bits one sample publishes (Z_c and Z_a; Z_c alone for a detector without Z_a)."""
-        return 2 if getattr(self.detector, "has_augmented", True) else 1
+        """Randomized-response bits a scored sample publishes: Z_c and Z_a (Z_c alone for a detector without
+        Z_a), and the sensor-fault bit when the plant checks its sensors."""
+        return (2 if getattr(self.detector, "has_augmented", True) else 1) + int(self.health is not None)
 
     @property
     def plant(self) -> str:
@@ -98,72 +136,120 @@ class PlantProcessor:
     def process(self, messages: list[SensorMessage]) -> ProcessorOutput:
         """Process a batch of this plant's messages in arrival order (vectorised over the batch)."""
         fresh: list[SensorMessage] = []
+        late: list[SensorMessage] = []
+        gap_flags: list[FlagMessage] = []
         duplicates = 0
-        last = self._last_seq
-        for msg in messages:
-            if msg.seq <= last:
-                duplicates += 1
-                continue
-            fresh.append(msg)
-            last = msg.seq
-        if not fresh:
-            return ProcessorOutput(duplicates=duplicates)
-        Y = np.vstack([m.values for m in fresh])
-        # missing values are NaN: the detector scores the observed sensors, and degrades a row with too few
-        result = self.detector.step_batch(Y)
-        degraded: NDArray[np.bool_] = result.degraded
-        scored = fresh
-        if degraded.any():
-            scored = [m for m, bad in zip(fresh, degraded.tolist(), strict=True) if not bad]
-        self._last_seq = last
+        last, last_ts = self._last_seq, self._last_ts
         eps = self.detector.epsilon
         eps = math.inf if math.isinf(eps) else eps
         version = self.model_version
-        flags: dict[int, FlagMessage] = {}
-        withheld: list[bool] = [False] * len(scored)
-        overrun = 0
-        if scored:
-            keep = ~degraded
-            zc = result.zc_pub[keep].astype(int).tolist()
-            za = result.za_pub[keep].astype(int).tolist()
-            window = self.window
-            if window is not None and window.active:
-                seqs = np.fromiter((m.seq for m in scored), dtype=np.int64, count=len(scored))
-                ok = window.admit(seqs, self.bits_per_sample)
-                if self.on_exhausted == "stop":
-                    withheld = (~ok).tolist()
-                    window.record(seqs[ok], self.bits_per_sample)
+        for msg in messages:
+            if msg.seq <= last:
+                if self._in_gap(msg.seq):
+                    late.append(msg)  # skipped when it was due: judged without this plant, dead-lettered
                 else:
-                    overrun = int(np.count_nonzero(~ok))
-                    window.record(seqs, self.bits_per_sample)
-            # severity levels travel with the flags when the plant publishes them (negative = none)
-            levels: list[int | None] = [
-                None if v < 0 else int(v)
-                for v in (
-                    result.level_pub[keep].tolist() if len(result.level_pub) == len(fresh) else [-1] * len(scored)
-                )
-            ]
-            level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
-            for i, m in enumerate(scored):
-                flags[m.seq] = (
-                    FlagMessage(self.site, self.plant, m.ts, m.seq, 0, 0, eps, version, True)
-                    if withheld[i]
-                    else FlagMessage(
-                        self.site, self.plant, m.ts, m.seq, zc[i], za[i], eps, version, False, levels[i], level_eps
-                    )
-                )
-        out = [
-            flags.get(m.seq) or FlagMessage(self.site, self.plant, m.ts, m.seq, 0, 0, eps, version, degraded=True)
-            for m in fresh
+                    duplicates += 1
+                continue
+            if last >= 0 and msg.seq > last + 1:
+                gap_flags += self._skip(last, last_ts, msg, eps, version)
+            fresh.append(msg)
+            last, last_ts = msg.seq, msg.ts
+        if not fresh:
+            return ProcessorOutput(gap_flags, duplicates=duplicates, late=late, skipped=len(gap_flags))
+        Y = np.vstack([m.values for m in fresh])
+        checked: HealthResult | None = None
+        if self.health is not None:
+            # the plant's sensor checks: a broken tag is excluded (NaN) before the detector sees it
+            checked = self.health.update(Y, np.vstack([m.quality for m in fresh]))
+            Y = checked.values
+        # missing values are NaN: the detector scores the observed sensors, and degrades a row with too few
+        result = self.detector.step_batch(Y)
+        degraded: NDArray[np.bool_] = np.asarray(result.degraded, dtype=bool)
+        keep = ~degraded
+        self._last_seq, self._last_ts = last, last_ts
+        # randomized-response bits of each row: the flags of a scored row, the sensor bit of every row
+        sensor_bit = int(checked is not None)
+        bits = np.where(degraded, sensor_bit, self.bits_per_sample)
+        published, overrun = self._account(np.fromiter((m.seq for m in fresh), np.int64, len(fresh)), bits)
+        sensor = checked.fault_pub.tolist() if checked is not None else [False] * len(fresh)
+        flags: list[FlagMessage] = []
+        i = 0  # index among the scored rows
+        n_scored = int(keep.sum())
+        zc = result.zc_pub[keep].astype(int).tolist()
+        za = result.za_pub[keep].astype(int).tolist()
+        # severity levels travel with the flags when the plant publishes them (negative = none)
+        levels: list[int | None] = [
+            None if v < 0 else int(v)
+            for v in (result.level_pub[keep].tolist() if len(result.level_pub) == len(fresh) else [-1] * n_scored)
         ]
+        level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
+        withheld = 0
+        for k, m in enumerate(fresh):
+            fault = bool(sensor[k]) and bool(published[k])
+            if degraded[k]:
+                flags.append(self._flag(m.ts, m.seq, eps, version, degraded=True, sensor_fault=fault))
+            elif not published[k]:
+                flags.append(self._flag(m.ts, m.seq, eps, version, withheld=True))
+                withheld += 1
+            else:
+                flags.append(
+                    self._flag(m.ts, m.seq, eps, version, zc[i], za[i], level=levels[i], level_eps=level_eps,
+                               sensor_fault=fault)
+                )  # fmt: skip
+            i += int(not degraded[k])
         return ProcessorOutput(
-            flags=out,
+            flags=sorted(gap_flags + flags, key=lambda f: f.seq) if gap_flags else flags,
             duplicates=duplicates,
             result=result,
-            withheld=sum(withheld),
+            withheld=withheld,
             overrun=overrun,
-            degraded=len(fresh) - len(scored),
+            degraded=int(degraded.sum()),
+            health=checked,
+            late=late,
+            skipped=len(gap_flags),
         )
+
+    def _account(self, seqs: NDArray[np.int64], bits: NDArray[np.int64]) -> tuple[NDArray[np.bool_], int]:
+        """Charge each row's randomized-response bits to the window, in seq order; returns which rows
+        publish (all but those ``stop`` withholds) and how many passed the budget (``warn``)."""
+        published = np.ones(len(seqs), dtype=bool)
+        window = self.window
+        if window is None or not window.active:
+            return published, 0
+        overrun = 0
+        # runs of rows with the same number of bits (a scored row's flags, a degraded row's sensor bit)
+        edges = np.flatnonzero(np.diff(bits)) + 1
+        for lo, hi in zip(np.r_[0, edges], np.r_[edges, len(bits)], strict=True):
+            n = int(bits[lo])
+            if n == 0:
+                continue  # nothing released
+            ok = window.admit(seqs[lo:hi], n)
+            if self.on_exhausted == "stop":
+                published[lo:hi] = ok
+                window.record(seqs[lo:hi][ok], n)
+            else:
+                overrun += int(np.count_nonzero(~ok))
+                window.record(seqs[lo:hi], n)
+        return published, overrun
+
+    def _in_gap(self, seq: int) -> bool:
+        """Whether ``seq`` was skipped (published as a degraded flag when a later seq came first)."""
+        return any(a <= seq < b for a, b in self._gaps)
+
+    def _skip(self, last: int, last_ts: float, msg: SensorMessage, eps: float, version: str) -> list[FlagMessage]:
+        """Degraded flags for the seqs between ``last`` and ``msg.seq`` (a lost or late row: the RCA judges
+        those rows without this plant at once instead of waiting for it); at most :data:`MAX_GAP_FILL`."""
+        first = max(last + 1, msg.seq - MAX_GAP_FILL)
+        self._gaps.append((first, msg.seq))
+        span = msg.seq - last
+        # the skipped rows' times: between the rows around the gap
+        times = [last_ts + (msg.ts - last_ts) * (seq - last) / span for seq in range(first, msg.seq)]
+        return [
+            self._flag(t, seq, eps, version, degraded=True) for t, seq in zip(times, range(first, msg.seq), strict=True)
+        ]
+
+    def _flag(self, ts: float, seq: int, eps: float, version: str, zc: int = 0, za: int = 0, **kw: Any) -> FlagMessage:
+        return FlagMessage(self.site, self.plant, ts, seq, zc, za, eps, version, **kw)
 
     def reset(self) -> None:
         """Forget the stream (a new recording starts at seq 0); parameters are kept, so is the privacy window.
@@ -173,7 +259,11 @@ class PlantProcessor:
         :meth:`FlagWindow.restart <fedrca.privacy.ledger.FlagWindow.restart>`).
         """
         self.detector.reset()
+        if self.health is not None:
+            self.health.reset()
         self._last_seq = -1
+        self._last_ts = 0.0
+        self._gaps.clear()
         if self.window is not None:
             self.window.restart()
 
@@ -187,6 +277,11 @@ class PlantProcessor:
         out = {"detector": copy.deepcopy(state) if copy_state else state, "last_seq": self._last_seq}
         if self.window is not None:
             out["privacy"] = self.window.get_state()
+        if self.health is not None:
+            out["health"] = self.health.get_state()
+        if self._gaps or self._last_ts:
+            out["last_ts"] = self._last_ts
+            out["gaps"] = [list(g) for g in self._gaps]
         return out
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -195,3 +290,10 @@ class PlantProcessor:
         self._last_seq = int(state["last_seq"])
         if self.window is not None:
             self.window.set_state(state.get("privacy"))
+        if self.health is not None:
+            if state.get("health") is None:
+                self.health.reset()  # a state written without sensor checks: every tag healthy
+            else:
+                self.health.set_state(state["health"])
+        self._last_ts = float(state.get("last_ts", 0.0))
+        self._gaps = deque((tuple(g) for g in state.get("gaps", [])), maxlen=MAX_GAPS)

@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_limits
 from fedrca.config import SiteConfig, parameters_hash
 from fedrca.contracts import (
     PRIVACY_WITHHELD,
+    SENSOR_FAULT,
     SERVER,
     DeadLetterReason,
     DeadLetterStage,
@@ -42,6 +43,7 @@ from fedrca.contracts import (
     decode_flag,
     decode_sensors,
 )
+from fedrca.detectors.health import CHECKS, HealthResult, SensorHealth
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, MessageError
@@ -59,6 +61,8 @@ log = logging.getLogger("fedrca.streams")
 
 #: BLAS threads while a worker streams (:func:`streaming_threads`)
 STREAMING_BLAS_THREADS = 1
+#: Rows of one batch whose new sensor faults a plant worker logs (the metrics count every one).
+MAX_LOGGED_FAULTS = 5
 
 
 def streaming_threads() -> threadpool_limits:
@@ -121,6 +125,7 @@ class PlantRuntime:
         detectors: Mapping[str, Detector],
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
+        health: Mapping[str, SensorHealth] | None = None,
     ) -> None:
         if not config.resolved:
             raise ConfigError(
@@ -135,12 +140,14 @@ class PlantRuntime:
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         privacy = config.privacy
+        checks = dict(health or {})
         self.processors = {
             name: PlantProcessor(
                 config.site,
                 det,
                 FlagWindow(name, det.epsilon, privacy.window, privacy.delta, privacy.budget),
                 privacy.on_exhausted,
+                checks.get(name),
             )
             for name, det in detectors.items()
         }
@@ -181,12 +188,29 @@ class PlantRuntime:
         batch.rejected.append((raw, error))
         self.metrics.record_deadletter(DeadLetterStage.PLANT, error.reason)
 
-    def process_plant(self, plant: str, messages: list[SensorMessage]) -> ProcessorOutput:
-        """Run one plant's batch."""
+    def process_plant(
+        self, plant: str, messages: list[SensorMessage], batch: SensorBatch | None = None
+    ) -> ProcessorOutput:
+        """Run one plant's batch; a late message (its row was published degraded when a later row came
+        first) is added to ``batch``'s dead letters with reason ``late``."""
         started = time.perf_counter()
         processor = self.processors[plant]
         out = processor.process(messages)
         self.metrics.record_messages_in("plant", plant, len(messages))
+        if out.health is not None:
+            self._record_health(processor, out.health)
+        if out.skipped:
+            self.metrics.record_rows_without(plant, "skipped", out.skipped)
+        for msg in out.late:
+            late = MessageError(
+                DeadLetterReason.LATE,
+                f"sensor row of plant '{plant}' seq {msg.seq} came after a later row; its row was judged without "
+                "this plant (published degraded)",
+            )
+            if batch is not None:
+                self.reject(batch, msg.encode(), late)
+            else:
+                self.metrics.record_deadletter(DeadLetterStage.PLANT, late.reason)
         if out.result is not None:
             self.metrics.record_detection(plant, out.result)
             window = processor.window
@@ -207,6 +231,24 @@ class PlantRuntime:
             self._exhausted.discard(plant)
         self.metrics.record_latency("plant", time.perf_counter() - started)
         return out
+
+    def _record_health(self, processor: PlantProcessor, checked: HealthResult) -> None:
+        """Export a batch's sensor checks; log each new sensor fault with its tag (the plant's own log: the
+        tag never leaves the plant)."""
+        plant = processor.plant
+        if not len(checked):
+            return
+        faulty = checked.faulty_tags()[-1].tolist()
+        self.metrics.record_health(
+            plant, dict(zip(CHECKS, faulty, strict=True)), dict(zip(CHECKS, checked.started.tolist(), strict=True))
+        )
+        health = processor.health
+        if health is not None and len(checked.onsets):
+            begun = health.describe(checked)
+            for _, tag, check in begun[:MAX_LOGGED_FAULTS]:
+                log.warning("plant %s: sensor fault: %s %s; excluded until it recovers", plant, tag, check)
+            if len(begun) > MAX_LOGGED_FAULTS:
+                log.warning("plant %s: %d more sensor faults in this batch", plant, len(begun) - MAX_LOGGED_FAULTS)
 
     def start_plant(self, plant: str, state: dict[str, Any] | None) -> None:
         """Continue a plant from a saved state (after a restart or a rebalance), or from the start.
@@ -316,7 +358,14 @@ class RCARuntime:
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         self.engine = engine
-        self.stage = RCAStage(config.site, config.plant_names, engine, self.settings.allowed_lateness)
+        self.stage = RCAStage(
+            config.site,
+            config.plant_names,
+            engine,
+            self.settings.allowed_lateness,
+            sensor_epsilon=config.privacy.flag_epsilon,
+            max_clock_skew=config.rca.max_clock_skew_for(config.dataset.sample_seconds),
+        )
         self._plants = set(config.plant_names)
         self._artifacts: dict[str, ParameterArtifact] = dict(artifacts or {})
         self.reloads = 0
@@ -384,22 +433,35 @@ class RCARuntime:
                 self.metrics.record_deadletter(DeadLetterStage.RCA, DeadLetterReason.LATE)
             verdicts.extend(self._mark_withheld(new))
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
-        for v in verdicts:
-            self.metrics.record_verdict(v.root_cause)
+        self._record(verdicts)
         self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
+    def _record(self, verdicts: list[Verdict]) -> None:
+        """Export the verdicts (a sensor event sets its plant's ``fedrca_sensor_fault``, never the root cause)
+        and the rows judged without a plant because of time since the last call."""
+        for v in verdicts:
+            if v.is_sensor_event:
+                for plant in v.sensor_plants:
+                    self.metrics.set_sensor_fault(plant, v.outcome == SENSOR_FAULT)
+            else:
+                self.metrics.record_verdict(v.root_cause)
+        for (plant, reason), n in self.stage.without.items():
+            self.metrics.record_rows_without(plant, reason, n=n)
+        self.stage.without.clear()
+        for plant, offset in self.stage.offsets.items():
+            self.metrics.set_clock_offset(plant, offset)
+
     def _mark_withheld(self, verdicts: list[Verdict]) -> list[Verdict]:
-        """Verdicts reached while a plant withholds its flags say so (outcome ``privacy_withheld``)."""
+        """Process verdicts reached while a plant withholds its flags say so (outcome ``privacy_withheld``)."""
         if not self.withheld:
             return verdicts
-        return [dataclasses.replace(v, outcome=PRIVACY_WITHHELD) for v in verdicts]
+        return [v if v.is_sensor_event else dataclasses.replace(v, outcome=PRIVACY_WITHHELD) for v in verdicts]
 
     def flush(self) -> list[Verdict]:
         """Judge every buffered row (end of a finite stream)."""
         verdicts = self._mark_withheld(self.stage.flush())
-        for v in verdicts:
-            self.metrics.record_verdict(v.root_cause)
+        self._record(verdicts)
         return verdicts
 
 

@@ -275,9 +275,10 @@ class FederatedTraining:
         site = self.config.privacy
         if math.isinf(site.budget):
             return
-        bits = 2  # Z_c and Z_a of a plant detector per sample
-        pure_flags = {} if math.isinf(site.flag_epsilon) else {site.flag_epsilon: bits * site.window}
         for plant, client in self.clients.items():
+            # Z_c and Z_a of a plant detector per sample, and its sensor-fault bit when it checks its sensors
+            bits = 2 + int(self.config.plant(plant).health.enabled)
+            pure_flags = {} if math.isinf(site.flag_epsilon) else {site.flag_epsilon: bits * site.window}
             if self.settings.estimator == "moments":
                 mu2, pure = client.moments_plan() if self.round == 0 else (0.0, {})
                 mu2 += client.ledger.mu2
