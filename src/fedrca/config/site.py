@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
+from fedrca.config.drift import DriftSettings
 from fedrca.config.formats import KNOWN_COLUMNS
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
@@ -328,6 +329,8 @@ class TopicSettings(Strict):
     state: str = "{site}.state.{plant}"
     rca_state: str = "{site}.state.rca"
     train: str = "{site}.train.{plant}"
+    history: str = "{site}.history.{plant}"
+    control: str = "{site}.control"
 
 
 class KafkaSettings(Strict):
@@ -408,6 +411,7 @@ class SiteConfig(Strict):
     training: TrainingSettings = TrainingSettings()
     rca: RCASettings = RCASettings()
     causal: CausalSettings = CausalSettings()
+    drift: DriftSettings = DriftSettings()
     source: str | None = Field(None, exclude=True)
 
     @property
@@ -534,7 +538,7 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         data["plants"] = [
             _merge({k: defaults.get(k, {}) for k in _SECTIONS}, p) if isinstance(p, dict) else p for p in plants
         ]
-    for section in ("training", "rca", "causal"):
+    for section in ("training", "rca", "causal", "drift"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"
     try:
@@ -543,6 +547,11 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         raise translate(exc, SiteConfig, source=source) from None
     _check_names(config, source)
     _check_columns(config, source)
+    try:
+        config.drift.check_rows(config.dataset.sample_seconds)
+    except ValueError as exc:
+        raise ConfigError(f"{exc} at dataset.sample_seconds {config.dataset.sample_seconds:g}", source=source,
+                          key="drift") from None  # fmt: skip
     known = config.dataset.known_columns()
     if known is not None and not config.resolved:
         config = resolve_plants(config, known)

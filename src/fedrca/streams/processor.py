@@ -15,6 +15,13 @@ inference-time privacy ledger: every published randomized-response bit is counte
 the window, and when the next samples would pass the plant's budget it either publishes
 them anyway (``on_exhausted="warn"``; the overrun is counted) or publishes *withheld*
 flags without bits (``"stop"``), which are not charged. The window is part of the state.
+
+With a :class:`~fedrca.drift.BaselineKeeper` (``drift.enabled``) the batch goes through the
+plant's re-baselining loop: the rows are scored, kept in its history with their alarm states,
+and the baseline is refreshed at the seqs the schedule names; the flags carry the baseline's
+version (``v3+b2``: training artifact v3, local baseline b2). The keeper's small state is part
+of the processor's state; its history and baselines are persisted by the shell
+(:class:`fedrca.streams.agents.PlantAgent`).
 """
 
 from __future__ import annotations
@@ -28,10 +35,16 @@ import numpy as np
 
 from fedrca.contracts import FlagMessage, SensorMessage
 from fedrca.detectors.plant import DetectionResult, Detector
+from fedrca.drift import BaselineKeeper, RefreshReport
 from fedrca.exceptions import ConfigError
 from fedrca.training.ledger import FlagWindow
 
 __all__ = ["PlantProcessor", "ProcessorOutput"]
+
+#: Refresh outcomes that change the baseline in force.
+CHANGES = ("applied", "limited", "forced", "rollback")
+#: Reports a keeper holds between batches (each batch's are handed out in its ProcessorOutput).
+REPORTS_KEPT = 16
 
 
 @dataclass
@@ -43,6 +56,7 @@ class ProcessorOutput:
     result: DetectionResult | None = None
     withheld: int = 0
     overrun: int = 0
+    refreshes: list[RefreshReport] = field(default_factory=list)
 
 
 class PlantProcessor:
@@ -54,17 +68,26 @@ class PlantProcessor:
     detector : the fitted detector of this plant
     window : the plant's flag ledger (None: not accounted)
     on_exhausted : ``warn`` (publish past the budget) or ``stop`` (publish withheld flags)
+    keeper : the plant's re-baselining loop around ``detector`` (None: the baseline stays as fitted)
     """
 
     def __init__(
-        self, site: str, detector: Detector, window: FlagWindow | None = None, on_exhausted: str = "warn"
+        self,
+        site: str,
+        detector: Detector,
+        window: FlagWindow | None = None,
+        on_exhausted: str = "warn",
+        keeper: BaselineKeeper | None = None,
     ) -> None:
         if on_exhausted not in ("warn", "stop"):
             raise ConfigError(f"privacy.on_exhausted must be 'warn' or 'stop', got {on_exhausted!r}")
+        if keeper is not None and keeper.detector is not detector:
+            raise ConfigError(f"plant '{detector.name}': the re-baselining loop wraps another detector")
         self.site = site
         self.detector = detector
         self.window = window
         self.on_exhausted = on_exhausted
+        self.keeper = keeper
         self._last_seq = -1
 
     @property
@@ -83,9 +106,18 @@ class PlantProcessor:
         return self._last_seq
 
     @property
-    def model_version(self) -> str:
-        """Parameter version currently producing the flags."""
+    def training_version(self) -> str:
+        """The version of the training artifact in use (``proprietary`` before any)."""
         return self.detector.parameter_version
+
+    @property
+    def model_version(self) -> str:
+        """Parameter version currently producing the flags: the training version, and ``+b<n>`` once the
+        plant's loop re-baselined (b0, the fitted baseline, adds nothing)."""
+        keeper = self.keeper
+        if keeper is None or keeper.version == 0:
+            return self.detector.parameter_version
+        return f"{self.detector.parameter_version}+b{keeper.version}"
 
     def process(self, messages: list[SensorMessage]) -> ProcessorOutput:
         """Process a batch of this plant's messages in arrival order (vectorised over the batch)."""
@@ -101,10 +133,18 @@ class PlantProcessor:
         if not fresh:
             return ProcessorOutput(duplicates=duplicates)
         Y = np.vstack([m.values for m in fresh])
-        result = self.detector.step_batch(Y)
+        version = self.model_version
+        refreshes: list[RefreshReport] = []
+        if self.keeper is None:
+            result = self.detector.step_batch(Y)
+        else:
+            seen = len(self.keeper.reports)
+            seqs = np.fromiter((m.seq for m in fresh), dtype=np.int64, count=len(fresh))
+            result = self.keeper.process(Y, seqs=seqs)
+            refreshes = self.keeper.reports[seen:]
+            del self.keeper.reports[: len(self.keeper.reports) - REPORTS_KEPT]
         self._last_seq = last
         eps = self.detector.epsilon
-        version = self.model_version
         zc = result.zc_pub.astype(int).tolist()
         za = result.za_pub.astype(int).tolist()
         eps = math.inf if math.isinf(eps) else eps
@@ -120,6 +160,8 @@ class PlantProcessor:
             else:
                 overrun = int(np.count_nonzero(~ok))
                 window.record(seqs, self.bits_per_sample)
+        # a refresh inside the batch: the rows before it carry the old baseline's version
+        versions = self._versions(fresh, refreshes, version)
         # severity levels travel with the flags when the plant publishes them (negative = none)
         levels: list[int | None] = [
             None if v < 0 else int(v)
@@ -127,16 +169,37 @@ class PlantProcessor:
         ]
         level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
         flags = [
-            FlagMessage(self.site, self.plant, m.ts, m.seq, 0, 0, eps, version, True)
+            FlagMessage(self.site, self.plant, m.ts, m.seq, 0, 0, eps, versions[i], True)
             if withheld[i]
             else FlagMessage(
-                self.site, self.plant, m.ts, m.seq, zc[i], za[i], eps, version, False, levels[i], level_eps
+                self.site, self.plant, m.ts, m.seq, zc[i], za[i], eps, versions[i], False, levels[i], level_eps
             )
             for i, m in enumerate(fresh)
         ]
         return ProcessorOutput(
-            flags=flags, duplicates=duplicates, result=result, withheld=sum(withheld), overrun=overrun
+            flags=flags,
+            duplicates=duplicates,
+            result=result,
+            withheld=sum(withheld),
+            overrun=overrun,
+            refreshes=refreshes,
         )
+
+    def _versions(self, fresh: list[SensorMessage], refreshes: list[RefreshReport], before: str) -> list[str]:
+        """The parameter version of each row's flag: the baseline in force when the row was scored
+        (``before``: the version at the batch's start)."""
+        changes = [r for r in refreshes if r.outcome in CHANGES]
+        if not changes:
+            return [before] * len(fresh)
+        training = self.training_version
+        out, current, i = [], before, 0
+        for m in fresh:
+            while i < len(changes) and m.seq >= changes[i].seq:
+                version = changes[i].version
+                current = training if version == 0 else f"{training}+b{version}"
+                i += 1
+            out.append(current)
+        return out
 
     def reset(self) -> None:
         """Forget the stream (a new recording starts at seq 0); parameters are kept, so is the privacy window.
@@ -149,6 +212,8 @@ class PlantProcessor:
         self._last_seq = -1
         if self.window is not None:
             self.window.restart()
+        if self.keeper is not None:
+            self.keeper.reset()
 
     def get_state(self, copy_state: bool = True) -> dict[str, Any]:
         """Everything needed to resume after a restart.
@@ -160,10 +225,19 @@ class PlantProcessor:
         out = {"detector": copy.deepcopy(state) if copy_state else state, "last_seq": self._last_seq}
         if self.window is not None:
             out["privacy"] = self.window.get_state()
+        if self.keeper is not None:
+            out["drift"] = self.keeper.get_state()
         return out
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`get_state` output."""
+        """Resume from :meth:`get_state` output.
+
+        With a keeper, its history and baselines must have been loaded first (the shell reads them
+        from the plant's history topic); the baseline the state names is installed before the
+        detector's streaming state, whose EWMA memories belong to it.
+        """
+        if self.keeper is not None:
+            self.keeper.set_state(state.get("drift"))
         self.detector.set_state(copy.deepcopy(state["detector"]))
         self._last_seq = int(state["last_seq"])
         if self.window is not None:

@@ -33,6 +33,7 @@ from fedrca.config import SiteConfig, parameters_hash
 from fedrca.contracts import (
     PRIVACY_WITHHELD,
     SERVER,
+    BaselineCommand,
     DeadLetterReason,
     DeadLetterStage,
     ParameterArtifact,
@@ -44,7 +45,8 @@ from fedrca.contracts import (
 )
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import Detector, PlantDetector
-from fedrca.exceptions import ArtifactError, ConfigError, MessageError
+from fedrca.drift import BaselineKeeper, RefreshReport
+from fedrca.exceptions import ArtifactError, ConfigError, DataError, MessageError, ModelError
 from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
@@ -113,6 +115,7 @@ class PlantRuntime:
     detectors : fitted detectors per plant (a worker may hold any subset of the site's plants)
     metrics : Prometheus metrics (a fresh registry by default)
     settings : runtime knobs
+    keepers : each plant's re-baselining loop (``drift.enabled``; :func:`fedrca.cli.site.build_keepers`)
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class PlantRuntime:
         detectors: Mapping[str, Detector],
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
+        keepers: Mapping[str, BaselineKeeper] | None = None,
     ) -> None:
         if not config.resolved:
             raise ConfigError(
@@ -135,22 +139,26 @@ class PlantRuntime:
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         privacy = config.privacy
+        keepers = dict(keepers or {})
         self.processors = {
             name: PlantProcessor(
                 config.site,
                 det,
                 FlagWindow(name, det.epsilon, privacy.window, privacy.delta, privacy.budget),
                 privacy.on_exhausted,
+                keepers.get(name),
             )
             for name, det in detectors.items()
         }
         self.sensor_counts = {p.name: len(p.sensors) for p in config.plants}
         self._latest: dict[str, ParameterArtifact] = {}
         self._exhausted: set[str] = set()
+        self.commands: dict[str, BaselineCommand] = {}  # each plant's newest operator command (control topic)
         self.refused_artifacts = 0
         for name, det in detectors.items():
             self.metrics.set_parameter_version(name, det.parameter_version)
             self._export_privacy(name)
+            self._export_baseline(name)
 
     def _export_privacy(self, plant: str) -> None:
         """Export the plant's spent epsilon (training, flags of the window, composed) and its budget."""
@@ -159,6 +167,49 @@ class PlantRuntime:
             return
         for mechanism in ("gaussian", "randomized_response", "all"):
             self.metrics.set_privacy(plant, window.epsilon(mechanism), window.budget, mechanism=mechanism)
+
+    def _export_baseline(self, plant: str, refreshes: list[RefreshReport] | None = None) -> None:
+        """Export the plant's baseline (version, age in samples, pin) and count its refreshes by outcome."""
+        keeper = self.processors[plant].keeper
+        if keeper is None:
+            return
+        for report in refreshes or []:
+            self.metrics.record_refresh(plant, report.outcome)
+            log.log(logging.WARNING if report.outcome == "refused" else logging.INFO, "%s", report.line())
+        processor = self.processors[plant]
+        # age: the samples scored since the baseline in force took effect, in sample time
+        age = max(0, processor.last_seq + 1 - keeper.baseline.seq) * self.config.dataset.sample_seconds
+        self.metrics.set_baseline(plant, keeper.version, age, keeper.pinned)
+
+    def offer_command(self, command: BaselineCommand) -> None:
+        """Keep an operator's command for its plant's next batch (:meth:`apply_command`)."""
+        self.commands[command.plant] = command
+
+    def apply_command(self, plant: str) -> RefreshReport | None:
+        """Apply the plant's newest operator command, once (its id is kept in the plant's state, committed with
+        the batch it took effect before); None when there is nothing new."""
+        command = self.commands.get(plant)
+        processor = self.processors[plant]
+        keeper = processor.keeper
+        if command is None or keeper is None or command.id == keeper.last_command:
+            return None
+        at = processor.last_seq + 1
+        report: RefreshReport | None = None
+        try:
+            if command.action == "pin":
+                report = keeper.pin(at)
+            elif command.action == "unpin":
+                report = keeper.unpin(at)
+            elif command.action == "rollback":
+                assert command.version is not None
+                report = keeper.rollback(command.version, at)
+            else:
+                report = keeper.refresh(at, force=True)
+        except ModelError as exc:
+            log.error("plant %s: command %s %s refused: %s", plant, command.action, command.id, exc)
+        keeper.last_command = command.id
+        self._export_baseline(plant, [] if report is None else [report])
+        return report
 
     def reset(self) -> None:
         """Start a new recording: the processors forget the stream (parameters and metrics are kept)."""
@@ -186,6 +237,8 @@ class PlantRuntime:
         started = time.perf_counter()
         processor = self.processors[plant]
         out = processor.process(messages)
+        if processor.keeper is not None and out.result is not None:
+            self._export_baseline(plant, out.refreshes)
         self.metrics.record_messages_in("plant", plant, len(messages))
         if out.result is not None:
             self.metrics.record_detection(plant, out.result)
@@ -222,11 +275,16 @@ class PlantRuntime:
         if state is None:
             processor.reset()
         else:
-            processor.set_state(state)
+            try:
+                processor.set_state(state)
+            except DataError as exc:  # the history topic lost the baseline the state names
+                log.error("%s", exc)
+                processor.set_state({**state, "drift": None})
         latest = self._latest.get(plant)
-        if latest is not None and str(latest.version) != processor.model_version:
+        if latest is not None and str(latest.version) != processor.training_version:
             self._apply(plant, latest)
-        self.metrics.set_parameter_version(plant, processor.model_version)
+        self.metrics.set_parameter_version(plant, processor.training_version)
+        self._export_baseline(plant)
         detector = processor.detector
         saved = getattr(detector, "restored_parameters", None) if state is not None else None
         if saved is not None and isinstance(detector, PlantDetector):
@@ -256,7 +314,7 @@ class PlantRuntime:
             raise ArtifactError(f"artifact for unknown plant '{plant}'; plants are {', '.join(self.processors)}")
         check_binding(artifact, self._parameters_hash, self.config.plant(plant).data_schema(), fix=_REPUBLISH)
         self._latest[plant] = artifact
-        if str(artifact.version) == self.processors[plant].model_version:
+        if str(artifact.version) == self.processors[plant].training_version:
             return False
         self._apply(plant, artifact)
         return True
