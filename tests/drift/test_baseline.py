@@ -8,8 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrca.detectors.statistics import FamilyState, Moments, family_statistics, fit_family
-from fedrca.drift import alarm_limit, limit_family, limit_moments, ongoing_alarm, refit_family, transfer_memory
-from fedrca.drift import usable_rows
+from fedrca.drift import (
+    alarm_limit,
+    limit_family,
+    limit_moments,
+    ongoing_alarm,
+    refit_family,
+    transfer_memory,
+    usable_rows,
+)
 from fedrca.drift.baseline import covariance, covariance_change, mean_shift
 
 

@@ -145,6 +145,7 @@ def _report(out: Path, result: FileResult, runtime: SiteRuntime, onset: int) -> 
         rca_rows=[{k: v for k, v in row.items() if k != "alarm rate"}],
         fault_start=onset if result.root else None,
         root_cause=result.root,
+        baselines=[r.as_dict() for r in run.refreshes] if runtime.config.drift.enabled else None,
     )
 
 
@@ -254,6 +255,8 @@ def run_demo(args: argparse.Namespace) -> int:
             on_verdict=_verdict_printer(name.removesuffix("_te.dat")),
             progress=progress_bar(name),
         )
+        for report in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
+            _say(f"    {report.line()}")
         results.append(FileResult(name, root, run))
 
     # 3. evaluation and report
@@ -339,6 +342,8 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     )
     if simulator.terminated:
         _say(f"  the plant shut down after {run.rows} samples: {simulator.shutdown}")
+    for refresh in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
+        _say(f"    {refresh.line()}")
 
     _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
     pd.set_option("display.width", 160)

@@ -187,7 +187,7 @@ img {{ max-width: 100%; border: 1px solid #ddd; margin-bottom: 1.2em; }}
 <img src="scores.png" alt="per-plant d2 with thresholds and flags">
 <h2>RCA timeline</h2>
 <img src="timeline.png" alt="published flags and RCA verdicts over time">
-<h2>Interdependency graph</h2>
+{baselines}<h2>Interdependency graph</h2>
 <img class="graph" src="graph.png" alt="interdependency graph">
 <p><a href="graph.json">graph.json</a> &middot; <a href="metrics.json">metrics.json</a></p>
 <script>
@@ -268,8 +268,12 @@ def write_report(
     rca_rows: Sequence[Mapping[str, Any]],
     fault_start: int | None = None,
     root_cause: str | None = None,
+    baselines: Sequence[Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write the PNGs, graph.json, metrics.json and index.html into ``directory``; returns the page.
+
+    ``baselines``: the refreshes of the plants' re-baselining loops (:meth:`RefreshReport.as_dict
+    <fedrca.drift.RefreshReport.as_dict>`; None: the loop is off, no section).
 
     The caller stages ``directory`` (:func:`fedrca.cli.outputs.staged_folder`) so that a
     report appears whole or not at all; every file is written whole by itself too.
@@ -285,6 +289,7 @@ def write_report(
         summary=html.escape(summary),
         detection=_table(detection_rows),
         rca=_table(rca_rows),
+        baselines="" if baselines is None else f"<h2>Baselines (re-baselining loop)</h2>\n{_table(baselines)}\n",
     )
     return write_file(out / "index.html", page)
 

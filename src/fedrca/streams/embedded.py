@@ -21,6 +21,7 @@ from fedrca.config import SiteConfig
 from fedrca.connectors.replay import Pacer
 from fedrca.contracts import FlagMessage, SensorMessage, Verdict, encode_flags
 from fedrca.detectors.plant import DetectionResult
+from fedrca.drift import RefreshReport
 from fedrca.streams.runtime import SiteRuntime
 
 __all__ = ["EmbeddedRun", "progress_bar", "replay_chunks", "replay_frame"]
@@ -31,7 +32,8 @@ class EmbeddedRun:
     """What one replay produced (the same records the topics would hold).
 
     ``results`` is each plant processor's local evidence (d2, flags), kept for the
-    operator report of the embedded default; it never reaches the RCA stage.
+    operator report of the embedded default; it never reaches the RCA stage. ``refreshes``:
+    the plants' re-baselining loops' refreshes during the replay (``drift.enabled``).
     """
 
     flags: list[FlagMessage] = field(default_factory=list)
@@ -40,6 +42,7 @@ class EmbeddedRun:
     results: dict[str, DetectionResult] = field(default_factory=dict)
     rows: int = 0
     seconds: float = 0.0
+    refreshes: list[RefreshReport] = field(default_factory=list)
 
 
 def replay_frame(
@@ -121,6 +124,7 @@ def replay_chunks(
             result = runtime.plants.process_plant(plant, batch.valid)
             if result.result is not None:
                 parts[plant].append(result.result)
+            out.refreshes += result.refreshes
             chunk_flags += result.flags
         # Flags reach the RCA sample by sample, as from processors that keep pace with the sensors.
         order = {p: i for i, p in enumerate(plants)}

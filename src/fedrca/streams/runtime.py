@@ -328,7 +328,9 @@ class PlantRuntime:
         if spent is not None and window is not None:
             # the training's releases as the ledger keeps them (mu^2, {eps: count}): they compose with the
             # flags exactly; an artifact without them had Gaussian releases only, recovered from its epsilon
-            privacy = artifact.manifest.get("privacy") or {}
+            # the plant's whole life: every training run's releases (an artifact of a refresh round says
+            # them all in its lifetime), else this run's
+            privacy = artifact.manifest.get("lifetime") or artifact.manifest.get("privacy") or {}
             delta = float(artifact.manifest.get("delta") or self.config.privacy.delta)
             eps = float(spent)
             if "mu2" in privacy:
