@@ -1,9 +1,10 @@
 """Issue 36, acceptance 4: Kafka workers and ``fedrca replay`` give the same flags and verdicts across a refresh.
 
 A site with the re-baselining loop on (a refresh every 240 samples) streams the nominal TEP test
-file through a ``fedrca run`` plant worker and an RCA worker on the repository's broker. The plant
-worker is killed with SIGKILL after the first refresh and restarted: it reads the plants' history
-and baselines back from their history topics. Every flag (bits and parameter version) and every
+file through a ``fedrca run`` worker (plant processors and the RCA, whose engine is then fitted on
+the nominal data as ``fedrca replay``'s) on the repository's broker. The worker is killed with
+SIGKILL after the first refresh and restarted: it reads the plants' history and baselines back from
+their history topics. Every flag (bits and parameter version) and every
 verdict must be those of ``fedrca replay`` on the same rows, and the history topics hold the
 plants' raw rows, so they must be read by nobody but the plant worker.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from fedrca.config import load_config
 from fedrca.connectors.kafka import ensure_site_topics, read_topic
@@ -35,7 +37,16 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "data" / "tep" / "d00.dat"
 STREAM = REPO / "data" / "tep" / "d00_te.dat"
 EVERY = 240
-DRIFT = f"\ndrift:\n  enabled: true\n  every: {EVERY}\n  window: {EVERY}\n  history: 960\n  min_rows: 100\n"
+#: a refresh every 240 samples: seqs 240, 480 and 720 of the 960-row file
+DRIFT = {"enabled": True, "every": EVERY, "window": EVERY, "history": 960, "min_rows": 100}
+
+
+def with_drift(path: Path, drift: dict[str, Any]) -> Path:
+    """The configuration file at ``path`` with its ``drift:`` section replaced by ``drift``."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["drift"] = drift
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
 
 
 #: a refresh line of ``fedrca replay`` (stderr): plant, seq, outcome, version
@@ -46,15 +57,14 @@ REFRESH = re.compile(r"plant (\S+): baseline refresh at seq (\d+): (\w+)(?: -> b
 def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("drift")
     bootstrap = kafka_broker.bootstrap
-    config_path = site_config(tmp, unique_name("drift"))
-    config_path.write_text(config_path.read_text(encoding="utf-8") + DRIFT, encoding="utf-8")
+    config_path = with_drift(site_config(tmp, unique_name("drift")), DRIFT)
     config = load_config(config_path)
     ensure_site_topics(bootstrap, config)
     cluster = Cluster(config_path, bootstrap, TRAIN, tmp)
     try:
-        # the workers fit their detectors while fedrca replay runs
-        cluster.add("w1", "plants,params")
-        cluster.add("rca", "rca", ["--allowed-lateness", "2000"], plant_data=False)
+        # one worker with both roles (its RCA engine is fitted on the nominal data, as fedrca replay's); it fits its
+        # detectors while fedrca replay runs
+        cluster.add("w1", "plants,params,rca", ["--allowed-lateness", "2000"])
         flags_out, verdicts_out = tmp / "flags.jsonl", tmp / "verdicts.jsonl"
         replay = subprocess.run(
             [sys.executable, "-m", "fedrca.cli", "replay", "--config", str(config_path), "--train", str(TRAIN),

@@ -112,27 +112,38 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What each action does (``fedrca baseline ACTION``).
+ACTIONS = {
+    "status": "the baseline in force, the ones held, the last refreshes",
+    "pin": "hold the baseline in force (scheduled refreshes are skipped)",
+    "unpin": "let scheduled refreshes run again",
+    "rollback": "run an earlier baseline again (--to b<N>) and pin it",
+    "refresh": "re-baseline now, past the guards (the alarms are a new operating point)",
+}
+
+
+def _baseline(args: argparse.Namespace) -> int:
+    if args.action != "status" and args.plant is None:
+        raise ConfigError(f"{args.action} needs the plant: --plant NAME", key="--plant")
+    if args.action == "rollback" and args.to is None:
+        raise ConfigError("a rollback names the baseline to run again: --to b<N> (fedrca baseline status lists them)",
+                          key="--to")  # fmt: skip
+    if args.action != "rollback" and args.to is not None:
+        raise ConfigError(f"only a rollback takes --to, not {args.action}", key="--to")
+    return _status(args) if args.action == "status" else _command(args)
+
+
 def register(sub: Any) -> None:
     """Add ``fedrca baseline``."""
-    parser = sub.add_parser("baseline", help="look at and steer the plants' re-baselining loops (docs/drift.md)")
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    status = actions.add_parser("status", help="the baseline in force, the ones held, the last refreshes")
-    status.add_argument("--config", required=True)
-    status.add_argument("--broker", required=True, help="kafka://host:port")
-    status.add_argument("--plant", help="one plant (default: all)")
-    status.add_argument("--last", type=int, default=8, help="refreshes to list (default 8)")
-    status.set_defaults(func=_status)
-    helps = {
-        "pin": "hold the baseline in force (scheduled refreshes are skipped)",
-        "unpin": "let scheduled refreshes run again",
-        "rollback": "run an earlier baseline again (and pin it)",
-        "refresh": "re-baseline now, past the guards (the alarms are a new operating point)",
-    }
-    for action, text in helps.items():
-        p = actions.add_parser(action, help=text)
-        p.add_argument("--config", required=True)
-        p.add_argument("--broker", required=True, help="kafka://host:port")
-        p.add_argument("--plant", required=True)
-        if action == "rollback":
-            p.add_argument("--to", required=True, help="the baseline to run again, e.g. b3")
-        p.set_defaults(func=_command)
+    parser = sub.add_parser(
+        "baseline",
+        help="look at and steer the plants' re-baselining loops (docs/drift.md)",
+        description="; ".join(f"{k}: {v}" for k, v in ACTIONS.items()),
+    )
+    parser.add_argument("action", choices=list(ACTIONS), help="what to do")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--broker", required=True, help="kafka://host:port")
+    parser.add_argument("--plant", help="the plant (status: default all)")
+    parser.add_argument("--to", help="rollback: the baseline to run again, e.g. b3")
+    parser.add_argument("--last", type=int, default=8, help="status: refreshes to list (default 8)")
+    parser.set_defaults(func=_baseline)

@@ -218,12 +218,14 @@ def _train_into(args: argparse.Namespace, out: Outputs) -> None:
     detectors = build_detectors(config, data, source=source)  # checks the nominal data first
     segments = None
     prior = None if args.previous is None else previous_spend(config, args.previous)
+    if prior:
+        # a refresh round (the plants run artifacts already): drift.federated's releases, on top of the earlier ones
+        settings = refresh_settings(config)
     if args.history is not None:
-        # a refresh round: the detectors as the workers fitted them, trained on the plants' own recent rows
+        # the detectors as the workers fitted them, trained on the plants' own recent rows
         history = history_frame(config, args.history)
         data, source, segments = plant_frames(config, history, "history"), f"the history topics of {args.history}", (
             history.attrs["segments"])  # fmt: skip
-        settings = refresh_settings(config)
     # the held-out file is read before the long work: a bad one refuses the run, not its end
     test_frame = load_frame(config, args.test) if args.test and args.test != "synthetic" else None
     test_data = None if test_frame is None else plant_frames(config, test_frame, args.test)

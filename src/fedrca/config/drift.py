@@ -76,6 +76,9 @@ class FederatedRefresh(Strict):
     Theta (docs/drift.md, "What it costs"). ``lifetime``: how long the budget must last (the
     cadence check of ``bench/bench_drift.py``). ``state_epsilon`` / ``moment_epsilon``: a refresh
     round's releases, when they differ from the commissioning training's (``training.privacy``).
+    ``budget``: the whole-life epsilon of a plant's training releases, the commissioning run and every
+    refresh round composed (next to ``privacy.budget``, which also counts the published flags); a round
+    that would pass it is refused.
     """
 
     every: int | str | None = Field(None, description="cadence of the federated rounds; None = none scheduled")
@@ -87,9 +90,12 @@ class FederatedRefresh(Strict):
     moment_epsilon: float | None = Field(
         None, gt=0.0, description="a refresh round's moments release (epsilon at delta); None = training.privacy's"
     )
+    budget: float = Field(
+        math.inf, gt=0.0, description="whole-life epsilon of a plant's training releases (every round); inf = none"
+    )
 
     _durations = field_validator("lifetime", mode="before")(_duration)
-    _inf = field_validator("state_epsilon", "moment_epsilon", mode="before")(parse_inf)
+    _inf = field_validator("state_epsilon", "moment_epsilon", "budget", mode="before")(parse_inf)
 
     @field_validator("every", mode="before")
     @classmethod

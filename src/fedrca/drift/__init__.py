@@ -25,7 +25,14 @@ from fedrca.drift.baseline import (
 )
 from fedrca.drift.guard import alarm_limit, ongoing_alarm, usable_rows
 from fedrca.drift.history import CHUNK_ROWS, RowHistory, history_bytes
-from fedrca.drift.keeper import OUTCOMES, Baseline, BaselineKeeper, KeeperSettings, RefreshReport
+from fedrca.drift.keeper import (
+    OUTCOMES,
+    Baseline,
+    BaselineKeeper,
+    KeeperSettings,
+    RefreshReport,
+    baseline_record_bytes,
+)
 
 __all__ = [
     "CHUNK_ROWS",
@@ -38,6 +45,7 @@ __all__ = [
     "RefreshReport",
     "RowHistory",
     "alarm_limit",
+    "baseline_record_bytes",
     "history_bytes",
     "limit_family",
     "limit_moments",

@@ -59,7 +59,7 @@ from fedrca.drift.guard import alarm_limit, ongoing_alarm, usable_rows
 from fedrca.drift.history import RowHistory
 from fedrca.exceptions import DataError, ModelError
 
-__all__ = ["OUTCOMES", "Baseline", "BaselineKeeper", "KeeperSettings", "RefreshReport"]
+__all__ = ["OUTCOMES", "Baseline", "BaselineKeeper", "KeeperSettings", "RefreshReport", "baseline_record_bytes"]
 
 FloatArray = NDArray[np.float64]
 Calibration = FamilyState | ScorerState
@@ -68,6 +68,22 @@ Calibration = FamilyState | ScorerState
 #: guard stopped it), pinned (the operator holds the baseline); and the operator's actions: pinned,
 #: unpinned, rollback, forced (a refresh past the guards and bounds).
 OUTCOMES = ("applied", "limited", "refused", "pinned", "unpinned", "rollback", "forced")
+
+
+def baseline_record_bytes(n_sensors: int, n_lambdas: int = 2, n_states: int | None = None) -> int:
+    """Bytes of one baseline's record at most (:meth:`BaselineKeeper.baseline_record`): both families' moments,
+    ``2 ((3 + L) (D + D^2) + P + P^2)`` floats as base64 float64 (``P`` states, at most ``D``), and 4 kB of names.
+
+    It must fit one Kafka record (1 MiB): a plant of more than about 100 sensors cannot persist its baselines.
+
+    Examples
+    --------
+    >>> baseline_record_bytes(12), baseline_record_bytes(100) > 1 << 20
+    (21078, True)
+    """
+    D, P, L = n_sensors, n_sensors if n_states is None else n_states, n_lambdas
+    floats = 2 * ((2 + L) * (D + D * D) + P + P * P + 16)
+    return 4096 + (8 * floats * 4 + 2) // 3
 
 
 @dataclass(frozen=True)

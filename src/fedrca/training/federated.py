@@ -303,7 +303,9 @@ class FederatedTraining:
                 )
 
     def _check_whole_life(self, rounds: int) -> None:
-        """Training spend + a full window of published flags must fit ``privacy.budget`` (the plant's whole life)."""
+        """Training spend + a full window of published flags must fit ``privacy.budget`` (the plant's whole life), and
+        the earlier runs' training releases with this run's ``drift.federated.budget``."""
+        self._check_training_life()
         site = self.config.privacy
         if math.isinf(site.budget):
             return
@@ -331,6 +333,26 @@ class FederatedTraining:
                     f"(delta={site.delta:g}), above privacy.budget = {site.budget:g}; spend less in training "
                     "(training.privacy), publish fewer noisy bits (privacy.window, privacy.flag_epsilon) or raise "
                     "privacy.budget"
+                )
+
+    def _check_training_life(self) -> None:
+        """Every training run of the plant's life, this one included, must fit ``drift.federated.budget``."""
+        budget = self.config.drift.federated.budget
+        if math.isinf(budget) or self.settings.estimator != "moments" or self.round > 0:
+            return
+        delta = self.config.privacy.delta
+        for plant, client in self.clients.items():
+            mu2, pure = client.moments_plan()
+            earlier = self.prior.get(plant) or {"mu2": 0.0, "pure": {}, "rounds": 0}
+            mu2 += earlier["mu2"]
+            pure = _add_pure(pure, earlier["pure"])
+            total = spent_epsilon(delta, mu2, tuple(sorted(pure.items())))
+            if total > budget:
+                raise PrivacyBudgetExceeded(
+                    f"plant '{plant}': this training round after {earlier['rounds']} earlier one(s) would bring its "
+                    f"training releases to epsilon {total:.3g} (delta={delta:g}), above drift.federated.budget = "
+                    f"{budget:g}: the budget is spent; the plants keep their Theta and their local re-baselining goes "
+                    "on (docs/drift.md)"
                 )
 
     def _answer(
