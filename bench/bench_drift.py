@@ -56,8 +56,8 @@ from fedrca.config import SiteConfig, load_config
 from fedrca.connectors.simulator import cached_run
 from fedrca.datasets.tep import TEP_COLUMNS
 from fedrca.drift import KeeperSettings, ongoing_alarm, usable_rows
-from fedrca.training.ledger import PrivacyLedger
-from fedrca.training.privacy import gaussian_mu
+from fedrca.privacy.accounting import gaussian_mu
+from fedrca.privacy.ledger import PrivacyLedger
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config" / "tep-sim.yaml"
@@ -98,7 +98,7 @@ def with_loop(config: SiteConfig, on: bool) -> SiteConfig:
 
 def fedrca_outcome(config: SiteConfig, train: pd.DataFrame, test: pd.DataFrame) -> Outcome:
     """The product: ``prepare_site`` on the commissioning rows, ``run_pipeline`` over the operation."""
-    from fedrca.cli.site import prepare_site, run_pipeline
+    from fedrca.application.site import prepare_site, run_pipeline
 
     site = prepare_site(config, train)
     run = run_pipeline(site, test)

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.outputs import Outputs
-from fedrca.cli.params import load_params
-from fedrca.cli.site import build_detectors
-from fedrca.cli.training import next_version, run_training
+from fedrca.application.outputs import Outputs
+from fedrca.application.params import load_params
+from fedrca.application.site import build_detectors
+from fedrca.application.training import next_version, run_training
 from fedrca.config import SiteConfig, TrainingSettings, load_config
 from fedrca.config.limits import MAX_TRAINING_ROUNDS, MEMORY_LIMIT, gib, largest, plant_bytes
 from fedrca.connectors.kafka import KafkaOptions, bootstrap_of, read_topic

@@ -36,6 +36,7 @@ from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
 from fedrca.config.drift import DriftSettings
+from fedrca.config.edge import EdgeSettings, check_edge, parse_edge
 from fedrca.config.formats import KNOWN_COLUMNS
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
@@ -412,6 +413,7 @@ class SiteConfig(Strict):
     rca: RCASettings = RCASettings()
     causal: CausalSettings = CausalSettings()
     drift: DriftSettings = DriftSettings()
+    edge: EdgeSettings | None = Field(None, description="fedrca edge: the plants' tags on their protocols")
     source: str | None = Field(None, exclude=True)
 
     @property
@@ -541,6 +543,8 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     for section in ("training", "rca", "causal", "drift"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"
+    if "edge" in data:
+        data["edge"] = parse_edge(data["edge"], source)
     try:
         config = SiteConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
@@ -555,6 +559,8 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     known = config.dataset.known_columns()
     if known is not None and not config.resolved:
         config = resolve_plants(config, known)
+    if config.edge is not None:
+        check_edge(config.edge, {p.name: p.sensors if p.resolved else None for p in config.plants}, config.site, source)
     return config
 
 
@@ -627,7 +633,7 @@ def _check_columns(config: SiteConfig, source: str | None) -> None:
             key="plants[].scoring.severity_levels",
         )
     if levels != {0} and math.isfinite(config.privacy.budget):
-        # The inference ledger (training/ledger.py FlagWindow) composes the randomized-response
+        # The inference ledger (privacy/ledger.py FlagWindow) composes the randomized-response
         # bits of the flags; the severity levels' k-ary release is not in it yet.
         raise ConfigError(
             "severity levels are not accounted in the privacy ledger: with a finite privacy.budget set "
