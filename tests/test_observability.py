@@ -34,6 +34,8 @@ EXPECTED_ALERTS = {
     "FedrcaConsumerLagHigh",
     "FedrcaStaleParameters",
     "FedrcaPrivacyBudgetExhausted",
+    "FedrcaBaselineRefreshRefused",
+    "FedrcaBaselinePinned",
 }
 #: The alerts of fedrca edge (group fedrca-edge; fedrca.edge.metrics).
 EXPECTED_EDGE_ALERTS = {
