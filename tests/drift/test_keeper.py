@@ -154,3 +154,19 @@ def test_the_history_is_bounded_and_its_records_exact() -> None:
     for a, b in zip(copy.window(5000, 500), (held, rows, None, alarms), strict=True):
         if b is not None:
             np.testing.assert_array_equal(a, b)
+
+
+def test_rows_with_missing_values_are_left_out_of_a_refresh(fitted: PlantDetector, settings: KeeperSettings) -> None:
+    """A history row with a missing value (issue 30's degraded rows, or partly observed ones) is treated as a gap:
+    the refresh reads the observed rows only, and its re-fit is finite."""
+    rows = plant_rows(9, 500, drift_per_row=0.0001)
+    keeper = BaselineKeeper(fitted, settings)
+    keeper.process(rows[:399], seqs=np.arange(399))
+    gappy = rows[:399].copy()
+    gappy[::7, 1] = np.nan
+    keeper.history.clear()
+    keeper.history.add(np.arange(399), gappy, None, np.zeros(399, dtype=bool))
+    report = keeper.refresh(at=399)
+    assert report.outcome in ("applied", "limited"), report.line()
+    state_c, _ = keeper.detector.baseline
+    assert np.isfinite(state_c.innovation.mean).all() and np.isfinite(state_c.level.whitening).all()

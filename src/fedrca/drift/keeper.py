@@ -374,9 +374,16 @@ class BaselineKeeper:
                 "are nominal; a refresh would learn the alarm as normal"
             )
             return self._report(RefreshReport(plant, at, "refused", reason, self.version, 0, alarms))
-        # contiguous runs of seqs: each a stream of its own through the filter
-        cuts = np.flatnonzero(np.diff(seqs) != 1) + 1
-        lengths = np.diff(np.r_[0, cuts, len(seqs)]).astype(int).tolist() if len(seqs) else []
+        # a row with a missing value (NaN) was not scored by the detector (a degraded row): left out, and the
+        # rows go through the filter as the live stream did, one stream without it (the window's first rows are
+        # the filter's start-up)
+        observed = np.isfinite(Y).all(axis=1)
+        if U is not None:
+            observed &= np.isfinite(U).all(axis=1)
+        if not observed.all():
+            seqs, Y, alarm = seqs[observed], Y[observed], alarm[observed]
+            U = None if U is None else U[observed]
+        lengths = [len(seqs)] if len(seqs) else []
         use = usable_rows(alarm, 0 if force else s.guard)
         skip = max(self.detector.warmup, 10)
         start = 0
