@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import logging
 import sys
 import time
 from collections import Counter
@@ -189,9 +190,16 @@ def check_demo_options(args: argparse.Namespace) -> SimulationSpec:
     return spec
 
 
+def _quiet_refresh_log() -> None:
+    """The demo prints each file's refreshes itself (indented, after the file); the runtime's log lines of
+    them (a worker's log) would say it twice."""
+    logging.getLogger("fedrca.streams.drift").setLevel(logging.ERROR)
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """The demo (see the module docstring); returns the exit code."""
     check_demo_options(args)
+    _quiet_refresh_log()
     if args.source == "simulator":
         return run_simulator_demo(args)
     started = time.perf_counter()

@@ -58,6 +58,8 @@ from fedrca.streams.rca_stage import RCAStage
 __all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "SiteRuntime"]
 
 log = logging.getLogger("fedrca.streams")
+#: every refresh of a plant's baseline, one line (a refused one is a warning)
+refresh_log = logging.getLogger("fedrca.streams.drift")
 
 #: BLAS threads while a worker streams (:func:`streaming_threads`)
 STREAMING_BLAS_THREADS = 1
@@ -175,7 +177,7 @@ class PlantRuntime:
             return
         for report in refreshes or []:
             self.metrics.record_refresh(plant, report.outcome)
-            log.log(logging.WARNING if report.outcome == "refused" else logging.INFO, "%s", report.line())
+            refresh_log.log(logging.WARNING if report.outcome == "refused" else logging.INFO, "%s", report.line())
         processor = self.processors[plant]
         # age: the samples scored since the baseline in force took effect, in sample time
         age = max(0, processor.last_seq + 1 - keeper.baseline.seq) * self.config.dataset.sample_seconds
