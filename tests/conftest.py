@@ -10,10 +10,11 @@ from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 
-# the session-scoped real Kafka broker (`kafka_broker`, tests marked @pytest.mark.kafka); under
+# the session-scoped real Kafka broker (`kafka_broker`, tests marked @pytest.mark.kafka) and Mosquitto
+# broker (`mqtt_broker`, @pytest.mark.mqtt); under
 # CI=true a skip not listed in tests/skips-allowed.txt fails the run (tests/skip_policy.py);
 # pytester runs pytest on generated test files (tests/test_skip_policy.py)
-pytest_plugins = ["tests.kafka_broker", "tests.skip_policy", "pytester"]
+pytest_plugins = ["tests.kafka_broker", "tests.mqtt_broker", "tests.skip_policy", "pytester"]
 
 
 # No example database and no deadline for any property test: a test's verdict never depends on a

@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import io
 import logging
+import re
 import sys
 import time
 from collections import Counter
@@ -28,7 +29,7 @@ import pandas as pd
 
 from fedrca import __version__
 from fedrca.application.outputs import Outputs, staged_folder, write_file
-from fedrca.application.protocol_demo import through_opcua
+from fedrca.application.protocol_demo import through_mqtt, through_opcua
 from fedrca.application.site import site_runtime
 from fedrca.application.training import train_site
 from fedrca.cli.bundled import bundled_config, bundled_data_dir
@@ -222,19 +223,27 @@ def run_demo(args: argparse.Namespace) -> int:
         raise DataError(f"{nominal_path}: no such file; --data-dir must hold tep/d00.dat (the bundled data/)")
     Outputs.plan({"--config": args.config}, folders={"--out": out}, input_folders={"--data-dir": data_dir})
     pacer_spec = args.speed
-    protocol = args.source == "opcua"
+    protocol = args.source in ("opcua", "mqtt")
     bootstrap, period = "", 0.0
+    if args.source != "mqtt" and (args.mqtt is not None or args.sparkplug):
+        raise ConfigError("--mqtt and --sparkplug apply to --source mqtt", key="--mqtt" if args.mqtt else "--sparkplug")
     if protocol:
         if args.broker is None:
             raise ConfigError(
-                "--source opcua goes through Kafka: give --broker kafka://HOST:PORT (a broker of your own, or "
-                "tools/kafka/broker.py start in a checkout)",
+                f"--source {args.source} goes through Kafka: give --broker kafka://HOST:PORT (a broker of your own, "
+                "or tools/kafka/broker.py start in a checkout)",
                 key="--broker",
             )
         bootstrap = bootstrap_of(args.broker)
-        if config.edge is None:
+        if args.source == "opcua" and config.edge is None:
             raise ConfigError("--source opcua needs the site's edge: section (config/tep.yaml has one)", key="--config")
-        check_range("--period", args.period, 0.01, 60.0, "seconds between two rows on the OPC UA server")
+        if args.source == "mqtt" and (args.mqtt is None or not re.match(r"^mqtt://[^/\s:]+:\d{1,5}/?$", args.mqtt)):
+            raise ConfigError(
+                "--source mqtt publishes to an MQTT broker: give --mqtt mqtt://HOST:PORT (a broker of your own, or "
+                "tools/mosquitto.py start in a checkout)",
+                key="--mqtt",
+            )
+        check_range("--period", args.period, 0.01, 60.0, f"seconds between two rows on the {args.source} server")
         period = args.period
 
     metrics = Metrics(plants=config.plant_names)
@@ -242,7 +251,8 @@ def run_demo(args: argparse.Namespace) -> int:
         port = metrics.serve(args.metrics_port)
     except OSError:
         port = metrics.serve(0)  # the default port is taken (another exporter): any free one
-    how = f"OPC UA -> fedrca edge -> Kafka at {bootstrap}" if protocol else "no broker"
+    path_of = {"opcua": "OPC UA", "mqtt": f"MQTT{' Sparkplug B' if args.sparkplug else ''} at {args.mqtt}"}
+    how = f"{path_of[args.source]} -> fedrca edge -> Kafka at {bootstrap}" if protocol else "no broker"
     _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), {how}")
     _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
@@ -276,21 +286,28 @@ def run_demo(args: argparse.Namespace) -> int:
         if protocol:
             expected = replay_frame(runtime, values, sample_seconds=TEP_SAMPLE_SECONDS)  # the files path
             runtime.reset()
-            _say(f"  serving it over OPC UA, a row every {period:g} s ({len(frame) * period:.0f} s) ...")
-            served = through_opcua(
-                config, list(TEP_COLUMNS), frame[list(TEP_COLUMNS)].to_numpy(dtype=np.float64), bootstrap, period,
-                progress=progress_bar(f"{name} over OPC UA"),
-            )  # fmt: skip
+            over = path_of[args.source].split(" at ")[0]
+            _say(f"  serving it over {over}, a row every {period:g} s ({len(frame) * period:.0f} s) ...")
+            table = frame[list(TEP_COLUMNS)].to_numpy(dtype=np.float64)
+            if args.source == "mqtt":
+                served = through_mqtt(
+                    config, list(TEP_COLUMNS), table, bootstrap, period, args.mqtt.rstrip("/"),
+                    sparkplug=args.sparkplug, progress=progress_bar(f"{name} over {over}"),
+                )  # fmt: skip
+            else:
+                served = through_opcua(
+                    config, list(TEP_COLUMNS), table, bootstrap, period, progress=progress_bar(f"{name} over OPC UA"),
+                )  # fmt: skip
             identical = all(np.array_equal(values[p], served.values[p], equal_nan=True) for p in values)
             _say(
-                f"  {served.rows_published} rows through OPC UA and fedrca edge to {served.site}.sensors.* "
+                f"  {served.rows_published} rows through {over} and fedrca edge to {served.site}.sensors.* "
                 f"({served.seconds:.0f} s, {served.late_updates} late updates); rows identical to the file: "
                 f"{'yes' if identical else 'NO'}"
             )
             if not identical:
                 changed = sum(int((~np.isclose(values[p], served.values[p], equal_nan=True)).sum()) for p in values)
                 raise DataError(
-                    f"{name}: {changed} values changed on the way through OPC UA and fedrca edge "
+                    f"{name}: {changed} values changed on the way through {over} and fedrca edge "
                     f"({served.late_updates} updates came after their row closed): the machine is too busy for a "
                     f"row every {period:g} s; give a longer --period"
                 )
@@ -317,7 +334,8 @@ def run_demo(args: argparse.Namespace) -> int:
     pd.set_option("display.width", 160)
     _say(pd.DataFrame(rows).to_string(index=False))
     if protocol:
-        _say("\nverdicts through OPC UA -> edge -> Kafka equal to the files path's: " + ", ".join(same))
+        over = path_of[args.source].split(" at ")[0]
+        _say(f"\nverdicts through {over} -> edge -> Kafka equal to the files path's: " + ", ".join(same))
     # the report appears whole (every file's page, plots and the index) or not at all
     with staged_folder(out / "report", option="--out") as stage:
         for result in results:
@@ -431,14 +449,17 @@ def register(sub: Any) -> None:
     demo.add_argument("--metrics-port", type=int, default=9464, help="Prometheus port (0 = any free port)")
     demo.add_argument("--hold", type=float, default=0.0, help="keep serving /metrics this many seconds at the end")
     demo.add_argument(
-        "--source", choices=("files", "simulator", "opcua"), default="files",
+        "--source", choices=("files", "simulator", "opcua", "mqtt"), default="files",
         help="files: the bundled recorded files (default); simulator: a live simulated plant (needs fedrca[sim]); "
-        "opcua: the files served from an OPC UA server, read by fedrca edge into Kafka (needs --broker)",
+        "opcua / mqtt: the files served from an OPC UA server / published to an MQTT broker (--mqtt), read by "
+        "fedrca edge into Kafka (needs --broker)",
     )  # fmt: skip
-    demo.add_argument("--broker", default=None, help="opcua: the Kafka broker, kafka://HOST:PORT")
+    demo.add_argument("--broker", default=None, help="opcua, mqtt: the Kafka broker, kafka://HOST:PORT")
+    demo.add_argument("--mqtt", default=None, metavar="mqtt://HOST:PORT", help="mqtt: the MQTT broker")
+    demo.add_argument("--sparkplug", action="store_true", help="mqtt: as Sparkplug B nodes, not JSON per tag")
     demo.add_argument(
         "--period", type=float, default=0.2,
-        help="opcua: seconds between two rows on the server (default 0.2; 960 rows a file take 3 minutes)",
+        help="opcua, mqtt: seconds between two rows on the server (default 0.2; 960 rows a file take 3 minutes)",
     )  # fmt: skip
     demo.add_argument("--idv", default="4@2", metavar="N[@HOURS]", help="simulator: the disturbance (default 4@2)")
     demo.add_argument("--hours", type=float, default=8.0, help="simulator: hours of the live run (default 8)")

@@ -477,3 +477,9 @@ def check_edge(edge: EdgeSettings, plants: Mapping[str, Sequence[str] | None], s
                     key=f"edge.groups.{group}",
                 )
             owner[plant] = group
+
+
+# the MQTT, Sparkplug B and Modbus TCP models live beside this module (they build on TagAddress)
+from fedrca.config.edge_protocols import ModbusSource, MqttSource, SparkplugSource  # noqa: E402
+
+SOURCE_KINDS.update(mqtt=MqttSource, sparkplug=SparkplugSource, modbus=ModbusSource)

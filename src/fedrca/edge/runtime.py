@@ -24,7 +24,10 @@ import numpy as np
 
 from fedrca.config import SiteConfig
 from fedrca.config.edge import OpcuaSource as OpcuaSettings
+from fedrca.config.edge_protocols import ModbusSource, MqttSource, SparkplugSource
 from fedrca.edge.metrics import QUALITY_NAMES, EdgeMetrics
+from fedrca.edge.modbus import ModbusPoller
+from fedrca.edge.mqtt import MqttReader, SparkplugReader
 from fedrca.edge.opcua import OpcuaSource
 from fedrca.edge.publisher import RowPublisher, encode_row
 from fedrca.edge.rows import Row, RowAssembler
@@ -74,13 +77,23 @@ class EdgeTiming:
         )
 
 
-def build_sources(tags: TagMap, clock: Callable[[], float] = time.time) -> list[TagSource]:
-    """One source per connection the tags use (its kind's client)."""
+def build_sources(
+    tags: TagMap, clock: Callable[[], float] = time.time, timing: EdgeTiming | None = None
+) -> list[TagSource]:
+    """One source per connection the tags use (its kind's client); ``timing`` paces polled sources."""
     sources: list[TagSource] = []
     for name in tags.sources():
         settings = tags.settings.sources[name]
+        of = tags.of_source(name)
         if isinstance(settings, OpcuaSettings):
-            sources.append(OpcuaSource(name, settings, tags.of_source(name), clock=clock))
+            sources.append(OpcuaSource(name, settings, of, clock=clock))
+        elif isinstance(settings, MqttSource):
+            sources.append(MqttReader(name, settings, of, clock=clock))
+        elif isinstance(settings, SparkplugSource):
+            sources.append(SparkplugReader(name, settings, of, clock=clock))
+        elif isinstance(settings, ModbusSource):
+            period, anchor = (timing.period, timing.anchor) if timing is not None else (1.0, 0.0)
+            sources.append(ModbusPoller(name, settings, of, period=period, anchor=anchor, clock=clock))
         else:  # pragma: no cover - a kind registered in config without a client here
             raise ConfigError(f"source '{name}': no client for kind {settings.kind!r}", key=f"edge.sources.{name}")
     return sources
@@ -144,7 +157,9 @@ class EdgeRuntime:
         self._dropped_seen = dict.fromkeys(self.tags.plants, 0)
         self._published_seen = dict.fromkeys(self.tags.plants, 0)
         self._reconnects_seen: dict[str, int] = {}
-        self.sources: list[TagSource] = list(sources) if sources is not None else build_sources(self.tags, clock)
+        self.sources: list[TagSource] = (
+            list(sources) if sources is not None else build_sources(self.tags, clock, self.timing)
+        )
         self._source_of_tag = {t.index: t.source for t in self.tags.tags}
         self.keep_rows = keep_rows
         self.rows: dict[str, list[Row]] = {p: [] for p in self.tags.plants}
