@@ -31,7 +31,8 @@ from tests.kafka_broker import unique_name, wait_until
 from tests.streams.test_kafka_pipeline import _replay
 from tests.streams.workers import Cluster, consumed_everything, count, group_assignment, json_records, site_config
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+# a minute of an idle machine's time: make exhaustive; tests/streams/test_drift_agent.py is its fast twin in make test
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.exhaustive]
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "data" / "tep" / "d00.dat"
