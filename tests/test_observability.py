@@ -36,6 +36,8 @@ EXPECTED_ALERTS = {
     "FedrcaPrivacyBudgetExhausted",
     "FedrcaSensorFault",
     "FedrcaRowsWithoutPlant",
+    "FedrcaBaselineRefreshRefused",
+    "FedrcaBaselinePinned",
 }
 #: The alerts of fedrca edge (group fedrca-edge; fedrca.edge.metrics).
 EXPECTED_EDGE_ALERTS = {
@@ -70,6 +72,11 @@ EXPECTED_TYPES = {
     "fedrca_sensor_fault": "gauge",
     "fedrca_rows_without_plant_total": "counter",
     "fedrca_clock_offset_seconds": "gauge",
+    "fedrca_baseline_version": "gauge",
+    "fedrca_baseline_age_seconds": "gauge",
+    "fedrca_baseline_pinned": "gauge",
+    "fedrca_baseline_refused_streak": "gauge",
+    "fedrca_baseline_refreshes_total": "counter",
 }
 
 
@@ -128,6 +135,8 @@ def test_every_metric_rendered_with_help_and_type(metrics):
     m.set_parameter_version("reactor", "v2")
     m.set_privacy("reactor", 1.0, 4.0)
     m.set_plant_anomalous("reactor", True)
+    m.set_baseline("reactor", 2, 3600.0, pinned=False)
+    m.record_refresh("reactor", "applied")
     text = m.render().decode()
     for name, kind in EXPECTED_TYPES.items():
         assert f"# TYPE {name} {kind}\n" in text, name
@@ -136,6 +145,21 @@ def test_every_metric_rendered_with_help_and_type(metrics):
     extras = {"fedrca_d2_dropped_total", "fedrca_degraded_rows_total", "fedrca_parameter_info"}
     declared = {n for n in re.findall(r"^# TYPE (\S+)", text, re.MULTILINE) if not n.endswith("_created")}
     assert declared == set(EXPECTED_TYPES) | extras
+
+
+def test_baseline_metrics_and_the_refused_streak(metrics):
+    m = metrics
+    m.set_baseline("reactor", 3, 86400.0, pinned=True)
+    assert sample(m, "fedrca_baseline_version", plant="reactor") == 3.0
+    assert sample(m, "fedrca_baseline_age_seconds", plant="reactor") == 86400.0
+    assert sample(m, "fedrca_baseline_pinned", plant="reactor") == 1.0
+    for outcome in ("refused", "refused", "pinned", "refused"):
+        m.record_refresh("reactor", outcome)
+    # a pinned refresh leaves the streak as it is; an applied one ends it
+    assert sample(m, "fedrca_baseline_refused_streak", plant="reactor") == 3.0
+    assert sample(m, "fedrca_baseline_refreshes_total", plant="reactor", outcome="refused") == 3.0
+    m.record_refresh("reactor", "limited")
+    assert sample(m, "fedrca_baseline_refused_streak", plant="reactor") == 0.0
 
 
 def test_counters_increment_exactly(metrics):

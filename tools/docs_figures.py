@@ -11,8 +11,9 @@ A generated figure sits in a Markdown file between two comments::
 
 :data:`FIGURES` says how each NAME is made (the command, and which part of its output
 is the figure). ``docs/faults.md`` is written whole by ``bench/bench_faults.py``
-(issue 22's benchmark) and ``docs/imperfect.md`` by ``bench/bench_imperfect.py`` (issue
-30's), which this tool runs too.
+(issue 22's benchmark), ``docs/imperfect.md`` by ``bench/bench_imperfect.py`` (issue
+30's) and ``docs/drift-bench.md`` by ``bench/bench_drift.py`` (issue 36's), which this tool
+runs too.
 
     python tools/docs_figures.py                 # every figure (benchmarks included: minutes to hours)
     python tools/docs_figures.py demo-table      # only these
@@ -103,6 +104,7 @@ FIGURES: dict[str, Figure] = {
         writes_file=True,
     ),
     "bench-sensors": Figure((PYTHON, "bench/run.py", "sensors"), bench_section("sensors"), ("docs/sensors.md",)),
+    "drift": Figure((PYTHON, "bench/bench_drift.py"), _whole, ("docs/drift-bench.md",), writes_file=True),
 }
 
 

@@ -18,6 +18,11 @@ strike at random points (a random share of the flags already on the flags topic)
 ``pause``
     the broker is frozen with SIGSTOP for ``--pause-seconds`` (default 30 s, longer than
     the workers' session timeout and the producers' request timeout) and resumed.
+``drift``
+    kills as in ``kill``, on a site whose plants re-baseline every 240 samples
+    (docs/drift.md) while the nominal ``d00_te.dat`` streams: the refreshes at seqs 240, 480
+    and 720 take effect, and a killed plant worker reads the plants' histories and baselines
+    back from their history topics; every flag must carry the baseline version of the replay.
 
 When everything is in, the run is compared with the in-process replay of the same
 input through the same cores (:func:`fedrca.streams.embedded.replay_frame`): every
@@ -32,9 +37,9 @@ same comparison, degraded flags included.
 
 Usage::
 
-    tools/faults.py                                  # 30 kill runs, 5 restarts, 5 pauses
-    tools/faults.py --kills 3 --restarts 1 --pauses 1 --seed 7 --json faults.json
-    tools/faults.py --gaps --kills 5 --restarts 1 --pauses 1     # the input with missing values
+    tools/faults.py                                  # 30 kill runs, 5 restarts, 5 pauses, 5 drift runs
+    tools/faults.py --kills 3 --restarts 1 --pauses 1 --drifts 1 --seed 7 --json faults.json
+    tools/faults.py --gaps --kills 5 --restarts 1 --pauses 1 --drifts 0   # the input with missing values
 
 Exit status 0 when every run lost and duplicated nothing, 1 otherwise (the failing
 runs' worker logs are printed), 2 on a setup error.
@@ -62,6 +67,9 @@ sys.path.insert(0, str(REPO))
 BROKER = REPO / "tools" / "kafka" / "broker.py"
 TRAIN = REPO / "data" / "tep" / "d00.dat"
 FAULT = REPO / "data" / "tep" / "d04_te.dat"
+NOMINAL = REPO / "data" / "tep" / "d00_te.dat"
+#: the drift scenario's loop: a refresh every 240 samples (seqs 240, 480, 720 of a 960-row file)
+DRIFT = {"enabled": True, "every": 240, "window": 240, "history": 960, "min_rows": 100}
 LATENESS = 2000  # rows wait for a killed worker's plants longer than any outage here
 SPEED = "x9000"  # 3-minute samples at 9000x: 50 rows/s, 960 rows in about 19 s
 FEDRCA = [sys.executable, "-m", "fedrca.cli"]
@@ -282,10 +290,18 @@ class Harness:
         bootstrap = self.broker.bootstrap
         tmp = Path(tempfile.mkdtemp(prefix=f"run{index:02d}-", dir=self.workdir))
         config_path = site_config(tmp, unique_name("flt"), missing=self.gaps)
+        stream = FAULT
+        if scenario == "drift":  # the same kills, on a site that re-baselines mid-stream
+            import yaml
+
+            data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+            data["drift"] = DRIFT
+            config_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+            stream = NOMINAL
         config = load_config(config_path)
-        fault = FAULT
+        fault = stream
         if self.gaps:
-            fault = with_gaps(FAULT, tmp / FAULT.name, {p.name: list(p.sensors) for p in config.plants})
+            fault = with_gaps(stream, tmp / stream.name, {p.name: list(p.sensors) for p in config.plants})
         runtime = site_runtime(
             config, TRAIN, params_dir=self.params, settings=RuntimeSettings(allowed_lateness=LATENESS)
         )
@@ -327,12 +343,12 @@ class Harness:
 
             feeder = threading.Thread(target=feed, daemon=True)
             feeder.start()
-            n_faults = rng.randint(1, 3) if scenario == "kill" else 1
+            n_faults = rng.randint(1, 3) if scenario in ("kill", "drift") else 1
             points = sorted(rng.uniform(0.05, 0.9) for _ in range(n_faults))
             for share in points:
                 threshold = int(share * total_flags)
                 wait_for(lambda t=threshold: end_offset(bootstrap, flags_topic) >= t, 240, f"{threshold} flags")
-                if scenario == "kill":
+                if scenario in ("kill", "drift"):
                     victims = rng.choice([["w1"], ["w2"], ["rca"], ["w1", "w2"]])
                     for v in victims:
                         cluster.workers[v].kill9()
@@ -399,7 +415,7 @@ def _consumed(bootstrap: str, group: str, topic: str) -> bool:
 
 def summarise(results: list[RunResult]) -> str:
     lines = ["scenario  runs  ok  faults  verdicts compared  flags compared  lost  duplicated  different  median s"]
-    for scenario in ("kill", "restart", "pause"):
+    for scenario in ("kill", "restart", "pause", "drift"):
         rs = [r for r in results if r.scenario == scenario]
         if not rs:
             continue
@@ -424,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pause-seconds", type=float, default=30.0, help="length of a broker pause (default 30)")
     parser.add_argument(
         "--gaps", action="store_true", help="the input with missing values (with_gaps, docs/missing.md)"
+    )
+    parser.add_argument(
+        "--drifts", type=int, default=5, help="kill runs on a site that re-baselines mid-stream (default 5)"
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault schedule (default: random, printed)")
     parser.add_argument("--json", type=Path, default=None, help="write every run's result to this file")
@@ -452,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"setup failed: {exc}")
         return 2
     harness = Harness(workdir, broker, params, log, args.pause_seconds, gaps=args.gaps)
-    plan = ["kill"] * args.kills + ["restart"] * args.restarts + ["pause"] * args.pauses
+    plan = ["kill"] * args.kills + ["restart"] * args.restarts + ["pause"] * args.pauses + ["drift"] * args.drifts
     results: list[RunResult] = []
     try:
         for index, scenario in enumerate(plan, 1):

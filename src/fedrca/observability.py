@@ -467,6 +467,36 @@ class Metrics:
             ["plant"],
             registry=r,
         )
+        self.baseline_version = Gauge(
+            "fedrca_baseline_version",
+            "The baseline a plant is scored against: 0 = as fitted, n = its n-th re-baseline (docs/drift.md).",
+            ["plant"],
+            registry=r,
+        )
+        self.baseline_age = Gauge(
+            "fedrca_baseline_age_seconds",
+            "Sample time since a plant's baseline in force was made (samples x dataset.sample_seconds).",
+            ["plant"],
+            registry=r,
+        )
+        self.baseline_pinned = Gauge(
+            "fedrca_baseline_pinned",
+            "1 while an operator holds a plant's baseline (scheduled refreshes skipped), else 0.",
+            ["plant"],
+            registry=r,
+        )
+        self.baseline_refused = Gauge(
+            "fedrca_baseline_refused_streak",
+            "Scheduled refreshes of a plant's baseline refused in a row (the plant alarmed, or too few nominal rows).",
+            ["plant"],
+            registry=r,
+        )
+        self.refreshes = Counter(
+            "fedrca_baseline_refreshes",
+            "A plant's baseline refreshes by outcome: applied, limited, refused, pinned, unpinned, rollback, forced.",
+            ["plant", "outcome"],
+            registry=r,
+        )
         self.plant_anomalous = Gauge(
             "fedrca_plant_anomalous",
             "1 while the latest published flags of a plant say anomalous (zc_pub or za_pub), else 0.",
@@ -804,6 +834,24 @@ class Metrics:
         self.rca_parameter_version.set(numeric_version(version))
         if reloaded:
             self.rca_reloads.inc()
+
+    def record_refresh(self, plant: str, outcome: str) -> None:
+        """Count one refresh of a plant's baseline (or operator action) by its outcome; a scheduled refresh
+        refused lengthens the plant's refused streak, one that changed or checked the baseline ends it."""
+        self._know(plant)
+        self._series(self.refreshes, plant, outcome).inc()
+        streak = self._series(self.baseline_refused, plant)
+        if outcome == "refused":
+            streak.inc()
+        elif outcome != "pinned":
+            streak.set(0)
+
+    def set_baseline(self, plant: str, version: int, age_seconds: float, pinned: bool) -> None:
+        """Export the baseline a plant runs: its version, its age (sample time) and whether it is pinned."""
+        self._know(plant)
+        self._series(self.baseline_version, plant).set(version)
+        self._series(self.baseline_age, plant).set(age_seconds)
+        self._series(self.baseline_pinned, plant).set(1 if pinned else 0)
 
     def set_parameter_version(self, plant: str, version: str | float, loaded_at: float | None = None) -> None:
         """Record the parameter version a plant now uses and when it was loaded.

@@ -1537,6 +1537,65 @@ def _tep_config(edit: Callable[[str], str]) -> Callable[[Path], None]:
     return setup
 
 
+def _tep_drift(edit: dict[str, object] | None, name: str = "drift.yaml") -> Callable[[Path], None]:
+    """The TEP configuration with its ``drift:`` section updated by ``edit`` (None: removed)."""
+
+    def setup(ws: Path) -> None:
+        data = yaml.safe_load((ws / "tep.yaml").read_text())
+        if edit is None:
+            data.pop("drift", None)
+        else:
+            data["drift"] = {**data.get("drift", {}), **edit}
+        (ws / name).write_text(yaml.safe_dump(data, sort_keys=False))
+
+    return setup
+
+
+BASELINE = "baseline pin --config {tep} --broker kafka://127.0.0.1:9 --plant reactor"
+DRIFTCFG = "baseline status --config {ws}/drift.yaml --broker kafka://127.0.0.1:9"
+# Issue 36: the re-baselining loop's command and its configuration section; refused before the broker
+BASELINE_CASES = [
+    Case("baseline-no-config", BASELINE.replace("{tep}", "{ws}/none.yaml"), r"none\.yaml"),
+    Case("baseline-loop-off", BASELINE.replace("{tep}", "{cfg}"), r"drift\.enabled: .*set drift\.enabled: true"),
+    Case("baseline-unknown-plant", BASELINE.replace("reactor", "boiler"), r"--plant: unknown plant 'boiler'"),
+    Case("baseline-status-unknown-plant", DRIFTCFG.replace("{ws}/drift.yaml", "{tep}") + " --plant boiler",
+         r"--plant: unknown plant 'boiler'"),
+    Case("baseline-rollback-bad-version", BASELINE.replace(" pin ", " rollback ") + " --to x3",
+         r"--to: 'x3' is not a baseline version; write b<N>"),
+    Case("baseline-rollback-negative", BASELINE.replace(" pin ", " rollback ") + " --to b-1",
+         r"--to: 'b-1' is not a baseline version"),
+    Case("baseline-rollback-no-to", BASELINE.replace(" pin ", " rollback "), r"--to: a rollback names the baseline"),
+    Case("baseline-pin-no-plant", BASELINE.replace(" --plant reactor", ""), r"--plant: pin needs the plant"),
+    Case("baseline-pin-with-to", BASELINE + " --to b2", r"--to: only a rollback takes --to, not pin"),
+    Case("baseline-unknown-action", BASELINE.replace(" pin ", " forget "), r"invalid choice: 'forget'"),
+    Case("baseline-broker-http", BASELINE.replace("kafka://", "http://"), r"--broker: .* has the scheme 'http'"),
+    Case("baseline-broker-no-port", BASELINE.replace(":9 ", " "), r"must look like kafka://host:port"),
+    Case("baseline-broker-port-zero", BASELINE.replace(":9 ", ":0 "), r"must look like kafka://host:port"),
+    Case("baseline-drift-every-words", DRIFTCFG, r"drift\.every: .*'1 fortnight' is not a duration",
+         setup=_tep_drift({"every": "1 fortnight"})),
+    Case("baseline-drift-every-zero", DRIFTCFG, r"drift\.every: .*at least 1 sample", setup=_tep_drift({"every": 0})),
+    Case("baseline-drift-every-bool", DRIFTCFG, r"drift\.every", setup=_tep_drift({"every": True})),
+    Case("baseline-drift-shift-negative", DRIFTCFG, r"drift\.max_shift", setup=_tep_drift({"max_shift": -1})),
+    Case("baseline-drift-scale-huge", DRIFTCFG, r"drift\.max_scale", setup=_tep_drift({"max_scale": 1e9})),
+    Case("baseline-drift-window-over-history", DRIFTCFG, r"drift: window \(2880 samples\) must be at most history",
+         setup=_tep_drift({"window": "6d", "history": "2d"})),
+    Case("baseline-drift-min-rows-over-window", DRIFTCFG, r"drift: min_rows \(5000\) must be at most window",
+         setup=_tep_drift({"min_rows": 5000})),
+    Case("baseline-drift-history-huge", DRIFTCFG, r"drift: history .* must be at most 4,194,304 rows",
+         setup=_tep_drift({"history": "100000w"})),
+    Case("baseline-drift-unknown-key", DRIFTCFG, r"drift\.horizon", setup=_tep_drift({"horizon": 3})),
+    Case("baseline-drift-bad-cron", DRIFTCFG, r"drift\.federated\.schedule: .*five fields",
+         setup=_tep_drift({"federated": {"schedule": "weekly"}})),
+    Case("baseline-drift-budget-zero", DRIFTCFG, r"drift\.federated\.budget",
+         setup=_tep_drift({"federated": {"budget": 0}})),
+    Case("baseline-drift-off", DRIFTCFG, r"drift\.enabled", setup=_tep_drift({"enabled": False})),
+    Case("train-history-loop-off", "train --config {cfg} --data {nominal} --history kafka://127.0.0.1:9 --out {ws}/p",
+         r"--history: --history needs the plants' history: set drift\.enabled: true"),
+    Case("train-previous-other-config",
+         "train --config {tep} --data {d00} --previous {params} --out {ws}/p", r"--previous"),
+]
+
+
 EDGE = "edge --config {tep} --broker kafka://127.0.0.1:9"
 #: ``fedrca edge`` refuses every option, name and tag map before it touches the network (issue 31).
 EDGE_CASES = [
@@ -1596,6 +1655,7 @@ ALL_CASES = [
     *DEMO_CASES,
     *REPLAY_TO_KAFKA_CASES,
     *OTHER_CASES,
+    *BASELINE_CASES,
 ]
 
 
@@ -1675,7 +1735,7 @@ def _argv(case: Case, ws: Path) -> list[str]:
 
 
 #: The commands issue 25 names: at least 20 hostile cases each.
-NEWER = ("whatif", "graph", "fleet", "simulate", "train", "evaluate", "publish-params", "replay")
+NEWER = ("whatif", "graph", "fleet", "simulate", "train", "evaluate", "publish-params", "replay", "baseline")
 #: The commands of the live system besides publish-params (refused before the network): at least 12 each.
 KAFKA_SIDE = ("run", "demo", "replay-to-kafka", "edge")
 

@@ -221,8 +221,9 @@ def test_rca_reads_only_flags_and_no_raw_value_leaves_the_plants(crash_run):
     run = crash_run
     config, bootstrap = run.config, run.bootstrap
     sensor_topics = {config.topic("sensors", plant=p) for p in config.plant_names}
+    # a plant's history (its re-baselining loop's rows, docs/drift.md) is as private as its sensors
     plant_private = sensor_topics | {
-        config.topic(kind, plant=p) for kind in ("state", "plant_deadletter") for p in config.plant_names
+        config.topic(kind, plant=p) for kind in ("state", "plant_deadletter", "history") for p in config.plant_names
     }
     # The RCA's consumer group never subscribes to a plant's topics.
     assignment = run.rca_assignment  # taken while the workers ran

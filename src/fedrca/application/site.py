@@ -31,6 +31,7 @@ from fedrca.detectors.factory import fit_detectors, fit_health, frame_segments
 from fedrca.detectors.health import HealthResult, SensorHealth
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
+from fedrca.drift import BaselineKeeper, KeeperSettings
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.fleet.calibration import Calibration
 from fedrca.fleet.collabdict import FleetModel
@@ -47,6 +48,7 @@ __all__ = [
     "apply_params",
     "build_detector",
     "build_detectors",
+    "build_keepers",
     "configured_graph",
     "load_graph_file",
     "plant_runtime",
@@ -86,7 +88,9 @@ def apply_params(
 
 @dataclass
 class Site:
-    """Fitted detectors of a site, their nominal flags, the RCA engine and the plants' sensor checks."""
+    """Fitted detectors of a site, their nominal flags, the RCA engine and the plants' sensor checks; with
+    ``drift.enabled`` each plant detector's re-baselining loop (:class:`~fedrca.drift.BaselineKeeper`,
+    docs/drift.md)."""
 
     config: SiteConfig
     detectors: dict[str, Detector]
@@ -94,11 +98,23 @@ class Site:
     engine: RCAEngine
     params_version: str
     health: dict[str, SensorHealth] = field(default_factory=dict)
+    keepers: dict[str, BaselineKeeper] = field(default_factory=dict)
 
     @property
     def graph(self) -> InterdependencyGraph:
         """The engine's interdependency graph."""
         return self.engine.graph
+
+
+def build_keepers(config: SiteConfig, detectors: Mapping[str, Detector]) -> dict[str, BaselineKeeper]:
+    """The re-baselining loop of every plant detector when ``drift.enabled`` (none otherwise).
+
+    A fleet plant (``detector.kind: fleet``) has no loop: its calibration comes from the fleet run.
+    """
+    if not config.drift.enabled:
+        return {}
+    settings = KeeperSettings.from_config(config.drift, config.dataset.sample_seconds)
+    return {name: BaselineKeeper(det, settings) for name, det in detectors.items() if isinstance(det, PlantDetector)}
 
 
 def _as_plant_data(
@@ -183,7 +199,7 @@ def prepare_site(
         settings=settings,
         graph=graph if graph is not None else configured_graph(config, settings),
     )
-    return Site(config, detectors, nominal_flags, engine, version, health)
+    return Site(config, detectors, nominal_flags, engine, version, health, build_keepers(config, detectors))
 
 
 @dataclass
@@ -242,9 +258,13 @@ def run_pipeline(
     sensor events over the published flags and bits (the streaming runtime's order: a row's sensor
     events before its process verdict).
 
-    With ``reset`` the detectors and the engine start fresh (a new recording); ``source``
-    names a frame's file in error messages; ``quality`` gives per-plant (T, D) quality codes
-    (:class:`~fedrca.contracts.Quality`) of the values, as a sensor message's ``quality``.
+    With ``reset`` the detectors and the engine start fresh (a new recording; a plant's
+    re-baselining loop restarts from the fitted baseline); ``source`` names a frame's file in
+    error messages; ``quality`` gives per-plant (T, D) quality codes
+    (:class:`~fedrca.contracts.Quality`) of the values, as a sensor message's ``quality``. Rows
+    are seqs 0, 1, ... from the start of the recording: a plant with a loop refreshes its
+    baseline at the seqs its schedule names, as a live worker does on the same rows
+    (``tests/streams/test_drift_kafka.py``).
     """
     config = site.config
     source = source or (str(data) if isinstance(data, str | Path) else "input")
@@ -255,13 +275,15 @@ def run_pipeline(
             det.reset()
         for health in site.health.values():
             health.reset()
+        for keeper in site.keepers.values():
+            keeper.restart()
         site.engine.reset()
     checked = {}
     for name, health in site.health.items():
         # a broken tag is excluded (NaN) before the plant's detector sees it
         checked[name] = health.update(arrays[name].Y, None if quality is None else quality.get(name))
         arrays[name] = PlantData(checked[name].values, arrays[name].U)
-    results = run_detectors(site.detectors, arrays)
+    results = run_detectors(site.detectors, arrays, site.keepers)
     run = PipelineRun(site, results, [], checked)
     plants = config.plant_names
     # a degraded row (too few usable sensors) is no evidence, like an absent plant (negative)
@@ -351,9 +373,22 @@ def fleet_calibrations(config: SiteConfig) -> dict[str, Calibration]:
     }
 
 
-def run_detectors(detectors: Mapping[str, Detector], data: Mapping[str, PlantData]) -> dict[str, DetectionResult]:
-    """Process every plant's batch (each detector continues from its current state)."""
-    return {name: det.step_batch(data[name].Y, data[name].U) for name, det in detectors.items()}
+def run_detectors(
+    detectors: Mapping[str, Detector],
+    data: Mapping[str, PlantData],
+    keepers: Mapping[str, BaselineKeeper] | None = None,
+) -> dict[str, DetectionResult]:
+    """Process every plant's batch (each detector continues from its current state; a plant with a
+    re-baselining loop goes through it, its rows numbered on from the loop's history)."""
+    out = {}
+    for name, det in detectors.items():
+        keeper = (keepers or {}).get(name)
+        if keeper is None:
+            out[name] = det.step_batch(data[name].Y, data[name].U)
+        else:
+            first = keeper.history.newest + 1
+            out[name] = keeper.process(data[name].Y, data[name].U, seqs=np.arange(first, first + len(data[name].Y)))
+    return out
 
 
 def site_runtime(
@@ -373,7 +408,8 @@ def site_runtime(
     """
     site = prepare_site(config, train, params_dir=params_dir)
     metrics = metrics or Metrics(plants=site.config.plant_names)
-    plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings, health=site.health)
+    plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings, health=site.health,
+                          keepers=site.keepers)  # fmt: skip
     artifacts = None if params_dir is None else load_params(params_dir, site.config)
     for plant, artifact in (artifacts or {}).items():
         if plant in plants.processors:
@@ -436,10 +472,12 @@ def plant_runtime(
         if p.name in served
     }
     health = fit_health(config, nominal, segments=frame_segments(frame), plants=served)
-    runtime = PlantRuntime(config, detectors, metrics=metrics, settings=settings, health=health)
-    if params_dir is not None:
-        artifacts = load_params(params_dir, config, plants=served)
-        apply_params(detectors, artifacts, params_dir)
-        for plant in served:
-            runtime.record_artifact(plant, artifacts[plant])
+    artifacts = None if params_dir is None else load_params(params_dir, config, plants=served)
+    if artifacts is not None:
+        apply_params(detectors, artifacts, str(params_dir))
+    # the loops wrap the detectors as the artifacts left them (baseline 0), as prepare_site's do
+    runtime = PlantRuntime(config, detectors, metrics=metrics, settings=settings, health=health,
+                           keepers=build_keepers(config, detectors))  # fmt: skip
+    for plant in served if artifacts is not None else []:
+        runtime.record_artifact(plant, artifacts[plant])  # type: ignore[index]
     return runtime

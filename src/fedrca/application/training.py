@@ -200,6 +200,7 @@ def run_training(
     progress: TextIO | None = None,
     header: str | None = None,
     outputs: Outputs | None = None,
+    min_version: int = 1,
 ) -> TrainingResult:
     """Run (or resume) a job with checkpoints in ``out/checkpoint`` and write its artifacts to ``out``.
 
@@ -216,6 +217,8 @@ def run_training(
     outputs : the command's output plan with ``out`` as its ``--out`` folder: the artifacts are
         staged in it and appear with the command's other outputs; without it they are staged and
         moved into ``out`` at the end of this call (either way a set of artifacts appears whole)
+    min_version : the lowest version the artifacts may take (the one after the artifacts the plants run
+        now, for a refresh round written elsewhere)
     """
     started = time.perf_counter()
     total = rounds if rounds is not None else job.settings.rounds
@@ -227,7 +230,7 @@ def run_training(
             shutil.rmtree(checkpoints)
         version = load_checkpoint(job, checkpoints) if resume else None
     if version is None:
-        version = next_version(out_dir) if out_dir is not None else 1
+        version = max(next_version(out_dir) if out_dir is not None else 1, min_version)
     elif out_dir is not None and job.round < total and next_version(out_dir) > version:
         # that run finished and published v<version>: continuing it makes new parameters, a new version
         version = next_version(out_dir)

@@ -3,9 +3,9 @@
 Every sub-command lives in its own module of this package and registers itself
 (:data:`COMMAND_MODULES`): ``detect``, ``train``, ``replay`` / ``evaluate``,
 ``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``, ``edge``, ``graph``, ``fleet``,
-``whatif``. Every handler returns an exit code; errors are translated here, once: a :class:`FedrcaError` becomes
-one clear line on stderr and exit code 2, never a traceback. The line is one line whatever the
-message holds (line breaks of a library's text become spaces) and at most :data:`MAX_ERROR_LINE`
+``whatif``, ``baseline``. Every handler returns an exit code; errors are translated here, once: a
+:class:`FedrcaError` becomes one clear line on stderr and exit code 2, never a traceback. The line is one
+line whatever the message holds (line breaks of a library's text become spaces) and at most :data:`MAX_ERROR_LINE`
 characters: an echoed value that would make it longer is elided in the middle, so the line keeps
 the option or key it starts with and the fix it ends with.
 """
@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "fedrca.cli.graph",
     "fedrca.cli.fleet",
     "fedrca.cli.whatif",
+    "fedrca.cli.baseline",
 )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import logging
 import re
 import sys
 import time
@@ -191,6 +192,7 @@ def _report(out: Path, result: FileResult, runtime: SiteRuntime, onset: int) -> 
         fault_start=onset if result.root else None,
         root_cause=result.root,
         sensor_rows=_sensor_rows(result, runtime),
+        baselines=[r.as_dict() for r in run.refreshes] if runtime.config.drift.enabled else None,
     )
 
 
@@ -292,9 +294,16 @@ def check_demo_options(args: argparse.Namespace) -> SimulationSpec:
     return spec
 
 
+def _quiet_refresh_log() -> None:
+    """The demo prints each file's refreshes itself (indented, after the file); the runtime's log lines of
+    them (a worker's log) would say it twice."""
+    logging.getLogger("fedrca.streams.drift").setLevel(logging.ERROR)
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """The demo (see the module docstring); returns the exit code."""
     check_demo_options(args)
+    _quiet_refresh_log()
     if args.source == "simulator":
         return run_simulator_demo(args)
     started = time.perf_counter()
@@ -414,6 +423,8 @@ def run_demo(args: argparse.Namespace) -> int:
             on_verdict=_verdict_printer(name.removesuffix("_te.dat")),
             progress=progress_bar(name),
         )
+        for report in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
+            _say(f"    {report.line()}")
         results.append(FileResult(name, root, run))
         if protocol:
             agree = [_verdict_key(a) == _verdict_key(b) for a, b in zip(expected.verdicts, run.verdicts, strict=False)]
@@ -513,6 +524,8 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     )
     if simulator.terminated:
         _say(f"  the plant shut down after {run.rows} samples: {simulator.shutdown}")
+    for refresh in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
+        _say(f"    {refresh.line()}")
 
     _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
     pd.set_option("display.width", 160)

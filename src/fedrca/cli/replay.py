@@ -21,6 +21,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -72,6 +73,9 @@ def _prepare(args: argparse.Namespace) -> PipelineRun:
     _progress(f"processing {args.input} ...")
     run = run_pipeline(site, data, source=str(args.input))
     _progress(f"  {run.n_samples} rows, {len(run.verdicts)} verdicts in {time.perf_counter() - started:.2f} s")
+    for keeper in site.keepers.values():  # each plant's re-baselining loop (drift.enabled), refresh by refresh
+        for report in keeper.reports:
+            _progress(f"  {report.line()}")
     return run
 
 
@@ -156,8 +160,15 @@ def _evaluate_run(args: argparse.Namespace, run: PipelineRun, out: Outputs) -> P
             fault_start=args.fault_start,
             root_cause=args.root_cause,
             sensor_rows=sensor_episodes(run.health, run.site.health),
+            baselines=_refresh_rows(run) if run.site.keepers else None,
         )
     return out.path("--report") / page.name
+
+
+def _refresh_rows(run: PipelineRun) -> list[dict[str, Any]]:
+    """Every refresh of the plants' loops in the run, for the report."""
+    rows = [r.as_dict() for keeper in run.site.keepers.values() for r in keeper.reports]
+    return sorted(rows, key=lambda r: (r["seq"], run.plants.index(r["plant"])))
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -207,7 +207,7 @@ the tags below are the plants' own view.</p>
 <img src="scores.png" alt="per-plant d2 with thresholds and flags">
 <h2>RCA timeline</h2>
 <img src="timeline.png" alt="published flags and RCA verdicts over time">
-<h2>Interdependency graph</h2>
+{baselines}<h2>Interdependency graph</h2>
 <img class="graph" src="graph.png" alt="interdependency graph">
 <p><a href="graph.json">graph.json</a> &middot; <a href="metrics.json">metrics.json</a></p>
 <script>
@@ -289,11 +289,14 @@ def write_report(
     fault_start: int | None = None,
     root_cause: str | None = None,
     sensor_rows: Sequence[Mapping[str, Any]] = (),
+    baselines: Sequence[Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write the PNGs, graph.json, metrics.json and index.html into ``directory``; returns the page.
 
     ``sensor_rows``: the sensor-fault episodes (plant, tag, check, rows) the page lists; the
-    sensor events among ``verdicts`` are counted and drawn on the timeline.
+    sensor events among ``verdicts`` are counted and drawn on the timeline. ``baselines``: the
+    refreshes of the plants' re-baselining loops (:meth:`RefreshReport.as_dict
+    <fedrca.drift.RefreshReport.as_dict>`; None: the loop is off, no section).
 
     The caller stages ``directory`` (:func:`fedrca.application.outputs.staged_folder`) so that a
     report appears whole or not at all; every file is written whole by itself too.
@@ -312,6 +315,7 @@ def write_report(
         detection=_table(detection_rows),
         rca=_table(rca_rows),
         sensors=_table(counts) + _table(sensor_rows),
+        baselines="" if baselines is None else f"<h2>Baselines (re-baselining loop)</h2>\n{_table(baselines)}\n",
     )
     return write_file(out / "index.html", page)
 

@@ -18,6 +18,7 @@ from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.config.limits import (
     KAFKA_REQUEST_TIMEOUT,
     MAX_BATCH_SIZE,
+    MAX_KAFKA_RECORD,
     MAX_PORT,
     MAX_SESSION_TIMEOUT,
     MEMORY_LIMIT,
@@ -44,6 +45,7 @@ from fedrca.contracts import (
 )
 from fedrca.datasets.loader import load_dataset
 from fedrca.datasets.text import check_file
+from fedrca.drift import baseline_record_bytes, history_bytes
 from fedrca.exceptions import ArtifactError, ConfigError, FedrcaError
 from fedrca.streams.runtime import RuntimeSettings
 
@@ -191,9 +193,23 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
                 f"{room:,} bytes of a Kafka record")  # fmt: skip
     windows = len(served) if "plants" in roles else 0
 
-    def need(batch: int) -> int:
-        return stream_bytes(len(plants), windows, batch, args.allowed_lateness, config.privacy.window)
+    if config.drift.enabled and "plants" in roles:
+        _check_drift(config, served)
+        capacity = config.drift.rows("history", config.dataset.sample_seconds)
+        kept = sum(history_bytes(capacity, len(config.plant(p).sensors)) for p in served)
+    else:
+        kept = 0
 
+    def need(batch: int) -> int:  # the plants' histories are held in memory too (docs/drift.md)
+        return stream_bytes(len(plants), windows, batch, args.allowed_lateness, config.privacy.window) + kept
+
+    if kept > MEMORY_LIMIT // 2:
+        raise ConfigError(
+            f"the served plants' histories ({config.drift.history} each) take about {gib(kept)} of memory, over half "
+            f"the {gib(MEMORY_LIMIT)} limit (docs/limits.md): keep a shorter history or serve fewer plants per worker",
+            source=config.source,
+            key="drift.history",
+        )
     if need(args.batch_size) > MEMORY_LIMIT:
         fits = largest(MEMORY_LIMIT, need, args.batch_size)
         fix = f"give --batch-size at most {fits}" if fits else "serve fewer plants per worker (--plants)"
@@ -202,6 +218,23 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
             f"limit (docs/limits.md): {fix}",
             key="--batch-size",
         )
+
+
+def _check_drift(config: SiteConfig, served: list[str]) -> None:
+    """Refuse a re-baselining plant whose baselines cannot be persisted: one baseline is one record of the plant's
+    history topic (:func:`fedrca.drift.baseline_record_bytes`), within a Kafka record."""
+    for plant in served:
+        sensors = len(config.plant(plant).sensors)
+        lambdas = len(config.plant(plant).scoring.ewma)
+        size = baseline_record_bytes(sensors, lambdas)
+        if size > MAX_KAFKA_RECORD:
+            raise ConfigError(
+                f"plant '{plant}' has {sensors} sensors: its baseline makes a record of about {size:,} bytes, over "
+                f"the {MAX_KAFKA_RECORD:,} of a Kafka record (docs/limits.md); split the plant or set drift.enabled: "
+                "false",
+                source=config.source,
+                key="drift.enabled",
+            )
 
 
 def _check_listen(addr: str, port: int) -> None:

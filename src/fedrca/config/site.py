@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
+from fedrca.config.drift import DriftSettings
 from fedrca.config.edge import EdgeSettings, check_edge, parse_edge
 from fedrca.config.formats import KNOWN_COLUMNS
 from fedrca.config.health import HealthSettings
@@ -347,6 +348,8 @@ class TopicSettings(Strict):
     state: str = "{site}.state.{plant}"
     rca_state: str = "{site}.state.rca"
     train: str = "{site}.train.{plant}"
+    history: str = "{site}.history.{plant}"
+    control: str = "{site}.control"
 
 
 class KafkaSettings(Strict):
@@ -437,6 +440,7 @@ class SiteConfig(Strict):
     training: TrainingSettings = TrainingSettings()
     rca: RCASettings = RCASettings()
     causal: CausalSettings = CausalSettings()
+    drift: DriftSettings = DriftSettings()
     edge: EdgeSettings | None = Field(None, description="fedrca edge: the plants' tags on their protocols")
     source: str | None = Field(None, exclude=True)
 
@@ -583,7 +587,7 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     plants = data.get("plants")
     if isinstance(plants, list):
         data["plants"] = [_merge(_defaults_for(defaults, p), p) if isinstance(p, dict) else p for p in plants]
-    for section in ("training", "rca", "causal"):
+    for section in ("training", "rca", "causal", "drift"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"
     if "edge" in data:
@@ -594,6 +598,11 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         raise translate(exc, SiteConfig, source=source) from None
     _check_names(config, source)
     _check_columns(config, source)
+    try:
+        config.drift.check_rows(config.dataset.sample_seconds)
+    except ValueError as exc:
+        raise ConfigError(f"{exc} at dataset.sample_seconds {config.dataset.sample_seconds:g}", source=source,
+                          key="drift") from None  # fmt: skip
     known = config.dataset.known_columns()
     if known is not None and not config.resolved:
         config = resolve_plants(config, known)

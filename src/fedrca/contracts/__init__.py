@@ -8,7 +8,9 @@
 * :mod:`~fedrca.contracts.deadletter`: why a message was refused, and the headers
   a dead letter carries;
 * :mod:`~fedrca.contracts.artifacts`: the parameter-artifact format (files and the
-  params topic), on the binary container of :mod:`~fedrca.contracts.binary`.
+  params topic), on the binary container of :mod:`~fedrca.contracts.binary`;
+* :mod:`~fedrca.contracts.commands`: an operator's command to a plant's re-baselining
+  loop (the control topic).
 
 Every producer and consumer uses these; nothing builds a message dict by hand.
 This package imports nothing of fedrca but :mod:`fedrca.exceptions`.
@@ -28,6 +30,7 @@ from fedrca.contracts.artifacts import (
     make_artifact,
     save_artifact,
 )
+from fedrca.contracts.commands import BaselineCommand
 from fedrca.contracts.deadletter import DeadLetterReason, DeadLetterStage, deadletter_headers
 from fedrca.contracts.flagstate import N_FLAG_STATES, FlagState, flag_bits, flag_states
 from fedrca.contracts.messages import (
@@ -55,6 +58,7 @@ __all__ = [
     "SENSOR_OUTCOMES",
     "SENSOR_RECOVERED",
     "SERVER",
+    "BaselineCommand",
     "DeadLetterReason",
     "DeadLetterStage",
     "FlagMessage",

@@ -69,7 +69,7 @@ from fedrca.detectors.statistics import (
 from fedrca.exceptions import DataError, ModelError, NotFittedError
 from fedrca.privacy.randomized_response import LevelRandomizedResponse, RandomizedResponse
 
-__all__ = ["DetectionResult", "Detector", "PlantDetector", "hold_last", "severity_levels"]
+__all__ = ["DetectionResult", "Detector", "Evidence", "PlantDetector", "hold_last", "severity_levels"]
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -263,6 +263,10 @@ class _Evidence:
     @classmethod
     def concat(cls, parts: list[_Evidence]) -> _Evidence:
         return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)})
+
+
+#: What both models give for T samples before scoring (:meth:`PlantDetector.baseline_evidence`).
+Evidence = _Evidence
 
 
 class PlantDetector(Detector):
@@ -777,6 +781,48 @@ class PlantDetector(Detector):
                 f"plant '{self.name}': the augmented calibration has statistics {list(state.statistics)}, the "
                 f"detector {list(self.statistics)}; retrain with the current configuration"
             )
+
+    # -- baseline (the re-baselining loop, fedrca.drift) ------------------------------------
+    @property
+    def baseline(self) -> tuple[Calibration, Calibration]:
+        """(proprietary, augmented) scorer states: what the scores are measured against."""
+        return self._scorer_c.state, self._scorer_a.state
+
+    def baseline_evidence(
+        self, Y: ArrayLike, U: ArrayLike | None = None, *, segments: Sequence[int] | None = None
+    ) -> Evidence:
+        """The evidence of both models over rows ``Y`` (T, D) (each segment a fresh stream), leaving the
+        stream as it was: what a re-baseline re-fits the scorers' moments on."""
+        Y_arr = self._check_batch(Y, expect_dim=len(self.scaler.mean))
+        U_arr = None if U is None or not self.use_inputs else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
+        with self.detached():
+            return self._segment_evidence(Y_arr, U_arr, segment_lengths(len(Y_arr), segments))
+
+    def set_baseline(
+        self,
+        state_c: Calibration,
+        state_a: Calibration,
+        memory_c: list[FloatArray | None] | None = None,
+        memory_a: list[FloatArray | None] | None = None,
+    ) -> None:
+        """Install re-baselined scorer states between two samples, the stream continuing.
+
+        ``memory_c`` / ``memory_a``: the family's EWMA memories carried into the new whitening
+        (:func:`fedrca.drift.baseline.transfer_memory`); None keeps the memory as it is. The
+        parameters' version stays (the loop versions its baselines, :mod:`fedrca.drift`).
+        """
+        for scorer, state in ((self._scorer_c, state_c), (self._scorer_a, state_a)):
+            if isinstance(scorer, StatisticFamily) != isinstance(state, FamilyState):
+                raise ModelError(f"plant '{self.name}': a baseline for the other scoring method")
+        keep_c, keep_a = self._scorer_c.get_state(), self._scorer_a.get_state()
+        self._scorer_c.state, self._scorer_a.state = state_c, state_a
+        self._scorer_c.set_state(keep_c)
+        self._scorer_a.set_state(keep_a)
+        if isinstance(self._scorer_c, StatisticFamily) and memory_c is not None:
+            self._scorer_c.memory = memory_c
+        if isinstance(self._scorer_a, StatisticFamily) and memory_a is not None:
+            self._scorer_a.memory = memory_a
+        self._digest = None
 
     # -- processing -------------------------------------------------------------------------
     def reset(self) -> None:

@@ -22,6 +22,7 @@ from fedrca.connectors.replay import Pacer
 from fedrca.contracts import FlagMessage, SensorMessage, Verdict, encode_flags
 from fedrca.detectors.health import HealthResult
 from fedrca.detectors.plant import DetectionResult
+from fedrca.drift import RefreshReport
 from fedrca.streams.runtime import SiteRuntime
 
 __all__ = ["EmbeddedRun", "progress_bar", "replay_chunks", "replay_frame"]
@@ -33,7 +34,8 @@ class EmbeddedRun:
 
     ``results`` is each plant processor's local evidence (d2, flags) and ``health`` its sensor
     checks (which tag, which check), kept for the operator report of the embedded default; they
-    never reach the RCA stage.
+    never reach the RCA stage. ``refreshes``: the plants' re-baselining loops' refreshes during
+    the replay (``drift.enabled``).
     """
 
     flags: list[FlagMessage] = field(default_factory=list)
@@ -43,6 +45,7 @@ class EmbeddedRun:
     health: dict[str, HealthResult] = field(default_factory=dict)
     rows: int = 0
     seconds: float = 0.0
+    refreshes: list[RefreshReport] = field(default_factory=list)
 
 
 def replay_frame(
@@ -141,6 +144,7 @@ def replay_chunks(
                 parts[plant].append(result.result)
             if result.health is not None:
                 checks[plant].append(result.health)
+            out.refreshes += result.refreshes
             chunk_flags += result.flags
         # Flags reach the RCA sample by sample, as from processors that keep pace with the sensors.
         order = {p: i for i, p in enumerate(plants)}

@@ -53,6 +53,7 @@ __all__ = [
     "PartitionHandler",
     "Processed",
     "TransactionalLoop",
+    "read_compacted",
     "read_state",
     "state_record",
 ]
@@ -113,6 +114,12 @@ class PartitionHandler(Protocol):
 
     def process(self, records: Sequence[InputRecord]) -> Processed:
         """Process a batch in offset order; return the outputs and the state after it."""
+
+
+# A handler may also have ``async def load(bootstrap, timeout, security) -> None``: the loop awaits it
+# after fencing the partition's producers and before ``restore``, so a handler whose state spans
+# more than one record (a plant's history, fedrca.streams.agents.PlantAgent) reads its other
+# committed records back exactly when it reads its state.
 
 
 @dataclass(frozen=True)
@@ -226,6 +233,46 @@ async def read_state(
             return None
         doc = json.loads(latest)
         return int(doc["offset"]), json.dumps(doc["state"], separators=(",", ":")).encode()
+    finally:
+        await consumer.stop()
+
+
+async def read_compacted(
+    bootstrap: str, topic: str, timeout: float, security: Mapping[str, Any] | None = None
+) -> dict[bytes, bytes]:
+    """The last committed value of every key in partition 0 of a compacted ``topic`` (keys without one,
+    or whose last value is a tombstone, are left out).
+
+    Reads committed records only, up to the last stable offset.
+
+    Raises
+    ------
+    KafkaError
+        When the topic cannot be read within ``timeout`` seconds.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        **(security or {}),
+    )
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        await consumer.seek_to_beginning(tp)
+        latest: dict[bytes, bytes | None] = {}
+        deadline = time.monotonic() + timeout
+        while await consumer.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise KafkaError(f"reading {topic} took longer than {timeout:.0f} s")
+            for record in (await consumer.getmany(tp, timeout_ms=200)).get(tp, []):
+                if record.key is not None:
+                    latest[record.key] = record.value
+        return {key: value for key, value in latest.items() if value is not None}
     finally:
         await consumer.stop()
 
@@ -376,6 +423,9 @@ class TransactionalLoop:
             key = _state_key(tp)
             saved = await read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security)
             handler = self._handler_for(tp)
+            load = getattr(handler, "load", None)
+            if load is not None:
+                await load(s.bootstrap, s.restore_timeout, s.security)
             handler.restore(None if saved is None else saved[1])
         except BaseException:
             for producer in started:

@@ -32,6 +32,13 @@ when its seq was skipped (a later one came first), *late*: the processor publish
 flag for every skipped seq as soon as the later one arrived (at most :data:`MAX_GAP_FILL`), so
 the RCA judges those rows without this plant at once, and returns the late message for the
 caller to dead-letter (``late``) and count: never a silent drop.
+
+With a :class:`~fedrca.drift.BaselineKeeper` (``drift.enabled``) the batch goes through the
+plant's re-baselining loop: the rows are scored, kept in its history with their alarm states,
+and the baseline is refreshed at the seqs the schedule names; the flags carry the baseline's
+version (``v3+b2``: training artifact v3, local baseline b2). The keeper's small state is part
+of the processor's state; its history and baselines are persisted by the shell
+(:class:`fedrca.streams.agents.PlantAgent`).
 """
 
 from __future__ import annotations
@@ -48,10 +55,16 @@ from numpy.typing import NDArray
 from fedrca.contracts import FlagMessage, SensorMessage
 from fedrca.detectors.health import HealthResult, SensorHealth
 from fedrca.detectors.plant import DetectionResult, Detector
+from fedrca.drift import BaselineKeeper, RefreshReport
 from fedrca.exceptions import ConfigError
 from fedrca.privacy.ledger import FlagWindow
 
 __all__ = ["PlantProcessor", "ProcessorOutput"]
+
+#: Refresh outcomes that change the baseline in force.
+CHANGES = ("applied", "limited", "forced", "rollback")
+#: Reports a keeper holds between batches (each batch's are handed out in its ProcessorOutput).
+REPORTS_KEPT = 16
 
 
 #: Most consecutive skipped seqs a processor publishes degraded flags for (a longer jump is left to
@@ -80,6 +93,7 @@ class ProcessorOutput:
     health: HealthResult | None = None
     late: list[SensorMessage] = field(default_factory=list)
     skipped: int = 0
+    refreshes: list[RefreshReport] = field(default_factory=list)
 
 
 class PlantProcessor:
@@ -91,6 +105,7 @@ class PlantProcessor:
     detector : the fitted detector of this plant
     window : the plant's flag ledger (None: not accounted)
     on_exhausted : ``warn`` (publish past the budget) or ``stop`` (publish withheld flags)
+    keeper : the plant's re-baselining loop around ``detector`` (None: the baseline stays as fitted)
     """
 
     def __init__(
@@ -100,14 +115,18 @@ class PlantProcessor:
         window: FlagWindow | None = None,
         on_exhausted: str = "warn",
         health: SensorHealth | None = None,
+        keeper: BaselineKeeper | None = None,
     ) -> None:
         if on_exhausted not in ("warn", "stop"):
             raise ConfigError(f"privacy.on_exhausted must be 'warn' or 'stop', got {on_exhausted!r}")
+        if keeper is not None and keeper.detector is not detector:
+            raise ConfigError(f"plant '{detector.name}': the re-baselining loop wraps another detector")
         self.site = site
         self.detector = detector
         self.window = window
         self.on_exhausted = on_exhausted
         self.health = health
+        self.keeper = keeper
         self._last_seq = -1
         self._last_ts = 0.0
         self._gaps: deque[tuple[int, int]] = deque(maxlen=MAX_GAPS)
@@ -129,9 +148,18 @@ class PlantProcessor:
         return self._last_seq
 
     @property
-    def model_version(self) -> str:
-        """Parameter version currently producing the flags."""
+    def training_version(self) -> str:
+        """The version of the training artifact in use (``proprietary`` before any)."""
         return self.detector.parameter_version
+
+    @property
+    def model_version(self) -> str:
+        """Parameter version currently producing the flags: the training version, and ``+b<n>`` once the
+        plant's loop re-baselined (b0, the fitted baseline, adds nothing)."""
+        keeper = self.keeper
+        if keeper is None or keeper.version == 0:
+            return self.detector.parameter_version
+        return f"{self.detector.parameter_version}+b{keeper.version}"
 
     def process(self, messages: list[SensorMessage]) -> ProcessorOutput:
         """Process a batch of this plant's messages in arrival order (vectorised over the batch)."""
@@ -163,7 +191,15 @@ class PlantProcessor:
             checked = self.health.update(Y, np.vstack([m.quality for m in fresh]))
             Y = checked.values
         # missing values are NaN: the detector scores the observed sensors, and degrades a row with too few
-        result = self.detector.step_batch(Y)
+        refreshes: list[RefreshReport] = []
+        if self.keeper is None:
+            result = self.detector.step_batch(Y)
+        else:
+            # the plant's re-baselining loop: rows into its history, refreshes at the seqs due
+            seen = len(self.keeper.reports)
+            result = self.keeper.process(Y, seqs=np.fromiter((m.seq for m in fresh), np.int64, len(fresh)))
+            refreshes = self.keeper.reports[seen:]
+            del self.keeper.reports[: len(self.keeper.reports) - REPORTS_KEPT]
         degraded: NDArray[np.bool_] = np.asarray(result.degraded, dtype=bool)
         keep = ~degraded
         self._last_seq, self._last_ts = last, last_ts
@@ -184,16 +220,19 @@ class PlantProcessor:
         ]
         level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
         withheld = 0
+        # a refresh inside the batch: the rows before it carry the old baseline's version
+        versions = self._versions(fresh, refreshes, version)
         for k, m in enumerate(fresh):
             fault = bool(sensor[k]) and bool(published[k])
+            v = versions[k]
             if degraded[k]:
-                flags.append(self._flag(m.ts, m.seq, eps, version, degraded=True, sensor_fault=fault))
+                flags.append(self._flag(m.ts, m.seq, eps, v, degraded=True, sensor_fault=fault))
             elif not published[k]:
-                flags.append(self._flag(m.ts, m.seq, eps, version, withheld=True))
+                flags.append(self._flag(m.ts, m.seq, eps, v, withheld=True))
                 withheld += 1
             else:
                 flags.append(
-                    self._flag(m.ts, m.seq, eps, version, zc[i], za[i], level=levels[i], level_eps=level_eps,
+                    self._flag(m.ts, m.seq, eps, v, zc[i], za[i], level=levels[i], level_eps=level_eps,
                                sensor_fault=fault)
                 )  # fmt: skip
             i += int(not degraded[k])
@@ -207,6 +246,7 @@ class PlantProcessor:
             health=checked,
             late=late,
             skipped=len(gap_flags),
+            refreshes=refreshes,
         )
 
     def _account(self, seqs: NDArray[np.int64], bits: NDArray[np.int64]) -> tuple[NDArray[np.bool_], int]:
@@ -251,6 +291,22 @@ class PlantProcessor:
     def _flag(self, ts: float, seq: int, eps: float, version: str, zc: int = 0, za: int = 0, **kw: Any) -> FlagMessage:
         return FlagMessage(self.site, self.plant, ts, seq, zc, za, eps, version, **kw)
 
+    def _versions(self, fresh: list[SensorMessage], refreshes: list[RefreshReport], before: str) -> list[str]:
+        """The parameter version of each row's flag: the baseline in force when the row was scored
+        (``before``: the version at the batch's start)."""
+        changes = [r for r in refreshes if r.outcome in CHANGES]
+        if not changes:
+            return [before] * len(fresh)
+        training = self.training_version
+        out, current, i = [], before, 0
+        for m in fresh:
+            while i < len(changes) and m.seq >= changes[i].seq:
+                version = changes[i].version
+                current = training if version == 0 else f"{training}+b{version}"
+                i += 1
+            out.append(current)
+        return out
+
     def reset(self) -> None:
         """Forget the stream (a new recording starts at seq 0); parameters are kept, so is the privacy window.
 
@@ -266,6 +322,8 @@ class PlantProcessor:
         self._gaps.clear()
         if self.window is not None:
             self.window.restart()
+        if self.keeper is not None:
+            self.keeper.reset()
 
     def get_state(self, copy_state: bool = True) -> dict[str, Any]:
         """Everything needed to resume after a restart.
@@ -282,10 +340,19 @@ class PlantProcessor:
         if self._gaps or self._last_ts:
             out["last_ts"] = self._last_ts
             out["gaps"] = [list(g) for g in self._gaps]
+        if self.keeper is not None:
+            out["drift"] = self.keeper.get_state()
         return out
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`get_state` output."""
+        """Resume from :meth:`get_state` output.
+
+        With a keeper, its history and baselines must have been loaded first (the shell reads them
+        from the plant's history topic); the baseline the state names is installed before the
+        detector's streaming state, whose EWMA memories belong to it.
+        """
+        if self.keeper is not None:
+            self.keeper.set_state(state.get("drift"))
         self.detector.set_state(copy.deepcopy(state["detector"]))
         self._last_seq = int(state["last_seq"])
         if self.window is not None:

@@ -34,6 +34,7 @@ from fedrca.contracts import (
     PRIVACY_WITHHELD,
     SENSOR_FAULT,
     SERVER,
+    BaselineCommand,
     DeadLetterReason,
     DeadLetterStage,
     ParameterArtifact,
@@ -46,7 +47,8 @@ from fedrca.contracts import (
 from fedrca.detectors.health import CHECKS, HealthResult, SensorHealth
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import Detector, PlantDetector
-from fedrca.exceptions import ArtifactError, ConfigError, MessageError
+from fedrca.drift import BaselineKeeper, RefreshReport
+from fedrca.exceptions import ArtifactError, ConfigError, DataError, MessageError, ModelError
 from fedrca.observability import Metrics
 from fedrca.privacy.accounting import gaussian_mu
 from fedrca.privacy.ledger import FlagWindow
@@ -58,6 +60,8 @@ from fedrca.streams.rca_stage import RCAStage
 __all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "SiteRuntime"]
 
 log = logging.getLogger("fedrca.streams")
+#: every refresh of a plant's baseline, one line (a refused one is a warning)
+refresh_log = logging.getLogger("fedrca.streams.drift")
 
 #: BLAS threads while a worker streams (:func:`streaming_threads`)
 STREAMING_BLAS_THREADS = 1
@@ -117,6 +121,7 @@ class PlantRuntime:
     detectors : fitted detectors per plant (a worker may hold any subset of the site's plants)
     metrics : Prometheus metrics (a fresh registry by default)
     settings : runtime knobs
+    keepers : each plant's re-baselining loop (``drift.enabled``; :func:`fedrca.application.site.build_keepers`)
     """
 
     def __init__(
@@ -126,6 +131,7 @@ class PlantRuntime:
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
         health: Mapping[str, SensorHealth] | None = None,
+        keepers: Mapping[str, BaselineKeeper] | None = None,
     ) -> None:
         if not config.resolved:
             raise ConfigError(
@@ -141,6 +147,7 @@ class PlantRuntime:
         self.metrics = metrics or Metrics(plants=config.plant_names)
         privacy = config.privacy
         checks = dict(health or {})
+        keepers = dict(keepers or {})
         self.processors = {
             name: PlantProcessor(
                 config.site,
@@ -148,16 +155,19 @@ class PlantRuntime:
                 FlagWindow(name, det.epsilon, privacy.window, privacy.delta, privacy.budget),
                 privacy.on_exhausted,
                 checks.get(name),
+                keepers.get(name),
             )
             for name, det in detectors.items()
         }
         self.sensor_counts = {p.name: len(p.sensors) for p in config.plants}
         self._latest: dict[str, ParameterArtifact] = {}
         self._exhausted: set[str] = set()
+        self.commands: dict[str, BaselineCommand] = {}  # each plant's newest operator command (control topic)
         self.refused_artifacts = 0
         for name, det in detectors.items():
             self.metrics.set_parameter_version(name, det.parameter_version)
             self._export_privacy(name)
+            self._export_baseline(name)
 
     def _export_privacy(self, plant: str) -> None:
         """Export the plant's spent epsilon (training, flags of the window, composed) and its budget."""
@@ -166,6 +176,49 @@ class PlantRuntime:
             return
         for mechanism in ("gaussian", "randomized_response", "all"):
             self.metrics.set_privacy(plant, window.epsilon(mechanism), window.budget, mechanism=mechanism)
+
+    def _export_baseline(self, plant: str, refreshes: list[RefreshReport] | None = None) -> None:
+        """Export the plant's baseline (version, age in samples, pin) and count its refreshes by outcome."""
+        keeper = self.processors[plant].keeper
+        if keeper is None:
+            return
+        for report in refreshes or []:
+            self.metrics.record_refresh(plant, report.outcome)
+            refresh_log.log(logging.WARNING if report.outcome == "refused" else logging.INFO, "%s", report.line())
+        processor = self.processors[plant]
+        # age: the samples scored since the baseline in force took effect, in sample time
+        age = max(0, processor.last_seq + 1 - keeper.baseline.seq) * self.config.dataset.sample_seconds
+        self.metrics.set_baseline(plant, keeper.version, age, keeper.pinned)
+
+    def offer_command(self, command: BaselineCommand) -> None:
+        """Keep an operator's command for its plant's next batch (:meth:`apply_command`)."""
+        self.commands[command.plant] = command
+
+    def apply_command(self, plant: str) -> RefreshReport | None:
+        """Apply the plant's newest operator command, once (its id is kept in the plant's state, committed with
+        the batch it took effect before); None when there is nothing new."""
+        command = self.commands.get(plant)
+        processor = self.processors[plant]
+        keeper = processor.keeper
+        if command is None or keeper is None or command.id == keeper.last_command:
+            return None
+        at = processor.last_seq + 1
+        report: RefreshReport | None = None
+        try:
+            if command.action == "pin":
+                report = keeper.pin(at)
+            elif command.action == "unpin":
+                report = keeper.unpin(at)
+            elif command.action == "rollback":
+                assert command.version is not None
+                report = keeper.rollback(command.version, at)
+            else:
+                report = keeper.refresh(at, force=True)
+        except ModelError as exc:
+            log.error("plant %s: command %s %s refused: %s", plant, command.action, command.id, exc)
+        keeper.last_command = command.id
+        self._export_baseline(plant, [] if report is None else [report])
+        return report
 
     def reset(self) -> None:
         """Start a new recording: the processors forget the stream (parameters and metrics are kept)."""
@@ -196,6 +249,8 @@ class PlantRuntime:
         started = time.perf_counter()
         processor = self.processors[plant]
         out = processor.process(messages)
+        if processor.keeper is not None and out.result is not None:
+            self._export_baseline(plant, out.refreshes)
         self.metrics.record_messages_in("plant", plant, len(messages))
         if out.health is not None:
             self._record_health(processor, out.health)
@@ -264,11 +319,16 @@ class PlantRuntime:
         if state is None:
             processor.reset()
         else:
-            processor.set_state(state)
+            try:
+                processor.set_state(state)
+            except DataError as exc:  # the history topic lost the baseline the state names
+                log.error("%s", exc)
+                processor.set_state({**state, "drift": None})
         latest = self._latest.get(plant)
-        if latest is not None and str(latest.version) != processor.model_version:
+        if latest is not None and str(latest.version) != processor.training_version:
             self._apply(plant, latest)
-        self.metrics.set_parameter_version(plant, processor.model_version)
+        self.metrics.set_parameter_version(plant, processor.training_version)
+        self._export_baseline(plant)
         detector = processor.detector
         saved = getattr(detector, "restored_parameters", None) if state is not None else None
         if saved is not None and isinstance(detector, PlantDetector):
@@ -298,7 +358,7 @@ class PlantRuntime:
             raise ArtifactError(f"artifact for unknown plant '{plant}'; plants are {', '.join(self.processors)}")
         check_binding(artifact, self._parameters_hash, self.config.plant(plant).data_schema(), fix=_REPUBLISH)
         self._latest[plant] = artifact
-        if str(artifact.version) == self.processors[plant].model_version:
+        if str(artifact.version) == self.processors[plant].training_version:
             return False
         self._apply(plant, artifact)
         return True
@@ -312,7 +372,9 @@ class PlantRuntime:
         if spent is not None and window is not None:
             # the training's releases as the ledger keeps them (mu^2, {eps: count}): they compose with the
             # flags exactly; an artifact without them had Gaussian releases only, recovered from its epsilon
-            privacy = artifact.manifest.get("privacy") or {}
+            # the plant's whole life: every training run's releases (an artifact of a refresh round says
+            # them all in its lifetime), else this run's
+            privacy = artifact.manifest.get("lifetime") or artifact.manifest.get("privacy") or {}
             delta = float(artifact.manifest.get("delta") or self.config.privacy.delta)
             eps = float(spent)
             if "mu2" in privacy:
