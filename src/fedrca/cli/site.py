@@ -35,6 +35,7 @@ from fedrca.fleet.calibration import Calibration
 from fedrca.fleet.collabdict import FleetModel
 from fedrca.fleet.detector import build_fleet_detector
 from fedrca.observability import Metrics
+from fedrca.rca.calibration import CalibrationMap
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, RuntimeSettings, SiteRuntime
@@ -45,7 +46,9 @@ __all__ = [
     "apply_params",
     "build_detector",
     "build_detectors",
+    "configured_calibration_map",
     "configured_graph",
+    "load_calibration_map",
     "load_graph_file",
     "plant_runtime",
     "prepare_site",
@@ -119,6 +122,34 @@ def load_graph_file(path: str | Path, plants: Sequence[str]) -> InterdependencyG
         raise ArtifactError(f"{file}: {exc}") from None
 
 
+def load_calibration_map(path: str | Path, plants: Sequence[str]) -> CalibrationMap:
+    """Read a calibration map (``python bench/bench_faults.py --calibration PATH`` writes one) for ``plants``."""
+    file = Path(path)
+    if not file.is_file():
+        raise ArtifactError(
+            f"{file}: no such calibration map (rca.calibration.path, relative to the configuration's folder); "
+            "fit one with python bench/bench_faults.py --calibration PATH, or remove the key (uncalibrated verdicts)"
+        )
+    try:
+        calibration = CalibrationMap.from_json(file.read_text(encoding="utf-8"))
+        calibration.check(plants)
+    except (ArtifactError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{file}: {exc}") from None
+    return calibration
+
+
+def configured_calibration_map(config: SiteConfig, settings: RCASettings | None = None) -> CalibrationMap | None:
+    """The calibration map the configuration names (``rca.calibration.path``, relative to the configuration
+    file's folder), else None: the verdicts then carry the engine's own, uncalibrated posterior."""
+    path = (settings or config.rca).calibration.path
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.is_absolute() and config.source is not None:
+        file = Path(config.source).parent / file
+    return load_calibration_map(file, config.plant_names)
+
+
 def configured_graph(config: SiteConfig, settings: RCASettings | None = None) -> InterdependencyGraph | None:
     """The graph file the configuration names (``rca.graph.source: file``), else None (the engine resolves it)."""
     options = (settings or config.rca).graph
@@ -177,6 +208,7 @@ def prepare_site(
         nominal_flags=nominal_flags,
         settings=settings,
         graph=graph if graph is not None else configured_graph(config, settings),
+        calibration=configured_calibration_map(config, settings),
     )
     return Site(config, detectors, nominal_flags, engine, version)
 
@@ -357,7 +389,7 @@ def rca_runtime(
     """
     artifacts = None if params_dir is None else load_params(params_dir, config)
     graph = configured_graph(config)
-    engine = build_engine(config, artifacts=artifacts, graph=graph)
+    engine = build_engine(config, artifacts=artifacts, graph=graph, calibration=configured_calibration_map(config))
     return RCARuntime(config, engine, metrics=metrics, settings=settings, artifacts=artifacts, graph=graph)
 
 

@@ -339,7 +339,13 @@ class RCARuntime:
             return False
         check_binding(artifact, parameters_hash(self.config), fix=_REPUBLISH)
         artifacts = {**self._artifacts, name: artifact}
-        engine = build_engine(self.config, artifacts=artifacts, settings=self.engine.settings, graph=self._graph)
+        engine = build_engine(
+            self.config,
+            artifacts=artifacts,
+            settings=self.engine.settings,
+            graph=self._graph,
+            calibration=self.engine.calibration,
+        )
         engine.set_state(self.engine.get_state())  # same plants: the stored rows are re-scored by the new model
         self._artifacts = artifacts
         self.engine = engine
