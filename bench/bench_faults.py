@@ -115,11 +115,13 @@ EPSILONS = (math.inf, 2.0)
 # the contract a monitor satisfies
 @dataclass(frozen=True)
 class VerdictRecord:
-    """One verdict as the bench scores it: the row, the named root (None: no root) and the candidates shown."""
+    """One verdict as the bench scores it: the row, the named root (None: no root), the candidates shown and
+    their probabilities (empty: the monitor gives none)."""
 
     seq: int
     root: str | None
     candidates: tuple[str, ...] = ()
+    probabilities: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,10 @@ class MonitorOutput:
 
     ``alarm`` (T,) bool (any plant, any flag); ``score`` (T,) the alarm statistic over its
     threshold (alarm where > 1; moved for the ROC points); ``verdicts`` the root verdicts;
-    ``flags`` (T, M, 2) and ``levels`` (T, M) what the RCA saw (the first-alarm peer reads them).
+    ``flags`` (T, M, 2) and ``levels`` (T, M) what the RCA saw (the first-alarm peer reads them);
+    ``features`` (V, M, F) the calibration features of every verdict (fedrca: :func:`fedrca.rca.calibration.features`
+    of the engine's evidence when it issued them); ``ranking`` (T, M) a per-row score of every plant (the
+    centralised reference's contributions) for its candidate sets.
     """
 
     alarm: np.ndarray
@@ -137,6 +142,9 @@ class MonitorOutput:
     flags: np.ndarray | None = None
     levels: np.ndarray | None = None
     plants: tuple[str, ...] = ()
+    features: np.ndarray | None = None
+    ranking: np.ndarray | None = None
+    evidence: list[Any] | None = None
 
 
 Monitor = Callable[[pd.DataFrame], MonitorOutput]
@@ -168,7 +176,10 @@ def fedrca_factory(
 
     # the severity levels (when the plants publish them) get the flags' epsilon
     privacy = config.privacy.model_copy(update={"flag_epsilon": epsilon, "level_epsilon": epsilon})
-    config = config.model_copy(update={"privacy": privacy})
+    # no shipped calibration map: the bench fits its maps on the library itself, cross-validated
+    # (rca_calibration.py), and the verdicts it scores must not carry a map fitted on these runs
+    rca = config.rca.model_copy(update={"calibration": config.rca.calibration.model_copy(update={"path": None})})
+    config = config.model_copy(update={"privacy": privacy, "rca": rca})
 
     def factory(nominal: pd.DataFrame) -> Monitor:
         config_run = without_constant_sensors(config, nominal)
@@ -187,7 +198,14 @@ def fedrca_factory(
         thresholds = {p: site.detectors[p].thresholds for p in plants}
 
         def monitor(frame: pd.DataFrame) -> MonitorOutput:
+            from fedrca.rca.calibration import features
+
+            engine = site.engine
+            engine.evidence_log = []
             run = run_pipeline(site, frame)
+            evidence, engine.evidence_log = engine.evidence_log, None
+            assert len(evidence) == len(run.verdicts), "one evidence per issued verdict"
+            X = np.stack([features(e, engine.graph, engine.settings) for e in evidence]) if evidence else None
             flags = run.true_flags().astype(bool)  # (T, M, 2)
             score = np.max(
                 [
@@ -199,8 +217,11 @@ def fedrca_factory(
             # the warm-up rows never alarm
             score = np.where(flags.any(axis=(1, 2)) | (score <= 1.0), score, np.minimum(score, 1.0))
             levels = np.column_stack([run.results[p].level_pub for p in plants])
-            verdicts = [VerdictRecord(v.seq, v.root_cause, v.candidates) for v in run.verdicts]
-            return MonitorOutput(flags.any(axis=(1, 2)), verdicts, score, run.published().astype(bool), levels, plants)
+            verdicts = [VerdictRecord(v.seq, v.root_cause, v.candidates, v.probabilities) for v in run.verdicts]
+            published = run.published().astype(bool)
+            return MonitorOutput(
+                flags.any(axis=(1, 2)), verdicts, score, published, levels, plants, features=X, evidence=evidence
+            )
 
         # the diagnosis (bench/rca_diagnosis.py) reads the site and the graph the training learned
         monitor.site = site  # type: ignore[attr-defined]
@@ -281,8 +302,9 @@ class CentralReference:
             # RBC_i = (xi_i' Phi z)^2 / (xi_i' Phi xi_i), summed over each unit's variables
             rbc = (Zf @ Phi) ** 2 / np.diag(Phi)
             unit = np.argmax(rbc @ member.T, axis=1)
+            units = rbc @ member.T  # (T, M) contribution of each unit
             verdicts = [VerdictRecord(int(t), plants[unit[t]], (plants[unit[t]],)) for t in np.flatnonzero(alarm)]
-            return MonitorOutput(alarm, verdicts, score, plants=plants)
+            return MonitorOutput(alarm, verdicts, score, plants=plants, ranking=units)
 
         return monitor
 
@@ -308,6 +330,24 @@ def first_alarm(out: MonitorOutput, onset: int, hold: int = PERSIST) -> MonitorO
         plant = out.plants[best[2]]
         verdicts = [VerdictRecord(onset + best[0] + hold - 1, plant, (plant,))]
     return MonitorOutput(out.alarm, verdicts, out.score, out.flags, out.levels, out.plants)
+
+
+def alarm_order(out: MonitorOutput, onset: int, hold: int = PERSIST) -> list[int]:
+    """The plants in the order their first alarm (held ``hold`` rows) after ``onset`` starts (ties: the higher
+    published severity, then the plants' order); plants that never alarm are left out. The first-alarm peer
+    made into a set: its first k plants."""
+    if out.flags is None:
+        raise ValueError("the first-alarm order needs the published flags")
+    alarm = out.flags.any(axis=2)
+    levels = out.levels if out.levels is not None else np.zeros(alarm.shape, dtype=np.int64)
+    keys = []
+    for m in range(alarm.shape[1]):
+        held = np.convolve(alarm[onset:, m].astype(np.int64), np.ones(hold, dtype=np.int64), mode="valid") == hold
+        hits = np.flatnonzero(held)
+        if len(hits):
+            t = int(hits[0])
+            keys.append((t, -int(np.maximum(levels[onset + t : onset + t + hold, m], 0).sum()), m))
+    return [m for *_, m in sorted(keys)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.contracts.deadletter import DeadLetterReason as R
-from fedrca.contracts.reason import MAX_CANDIDATES, MAX_NAME_CHARS, MAX_VERDICT_BYTES, Reason
+from fedrca.contracts.reason import MAX_CANDIDATES, MAX_NAME_CHARS, MAX_PROPAGATED, MAX_VERDICT_BYTES, Reason
 from fedrca.exceptions import MessageError
 
 __all__ = [
@@ -384,9 +384,9 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
     )
 
 
-def _json_list(data: Mapping[str, Any], key: str) -> tuple[Any, ...]:
-    """An optional JSON list field as a tuple (absent: empty); anything but a list is refused."""
-    value = data.get(key, [])
+def _json_list(data: Mapping[str, Any], key: str, required: bool = False) -> tuple[Any, ...]:
+    """A JSON list field as a tuple (absent and not ``required``: empty); anything but a list is refused."""
+    value = data[key] if required else data.get(key, [])
     if not isinstance(value, list | tuple):
         raise MessageError(R.BAD_FIELD, f"verdict field '{key}' must be a list, got {type(value).__name__}")
     return tuple(value)
@@ -413,7 +413,8 @@ class Verdict:
     ts : time of the row the verdict is issued at (seconds, the flags' timestamps)
     seq : row (sample index) at which the verdict is issued
     root_cause : the root-cause plant, or None (no anomaly, or not a single-root situation: see outcome)
-    propagated : plants showing the propagated effect
+    propagated : plants showing the propagated effect (at most :data:`~fedrca.contracts.reason.MAX_PROPAGATED`,
+        the clearest)
     posterior : posterior probability of the decided hypothesis, in [0, 1] (6 digits)
     evidence_window : (first seq, last seq) of the rows the evidence came from, inclusive
     outcome : outcome code (:data:`fedrca.rca.table.OUTCOMES`)
@@ -466,6 +467,12 @@ class Verdict:
 
     def _check_candidates(self) -> None:
         """Bounded candidates with one probability each (or none), a level in (0, 1], a bounded map id."""
+        propagated = tuple(self.propagated)
+        if len(propagated) > MAX_PROPAGATED or not all(
+            isinstance(p, str) and 0 < len(p) <= MAX_NAME_CHARS for p in propagated
+        ):
+            raise MessageError(R.BAD_FIELD, f"propagated must be at most {MAX_PROPAGATED} plant names")
+        object.__setattr__(self, "propagated", propagated)
         candidates, probabilities = tuple(self.candidates), tuple(self.probabilities)
         if len(candidates) > MAX_CANDIDATES or not all(
             isinstance(c, str) and 0 < len(c) <= MAX_NAME_CHARS for c in candidates
@@ -527,7 +534,7 @@ class Verdict:
                 float(data["ts"]),
                 int(data["seq"]),
                 None if data["root_cause"] is None else str(data["root_cause"]),
-                tuple(str(p) for p in data["propagated"]),
+                _json_list(data, "propagated", required=True),
                 float(data["posterior"]),
                 (int(window[0]), int(window[1])),
                 str(data["outcome"]),

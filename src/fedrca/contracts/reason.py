@@ -10,9 +10,10 @@ A :class:`~fedrca.contracts.messages.Verdict` of a root cause carries a :class:`
 * the runner-up hypothesis, the log-evidence margin the named root holds over it, and one sentence
   on what would change the verdict.
 
-Every field is bounded (:data:`MAX_REASON_PLANTS` plants, :data:`MAX_LINK_CHARS` characters of a
-link, :data:`MAX_CHANGE_CHARS` of the sentence), so a verdict's JSON stays within
-:data:`MAX_VERDICT_BYTES` whatever the site (``tests/contracts/test_reason.py`` encodes the largest).
+Every field is bounded (:data:`MAX_CANDIDATES` candidates, :data:`MAX_PROPAGATED` propagated plants,
+:data:`MAX_REASON_PLANTS` plants described, :data:`MAX_LINK_CHARS` characters of a link,
+:data:`MAX_CHANGE_CHARS` of the sentence, names of at most :data:`MAX_NAME_CHARS`), so a verdict's
+JSON stays within :data:`MAX_VERDICT_BYTES` whatever the site (``tests/contracts/test_reason.py`` encodes the largest).
 
 Examples
 --------
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_CHANGE_CHARS",
     "MAX_LINK_CHARS",
     "MAX_NAME_CHARS",
+    "MAX_PROPAGATED",
     "MAX_REASON_PLANTS",
     "MAX_VERDICT_BYTES",
     "PLANT_STATES",
@@ -46,6 +48,8 @@ __all__ = [
 #: Most candidate roots a verdict lists (its coverage set is cut there; its probabilities then say
 #: how much of the posterior the list holds).
 MAX_CANDIDATES = 16
+#: Most plants a verdict lists as showing the propagated effect (the engine keeps the clearest).
+MAX_PROPAGATED = 64
 #: Most plants a reason describes (the alarming plants first, in the order they started).
 MAX_REASON_PLANTS = 12
 #: Longest plant (or site) name a verdict carries: the longest that fits a Kafka topic name
@@ -57,7 +61,7 @@ MAX_LINK_CHARS = 240
 MAX_CHANGE_CHARS = 400
 #: Largest verdict message (JSON bytes): the bounds above at the longest names fit it
 #: (``tests/contracts/test_reason.py::test_the_largest_verdict_fits_its_bound``), far below a Kafka record.
-MAX_VERDICT_BYTES = 16_384
+MAX_VERDICT_BYTES = 32_768
 
 #: A plant's own reading of its dominant flag pair (P1's states): (1, 1) a root-cause candidate, (1, 0)
 #: a propagated effect, (0, 0) normal, (0, 1) imperfect training.
@@ -171,9 +175,10 @@ class Reason:
     ----------
     plants : per plant (:class:`PlantReason`), the alarming ones first in the order they started, at
         most :data:`MAX_REASON_PLANTS`
-    runner_up : the most likely other hypothesis (a plant, ``external`` or ``none``), or None
-    margin : log evidence (nats) of the named root over the runner-up (>= 0; inf when nothing else is
-        possible), 2 digits
+    runner_up : the most likely other plant when a root is named, else the most likely other hypothesis
+        (a plant, ``external``, ``none`` or ``unexplained``); None when nothing else is possible
+    margin : log evidence (nats) of the named root (or the decided hypothesis) over the runner-up (>= 0;
+        inf when nothing else is possible), 2 digits
     change : one sentence: what would change the verdict (at most :data:`MAX_CHANGE_CHARS`)
     """
 

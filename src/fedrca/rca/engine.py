@@ -68,6 +68,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config import RCASettings, SiteConfig
 from fedrca.contracts import NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, Verdict, flag_states
+from fedrca.contracts.reason import MAX_PROPAGATED
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.rca.calibration import CalibrationMap
 from fedrca.rca.evidence import Evidence
@@ -192,6 +193,9 @@ class RCAEngine:
         if calibration is not None:
             calibration.check(self.plants)
         self.calibration = calibration
+        #: when a list, the evidence of every issued verdict is appended to it (benchmarks fit and score
+        #: calibration maps on it: bench/bench_faults.py)
+        self.evidence_log: list[Evidence] | None = None
         self.reset()
 
     # -- state -------------------------------------------------------------------------------
@@ -594,10 +598,10 @@ class RCAEngine:
             k = h - 1
             shown = alarming & (affected[k] > unaffected[k])
             shown[k] = False
-            propagated = tuple(self.plants[j] for j in np.flatnonzero(shown))
+            propagated = self._clearest(shown, affected[k] - unaffected[k])
             return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE)
         if h == M + 1:
-            propagated = tuple(self.plants[j] for j in np.flatnonzero(alarming))
+            propagated = self._clearest(alarming, self._alarm_share(codes))
             return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT)
         dominant = self._dominant_states(codes)
         pattern = classify_pattern([(int(c) >> 1, int(c) & 1) for c in dominant])
@@ -643,9 +647,17 @@ class RCAEngine:
             alarming=self._alarmed.copy(),
             first=self._memory.first.copy(),
             alarm_rows=self._memory.rows.copy(),
-            share=self._alarm_share(codes),
+            share=self._true_share(codes),
             pairs=self._dominant_states(codes),
         )
+
+    def _clearest(self, shown: NDArray[np.bool_], strength: FloatArray) -> tuple[str, ...]:
+        """The plants of ``shown`` in plant order, at most :data:`~fedrca.contracts.reason.MAX_PROPAGATED`: the
+        ones of the largest ``strength`` (a verdict's size is bounded whatever the site)."""
+        chosen = np.flatnonzero(shown)
+        if len(chosen) > MAX_PROPAGATED:
+            chosen = np.sort(chosen[np.argsort(-strength[chosen], kind="stable")[:MAX_PROPAGATED]])
+        return tuple(self.plants[j] for j in chosen)
 
     def _verdict(
         self,
@@ -666,6 +678,17 @@ class RCAEngine:
         post = self.model.alarm_posterior[np.where(codes < 0, 0, codes)]
         present = codes >= 0
         return np.asarray(np.where(present, post, 0.0).sum(axis=0) / np.maximum(present.sum(axis=0), 1))
+
+    def _true_share(self, codes: IntArray) -> FloatArray:
+        """Unbiased share of window rows in which each plant's true Z_c is on (M,), in [0, 1]: the published
+        rate r of the Z_c bit with the randomized response taken out, (r - (1 - p)) / (2 p - 1)."""
+        present = codes >= 0
+        rate = np.where(present, codes >> 1, 0).sum(axis=0) / np.maximum(present.sum(axis=0), 1)
+        eps = self.model.epsilon
+        if math.isinf(eps):
+            return np.asarray(rate, dtype=np.float64)
+        p = 1.0 / (1.0 + math.exp(-eps))
+        return np.asarray(np.clip((rate - (1.0 - p)) / (2.0 * p - 1.0), 0.0, 1.0))
 
     def _dominant_states(self, codes: IntArray) -> IntArray:
         """Most likely true state per plant over the window (channel-inverted, flat prior)."""
@@ -708,6 +731,8 @@ class RCAEngine:
         evidence = self.snapshot()
         if evidence is None:
             return decision
+        if self.evidence_log is not None:
+            self.evidence_log.append(evidence)
         self.decision = annotate(decision, evidence, self.graph, self.settings, self.calibration)
         return self.decision
 

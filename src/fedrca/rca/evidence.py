@@ -55,7 +55,8 @@ class Evidence:
     alarming : (M,) the plant alarms now (its CUSUM is above zero after crossing the threshold)
     first : (M,) row each plant first alarmed in the current incident (-1: not in this incident)
     alarm_rows : (M,) rows each plant has alarmed in the incident
-    share : (M,) share of the window's rows with the proprietary flag on (channel-inverted)
+    share : (M,) share of the window's rows with the true proprietary flag on (the published rate with the
+        randomized response taken out, clipped to [0, 1])
     pairs : (M,) dominant true flag state ``2 Z_c + Z_a`` over the window
     """
 

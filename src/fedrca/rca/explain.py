@@ -12,9 +12,10 @@ verdict an operator is shown:
 * **reason** (:class:`~fedrca.contracts.reason.Reason`): per plant when it started alarming relative
   to the incident's first alarm, in what share of the rows, its dominant flag pair with P1's reading
   and the look-up table's outcome next to the root's pair (:func:`fedrca.rca.table.lookup`), and the
-  declared path or learned block that carries the root's effect to it; the runner-up, the margin
-  in nats, and what would change the verdict (the onset order or the window's flags, whichever
-  decides it: the evidence is scored again without the order).
+  declared path or learned block that carries the root's effect to it; the runner-up (the best
+  other plant when a root is named), the margin in nats, and what would change the verdict (the
+  onset order or the window's flags, whichever decides it: the evidence is scored again without
+  the order).
 
 :func:`describe` writes it for people (``fedrca demo``, the report).
 
@@ -191,7 +192,12 @@ def _reason(
     named = 1 + plants.index(decision.root_cause) if decision.root_cause is not None else None
     ev = evidence.log_evidence
     h = named if named is not None else int(np.argmax(ev))
-    others = [i for i in range(len(ev)) if i != h and np.isfinite(ev[i])]
+    # the competitor an operator weighs a named root against is another plant: the best other root
+    # hypothesis (any other hypothesis when none is possible, or when no root is named)
+    pool = range(1, M + 1) if named is not None else range(len(ev))
+    others = [i for i in pool if i != h and np.isfinite(ev[i])] or [
+        i for i in range(len(ev)) if i != h and np.isfinite(ev[i])
+    ]
     runner = max(others, key=lambda i: ev[i]) if others else -1
     margin = float(ev[h] - ev[runner]) if runner >= 0 else float("inf")
     root = None if named is None else named - 1

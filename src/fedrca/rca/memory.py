@@ -93,19 +93,21 @@ class IncidentMemory:
     def update(self, seq: int, alarmed: BoolArray, onset: IntArray) -> None:
         """Add row ``seq`` given which plants alarm now and where their current alarm started (an episode
         ends at the first row no plant alarms)."""
-        if not alarmed.any():
-            self.episode_rows = np.zeros(self.n_plants, dtype=np.int64)
+        if self.last_alarm is None and not alarmed.any():
+            return  # no incident, none starting: the common nominal row costs one test
+        if alarmed.any():
+            self.last_alarm = seq
+            self.first = np.where(alarmed & (self.first < 0), onset, self.first)
+            self.rows += alarmed
+            self.episode_rows += alarmed
+            self.last = np.where(alarmed, seq, self.last)
+        else:
+            self.episode_rows[:] = 0
             if self.last_alarm is not None and seq - self.last_alarm >= self.gap:
                 self.reset()
                 return
-        else:
-            self.last_alarm = seq
-            self.first = np.where(alarmed & (self.first < 0), onset, self.first)
-            self.rows = self.rows + alarmed
-            self.episode_rows = self.episode_rows + alarmed
-            self.last = np.where(alarmed, seq, self.last)
         # a short alarm long past (a false alarm) is not part of the incident
-        stale = (self.first >= 0) & (self.rows < self.min_rows) & (seq - self.last >= self.forget)
+        stale = (self.rows < self.min_rows) & (self.first >= 0) & (self.last <= seq - self.forget)
         if stale.any():
             self.first[stale], self.rows[stale], self.last[stale] = -1, 0, -1
 
