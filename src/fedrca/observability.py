@@ -30,7 +30,19 @@ name                                           type       labels
 ``fedrca_privacy_epsilon_budget``              gauge      plant
 ``fedrca_plant_anomalous``                     gauge      plant
 ``fedrca_root_cause``                          gauge      plant
+``fedrca_root_probability``                    gauge      plant
+``fedrca_root_candidate``                      gauge      plant
+``fedrca_alarm_onset_rows``                    gauge      plant
+``fedrca_verdict_calibrated``                  gauge      (none)
+``fedrca_verdict_margin_nats``                 gauge      (none)
+``fedrca_verdict_reason_info``                 gauge      plant, pair, state, table, link (always 1)
+``fedrca_verdict_change_info``                 gauge      root_cause, runner_up, change (always 1)
 =============================================  =========  ==========================
+
+The last seven say why the latest verdict names its root (:class:`fedrca.contracts.Reason`): each
+candidate's probability, the candidate set, when each plant started alarming relative to the
+incident's first alarm, what the look-up table and the graph say of each plant and what would
+change the verdict; the Grafana dashboard (k8s/base/grafana) shows them next to the root.
 
 Why ``fedrca_d2`` is a custom collector
 ---------------------------------------
@@ -103,6 +115,8 @@ class _QuietHandler(WSGIRequestHandler):
 if TYPE_CHECKING:
     from prometheus_client.context_managers import Timer
     from prometheus_client.metrics_core import Metric
+
+    from fedrca.contracts import Verdict
 
 __all__ = [
     "D2_BUCKETS",
@@ -453,6 +467,49 @@ class Metrics:
             ["plant"],
             registry=r,
         )
+        self.root_probability = Gauge(
+            "fedrca_root_probability",
+            "P(the root is this plant) by the latest verdict (calibrated when fedrca_verdict_calibrated is 1), "
+            "0 for plants outside its candidate set.",
+            ["plant"],
+            registry=r,
+        )
+        self.root_candidate = Gauge(
+            "fedrca_root_candidate",
+            "1 for the plants of the latest verdict's candidate set (their probabilities reach rca.coverage).",
+            ["plant"],
+            registry=r,
+        )
+        self.alarm_onset = Gauge(
+            "fedrca_alarm_onset_rows",
+            "Rows after the incident's first alarm at which the plant started alarming (latest verdict), -1 when "
+            "it has not alarmed in the incident.",
+            ["plant"],
+            registry=r,
+        )
+        self.verdict_calibrated = Gauge(
+            "fedrca_verdict_calibrated",
+            "1 when the latest verdict's probabilities come from a calibration map, 0 when they are the engine's own.",
+            registry=r,
+        )
+        self.verdict_margin = Gauge(
+            "fedrca_verdict_margin_nats",
+            "Log evidence of the latest verdict's root over its runner-up (nats; +Inf when nothing else is possible).",
+            registry=r,
+        )
+        self.reason_info = Gauge(
+            "fedrca_verdict_reason_info",
+            "Why the latest verdict names its root, per plant: its dominant flag pair, P1's reading of it, the "
+            "look-up table's outcome next to the root's pair and the path that carries the root's effect (always 1).",
+            ["plant", "pair", "state", "table", "link"],
+            registry=r,
+        )
+        self.change_info = Gauge(
+            "fedrca_verdict_change_info",
+            "What would change the latest verdict: its root, the runner-up and the sentence (always 1).",
+            ["root_cause", "runner_up", "change"],
+            registry=r,
+        )
         for plant in plants:
             self._know(plant)
 
@@ -642,6 +699,34 @@ class Metrics:
         self.verdicts.labels(root_cause=NO_ROOT_CAUSE if root_cause is None else root_cause).inc()
         for plant in self.plants:
             self.root_cause.labels(plant=plant).set(1 if plant == root_cause else 0)
+
+    def record_reason(self, verdict: Verdict) -> None:
+        """Show why ``verdict`` names its root: probabilities, candidate set, alarm onsets, the per-plant reason and
+        what would change it (a verdict without a reason, e.g. ``no_anomaly``, clears them)."""
+        probabilities = dict(zip(verdict.candidates, verdict.probabilities, strict=False))
+        reason = verdict.reason
+        for plant in [*verdict.candidates, *([] if reason is None else [p.plant for p in reason.plants])]:
+            self._know(plant)
+        onsets = {} if reason is None else {p.plant: p.onset for p in reason.plants}
+        for plant in self.plants:
+            self.root_probability.labels(plant=plant).set(probabilities.get(plant, 0.0))
+            self.root_candidate.labels(plant=plant).set(1 if plant in probabilities else 0)
+            onset = onsets.get(plant)
+            self.alarm_onset.labels(plant=plant).set(-1 if onset is None else onset)
+        self.verdict_calibrated.set(0 if verdict.calibration is None else 1)
+        self.reason_info.clear()
+        self.change_info.clear()
+        if reason is None:
+            self.verdict_margin.set(0.0)
+            return
+        self.verdict_margin.set(reason.margin)
+        for p in reason.plants:
+            self.reason_info.labels(
+                plant=p.plant, pair=f"({p.pair[0]},{p.pair[1]})", state=p.state, table=p.table, link=p.link
+            ).set(1)
+        self.change_info.labels(
+            root_cause=verdict.root_cause or NO_ROOT_CAUSE, runner_up=reason.runner_up or "", change=reason.change
+        ).set(1)
 
     # -- latency, lag ----------------------------------------------------------------
     def record_stage_latency(self, stage: str, records: Sequence[Any], now: float | None = None) -> None:

@@ -392,6 +392,8 @@ class RCARuntime:
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
         for v in verdicts:
             self.metrics.record_verdict(v.root_cause)
+        if verdicts:
+            self.metrics.record_reason(verdicts[-1])
         self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
@@ -406,6 +408,8 @@ class RCARuntime:
         verdicts = self._mark_withheld(self.stage.flush())
         for v in verdicts:
             self.metrics.record_verdict(v.root_cause)
+        if verdicts:
+            self.metrics.record_reason(verdicts[-1])
         return verdicts
 
 
