@@ -82,7 +82,6 @@ def reasoned_verdict(root: str | None = "reactor") -> Verdict:
                    0.9, "tep-abc", reason)  # fmt: skip
 
 
-
 def samples(m: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of ``m.render()`` parsed back: (name, labels) -> value."""
     out = {}
