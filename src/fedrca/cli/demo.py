@@ -45,6 +45,7 @@ from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.datasets.tep import TEP_COLUMNS, TEP_FAULT_ONSET, TEP_FAULT_ROOTS, TEP_SAMPLE_SECONDS
 from fedrca.exceptions import ConfigError, DataError
 from fedrca.observability import Metrics
+from fedrca.rca.explain import describe
 from fedrca.streams.embedded import EmbeddedRun, progress_bar, replay_chunks, replay_frame
 from fedrca.streams.runtime import SiteRuntime
 
@@ -64,7 +65,10 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
-def _verdict_printer(name: str) -> Any:
+def _verdict_printer(name: str, entries: frozenset[str] = frozenset()) -> Any:
+    """Print a verdict when its decision or candidate set changes: the root with its probability, the candidate
+    set (``rca.coverage``), then the reason (:func:`fedrca.rca.explain.describe`; ``entries``: the declared
+    unmeasured entries, marked in the set)."""
     last: list[tuple[Any, ...]] = [()]
 
     def show(v: Verdict) -> None:
@@ -72,16 +76,15 @@ def _verdict_printer(name: str) -> Any:
         if key == last[0]:
             return  # print changes, not every row of an episode
         last[0] = key
-        if v.root_cause is not None:
-            what = f"root cause {v.root_cause}" + (f", propagated to {', '.join(v.propagated)}" if v.propagated else "")
-            if len(v.candidates) > 1:  # the engine is not sure between these (rca.candidate_mass)
-                what += f" [candidates: {', '.join(v.candidates)}]"
-        else:
-            what = v.outcome.replace("_", " ")
+        head, *reason = describe(v, entries).splitlines()
+        if v.propagated:
+            head += f"; propagated to {', '.join(v.propagated)}"
         first, last_seq = v.evidence_window
         if sys.stderr.isatty():
             sys.stderr.write("\r" + " " * 70 + "\r")  # clear the live progress bar
-        _say(f"  [{name}] sample {v.seq:>4}: {what} (posterior {v.posterior:.2f}, evidence {first}..{last_seq})")
+        _say(f"  [{name}] sample {v.seq:>4}: {head} (posterior {v.posterior:.2f}, evidence {first}..{last_seq})")
+        for line in reason:
+            _say(f"      {line.strip()}")
 
     return show
 
@@ -145,6 +148,7 @@ def _report(out: Path, result: FileResult, runtime: SiteRuntime, onset: int) -> 
         rca_rows=[{k: v for k, v in row.items() if k != "alarm rate"}],
         fault_start=onset if result.root else None,
         root_cause=result.root,
+        entries=runtime.config.rca.unobserved_entry,
     )
 
 
@@ -251,7 +255,7 @@ def run_demo(args: argparse.Namespace) -> int:
             values,
             sample_seconds=TEP_SAMPLE_SECONDS,
             pacer=Pacer.from_spec(pacer_spec),
-            on_verdict=_verdict_printer(name.removesuffix("_te.dat")),
+            on_verdict=_verdict_printer(name.removesuffix("_te.dat"), frozenset(config.rca.unobserved_entry)),
             progress=progress_bar(name),
         )
         results.append(FileResult(name, root, run))
@@ -334,7 +338,7 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
         sample_seconds=spec.sample_seconds,
         start_ts=spec.sample_seconds,
         pacer=Pacer.from_spec(args.speed),
-        on_verdict=_verdict_printer(name),
+        on_verdict=_verdict_printer(name, frozenset(config.rca.unobserved_entry)),
         progress=progress_bar(name),
     )
     if simulator.terminated:

@@ -155,6 +155,7 @@ def _evaluate_run(args: argparse.Namespace, run: PipelineRun, out: Outputs) -> P
             rca_rows=result.rca_rows(),
             fault_start=args.fault_start,
             root_cause=args.root_cause,
+            entries=run.site.config.rca.unobserved_entry,
         )
     return out.path("--report") / page.name
 
