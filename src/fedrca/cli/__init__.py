@@ -2,7 +2,7 @@
 
 Every sub-command lives in its own module of this package and registers itself
 (:data:`COMMAND_MODULES`): ``detect``, ``train``, ``replay`` / ``evaluate``,
-``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``, ``graph``, ``fleet``,
+``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``, ``edge``, ``graph``, ``fleet``,
 ``whatif``. Every handler returns an exit code; errors are translated here, once: a :class:`FedrcaError` becomes
 one clear line on stderr and exit code 2, never a traceback. The line is one line whatever the
 message holds (line breaks of a library's text become spaces) and at most :data:`MAX_ERROR_LINE`
@@ -35,8 +35,9 @@ COMMAND_MODULES = (
     "fedrca.cli.demo",
     "fedrca.cli.run",
     "fedrca.cli.simulate",
+    "fedrca.cli.edge",
     "fedrca.cli.graph",
-    "fedrca.cli.fleet.commands",
+    "fedrca.cli.fleet",
     "fedrca.cli.whatif",
 )
 

@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fedrca.config._base import Strict, parse_inf, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
+from fedrca.config.edge import EdgeSettings, check_edge, parse_edge
 from fedrca.config.formats import KNOWN_COLUMNS
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
@@ -408,6 +409,7 @@ class SiteConfig(Strict):
     training: TrainingSettings = TrainingSettings()
     rca: RCASettings = RCASettings()
     causal: CausalSettings = CausalSettings()
+    edge: EdgeSettings | None = Field(None, description="fedrca edge: the plants' tags on their protocols")
     source: str | None = Field(None, exclude=True)
 
     @property
@@ -537,6 +539,8 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     for section in ("training", "rca", "causal"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"
+    if "edge" in data:
+        data["edge"] = parse_edge(data["edge"], source)
     try:
         config = SiteConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
@@ -546,6 +550,8 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     known = config.dataset.known_columns()
     if known is not None and not config.resolved:
         config = resolve_plants(config, known)
+    if config.edge is not None:
+        check_edge(config.edge, {p.name: p.sensors if p.resolved else None for p in config.plants}, config.site, source)
     return config
 
 
@@ -618,7 +624,7 @@ def _check_columns(config: SiteConfig, source: str | None) -> None:
             key="plants[].scoring.severity_levels",
         )
     if levels != {0} and math.isfinite(config.privacy.budget):
-        # The inference ledger (training/ledger.py FlagWindow) composes the randomized-response
+        # The inference ledger (privacy/ledger.py FlagWindow) composes the randomized-response
         # bits of the flags; the severity levels' k-ary release is not in it yet.
         raise ConfigError(
             "severity levels are not accounted in the privacy ledger: with a finite privacy.budget set "

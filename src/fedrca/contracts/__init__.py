@@ -34,6 +34,7 @@ from fedrca.contracts.flagstate import N_FLAG_STATES, FlagState, flag_bits, flag
 from fedrca.contracts.messages import (
     PRIVACY_WITHHELD,
     FlagMessage,
+    Quality,
     SensorMessage,
     Verdict,
     decode_flag,
@@ -56,6 +57,7 @@ __all__ = [
     "FlagState",
     "ParameterArtifact",
     "PlantReason",
+    "Quality",
     "Reason",
     "SensorMessage",
     "Verdict",

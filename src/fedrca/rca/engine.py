@@ -60,7 +60,7 @@ decision equals the look-up table :func:`fedrca.rca.table.lookup`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -598,10 +598,10 @@ class RCAEngine:
             k = h - 1
             shown = alarming & (affected[k] > unaffected[k])
             shown[k] = False
-            propagated = self._clearest(shown, affected[k] - unaffected[k])
+            propagated = self._clearest(shown, lambda: affected[k] - unaffected[k])
             return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE)
         if h == M + 1:
-            propagated = self._clearest(alarming, self._alarm_share(codes))
+            propagated = self._clearest(alarming, lambda: self._alarm_share(codes))
             return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT)
         dominant = self._dominant_states(codes)
         pattern = classify_pattern([(int(c) >> 1, int(c) & 1) for c in dominant])
@@ -651,12 +651,14 @@ class RCAEngine:
             pairs=self._dominant_states(codes),
         )
 
-    def _clearest(self, shown: NDArray[np.bool_], strength: FloatArray) -> tuple[str, ...]:
+    def _clearest(self, shown: NDArray[np.bool_], strength: Callable[[], FloatArray]) -> tuple[str, ...]:
         """The plants of ``shown`` in plant order, at most :data:`~fedrca.contracts.reason.MAX_PROPAGATED`: the
-        ones of the largest ``strength`` (a verdict's size is bounded whatever the site)."""
+        ones of the largest ``strength()`` (a verdict's size is bounded whatever the site)."""
         chosen = np.flatnonzero(shown)
         if len(chosen) > MAX_PROPAGATED:
-            chosen = np.sort(chosen[np.argsort(-strength[chosen], kind="stable")[:MAX_PROPAGATED]])
+            with np.errstate(invalid="ignore"):  # -inf - -inf: a plant no hypothesis lets alarm
+                by = np.nan_to_num(strength()[chosen], nan=-np.inf)
+            chosen = np.sort(chosen[np.argsort(-by, kind="stable")[:MAX_PROPAGATED]])
         return tuple(self.plants[j] for j in chosen)
 
     def _verdict(
@@ -756,7 +758,7 @@ def resolve_graph(
         return graph
     source = settings.graph.source
     if source == "file":
-        # reading the file is the shell's job (fedrca.cli.site.configured_graph): the core does no I/O
+        # reading the file is the shell's job (fedrca.application.site.configured_graph): the core does no I/O
         raise ConfigError(
             f"graph source 'file' needs the graph read from {settings.graph.path} and given to build_engine(graph=...)",
             key="rca.graph.source",

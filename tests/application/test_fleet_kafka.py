@@ -1,0 +1,92 @@
+"""Fleet consensus messages over the real Kafka broker (issue 18, acceptance 5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrca.application.fleet.kafka import decode_consensus, encode_consensus, kafka_fleet, peer_topic
+from fedrca.connectors.kafka import read_topic
+from fedrca.contracts.binary import pack_arrays
+from fedrca.datasets.fleet import fleet_patterns
+from fedrca.exceptions import MessageError
+from fedrca.fleet.collabdict import FleetSettings
+from fedrca.fleet.consensus import ConsensusMessage
+from fedrca.fleet.model import simulate_fleet
+from tests.kafka_broker import unique_name
+
+
+def test_consensus_messages_survive_the_byte_encoding_bit_for_bit():
+    rng = np.random.default_rng(0)
+    m = ConsensusMessage("fit/it3/c2", 17, "agree", "seg1", "seg4", rng.normal(size=300), [2.0])
+    assert decode_consensus(encode_consensus(m)) == m
+    with pytest.raises(MessageError, match="bad-type"):
+        decode_consensus(pack_arrays("other", {}, {}))
+    with pytest.raises(MessageError, match="lacks"):
+        decode_consensus(pack_arrays("fleet-consensus", {"session": "s"}, {"value": np.zeros(1), "flood": np.ones(1)}))
+    with pytest.raises(MessageError, match="NaN"):
+        raw = pack_arrays(
+            "fleet-consensus",
+            {"session": "s", "round": 0, "phase": "average", "sender": "a", "receiver": "b"},
+            {"value": np.array([np.nan]), "flood": np.ones(1)},
+        )
+        decode_consensus(raw)
+
+
+@pytest.mark.kafka
+def test_five_participants_over_kafka_reach_the_in_process_parameters(kafka_broker):
+    fleet = fleet_patterns(n_participants=5, n_samples=100, n_dims=2, n_patterns=2, seed=1)
+    # a looser tolerance and three EM iterations keep the rounds (broker round trips) few;
+    # equality with the in-process run does not depend on them
+    settings = FleetSettings(n_components=2, folds=0, chunks=3, seed=0, tolerance=1e-8, max_iter=3)
+    local = simulate_fleet(fleet.datasets, settings, seed=3)
+    name = unique_name("fleet")
+    remote = kafka_fleet(kafka_broker.bootstrap, fleet.datasets, settings, seed=3, fleet=name, timeout=120.0)
+    assert remote.identical
+    # same seeds, same messages: the very same parameters as in process
+    assert remote.max_parameter_difference() == 0.0
+    assert np.array_equal(remote.model.means, local.model.means)
+    assert np.array_equal(remote.model.precisions, local.model.precisions)
+    assert remote.model.threshold == local.model.threshold
+    for n in fleet.datasets:
+        assert np.array_equal(remote.results[n].weights, local.results[n].weights)
+        assert remote.results[n].calibration == local.results[n].calibration
+    assert remote.messages == local.messages
+    # each participant's topic holds only messages addressed to it, from its peers
+    total = 0
+    for n in fleet.datasets:
+        records = list(read_topic(kafka_broker.bootstrap, peer_topic(name, n), timeout=30.0))
+        total += len(records)
+        for r in records:
+            m = decode_consensus(r.value)
+            assert m.receiver == n and r.key == m.sender.encode()
+    assert total == local.messages
+
+
+@pytest.mark.kafka
+def test_fleet_command_runs_over_kafka(kafka_broker, tmp_path, capsys):
+    import pandas as pd
+    import yaml
+
+    from fedrca.application.fleet.store import load_fleet_model
+    from fedrca.cli import main
+
+    fleet = fleet_patterns(n_participants=5, n_samples=60, n_dims=2, n_patterns=2, seed=2)
+    for n, X in fleet.datasets.items():
+        pd.DataFrame(X, columns=["a", "b"]).to_csv(tmp_path / f"{n}.csv", index=False)
+    config = {
+        "fleet": unique_name("cli"),
+        "data": {"format": "csv"},
+        "participants": [{"name": n, "file": str(tmp_path / f"{n}.csv")} for n in fleet.datasets],
+        "model": {"components": 2, "max_iter": 2, "n_init": 1},
+        "consensus": {"tolerance": 1e-8},
+        "threshold": {"folds": 0},
+    }
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    args = ["fleet", "--config", str(tmp_path / "fleet.yaml"), "--out", str(tmp_path / "out")]
+    assert main([*args, "--kafka", f"kafka://{kafka_broker.bootstrap}"]) == 0
+    assert f"(Kafka at kafka://{kafka_broker.bootstrap})" in capsys.readouterr().out
+    remote = load_fleet_model(tmp_path / "out" / "model.npz")
+    assert main([*args[:-1], str(tmp_path / "local")]) == 0
+    local = load_fleet_model(tmp_path / "local" / "model.npz")
+    assert remote == local

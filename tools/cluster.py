@@ -1,0 +1,172 @@
+"""Real ``fedrca run`` worker processes and topic readers on the repo's broker.
+
+Used by the crash scenarios (``tools/faults.py``) and by the Kafka integration tests
+(``tests/streams/``); tools never import the tests, the tests may import this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError
+from kafka.structs import TopicPartition
+
+from fedrca.connectors.kafka import read_topic
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def unique_name(prefix: str = "t") -> str:
+    """A fresh site/topic-safe name, so runs never see each other's topics."""
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+def site_config(tmp: Path, site: str, base: str = "config/tep.yaml") -> Path:
+    """A copy of ``base`` under a fresh site name (fresh topics and consumer groups)."""
+    text = (REPO / base).read_text(encoding="utf-8")
+    lines = [f"site: {site}" if line.startswith("site:") else line for line in text.splitlines()]
+    path = tmp / f"{site}.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@dataclass
+class Worker:
+    """One ``fedrca run`` process (killable, restartable with the same name and state dir)."""
+
+    name: str
+    command: list[str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> Worker:
+        self.starts += 1
+        log = open(self.log_path.with_suffix(f".{self.starts}.log"), "wb")  # noqa: SIM115 - kept by the child
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        log.close()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        """SIGKILL: no shutdown, no final commit, no flush."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+    def log_tail(self, lines: int = 30) -> str:
+        path = self.log_path.with_suffix(f".{self.starts}.log")
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+@dataclass
+class Cluster:
+    """The workers of one test site."""
+
+    config: Path
+    bootstrap: str
+    train: Path
+    workdir: Path
+    workers: dict[str, Worker] = field(default_factory=dict)
+
+    def add(self, name: str, roles: str, extra: Sequence[str] = (), plant_data: bool = True) -> Worker:
+        """Start a ``fedrca run`` worker; ``plant_data=False`` leaves out ``--train`` (an RCA-only worker)."""
+        train = ["--train", str(self.train)] if plant_data else []
+        command = [
+            sys.executable,
+            "-m",
+            "fedrca.cli",
+            "run",
+            "--config",
+            str(self.config),
+            "--broker",
+            f"kafka://{self.bootstrap}",
+            *train,
+            "--roles",
+            roles,
+            "--worker-name",
+            name,
+            "--data-dir",
+            str(self.workdir / "state"),
+            "--session-timeout",
+            "6",
+            "--log-level",
+            "info",
+            *extra,
+        ]
+        worker = Worker(name, command, self.workdir / f"{name}")
+        self.workers[name] = worker
+        return worker.start()
+
+    def stop_all(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+
+    def diagnostics(self) -> str:
+        return "\n".join(f"--- {n} (alive={w.alive}):\n{w.log_tail()}" for n, w in self.workers.items())
+
+
+def group_assignment(bootstrap: str, group: str) -> list[dict[str, list[int]]] | None:
+    """Per member of a Stable consumer group: topic -> assigned partitions (None when not Stable)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fedrca-test")
+    try:
+        described = admin.describe_groups([group])[group]
+    except KafkaError:
+        return None  # e.g. no group coordinator yet on a fresh broker: not ready
+    finally:
+        admin.close()
+    if described.get("error") or described.get("group_state") != "Stable":
+        return None
+    members = []
+    for member in described["members"]:
+        assigned = member["member_assignment"]["assigned_partitions"]
+        members.append({a["topic"]: list(a["partitions"]) for a in assigned})
+    return members
+
+
+def consumed_everything(bootstrap: str, group: str, topic: str) -> bool:
+    """True when ``group`` has committed past the last record of ``topic`` (partition 0).
+
+    The flags topic is written in transactions: its end offset also counts the commit
+    markers, so the last *record's* offset is what a caught-up consumer has passed.
+    """
+    offsets = [r.offset for r in read_topic(bootstrap, topic, timeout=30)]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fedrca-test")
+    try:
+        committed = admin.list_group_offsets(group).get(group, {}).get(TopicPartition(topic, 0))
+    finally:
+        admin.close()
+    return bool(offsets) and committed is not None and committed.offset > max(offsets)
+
+
+def json_records(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """Every record of ``topic`` decoded as JSON (in partition/offset order)."""
+    return [json.loads(r.value) for r in read_topic(bootstrap, topic, timeout=30)]
+
+
+def count(bootstrap: str, topic: str) -> int:
+    """Records currently in ``topic``."""
+    return sum(1 for _ in read_topic(bootstrap, topic, timeout=30))
