@@ -69,24 +69,38 @@ FORMAT = "fedrca-calibration/1"
 #: evidence against a plant says nothing the other features do not.
 LOG_FLOOR = -30.0
 
-#: The features of a plant k at a verdict (none names a plant):
+#: The features of a plant k at a verdict (none names a plant; "the named root" is the engine's most
+#: likely root):
 #:
 #: * ``log_posterior``: the engine's log posterior of "root k" among the roots, floored at LOG_FLOOR;
-#: * ``named``: k is the engine's most likely root;
-#: * ``alarming``: k alarms now;
-#: * ``share``: share of the window's rows in which k's proprietary flag is on;
+#: * ``log_flags``: the same without the onset-order evidence (what the window's flags alone say);
+#: * ``named``: k is the named root;
+#: * ``named_entry``: k is the named root and a declared unmeasured entry (``rca.unobserved_entry``);
+#: * ``named_breadth``: k is the named root, times the share of the other plants that alarm (a root
+#:   named while every unit alarms is named on thinner evidence);
+#: * ``share``: share of the window's rows in which k's true proprietary flag is on;
 #: * ``first``: k is among the first plants to alarm in the incident;
-#: * ``entry``: k is a declared unmeasured entry (``rca.unobserved_entry``) whose direct successors in
-#:   the graph include the engine's most likely root, and k is not that root (the disturbance may have
-#:   entered unseen through k);
-#: * ``entry_late``: ``entry`` and k started alarming after the named root (its sensors saw it late).
-FEATURES: tuple[str, ...] = ("log_posterior", "named", "alarming", "share", "first", "entry", "entry_late")
+#: * ``entry``: k is a declared unmeasured entry whose direct successors include the named root, which
+#:   is not itself a declared entry (the disturbance may have entered unseen through k);
+#: * ``entry_alarming``: ``entry`` and k alarms now.
+FEATURES: tuple[str, ...] = (
+    "log_posterior",
+    "log_flags",
+    "named",
+    "named_entry",
+    "named_breadth",
+    "share",
+    "first",
+    "entry",
+    "entry_alarming",
+)
 
 
 def features(evidence: Evidence, graph: InterdependencyGraph, settings: RCASettings) -> FloatArray:
     """The feature matrix (M, F) of every plant at a verdict (:data:`FEATURES`, in order)."""
     M = evidence.n_plants
     log_post = np.log(np.maximum(evidence.root_posterior(), 1e-300))
+    log_flags = np.log(np.maximum(softmax(evidence.unordered[1 : M + 1]), 1e-300))
     top = int(np.argmax(evidence.roots))
     named = np.zeros(M)
     named[top] = 1.0
@@ -95,19 +109,20 @@ def features(evidence: Evidence, graph: InterdependencyGraph, settings: RCASetti
     earliest = first[began].min() if began.any() else -1
     is_first = began & (first == earliest)
     declared = np.array([p in settings.unobserved_entry for p in evidence.plants], dtype=bool)
-    feeds_top = graph.adjacency[:, top]
-    entry = declared & feeds_top & (np.arange(M) != top)
-    # seen late: not at all, or after the named root first alarmed
-    late = entry & (~began | (first > first[top])) if began[top] else entry & ~began
+    others = np.delete(evidence.alarming, top)
+    breadth = float(others.mean()) if others.size else 0.0
+    entry = declared & graph.adjacency[:, top] & (np.arange(M) != top) & (not declared[top])
     return np.column_stack(
         [
             np.maximum(log_post, LOG_FLOOR),
+            np.maximum(log_flags, LOG_FLOOR),
             named,
-            evidence.alarming.astype(np.float64),
+            named * declared,
+            named * breadth,
             evidence.share.astype(np.float64),
             is_first.astype(np.float64),
             entry.astype(np.float64),
-            late.astype(np.float64),
+            (entry & evidence.alarming).astype(np.float64),
         ]
     )
 
