@@ -60,6 +60,8 @@ __all__ = [
 ]
 
 BoolArray = NDArray[np.bool_]
+#: The configurations (and calibration maps) fedrca ships: config/ of the checkout, package data of a wheel.
+BUNDLED_CONFIG = Path(__file__).resolve().parents[1] / "_bundled" / "config"
 
 
 def without_privacy(config: SiteConfig) -> SiteConfig:
@@ -139,14 +141,19 @@ def load_calibration_map(path: str | Path, plants: Sequence[str]) -> Calibration
 
 
 def configured_calibration_map(config: SiteConfig, settings: RCASettings | None = None) -> CalibrationMap | None:
-    """The calibration map the configuration names (``rca.calibration.path``, relative to the configuration
-    file's folder), else None: the verdicts then carry the engine's own, uncalibrated posterior."""
+    """The calibration map the configuration names (``rca.calibration.path``), else None: the verdicts then
+    carry the engine's own, uncalibrated posterior.
+
+    A relative path is looked up beside the configuration file, then among the configurations fedrca ships
+    (``fedrca/_bundled/config``: the TEP map is found for a copy of config/tep.yaml anywhere)."""
     path = (settings or config.rca).calibration.path
     if path is None:
         return None
     file = Path(path)
-    if not file.is_absolute() and config.source is not None:
-        file = Path(config.source).parent / file
+    if not file.is_absolute():
+        places = [Path(config.source).parent / file] if config.source is not None else [file]
+        places.append(BUNDLED_CONFIG / file)
+        file = next((p for p in places if p.is_file()), places[0])
     return load_calibration_map(file, config.plant_names)
 
 
