@@ -16,6 +16,7 @@ import yaml
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from fedrca.contracts import PlantReason, Reason, Verdict
 from fedrca.detectors.plant import DetectionResult
 from fedrca.edge.metrics import EdgeMetrics
 from fedrca.exceptions import ConfigError, FedrcaError
@@ -77,10 +78,33 @@ EXPECTED_TYPES = {
     "fedrca_baseline_pinned": "gauge",
     "fedrca_baseline_refused_streak": "gauge",
     "fedrca_baseline_refreshes_total": "counter",
+    "fedrca_root_probability": "gauge",
+    "fedrca_root_candidate": "gauge",
+    "fedrca_alarm_onset_rows": "gauge",
+    "fedrca_verdict_calibrated": "gauge",
+    "fedrca_verdict_margin_nats": "gauge",
+    "fedrca_verdict_reason_info": "gauge",
+    "fedrca_verdict_change_info": "gauge",
 }
 
 
 # -- helpers -------------------------------------------------------------------------------
+def reasoned_verdict(root: str | None = "reactor") -> Verdict:
+    """A verdict with a candidate set and a reason."""
+    reason = Reason(
+        (
+            PlantReason("reactor", 0, 0.97, (1, 1), "root_candidate", "", ""),
+            PlantReason("separator", 4, 0.5, (1, 0), "propagated", "root_cause", "config path reactor > separator"),
+            PlantReason("feed", None, 0.0, (0, 0), "normal", "root_cause", "complete graph"),
+        ),
+        "separator",
+        6.5,
+        "the onset order decides",
+    )
+    return Verdict("tep", 1.0, 9, root, (), 0.97, (1, 9), "root_cause", ("reactor", "separator"), (0.8, 0.15),
+                   0.9, "tep-abc", reason)  # fmt: skip
+
+
 def samples(m: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of ``m.render()`` parsed back: (name, labels) -> value."""
     out = {}
@@ -129,6 +153,7 @@ def test_every_metric_rendered_with_help_and_type(metrics):
     m.observe_d2("reactor", "c", [1.0, 2.0])
     m.record_flags("reactor", {"zc": [True, False]})
     m.record_verdict("reactor")
+    m.record_reason(reasoned_verdict())
     m.record_latency("plant", 0.01)
     m.record_stage_latency("plant", [])
     m.set_consumer_lag("plant", "tep.sensors.reactor", 0, 12)
@@ -160,6 +185,32 @@ def test_baseline_metrics_and_the_refused_streak(metrics):
     assert sample(m, "fedrca_baseline_refreshes_total", plant="reactor", outcome="refused") == 3.0
     m.record_refresh("reactor", "limited")
     assert sample(m, "fedrca_baseline_refused_streak", plant="reactor") == 0.0
+
+
+def test_the_latest_verdict_says_why(metrics):
+    m = metrics
+    m.record_verdict("reactor", plants=["feed", "reactor", "separator"])
+    m.record_reason(reasoned_verdict())
+    got = samples(m)
+    assert got[("fedrca_root_probability", frozenset({("plant", "reactor")}))] == 0.8
+    assert got[("fedrca_root_probability", frozenset({("plant", "feed")}))] == 0.0
+    assert got[("fedrca_root_candidate", frozenset({("plant", "separator")}))] == 1.0
+    assert got[("fedrca_alarm_onset_rows", frozenset({("plant", "separator")}))] == 4.0
+    assert got[("fedrca_alarm_onset_rows", frozenset({("plant", "feed")}))] == -1.0
+    assert got[("fedrca_verdict_calibrated", frozenset())] == 1.0
+    assert got[("fedrca_verdict_margin_nats", frozenset())] == 6.5
+    labels = frozenset(
+        {("plant", "separator"), ("pair", "(1,0)"), ("state", "propagated"), ("table", "root_cause"),
+         ("link", "config path reactor > separator")}
+    )  # fmt: skip
+    assert got[("fedrca_verdict_reason_info", labels)] == 1.0
+    change = frozenset({("root_cause", "reactor"), ("runner_up", "separator"), ("change", "the onset order decides")})
+    assert got[("fedrca_verdict_change_info", change)] == 1.0
+    # the next verdict replaces the reason; one without a reason clears it
+    m.record_reason(Verdict("tep", 2.0, 20, None, (), 0.99, (10, 20), "no_anomaly"))
+    got = samples(m)
+    assert not [k for k in got if k[0] in ("fedrca_verdict_reason_info", "fedrca_verdict_change_info")]
+    assert got[("fedrca_root_candidate", frozenset({("plant", "separator")}))] == 0.0
 
 
 def test_counters_increment_exactly(metrics):

@@ -96,6 +96,16 @@ class Site:
     def plants(self) -> list[str]:
         return list(self.config.plant_names)
 
+    @property
+    def calibration(self) -> str | None:
+        """The calibration map's file name (``rca.calibration.path``): it ships beside site.yaml in the config map."""
+        path = self.config.rca.calibration.path
+        if path is None:
+            return None
+        if "/" in path:
+            raise SystemExit(f"sync-k8s: rca.calibration.path must be a file beside the configuration, got {path!r}")
+        return str(path)
+
     # -- topics -------------------------------------------------------------------------------
     def topic(self, kind: str, plant: str | None = None) -> str:
         return str(self.config.topic(kind, plant=plant))
@@ -962,6 +972,51 @@ def dashboard(site: Site) -> dict[str, Any]:
     legend = {"legend": {"displayMode": "table", "placement": "right"}}
     panel("timeseries", "verdicts by root cause", [(verdicts, "{{root_cause}}")], 12, 12, options=legend)
     y += 8
+    # why the latest verdict names its root (fedrca.contracts.Reason; docs/rca.md "The reason, shown")
+    probability = f"max by (plant) (fedrca_root_probability{every})"
+    panel(
+        "bargauge",
+        "root probability of each candidate (latest verdict; calibrated when the map is loaded)",
+        [(probability, "{{plant}}")],
+        0,
+        8,
+        "percentunit",
+        description="P(the root is this plant) of the latest verdict. fedrca_verdict_calibrated says whether a "
+        "calibration map made it (then about that share of such verdicts is right) or it is the engine's own "
+        "over-confident posterior.",
+        options={"orientation": "horizontal", "reduceOptions": {"calcs": ["lastNotNull"]}},
+    )
+    onset = f"max by (plant) (fedrca_alarm_onset_rows{every})"
+    panel(
+        "bargauge",
+        "alarm onset after the incident's first alarm (rows; -1 = not alarming)",
+        [(onset, "{{plant}}")],
+        8,
+        8,
+        options={"orientation": "horizontal", "reduceOptions": {"calcs": ["lastNotNull"]}},
+    )
+    change = f"max by (root_cause, runner_up, change) (fedrca_verdict_change_info{every})"
+    panel(
+        "table",
+        "what would change the verdict",
+        [(change, "{{change}}")],
+        16,
+        8,
+        options={"showHeader": True},
+        transformations=[{"id": "labelsToFields", "options": {"mode": "columns"}}],
+    )
+    y += 8
+    reason = f"max by (plant, pair, state, table, link) (fedrca_verdict_reason_info{every})"
+    panel(
+        "table",
+        "reason per plant: dominant flag pair, P1's reading, the look-up table next to the root, the path",
+        [(reason, "{{plant}}")],
+        0,
+        24,
+        options={"showHeader": True},
+        transformations=[{"id": "labelsToFields", "options": {"mode": "columns"}}],
+    )
+    y += 8
     row("Streams")
     lag = f"max by (stage, topic, partition) (fedrca_consumer_lag{every})"
     panel("timeseries", "consumer lag (messages)", [(lag, "{{stage}} {{topic}}/{{partition}}")], 0, 12)
@@ -1097,7 +1152,7 @@ def kustomization(site: Site, files: list[str]) -> dict[str, Any]:
         "resources": files,
         "configMapGenerator": [
             # the hash suffix rolls every worker when the configuration changes
-            {"name": f"fedrca-{site.site}-config", "files": ["site.yaml"]},
+            {"name": f"fedrca-{site.site}-config", "files": ["site.yaml", *filter(None, [site.calibration])]},
             {
                 # how every client reaches the cluster (TLS + SCRAM); credentials come per principal
                 "name": "fedrca-kafka",
@@ -1141,6 +1196,9 @@ def render() -> dict[str, str]:
     files = {name: dump(copy.deepcopy(docs)) for name, docs in parts.items()}
     files["kustomization.yaml"] = HEADER + yaml.safe_dump(kustomization(site, list(parts)), sort_keys=False, width=120)
     files["site.yaml"] = SITE_CONFIG.read_text(encoding="utf-8")
+    if site.calibration is not None:
+        # the RCA worker resolves the map beside its configuration file (/etc/fedrca)
+        files[site.calibration] = (SITE_CONFIG.parent / site.calibration).read_text(encoding="utf-8")
     files["grafana/fedrca-dashboard.json"] = json.dumps(dashboard(site), indent=2) + "\n"
     return files
 

@@ -30,12 +30,6 @@ name                                           type       labels
 ``fedrca_privacy_epsilon_budget``              gauge      plant
 ``fedrca_plant_anomalous``                     gauge      plant
 ``fedrca_root_cause``                          gauge      plant
-``fedrca_sensor_faulty_tags``                  gauge      plant, check (stale, bad, stuck, flatline, range)
-``fedrca_sensor_fault_episodes_total``         counter    plant, check
-``fedrca_sensor_fault``                        gauge      plant
-``fedrca_rows_without_plant_total``            counter    plant, reason (skipped, late, clock)
-``fedrca_clock_offset_seconds``                gauge      plant
-=============================================  =========  ==========================
 
 The sensor metrics (docs/sensors.md): a plant worker exports how many of its tags each check
 holds faulty (``fedrca_sensor_faulty_tags``, never which tag) and the episodes begun; the RCA
@@ -46,7 +40,20 @@ published degraded), ``late`` (the RCA released the row before the plant's flag 
 (the plant's time disagreed with the others' beyond ``rca.max_clock_skew``);
 ``fedrca_clock_offset_seconds`` is the plant's time minus the median of the plants' times of its
 latest row.
-
+=======
+``fedrca_root_probability``                    gauge      plant
+``fedrca_root_candidate``                      gauge      plant
+``fedrca_alarm_onset_rows``                    gauge      plant
+``fedrca_verdict_calibrated``                  gauge      (none)
+``fedrca_verdict_margin_nats``                 gauge      (none)
+``fedrca_verdict_reason_info``                 gauge      plant, pair, state, table, link (always 1)
+``fedrca_verdict_change_info``                 gauge      root_cause, runner_up, change (always 1)
+``fedrca_sensor_faulty_tags``                  gauge      plant, check (stale, bad, stuck, flatline, range)
+``fedrca_sensor_fault_episodes_total``         counter    plant, check
+``fedrca_sensor_fault``                        gauge      plant
+``fedrca_rows_without_plant_total``            counter    plant, reason (skipped, late, clock)
+``fedrca_clock_offset_seconds``                gauge      plant
+=============================================  =========  ===================
 Why ``fedrca_d2`` is a custom collector
 ---------------------------------------
 A plant processor scores every sample of a batch (hundreds to thousands of
@@ -118,6 +125,8 @@ class _QuietHandler(WSGIRequestHandler):
 if TYPE_CHECKING:
     from prometheus_client.context_managers import Timer
     from prometheus_client.metrics_core import Metric
+
+    from fedrca.contracts import Verdict
 
 __all__ = [
     "D2_BUCKETS",
@@ -542,6 +551,49 @@ class Metrics:
             ["plant"],
             registry=r,
         )
+        self.root_probability = Gauge(
+            "fedrca_root_probability",
+            "P(the root is this plant) by the latest verdict (calibrated when fedrca_verdict_calibrated is 1), "
+            "0 for plants outside its candidate set.",
+            ["plant"],
+            registry=r,
+        )
+        self.root_candidate = Gauge(
+            "fedrca_root_candidate",
+            "1 for the plants of the latest verdict's candidate set (their probabilities reach rca.coverage).",
+            ["plant"],
+            registry=r,
+        )
+        self.alarm_onset = Gauge(
+            "fedrca_alarm_onset_rows",
+            "Rows after the incident's first alarm at which the plant started alarming (latest verdict), -1 when "
+            "it has not alarmed in the incident.",
+            ["plant"],
+            registry=r,
+        )
+        self.verdict_calibrated = Gauge(
+            "fedrca_verdict_calibrated",
+            "1 when the latest verdict's probabilities come from a calibration map, 0 when they are the engine's own.",
+            registry=r,
+        )
+        self.verdict_margin = Gauge(
+            "fedrca_verdict_margin_nats",
+            "Log evidence of the latest verdict's root over its runner-up (nats; +Inf when nothing else is possible).",
+            registry=r,
+        )
+        self.reason_info = Gauge(
+            "fedrca_verdict_reason_info",
+            "Why the latest verdict names its root, per plant: its dominant flag pair, P1's reading of it, the "
+            "look-up table's outcome next to the root's pair and the path that carries the root's effect (always 1).",
+            ["plant", "pair", "state", "table", "link"],
+            registry=r,
+        )
+        self.change_info = Gauge(
+            "fedrca_verdict_change_info",
+            "What would change the latest verdict: its root, the runner-up and the sentence (always 1).",
+            ["root_cause", "runner_up", "change"],
+            registry=r,
+        )
         for plant in plants:
             self._know(plant)
 
@@ -772,6 +824,34 @@ class Metrics:
         """Set ``fedrca_clock_offset_seconds`` of a plant."""
         self._know(plant)
         self._series(self.clock_offset, plant).set(seconds)
+
+    def record_reason(self, verdict: Verdict) -> None:
+        """Show why ``verdict`` names its root: probabilities, candidate set, alarm onsets, the per-plant reason and
+        what would change it (a verdict without a reason, e.g. ``no_anomaly``, clears them)."""
+        probabilities = dict(zip(verdict.candidates, verdict.probabilities, strict=False))
+        reason = verdict.reason
+        for plant in [*verdict.candidates, *([] if reason is None else [p.plant for p in reason.plants])]:
+            self._know(plant)
+        onsets = {} if reason is None else {p.plant: p.onset for p in reason.plants}
+        for plant in self.plants:
+            self.root_probability.labels(plant=plant).set(probabilities.get(plant, 0.0))
+            self.root_candidate.labels(plant=plant).set(1 if plant in probabilities else 0)
+            onset = onsets.get(plant)
+            self.alarm_onset.labels(plant=plant).set(-1 if onset is None else onset)
+        self.verdict_calibrated.set(0 if verdict.calibration is None else 1)
+        self.reason_info.clear()
+        self.change_info.clear()
+        if reason is None:
+            self.verdict_margin.set(0.0)
+            return
+        self.verdict_margin.set(reason.margin)
+        for p in reason.plants:
+            self.reason_info.labels(
+                plant=p.plant, pair=f"({p.pair[0]},{p.pair[1]})", state=p.state, table=p.table, link=p.link
+            ).set(1)
+        self.change_info.labels(
+            root_cause=verdict.root_cause or NO_ROOT_CAUSE, runner_up=reason.runner_up or "", change=reason.change
+        ).set(1)
 
     # -- latency, lag ----------------------------------------------------------------
     def record_stage_latency(self, stage: str, records: Sequence[Any], now: float | None = None) -> None:

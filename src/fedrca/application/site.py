@@ -37,6 +37,7 @@ from fedrca.fleet.calibration import Calibration
 from fedrca.fleet.collabdict import FleetModel
 from fedrca.fleet.detector import build_fleet_detector
 from fedrca.observability import Metrics
+from fedrca.rca.calibration import CalibrationMap
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.rca.sensors import SensorEvents
@@ -49,7 +50,9 @@ __all__ = [
     "build_detector",
     "build_detectors",
     "build_keepers",
+    "configured_calibration_map",
     "configured_graph",
+    "load_calibration_map",
     "load_graph_file",
     "plant_runtime",
     "prepare_site",
@@ -61,6 +64,8 @@ __all__ = [
 ]
 
 BoolArray = NDArray[np.bool_]
+#: The configurations (and calibration maps) fedrca ships: config/ of the checkout, package data of a wheel.
+BUNDLED_CONFIG = Path(__file__).resolve().parents[1] / "_bundled" / "config"
 
 
 def without_privacy(config: SiteConfig) -> SiteConfig:
@@ -138,6 +143,39 @@ def load_graph_file(path: str | Path, plants: Sequence[str]) -> InterdependencyG
         raise ArtifactError(f"{file}: {exc}") from None
 
 
+def load_calibration_map(path: str | Path, plants: Sequence[str]) -> CalibrationMap:
+    """Read a calibration map (``python bench/bench_faults.py --calibration PATH`` writes one) for ``plants``."""
+    file = Path(path)
+    if not file.is_file():
+        raise ArtifactError(
+            f"{file}: no such calibration map (rca.calibration.path, relative to the configuration's folder); "
+            "fit one with python bench/bench_faults.py --calibration PATH, or remove the key (uncalibrated verdicts)"
+        )
+    try:
+        calibration = CalibrationMap.from_json(file.read_text(encoding="utf-8"))
+        calibration.check(plants)
+    except (ArtifactError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{file}: {exc}") from None
+    return calibration
+
+
+def configured_calibration_map(config: SiteConfig, settings: RCASettings | None = None) -> CalibrationMap | None:
+    """The calibration map the configuration names (``rca.calibration.path``), else None: the verdicts then
+    carry the engine's own, uncalibrated posterior.
+
+    A relative path is looked up beside the configuration file, then among the configurations fedrca ships
+    (``fedrca/_bundled/config``: the TEP map is found for a copy of config/tep.yaml anywhere)."""
+    path = (settings or config.rca).calibration.path
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.is_absolute():
+        places = [Path(config.source).parent / file] if config.source is not None else [file]
+        places.append(BUNDLED_CONFIG / file)
+        file = next((p for p in places if p.is_file()), places[0])
+    return load_calibration_map(file, config.plant_names)
+
+
 def configured_graph(config: SiteConfig, settings: RCASettings | None = None) -> InterdependencyGraph | None:
     """The graph file the configuration names (``rca.graph.source: file``), else None (the engine resolves it)."""
     options = (settings or config.rca).graph
@@ -198,6 +236,7 @@ def prepare_site(
         nominal_flags=nominal_flags,
         settings=settings,
         graph=graph if graph is not None else configured_graph(config, settings),
+        calibration=configured_calibration_map(config, settings),
     )
     return Site(config, detectors, nominal_flags, engine, version, health, build_keepers(config, detectors))
 
@@ -437,7 +476,7 @@ def rca_runtime(
     """
     artifacts = None if params_dir is None else load_params(params_dir, config)
     graph = configured_graph(config)
-    engine = build_engine(config, artifacts=artifacts, graph=graph)
+    engine = build_engine(config, artifacts=artifacts, graph=graph, calibration=configured_calibration_map(config))
     return RCARuntime(config, engine, metrics=metrics, settings=settings, artifacts=artifacts, graph=graph)
 
 

@@ -52,6 +52,7 @@ from fedrca.datasets.sensor_faults import inject_sensor_fault, parse_sensor_faul
 from fedrca.datasets.tep import TEP_COLUMNS, TEP_FAULT_ONSET, TEP_FAULT_ROOTS, TEP_SAMPLE_SECONDS
 from fedrca.exceptions import ConfigError, DataError
 from fedrca.observability import Metrics
+from fedrca.rca.explain import describe
 from fedrca.streams.embedded import EmbeddedRun, progress_bar, replay_chunks, replay_frame
 from fedrca.streams.runtime import SiteRuntime
 
@@ -73,7 +74,10 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
-def _verdict_printer(name: str) -> Any:
+def _verdict_printer(name: str, entries: frozenset[str] = frozenset()) -> Any:
+    """Print a verdict when its decision or candidate set changes: the root with its probability, the candidate
+    set (``rca.coverage``), then the reason (:func:`fedrca.rca.explain.describe`; ``entries``: the declared
+    unmeasured entries, marked in the set)."""
     last: list[tuple[Any, ...]] = [()]
 
     def show(v: Verdict) -> None:
@@ -92,16 +96,15 @@ def _verdict_printer(name: str) -> Any:
         if key == last[0]:
             return  # print changes, not every row of an episode
         last[0] = key
-        if v.root_cause is not None:
-            what = f"root cause {v.root_cause}" + (f", propagated to {', '.join(v.propagated)}" if v.propagated else "")
-            if len(v.candidates) > 1:  # the engine is not sure between these (rca.candidate_mass)
-                what += f" [candidates: {', '.join(v.candidates)}]"
-        else:
-            what = v.outcome.replace("_", " ")
+        head, *reason = describe(v, entries).splitlines()
+        if v.propagated:
+            head += f"; propagated to {', '.join(v.propagated)}"
         first, last_seq = v.evidence_window
         if sys.stderr.isatty():
             sys.stderr.write("\r" + " " * 70 + "\r")  # clear the live progress bar
-        _say(f"  [{name}] sample {v.seq:>4}: {what} (posterior {v.posterior:.2f}, evidence {first}..{last_seq})")
+        _say(f"  [{name}] sample {v.seq:>4}: {head} (posterior {v.posterior:.2f}, evidence {first}..{last_seq})")
+        for line in reason:
+            _say(f"      {line.strip()}")
 
     return show
 
@@ -193,6 +196,7 @@ def _report(out: Path, result: FileResult, runtime: SiteRuntime, onset: int) -> 
         root_cause=result.root,
         sensor_rows=_sensor_rows(result, runtime),
         baselines=[r.as_dict() for r in run.refreshes] if runtime.config.drift.enabled else None,
+        entries=runtime.config.rca.unobserved_entry,
     )
 
 
@@ -420,7 +424,7 @@ def run_demo(args: argparse.Namespace) -> int:
             values,
             sample_seconds=TEP_SAMPLE_SECONDS,
             pacer=Pacer.from_spec(pacer_spec),
-            on_verdict=_verdict_printer(name.removesuffix("_te.dat")),
+            on_verdict=_verdict_printer(name.removesuffix("_te.dat"), frozenset(config.rca.unobserved_entry)),
             progress=progress_bar(name),
         )
         for report in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
@@ -519,7 +523,7 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
         sample_seconds=spec.sample_seconds,
         start_ts=spec.sample_seconds,
         pacer=Pacer.from_spec(args.speed),
-        on_verdict=_verdict_printer(name),
+        on_verdict=_verdict_printer(name, frozenset(config.rca.unobserved_entry)),
         progress=progress_bar(name),
     )
     if simulator.terminated:

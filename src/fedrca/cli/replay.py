@@ -161,6 +161,7 @@ def _evaluate_run(args: argparse.Namespace, run: PipelineRun, out: Outputs) -> P
             root_cause=args.root_cause,
             sensor_rows=sensor_episodes(run.health, run.site.health),
             baselines=_refresh_rows(run) if run.site.keepers else None,
+            entries=run.site.config.rca.unobserved_entry,
         )
     return out.path("--report") / page.name
 

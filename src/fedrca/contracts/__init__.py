@@ -3,6 +3,7 @@
 * :mod:`~fedrca.contracts.messages`: the sensor, flag and verdict messages of the
   topics (one schema each, also used by the replay files and the reports) and their
   JSON codecs;
+* :mod:`~fedrca.contracts.reason`: why a verdict names its root (the bounded reason it carries);
 * :mod:`~fedrca.contracts.flagstate`: the flag state ``2 * Z_c + Z_a`` of a plant's
   published pair;
 * :mod:`~fedrca.contracts.deadletter`: why a message was refused, and the headers
@@ -49,6 +50,7 @@ from fedrca.contracts.messages import (
     encode_flags,
     verdict_id,
 )
+from fedrca.contracts.reason import PlantReason, Reason
 
 __all__ = [
     "NOMINAL_STATE_COUNTS",
@@ -64,7 +66,9 @@ __all__ = [
     "FlagMessage",
     "FlagState",
     "ParameterArtifact",
+    "PlantReason",
     "Quality",
+    "Reason",
     "SensorMessage",
     "Verdict",
     "check_binding",

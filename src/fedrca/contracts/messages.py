@@ -21,7 +21,8 @@ Contracts (one schema each, used by the topics, the replay files and the reports
   the plant has a sensor fault at that sample — one bit, randomized like the flags, never which tag
   (docs/sensors.md)), plus ``"level","level_eps"`` when the plant publishes severity levels (k-ary
   randomized response). Optional fields appear only when set; a consumer reads them with a default.
-* verdicts ``{"site","ts","seq","root_cause","propagated","posterior","evidence_window","outcome","id"}``
+* verdicts ``{"site","ts","seq","root_cause","propagated","posterior","evidence_window","outcome","candidates",
+  "probabilities","level","calibration","reason","id"}`` (the reason: :mod:`fedrca.contracts.reason`)
   plus ``"sensor_plants"`` on a sensor event (outcome ``sensor_fault`` / ``sensor_recovered``: the
   plants whose sensor fault it reports; never a process root cause, ``root_cause`` is null)
 """
@@ -41,6 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.contracts.deadletter import DeadLetterReason as R
+from fedrca.contracts.reason import MAX_CANDIDATES, MAX_NAME_CHARS, MAX_PROPAGATED, MAX_VERDICT_BYTES, Reason
 from fedrca.exceptions import MessageError
 
 __all__ = [
@@ -579,6 +581,14 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
     )
 
 
+def _json_list(data: Mapping[str, Any], key: str, required: bool = False) -> tuple[Any, ...]:
+    """A JSON list field as a tuple (absent and not ``required``: empty); anything but a list is refused."""
+    value = data[key] if required else data.get(key, [])
+    if not isinstance(value, list | tuple):
+        raise MessageError(R.BAD_FIELD, f"verdict field '{key}' must be a list, got {type(value).__name__}")
+    return tuple(value)
+
+
 def verdict_id(site: str, root_cause: str | None, window: tuple[int, int], sensor: str | None = None) -> str:
     """Deterministic verdict id: the same verdict of the same evidence always gets the same id.
 
@@ -608,13 +618,21 @@ class Verdict:
     ts : time of the row the verdict is issued at (seconds, the flags' timestamps)
     seq : row (sample index) at which the verdict is issued
     root_cause : the root-cause plant, or None (no anomaly, or not a single-root situation: see outcome)
-    propagated : plants showing the propagated effect
+    propagated : plants showing the propagated effect (at most :data:`~fedrca.contracts.reason.MAX_PROPAGATED`,
+        the clearest)
     posterior : posterior probability of the decided hypothesis, in [0, 1] (6 digits)
     evidence_window : (first seq, last seq) of the rows the evidence came from, inclusive
     outcome : outcome code (:data:`fedrca.rca.table.OUTCOMES`)
-    candidates : the root-cause candidates an operator is shown, most likely first: the plants
-        whose root hypotheses together hold ``rca.candidate_mass`` of the root posterior (empty
-        when no root hypothesis has weight); the named root, when there is one, comes first
+    candidates : the root-cause candidates an operator is shown, most likely first: the smallest set of
+        plants whose root probabilities reach ``level`` (at most :data:`~fedrca.contracts.reason.MAX_CANDIDATES`;
+        empty when no root hypothesis has weight); the named root, when there is one, comes first
+    probabilities : P(the root is this candidate) for each candidate, in [0, 1] (4 digits): calibrated on
+        a fault library when ``calibration`` names the map, else the engine's own root posterior
+        (over-confident: docs/rca.md "What the probabilities mean"); empty from producers without them
+    level : the coverage level the candidate set was built for (``rca.coverage``), None when not stated
+    calibration : id of the calibration map the probabilities come from, None = uncalibrated
+    reason : why (:class:`~fedrca.contracts.reason.Reason`): the plants' alarms, paths, the look-up
+        table's reading and what would change the verdict; None for verdicts that name no root
     sensor_plants : a sensor event (outcome in :data:`SENSOR_OUTCOMES`): the plants whose sensor
         fault began (``sensor_fault``) or ended (``sensor_recovered``); empty on every process
         verdict. A sensor event never names a root cause
@@ -625,8 +643,8 @@ class Verdict:
     >>> v = Verdict("tep", 540.0, 3, "reactor", ("separator",), 0.97, (1, 3), "root_cause")
     >>> Verdict.decode(v.encode()) == v
     True
-    >>> sorted(v.to_dict())
-    ['candidates', 'evidence_window', 'id', 'outcome', 'posterior', 'propagated', 'root_cause', 'seq', 'site', 'ts']
+    >>> sorted(v.to_dict())[:5]
+    ['calibration', 'candidates', 'evidence_window', 'id', 'level']
     >>> e = Verdict("tep", 540.0, 3, None, (), 1.0, (2, 3), SENSOR_FAULT, sensor_plants=("reactor",))
     >>> e.to_dict()["sensor_plants"], e.is_sensor_event, Verdict.decode(e.encode()) == e
     (['reactor'], True, True)
@@ -641,12 +659,17 @@ class Verdict:
     evidence_window: tuple[int, int]
     outcome: str
     candidates: tuple[str, ...] = ()
+    probabilities: tuple[float, ...] = ()
+    level: float | None = None
+    calibration: str | None = None
+    reason: Reason | None = None
     sensor_plants: tuple[str, ...] = ()
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.posterior <= 1.0:
             raise MessageError(R.BAD_FIELD, f"posterior must be in [0, 1], got {self.posterior!r}")
+        self._check_candidates()
         # the contract carries 6 digits: a verdict equals itself after a trip over the wire
         object.__setattr__(self, "posterior", round(float(self.posterior), 6))
         first, last = self.evidence_window
@@ -669,6 +692,37 @@ class Verdict:
         """True for a sensor event (a broken tag reported by its plant), False for a process verdict."""
         return bool(self.sensor_plants)
 
+    def _check_candidates(self) -> None:
+        """Bounded candidates with one probability each (or none), a level in (0, 1], a bounded map id."""
+        propagated = tuple(self.propagated)
+        if len(propagated) > MAX_PROPAGATED or not all(
+            isinstance(p, str) and 0 < len(p) <= MAX_NAME_CHARS for p in propagated
+        ):
+            raise MessageError(R.BAD_FIELD, f"propagated must be at most {MAX_PROPAGATED} plant names")
+        object.__setattr__(self, "propagated", propagated)
+        candidates, probabilities = tuple(self.candidates), tuple(self.probabilities)
+        if len(candidates) > MAX_CANDIDATES or not all(
+            isinstance(c, str) and 0 < len(c) <= MAX_NAME_CHARS for c in candidates
+        ):
+            raise MessageError(R.BAD_FIELD, f"candidates must be at most {MAX_CANDIDATES} plant names")
+        if probabilities and len(probabilities) != len(candidates):
+            raise MessageError(R.BAD_FIELD, f"{len(probabilities)} probabilities for {len(candidates)} candidates")
+        if not all(not isinstance(p, bool) and isinstance(p, int | float) and 0.0 <= p <= 1.0 for p in probabilities):
+            raise MessageError(R.BAD_FIELD, "candidate probabilities must be numbers in [0, 1]")
+        if sum(probabilities) > 1.0 + 1e-3:
+            raise MessageError(R.BAD_FIELD, f"candidate probabilities sum to {sum(probabilities):.4f} > 1")
+        object.__setattr__(self, "candidates", candidates)
+        object.__setattr__(self, "probabilities", tuple(round(float(p), 4) for p in probabilities))
+        level = self.level
+        if level is not None and (isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level <= 1):
+            raise MessageError(R.BAD_FIELD, f"level must be in (0, 1], got {level!r:.40}")
+        if self.calibration is not None and not (
+            isinstance(self.calibration, str) and 0 < len(self.calibration) <= MAX_NAME_CHARS
+        ):
+            raise MessageError(R.BAD_FIELD, f"calibration must be an id of at most {MAX_NAME_CHARS} characters")
+        if self.reason is not None and not isinstance(self.reason, Reason):
+            raise MessageError(R.BAD_FIELD, "reason must be a Reason")
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract (``sensor_plants`` only on a sensor event)."""
         out: dict[str, Any] = {
@@ -681,6 +735,10 @@ class Verdict:
             "evidence_window": list(self.evidence_window),
             "outcome": self.outcome,
             "candidates": list(self.candidates),
+            "probabilities": list(self.probabilities),
+            "level": self.level,
+            "calibration": self.calibration,
+            "reason": None if self.reason is None else self.reason.to_dict(),
             "id": self.id,
         }
         if self.sensor_plants:
@@ -688,27 +746,36 @@ class Verdict:
         return out
 
     def encode(self) -> bytes:
-        """Compact JSON bytes."""
-        return encode(self.to_dict())
+        """Compact JSON bytes (at most :data:`~fedrca.contracts.reason.MAX_VERDICT_BYTES`)."""
+        raw = encode(self.to_dict())
+        if len(raw) > MAX_VERDICT_BYTES:
+            # unreachable with the bounded fields (tests/contracts/test_reason.py): a guard, not a path
+            raise MessageError(R.BAD_FIELD, f"verdict of {len(raw)} bytes exceeds {MAX_VERDICT_BYTES}")
+        return raw
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
         """Validate a decoded verdict record; :class:`MessageError` when it breaks the contract."""
         try:
             window = data["evidence_window"]
+            reason = data.get("reason")
             verdict = cls(
                 str(data["site"]),
                 float(data["ts"]),
                 int(data["seq"]),
                 None if data["root_cause"] is None else str(data["root_cause"]),
-                tuple(str(p) for p in data["propagated"]),
+                _json_list(data, "propagated", required=True),
                 float(data["posterior"]),
                 (int(window[0]), int(window[1])),
                 str(data["outcome"]),
-                # optional: verdicts of producers that did not list candidates
-                tuple(str(p) for p in data.get("candidates", ())),
+                # optional: verdicts of producers that did not list candidates, probabilities or a reason
+                _json_list(data, "candidates"),
+                _json_list(data, "probabilities"),
+                data.get("level"),
+                data.get("calibration"),
+                None if reason is None else Reason.from_dict(reason),
                 # optional: only a sensor event carries it
-                tuple(str(p) for p in data.get("sensor_plants", ())),
+                _json_list(data, "sensor_plants"),
             )
         except KeyError as exc:
             raise MessageError(R.MISSING_FIELD, f"no {exc} in verdict") from None
@@ -720,5 +787,8 @@ class Verdict:
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Verdict:
-        """Inverse of :meth:`encode`."""
+        """Inverse of :meth:`encode`; a record longer than :data:`~fedrca.contracts.reason.MAX_VERDICT_BYTES`
+        is refused before it is parsed."""
+        if len(raw) > MAX_VERDICT_BYTES:
+            raise MessageError(R.BAD_FIELD, f"verdict of {len(raw)} bytes exceeds {MAX_VERDICT_BYTES}")
         return cls.from_dict(_parse(raw))

@@ -450,7 +450,13 @@ class RCARuntime:
             return False
         check_binding(artifact, parameters_hash(self.config), fix=_REPUBLISH)
         artifacts = {**self._artifacts, name: artifact}
-        engine = build_engine(self.config, artifacts=artifacts, settings=self.engine.settings, graph=self._graph)
+        engine = build_engine(
+            self.config,
+            artifacts=artifacts,
+            settings=self.engine.settings,
+            graph=self._graph,
+            calibration=self.engine.calibration,
+        )
         engine.set_state(self.engine.get_state())  # same plants: the stored rows are re-scored by the new model
         self._artifacts = artifacts
         self.engine = engine
@@ -496,6 +502,8 @@ class RCARuntime:
             verdicts.extend(self._mark_withheld(new))
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
         self._record(verdicts)
+        if verdicts:
+            self.metrics.record_reason(next((v for v in reversed(verdicts) if not v.is_sensor_event), verdicts[-1]))
         self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
@@ -524,6 +532,8 @@ class RCARuntime:
         """Judge every buffered row (end of a finite stream)."""
         verdicts = self._mark_withheld(self.stage.flush())
         self._record(verdicts)
+        if verdicts:
+            self.metrics.record_reason(next((v for v in reversed(verdicts) if not v.is_sensor_event), verdicts[-1]))
         return verdicts
 
 
