@@ -197,7 +197,7 @@ def check_report_in_chromium(report, profile, metrics):
         ]  # fmt: skip
         tables = [t.text for t in driver.find_elements(By.TAG_NAME, "table")]
         assert len(tables) >= 3 and "proprietary (Z_c)" in tables[0]
-        assert any("sensor faults reported" in t for t in tables[2:])  # a count per plant, then the plants' own episodes
+        assert any("sensor faults reported" in t for t in tables[2:])  # a count per plant, then episodes
         assert metrics["after_onset"]["majority"] in body.text
         # next to each incident: its candidate set with probabilities, and why (alarms, table, path, change)
         incidents = [h.text for h in driver.find_elements(By.TAG_NAME, "h3")]

@@ -35,7 +35,10 @@ from fedrca.contracts import SENSOR_FAULT, Verdict
 from fedrca.detectors.health import CHECKS, HealthResult, SensorHealth
 from fedrca.rca.graph import InterdependencyGraph
 
-__all__ = ["Incident", "draw_graph", "graph_picture", "incidents", "plot_scores", "plot_timeline", "sensor_episodes", "write_report"]
+__all__ = [
+    "Incident", "draw_graph", "graph_picture", "incidents", "plot_scores", "plot_timeline", "sensor_episodes",
+    "write_report",
+]  # fmt: skip
 
 #: Most incidents a report page describes (the first ones; the page says how many more there were).
 MAX_INCIDENTS = 50
