@@ -34,6 +34,7 @@ import io
 import json
 import math
 import os
+import re
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from fedrca.contracts.binary import pack_arrays, unpack_arrays
+from fedrca.contracts.bounds import MAX_NAME_CHARS, MAX_RECORD_BYTES, short
 from fedrca.exceptions import ArtifactError, IntegrityError, MessageError
 
 __all__ = [
@@ -74,6 +76,8 @@ NOMINAL_STATE_COUNTS = "nominal_state_counts"
 #: They stay in the artifact on disk; :func:`encode_published_artifact` never publishes them.
 PRIVATE_PREFIX = "whatif."
 FORMAT = "fedrca-artifact/2"
+#: An artifact's version: ``v`` and a counter.
+_VERSION = re.compile(r"v[0-9]{1,18}")
 
 
 def arrays_sha256(arrays: Mapping[str, np.ndarray]) -> str:
@@ -237,6 +241,11 @@ def check_binding(
     """
     name = f"artifact '{artifact.plant}' {artifact.version}"
     trained = artifact.manifest.get("schema")
+    if trained is not None and not (
+        isinstance(trained, dict) and all(isinstance(v, list) and all(isinstance(c, str) for c in v)
+                                          for v in trained.values())
+    ):  # fmt: skip
+        raise ArtifactError(f"{name}: its manifest's schema is not lists of column names; {fix}")
     if schema is not None and trained is not None and dict(trained) != dict(_json_safe(dict(schema))):
         differs = [k for k in sorted(set(trained) | set(schema)) if trained.get(k) != list(schema.get(k, []))]
         raise ArtifactError(
@@ -380,15 +389,18 @@ def decode_published_artifact(raw: bytes) -> tuple[str, ParameterArtifact]:
         When the bytes are not an artifact record at all.
     """
     try:
-        kind, meta, arrays = unpack_arrays(raw)
+        kind, meta, arrays = unpack_arrays(raw, max_bytes=MAX_RECORD_BYTES)
     except MessageError as exc:
         raise ArtifactError(f"not a parameter artifact record ({exc})") from None
     if kind != "artifact":
-        raise ArtifactError(f"not a parameter artifact record (a '{kind}' message)")
-    try:
-        plant, version, manifest = str(meta["plant"]), str(meta["version"]), dict(meta["manifest"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactError(f"artifact record header is incomplete ({exc})") from None
+        raise ArtifactError(f"not a parameter artifact record (a {short(kind)} message)")
+    plant, version, manifest = meta.get("plant"), meta.get("version"), meta.get("manifest")
+    if not isinstance(plant, str) or not 0 < len(plant) <= MAX_NAME_CHARS:
+        raise ArtifactError(f"artifact record header names no plant (plant {short(plant)})")
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise ArtifactError(f"artifact record of '{short(plant)}': version {short(version)} is not 'v<N>'")
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"artifact record of '{short(plant)}': its manifest is not an object")
     artifact = ParameterArtifact(plant, version, arrays, manifest)
     artifact.verify()
     return plant, artifact

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from fedrca.contracts.bounds import MAX_NAME_CHARS, MAX_TEXT_CHARS, check_name, parse_json, short
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import MessageError
 
@@ -44,6 +45,17 @@ __all__ = [
 
 #: Timestamps further in the future than this (seconds) are out of range.
 MAX_FUTURE_SECONDS = 86_400.0
+#: Largest sample number: integers up to 2^53 are exact as JSON numbers of any reader, and a
+#: stream of 1,000 samples a second takes 285,000 years to reach it.
+MAX_SEQ = 2**53
+#: Deepest JSON nesting of a sensor or flag message (an object holding lists).
+MESSAGE_DEPTH = 2
+#: Deepest JSON nesting of a verdict (an object holding lists).
+VERDICT_DEPTH = 3
+#: Most plants a verdict may name (propagated, candidates): a site's plants are a few dozen.
+MAX_VERDICT_PLANTS = 10_000
+#: Most severity levels a plant publishes (``scoring.severity_levels``, docs/limits.md).
+MAX_LEVELS = 64
 
 #: Types a JSON number decodes to (``bool`` is not one of them).
 _NUMBER_TYPES = frozenset((int, float))
@@ -149,11 +161,8 @@ def encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-def _parse(raw: bytes | str) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MessageError(R.MALFORMED_JSON, f"not JSON: {exc}") from None
+def _parse(raw: bytes | str, what: str = "the message", max_depth: int = MESSAGE_DEPTH) -> dict[str, Any]:
+    data = parse_json(raw, what, max_depth=max_depth)
     if not isinstance(data, dict):
         raise MessageError(R.MALFORMED_JSON, f"expected a JSON object, got {type(data).__name__}")
     return data
@@ -166,6 +175,17 @@ def _finite(number: int | float) -> bool:
         return False
 
 
+def _number(value: Any) -> bool:
+    """A JSON number (``bool`` is not one)."""
+    return type(value) in _NUMBER_TYPES
+
+
+def _seq(value: Any, what: str = "seq") -> int:
+    if type(value) is not int or not 0 <= value <= MAX_SEQ:
+        raise MessageError(R.BAD_SEQ, f"{what} must be an integer in 0..{MAX_SEQ}, got {short(value)}")
+    return value
+
+
 def _common(
     data: dict[str, Any], site: str, plants: dict[str, int] | set[str], now: float | None
 ) -> tuple[str, float, int]:
@@ -173,19 +193,17 @@ def _common(
         if key not in data:
             raise MessageError(R.MISSING_FIELD, f"no '{key}' in message")
     if data["site"] != site:
-        raise MessageError(R.WRONG_SITE, f"site '{data['site']}' is not '{site}'")
+        raise MessageError(R.WRONG_SITE, f"site {short(data['site'])} is not '{site}'")
     plant = data["plant"]
     if not isinstance(plant, str) or plant not in plants:
-        raise MessageError(R.UNKNOWN_PLANT, f"plant {plant!r} is not one of {sorted(plants)}")
-    seq = data["seq"]
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-        raise MessageError(R.BAD_SEQ, f"seq must be a non-negative integer, got {seq!r}")
+        raise MessageError(R.UNKNOWN_PLANT, f"plant {short(plant)} is not one of {short(sorted(plants), 200)}")
+    seq = _seq(data["seq"])
     ts = data["ts"]
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not _finite(ts):
-        raise MessageError(R.BAD_TIMESTAMP, f"ts must be a finite number of seconds, got {ts!r}")
+    if not _number(ts) or not _finite(ts):
+        raise MessageError(R.BAD_TIMESTAMP, f"ts must be a finite number of seconds, got {short(ts)}")
     horizon = (time.time() if now is None else now) + MAX_FUTURE_SECONDS
     if ts < 0 or ts > horizon:
-        raise MessageError(R.BAD_TIMESTAMP, f"ts {ts} is outside [0, now + {MAX_FUTURE_SECONDS:.0f} s]")
+        raise MessageError(R.BAD_TIMESTAMP, f"ts {short(ts)} is outside [0, now + {MAX_FUTURE_SECONDS:.0f} s]")
     return plant, float(ts), seq
 
 
@@ -342,8 +360,21 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
     return out
 
 
+def _epsilon(value: Any, key: str) -> float:
+    """A published epsilon: ``null`` (no randomized response) or a positive finite number."""
+    if value is None:
+        return math.inf
+    if not _number(value) or not _finite(value) or value <= 0:
+        raise MessageError(R.BAD_FLAG, f"'{key}' must be null or a positive finite number, got {short(value)}")
+    return float(value)
+
+
 def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None = None) -> FlagMessage:
     """Validate a flags-topic message (same rules; zc/za must be 0 or 1, a level a non-negative integer).
+
+    Every field is checked for its type and bound (no field is converted from another
+    type): ``eps`` and ``level_eps`` null or a positive finite number, ``level`` an integer
+    below :data:`MAX_LEVELS`, ``model_version`` a text of at most :data:`MAX_TEXT_CHARS`.
 
     Examples
     --------
@@ -351,35 +382,35 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
     >>> decode_flag(raw, "s", {"p"}).zc
     1
     """
-    data = _parse(raw)
+    data = _parse(raw, "a flag message")
     plant, ts, seq = _common(data, site, plants, now)
     flags = []
     for key in ("zc", "za"):
         value = data.get(key)
-        if value not in (0, 1) or isinstance(value, float):
-            raise MessageError(R.BAD_FLAG, f"'{key}' must be 0 or 1, got {value!r}")
-        flags.append(int(value))
+        if type(value) is not int or value not in (0, 1):
+            raise MessageError(R.BAD_FLAG, f"'{key}' must be 0 or 1, got {short(value)}")
+        flags.append(value)
     withheld = data.get("withheld", False)
-    if withheld not in (True, False) or (withheld and flags != [0, 0]):
-        raise MessageError(R.BAD_FLAG, f"'withheld' must be true (with zc = za = 0) or false, got {withheld!r}")
-    eps = data.get("eps")
+    if type(withheld) is not bool or (withheld and flags != [0, 0]):
+        raise MessageError(R.BAD_FLAG, f"'withheld' must be true (with zc = za = 0) or false, got {short(withheld)}")
+    eps = _epsilon(data.get("eps"), "eps")
     level = data.get("level")
-    if level is not None and (type(level) is not int or level < 0):
-        raise MessageError(R.BAD_FLAG, f"'level' must be a non-negative integer, got {level!r}")
-    level_eps = data.get("level_eps")
-    return FlagMessage(
-        site,
-        plant,
-        ts,
-        seq,
-        flags[0],
-        flags[1],
-        math.inf if eps is None else float(eps),
-        str(data.get("model_version", "")),
-        bool(withheld),
-        level,
-        math.inf if level_eps is None else float(level_eps),
-    )
+    if level is not None and (type(level) is not int or not 0 <= level < MAX_LEVELS):
+        raise MessageError(R.BAD_FLAG, f"'level' must be an integer in 0..{MAX_LEVELS - 1}, got {short(level)}")
+    level_eps = _epsilon(data.get("level_eps"), "level_eps")
+    version = data.get("model_version", "")
+    if not isinstance(version, str) or len(version) > MAX_TEXT_CHARS:
+        raise MessageError(
+            R.BAD_FIELD, f"'model_version' must be a text of at most {MAX_TEXT_CHARS} characters, got {short(version)}"
+        )
+    return FlagMessage(site, plant, ts, seq, flags[0], flags[1], eps, version, withheld, level, level_eps)
+
+
+def _names(value: Any, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > MAX_VERDICT_PLANTS:
+        raise MessageError(R.BAD_FIELD, f"{field} must be a list of at most {MAX_VERDICT_PLANTS:,} plants, got "
+                           f"{short(value)}")  # fmt: skip
+    return tuple(check_name(p, field) for p in value)
 
 
 def verdict_id(site: str, root_cause: str | None, window: tuple[int, int]) -> str:
@@ -463,30 +494,42 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        """Validate a decoded verdict record; :class:`MessageError` when it breaks the contract."""
-        try:
-            window = data["evidence_window"]
-            verdict = cls(
-                str(data["site"]),
-                float(data["ts"]),
-                int(data["seq"]),
-                None if data["root_cause"] is None else str(data["root_cause"]),
-                tuple(str(p) for p in data["propagated"]),
-                float(data["posterior"]),
-                (int(window[0]), int(window[1])),
-                str(data["outcome"]),
-                # optional: verdicts of producers that did not list candidates
-                tuple(str(p) for p in data.get("candidates", ())),
-            )
-        except KeyError as exc:
-            raise MessageError(R.MISSING_FIELD, f"no {exc} in verdict") from None
-        except (TypeError, ValueError, IndexError) as exc:
-            raise MessageError(R.BAD_FIELD, f"verdict field of the wrong type ({exc})") from None
+        """Validate a decoded verdict record; :class:`MessageError` when it breaks the contract.
+
+        Every field must have its contract's type (nothing is converted: ``"3"`` is not a seq)
+        and bound: names of at most :data:`~fedrca.contracts.bounds.MAX_NAME_CHARS` characters,
+        at most :data:`MAX_VERDICT_PLANTS` plants in a list, a finite ``ts`` >= 0.
+        """
+        if not isinstance(data, Mapping):
+            raise MessageError(R.MALFORMED_JSON, f"a verdict must be a JSON object, got {type(data).__name__}")
+        for key in ("site", "ts", "seq", "root_cause", "propagated", "posterior", "evidence_window", "outcome"):
+            if key not in data:
+                raise MessageError(R.MISSING_FIELD, f"no '{key}' in verdict")
+        site = check_name(data["site"], "site")
+        ts = data["ts"]
+        if not _number(ts) or not _finite(ts) or ts < 0:
+            raise MessageError(R.BAD_TIMESTAMP, f"ts must be a finite number of seconds >= 0, got {short(ts)}")
+        seq = _seq(data["seq"])
+        root = data["root_cause"]
+        root = None if root is None else check_name(root, "root_cause")
+        propagated = _names(data["propagated"], "propagated")
+        candidates = _names(data.get("candidates", []), "candidates")
+        posterior = data["posterior"]
+        if not _number(posterior) or not 0.0 <= posterior <= 1.0:
+            raise MessageError(R.BAD_FIELD, f"posterior must be a number in [0, 1], got {short(posterior)}")
+        window = data["evidence_window"]
+        if not isinstance(window, list) or len(window) != 2:
+            raise MessageError(R.BAD_WINDOW, f"evidence_window must be [first, last], got {short(window)}")
+        first, last = (_seq(w, "evidence_window") for w in window)
+        outcome = data["outcome"]
+        if not isinstance(outcome, str) or len(outcome) > MAX_NAME_CHARS:
+            raise MessageError(R.BAD_FIELD, f"outcome must be a short text, got {short(outcome)}")
+        verdict = cls(site, float(ts), seq, root, propagated, float(posterior), (first, last), outcome, candidates)
         if "id" in data and data["id"] != verdict.id:
-            raise MessageError(R.BAD_FIELD, f"verdict id {data['id']!r} does not match its content")
+            raise MessageError(R.BAD_FIELD, f"verdict id {short(data['id'])} does not match its content")
         return verdict
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Verdict:
         """Inverse of :meth:`encode`."""
-        return cls.from_dict(_parse(raw))
+        return cls.from_dict(_parse(raw, "a verdict", VERDICT_DEPTH))

@@ -36,10 +36,11 @@ from fedrca.contracts import (
     SERVER,
     DeadLetterReason,
     DeadLetterStage,
-    deadletter_headers,
     decode_published_artifact,
     encode_flags,
 )
+from fedrca.contracts.bounds import short
+from fedrca.contracts.deadletter import deadletter_record
 from fedrca.exceptions import FedrcaError, MessageError
 from fedrca.streams.loop import InputRecord, Outgoing, Processed
 from fedrca.streams.runtime import PlantRuntime, RCARuntime
@@ -85,6 +86,12 @@ def _finite(obj: Any) -> bool:
     return True
 
 
+def _dead_letter(raw: bytes, error: MessageError, stage: DeadLetterStage, source: str, topic: str) -> Outgoing:
+    """A refused record as a dead letter on ``topic`` (within one Kafka record, its reason in the headers)."""
+    value, headers = deadletter_record(raw, error, stage, source)
+    return Outgoing(topic, value, headers=tuple(headers))
+
+
 class PlantAgent:
     """The handler of one plant's sensor partition (see the module docstring)."""
 
@@ -115,9 +122,7 @@ class PlantAgent:
         out = runtime.process_plant(self.plant, batch.valid)
         flags = [Outgoing(self.flags_topic, value, key=key) for value in encode_flags(out.flags)]
         dead = [
-            Outgoing(
-                self.deadletter_topic, raw, headers=tuple(deadletter_headers(err, DeadLetterStage.PLANT, self.source))
-            )
+            _dead_letter(raw, err, DeadLetterStage.PLANT, self.source, self.deadletter_topic)
             for raw, err in batch.rejected
         ]
         runtime.metrics.record_messages_out("plant", self.flags_topic, len(flags))
@@ -151,10 +156,7 @@ class RCAAgent:
             for v in verdicts
         ]
         out += [
-            Outgoing(
-                self.deadletter_topic, raw, headers=tuple(deadletter_headers(err, DeadLetterStage.RCA, self.source))
-            )
-            for raw, err in rejected
+            _dead_letter(raw, err, DeadLetterStage.RCA, self.source, self.deadletter_topic) for raw, err in rejected
         ]
         self.runtime.metrics.record_messages_out("rca", self.verdicts_topic, len(verdicts))
         return Processed(out, _json(self.runtime.stage.get_state()))
@@ -191,6 +193,7 @@ class ParamsFollower:
         self.topic = names.config.topic("params")
         self._stopping = asyncio.Event()
         self.caught_up = asyncio.Event()
+        self.refused = 0  # records of the params topic refused since the start
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish."""
@@ -228,11 +231,17 @@ class ParamsFollower:
             await consumer.stop()
 
     async def _offer(self, key: bytes | None, raw: bytes, offset: int, producer: AIOKafkaProducer, new: bool) -> None:
+        """Apply one record of the params topic; anything wrong with it is refused (:meth:`_refuse`), never raised.
+
+        The runtimes check an artifact whole before they swap it in (a plant's arrays against its
+        detector's, the RCA's engine built before it replaces the running one), so a refused record
+        changes nothing.
+        """
         plant = None if key is None else key.decode(errors="replace")
         mine = self.plants is not None and plant in self.plants.processors
         try:
             name, artifact = decode_published_artifact(raw)
-        except FedrcaError as exc:
+        except Exception as exc:  # decoding is total (MessageError/ArtifactError); anything else: the same
             await self._refuse(plant, raw, exc, offset, producer, new, mine)
             return
         async with self.lock:
@@ -241,20 +250,22 @@ class ParamsFollower:
                     self.plants.offer_parameters(name, artifact)
                 if self.rca is not None and (name == SERVER or name in self.names.config.plant_names):
                     self.rca.offer_artifact(name, artifact)
-            except FedrcaError as exc:
+            except Exception as exc:
                 await self._refuse(plant, raw, exc, offset, producer, new, mine)
 
     async def _refuse(
         self,
         plant: str | None,
         raw: bytes,
-        exc: FedrcaError,
+        exc: Exception,
         offset: int,
         producer: AIOKafkaProducer,
         new: bool,
         mine: bool,
     ) -> None:
-        log.error("refused the parameter artifact at offset %d of %s: %s", offset, self.topic, exc)
+        detail = str(exc) if isinstance(exc, FedrcaError) else f"it could not be applied ({type(exc).__name__}: {exc})"
+        log.error("refused the parameter artifact at offset %d of %s: %s", offset, self.topic, short(detail, 300))
+        self.refused += 1
         runtime = self.plants if mine or self.rca is None else self.rca
         if runtime is None:
             return
@@ -267,9 +278,9 @@ class ParamsFollower:
             topic = self.names.config.topic("deadletter")
         else:
             return  # addressed to a plant another worker serves: that worker dead-letters it
-        error = MessageError(DeadLetterReason.BAD_ARTIFACT, str(exc))
-        headers = deadletter_headers(error, DeadLetterStage.PARAMS, self.topic)
-        await (await producer.send(topic, raw, headers=headers))
+        error = MessageError(DeadLetterReason.BAD_ARTIFACT, detail)
+        value, headers = deadletter_record(raw, error, DeadLetterStage.PARAMS, self.topic)
+        await (await producer.send(topic, value, headers=headers))
 
 
 class Heartbeat:
