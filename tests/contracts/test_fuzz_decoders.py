@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedrca.connectors.fleet_kafka import decode_consensus, encode_consensus
+from fedrca.application.fleet.kafka import decode_consensus, encode_consensus
 from fedrca.contracts import (
     DeadLetterReason,
     FlagMessage,
