@@ -46,7 +46,7 @@ from fedrca.exceptions import FedrcaError, MessageError
 from fedrca.fleet.consensus import ConsensusMessage
 from fedrca.streams.loop import parse_state_record, state_record
 
-FAST = 200
+FAST = 100
 SLOW = 10_000
 
 SITE = "tep"
@@ -170,8 +170,13 @@ def _flag(raw: bytes) -> FlagMessage:
 
 
 ARTIFACT = encode_published_artifact(
-    make_artifact("feed", 3, {"theta": np.arange(6.0).reshape(2, 3), "nominal_state_counts": np.arange(4)},
-                  config_hash="abc", metrics={"far": 0.01})  # fmt: skip
+    make_artifact(
+        "feed",
+        3,
+        {"theta": np.arange(6.0).reshape(2, 3), "nominal_state_counts": np.arange(4)},
+        config_hash="abc",
+        metrics={"far": 0.01},
+    )
 )
 CONSENSUS = encode_consensus(ConsensusMessage("em3/c1", 4, "average", "a", "b", [1.5, -2.0], [0.25, math.inf]))
 
@@ -195,17 +200,19 @@ def binary_records(draw: st.DrawFn, valid: bytes) -> bytes:
     header, body = _binary_parts(valid)
     for _ in range(draw(st.integers(0, 3))):
         where = draw(st.sampled_from(["spec", "meta", "top"]))
-        if where == "spec" and header["arrays"]:
-            spec = header["arrays"][draw(st.integers(0, len(header["arrays"]) - 1))]
+        arrays, meta = header.get("arrays"), header.get("meta")
+        if where == "spec" and isinstance(arrays, list) and arrays and isinstance(arrays[0], dict):
+            spec = arrays[draw(st.integers(0, len(arrays) - 1))]
             spec[draw(st.sampled_from(["name", "dtype", "shape", "offset", "nbytes", "extra"]))] = draw(
                 st.sampled_from(SPEC_VALUES)
             )
-        elif where == "meta":
-            key = draw(st.sampled_from([*header["meta"], "manifest", "plant", "version", "round", "phase"]))
-            header["meta"][key] = draw(st.sampled_from(HOSTILE + SPEC_VALUES))
+        elif where == "meta" and isinstance(meta, dict):
+            key = draw(st.sampled_from([*meta, "manifest", "plant", "version", "round", "phase"]))
+            meta[key] = draw(st.sampled_from(HOSTILE + SPEC_VALUES))
         else:
             key = draw(st.sampled_from(["type", "meta", "arrays"]))
-            header[key] = draw(st.sampled_from([None, [], {}, "x", [header["arrays"][0]] * 2 if header["arrays"] else 1]))
+            twice = [arrays[0]] * 2 if isinstance(arrays, list) and arrays else 1  # an array given twice
+            header[key] = draw(st.sampled_from([None, [], {}, "x", twice]))
     text = _text(header)
     if draw(st.integers(0, 3)) == 0:
         body = body[: draw(st.integers(0, len(body)))]
@@ -316,7 +323,8 @@ def test_the_params_records_that_killed_the_follower_are_refused(spec, fragment)
 
 def test_a_params_record_with_a_nested_header_is_refused():
     header, body = _binary_parts(ARTIFACT)
-    text = json.dumps(header).encode().replace(b'"metrics": {', b'"metrics": {"x": ' + b"[" * 50_000 + b"]" * 50_000 + b", ")
+    deep = b'"metrics": {"x": ' + b"[" * 50_000 + b"]" * 50_000 + b", "
+    text = json.dumps(header).encode().replace(b'"metrics": {', deep)
     raw = MAGIC + b"\x01" + struct.pack("<I", len(text)) + text + body
     with pytest.raises(FedrcaError, match="nests deeper"):
         decode_published_artifact(raw)

@@ -33,6 +33,7 @@ from fedrca.contracts.flagstate import N_FLAG_STATES, FlagState, flag_bits, flag
 from fedrca.contracts.messages import (
     PRIVACY_WITHHELD,
     FlagMessage,
+    Quality,
     SensorMessage,
     Verdict,
     decode_flag,
@@ -53,6 +54,7 @@ __all__ = [
     "FlagMessage",
     "FlagState",
     "ParameterArtifact",
+    "Quality",
     "SensorMessage",
     "Verdict",
     "check_binding",

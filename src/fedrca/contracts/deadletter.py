@@ -43,7 +43,8 @@ class DeadLetterReason(StrEnum):
     UNKNOWN_PLANT = "unknown-plant"  #: the plant is not configured
     BAD_KEY = "bad-key"  #: a sensor message not keyed by its plant's name
     WRONG_LENGTH = "wrong-length"  #: not as many values as the plant has sensors
-    NON_FINITE = "non-finite"  #: NaN, inf, a non-number or a number beyond float range
+    NON_FINITE = "non-finite"  #: a NaN or inf literal, a non-number or a number beyond float range (null: missing)
+    BAD_QUALITY = "bad-quality"  #: a sensor message's quality list that is not one Quality code per value
     BAD_SEQ = "bad-seq"  #: seq is not a non-negative integer
     BAD_TIMESTAMP = "bad-timestamp"  #: ts is not a finite time in range
     BAD_FLAG = "bad-flag"  #: zc / za is not 0 or 1

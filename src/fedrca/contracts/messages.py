@@ -6,10 +6,20 @@ rejection carries a :class:`~fedrca.contracts.deadletter.DeadLetterReason`
 
 Contracts (one schema each, used by the topics, the replay files and the reports):
 
-* sensors  ``{"site","plant","ts","seq","values":[...]}`` (values in the plant's configured order)
+* sensors  ``{"site","plant","ts","seq","values":[...],"quality":[...]?}`` (values in the plant's
+  configured order). A value may be ``null``: no usable value (missing, Bad, stale); the optional
+  ``quality`` list (aligned with ``values``) says why, with the codes of :class:`Quality`. A value
+  whose quality is not good is not used (it decodes as NaN whatever number was sent), a ``null``
+  without a code is missing. In memory :attr:`SensorMessage.values` holds NaN where the wire holds
+  ``null`` (NaN itself never travels: a ``NaN`` or ``Infinity`` literal or a number beyond the float
+  range is refused, ``non-finite``), and :attr:`SensorMessage.quality` the codes (all good when the
+  list is absent). A missing value is plant data, not bad input: the message is never refused for it.
 * flags    ``{"site","plant","ts","seq","zc","za","eps","model_version"}`` (published flags only;
-  ``"withheld": true`` with zc = za = 0 when the plant's privacy budget stopped it publishing), plus
-  ``"level","level_eps"`` when the plant publishes severity levels (k-ary randomized response)
+  ``"withheld": true`` with zc = za = 0 when the plant's privacy budget stopped it publishing;
+  ``"degraded": true`` with zc = za = 0 when the plant's row had fewer usable sensors than its
+  configured minimum and was not scored — one bit, never which sensors), plus
+  ``"level","level_eps"`` when the plant publishes severity levels (k-ary randomized response).
+  Optional fields appear only when set; a consumer reads them with a default.
 * verdicts ``{"site","ts","seq","root_cause","propagated","posterior","evidence_window","outcome","id"}``
 """
 
@@ -21,18 +31,27 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.contracts.bounds import MAX_NAME_CHARS, MAX_TEXT_CHARS, check_name, parse_json, short
+from fedrca.contracts.bounds import (
+    MAX_NAME_CHARS,
+    MAX_RECORD_BYTES,
+    MAX_TEXT_CHARS,
+    check_name,
+    parse_json,
+    short,
+)
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import MessageError
 
 __all__ = [
     "PRIVACY_WITHHELD",
     "FlagMessage",
+    "Quality",
     "SensorMessage",
     "Verdict",
     "decode_flag",
@@ -45,6 +64,9 @@ __all__ = [
 
 #: Timestamps further in the future than this (seconds) are out of range.
 MAX_FUTURE_SECONDS = 86_400.0
+#: Largest magnitude of a sensor value: beyond it the detector's squares and products overflow
+#: (the data files' bound too, :mod:`fedrca.datasets.nominal`).
+MAX_ABS_VALUE = 1e150
 #: Largest sample number: integers up to 2^53 are exact as JSON numbers of any reader, and a
 #: stream of 1,000 samples a second takes 285,000 years to reach it.
 MAX_SEQ = 2**53
@@ -57,10 +79,40 @@ MAX_VERDICT_PLANTS = 10_000
 #: Most severity levels a plant publishes (``scoring.severity_levels``, docs/limits.md).
 MAX_LEVELS = 64
 
-#: Types a JSON number decodes to (``bool`` is not one of them).
+#: Types a JSON number or null decodes to (``bool`` is not one of them).
+_NUMBER_TYPES_OR_NULL = frozenset((int, float, type(None)))
+#: Types a JSON number decodes to.
 _NUMBER_TYPES = frozenset((int, float))
 #: The decoder behind ``json.loads`` (default settings).
 _DECODER = json.JSONDecoder()
+
+
+class Quality(IntEnum):
+    """Why a sensor value is not usable: the codes of a sensor message's ``quality`` list.
+
+    Anything but ``GOOD`` means the value is not used (it is NaN in :attr:`SensorMessage.values`).
+    """
+
+    GOOD = 0  #: a usable value
+    BAD = 1  #: the device or protocol reported Bad quality
+    STALE = 2  #: the edge had no fresh update within its bound
+    MISSING = 3  #: never received, or no value
+
+
+#: Quality codes as a set of ints (the decoder's check).
+_QUALITY_CODES = frozenset(int(q) for q in Quality)
+#: An all-good quality vector per sensor count, shared read-only (the decoder's hot path).
+_ALL_GOOD: dict[int, NDArray[np.uint8]] = {}
+
+
+def _all_good(n: int) -> NDArray[np.uint8]:
+    good = _ALL_GOOD.get(n)
+    if good is None:
+        good = np.zeros(n, dtype=np.uint8)
+        good.flags.writeable = False
+        if len(_ALL_GOOD) < 64:  # a handful of plant widths; any other width gets its own array
+            _ALL_GOOD[n] = good
+    return good
 
 
 @dataclass(frozen=True)
@@ -72,7 +124,22 @@ class SensorMessage:
     site, plant : who sent it
     ts : time of the reading, seconds since the epoch (or since the recording's start)
     seq : sample number (0-based row of the recording); a plant's stream is ordered by it
-    values : (D,) float64 readings in the plant's configured sensor order
+    values : (D,) float64 readings in the plant's configured sensor order; NaN where there is
+        no usable value (``null`` on the wire)
+    quality : (D,) uint8 :class:`Quality` codes, non-zero exactly where ``values`` is NaN;
+        derived from ``values`` when not given (NaN is ``MISSING``)
+
+    Raises
+    ------
+    MessageError
+        ``bad-quality`` when ``quality`` is not (D,) codes that are non-zero exactly where
+        ``values`` is NaN; ``non-finite`` for an infinite value.
+
+    Examples
+    --------
+    >>> m = SensorMessage("s", "p", 0.0, 3, np.array([1.0, np.nan]))
+    >>> m.quality.tolist(), m.missing.tolist()
+    ([0, 3], [False, True])
     """
 
     site: str
@@ -80,24 +147,65 @@ class SensorMessage:
     ts: float
     seq: int
     values: NDArray[np.float64]
+    quality: NDArray[np.uint8] = field(default=None, compare=False)  # type: ignore[arg-type]
+
+    def __post_init__(self) -> None:
+        values = self.values
+        if self.quality is None:
+            nan = np.isnan(values)
+            if nan.any():
+                object.__setattr__(self, "quality", np.where(nan, np.uint8(Quality.MISSING), np.uint8(0)))
+            else:
+                object.__setattr__(self, "quality", _all_good(len(values)))
+            return
+        quality = np.asarray(self.quality)
+        if (
+            quality.shape != values.shape
+            or not np.array_equal(quality, quality.astype(np.uint8))
+            or not np.isin(quality, list(_QUALITY_CODES)).all()
+            or not np.array_equal(quality != 0, np.isnan(values))
+        ):
+            raise MessageError(
+                R.BAD_QUALITY,
+                f"plant '{self.plant}' seq {self.seq}: quality must be {values.shape} codes "
+                f"{sorted(_QUALITY_CODES)}, non-zero exactly where a value is NaN",
+            )
+        object.__setattr__(self, "quality", quality.astype(np.uint8, copy=False))
+
+    @property
+    def missing(self) -> NDArray[np.bool_]:
+        """(D,) bool: True where there is no usable value (whatever the reason)."""
+        return self.quality != 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract."""
-        return {"site": self.site, "plant": self.plant, "ts": self.ts, "seq": self.seq, "values": self.values.tolist()}
+        """The JSON contract: ``null`` for NaN; ``quality`` only when a code says more than missing."""
+        out: dict[str, Any] = {"site": self.site, "plant": self.plant, "ts": self.ts, "seq": self.seq}
+        values = self.values.tolist()
+        quality = self.quality
+        if quality.any():
+            values = [None if q else v for v, q in zip(values, quality.tolist(), strict=True)]
+        out["values"] = values
+        if ((quality != 0) & (quality != Quality.MISSING)).any():
+            out["quality"] = quality.tolist()
+        return out
 
     def encode(self) -> bytes:
-        """Compact JSON bytes; :class:`MessageError` (``non-finite``) for NaN or inf values.
+        """Compact JSON bytes; :class:`MessageError` (``non-finite``) for infinite values.
 
         Examples
         --------
         >>> SensorMessage("s", "p", 0.0, 3, np.array([1.0, 2.5])).encode()
         b'{"site":"s","plant":"p","ts":0.0,"seq":3,"values":[1.0,2.5]}'
+        >>> SensorMessage("s", "p", 0.0, 3, np.array([np.nan, 2.5])).encode()
+        b'{"site":"s","plant":"p","ts":0.0,"seq":3,"values":[null,2.5]}'
+        >>> SensorMessage("s", "p", 0.0, 3, np.array([np.nan, 2.5]), np.array([Quality.BAD, 0])).encode()
+        b'{"site":"s","plant":"p","ts":0.0,"seq":3,"values":[null,2.5],"quality":[1,0]}'
         """
         try:
             return encode(self.to_dict())
         except ValueError:
             raise MessageError(
-                R.NON_FINITE, f"plant '{self.plant}' seq {self.seq}: NaN or inf values cannot be sent"
+                R.NON_FINITE, f"plant '{self.plant}' seq {self.seq}: infinite values cannot be sent"
             ) from None
 
 
@@ -112,6 +220,9 @@ class FlagMessage:
 
     ``withheld`` marks a sample whose flags the plant did not publish (privacy budget
     exhausted): its bits are 0 and carry no evidence; the RCA judges the row without it.
+    ``degraded`` marks a sample the plant did not score (fewer usable sensors than its
+    configured minimum): its bits are 0 and carry no evidence either, neither alarm nor
+    clearance; the bit says nothing of which sensors were missing.
     ``level`` is the published severity level of the proprietary score (0 = no alarm,
     1, 2, ... for each factor ``severity_base`` above the threshold) after its k-ary
     randomized response of budget ``level_eps``; None when the plant publishes no levels
@@ -129,9 +240,15 @@ class FlagMessage:
     withheld: bool = False
     level: int | None = None
     level_eps: float = math.inf
+    degraded: bool = False
+
+    @property
+    def evidence(self) -> bool:
+        """Whether the bits carry evidence (False for a withheld or degraded sample)."""
+        return not (self.withheld or self.degraded)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract (``withheld`` and the levels only when set)."""
+        """The JSON contract (``withheld``, ``degraded`` and the levels only when set)."""
         out: dict[str, Any] = {
             "site": self.site,
             "plant": self.plant,
@@ -144,6 +261,8 @@ class FlagMessage:
         }
         if self.withheld:
             out["withheld"] = True
+        if self.degraded:
+            out["degraded"] = True
         if self.level is not None:
             out["level"] = self.level
             out["level_eps"] = None if math.isinf(self.level_eps) else self.level_eps
@@ -229,12 +348,15 @@ def decode_sensor(
     >>> m = decode_sensor(b'{"site":"s","plant":"p","ts":0,"seq":3,"values":[1,2]}', "s", {"p": 2})
     >>> m.seq, m.values.tolist()
     (3, [1.0, 2.0])
+    >>> m = decode_sensor(b'{"site":"s","plant":"p","ts":0,"seq":3,"values":[null,2],"quality":[2,0]}', "s", {"p": 2})
+    >>> m.values.tolist(), [Quality(q).name for q in m.quality]
+    ([nan, 2.0], ['STALE', 'GOOD'])
     >>> decode_sensor(b'{"site":"s","plant":"p","ts":0,"seq":3,"values":[1]}', "s", {"p": 2})
     Traceback (most recent call last):
     ...
     fedrca.exceptions.MessageError: wrong-length: plant 'p' has 2 sensors, message has 1 values
     """
-    data = _parse(raw)
+    data = _parse(raw, "a sensor message")
     plant, ts, seq = _common(data, site, sensor_counts, now)
     values = data.get("values")
     if not isinstance(values, list):
@@ -243,15 +365,51 @@ def decode_sensor(
         raise MessageError(
             R.WRONG_LENGTH, f"plant '{plant}' has {sensor_counts[plant]} sensors, message has {len(values)} values"
         )
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        raise MessageError(R.NON_FINITE, "values must all be numbers")
+    if not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in values):
+        raise MessageError(R.NON_FINITE, "values must all be numbers or null")
     try:
+        # None -> NaN: the missing values
         array = np.asarray(values, dtype=np.float64)
     except OverflowError:  # a JSON integer beyond the float range
         raise MessageError(R.NON_FINITE, "a value is beyond the float range") from None
-    if not np.all(np.isfinite(array)):
-        raise MessageError(R.NON_FINITE, f"NaN or inf at position {int(np.argmin(np.isfinite(array)))}")
-    return SensorMessage(site, plant, ts, seq, array)
+    nulls = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    bad = ~np.isfinite(array) & ~nulls  # a NaN or Infinity literal, or a float beyond its range
+    if bad.any():
+        raise MessageError(R.NON_FINITE, f"NaN or inf at position {int(np.argmax(bad))}")
+    huge = np.abs(array) > MAX_ABS_VALUE  # False for the nulls' NaN
+    if huge.any():
+        raise MessageError(
+            R.NON_FINITE,
+            f"the value at position {int(np.argmax(huge))} is beyond +-{MAX_ABS_VALUE:g}, which overflows the "
+            "detector's statistics",
+        )
+    quality = _decode_quality(data, len(values), nulls)
+    if quality is None:
+        return SensorMessage(site, plant, ts, seq, array)
+    # a value whose quality is not good is not used, whatever number was sent
+    array[quality != 0] = np.nan
+    return SensorMessage(site, plant, ts, seq, array, quality)
+
+
+def _decode_quality(data: dict[str, Any], n: int, nulls: NDArray[np.bool_]) -> NDArray[np.uint8] | None:
+    """The ``quality`` list of a sensor message, made consistent with its nulls (None when it says nothing).
+
+    A code other than good marks its value unusable; a null marked good is missing.
+    """
+    quality = data.get("quality")
+    if quality is None:
+        return None
+    if (
+        not isinstance(quality, list)
+        or len(quality) != n
+        or not all(type(q) is int and q in _QUALITY_CODES for q in quality)
+    ):
+        raise MessageError(
+            R.BAD_QUALITY, f"'quality' must be a list of {n} codes {sorted(_QUALITY_CODES)} (Quality), one a value"
+        )
+    codes = np.asarray(quality, dtype=np.uint8)
+    codes[nulls & (codes == Quality.GOOD)] = Quality.MISSING
+    return codes
 
 
 def decode_sensors(
@@ -264,7 +422,8 @@ def decode_sensors(
     path is a handful of type checks per message and one float conversion and finiteness
     check for the whole batch; a message that fails any of them is decoded again by
     :func:`decode_sensor`, which names the problem. The ``values`` of the valid messages
-    are rows of one array per batch (float64, shape (D_m,)).
+    are rows of one array per batch (float64, shape (D_m,)), NaN where the message has a
+    ``null``; a message with a ``quality`` list is decoded by :func:`decode_sensor`.
 
     Examples
     --------
@@ -274,48 +433,63 @@ def decode_sensors(
     """
     horizon = (time.time() if now is None else now) + MAX_FUTURE_SECONDS
     parse = _DECODER.decode  # json.loads without its per-call encoding detection
-    numbers = _NUMBER_TYPES
-    fast: list[tuple[int, str, float, int, int]] = []  # (index, plant, ts, seq, number of values)
-    flat: list[float] = []
+    numbers = _NUMBER_TYPES_OR_NULL
+    null = type(None)
+    # (index, plant, ts, seq, number of values, number of nulls)
+    fast: list[tuple[int, str, float, int, int, int]] = []
+    flat: list[float | None] = []
     slow: list[int] = []
     for i, raw in enumerate(raws):
         try:
+            if len(raw) > MAX_RECORD_BYTES:
+                raise ValueError("too large")  # decode_sensor names it
             # strict UTF-8 (a BOM or UTF-16 fails here and takes the slow path, as json.loads would decode it)
             data = parse(raw.decode() if isinstance(raw, bytes) else raw)
             plant, ts, seq, values = data["plant"], data["ts"], data["seq"], data["values"]
             n = sensor_counts[plant]
+            types = set(map(type, values))
             ok = (
                 data["site"] == site
                 and type(plant) is str
                 and type(seq) is int
-                and seq >= 0
+                and 0 <= seq <= MAX_SEQ
                 and (type(ts) is float or type(ts) is int)
                 and 0 <= ts <= horizon  # also false for NaN and inf
                 and type(values) is list
                 and 0 < n == len(values)
-                and set(map(type, values)) <= numbers
+                and types <= numbers
+                and "quality" not in data  # quality codes: decode_sensor checks them
             )
-        except (ValueError, KeyError, TypeError):  # not JSON, not an object, a field missing, ...
+        except (ValueError, KeyError, TypeError, RecursionError):  # not JSON, not an object, a field missing, ...
             ok = False
         if ok:
-            fast.append((i, plant, float(ts), seq, n))
+            fast.append((i, plant, float(ts), seq, n, values.count(None) if null in types else 0))
             flat.extend(values)
         else:
             slow.append(i)
     decoded: dict[int, SensorMessage] = {}
     if fast:
         try:
-            array = np.array(flat, dtype=np.float64)
+            array = np.array(flat, dtype=np.float64)  # None -> NaN: the missing values
         except OverflowError:  # an integer beyond float range: let decode_sensor handle each message
             array = None
             slow += [i for i, *_ in fast]
         if array is not None:
-            lengths = np.array([n for *_, n in fast])
+            lengths = np.array([f[4] for f in fast])
             starts = np.cumsum(lengths) - lengths
-            finite = np.logical_and.reduceat(np.isfinite(array), starts)
-            for (i, plant, ts, seq, n), start, good in zip(fast, starts.tolist(), finite.tolist(), strict=True):
+            # within the bound: False for NaN (a null, or a NaN literal), inf and the huge
+            finite = np.logical_and.reduceat(np.abs(array) <= MAX_ABS_VALUE, starts)
+            for (i, plant, ts, seq, n, nulls), start, good in zip(fast, starts.tolist(), finite.tolist(), strict=True):
+                values = array[start : start + n]
                 if good:
-                    decoded[i] = SensorMessage(site, plant, ts, seq, array[start : start + n])
+                    decoded[i] = SensorMessage(site, plant, ts, seq, values)
+                elif (
+                    nulls
+                    and not (np.abs(values) > MAX_ABS_VALUE).any()
+                    and np.count_nonzero(np.isnan(values)) == nulls
+                ):
+                    # every value out of the bound is a null (no NaN literal, no inf, none huge)
+                    decoded[i] = SensorMessage(site, plant, ts, seq, values)
                 else:
                     slow.append(i)
     rejected: dict[int, MessageError] = {}
@@ -342,6 +516,7 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
     for f in flags:
         if (
             f.withheld
+            or f.degraded
             or f.level is not None
             or not (type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int)
         ):
@@ -393,6 +568,9 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
     withheld = data.get("withheld", False)
     if type(withheld) is not bool or (withheld and flags != [0, 0]):
         raise MessageError(R.BAD_FLAG, f"'withheld' must be true (with zc = za = 0) or false, got {short(withheld)}")
+    degraded = data.get("degraded", False)
+    if type(degraded) is not bool or (degraded and flags != [0, 0]):
+        raise MessageError(R.BAD_FLAG, f"'degraded' must be true (with zc = za = 0) or false, got {short(degraded)}")
     eps = _epsilon(data.get("eps"), "eps")
     level = data.get("level")
     if level is not None and (type(level) is not int or not 0 <= level < MAX_LEVELS):
@@ -403,7 +581,7 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
         raise MessageError(
             R.BAD_FIELD, f"'model_version' must be a text of at most {MAX_TEXT_CHARS} characters, got {short(version)}"
         )
-    return FlagMessage(site, plant, ts, seq, flags[0], flags[1], eps, version, withheld, level, level_eps)
+    return FlagMessage(site, plant, ts, seq, flags[0], flags[1], eps, version, withheld, level, level_eps, degraded)
 
 
 def _names(value: Any, field: str) -> tuple[str, ...]:

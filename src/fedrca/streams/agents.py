@@ -92,6 +92,14 @@ def _dead_letter(raw: bytes, error: MessageError, stage: DeadLetterStage, source
     return Outgoing(topic, value, headers=tuple(headers))
 
 
+def _state_object(state: bytes) -> dict[str, Any]:
+    """A handler's state record as the object every handler writes (a list, null or a number is not one)."""
+    value = json.loads(state)
+    if not isinstance(value, dict):
+        raise MessageError(DeadLetterReason.BAD_STATE, f"a state is an object, got {type(value).__name__}")
+    return value
+
+
 class PlantAgent:
     """The handler of one plant's sensor partition (see the module docstring)."""
 
@@ -104,8 +112,12 @@ class PlantAgent:
         self.deadletter_topic = names.plant_deadletter(plant)
 
     def restore(self, state: bytes | None) -> None:
-        """The processor continues from the last committed batch (its initial state when there is none)."""
-        self.runtime.start_plant(self.plant, None if state is None else json.loads(state))
+        """The processor continues from the last committed batch (its initial state when there is none).
+
+        A state that is not the processor's (not an object of its keys) raises: the loop then
+        refuses the record and tries the one before it (:meth:`TransactionalLoop._own`).
+        """
+        self.runtime.start_plant(self.plant, None if state is None else _state_object(state))
 
     def process(self, records: Sequence[InputRecord]) -> Processed:
         """Decode, detect, publish; messages not keyed by the plant are dead-lettered (wrong producer)."""
@@ -146,7 +158,7 @@ class RCAAgent:
         if state is None:
             self.runtime.stage.reset()
         else:
-            self.runtime.stage.set_state(json.loads(state))
+            self.runtime.stage.set_state(_state_object(state))
 
     def process(self, records: Sequence[InputRecord]) -> Processed:
         """Align, judge, publish verdicts; invalid or late flags are dead-lettered."""

@@ -14,7 +14,9 @@ aligner releases rows strictly in seq order:
 * a second, different flag for a buffered (plant, seq) keeps the first one;
 * a *withheld* flag (the plant's privacy budget stopped it publishing) completes its
   row without evidence: the plant is absent from the row's flags, and the row lists it
-  in ``withheld``.
+  in ``withheld``;
+* a *degraded* flag (the plant's row had too few usable sensors to be scored) completes
+  its row the same way, listed in ``degraded``: no evidence, neither alarm nor clearance.
 
 So the released sequence depends only on the flags and the lateness, not on
 timing: the same input always yields the same rows and hence the same verdicts.
@@ -33,6 +35,10 @@ from fedrca.exceptions import ConfigError
 
 __all__ = ["AlignedRow", "FlagAligner"]
 
+#: How the buffer stores a flag without evidence (present for completeness).
+_WITHHELD = (-1, -1)
+_DEGRADED = (-2, -2)
+
 
 @dataclass(frozen=True)
 class AlignedRow:
@@ -43,6 +49,7 @@ class AlignedRow:
     flags: dict[str, tuple[int, int]]
     complete: bool = True
     withheld: tuple[str, ...] = ()
+    degraded: tuple[str, ...] = ()
     #: published severity levels of the plants that publish them (FlagMessage.level)
     levels: dict[str, int] = field(default_factory=dict)
 
@@ -95,8 +102,8 @@ class FlagAligner:
         if self._next_seq is None or (not self._released and flag.seq < self._next_seq):
             # Until the first row is released, the stream starts at the smallest seq seen.
             self._next_seq = flag.seq
-        # a withheld sample is stored as (-1, -1): present for completeness, no evidence
-        bits = (-1, -1) if flag.withheld else (flag.zc, flag.za)
+        # a withheld sample is stored as (-1, -1), a degraded one as (-2, -2): present for completeness, no evidence
+        bits = _WITHHELD if flag.withheld else _DEGRADED if flag.degraded else (flag.zc, flag.za)
         if flag.seq < self._next_seq:
             for seq, code in reversed(self._released):
                 if seq == flag.seq:
@@ -113,7 +120,7 @@ class FlagAligner:
         else:
             row[flag.plant] = bits
             self._ts.setdefault(flag.seq, flag.ts)
-            if flag.level is not None:
+            if flag.level is not None and flag.evidence:
                 self._levels.setdefault(flag.seq, {})[flag.plant] = flag.level
         self._max_seq = max(self._max_seq, flag.seq)
         return self._release(), status
@@ -139,7 +146,8 @@ class FlagAligner:
                 break
             del self._buffer[seq]
             evidence = {p: b for p, b in row.items() if b[0] >= 0}
-            withheld = tuple(p for p in self.plants if p in row and row[p][0] < 0)
+            withheld = tuple(p for p in self.plants if p in row and row[p] == _WITHHELD)
+            degraded = tuple(p for p in self.plants if p in row and row[p] == _DEGRADED)
             levels = self._levels.pop(seq, {})
             out.append(
                 AlignedRow(
@@ -148,7 +156,8 @@ class FlagAligner:
                     evidence,
                     complete=len(row) == n_plants,
                     withheld=withheld,
-                    levels={p: v for p, v in levels.items() if p not in withheld},
+                    degraded=degraded,
+                    levels=levels,
                 )
             )
             self._remember(seq, self._code(row))
@@ -176,7 +185,7 @@ class FlagAligner:
 
     @staticmethod
     def _char(bits: tuple[int, int]) -> str:
-        return "w" if bits[0] < 0 else str(int(FlagState.of(*bits)))
+        return "w" if bits == _WITHHELD else "d" if bits == _DEGRADED else str(int(FlagState.of(*bits)))
 
     def _code(self, row: dict[str, tuple[int, int]]) -> str:
         return "".join(self._char(row[p]) if p in row else "-" for p in self.plants)

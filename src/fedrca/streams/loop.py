@@ -211,13 +211,22 @@ class StateRecords:
 
     Attributes
     ----------
-    candidates : (next offset, handler state JSON) of the newest records that have the form of
-        a state record, newest first (at most :data:`STATE_CANDIDATES`)
-    refused : the records under the key that are not state records (raw value, why), oldest first
+    candidates : (position, next offset, handler state JSON) of the newest records that have the
+        form of a state record, newest first (at most :data:`STATE_CANDIDATES`); position counts
+        the key's records from 0, oldest first
+    refused : (position, raw value, why) of the records under the key that are not state records
     """
 
-    candidates: list[tuple[int, bytes]]
-    refused: list[tuple[bytes, MessageError]]
+    candidates: list[tuple[int, int, bytes]]
+    refused: list[tuple[int, bytes, MessageError]]
+
+    def refused_after(self, position: int) -> list[tuple[bytes, MessageError]]:
+        """The refused records newer than ``position`` (the state a task continues from, -1: none).
+
+        Older ones were refused when the task was taken over after them (a rebalance reads the
+        topic again): they are dead-lettered once, by the first owner that read them.
+        """
+        return [(raw, exc) for at, raw, exc in self.refused if at > position]
 
 
 def parse_state_record(raw: bytes) -> tuple[int, bytes]:
@@ -249,29 +258,31 @@ class StateScan:
     """
 
     def __init__(self) -> None:
-        self._kept: deque[bytes] = deque(maxlen=STATE_CANDIDATES)
-        self._refused: list[tuple[bytes, MessageError]] = []
+        self._kept: deque[tuple[int, bytes]] = deque(maxlen=STATE_CANDIDATES)
+        self._refused: list[tuple[int, bytes, MessageError]] = []
+        self._position = -1
 
     def add(self, value: bytes | None) -> None:
         """One record under the key (a tombstone's value is None)."""
+        self._position += 1
         if isinstance(value, bytes) and _STATE_HEAD.match(value):
-            self._kept.append(value)  # the form only (cheap); parsed whole in result()
+            self._kept.append((self._position, value))  # the form only (cheap); parsed whole in result()
             return
         try:
             parse_state_record(value)  # type: ignore[arg-type]
         except MessageError as exc:
-            self._refused.append((value or b"", exc))
+            self._refused.append((self._position, value or b"", exc))
 
     def result(self) -> StateRecords:
         """The candidates, newest first, and every refused record."""
         candidates = []
         refused = list(self._refused)
-        for raw in reversed(self._kept):
+        for position, raw in reversed(self._kept):
             try:
-                candidates.append(parse_state_record(raw))
+                candidates.append((position, *parse_state_record(raw)))
             except MessageError as exc:
-                refused.append((raw, exc))
-        return StateRecords(candidates, refused)
+                refused.append((position, raw, exc))
+        return StateRecords(candidates, sorted(refused, key=lambda r: r[0]))
 
 
 async def read_state(
@@ -478,21 +489,25 @@ class TransactionalLoop:
             key = _state_key(tp)
             found = await read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security)
             handler = self._handler_for(tp)
-            refused = [(raw, exc, DeadLetterStage.STATE) for raw, exc in found.refused]
+            failed: list[tuple[bytes, MessageError]] = []
             saved = None
-            for candidate in found.candidates:
+            for position, offset, state in found.candidates:
                 try:
-                    handler.restore(candidate[1])
+                    handler.restore(state)
                 except Exception as exc:  # a record of the state's form the handler cannot continue from
                     error = MessageError(
                         DeadLetterReason.BAD_STATE, f"the handler cannot continue from it ({_described(exc)})"
                     )
-                    refused.append((state_record(*candidate), error, DeadLetterStage.STATE))
+                    failed.append((state_record(offset, state), error))
                     continue
-                saved = candidate
+                saved = (position, offset, state)
                 break
             if saved is None:
                 handler.restore(None)
+            refused = [
+                (raw, exc, DeadLetterStage.STATE)
+                for raw, exc in [*found.refused_after(-1 if saved is None else saved[0]), *failed]
+            ]
         except BaseException:
             for producer in started:
                 await producer.stop()
@@ -502,11 +517,11 @@ class TransactionalLoop:
             committed = await self._consumer.committed(tp)
             offset = committed if committed is not None else await self._beginning(tp)
         else:
-            offset = saved[0]
+            offset = saved[1]
         self._consumer.seek(tp, offset)
         # offset_pending: the group's offset may lag the state's (an idle fetch commits it)
         task = _Task(tp, handler, producers, state_topic, key, offset, offset_pending=True)
-        task.state = None if saved is None else saved[1]
+        task.state = None if saved is None else saved[2]
         self._tasks[tp] = task
         log.info("%s: resuming at offset %d (%s)", _name(tp), offset, "state restored" if saved else "no state yet")
         if refused:

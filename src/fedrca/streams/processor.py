@@ -15,6 +15,10 @@ inference-time privacy ledger: every published randomized-response bit is counte
 the window, and when the next samples would pass the plant's budget it either publishes
 them anyway (``on_exhausted="warn"``; the overrun is counted) or publishes *withheld*
 flags without bits (``"stop"``), which are not charged. The window is part of the state.
+
+A row with a missing value (NaN, ``null`` on the wire) is *degraded*: not scored, published
+as a flag with ``degraded`` set and no bits (the RCA takes it as no evidence), and not charged
+to the window (it releases nothing computed from the values).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fedrca.contracts import FlagMessage, SensorMessage
 from fedrca.detectors.plant import DetectionResult, Detector
@@ -43,6 +48,7 @@ class ProcessorOutput:
     result: DetectionResult | None = None
     withheld: int = 0
     overrun: int = 0
+    degraded: int = 0
 
 
 class PlantProcessor:
@@ -101,41 +107,58 @@ class PlantProcessor:
         if not fresh:
             return ProcessorOutput(duplicates=duplicates)
         Y = np.vstack([m.values for m in fresh])
-        result = self.detector.step_batch(Y)
+        # rows with a missing value are degraded (not scored, no evidence); the detector steps on the rest
+        degraded: NDArray[np.bool_] = np.asarray(np.isnan(Y).any(axis=1))
+        scored = fresh
+        if degraded.any():
+            scored = [m for m, bad in zip(fresh, degraded.tolist(), strict=True) if not bad]
+            Y = Y[~degraded]
+        result = self.detector.step_batch(Y) if scored else None
         self._last_seq = last
         eps = self.detector.epsilon
-        version = self.model_version
-        zc = result.zc_pub.astype(int).tolist()
-        za = result.za_pub.astype(int).tolist()
         eps = math.inf if math.isinf(eps) else eps
-        withheld: list[bool] = [False] * len(fresh)
+        version = self.model_version
+        flags: dict[int, FlagMessage] = {}
+        withheld: list[bool] = [False] * len(scored)
         overrun = 0
-        window = self.window
-        if window is not None and window.active:
-            seqs = np.fromiter((m.seq for m in fresh), dtype=np.int64, count=len(fresh))
-            ok = window.admit(seqs, self.bits_per_sample)
-            if self.on_exhausted == "stop":
-                withheld = (~ok).tolist()
-                window.record(seqs[ok], self.bits_per_sample)
-            else:
-                overrun = int(np.count_nonzero(~ok))
-                window.record(seqs, self.bits_per_sample)
-        # severity levels travel with the flags when the plant publishes them (negative = none)
-        levels: list[int | None] = [
-            None if v < 0 else int(v)
-            for v in (result.level_pub.tolist() if len(result.level_pub) == len(fresh) else [-1] * len(fresh))
-        ]
-        level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
-        flags = [
-            FlagMessage(self.site, self.plant, m.ts, m.seq, 0, 0, eps, version, True)
-            if withheld[i]
-            else FlagMessage(
-                self.site, self.plant, m.ts, m.seq, zc[i], za[i], eps, version, False, levels[i], level_eps
-            )
-            for i, m in enumerate(fresh)
+        if result is not None:
+            zc = result.zc_pub.astype(int).tolist()
+            za = result.za_pub.astype(int).tolist()
+            window = self.window
+            if window is not None and window.active:
+                seqs = np.fromiter((m.seq for m in scored), dtype=np.int64, count=len(scored))
+                ok = window.admit(seqs, self.bits_per_sample)
+                if self.on_exhausted == "stop":
+                    withheld = (~ok).tolist()
+                    window.record(seqs[ok], self.bits_per_sample)
+                else:
+                    overrun = int(np.count_nonzero(~ok))
+                    window.record(seqs, self.bits_per_sample)
+            # severity levels travel with the flags when the plant publishes them (negative = none)
+            levels: list[int | None] = [
+                None if v < 0 else int(v)
+                for v in (result.level_pub.tolist() if len(result.level_pub) == len(scored) else [-1] * len(scored))
+            ]
+            level_eps = float(getattr(self.detector, "level_epsilon", math.inf))
+            for i, m in enumerate(scored):
+                flags[m.seq] = (
+                    FlagMessage(self.site, self.plant, m.ts, m.seq, 0, 0, eps, version, True)
+                    if withheld[i]
+                    else FlagMessage(
+                        self.site, self.plant, m.ts, m.seq, zc[i], za[i], eps, version, False, levels[i], level_eps
+                    )
+                )
+        out = [
+            flags.get(m.seq) or FlagMessage(self.site, self.plant, m.ts, m.seq, 0, 0, eps, version, degraded=True)
+            for m in fresh
         ]
         return ProcessorOutput(
-            flags=flags, duplicates=duplicates, result=result, withheld=sum(withheld), overrun=overrun
+            flags=out,
+            duplicates=duplicates,
+            result=result,
+            withheld=sum(withheld),
+            overrun=overrun,
+            degraded=len(fresh) - len(scored),
         )
 
     def reset(self) -> None:
