@@ -107,3 +107,9 @@ def test_deadletter_headers_carry_reason_and_source():
         "fedrca-stage": b"plant",
         "fedrca-source-topic": b"tep.sensors.feed",
     }
+
+
+def test_the_stream_bounds_values_as_the_data_files_do():
+    from fedrca.datasets.nominal import MAX_ABS_VALUE as FILES
+
+    assert MAX_ABS_VALUE == FILES  # one bound: a value a file may not hold may not arrive on a sensors topic either

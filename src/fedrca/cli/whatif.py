@@ -36,6 +36,7 @@ import numpy as np
 from fedrca.application.evaluation import json_safe
 from fedrca.application.outputs import Outputs
 from fedrca.application.params import load_params
+from fedrca.config._json import strict_json
 from fedrca.config.limits import MEMORY_LIMIT, gib, largest, whatif_bytes
 from fedrca.contracts.artifacts import SERVER
 from fedrca.exceptions import ArtifactError, ConfigError
@@ -68,10 +69,11 @@ def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
     names = list(plant.inputs) if len(plant.inputs) == n_inputs else []
     described = f" ({', '.join(names)})" if names else ""
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = strict_json(text, key="--delta")
+    except ConfigError as exc:
+        shown = text if len(text) <= 60 else f"{text[:28]} ... {text[-27:]}"
         raise ConfigError(
-            f"not JSON: {text!r}; give a list of {n_inputs} number(s){described} or an object {{input: change}}",
+            f"{exc.reason}: {shown!r}; give a list of {n_inputs} number(s){described} or an object {{input: change}}",
             key="--delta",
         ) from None
     if isinstance(value, dict):

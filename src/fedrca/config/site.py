@@ -38,6 +38,7 @@ from fedrca.config.causal import CausalSettings
 from fedrca.config.formats import KNOWN_COLUMNS
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
+    MAX_SEED,
     MAX_SEVERITY_LEVELS,
     MAX_TOPIC_LENGTH,
     MEMORY_LIMIT,
@@ -303,7 +304,7 @@ class PrivacySettings(Strict):
     level_epsilon: float = Field(
         math.inf, gt=0.0, description="per published severity level (k-ary randomized response); inf = off"
     )
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of the randomized response (0..2^32 - 1)")
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant (training + flags of a window)")
     delta: float = Field(1e-5, gt=0.0, lt=1.0, description="delta every epsilon is reported at")
     window: int = Field(3600, ge=1, le=MAX_PRIVACY_WINDOW, description="samples over which published flags compose")
