@@ -4,7 +4,8 @@ Every sub-command lives in its own module of this package and registers itself
 (:data:`COMMAND_MODULES`): ``detect``, ``train``, ``replay`` / ``evaluate``,
 ``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``, ``graph``, ``fleet``,
 ``whatif``. Every handler returns an exit code; errors are translated here, once: a :class:`FedrcaError` becomes
-one clear line on stderr and exit code 2, never a traceback. The line is one line whatever the
+one clear line on stderr and exit code 2, never a traceback; a reader of stdout that goes away
+(``| head -1``) ends the command quietly with :data:`BROKEN_PIPE`. The line is one line whatever the
 message holds (line breaks of a library's text become spaces) and at most :data:`MAX_ERROR_LINE`
 characters: an echoed value that would make it longer is elided in the middle, so the line keeps
 the option or key it starts with and the fix it ends with.
@@ -14,15 +15,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from fedrca import __version__
 from fedrca.exceptions import FedrcaError
 
-__all__ = ["COMMAND_MODULES", "MAX_ERROR_LINE", "build_parser", "error_line", "main"]
+if TYPE_CHECKING:
+    from fedrca.config import SiteConfig
 
+__all__ = ["BROKEN_PIPE", "COMMAND_MODULES", "MAX_ERROR_LINE", "build_parser", "error_line", "main", "privacy_notice"]
+
+#: Exit code when stdout's reader went away: what a shell reports for a program ended by SIGPIPE (128 + 13).
+BROKEN_PIPE = 141
 #: Longest error line printed (a few terminal lines: room for two paths, the problem and the fix).
 MAX_ERROR_LINE = 600
 
@@ -60,6 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def privacy_notice(command: str, config: SiteConfig, *, training: bool = False) -> None:
+    """Say on stderr, once when a command starts, which settings switch privacy off (nothing when none does).
+
+    Off is never the effect of a typo: the configuration spells it out (:meth:`SiteConfig.privacy_off`),
+    and the output says so.
+    """
+    off = config.privacy_off(training=training)
+    if off:
+        print(f"fedrca {command}: privacy: {off}", file=sys.stderr, flush=True)
+
+
 def error_line(command: str, exc: BaseException) -> str:
     """``fedrca <command>: error: <message>`` as one printable line of at most :data:`MAX_ERROR_LINE` characters.
 
@@ -90,6 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fedrca {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of stdout went away (``fedrca whatif ... | head -1``): quiet, as a program that a SIGPIPE
+        # ended; stdout goes to /dev/null so the interpreter's flush at exit cannot fail a second time
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE
 
 
 if __name__ == "__main__":

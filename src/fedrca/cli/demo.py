@@ -29,6 +29,7 @@ from fedrca import __version__
 from fedrca.application.outputs import Outputs, staged_folder, write_file
 from fedrca.application.site import site_runtime
 from fedrca.application.training import train_site
+from fedrca.cli import privacy_notice
 from fedrca.cli.bundled import bundled_config, bundled_data_dir
 from fedrca.cli.report import write_report
 from fedrca.config import load_config
@@ -41,7 +42,7 @@ from fedrca.config.limits import (
 from fedrca.connectors.replay import Pacer
 from fedrca.connectors.simulator import SimulationSpec, TEPSimulator, cached_run, parse_disturbance
 from fedrca.contracts import Verdict
-from fedrca.datasets.loader import load_frame, plant_frames
+from fedrca.datasets.loader import check_warmup, load_frame, plant_frames
 from fedrca.datasets.tep import TEP_COLUMNS, TEP_FAULT_ONSET, TEP_FAULT_ROOTS, TEP_SAMPLE_SECONDS
 from fedrca.exceptions import ConfigError, DataError
 from fedrca.observability import Metrics
@@ -193,6 +194,7 @@ def run_demo(args: argparse.Namespace) -> int:
         return run_simulator_demo(args)
     started = time.perf_counter()
     config = load_config(args.config or bundled_config("tep.yaml"))
+    privacy_notice("demo", config)
     data_dir = Path(args.data_dir or bundled_data_dir()) / "tep"
     out = Path(args.out)
     faults = [f.strip().zfill(2) for f in args.faults.split(",") if f.strip()]
@@ -289,9 +291,11 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     """
     started = time.perf_counter()
     config = load_config(args.config or bundled_config("tep-sim.yaml"))
+    privacy_notice("demo", config)
     if config.dataset.format != "tep":
         raise ConfigError("the simulator makes TEP samples: use config/tep-sim.yaml", key="--config")
     spec = check_demo_options(args)
+    check_warmup(config, spec.n_samples, f"the {spec.n_samples:,} samples of the {args.hours:g} h run", key="--hours")
     disturbance = spec.disturbances[0]
     onset = round(disturbance.onset_h * 3600 / spec.sample_seconds)  # row k holds the plant at (k + 1) * 3 min
     if onset >= spec.n_samples:

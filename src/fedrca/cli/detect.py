@@ -12,6 +12,7 @@ import pandas as pd
 
 from fedrca.application.outputs import Outputs
 from fedrca.application.site import build_detectors, run_detectors
+from fedrca.cli import privacy_notice
 from fedrca.config import load_config, resolve_plants
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.detectors.plant import DetectionResult, PlantDetector
@@ -55,6 +56,7 @@ def _detect(args: argparse.Namespace) -> int:
     inputs = {"--config": args.config, "--train": args.train, "--input": args.input}
     with Outputs.plan(inputs, {"--out": args.out}) as out:
         config = load_config(args.config)
+        privacy_notice("detect", config)
         train = load_frame(config, args.train)
         # plants given by match rules take the nominal file's columns; the input must have them all
         config = resolve_plants(config, [str(c) for c in train.columns])

@@ -28,6 +28,7 @@ from fedrca.application.evaluation import evaluate_run, json_safe
 from fedrca.application.outputs import Outputs
 from fedrca.application.params import load_params
 from fedrca.application.site import PipelineRun, configured_graph, prepare_site, run_pipeline
+from fedrca.cli import privacy_notice
 from fedrca.cli.detect import flags_jsonl
 from fedrca.cli.report import write_report
 from fedrca.config import load_config
@@ -49,6 +50,11 @@ def _plan(args: argparse.Namespace, outputs: dict[str, str | None], report: str 
 
 def _prepare(args: argparse.Namespace) -> PipelineRun:
     config = load_config(args.config)
+    if args.no_privacy:
+        print(f"fedrca {args.command}: privacy: off (--no-privacy): every published flag is the plant's own alarm bit",
+              file=sys.stderr, flush=True)  # fmt: skip
+    else:
+        privacy_notice(args.command, config)
     root = getattr(args, "root_cause", None)
     if root is not None and root not in config.plant_names:
         raise DataError(f"--root-cause '{root}' is not a plant; plants are {', '.join(config.plant_names)}")

@@ -14,6 +14,7 @@ from typing import Any
 from fedrca.application.outputs import Outputs, staged_folder
 from fedrca.application.params import load_params
 from fedrca.application.site import plant_runtime, rca_runtime, site_runtime
+from fedrca.cli import privacy_notice
 from fedrca.config import SiteConfig, load_config, parameters_hash, resolve_plants
 from fedrca.config.limits import (
     KAFKA_REQUEST_TIMEOUT,
@@ -66,6 +67,8 @@ def _run(args: argparse.Namespace) -> int:
     Outputs.plan(inputs, folders={"--data-dir": args.data_dir}, input_folders={"--params": args.params})
     config = load_config(args.config)
     roles = parse_roles(args.roles)
+    if "plants" in roles:
+        privacy_notice("run", config)
     bootstrap = bootstrap_of(args.broker)
     options = KafkaOptions.from_settings(config.kafka)
     if args.train is None and "plants" in roles:

@@ -143,7 +143,32 @@ def run_whatif(
             "an older fedrca; re-run fedrca train"
         )
     du = parse_delta(delta, model.maps.get(source, PlantMap(source)), model.input_dims[n])
-    return model, what_if(model, target, source, du, steps=steps, mode="impulse" if mode == "impulse" else "step")
+    # numpy overflows to inf and nan without a word: an answer is finite or refused
+    with np.errstate(over="ignore", invalid="ignore"):
+        answer = what_if(model, target, source, du, steps=steps, mode="impulse" if mode == "impulse" else "step")
+    _check_finite(answer, model)
+    return model, answer
+
+
+def _check_finite(answer: WhatIfAnswer, model: GlobalModel) -> None:
+    """Refuse an answer that overflowed (a change too large for float64, or a response that grows past it)."""
+    direct = [answer.direct_state, *([] if answer.direct_sensors is None else [answer.direct_sensors])]
+    if not all(np.isfinite(a).all() for a in direct):
+        shown = ", ".join(f"{v:g}" for v in answer.delta)
+        raise ConfigError(
+            f"a change of [{shown}] overflows the one-step answer (beyond the float range); give a smaller change",
+            key="--delta",
+        )
+    responses = [answer.state_response, *([] if answer.sensor_response is None else [answer.sensor_response])]
+    bad = [int(np.argmin(np.isfinite(r).all(axis=1))) for r in responses if not np.isfinite(r).all()]
+    if bad:
+        k = min(bad) + 1
+        rho = model.spectral_radius_from(answer.source)
+        raise ConfigError(
+            f"the response overflows the float range at step {k} (spectral radius {rho:.4g}: it grows without "
+            f"bound); give at most {max(1, k - 1)} steps or a smaller --delta",
+            key="--steps",
+        )
 
 
 def _sensor_names(answer: WhatIfAnswer, count: int) -> list[str]:

@@ -107,6 +107,8 @@ def _takes_bool(annotation: Any) -> bool:
 def parse_inf(value: Any) -> Any:
     """``inf`` / ``off`` / ``none`` (any case) as ``math.inf``; other values unchanged (a ``mode="before"`` validator).
 
+    A number written so large that it overflows (``1e400``) is refused: no limit is spelled out.
+
     Examples
     --------
     >>> parse_inf("Off"), parse_inf(3)
@@ -114,6 +116,14 @@ def parse_inf(value: Any) -> Any:
     """
     if isinstance(value, str) and value.strip().lower() in _INF_WORDS:
         return math.inf
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value  # pydantic names what it is not
+        if math.isinf(number):
+            # "1e400" (PyYAML reads it as text): no limit as the effect of a typo, never
+            raise ValueError(f"{value.strip()} overflows to infinity: write inf (or off) to mean no limit")
     return value
 
 

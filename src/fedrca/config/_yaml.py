@@ -12,6 +12,8 @@ fuzzed by ``tests/config/test_fuzz_yaml.py``).
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,23 @@ class _Limits(yaml.SafeLoader):
                     "the two or delete one"
                 )
         return super().construct_mapping(node, deep=deep)
+
+
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        if math.isinf(value) and not _INF_SPELLING.fullmatch(str(node.value)):
+            # 1.0e+400: no limit as the effect of a number too large, never (.inf is the spelling)
+            raise ConfigError(
+                f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}: {node.value} overflows to "
+                "infinity; write .inf (or inf, off) to mean no limit, or give a finite number"
+            )
+        return value
+
+
+_Limits.add_constructor("tag:yaml.org,2002:float", _Limits.construct_yaml_float)
+
+#: YAML's spellings of infinity.
+_INF_SPELLING = re.compile(r"[-+]?\.(?:inf|Inf|INF)")
 
 
 def _quoted(key: Any) -> str:

@@ -312,6 +312,23 @@ class PrivacySettings(Strict):
 
     _inf = field_validator("flag_epsilon", "budget", "level_epsilon", mode="before")(parse_inf)
 
+    @field_validator("flag_epsilon", "level_epsilon")
+    @classmethod
+    def _off_is_spelled_out(cls, value: float) -> float:
+        # a finite epsilon this large keeps every bit (float64 keep probability 1.0): privacy off in
+        # effect while the configuration reads as on; off is the word, never the effect of a number
+        if math.isfinite(value) and value > MAX_RR_EPSILON:
+            raise ValueError(
+                f"{value:g} publishes every value unchanged, as inf does; write inf (or off) to switch "
+                f"randomized response off, or give at most {MAX_RR_EPSILON:g}"
+            )
+        return value
+
+
+#: Largest finite randomized-response epsilon: above it ``e^-eps`` is below float64's resolution of 1
+#: (2^-53, eps > 36.7), so the keep probability is exactly 1 and no bit is ever flipped.
+MAX_RR_EPSILON = 36.0
+
 
 class TopicSettings(Strict):
     """Topic name templates; ``{site}`` and ``{plant}`` are substituted.
@@ -425,6 +442,36 @@ class SiteConfig(Strict):
     def severity_levels(self) -> int:
         """K of the severity levels every plant publishes (0 = none); one value per site (validated)."""
         return max((p.scoring.severity_levels for p in self.plants), default=0)
+
+    def privacy_off(self, *, training: bool = False) -> str | None:
+        """One sentence naming the settings that switch privacy off, for a command's output (None: all on).
+
+        Off is always spelled out in the configuration (``inf`` / ``off``; a number that only
+        overflows to infinity, or that keeps every bit, is refused), and the commands that
+        publish flags (``training``: that train) say so when they start.
+
+        Examples
+        --------
+        >>> from fedrca.config import load_config
+        >>> print(load_config("config/synthetic_linear.yaml").privacy_off())
+        randomized response off (privacy.flag_epsilon: inf): every published flag is the plant's own alarm bit
+        """
+        off: list[str] = []
+        if training:
+            t = self.training.privacy
+            if math.isinf(t.state_epsilon) and math.isinf(t.gradient_epsilon) and math.isinf(t.moment_epsilon):
+                off.append(
+                    "training releases not noised (training.privacy.state_epsilon, gradient_epsilon, moment_epsilon: "
+                    "inf): states, gradients and moments leave the plants as they are"
+                )
+            return "; ".join(off) or None
+        if math.isinf(self.privacy.flag_epsilon):
+            off.append(
+                "randomized response off (privacy.flag_epsilon: inf): every published flag is the plant's own alarm bit"
+            )
+        if self.severity_levels and math.isinf(self.privacy.level_epsilon):
+            off.append("severity levels published as they are (privacy.level_epsilon: inf)")
+        return "; ".join(off) or None
 
     def plant(self, name: str) -> PlantConfig:
         """The plant called ``name``."""

@@ -83,6 +83,10 @@ TEP_MODES = ("mode1", "mode2", "mode3", "mode4", "mode5", "mode6")
 #: temperature and pressures vary 2-3x more than at the design rate (measured, see
 #: docs/connectors.md), so the design rate is the default.
 DESIGN_CONTROL_INTERVAL_H = 0.0005
+#: Most integration steps (control intervals) of one run: the longest run (:data:`MAX_HOURS`) at the design
+#: rate, 20 million (47 min on the reference machine, docs/limits.md). A finer control interval is for a
+#: shorter run: ``--control-interval 1e-9`` made 50 million steps for each 3-minute sample.
+MAX_INTEGRATION_STEPS = round(MAX_HOURS / DESIGN_CONTROL_INTERVAL_H)
 #: Number of TEP disturbances (IDV 1..28) in the revised model.
 N_IDV = 28
 
@@ -211,6 +215,12 @@ class SimulationSpec:
                 f"got {self.hours}",
                 key="--hours",
             )
+        if self.n_samples < 1:
+            raise ConfigError(
+                f"{self.hours:g} h is shorter than one {self.sample_seconds:g}-second sample: the run would write "
+                f"nothing; give at least {self.sample_seconds / 3600:g} h",
+                key="--hours",
+            )
         if int(self.seed) != self.seed or not 0 <= self.seed < 2**32:
             raise ConfigError(f"seed must be an integer in 0..{2**32 - 1}, got {self.seed}", key="--seed")
         if self.mode not in TEP_MODES:
@@ -227,6 +237,15 @@ class SimulationSpec:
                 f"sample interval {self.sample_seconds} s must be a multiple of the control interval "
                 f"{self.control_interval} h ({self.control_interval * 3600:g} s)",
                 key="--sample-seconds",
+            )
+        steps = self.n_samples * self.steps_per_sample
+        if steps > MAX_INTEGRATION_STEPS:
+            finest = self.hours / MAX_INTEGRATION_STEPS
+            raise ConfigError(
+                f"{self.control_interval:g} h makes {self.steps_per_sample:,} integration steps a sample, {steps:,} "
+                f"in the {self.hours:g} h run: more than the {MAX_INTEGRATION_STEPS:,} of the longest run at the "
+                f"design rate (docs/limits.md); give a control interval of at least {finest:.3g} h, or fewer --hours",
+                key="--control-interval",
             )
         if len({d.idv for d in self.disturbances}) != len(self.disturbances):
             raise ConfigError("each IDV may be given once", key="--idv")

@@ -91,6 +91,7 @@ def _spec(spec: Any, body: int) -> tuple[str, np.dtype[Any], tuple[int, ...], in
         raise MessageError(R.BAD_ARRAY, f"array '{short(name)}': {nbytes} bytes do not match {dtype.str} {shape}")
     if start + nbytes > body:
         raise MessageError(R.TRUNCATED, f"array '{short(name)}' runs past the end of the message")
+    assert isinstance(name, str) and isinstance(start, int) and isinstance(nbytes, int)  # checked above
     return name, dtype, tuple(shape), start, nbytes
 
 

@@ -141,7 +141,7 @@ def parse_json(raw: Any, what: str, *, max_depth: int, max_bytes: int = MAX_RECO
     if len(raw) > max_bytes:
         raise MessageError(R.TOO_LARGE, f"{what} of {len(raw):,} bytes is larger than {max_bytes:,}")
     # cheap first: a text with few brackets cannot nest deeply
-    brackets = sum(raw.count(c) for c in ((b"[", b"{") if isinstance(raw, bytes) else ("[", "{")))
+    brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) else raw.count("[") + raw.count("{")
     if brackets > max_depth and json_depth(raw) > max_depth:
         raise MessageError(R.TOO_DEEP, f"{what} nests deeper than {max_depth} levels")
     try:

@@ -66,7 +66,7 @@ def _check_scorer_arrays(detector: PlantDetector, artifact: ParameterArtifact) -
     if not given:
         return
     try:
-        own = scorer_arrays(detector.scorers[1].state)  # type: ignore[attr-defined]
+        own = scorer_arrays(detector.scorers[1].state)
     except NotFittedError:
         return
     shapes = {k: (a.shape, a.dtype.kind) for k, a in given.items()}
