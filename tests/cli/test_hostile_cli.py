@@ -234,6 +234,15 @@ def _fleet_config(edit: Callable[[dict], None], name: str = "bad.yaml") -> Calla
     return setup
 
 
+def _fleet_text(edit: Callable[[str], str], name: str = "bad.yaml") -> Callable[[Path], None]:
+    """The workspace's fleet configuration edited as text (``fleet/<name>``): YAML styles a dict cannot show."""
+
+    def setup(ws: Path) -> None:
+        (ws / "fleet" / name).write_text(edit((ws / "fleet" / "fleet.yaml").read_text()))
+
+    return setup
+
+
 def _set_key(path: str, value: object) -> Callable[[dict], None]:
     """Set ``a.b.c`` (list items as numbers) in a parsed configuration."""
 
@@ -681,7 +690,9 @@ WHATIF_CASES = [
     Case("whatif-artifacts-without-inputs", WHATIF.replace("{wparams}", "{params}"), r"no input matrix B"),
     Case("whatif-delta-not-json", WHATIF.replace("[1,0]", "[1,"), r"--delta: not JSON"),
     Case("whatif-delta-wrong-count", WHATIF.replace("[1,0]", "[1,0,2]"), r"give 2 change\(s\), got 3"),
-    Case("whatif-delta-nan", WHATIF.replace("[1,0]", "[NaN,0]"), r"must be finite numbers"),
+    Case(
+        "whatif-delta-nan", WHATIF.replace("[1,0]", "[NaN,0]"), r"--delta: NaN is not a JSON number: give a finite number"
+    ),
     Case("whatif-delta-unknown-input", WHATIF.replace("[1,0]", '{{"valve":1}}'), r"has no input\(s\) 'valve'"),
     Case("whatif-steps-zero", WHATIF + " --steps 0", r"--steps: must be in 1\.\.100000"),
     Case("whatif-steps-huge", WHATIF + " --steps 1000000000", r"--steps: must be in 1\.\.100000"),
@@ -1529,6 +1540,109 @@ REPLAY_TO_KAFKA_CASES = [
     Case("replay-to-kafka-broker-bad-host", R2K.replace("127.0.0.1", "a/b"), r"must look like kafka://host:port"),
 ]
 
+BADCFG = DETECT.replace("{cfg}", "{ws}/bad.yaml") + " --out {ws}/o.jsonl"
+
+#: Issue 34: a case of each defect class that main accepted (or answered with a traceback) before.
+ISSUE34_CASES = [
+    # -- 2. configurations that mean something else than they say -------------------------------------------
+    Case(
+        "config-flow-style-duplicate-switches-privacy-off",
+        BADCFG,
+        r"line \d+, column \d+: key 'flag_epsilon' is given twice \(first on line \d+, column \d+\)",
+        setup=_config(
+            _sub(
+                "privacy:\n  flag_epsilon: inf\n  seed: 0", "privacy: {flag_epsilon: 1.0, seed: 0, flag_epsilon: .inf}"
+            )
+        ),
+    ),
+    Case(
+        "fleet-flow-style-duplicate",
+        BADFLEET,
+        r"key 'components' is given twice",
+        setup=_fleet_text(
+            _sub("model:\n  components: 2\n  n_init: 2\n", "model: {components: 1, components: 2, n_init: 2}\n")
+        ),
+    ),
+    Case(
+        "config-warmup-beyond-the-nominal-data",
+        "train --config {ws}/bad.yaml --data {nominal} --out {ws}/p",
+        r"the 600 nominal rows of .*nominal\.csv are no more than the warm-up of 1,000,000,000 samples .*"
+        r"scoring\.warmup",
+        setup=_config(_sub("    calibration: in-sample", "    calibration: in-sample\n    warmup: 1000000000")),
+    ),
+    Case(
+        "config-warmup-beyond-the-input",
+        REPLAY.replace("{cfg}", "{ws}/bad.yaml") + " --flags-out {ws}/f --verdicts-out {ws}/v",
+        r"the 300 rows of .*test\.csv are no more than the warm-up of 400 samples",
+        setup=_config(_sub("    calibration: in-sample", "    calibration: in-sample\n    warmup: 400")),
+    ),
+    Case(
+        "demo-warmup-beyond-the-live-run",
+        DEMO + " --source simulator --hours 1 --idv 4@0.5",
+        r"--hours: the 20 samples of the 1 h run are no more than the warm-up of 20 samples",
+    ),
+    Case(
+        "config-boolean-is-not-a-number",
+        BADCFG,
+        r"plants\[0\]\.model\.energy: True is a boolean, not a number",
+        setup=_config(_sub("features: identity", "features: identity\n  model:\n    energy: true")),
+    ),
+    Case(
+        "config-seed-beyond-the-documented-range",
+        BADCFG,
+        r"privacy\.seed: a seed is an integer in 0\.\.4294967295, got 1e\+38",
+        setup=_config(_sub("  seed: 0", "  seed: 1.0e+38")),
+    ),
+    Case(
+        "config-epsilon-overflows-to-infinity",
+        BADCFG,
+        r"1\.0e\+400 overflows to infinity; write \.inf",
+        setup=_config(_sub("flag_epsilon: inf", "flag_epsilon: 1.0e+400")),
+    ),
+    Case(
+        "config-epsilon-text-overflows-to-infinity",
+        BADCFG,
+        r"privacy\.flag_epsilon: 1e400 overflows to infinity",
+        setup=_config(_sub("flag_epsilon: inf", "flag_epsilon: 1e400")),
+    ),
+    Case(
+        "config-epsilon-that-keeps-every-bit",
+        BADCFG,
+        r"privacy\.flag_epsilon: 1e\+10 publishes every value unchanged, as inf does; write inf",
+        setup=_config(_sub("flag_epsilon: inf", "flag_epsilon: 1.0e+10")),
+    ),
+    Case(
+        "whatif-delta-key-given-twice",
+        WHATIF.replace("[1,0]", '{{"u1":1,"u1":5}}'),
+        r"--delta: key 'u1' is given twice",
+    ),
+    Case("whatif-delta-nested", WHATIF.replace("[1,0]", "[" * 5000 + "]" * 5000), r"--delta: nested too deeply"),
+    # -- 5. parameters that pass the checks and still hang or mislead -------------------------------------------
+    Case(
+        "simulate-control-interval-steps",
+        SIMULATE + " --control-interval 1e-9",
+        r"--control-interval: 1e-09 h makes 50,000,000 integration steps a sample",
+    ),
+    Case("simulate-hours-shorter-than-a-sample", SIMULATE.replace("0.1", "0.01"), r"--hours: 0\.01 h is shorter"),
+    Case(
+        "whatif-delta-overflows",
+        WHATIF.replace("[1,0]", "[1e308,0]"),
+        r"--delta: a change of \[1e\+308, 0\] is beyond \+-1e\+150, .* the answer would overflow",
+    ),
+    Case(
+        "train-seed-negative",
+        "train --config {cfg} --synthetic linear_two_plant --seed -1 --out {ws}/p",
+        r"--seed: a seed is an integer in 0\.\.4294967295, got -1",
+    ),
+    Case(
+        "train-seed-beyond-2-32",
+        "train --config {cfg} --synthetic linear_two_plant --seed 4294967296 --out {ws}/p",
+        r"--seed: a seed is an integer in 0\.\.4294967295",
+    ),
+    Case("simulate-to-http-blames-to", "simulate --hours 0.1 --seed 1 --to http://127.0.0.1:9", r"--to: 'http://"),
+    Case("graph-out-a-picture", GRAPH.replace("{ws}/g.json", "{ws}/g.png"), r"--out .*g\.png names a picture"),
+]
+
 ALL_CASES = [
     *CASES,
     *WHATIF_CASES,
@@ -1543,6 +1657,7 @@ ALL_CASES = [
     *DEMO_CASES,
     *REPLAY_TO_KAFKA_CASES,
     *OTHER_CASES,
+    *ISSUE34_CASES,
 ]
 
 

@@ -67,15 +67,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def privacy_notice(command: str, config: SiteConfig, *, training: bool = False) -> None:
-    """Say on stderr, once when a command starts, which settings switch privacy off (nothing when none does).
+#: What :func:`privacy_notice` has to say when the command ends well (printed by :func:`main`).
+_PENDING: list[str] = []
+
+
+def privacy_notice(command: str, config: SiteConfig, *, training: bool = False, now: bool = False) -> None:
+    """Say on stderr which settings switch privacy off (nothing when none does).
 
     Off is never the effect of a typo: the configuration spells it out (:meth:`SiteConfig.privacy_off`),
-    and the output says so.
+    and the output says so: at once with ``now`` (a worker that runs until stopped, the demo's
+    header), else when the command has done its work (:func:`main`; a refused command prints its
+    one error line only).
     """
     off = config.privacy_off(training=training)
-    if off:
-        print(f"fedrca {command}: privacy: {off}", file=sys.stderr, flush=True)
+    if not off:
+        return
+    line = f"fedrca {command}: privacy: {off}"
+    if now:
+        print(line, file=sys.stderr, flush=True)
+    elif line not in _PENDING:
+        _PENDING.append(line)
 
 
 def error_line(command: str, exc: BaseException) -> str:
@@ -100,8 +111,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
+    _PENDING.clear()
     try:
-        return func(args)
+        code = func(args)
+        for line in _PENDING:
+            print(line, file=sys.stderr, flush=True)
+        return code
     except FedrcaError as exc:
         print(error_line(args.command, exc), file=sys.stderr)
         return 2

@@ -194,7 +194,6 @@ def run_demo(args: argparse.Namespace) -> int:
         return run_simulator_demo(args)
     started = time.perf_counter()
     config = load_config(args.config or bundled_config("tep.yaml"))
-    privacy_notice("demo", config)
     data_dir = Path(args.data_dir or bundled_data_dir()) / "tep"
     out = Path(args.out)
     faults = [f.strip().zfill(2) for f in args.faults.split(",") if f.strip()]
@@ -220,6 +219,7 @@ def run_demo(args: argparse.Namespace) -> int:
     except OSError:
         port = metrics.serve(0)  # the default port is taken (another exporter): any free one
     _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), no broker")
+    privacy_notice("demo", config, now=True)
     _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
     # 1. federated training (clients and server in process; only noised states and gradients move)
@@ -291,7 +291,6 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     """
     started = time.perf_counter()
     config = load_config(args.config or bundled_config("tep-sim.yaml"))
-    privacy_notice("demo", config)
     if config.dataset.format != "tep":
         raise ConfigError("the simulator makes TEP samples: use config/tep-sim.yaml", key="--config")
     spec = check_demo_options(args)
@@ -310,6 +309,7 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     except OSError:
         port = metrics.serve(0)  # the port is taken (another exporter): any free one, as with --source files
     _say(f"fedrca {__version__} demo on a live simulated TEP plant: {len(config.plants)} plants, no broker")
+    privacy_notice("demo", config, now=True)
     _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
     _say(f"\n1/3 nominal data: {NOMINAL_HOURS:g} h of the simulated plant (seed {NOMINAL_SEED}; cached once run)")

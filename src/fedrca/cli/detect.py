@@ -14,7 +14,7 @@ from fedrca.application.outputs import Outputs
 from fedrca.application.site import build_detectors, run_detectors
 from fedrca.cli import privacy_notice
 from fedrca.config import load_config, resolve_plants
-from fedrca.datasets.loader import load_frame, plant_frames
+from fedrca.datasets.loader import check_warmup, load_frame, plant_frames
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 
 __all__ = ["flags_jsonl", "register"]
@@ -61,6 +61,7 @@ def _detect(args: argparse.Namespace) -> int:
         # plants given by match rules take the nominal file's columns; the input must have them all
         config = resolve_plants(config, [str(c) for c in train.columns])
         data = load_frame(config, args.input)
+        check_warmup(config, len(data), f"the {len(data):,} rows of {args.input}")
         detectors = build_detectors(config, train, source=str(args.train))
         fitted = time.perf_counter()
         results = run_detectors(detectors, plant_frames(config, data, str(args.input)))

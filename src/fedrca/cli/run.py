@@ -67,8 +67,6 @@ def _run(args: argparse.Namespace) -> int:
     Outputs.plan(inputs, folders={"--data-dir": args.data_dir}, input_folders={"--params": args.params})
     config = load_config(args.config)
     roles = parse_roles(args.roles)
-    if "plants" in roles:
-        privacy_notice("run", config)
     bootstrap = bootstrap_of(args.broker)
     options = KafkaOptions.from_settings(config.kafka)
     if args.train is None and "plants" in roles:
@@ -140,6 +138,8 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    if plants is not None:
+        privacy_notice("run", config, now=True)
     groups = [loop.settings.group_id for loop in worker.loops]
     print(
         f"fedrca run: worker '{args.worker_name}' (roles {', '.join(roles)}; "

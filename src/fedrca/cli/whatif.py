@@ -39,6 +39,7 @@ from fedrca.application.params import load_params
 from fedrca.config._json import strict_json
 from fedrca.config.limits import MEMORY_LIMIT, gib, largest, whatif_bytes
 from fedrca.contracts.artifacts import SERVER
+from fedrca.datasets.nominal import MAX_ABS_VALUE
 from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
 
@@ -96,6 +97,13 @@ def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
         )
     if not all(isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c) for c in changes):
         raise ConfigError(f"the changes must be finite numbers, got {changes!r}", key="--delta")
+    if any(abs(c) > MAX_ABS_VALUE for c in changes):
+        shown = ", ".join(f"{c:g}" for c in changes)
+        raise ConfigError(
+            f"a change of [{shown}] is beyond +-{MAX_ABS_VALUE:g}, what a data file may hold (docs/limits.md): the "
+            "answer would overflow; give a smaller change",
+            key="--delta",
+        )
     return np.asarray(changes, dtype=np.float64)
 
 
@@ -164,9 +172,10 @@ def _check_finite(answer: WhatIfAnswer, model: GlobalModel) -> None:
     if bad:
         k = min(bad) + 1
         rho = model.spectral_radius_from(answer.source)
+        grows = f" (spectral radius {rho:.4g}: it grows without bound)" if rho >= 1.0 else ""
         raise ConfigError(
-            f"the response overflows the float range at step {k} (spectral radius {rho:.4g}: it grows without "
-            f"bound); give at most {max(1, k - 1)} steps or a smaller --delta",
+            f"the response overflows the float range at step {k}{grows}; give at most {max(1, k - 1)} steps or a "
+            "smaller --delta",
             key="--steps",
         )
 

@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from fedrca.config.limits import MAX_SEED
 from fedrca.exceptions import ConfigError
 
-__all__ = ["Strict", "key_path", "parse_inf", "translate"]
+__all__ = ["Strict", "key_path", "parse_inf", "parse_seed", "translate"]
 
 #: Spellings of "no limit" accepted wherever a number may be infinite.
 _INF_WORDS = ("inf", "infinity", ".inf", "none", "off")
@@ -102,6 +103,13 @@ def _takes_bool(annotation: Any) -> bool:
     if origin in (typing.Union, types.UnionType, typing.Annotated):
         return any(_takes_bool(a) for a in (args[:1] if origin is typing.Annotated else args))
     return False
+
+
+def parse_seed(value: Any) -> Any:
+    """A seed written as a float (``1.0e+38``) named as what it is not (a ``mode="before"`` validator)."""
+    if isinstance(value, float) and not (value.is_integer() and 0 <= value <= MAX_SEED):
+        raise ValueError(f"a seed is an integer in 0..{MAX_SEED}, got {value:g}")
+    return value
 
 
 def parse_inf(value: Any) -> Any:

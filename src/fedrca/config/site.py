@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from fedrca.config._base import Strict, parse_inf, translate
+from fedrca.config._base import Strict, parse_inf, parse_seed, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
 from fedrca.config.formats import KNOWN_COLUMNS
@@ -311,6 +311,7 @@ class PrivacySettings(Strict):
     on_exhausted: Literal["warn", "stop"] = "warn"
 
     _inf = field_validator("flag_epsilon", "budget", "level_epsilon", mode="before")(parse_inf)
+    _seed = field_validator("seed", mode="before")(parse_seed)
 
     @field_validator("flag_epsilon", "level_epsilon")
     @classmethod
