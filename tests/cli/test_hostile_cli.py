@@ -690,9 +690,7 @@ WHATIF_CASES = [
     Case("whatif-artifacts-without-inputs", WHATIF.replace("{wparams}", "{params}"), r"no input matrix B"),
     Case("whatif-delta-not-json", WHATIF.replace("[1,0]", "[1,"), r"--delta: not JSON"),
     Case("whatif-delta-wrong-count", WHATIF.replace("[1,0]", "[1,0,2]"), r"give 2 change\(s\), got 3"),
-    Case(
-        "whatif-delta-nan", WHATIF.replace("[1,0]", "[NaN,0]"), r"--delta: NaN is not a JSON number: give a finite number"
-    ),
+    Case("whatif-delta-nan", WHATIF.replace("[1,0]", "[NaN,0]"), r"--delta: NaN is not a JSON number: give a finite"),
     Case("whatif-delta-unknown-input", WHATIF.replace("[1,0]", '{{"valve":1}}'), r"has no input\(s\) 'valve'"),
     Case("whatif-steps-zero", WHATIF + " --steps 0", r"--steps: must be in 1\.\.100000"),
     Case("whatif-steps-huge", WHATIF + " --steps 1000000000", r"--steps: must be in 1\.\.100000"),
