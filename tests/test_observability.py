@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from fedrca.detectors.plant import DetectionResult
+from fedrca.edge.metrics import EdgeMetrics
 from fedrca.exceptions import ConfigError, FedrcaError
 from fedrca.observability import D2_BUCKETS, LATENCY_BUCKETS, Metrics, numeric_version
 
@@ -33,6 +34,14 @@ EXPECTED_ALERTS = {
     "FedrcaConsumerLagHigh",
     "FedrcaStaleParameters",
     "FedrcaPrivacyBudgetExhausted",
+}
+#: The alerts of fedrca edge (group fedrca-edge; fedrca.edge.metrics).
+EXPECTED_EDGE_ALERTS = {
+    "FedrcaEdgeSourceDown",
+    "FedrcaEdgeStaleTags",
+    "FedrcaEdgeBadTags",
+    "FedrcaEdgeRowsMissed",
+    "FedrcaEdgeBuffering",
 }
 
 # Every metric of the brief, with its exposition type.
@@ -346,7 +355,7 @@ def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_promtool_check_rules(promtool):
     out = run(promtool, "check", "rules", ALERTS)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in out.stdout
+    assert f"SUCCESS: {len(EXPECTED_ALERTS) + len(EXPECTED_EDGE_ALERTS)} rules found" in out.stdout
 
 
 def test_promtool_test_rules(promtool):
@@ -364,10 +373,12 @@ def test_promtool_check_config(promtool):
 
 def test_rules_structure_and_metric_names():
     rules = yaml.safe_load(ALERTS.read_text())
-    (group,) = rules["groups"]
-    assert group["name"] == "fedrca"
+    group, edge = rules["groups"]
+    assert (group["name"], edge["name"]) == ("fedrca", "fedrca-edge")
     alerts = {r["alert"]: r for r in group["rules"]}
     assert set(alerts) == EXPECTED_ALERTS
+    edge_alerts = {r["alert"]: r for r in edge["rules"]}
+    assert set(edge_alerts) == EXPECTED_EDGE_ALERTS
     for name, rule in alerts.items():
         assert {"summary", "description"} <= set(rule["annotations"]), name
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
@@ -375,10 +386,9 @@ def test_rules_structure_and_metric_names():
     assert "{{ $labels.plant }}" in alerts["FedrcaRootCauseIdentified"]["annotations"]["summary"]
     assert alerts["FedrcaPlantAnomalous"]["for"] == "5m"
     assert alerts["FedrcaConsumerLagHigh"]["for"] == "10m"
-    # every metric an alert reads is one the exporter defines
-    m = Metrics()
-    text = m.render().decode()
-    for rule in alerts.values():
+    # every metric an alert reads is one the exporter defines (the edge's: its own exporter)
+    text = Metrics().render().decode() + EdgeMetrics().render().decode()
+    for rule in [*alerts.values(), *edge_alerts.values()]:
         for metric in re.findall(r"fedrca_[a-z_]+", rule["expr"]):
             assert f"# TYPE {metric} " in text, metric
 
@@ -386,7 +396,7 @@ def test_rules_structure_and_metric_names():
 def test_each_alert_has_firing_and_quiet_unit_tests():
     spec = yaml.safe_load(ALERTS_TEST.read_text())
     cases = [c for group in spec["tests"] for c in group["alert_rule_test"]]
-    for name in EXPECTED_ALERTS:
+    for name in EXPECTED_ALERTS | EXPECTED_EDGE_ALERTS:
         mine = [c for c in cases if c["alertname"] == name]
         assert any(c.get("exp_alerts") for c in mine), f"{name}: no case where it fires"
         assert any(not c.get("exp_alerts") for c in mine), f"{name}: no case where it stays quiet"

@@ -149,6 +149,18 @@ class Site:
     def source_user(self, plant: str) -> str:
         return k8s_name(f"fedrca-{self.site}-source-{plant}")
 
+    def edge_groups(self) -> dict[str, list[str]]:
+        """``fedrca edge`` processes: group -> its plants (edge.groups, else one per plant with a tag map)."""
+        edge = self.config.edge
+        if edge is None:
+            return {}
+        return {g: edge.group(g) for g in edge.group_names()}
+
+    def edge_user(self, group: str) -> str:
+        """The edge of one plant is that plant's data source; a group's edge has a principal of its own."""
+        members = self.edge_groups()[group]
+        return self.source_user(members[0]) if len(members) == 1 else k8s_name(f"fedrca-{self.site}-edge-{group}")
+
     def rca_user(self) -> str:
         return k8s_name(f"fedrca-{self.site}-rca")
 
@@ -287,10 +299,19 @@ def users(site: Site) -> list[dict[str, Any]]:
         out.append(
             kafka_user(
                 site.source_user(plant),
-                f"data source of plant {plant} (historian bridge, fedrca replay-to-kafka)",
+                f"data source of plant {plant} (fedrca edge, a historian bridge, fedrca replay-to-kafka)",
                 [acl("topic", site.topic("sensors", plant), WRITE)],
             )
         )
+    for edge_group, members in site.edge_groups().items():
+        if len(members) > 1:  # the edge of one plant runs as that plant's data source (above)
+            out.append(
+                kafka_user(
+                    site.edge_user(edge_group),
+                    f"fedrca edge of {', '.join(members)} (their tags -> their sensor rows)",
+                    [acl("topic", site.topic("sensors", p), WRITE) for p in members],
+                )
+            )
     group = site.rca_group()
     out.append(
         kafka_user(
@@ -555,6 +576,51 @@ def processors(site: Site) -> list[dict[str, Any]]:
     return out
 
 
+def edges(site: Site) -> list[dict[str, Any]]:
+    """One ``fedrca edge`` Deployment per plant group of the site's edge: section (one replica: the rows'
+    seq comes from the clock and a restart continues after the last published row)."""
+    out: list[dict[str, Any]] = []
+    for group, members in site.edge_groups().items():
+        name = k8s_name(f"fedrca-{site.site}-edge-{group}")
+        lbl = {**labels(site, "edge"), "fedrca/edge-group": k8s_name(group)}
+        container = {
+            "name": "edge",
+            "image": IMAGE,
+            "command": ["fedrca"],
+            "args": [
+                "edge",
+                "--config",
+                f"{CONFIG_DIR}/site.yaml",
+                "--broker",
+                "kafka://$(FEDRCA_KAFKA_BOOTSTRAP)",
+                *(
+                    ["--group", group]
+                    if group in (site.config.edge.groups if site.config.edge else {})
+                    else [a for p in members for a in ("--plant", p)]
+                ),
+                "--metrics-port",
+                str(METRICS_PORT),
+                "--metrics-addr",
+                "0.0.0.0",
+                "--log-level",
+                "info",
+            ],
+            # an OPC UA user's password (edge.sources.<name>.password_env) comes from a Secret of the plant
+            "env": [*COMMON_ENV, *kafka_env(site.edge_user(group))],
+            "envFrom": ENV_FROM,
+            "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+            **probes(),
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": list(BASE_MOUNTS),
+        }
+        # Recreate: never two edges of one group at once (each would publish the same rows)
+        out.append(deployment(site, name, lbl, container, base_volumes(site), 1, {"type": "Recreate"}))
+    if out:
+        out.append(service(site, "edge", labels(site, "edge")))
+    return out
+
+
 def service(site: Site, what: str, lbl: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -676,7 +742,9 @@ def network_policies(site: Site) -> list[dict[str, Any]]:
     every = {"matchLabels": {"app.kubernetes.io/part-of": "fedrca", "fedrca/site": site.site}}
     workers = {
         "matchLabels": {"app.kubernetes.io/part-of": "fedrca", "fedrca/site": site.site},
-        "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In", "values": ["processor", "rca"]}],
+        "matchExpressions": [
+            {"key": "app.kubernetes.io/component", "operator": "In", "values": ["processor", "rca", "edge"]}
+        ],
     }
 
     def policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -716,6 +784,22 @@ def network_policies(site: Site) -> list[dict[str, Any]]:
                         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
                     },
                 ],
+            },
+        ),
+        # fedrca edge reaches its plants' OPC UA servers (4840 is the IANA port; list the servers'
+        # addresses here, in an overlay, to narrow it)
+        policy(
+            "egress-edge-opcua",
+            {
+                "podSelector": {
+                    "matchLabels": {
+                        "app.kubernetes.io/part-of": "fedrca",
+                        "fedrca/site": site.site,
+                        "app.kubernetes.io/component": "edge",
+                    }
+                },
+                "policyTypes": ["Egress"],
+                "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 4840}]}],
             },
         ),
         policy(
@@ -868,6 +952,32 @@ def dashboard(site: Site) -> dict[str, Any]:
         "A reading's verdict follows about flags + verdict after it.",
     )
     y += 8
+    row("Edge: the plants' tags (fedrca edge)")
+    edge_sel = f'{{{ns}, plant=~"$plant"}}'
+    updates = rate("fedrca_edge_updates_total", edge_sel, "plant, class")
+    panel("timeseries", "tag updates per second by plant and tag class", [(updates, "{{plant}} {{class}}")], 0, 12,
+          "ops")  # fmt: skip
+    not_good = f'sum by (plant, quality) (fedrca_edge_tags{{{ns}, plant=~"$plant", quality!="good"}})'
+    panel(
+        "timeseries", "tags not good in the last row (bad, stale, missing)", [(not_good, "{{plant}} {{quality}}")],
+        12, 12, description="Tags of the plant's last row by quality: bad (the device or protocol said Bad, or a "
+        "value of the wrong type), stale (no news within edge.staleness_seconds), missing (never received).",
+    )  # fmt: skip
+    y += 8
+    rows_out = [
+        (rate("fedrca_edge_rows_published_total", edge_sel, "plant"), "published {{plant}}"),
+        (f"sum by (plant, reason) (increase(fedrca_edge_rows_missed_total{edge_sel}[{ri}]))",
+         "missed {{plant}} ({{reason}})"),
+        (f"max by (plant) (fedrca_edge_buffered_rows{edge_sel})", "waiting for the broker {{plant}}"),
+    ]  # fmt: skip
+    panel("timeseries", "rows: published per second, missed, waiting for the broker", rows_out, 0, 12)
+    sources = [
+        (f"max by (source) (fedrca_edge_source_connected{every})", "connected {{source}}"),
+        (f"sum by (source) (increase(fedrca_edge_reconnects_total{every}[{ri}]))", "reconnects {{source}}"),
+        (rate("fedrca_edge_rejected_total", every, "source, reason"), "rejected {{source}} {{reason}}"),
+    ]
+    panel("timeseries", "sources: connected, reconnects, rejected input", sources, 12, 12)
+    y += 8
     row("Privacy and parameters")
     epsilon = [
         (f"max by (plant) (fedrca_privacy_epsilon_spent{per_plant})", "spent {{plant}}"),
@@ -969,6 +1079,7 @@ def render() -> dict[str, str]:
         "kafka-topics.yaml": topics(site),
         "kafka-users.yaml": users(site),
         "processors.yaml": processors(site),
+        "edge.yaml": edges(site),
         "rca.yaml": rca(site),
         "training.yaml": training(site),
         "network-policies.yaml": network_policies(site),

@@ -1538,6 +1538,58 @@ REPLAY_TO_KAFKA_CASES = [
     Case("replay-to-kafka-broker-bad-host", R2K.replace("127.0.0.1", "a/b"), r"must look like kafka://host:port"),
 ]
 
+
+def _tep_config(edit: Callable[[str], str]) -> Callable[[Path], None]:
+    def setup(ws: Path) -> None:
+        (ws / "bad-tep.yaml").write_text(edit((ws / "tep.yaml").read_text()))
+
+    return setup
+
+
+EDGE = "edge --config {tep} --broker kafka://127.0.0.1:9"
+#: ``fedrca edge`` refuses every option, name and tag map before it touches the network (issue 31).
+EDGE_CASES = [
+    Case("edge-no-edge-section", "edge --config {cfg} --broker kafka://127.0.0.1:9", r"the site has no edge: section"),
+    Case("edge-unknown-group", EDGE + " --group nope", r"no edge group or plant 'nope'"),
+    Case("edge-unknown-plant", EDGE + " --plant nope", r"--plant: plant 'nope' has no tag map"),
+    Case("edge-group-and-plant", EDGE + " --group reactor --plant feed", r"--group: give --group or --plant, not both"),
+    Case("edge-source-url-unknown", EDGE + " --source-url plc=opc.tcp://a:1", r"--source-url: .* NAME one of tep-sim"),
+    Case("edge-source-url-not-opc", EDGE + " --source-url tep-sim=http://a:1", r"--source-url: 'tep-sim=http://a:1'"),
+    Case("edge-source-url-no-equals", EDGE + " --source-url tep-sim", r"--source-url: 'tep-sim': write NAME=URL"),
+    Case("edge-speed-asap", EDGE + " --speed asap", r"--speed: the edge's clock cannot run 'as fast as possible'"),
+    Case("edge-speed-zero", EDGE + " --speed x0", r"--speed: unknown replay speed 'x0'"),
+    Case("edge-metrics-port-huge", EDGE + " --metrics-port 70000", r"--metrics-port: must be in 0\.\.65535"),
+    Case("edge-metrics-port-negative", EDGE + " --metrics-port -1", r"--metrics-port: must be in 0\.\.65535"),
+    Case("edge-duration-negative", EDGE + " --duration -5", r"--duration: must be in 0\.\."),
+    Case("edge-broker-http", "edge --config {tep} --broker http://127.0.0.1:9", r"--broker: .* has the scheme 'http'"),
+    Case(
+        "edge-malformed-node-id",
+        EDGE.replace("{tep}", "{ws}/bad-tep.yaml"),
+        r"edge\.plants\.feed\.template\.node: .*is not an OPC UA node id",
+        setup=_tep_config(
+            lambda t: t.replace('feed: {template: {node: "s={column}"}}', 'feed: {template: {node: "q=1"}}')
+        ),
+    ),
+    Case(
+        "edge-unknown-source-kind",
+        EDGE.replace("{tep}", "{ws}/bad-tep.yaml"),
+        r"edge\.sources\.tep-sim\.kind: kind must be one of opcua",
+        setup=_tep_config(lambda t: t.replace("kind: opcua", "kind: telnet")),
+    ),
+    Case(
+        "edge-tag-for-no-sensor",
+        EDGE.replace("{tep}", "{ws}/bad-tep.yaml"),
+        r"edge\.plants\.feed\.tags: column 'XMEAS\(9\)' is not a sensor of plant 'feed'",
+        setup=_tep_config(
+            lambda t: t.replace(
+                'feed: {template: {node: "s={column}"}}',
+                'feed: {tags: {"XMEAS(9)": "s=x"}, template: {node: "s={column}"}}',
+            )
+        ),
+    ),
+]
+
+
 BADCFG = DETECT.replace("{cfg}", "{ws}/bad.yaml") + " --out {ws}/o.jsonl"
 
 #: Issue 34: a case of each defect class that main accepted (or answered with a traceback) before.
@@ -1641,6 +1693,7 @@ ISSUE34_CASES = [
     Case("graph-out-a-picture", GRAPH.replace("{ws}/g.json", "{ws}/g.png"), r"--out .*g\.png names a picture"),
 ]
 
+
 ALL_CASES = [
     *CASES,
     *WHATIF_CASES,
@@ -1652,6 +1705,7 @@ ALL_CASES = [
     *REPLAY_CASES,
     *PUBLISH_CASES,
     *RUN_CASES,
+    *EDGE_CASES,
     *DEMO_CASES,
     *REPLAY_TO_KAFKA_CASES,
     *OTHER_CASES,
@@ -1737,7 +1791,7 @@ def _argv(case: Case, ws: Path) -> list[str]:
 #: The commands issue 25 names: at least 20 hostile cases each.
 NEWER = ("whatif", "graph", "fleet", "simulate", "train", "evaluate", "publish-params", "replay")
 #: The commands of the live system besides publish-params (refused before the network): at least 12 each.
-KAFKA_SIDE = ("run", "demo", "replay-to-kafka")
+KAFKA_SIDE = ("run", "demo", "replay-to-kafka", "edge")
 
 
 def test_the_suite_is_large_enough():

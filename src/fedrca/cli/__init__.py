@@ -2,7 +2,7 @@
 
 Every sub-command lives in its own module of this package and registers itself
 (:data:`COMMAND_MODULES`): ``detect``, ``train``, ``replay`` / ``evaluate``,
-``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``, ``graph``, ``fleet``,
+``demo``, ``run`` / ``replay-to-kafka`` / ``publish-params``, ``simulate``, ``edge``, ``graph``, ``fleet``,
 ``whatif``. Every handler returns an exit code; errors are translated here, once: a :class:`FedrcaError` becomes
 one clear line on stderr and exit code 2, never a traceback; a reader of stdout that goes away
 (``| head -1``) ends the command quietly with :data:`BROKEN_PIPE`. The line is one line whatever the
@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "fedrca.cli.demo",
     "fedrca.cli.run",
     "fedrca.cli.simulate",
+    "fedrca.cli.edge",
     "fedrca.cli.graph",
     "fedrca.cli.fleet",
     "fedrca.cli.whatif",

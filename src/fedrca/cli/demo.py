@@ -27,6 +27,7 @@ import pandas as pd
 
 from fedrca import __version__
 from fedrca.application.outputs import Outputs, staged_folder, write_file
+from fedrca.application.protocol_demo import through_opcua
 from fedrca.application.site import site_runtime
 from fedrca.application.training import train_site
 from fedrca.cli import privacy_notice
@@ -39,6 +40,7 @@ from fedrca.config.limits import (
     MAX_PORT,
     check_range,
 )
+from fedrca.connectors.kafka import bootstrap_of
 from fedrca.connectors.replay import Pacer
 from fedrca.connectors.simulator import SimulationSpec, TEPSimulator, cached_run, parse_disturbance
 from fedrca.contracts import Verdict
@@ -212,13 +214,28 @@ def run_demo(args: argparse.Namespace) -> int:
         raise DataError(f"{nominal_path}: no such file; --data-dir must hold tep/d00.dat (the bundled data/)")
     Outputs.plan({"--config": args.config}, folders={"--out": out}, input_folders={"--data-dir": data_dir})
     pacer_spec = args.speed
+    protocol = args.source == "opcua"
+    bootstrap, period = "", 0.0
+    if protocol:
+        if args.broker is None:
+            raise ConfigError(
+                "--source opcua goes through Kafka: give --broker kafka://HOST:PORT (a broker of your own, or "
+                "tools/kafka/broker.py start in a checkout)",
+                key="--broker",
+            )
+        bootstrap = bootstrap_of(args.broker)
+        if config.edge is None:
+            raise ConfigError("--source opcua needs the site's edge: section (config/tep.yaml has one)", key="--config")
+        check_range("--period", args.period, 0.01, 60.0, "seconds between two rows on the OPC UA server")
+        period = args.period
 
     metrics = Metrics(plants=config.plant_names)
     try:
         port = metrics.serve(args.metrics_port)
     except OSError:
         port = metrics.serve(0)  # the default port is taken (another exporter): any free one
-    _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), no broker")
+    how = f"OPC UA -> fedrca edge -> Kafka at {bootstrap}" if protocol else "no broker"
+    _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), {how}")
     privacy_notice("demo", config, now=True)
     _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
@@ -241,6 +258,7 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     files = [("d00_te.dat", None)] + [(f"d{f}_te.dat", TEP_FAULT_ROOTS[f]) for f in faults]
     results: list[FileResult] = []
+    same: list[str] = []
     for name, root in files:
         path = data_dir / name
         frame = load_frame(config, path)
@@ -248,6 +266,28 @@ def run_demo(args: argparse.Namespace) -> int:
         runtime.reset()  # each file is a new recording
         what = "nominal operation" if root is None else f"fault from sample {TEP_FAULT_ONSET}, true root {root}"
         _say(f"\n  replaying {name} ({len(frame)} samples; {what})")
+        if protocol:
+            expected = replay_frame(runtime, values, sample_seconds=TEP_SAMPLE_SECONDS)  # the files path
+            runtime.reset()
+            _say(f"  serving it over OPC UA, a row every {period:g} s ({len(frame) * period:.0f} s) ...")
+            served = through_opcua(
+                config, list(TEP_COLUMNS), frame[list(TEP_COLUMNS)].to_numpy(dtype=np.float64), bootstrap, period,
+                progress=progress_bar(f"{name} over OPC UA"),
+            )  # fmt: skip
+            identical = all(np.array_equal(values[p], served.values[p], equal_nan=True) for p in values)
+            _say(
+                f"  {served.rows_published} rows through OPC UA and fedrca edge to {served.site}.sensors.* "
+                f"({served.seconds:.0f} s, {served.late_updates} late updates); rows identical to the file: "
+                f"{'yes' if identical else 'NO'}"
+            )
+            if not identical:
+                changed = sum(int((~np.isclose(values[p], served.values[p], equal_nan=True)).sum()) for p in values)
+                raise DataError(
+                    f"{name}: {changed} values changed on the way through OPC UA and fedrca edge "
+                    f"({served.late_updates} updates came after their row closed): the machine is too busy for a "
+                    f"row every {period:g} s; give a longer --period"
+                )
+            values = served.values
         run = replay_frame(
             runtime,
             values,
@@ -257,12 +297,18 @@ def run_demo(args: argparse.Namespace) -> int:
             progress=progress_bar(name),
         )
         results.append(FileResult(name, root, run))
+        if protocol:
+            agree = [_verdict_key(a) == _verdict_key(b) for a, b in zip(expected.verdicts, run.verdicts, strict=False)]
+            n = max(len(expected.verdicts), len(run.verdicts))
+            same.append(f"{name}: {sum(agree)}/{n}")
 
     # 3. evaluation and report
     rows = [_score(r, config.plant_names, TEP_FAULT_ONSET) for r in results]
     _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
     pd.set_option("display.width", 160)
     _say(pd.DataFrame(rows).to_string(index=False))
+    if protocol:
+        _say("\nverdicts through OPC UA -> edge -> Kafka equal to the files path's: " + ", ".join(same))
     # the report appears whole (every file's page, plots and the index) or not at all
     with staged_folder(out / "report", option="--out") as stage:
         for result in results:
@@ -276,6 +322,11 @@ def run_demo(args: argparse.Namespace) -> int:
         time.sleep(args.hold)
     metrics.close()
     return 0
+
+
+def _verdict_key(v: Verdict) -> tuple[Any, ...]:
+    """What a verdict says (its id and time stamp aside): row, root cause, propagation, posterior, outcome."""
+    return (v.seq, v.root_cause, tuple(v.propagated), round(v.posterior, 9), v.outcome, v.candidates)
 
 
 #: the simulated nominal run the live demo fits on (tep-studio, mode 1; cached after the first demo)
@@ -371,8 +422,14 @@ def register(sub: Any) -> None:
     demo.add_argument("--metrics-port", type=int, default=9464, help="Prometheus port (0 = any free port)")
     demo.add_argument("--hold", type=float, default=0.0, help="keep serving /metrics this many seconds at the end")
     demo.add_argument(
-        "--source", choices=("files", "simulator"), default="files",
-        help="files: the bundled recorded files (default); simulator: a live simulated plant (needs fedrca[sim])",
+        "--source", choices=("files", "simulator", "opcua"), default="files",
+        help="files: the bundled recorded files (default); simulator: a live simulated plant (needs fedrca[sim]); "
+        "opcua: the files served from an OPC UA server, read by fedrca edge into Kafka (needs --broker)",
+    )  # fmt: skip
+    demo.add_argument("--broker", default=None, help="opcua: the Kafka broker, kafka://HOST:PORT")
+    demo.add_argument(
+        "--period", type=float, default=0.2,
+        help="opcua: seconds between two rows on the server (default 0.2; 960 rows a file take 3 minutes)",
     )  # fmt: skip
     demo.add_argument("--idv", default="4@2", metavar="N[@HOURS]", help="simulator: the disturbance (default 4@2)")
     demo.add_argument("--hours", type=float, default=8.0, help="simulator: hours of the live run (default 8)")

@@ -2,6 +2,8 @@
 
     fedrca simulate --hours 48 --seed 3 [--idv 14@8] [--mode mode1] --out run.dat
     fedrca simulate --hours 24 --seed 3 --idv 6@2 --to kafka://HOST:PORT [--speed realtime|xN|asap]
+    fedrca simulate --hours 24 --seed 3 --idv 6@2 --to opcua://HOST:PORT [--speed realtime|xN]
+                    [--imperfect dropout=0.01,bad=0.01,stuck=0.005,jitter=0.2,skew=2,restart=100]
                     [--config config/tep.yaml]
 
 The file has the layout of the recorded Braatz files (``fedrca detect`` /
@@ -11,13 +13,23 @@ sample goes, as it is simulated, to the site's sensor topics (one message per pl
 faster: a live plant for ``fedrca run`` workers to watch, with the disturbance switched
 on at the chosen hour. Needs the optional extra ``fedrca[sim]``; without it the command
 prints one line naming ``pip install 'fedrca[sim]'`` and exits 2.
+
+With ``--to opcua://HOST:PORT`` the plant is served from a real OPC UA server (asyncua's)
+listening there: the 52 columns are tags ``nsu=urn:fedrca:tep-simulator;s=XMEAS(1)`` ..
+``s=XMV(11)`` (browse path ``Objects/TEP/<column>``), each sample written with its status and
+source timestamp in the middle of the sample interval of ``fedrca edge --speed`` at the same
+speed, which reads them (``config/tep.yaml``'s ``edge:`` section; docs/connectors.md).
+``--imperfect`` injects what real servers do: dropouts, Bad quality, stuck values, jitter,
+clock skew, a server restart (:class:`fedrca.edge.opcua_server.Imperfections`).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
+from typing import Any
 
 from fedrca.application.outputs import Outputs
 from fedrca.cli.bundled import bundled_config
@@ -34,6 +46,8 @@ from fedrca.connectors.simulator import (
     simulate,
     stream_simulation,
 )
+from fedrca.datasets.tep import TEP_COLUMNS
+from fedrca.edge.opcua_server import Imperfections, TagServer, parse_opcua_address, serve_rows
 from fedrca.exceptions import ConfigError
 
 __all__ = ["register"]
@@ -91,7 +105,52 @@ def _stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_opcua(args: argparse.Namespace) -> int:
+    """``--to opcua://HOST:PORT``: the live run served from an OPC UA server."""
+    host, port = parse_opcua_address(args.to)
+    pacer = Pacer.from_spec(args.speed)
+    if pacer.speed is None:
+        raise ConfigError("an OPC UA server serves samples on a clock: give --speed realtime or xN", key="--speed")
+    imperfections = Imperfections.parse(args.imperfect)
+    spec = _spec(args)
+    simulator = TEPSimulator(spec)
+    period = spec.sample_seconds / pacer.speed
+    server = TagServer(list(TEP_COLUMNS), host=host, port=port, folder="TEP")
+    print(
+        f"simulating TEP {spec.mode} (seed {spec.seed}, {_describe(spec)}; tep-studio {simulator.version}) for "
+        f"{spec.hours:g} h = {spec.n_samples} samples, served at opc.tcp://{host}:{port} (namespace "
+        f"{server.namespace}), a sample every {period:g} s"
+        + (f"; injecting {args.imperfect}" if args.imperfect else ""),
+        flush=True,
+    )
+    progress = progress_printer("simulate") if args.progress else None
+
+    async def serve() -> Any:
+        await server.start()
+        try:
+            return await serve_rows(
+                server, simulator.rows(), period, imperfections,
+                on_row=(lambda k: progress(k + 1, spec.n_samples)) if progress else None,
+            )  # fmt: skip
+        finally:
+            await server.stop()
+
+    try:
+        served = asyncio.run(serve())
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); pick a free port", key="--to") from None
+    ended = f"; PLANT SHUT DOWN after {served.rows} samples: {simulator.shutdown}" if simulator.terminated else ""
+    print(f"served {served.rows} samples (most behind schedule {served.max_lag:.2f} s){ended}")
+    return 0
+
+
 def _simulate(args: argparse.Namespace) -> int:
+    if args.imperfect and not (args.to or "").startswith(("opcua://", "opc.tcp://")):
+        raise ConfigError("--imperfect applies to an OPC UA server: --to opcua://HOST:PORT", key="--imperfect")
+    if args.to is not None and args.to.startswith(("opcua://", "opc.tcp://")):
+        if args.out is not None:
+            raise ConfigError("give --out FILE or --to, not both", key="--out")
+        return _serve_opcua(args)
     if (args.out is None) == (args.to is None):
         raise ConfigError("give exactly one of --out FILE (write a .dat file) and --to kafka://HOST:PORT (stream)",
                           key="--out")  # fmt: skip
@@ -137,7 +196,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"controller sample time in hours (default {DESIGN_CONTROL_INTERVAL_H}, the loops' design rate)",
     )  # fmt: skip
     parser.add_argument("--out", help="output .dat file (52 whitespace-separated columns)")
-    parser.add_argument("--to", metavar="kafka://HOST:PORT", help="stream the run live to this broker's sensor topics")
+    parser.add_argument(
+        "--to", metavar="kafka://HOST:PORT|opcua://HOST:PORT",
+        help="stream the run live to this broker's sensor topics, or serve it from an OPC UA server listening here",
+    )  # fmt: skip
+    parser.add_argument(
+        "--imperfect", metavar="NAME=VALUE,...",
+        help="with --to opcua://: inject dropout, bad, stuck (rates per tag and sample), jitter, skew (s), "
+        "restart (after sample N), e.g. dropout=0.01,bad=0.01,restart=100",
+    )  # fmt: skip
     parser.add_argument(
         "--config", help="with --to: the TEP site (topics, plants; default: the bundled config/tep.yaml)"
     )

@@ -4,7 +4,8 @@
 duplicate keys, bounded aliases and nesting, UTF-8 only) and validates every
 section at once: site, dataset, plants, privacy, topics, graph, ``training``
 (:class:`TrainingSettings`), ``rca`` (:class:`RCASettings`) and ``causal``
-(:class:`CausalSettings`, ``fedrca graph``), each a frozen
+(:class:`CausalSettings`, ``fedrca graph``) and ``edge`` (:class:`EdgeSettings`, the
+plants' tags on their industrial protocols, ``fedrca edge``), each a frozen
 model on the one strict base (:mod:`fedrca.config._base`). Every error is one
 :class:`~fedrca.exceptions.ConfigError` line with the file, the key path and what
 would be valid; nothing is validated later.
@@ -13,6 +14,7 @@ This package imports nothing of fedrca but :mod:`fedrca.exceptions`.
 """
 
 from fedrca.config.causal import CausalSettings, parse_causal_settings
+from fedrca.config.edge import EdgeSettings, OpcuaSource, OpcuaTag, ResolvedTag, resolve_tags
 from fedrca.config.formats import KNOWN_COLUMNS, MIN_NOMINAL_SAMPLES, TEP_COLUMNS
 from fedrca.config.rca import GraphOptions, RCASettings, parse_rca_settings
 from fedrca.config.site import (
@@ -45,13 +47,17 @@ __all__ = [
     "CausalSettings",
     "ColumnMatch",
     "DatasetSettings",
+    "EdgeSettings",
     "GraphOptions",
     "GraphSettings",
     "KafkaSettings",
     "ModelSettings",
+    "OpcuaSource",
+    "OpcuaTag",
     "PlantConfig",
     "PrivacySettings",
     "RCASettings",
+    "ResolvedTag",
     "ScoringSettings",
     "SiteConfig",
     "SmoothingSettings",
@@ -67,4 +73,5 @@ __all__ = [
     "parse_rca_settings",
     "parse_training_settings",
     "resolve_plants",
+    "resolve_tags",
 ]

@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from fedrca.config._base import Strict, parse_inf, parse_seed, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
+from fedrca.config.edge import EdgeSettings, check_edge, parse_edge
 from fedrca.config.formats import KNOWN_COLUMNS
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
@@ -427,6 +428,7 @@ class SiteConfig(Strict):
     training: TrainingSettings = TrainingSettings()
     rca: RCASettings = RCASettings()
     causal: CausalSettings = CausalSettings()
+    edge: EdgeSettings | None = Field(None, description="fedrca edge: the plants' tags on their protocols")
     source: str | None = Field(None, exclude=True)
 
     @property
@@ -586,6 +588,8 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     for section in ("training", "rca", "causal"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"
+    if "edge" in data:
+        data["edge"] = parse_edge(data["edge"], source)
     try:
         config = SiteConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
@@ -595,6 +599,8 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     known = config.dataset.known_columns()
     if known is not None and not config.resolved:
         config = resolve_plants(config, known)
+    if config.edge is not None:
+        check_edge(config.edge, {p.name: p.sensors if p.resolved else None for p in config.plants}, config.site, source)
     return config
 
 

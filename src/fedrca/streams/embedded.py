@@ -138,9 +138,12 @@ def replay_chunks(
     return out
 
 
-def progress_bar(label: str, stream: TextIO = sys.stderr, width: int = 30) -> Callable[[int, int], None]:
-    """A one-line progress display (carriage-return updated when ``stream`` is a terminal)."""
-    interactive = stream.isatty()
+def progress_bar(label: str, stream: TextIO | None = None, width: int = 30) -> Callable[[int, int], None]:
+    """A one-line progress display on ``stream`` (default: the standard error stream at the call, not at
+    import: ``tests/connectors/test_simulator.py`` runs the demo with the test's captured stream), carriage-return
+    updated when it is a terminal."""
+    out = sys.stderr if stream is None else stream
+    interactive = out.isatty()
     shown = [-1]
 
     def show(done: int, total: int) -> None:
@@ -150,7 +153,7 @@ def progress_bar(label: str, stream: TextIO = sys.stderr, width: int = 30) -> Ca
         shown[0] = percent
         filled = int(width * done / max(total, 1))
         end = "\n" if done >= total or not interactive else ""
-        stream.write(f"\r  {label:<14} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}{end}")
-        stream.flush()
+        out.write(f"\r  {label:<14} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}{end}")
+        out.flush()
 
     return show
