@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fedrca import __version__
-from fedrca.application.outputs import Outputs, staged_folder, write_file
+from fedrca.application.outputs import Outputs, write_file
 from fedrca.application.protocol_demo import through_opcua
 from fedrca.application.site import site_runtime
 from fedrca.application.training import train_site
@@ -212,7 +212,8 @@ def run_demo(args: argparse.Namespace) -> int:
     nominal_path = data_dir / "d00.dat"
     if not nominal_path.is_file():
         raise DataError(f"{nominal_path}: no such file; --data-dir must hold tep/d00.dat (the bundled data/)")
-    Outputs.plan({"--config": args.config}, folders={"--out": out}, input_folders={"--data-dir": data_dir})
+    # every output is planned before the work, and appears at the end or not at all (params and report)
+    plan = Outputs.plan({"--config": args.config}, folders={"--out": out}, input_folders={"--data-dir": data_dir})
     pacer_spec = args.speed
     protocol = args.source == "opcua"
     bootstrap, period = "", 0.0
@@ -239,81 +240,87 @@ def run_demo(args: argparse.Namespace) -> int:
     privacy_notice("demo", config, now=True)
     _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
-    # 1. federated training (clients and server in process; only noised states and gradients move)
-    _say(f"\n1/3 federated training on {nominal_path} ...")
-    nominal = load_frame(config, nominal_path)
-    with contextlib.redirect_stderr(io.StringIO()):
-        trained = train_site(config, nominal, out / "params", resume=False, progress=None, source=str(nominal_path))
-    table = trained.table()
-    _say(table[["plant", "states", "client loss before", "client loss after", "epsilon"]].to_string(index=False))
-    version = next(iter(trained.artifacts.values())).version if trained.artifacts else "proprietary"
-    _say(f"  artifacts {version} in {out / 'params'} ({trained.seconds:.1f} s)")
-
-    # 2. the live pipeline on the embedded default
-    _say("\n2/3 plant processors + RCA stream (embedded; same cores as the Kafka workers)")
-    runtime = site_runtime(config, nominal_path, params_dir=out / "params", metrics=metrics)
-    _say(
-        f"  parameters {runtime.plants.processors[config.plant_names[0]].model_version}, graph "
-        f"{runtime.rca.engine.graph.source}, flag epsilon {config.privacy.flag_epsilon}, replay speed {pacer_spec}"
-    )
-    files = [("d00_te.dat", None)] + [(f"d{f}_te.dat", TEP_FAULT_ROOTS[f]) for f in faults]
-    results: list[FileResult] = []
-    same: list[str] = []
-    for name, root in files:
-        path = data_dir / name
-        frame = load_frame(config, path)
-        values = {p: d.Y for p, d in plant_frames(config, frame, str(path)).items()}
-        runtime.reset()  # each file is a new recording
-        what = "nominal operation" if root is None else f"fault from sample {TEP_FAULT_ONSET}, true root {root}"
-        _say(f"\n  replaying {name} ({len(frame)} samples; {what})")
-        if protocol:
-            expected = replay_frame(runtime, values, sample_seconds=TEP_SAMPLE_SECONDS)  # the files path
-            runtime.reset()
-            _say(f"  serving it over OPC UA, a row every {period:g} s ({len(frame) * period:.0f} s) ...")
-            served = through_opcua(
-                config, list(TEP_COLUMNS), frame[list(TEP_COLUMNS)].to_numpy(dtype=np.float64), bootstrap, period,
-                progress=progress_bar(f"{name} over OPC UA"),
-            )  # fmt: skip
-            identical = all(np.array_equal(values[p], served.values[p], equal_nan=True) for p in values)
-            _say(
-                f"  {served.rows_published} rows through OPC UA and fedrca edge to {served.site}.sensors.* "
-                f"({served.seconds:.0f} s, {served.late_updates} late updates); rows identical to the file: "
-                f"{'yes' if identical else 'NO'}"
+    with plan, plan.folder("--out") as stage:
+        # 1. federated training (clients and server in process; only noised states and gradients move)
+        _say(f"\n1/3 federated training on {nominal_path} ...")
+        nominal = load_frame(config, nominal_path)
+        with contextlib.redirect_stderr(io.StringIO()):
+            trained = train_site(
+                config, nominal, stage / "params", resume=False, progress=None, source=str(nominal_path)
             )
-            if not identical:
-                changed = sum(int((~np.isclose(values[p], served.values[p], equal_nan=True)).sum()) for p in values)
-                raise DataError(
-                    f"{name}: {changed} values changed on the way through OPC UA and fedrca edge "
-                    f"({served.late_updates} updates came after their row closed): the machine is too busy for a "
-                    f"row every {period:g} s; give a longer --period"
-                )
-            values = served.values
-        run = replay_frame(
-            runtime,
-            values,
-            sample_seconds=TEP_SAMPLE_SECONDS,
-            pacer=Pacer.from_spec(pacer_spec),
-            on_verdict=_verdict_printer(name.removesuffix("_te.dat")),
-            progress=progress_bar(name),
-        )
-        results.append(FileResult(name, root, run))
-        if protocol:
-            agree = [_verdict_key(a) == _verdict_key(b) for a, b in zip(expected.verdicts, run.verdicts, strict=False)]
-            n = max(len(expected.verdicts), len(run.verdicts))
-            same.append(f"{name}: {sum(agree)}/{n}")
+        table = trained.table()
+        _say(table[["plant", "states", "client loss before", "client loss after", "epsilon"]].to_string(index=False))
+        version = next(iter(trained.artifacts.values())).version if trained.artifacts else "proprietary"
+        _say(f"  artifacts {version} in {out / 'params'} ({trained.seconds:.1f} s)")
 
-    # 3. evaluation and report
-    rows = [_score(r, config.plant_names, TEP_FAULT_ONSET) for r in results]
-    _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
-    pd.set_option("display.width", 160)
-    _say(pd.DataFrame(rows).to_string(index=False))
-    if protocol:
-        _say("\nverdicts through OPC UA -> edge -> Kafka equal to the files path's: " + ", ".join(same))
-    # the report appears whole (every file's page, plots and the index) or not at all
-    with staged_folder(out / "report", option="--out") as stage:
+        # 2. the live pipeline on the embedded default
+        _say("\n2/3 plant processors + RCA stream (embedded; same cores as the Kafka workers)")
+        runtime = site_runtime(config, nominal_path, params_dir=stage / "params", metrics=metrics)
+        _say(
+            f"  parameters {runtime.plants.processors[config.plant_names[0]].model_version}, graph "
+            f"{runtime.rca.engine.graph.source}, flag epsilon {config.privacy.flag_epsilon}, replay speed {pacer_spec}"
+        )
+        files = [("d00_te.dat", None)] + [(f"d{f}_te.dat", TEP_FAULT_ROOTS[f]) for f in faults]
+        results: list[FileResult] = []
+        same: list[str] = []
+        for name, root in files:
+            path = data_dir / name
+            frame = load_frame(config, path)
+            values = {p: d.Y for p, d in plant_frames(config, frame, str(path)).items()}
+            runtime.reset()  # each file is a new recording
+            what = "nominal operation" if root is None else f"fault from sample {TEP_FAULT_ONSET}, true root {root}"
+            _say(f"\n  replaying {name} ({len(frame)} samples; {what})")
+            if protocol:
+                expected = replay_frame(runtime, values, sample_seconds=TEP_SAMPLE_SECONDS)  # the files path
+                runtime.reset()
+                _say(f"  serving it over OPC UA, a row every {period:g} s ({len(frame) * period:.0f} s) ...")
+                served = through_opcua(
+                    config, list(TEP_COLUMNS), frame[list(TEP_COLUMNS)].to_numpy(dtype=np.float64), bootstrap, period,
+                    progress=progress_bar(f"{name} over OPC UA"),
+                )  # fmt: skip
+                identical = all(np.array_equal(values[p], served.values[p], equal_nan=True) for p in values)
+                _say(
+                    f"  {served.rows_published} rows through OPC UA and fedrca edge to {served.site}.sensors.* "
+                    f"({served.seconds:.0f} s, {served.late_updates} late updates); rows identical to the file: "
+                    f"{'yes' if identical else 'NO'}"
+                )
+                if not identical:
+                    changed = sum(int((~np.isclose(values[p], served.values[p], equal_nan=True)).sum()) for p in values)
+                    raise DataError(
+                        f"{name}: {changed} values changed on the way through OPC UA and fedrca edge "
+                        f"({served.late_updates} updates came after their row closed): the machine is too busy for a "
+                        f"row every {period:g} s; give a longer --period"
+                    )
+                values = served.values
+            run = replay_frame(
+                runtime,
+                values,
+                sample_seconds=TEP_SAMPLE_SECONDS,
+                pacer=Pacer.from_spec(pacer_spec),
+                on_verdict=_verdict_printer(name.removesuffix("_te.dat")),
+                progress=progress_bar(name),
+            )
+            results.append(FileResult(name, root, run))
+            if protocol:
+                agree = [
+                    _verdict_key(a) == _verdict_key(b) for a, b in zip(expected.verdicts, run.verdicts, strict=False)
+                ]
+                n = max(len(expected.verdicts), len(run.verdicts))
+                same.append(f"{name}: {sum(agree)}/{n}")
+
+        # 3. evaluation and report
+        rows = [_score(r, config.plant_names, TEP_FAULT_ONSET) for r in results]
+        _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
+        pd.set_option("display.width", 160)
+        _say(pd.DataFrame(rows).to_string(index=False))
+        if protocol:
+            _say("\nverdicts through OPC UA -> edge -> Kafka equal to the files path's: " + ", ".join(same))
+        # the report appears whole (every file's page, plots and the index) or not at all, with the params
+        report = stage / "report"
+        report.mkdir()
         for result in results:
-            _report(stage, result, runtime, TEP_FAULT_ONSET)
-        _index(stage, rows)
+            _report(report, result, runtime, TEP_FAULT_ONSET)
+        _index(report, rows)
     index = out / "report" / "index.html"
     dead = sum(len(r.run.deadletters) for r in results)
     _say(f"\nreport: {index}   dead letters: {dead}   done in {time.perf_counter() - started:.1f} s")
@@ -354,6 +361,8 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
         )
     root = TEP_FAULT_ROOTS.get(f"{disturbance.idv:02d}")
     out = Path(args.out)
+    # every output is planned before the work (the run cache checks its own folder before it simulates)
+    plan = Outputs.plan({"--config": args.config}, folders={"--out": out})
     metrics = Metrics(plants=config.plant_names)
     try:
         port = metrics.serve(args.metrics_port)
@@ -363,45 +372,49 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     privacy_notice("demo", config, now=True)
     _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
-    _say(f"\n1/3 nominal data: {NOMINAL_HOURS:g} h of the simulated plant (seed {NOMINAL_SEED}; cached once run)")
-    nominal = cached_run(SimulationSpec(hours=NOMINAL_HOURS, seed=NOMINAL_SEED))
-    assert nominal is not None
-    with contextlib.redirect_stderr(io.StringIO()):
-        trained = train_site(config, nominal.frame, out / "params", resume=False, progress=None, source="simulated")
-    _say(f"  federated training: {len(trained.artifacts)} artifacts in {out / 'params'} ({trained.seconds:.1f} s)")
+    with plan, plan.folder("--out") as stage:
+        _say(f"\n1/3 nominal data: {NOMINAL_HOURS:g} h of the simulated plant (seed {NOMINAL_SEED}; cached once run)")
+        nominal = cached_run(SimulationSpec(hours=NOMINAL_HOURS, seed=NOMINAL_SEED), rebuild=args.rebuild_cache,
+                         fix="rerun the demo with --rebuild-cache")  # fmt: skip
+        assert nominal is not None
+        with contextlib.redirect_stderr(io.StringIO()):
+            trained = train_site(
+                config, nominal.frame, stage / "params", resume=False, progress=None, source="simulated"
+            )
+        _say(f"  federated training: {len(trained.artifacts)} artifacts in {out / 'params'} ({trained.seconds:.1f} s)")
 
-    what = f"IDV {disturbance.idv} from {disturbance.onset_h:g} h (sample {onset})"
-    _say(f"\n2/3 the live plant: {args.hours:g} h, seed {args.seed}, {what}, true root {root or '?'}; {args.speed}")
-    runtime = site_runtime(config, nominal.frame, params_dir=out / "params", metrics=metrics)
-    simulator = TEPSimulator(spec)
-    position = {c: i for i, c in enumerate(TEP_COLUMNS)}
-    index = {p.name: [position[c] for c in p.sensors] for p in config.plants}
+        what = f"IDV {disturbance.idv} from {disturbance.onset_h:g} h (sample {onset})"
+        _say(f"\n2/3 the live plant: {args.hours:g} h, seed {args.seed}, {what}, true root {root or '?'}; {args.speed}")
+        runtime = site_runtime(config, nominal.frame, params_dir=stage / "params", metrics=metrics)
+        simulator = TEPSimulator(spec)
+        position = {c: i for i, c in enumerate(TEP_COLUMNS)}
+        index = {p.name: [position[c] for c in p.sensors] for p in config.plants}
 
-    def live() -> Any:
-        for k, row in simulator.rows():
-            yield k, {p: row[cols][None, :] for p, cols in index.items()}
+        def live() -> Any:
+            for k, row in simulator.rows():
+                yield k, {p: row[cols][None, :] for p, cols in index.items()}
 
-    name = f"simulated IDV {disturbance.idv}"
-    run = replay_chunks(
-        runtime,
-        live(),
-        total=spec.n_samples,
-        sample_seconds=spec.sample_seconds,
-        start_ts=spec.sample_seconds,
-        pacer=Pacer.from_spec(args.speed),
-        on_verdict=_verdict_printer(name),
-        progress=progress_bar(name),
-    )
-    if simulator.terminated:
-        _say(f"  the plant shut down after {run.rows} samples: {simulator.shutdown}")
+        name = f"simulated IDV {disturbance.idv}"
+        run = replay_chunks(
+            runtime,
+            live(),
+            total=spec.n_samples,
+            sample_seconds=spec.sample_seconds,
+            start_ts=spec.sample_seconds,
+            pacer=Pacer.from_spec(args.speed),
+            on_verdict=_verdict_printer(name),
+            progress=progress_bar(name),
+        )
+        if simulator.terminated:
+            _say(f"  the plant shut down after {run.rows} samples: {simulator.shutdown}")
 
-    _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
-    pd.set_option("display.width", 160)
-    result = FileResult(name, root, run)
-    _say(pd.DataFrame([_score(result, config.plant_names, onset)]).to_string(index=False))
+        _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
+        pd.set_option("display.width", 160)
+        result = FileResult(name, root, run)
+        _say(pd.DataFrame([_score(result, config.plant_names, onset)]).to_string(index=False))
+        (stage / "report").mkdir()
+        _report(stage / "report", result, runtime, onset)
     report = out / "report"
-    report.mkdir(parents=True, exist_ok=True)
-    _report(report, result, runtime, onset)
     _say(f"\nreport: {report}   dead letters: {len(run.deadletters)}   done in {time.perf_counter() - started:.1f} s")
     metrics.close()
     return 0
@@ -432,6 +445,11 @@ def register(sub: Any) -> None:
         help="opcua: seconds between two rows on the server (default 0.2; 960 rows a file take 3 minutes)",
     )  # fmt: skip
     demo.add_argument("--idv", default="4@2", metavar="N[@HOURS]", help="simulator: the disturbance (default 4@2)")
+    demo.add_argument(
+        "--rebuild-cache",
+        action="store_true",
+        help="simulator: simulate the nominal run again and replace it in the run cache ($FEDRCA_CACHE)",
+    )
     demo.add_argument("--hours", type=float, default=8.0, help="simulator: hours of the live run (default 8)")
     demo.add_argument("--seed", type=int, default=7, help="simulator: the live run's seed (default 7)")
     demo.set_defaults(func=run_demo)
