@@ -51,6 +51,7 @@ __all__ = [
     "TMP_PREFIX",
     "Outputs",
     "cannot_write",
+    "lock_path",
     "make_parents",
     "remove_created",
     "staged_folder",
@@ -380,9 +381,7 @@ class Outputs:
         end), removed with the lock; a command that dies leaves no lock held.
         """
         for option, target in self.folders.items():
-            real = os.path.realpath(target)
-            anchor = _existing_ancestor(Path(real).parent)
-            path = anchor / f"{TMP_PREFIX}lock-{hashlib.sha1(real.encode()).hexdigest()[:16]}"
+            path = lock_path(target)
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             except OSError as exc:
@@ -418,6 +417,13 @@ class Outputs:
             self.commit()
         else:
             self.discard()
+
+
+def lock_path(folder: str | Path) -> Path:
+    """The hidden lock file of a folder output: beside it, in its nearest existing ancestor (named by its real path)."""
+    real = os.path.realpath(folder)
+    anchor = _existing_ancestor(Path(real).parent)
+    return anchor / f"{TMP_PREFIX}lock-{hashlib.sha1(real.encode()).hexdigest()[:16]}"
 
 
 def make_parents(directory: Path) -> list[Path]:

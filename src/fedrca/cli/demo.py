@@ -30,7 +30,6 @@ from fedrca.application.outputs import Outputs, write_file
 from fedrca.application.protocol_demo import through_opcua
 from fedrca.application.site import site_runtime
 from fedrca.application.training import train_site
-from fedrca.cli import privacy_notice
 from fedrca.cli.bundled import bundled_config, bundled_data_dir
 from fedrca.cli.report import write_report
 from fedrca.config import load_config
@@ -237,7 +236,8 @@ def run_demo(args: argparse.Namespace) -> int:
         port = metrics.serve(0)  # the default port is taken (another exporter): any free one
     how = f"OPC UA -> fedrca edge -> Kafka at {bootstrap}" if protocol else "no broker"
     _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), {how}")
-    privacy_notice("demo", config, now=True)
+    if (off := config.privacy_off()) is not None:
+        _say(f"  privacy: {off}")
     _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
     with plan, plan.folder("--out") as stage:
@@ -369,7 +369,8 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     except OSError:
         port = metrics.serve(0)  # the port is taken (another exporter): any free one, as with --source files
     _say(f"fedrca {__version__} demo on a live simulated TEP plant: {len(config.plants)} plants, no broker")
-    privacy_notice("demo", config, now=True)
+    if (off := config.privacy_off()) is not None:
+        _say(f"  privacy: {off}")
     _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
     with plan, plan.folder("--out") as stage:
