@@ -69,20 +69,24 @@ def _save_party(path: Path, party: PartyState) -> None:
 
 
 def _load_party(path: Path) -> PartyState:
-    """A party's checkpointed arrays and metadata, read within the bounds of an artifact (read_npz, parse_json)."""
-    arrays = read_npz(path.with_suffix(".npz"))
+    """A party's checkpointed arrays and metadata, read within the bounds of an artifact (read_npz, parse_json);
+    ValueError when they are not (the caller's "unreadable checkpoint")."""
+    try:
+        arrays = read_npz(path.with_suffix(".npz"))
+    except ArtifactError as exc:
+        raise ValueError(str(exc)) from None
     return arrays, _json_file(path.with_suffix(".json"))
 
 
 def _json_file(path: Path) -> Any:
     kind = special_file(path)
     if kind is not None:
-        raise ArtifactError(f"{path} is a {kind}, not a regular file")
+        raise ValueError(f"{path} is a {kind}, not a regular file")
     try:
         return parse_json(path.read_bytes()[: MAX_MANIFEST_BYTES + 1], path.name, max_depth=16,
                           max_bytes=MAX_MANIFEST_BYTES)  # fmt: skip
     except MessageError as exc:
-        raise ArtifactError(f"{path}: {exc.detail}") from None
+        raise ValueError(f"{path}: {exc.detail}") from None
 
 
 def _checkpoint_digest(meta: Mapping[str, Any], parties: Mapping[str, PartyState]) -> str:
@@ -186,7 +190,6 @@ def load_checkpoint(job: FederatedTraining, directory: Path) -> int | None:
         AttributeError,
         zipfile.BadZipFile,
         EOFError,
-        ArtifactError,
     ) as exc:
         raise ArtifactError(f"{directory}: unreadable checkpoint ({exc}); rerun with --fresh") from None
     try:

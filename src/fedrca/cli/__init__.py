@@ -29,7 +29,16 @@ from fedrca.exceptions import FedrcaError
 if TYPE_CHECKING:
     from fedrca.config import SiteConfig
 
-__all__ = ["BROKEN_PIPE", "COMMAND_MODULES", "MAX_ERROR_LINE", "build_parser", "error_line", "main", "privacy_notice"]
+__all__ = [
+    "BROKEN_PIPE",
+    "COMMAND_MODULES",
+    "MAX_ERROR_LINE",
+    "TERMINATED",
+    "build_parser",
+    "error_line",
+    "main",
+    "privacy_notice",
+]
 
 #: Exit code of a command ended by SIGTERM (128 + 15), after its cleanup.
 TERMINATED = 143

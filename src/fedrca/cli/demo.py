@@ -213,34 +213,37 @@ def run_demo(args: argparse.Namespace) -> int:
         raise DataError(f"{nominal_path}: no such file; --data-dir must hold tep/d00.dat (the bundled data/)")
     # every output is planned before the work, and appears at the end or not at all (params and report)
     plan = Outputs.plan({"--config": args.config}, folders={"--out": out}, input_folders={"--data-dir": data_dir})
-    pacer_spec = args.speed
-    protocol = args.source == "opcua"
-    bootstrap, period = "", 0.0
-    if protocol:
-        if args.broker is None:
-            raise ConfigError(
-                "--source opcua goes through Kafka: give --broker kafka://HOST:PORT (a broker of your own, or "
-                "tools/kafka/broker.py start in a checkout)",
-                key="--broker",
-            )
-        bootstrap = bootstrap_of(args.broker)
-        if config.edge is None:
-            raise ConfigError("--source opcua needs the site's edge: section (config/tep.yaml has one)", key="--config")
-        check_range("--period", args.period, 0.01, 60.0, "seconds between two rows on the OPC UA server")
-        period = args.period
+    with plan, plan.folder("--out") as stage, contextlib.ExitStack() as on_error:
+        pacer_spec = args.speed
+        protocol = args.source == "opcua"
+        bootstrap, period = "", 0.0
+        if protocol:
+            if args.broker is None:
+                raise ConfigError(
+                    "--source opcua goes through Kafka: give --broker kafka://HOST:PORT (a broker of your own, or "
+                    "tools/kafka/broker.py start in a checkout)",
+                    key="--broker",
+                )
+            bootstrap = bootstrap_of(args.broker)
+            if config.edge is None:
+                raise ConfigError(
+                    "--source opcua needs the site's edge: section (config/tep.yaml has one)", key="--config"
+                )
+            check_range("--period", args.period, 0.01, 60.0, "seconds between two rows on the OPC UA server")
+            period = args.period
 
-    metrics = Metrics(plants=config.plant_names)
-    try:
-        port = metrics.serve(args.metrics_port)
-    except OSError:
-        port = metrics.serve(0)  # the default port is taken (another exporter): any free one
-    how = f"OPC UA -> fedrca edge -> Kafka at {bootstrap}" if protocol else "no broker"
-    _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), {how}")
-    if (off := config.privacy_off()) is not None:
-        _say(f"  privacy: {off}")
-    _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
+        metrics = Metrics(plants=config.plant_names)
+        on_error.callback(metrics.close)  # a failed demo stops serving /metrics (one that ends well: after --hold)
+        try:
+            port = metrics.serve(args.metrics_port)
+        except OSError:
+            port = metrics.serve(0)  # the default port is taken (another exporter): any free one
+        how = f"OPC UA -> fedrca edge -> Kafka at {bootstrap}" if protocol else "no broker"
+        _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), {how}")
+        if (off := config.privacy_off()) is not None:
+            _say(f"  privacy: {off}")
+        _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
-    with plan, plan.folder("--out") as stage:
         # 1. federated training (clients and server in process; only noised states and gradients move)
         _say(f"\n1/3 federated training on {nominal_path} ...")
         nominal = load_frame(config, nominal_path)
@@ -321,6 +324,7 @@ def run_demo(args: argparse.Namespace) -> int:
         for result in results:
             _report(report, result, runtime, TEP_FAULT_ONSET)
         _index(report, rows)
+        on_error.pop_all()
     index = out / "report" / "index.html"
     dead = sum(len(r.run.deadletters) for r in results)
     _say(f"\nreport: {index}   dead letters: {dead}   done in {time.perf_counter() - started:.1f} s")
@@ -363,17 +367,18 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     # every output is planned before the work (the run cache checks its own folder before it simulates)
     plan = Outputs.plan({"--config": args.config}, folders={"--out": out})
-    metrics = Metrics(plants=config.plant_names)
-    try:
-        port = metrics.serve(args.metrics_port)
-    except OSError:
-        port = metrics.serve(0)  # the port is taken (another exporter): any free one, as with --source files
-    _say(f"fedrca {__version__} demo on a live simulated TEP plant: {len(config.plants)} plants, no broker")
-    if (off := config.privacy_off()) is not None:
-        _say(f"  privacy: {off}")
-    _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
+    with plan, plan.folder("--out") as stage, contextlib.ExitStack() as on_error:
+        metrics = Metrics(plants=config.plant_names)
+        on_error.callback(metrics.close)  # a failed demo stops serving /metrics (one that ends well: after --hold)
+        try:
+            port = metrics.serve(args.metrics_port)
+        except OSError:
+            port = metrics.serve(0)  # the port is taken (another exporter): any free one, as with --source files
+        _say(f"fedrca {__version__} demo on a live simulated TEP plant: {len(config.plants)} plants, no broker")
+        if (off := config.privacy_off()) is not None:
+            _say(f"  privacy: {off}")
+        _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
-    with plan, plan.folder("--out") as stage:
         _say(f"\n1/3 nominal data: {NOMINAL_HOURS:g} h of the simulated plant (seed {NOMINAL_SEED}; cached once run)")
         nominal = cached_run(SimulationSpec(hours=NOMINAL_HOURS, seed=NOMINAL_SEED), rebuild=args.rebuild_cache,
                          fix="rerun the demo with --rebuild-cache")  # fmt: skip
@@ -415,6 +420,7 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
         _say(pd.DataFrame([_score(result, config.plant_names, onset)]).to_string(index=False))
         (stage / "report").mkdir()
         _report(stage / "report", result, runtime, onset)
+        on_error.pop_all()
     report = out / "report"
     _say(f"\nreport: {report}   dead letters: {len(run.deadletters)}   done in {time.perf_counter() - started:.1f} s")
     metrics.close()

@@ -63,7 +63,7 @@ def short(value: Any, limit: int = 60) -> str:
     Examples
     --------
     >>> short("x" * 1000)
-    "'xxxxxxxxxxxxxxxxxxxxxxxxxxx ... xxxxxxxxxxxxxxxxxxxxxxxxxxx'"
+    "'xxxxxxxxxxxxxxxxxxxxxxxxxx ... xxxxxxxxxxxxxxxxxxxxxxxxxx'"
     >>> short([1, 2]), short({"a": [1]})
     ('[1, 2]', "{'a': [1]}")
     """
