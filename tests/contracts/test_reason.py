@@ -14,10 +14,10 @@ from fedrca.contracts.reason import (
     MAX_CANDIDATES,
     MAX_CHANGE_CHARS,
     MAX_LINK_CHARS,
-    MAX_NAME_CHARS,
     MAX_PROPAGATED,
     MAX_REASON_PLANTS,
     MAX_VERDICT_BYTES,
+    MAX_VERDICT_NAME_CHARS,
     PLANT_STATES,
 )
 from fedrca.exceptions import MessageError
@@ -76,7 +76,7 @@ def test_an_infinite_margin_travels_as_null():
         ({"propagated": tuple(f"p{i}" for i in range(MAX_PROPAGATED + 1))}, "propagated"),
         ({"level": 0.0}, "level"),
         ({"level": True}, "level"),
-        ({"calibration": "x" * (MAX_NAME_CHARS + 1)}, "calibration"),
+        ({"calibration": "x" * (MAX_VERDICT_NAME_CHARS + 1)}, "calibration"),
     ],
 )
 def test_candidates_out_of_contract_are_refused(change, match):
@@ -137,7 +137,7 @@ def test_an_oversized_verdict_record_is_refused_before_parsing():
 
 def test_the_largest_verdict_fits_its_bound():
     """Every bounded field at its largest, the longest names: the encoded verdict stays within MAX_VERDICT_BYTES."""
-    name = "n" * MAX_NAME_CHARS
+    name = "n" * MAX_VERDICT_NAME_CHARS
     names = [name[:-2] + f"{i:02d}" for i in range(MAX_PROPAGATED)]
     plants = tuple(
         PlantReason(names[i], 10**12, 0.33, (1, 0), "propagated", "imperfect_training", "l" * MAX_LINK_CHARS)

@@ -59,4 +59,5 @@ def test_a_sensor_event_names_its_plant_never_a_root_and_has_its_own_id():
         dict(root_cause=None, outcome="root_cause", sensor_plants=("reactor",)),
     ):
         with pytest.raises(MessageError, match="sensor event"):
-            Verdict("tep", 30.0, 10, bad["root_cause"], (), 1.0, (4, 10), bad["outcome"], sensor_plants=bad["sensor_plants"])
+            root, outcome = bad["root_cause"], bad["outcome"]
+            Verdict("tep", 30.0, 10, root, (), 1.0, (4, 10), outcome, sensor_plants=bad["sensor_plants"])

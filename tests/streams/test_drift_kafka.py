@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, site_config
 
 from fedrca.config import load_config
 from fedrca.connectors.kafka import ensure_site_topics, read_topic
 from fedrca.datasets.loader import load_frame
 from tests.kafka_broker import unique_name, wait_until
 from tests.streams.test_kafka_pipeline import _replay
-from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, site_config
 
 # a minute of an idle machine's time: make exhaustive; tests/streams/test_drift_agent.py is its fast twin in make test
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.exhaustive]

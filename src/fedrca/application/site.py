@@ -25,7 +25,7 @@ from fedrca.application.fleet.store import load_calibration, load_fleet_model
 from fedrca.application.params import load_params
 from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict
-from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames
+from fedrca.datasets.loader import PlantData, check_nominal_plant, check_warmup, load_frame, plant_frames
 from fedrca.detectors.factory import build_detector as build_plant_detector
 from fedrca.detectors.factory import fit_detectors, fit_health, frame_segments
 from fedrca.detectors.health import HealthResult, SensorHealth
@@ -310,6 +310,8 @@ def run_pipeline(
     frame = load_frame(config, data) if isinstance(data, str | Path) else data
     arrays = _as_plant_data(config, frame, source)
     if reset:
+        rows = len(next(iter(arrays.values())).Y) if arrays else 0
+        check_warmup(config, rows, f"the {rows:,} rows of {source}")
         for det in site.detectors.values():
             det.reset()
         for health in site.health.values():

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from fedrca import __version__
-from fedrca.application.outputs import Outputs, staged_folder, write_file
+from fedrca.application.outputs import Outputs, write_file
 from fedrca.application.protocol_demo import through_mqtt, through_opcua
 from fedrca.application.site import site_runtime
 from fedrca.application.training import train_site
@@ -47,7 +47,7 @@ from fedrca.connectors.kafka import bootstrap_of
 from fedrca.connectors.replay import Pacer
 from fedrca.connectors.simulator import SimulationSpec, TEPSimulator, cached_run, parse_disturbance
 from fedrca.contracts import SENSOR_FAULT, Verdict
-from fedrca.datasets.loader import load_frame, plant_frames
+from fedrca.datasets.loader import check_warmup, load_frame, plant_frames
 from fedrca.datasets.sensor_faults import inject_sensor_fault, parse_sensor_fault
 from fedrca.datasets.tep import TEP_COLUMNS, TEP_FAULT_ONSET, TEP_FAULT_ROOTS, TEP_SAMPLE_SECONDS
 from fedrca.exceptions import ConfigError, DataError
@@ -328,128 +328,144 @@ def run_demo(args: argparse.Namespace) -> int:
     nominal_path = data_dir / "d00.dat"
     if not nominal_path.is_file():
         raise DataError(f"{nominal_path}: no such file; --data-dir must hold tep/d00.dat (the bundled data/)")
-    Outputs.plan({"--config": args.config}, folders={"--out": out}, input_folders={"--data-dir": data_dir})
-    pacer_spec = args.speed
-    protocol = args.source in ("opcua", "mqtt")
-    bootstrap, period = "", 0.0
-    if args.source != "mqtt" and (args.mqtt is not None or args.sparkplug):
-        raise ConfigError("--mqtt and --sparkplug apply to --source mqtt", key="--mqtt" if args.mqtt else "--sparkplug")
-    if protocol:
-        if args.broker is None:
+    # every output is planned before the work, and appears at the end or not at all (params and report)
+    plan = Outputs.plan({"--config": args.config}, folders={"--out": out}, input_folders={"--data-dir": data_dir})
+    with plan, plan.folder("--out") as stage, contextlib.ExitStack() as on_error:
+        pacer_spec = args.speed
+        protocol = args.source in ("opcua", "mqtt")
+        bootstrap, period = "", 0.0
+        if args.source != "mqtt" and (args.mqtt is not None or args.sparkplug):
             raise ConfigError(
-                f"--source {args.source} goes through Kafka: give --broker kafka://HOST:PORT (a broker of your own, "
-                "or tools/kafka/broker.py start in a checkout)",
-                key="--broker",
+                "--mqtt and --sparkplug apply to --source mqtt", key="--mqtt" if args.mqtt else "--sparkplug"
             )
-        bootstrap = bootstrap_of(args.broker)
-        if args.source == "opcua" and config.edge is None:
-            raise ConfigError("--source opcua needs the site's edge: section (config/tep.yaml has one)", key="--config")
-        if args.source == "mqtt" and (args.mqtt is None or not re.match(r"^mqtt://[^/\s:]+:\d{1,5}/?$", args.mqtt)):
-            raise ConfigError(
-                "--source mqtt publishes to an MQTT broker: give --mqtt mqtt://HOST:PORT (a broker of your own, or "
-                "tools/mosquitto.py start in a checkout)",
-                key="--mqtt",
-            )
-        check_range("--period", args.period, 0.01, 60.0, f"seconds between two rows on the {args.source} server")
-        period = args.period
-
-    metrics = Metrics(plants=config.plant_names)
-    try:
-        port = metrics.serve(args.metrics_port)
-    except OSError:
-        port = metrics.serve(0)  # the default port is taken (another exporter): any free one
-    path_of = {"opcua": "OPC UA", "mqtt": f"MQTT{' Sparkplug B' if args.sparkplug else ''} at {args.mqtt}"}
-    how = f"{path_of[args.source]} -> fedrca edge -> Kafka at {bootstrap}" if protocol else "no broker"
-    _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), {how}")
-    _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
-
-    # 1. federated training (clients and server in process; only noised states and gradients move)
-    _say(f"\n1/3 federated training on {nominal_path} ...")
-    nominal = load_frame(config, nominal_path)
-    with contextlib.redirect_stderr(io.StringIO()):
-        trained = train_site(config, nominal, out / "params", resume=False, progress=None, source=str(nominal_path))
-    table = trained.table()
-    _say(table[["plant", "states", "client loss before", "client loss after", "epsilon"]].to_string(index=False))
-    version = next(iter(trained.artifacts.values())).version if trained.artifacts else "proprietary"
-    _say(f"  artifacts {version} in {out / 'params'} ({trained.seconds:.1f} s)")
-
-    # 2. the live pipeline on the embedded default
-    _say("\n2/3 plant processors + RCA stream (embedded; same cores as the Kafka workers)")
-    runtime = site_runtime(config, nominal_path, params_dir=out / "params", metrics=metrics)
-    _say(
-        f"  parameters {runtime.plants.processors[config.plant_names[0]].model_version}, graph "
-        f"{runtime.rca.engine.graph.source}, flag epsilon {config.privacy.flag_epsilon}, replay speed {pacer_spec}"
-    )
-    files = [("d00_te.dat", None)] + [(f"d{f}_te.dat", TEP_FAULT_ROOTS[f]) for f in faults]
-    results: list[FileResult] = []
-    same: list[str] = []
-    for name, root in files:
-        path = data_dir / name
-        frame = load_frame(config, path)
-        values = {p: d.Y for p, d in plant_frames(config, frame, str(path)).items()}
-        runtime.reset()  # each file is a new recording
-        what = "nominal operation" if root is None else f"fault from sample {TEP_FAULT_ONSET}, true root {root}"
-        _say(f"\n  replaying {name} ({len(frame)} samples; {what})")
         if protocol:
-            expected = replay_frame(runtime, values, sample_seconds=TEP_SAMPLE_SECONDS)  # the files path
-            runtime.reset()
-            over = path_of[args.source].split(" at ")[0]
-            _say(f"  serving it over {over}, a row every {period:g} s ({len(frame) * period:.0f} s) ...")
-            table = frame[list(TEP_COLUMNS)].to_numpy(dtype=np.float64)
-            if args.source == "mqtt":
-                served = through_mqtt(
-                    config, list(TEP_COLUMNS), table, bootstrap, period, args.mqtt.rstrip("/"),
-                    sparkplug=args.sparkplug, progress=progress_bar(f"{name} over {over}"),
-                )  # fmt: skip
-            else:
-                served = through_opcua(
-                    config, list(TEP_COLUMNS), table, bootstrap, period, progress=progress_bar(f"{name} over OPC UA"),
-                )  # fmt: skip
-            identical = all(np.array_equal(values[p], served.values[p], equal_nan=True) for p in values)
-            _say(
-                f"  {served.rows_published} rows through {over} and fedrca edge to {served.site}.sensors.* "
-                f"({served.seconds:.0f} s, {served.late_updates} late updates); rows identical to the file: "
-                f"{'yes' if identical else 'NO'}"
-            )
-            if not identical:
-                changed = sum(int((~np.isclose(values[p], served.values[p], equal_nan=True)).sum()) for p in values)
-                raise DataError(
-                    f"{name}: {changed} values changed on the way through {over} and fedrca edge "
-                    f"({served.late_updates} updates came after their row closed): the machine is too busy for a "
-                    f"row every {period:g} s; give a longer --period"
+            if args.broker is None:
+                raise ConfigError(
+                    f"--source {args.source} goes through Kafka: give --broker kafka://HOST:PORT (a broker of your "
+                    "own, or tools/kafka/broker.py start in a checkout)",
+                    key="--broker",
                 )
-            values = served.values
-        run = replay_frame(
-            runtime,
-            values,
-            sample_seconds=TEP_SAMPLE_SECONDS,
-            pacer=Pacer.from_spec(pacer_spec),
-            on_verdict=_verdict_printer(name.removesuffix("_te.dat"), frozenset(config.rca.unobserved_entry)),
-            progress=progress_bar(name),
-        )
-        for report in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
-            _say(f"    {report.line()}")
-        results.append(FileResult(name, root, run))
-        if protocol:
-            agree = [_verdict_key(a) == _verdict_key(b) for a, b in zip(expected.verdicts, run.verdicts, strict=False)]
-            n = max(len(expected.verdicts), len(run.verdicts))
-            same.append(f"{name}: {sum(agree)}/{n}")
-    if args.sensor_fault != "none" and not protocol:
-        results.append(_sensor_fault_replay(args, config, runtime, data_dir, pacer_spec))
+            bootstrap = bootstrap_of(args.broker)
+            if args.source == "opcua" and config.edge is None:
+                raise ConfigError(
+                    "--source opcua needs the site's edge: section (config/tep.yaml has one)", key="--config"
+                )
+            if args.source == "mqtt" and (args.mqtt is None or not re.match(r"^mqtt://[^/\s:]+:\d{1,5}/?$", args.mqtt)):
+                raise ConfigError(
+                    "--source mqtt publishes to an MQTT broker: give --mqtt mqtt://HOST:PORT (a broker of your own, "
+                    "or tools/mosquitto.py start in a checkout)",
+                    key="--mqtt",
+                )
+            check_range("--period", args.period, 0.01, 60.0, f"seconds between two rows on the {args.source} server")
+            period = args.period
 
-    # 3. evaluation and report
-    rows = [_score(r, config.plant_names, TEP_FAULT_ONSET) for r in results]
-    _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
-    pd.set_option("display.width", 160)
-    _say(pd.DataFrame(rows).to_string(index=False))
-    if protocol:
-        over = path_of[args.source].split(" at ")[0]
-        _say(f"\nverdicts through {over} -> edge -> Kafka equal to the files path's: " + ", ".join(same))
-    # the report appears whole (every file's page, plots and the index) or not at all
-    with staged_folder(out / "report", option="--out") as stage:
+        metrics = Metrics(plants=config.plant_names)
+        on_error.callback(metrics.close)  # a failed demo stops serving /metrics (one that ends well: after --hold)
+        try:
+            port = metrics.serve(args.metrics_port)
+        except OSError:
+            port = metrics.serve(0)  # the default port is taken (another exporter): any free one
+        path_of = {"opcua": "OPC UA", "mqtt": f"MQTT{' Sparkplug B' if args.sparkplug else ''} at {args.mqtt}"}
+        how = f"{path_of[args.source]} -> fedrca edge -> Kafka at {bootstrap}" if protocol else "no broker"
+        _say(f"fedrca {__version__} demo: {len(config.plants)} TEP plants ({', '.join(config.plant_names)}), {how}")
+        if (off := config.privacy_off()) is not None:
+            _say(f"  privacy: {off}")
+        _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
+
+        # 1. federated training (clients and server in process; only noised states and gradients move)
+        _say(f"\n1/3 federated training on {nominal_path} ...")
+        nominal = load_frame(config, nominal_path)
+        with contextlib.redirect_stderr(io.StringIO()):
+            trained = train_site(
+                config, nominal, stage / "params", resume=False, progress=None, source=str(nominal_path)
+            )
+        table = trained.table()
+        _say(table[["plant", "states", "client loss before", "client loss after", "epsilon"]].to_string(index=False))
+        version = next(iter(trained.artifacts.values())).version if trained.artifacts else "proprietary"
+        _say(f"  artifacts {version} in {out / 'params'} ({trained.seconds:.1f} s)")
+
+        # 2. the live pipeline on the embedded default
+        _say("\n2/3 plant processors + RCA stream (embedded; same cores as the Kafka workers)")
+        runtime = site_runtime(config, nominal_path, params_dir=stage / "params", metrics=metrics)
+        _say(
+            f"  parameters {runtime.plants.processors[config.plant_names[0]].model_version}, graph "
+            f"{runtime.rca.engine.graph.source}, flag epsilon {config.privacy.flag_epsilon}, replay speed {pacer_spec}"
+        )
+        files = [("d00_te.dat", None)] + [(f"d{f}_te.dat", TEP_FAULT_ROOTS[f]) for f in faults]
+        results: list[FileResult] = []
+        same: list[str] = []
+        for name, root in files:
+            path = data_dir / name
+            frame = load_frame(config, path)
+            values = {p: d.Y for p, d in plant_frames(config, frame, str(path)).items()}
+            runtime.reset()  # each file is a new recording
+            what = "nominal operation" if root is None else f"fault from sample {TEP_FAULT_ONSET}, true root {root}"
+            _say(f"\n  replaying {name} ({len(frame)} samples; {what})")
+            if protocol:
+                expected = replay_frame(runtime, values, sample_seconds=TEP_SAMPLE_SECONDS)  # the files path
+                runtime.reset()
+                over = path_of[args.source].split(" at ")[0]
+                _say(f"  serving it over {over}, a row every {period:g} s ({len(frame) * period:.0f} s) ...")
+                table = frame[list(TEP_COLUMNS)].to_numpy(dtype=np.float64)
+                if args.source == "mqtt":
+                    served = through_mqtt(
+                        config, list(TEP_COLUMNS), table, bootstrap, period, args.mqtt.rstrip("/"),
+                        sparkplug=args.sparkplug, progress=progress_bar(f"{name} over {over}"),
+                    )  # fmt: skip
+                else:
+                    served = through_opcua(
+                        config, list(TEP_COLUMNS), table, bootstrap, period,
+                        progress=progress_bar(f"{name} over OPC UA"),
+                    )  # fmt: skip
+                identical = all(np.array_equal(values[p], served.values[p], equal_nan=True) for p in values)
+                _say(
+                    f"  {served.rows_published} rows through {over} and fedrca edge to {served.site}.sensors.* "
+                    f"({served.seconds:.0f} s, {served.late_updates} late updates); rows identical to the file: "
+                    f"{'yes' if identical else 'NO'}"
+                )
+                if not identical:
+                    changed = sum(int((~np.isclose(values[p], served.values[p], equal_nan=True)).sum()) for p in values)
+                    raise DataError(
+                        f"{name}: {changed} values changed on the way through {over} and fedrca edge "
+                        f"({served.late_updates} updates came after their row closed): the machine is too busy for a "
+                        f"row every {period:g} s; give a longer --period"
+                    )
+                values = served.values
+            run = replay_frame(
+                runtime,
+                values,
+                sample_seconds=TEP_SAMPLE_SECONDS,
+                pacer=Pacer.from_spec(pacer_spec),
+                on_verdict=_verdict_printer(name.removesuffix("_te.dat"), frozenset(config.rca.unobserved_entry)),
+                progress=progress_bar(name),
+            )
+            for refresh in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
+                _say(f"    {refresh.line()}")
+            results.append(FileResult(name, root, run))
+            if protocol:
+                agree = [
+                    _verdict_key(a) == _verdict_key(b) for a, b in zip(expected.verdicts, run.verdicts, strict=False)
+                ]
+                n = max(len(expected.verdicts), len(run.verdicts))
+                same.append(f"{name}: {sum(agree)}/{n}")
+        if args.sensor_fault != "none" and not protocol:
+            results.append(_sensor_fault_replay(args, config, runtime, data_dir, pacer_spec))
+
+        # 3. evaluation and report
+        rows = [_score(r, config.plant_names, TEP_FAULT_ONSET) for r in results]
+        _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
+        pd.set_option("display.width", 160)
+        _say(pd.DataFrame(rows).to_string(index=False))
+        if protocol:
+            over = path_of[args.source].split(" at ")[0]
+            _say(f"\nverdicts through {over} -> edge -> Kafka equal to the files path's: " + ", ".join(same))
+        # the report appears whole (every file's page, plots and the index) or not at all, with the params
+        report = stage / "report"
+        report.mkdir()
         for result in results:
-            _report(stage, result, runtime, TEP_FAULT_ONSET)
-        _index(stage, rows)
+            _report(report, result, runtime, TEP_FAULT_ONSET)
+        _index(report, rows)
+        on_error.pop_all()
     index = out / "report" / "index.html"
     dead = sum(len(r.run.deadletters) for r in results)
     _say(f"\nreport: {index}   dead letters: {dead}   done in {time.perf_counter() - started:.1f} s")
@@ -481,6 +497,7 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
     if config.dataset.format != "tep":
         raise ConfigError("the simulator makes TEP samples: use config/tep-sim.yaml", key="--config")
     spec = check_demo_options(args)
+    check_warmup(config, spec.n_samples, f"the {spec.n_samples:,} samples of the {args.hours:g} h run", key="--hours")
     disturbance = spec.disturbances[0]
     onset = round(disturbance.onset_h * 3600 / spec.sample_seconds)  # row k holds the plant at (k + 1) * 3 min
     if onset >= spec.n_samples:
@@ -489,55 +506,65 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
         )
     root = TEP_FAULT_ROOTS.get(f"{disturbance.idv:02d}")
     out = Path(args.out)
-    metrics = Metrics(plants=config.plant_names)
-    try:
-        port = metrics.serve(args.metrics_port)
-    except OSError:
-        port = metrics.serve(0)  # the port is taken (another exporter): any free one, as with --source files
-    _say(f"fedrca {__version__} demo on a live simulated TEP plant: {len(config.plants)} plants, no broker")
-    _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
+    # every output is planned before the work (the run cache checks its own folder before it simulates)
+    plan = Outputs.plan({"--config": args.config}, folders={"--out": out})
+    with plan, plan.folder("--out") as stage, contextlib.ExitStack() as on_error:
+        metrics = Metrics(plants=config.plant_names)
+        on_error.callback(metrics.close)  # a failed demo stops serving /metrics (one that ends well: after --hold)
+        try:
+            port = metrics.serve(args.metrics_port)
+        except OSError:
+            port = metrics.serve(0)  # the port is taken (another exporter): any free one, as with --source files
+        _say(f"fedrca {__version__} demo on a live simulated TEP plant: {len(config.plants)} plants, no broker")
+        if (off := config.privacy_off()) is not None:
+            _say(f"  privacy: {off}")
+        _say(f"  Prometheus metrics: http://127.0.0.1:{port}/metrics  (while the demo runs)")
 
-    _say(f"\n1/3 nominal data: {NOMINAL_HOURS:g} h of the simulated plant (seed {NOMINAL_SEED}; cached once run)")
-    nominal = cached_run(SimulationSpec(hours=NOMINAL_HOURS, seed=NOMINAL_SEED))
-    assert nominal is not None
-    with contextlib.redirect_stderr(io.StringIO()):
-        trained = train_site(config, nominal.frame, out / "params", resume=False, progress=None, source="simulated")
-    _say(f"  federated training: {len(trained.artifacts)} artifacts in {out / 'params'} ({trained.seconds:.1f} s)")
+        _say(f"\n1/3 nominal data: {NOMINAL_HOURS:g} h of the simulated plant (seed {NOMINAL_SEED}; cached once run)")
+        nominal = cached_run(SimulationSpec(hours=NOMINAL_HOURS, seed=NOMINAL_SEED), rebuild=args.rebuild_cache,
+                         fix="rerun the demo with --rebuild-cache")  # fmt: skip
+        assert nominal is not None
+        with contextlib.redirect_stderr(io.StringIO()):
+            trained = train_site(
+                config, nominal.frame, stage / "params", resume=False, progress=None, source="simulated"
+            )
+        _say(f"  federated training: {len(trained.artifacts)} artifacts in {out / 'params'} ({trained.seconds:.1f} s)")
 
-    what = f"IDV {disturbance.idv} from {disturbance.onset_h:g} h (sample {onset})"
-    _say(f"\n2/3 the live plant: {args.hours:g} h, seed {args.seed}, {what}, true root {root or '?'}; {args.speed}")
-    runtime = site_runtime(config, nominal.frame, params_dir=out / "params", metrics=metrics)
-    simulator = TEPSimulator(spec)
-    position = {c: i for i, c in enumerate(TEP_COLUMNS)}
-    index = {p.name: [position[c] for c in p.sensors] for p in config.plants}
+        what = f"IDV {disturbance.idv} from {disturbance.onset_h:g} h (sample {onset})"
+        _say(f"\n2/3 the live plant: {args.hours:g} h, seed {args.seed}, {what}, true root {root or '?'}; {args.speed}")
+        runtime = site_runtime(config, nominal.frame, params_dir=stage / "params", metrics=metrics)
+        simulator = TEPSimulator(spec)
+        position = {c: i for i, c in enumerate(TEP_COLUMNS)}
+        index = {p.name: [position[c] for c in p.sensors] for p in config.plants}
 
-    def live() -> Any:
-        for k, row in simulator.rows():
-            yield k, {p: row[cols][None, :] for p, cols in index.items()}
+        def live() -> Any:
+            for k, row in simulator.rows():
+                yield k, {p: row[cols][None, :] for p, cols in index.items()}
 
-    name = f"simulated IDV {disturbance.idv}"
-    run = replay_chunks(
-        runtime,
-        live(),
-        total=spec.n_samples,
-        sample_seconds=spec.sample_seconds,
-        start_ts=spec.sample_seconds,
-        pacer=Pacer.from_spec(args.speed),
-        on_verdict=_verdict_printer(name, frozenset(config.rca.unobserved_entry)),
-        progress=progress_bar(name),
-    )
-    if simulator.terminated:
-        _say(f"  the plant shut down after {run.rows} samples: {simulator.shutdown}")
-    for refresh in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
-        _say(f"    {refresh.line()}")
+        name = f"simulated IDV {disturbance.idv}"
+        run = replay_chunks(
+            runtime,
+            live(),
+            total=spec.n_samples,
+            sample_seconds=spec.sample_seconds,
+            start_ts=spec.sample_seconds,
+            pacer=Pacer.from_spec(args.speed),
+            on_verdict=_verdict_printer(name, frozenset(config.rca.unobserved_entry)),
+            progress=progress_bar(name),
+        )
+        if simulator.terminated:
+            _say(f"  the plant shut down after {run.rows} samples: {simulator.shutdown}")
+        for refresh in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
+            _say(f"    {refresh.line()}")
 
-    _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
-    pd.set_option("display.width", 160)
-    result = FileResult(name, root, run)
-    _say(pd.DataFrame([_score(result, config.plant_names, onset)]).to_string(index=False))
+        _say("\n3/3 evaluation (alarm rate = any plant's Z_c; verdicts after onset naming the true root)")
+        pd.set_option("display.width", 160)
+        result = FileResult(name, root, run)
+        _say(pd.DataFrame([_score(result, config.plant_names, onset)]).to_string(index=False))
+        (stage / "report").mkdir()
+        _report(stage / "report", result, runtime, onset)
+        on_error.pop_all()
     report = out / "report"
-    report.mkdir(parents=True, exist_ok=True)
-    _report(report, result, runtime, onset)
     _say(f"\nreport: {report}   dead letters: {len(run.deadletters)}   done in {time.perf_counter() - started:.1f} s")
     metrics.close()
     return 0
@@ -576,6 +603,11 @@ def register(sub: Any) -> None:
         "bad; default 04:XMEAS(13)@100, the separator pressure stuck during the reactor's fault; none: skip)",
     )  # fmt: skip
     demo.add_argument("--idv", default="4@2", metavar="N[@HOURS]", help="simulator: the disturbance (default 4@2)")
+    demo.add_argument(
+        "--rebuild-cache",
+        action="store_true",
+        help="simulator: simulate the nominal run again and replace it in the run cache ($FEDRCA_CACHE)",
+    )
     demo.add_argument("--hours", type=float, default=8.0, help="simulator: hours of the live run (default 8)")
     demo.add_argument("--seed", type=int, default=7, help="simulator: the live run's seed (default 7)")
     demo.set_defaults(func=run_demo)

@@ -15,8 +15,9 @@ from numpy.typing import NDArray
 
 from fedrca.application.outputs import Outputs
 from fedrca.application.site import build_detectors, run_detectors
+from fedrca.cli import privacy_notice
 from fedrca.config import load_config, resolve_plants
-from fedrca.datasets.loader import PlantData, load_frame, plant_frames
+from fedrca.datasets.loader import PlantData, check_warmup, load_frame, plant_frames
 from fedrca.detectors.factory import fit_health, frame_segments
 from fedrca.detectors.plant import DetectionResult, PlantDetector
 
@@ -81,10 +82,12 @@ def _detect(args: argparse.Namespace) -> int:
     inputs = {"--config": args.config, "--train": args.train, "--input": args.input}
     with Outputs.plan(inputs, {"--out": args.out}) as out:
         config = load_config(args.config)
+        privacy_notice("detect", config)
         train = load_frame(config, args.train)
         # plants given by match rules take the nominal file's columns; the input must have them all
         config = resolve_plants(config, [str(c) for c in train.columns])
         data = load_frame(config, args.input)
+        check_warmup(config, len(data), f"the {len(data):,} rows of {args.input}")
         detectors = build_detectors(config, train, source=str(args.train))
         checks = fit_health(config, plant_frames(config, train, str(args.train)), segments=frame_segments(train))
         fitted = time.perf_counter()

@@ -28,11 +28,12 @@ import pandas as pd
 from fedrca.application.evaluation import evaluate_run, json_safe
 from fedrca.application.outputs import Outputs
 from fedrca.application.params import load_params
-from fedrca.application.site import PipelineRun, configured_graph, prepare_site, run_pipeline
+from fedrca.application.site import PipelineRun, configured_graph, prepare_site, run_pipeline, without_privacy
+from fedrca.cli import privacy_notice
 from fedrca.cli.detect import flags_jsonl
 from fedrca.cli.report import sensor_episodes, write_report
 from fedrca.config import load_config
-from fedrca.datasets.loader import load_frame
+from fedrca.datasets.loader import check_warmup, load_frame
 from fedrca.exceptions import DataError
 from fedrca.rca.metrics import FaultEvent
 
@@ -50,6 +51,7 @@ def _plan(args: argparse.Namespace, outputs: dict[str, str | None], report: str 
 
 def _prepare(args: argparse.Namespace) -> PipelineRun:
     config = load_config(args.config)
+    privacy_notice(args.command, without_privacy(config) if args.no_privacy else config)
     root = getattr(args, "root_cause", None)
     if root is not None and root not in config.plant_names:
         raise DataError(f"--root-cause '{root}' is not a plant; plants are {', '.join(config.plant_names)}")
@@ -61,6 +63,7 @@ def _prepare(args: argparse.Namespace) -> PipelineRun:
         load_params(args.params, config)
     configured_graph(config)
     data = load_frame(config, args.input)
+    check_warmup(config, len(data), f"the {len(data):,} rows of {args.input}")
     if start >= len(data):
         raise DataError(f"--fault-start {start} is outside the input's rows 0..{len(data) - 1}")
     started = time.perf_counter()

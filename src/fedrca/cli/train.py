@@ -33,8 +33,17 @@ from fedrca.application.outputs import Outputs
 from fedrca.application.params import load_params
 from fedrca.application.site import build_detectors
 from fedrca.application.training import next_version, run_training
+from fedrca.cli import privacy_notice
 from fedrca.config import SiteConfig, TrainingSettings, load_config, resolve_plants
-from fedrca.config.limits import MAX_TRAINING_ROUNDS, MEMORY_LIMIT, gib, largest, plant_bytes
+from fedrca.config.limits import (
+    MAX_SEED,
+    MAX_TRAINING_ROUNDS,
+    MEMORY_LIMIT,
+    check_seed,
+    gib,
+    largest,
+    plant_bytes,
+)
 from fedrca.connectors.kafka import KafkaOptions, bootstrap_of, read_topic
 from fedrca.connectors.names import SiteNames
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
@@ -180,11 +189,13 @@ def _train(args: argparse.Namespace) -> int:
 def _train_into(args: argparse.Namespace, out: Outputs) -> None:
     """Train, write the artifacts (and --save-data) into the plan, print the tables (committed by the caller)."""
     config = load_config(args.config)
+    privacy_notice("train", config, training=True)
     settings = config.training
     if args.rounds is not None and not 1 <= args.rounds <= MAX_TRAINING_ROUNDS:
         raise ConfigError(f"must be in 1..{MAX_TRAINING_ROUNDS:,}, got {args.rounds}", key="--rounds")
     if args.samples < 100:
         raise ConfigError(f"must be at least 100, got {args.samples}", key="--samples")
+    check_seed("--seed", args.seed)
     if args.synthetic:
         # the generated rows, every plant's arrays over them, the held-out third (plant_bytes per plant)
         width = max(1, sum(len(p.sensors) + len(p.inputs) for p in config.plants))
@@ -257,7 +268,7 @@ def _train_into(args: argparse.Namespace, out: Outputs) -> None:
     if not args.test:
         return
     if synthetic is not None and args.test == "synthetic":
-        held_out = synthetic_data(args.synthetic, max(1000, args.samples // 3), args.seed + 1000)
+        held_out = synthetic_data(args.synthetic, max(1000, args.samples // 3), (args.seed + 1000) % (MAX_SEED + 1))
         test = plant_frames(config, _frame(held_out), "synthetic held-out data")
         oracle_out = linear_oracle(held_out) if held_out.A is not None else nonlinear_oracle(held_out)
         residuals = oracle_out.residuals

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_PORT",
     "MAX_PRIVACY_WINDOW",
     "MAX_REMEMBERED_VERDICTS",
+    "MAX_SEED",
     "MAX_SESSION_TIMEOUT",
     "MAX_SEVERITY_LEVELS",
     "MAX_SPEED",
@@ -48,6 +49,7 @@ __all__ = [
     "artifact_record_problem",
     "batch_bytes",
     "check_range",
+    "check_seed",
     "demo_bytes",
     "file_name_problem",
     "fleet_bytes",
@@ -65,6 +67,9 @@ __all__ = [
     "stream_bytes",
     "whatif_bytes",
 ]
+
+#: Largest seed (every seed of fedrca is below 2^32: numpy's legacy generators and the simulator take no more).
+MAX_SEED = 2**32 - 1
 
 #: Longest Kafka topic name (the broker's limit: 249 characters).
 MAX_TOPIC_LENGTH = 249
@@ -413,6 +418,21 @@ def check_range(option: str, value: float, low: float, high: float, why: str) ->
     if not (math.isfinite(value) and low <= value <= high):
         shown = value if isinstance(value, int) else f"{value:g}"
         raise ConfigError(f"must be in {low:g}..{high:g} ({why}), got {shown}", key=option)
+
+
+def check_seed(option: str, value: int) -> None:
+    """Refuse a seed outside 0..:data:`MAX_SEED` (the documented range) before it reaches numpy.
+
+    Examples
+    --------
+    >>> try:
+    ...     check_seed("--seed", -1)
+    ... except ConfigError as exc:
+    ...     print(exc)
+    --seed: a seed is an integer in 0..4294967295, got -1
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ConfigError(f"a seed is an integer in 0..{MAX_SEED}, got {value}", key=option)
 
 
 def largest(limit: int, size: Callable[[int], int], cap: int) -> int:

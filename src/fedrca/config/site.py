@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from fedrca.config._base import Strict, parse_inf, translate
+from fedrca.config._base import Strict, parse_inf, parse_seed, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
 from fedrca.config.drift import DriftSettings
@@ -41,6 +41,7 @@ from fedrca.config.formats import KNOWN_COLUMNS
 from fedrca.config.health import HealthSettings
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
+    MAX_SEED,
     MAX_SEVERITY_LEVELS,
     MAX_TOPIC_LENGTH,
     MEMORY_LIMIT,
@@ -323,13 +324,31 @@ class PrivacySettings(Strict):
     level_epsilon: float = Field(
         math.inf, gt=0.0, description="per published severity level (k-ary randomized response); inf = off"
     )
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of the randomized response (0..2^32 - 1)")
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant (training + flags of a window)")
     delta: float = Field(1e-5, gt=0.0, lt=1.0, description="delta every epsilon is reported at")
     window: int = Field(3600, ge=1, le=MAX_PRIVACY_WINDOW, description="samples over which published flags compose")
     on_exhausted: Literal["warn", "stop"] = "warn"
 
     _inf = field_validator("flag_epsilon", "budget", "level_epsilon", mode="before")(parse_inf)
+    _seed = field_validator("seed", mode="before")(parse_seed)
+
+    @field_validator("flag_epsilon", "level_epsilon")
+    @classmethod
+    def _off_is_spelled_out(cls, value: float) -> float:
+        # a finite epsilon this large keeps every bit (float64 keep probability 1.0): privacy off in
+        # effect while the configuration reads as on; off is the word, never the effect of a number
+        if math.isfinite(value) and value > MAX_RR_EPSILON:
+            raise ValueError(
+                f"{value:g} publishes every value unchanged, as inf does; write inf (or off) to switch "
+                f"randomized response off, or give at most {MAX_RR_EPSILON:g}"
+            )
+        return value
+
+
+#: Largest finite randomized-response epsilon: above it ``e^-eps`` is below float64's resolution of 1
+#: (2^-53, eps > 36.7), so the keep probability is exactly 1 and no bit is ever flipped.
+MAX_RR_EPSILON = 36.0
 
 
 class TopicSettings(Strict):
@@ -458,6 +477,36 @@ class SiteConfig(Strict):
     def severity_levels(self) -> int:
         """K of the severity levels every plant publishes (0 = none); one value per site (validated)."""
         return max((p.scoring.severity_levels for p in self.plants), default=0)
+
+    def privacy_off(self, *, training: bool = False) -> str | None:
+        """One sentence naming the settings that switch privacy off, for a command's output (None: all on).
+
+        Off is always spelled out in the configuration (``inf`` / ``off``; a number that only
+        overflows to infinity, or that keeps every bit, is refused), and the commands that
+        publish flags (``training``: that train) say so when they start.
+
+        Examples
+        --------
+        >>> from fedrca.config import load_config
+        >>> print(load_config("config/synthetic_linear.yaml").privacy_off())
+        randomized response off (privacy.flag_epsilon: inf): every published flag is the plant's own alarm bit
+        """
+        off: list[str] = []
+        if training:
+            t = self.training.privacy
+            if math.isinf(t.state_epsilon) and math.isinf(t.gradient_epsilon) and math.isinf(t.moment_epsilon):
+                off.append(
+                    "training releases not noised (training.privacy.state_epsilon, gradient_epsilon, moment_epsilon: "
+                    "inf): states, gradients and moments leave the plants as they are"
+                )
+            return "; ".join(off) or None
+        if math.isinf(self.privacy.flag_epsilon):
+            off.append(
+                "randomized response off (privacy.flag_epsilon: inf): every published flag is the plant's own alarm bit"
+            )
+        if self.severity_levels and math.isinf(self.privacy.level_epsilon):
+            off.append("severity levels published as they are (privacy.level_epsilon: inf)")
+        return "; ".join(off) or None
 
     def plant(self, name: str) -> PlantConfig:
         """The plant called ``name``."""

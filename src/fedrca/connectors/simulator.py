@@ -34,6 +34,7 @@ setting and the ``tep-studio`` version.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -41,6 +42,7 @@ import json
 import math
 import os
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,8 +56,10 @@ from numpy.typing import NDArray
 
 from fedrca.connectors.replay import Pacer, ReplayStats, Sink
 from fedrca.contracts import SensorMessage
+from fedrca.contracts.artifacts import arrays_sha256, read_npz, special_file
+from fedrca.contracts.bounds import parse_json
 from fedrca.datasets.tep import TEP_COLUMNS
-from fedrca.exceptions import ConfigError, DataError, ModelError
+from fedrca.exceptions import ArtifactError, ConfigError, DataError, MessageError, ModelError
 
 __all__ = [
     "DESIGN_CONTROL_INTERVAL_H",
@@ -94,6 +98,10 @@ TEP_MODES = ("mode1", "mode2", "mode3", "mode4", "mode5", "mode6")
 #: temperature and pressures vary 2-3x more than at the design rate (measured, see
 #: docs/connectors.md), so the design rate is the default.
 DESIGN_CONTROL_INTERVAL_H = 0.0005
+#: Most integration steps (control intervals) of one run: the longest run (:data:`MAX_HOURS`) at the design
+#: rate, 20 million (47 min on the reference machine, docs/limits.md). A finer control interval is for a
+#: shorter run: ``--control-interval 1e-9`` made 50 million steps for each 3-minute sample.
+MAX_INTEGRATION_STEPS = round(MAX_HOURS / DESIGN_CONTROL_INTERVAL_H)
 #: Number of TEP disturbances (IDV 1..28) in the revised model.
 N_IDV = 28
 #: Kernel flag bit (``MSFlag``) of the revised model: an IDV activation in [0, 1] scales its disturbance
@@ -337,6 +345,12 @@ class SimulationSpec:
                 f"got {self.hours}",
                 key="--hours",
             )
+        if self.n_samples < 1:
+            raise ConfigError(
+                f"{self.hours:g} h is shorter than one {self.sample_seconds:g}-second sample: the run would write "
+                f"nothing; give at least {self.sample_seconds / 3600:g} h",
+                key="--hours",
+            )
         if int(self.seed) != self.seed or not 0 <= self.seed < 2**32:
             raise ConfigError(f"seed must be an integer in 0..{2**32 - 1}, got {self.seed}", key="--seed")
         if self.mode not in TEP_MODES:
@@ -353,6 +367,15 @@ class SimulationSpec:
                 f"sample interval {self.sample_seconds} s must be a multiple of the control interval "
                 f"{self.control_interval} h ({self.control_interval * 3600:g} s)",
                 key="--sample-seconds",
+            )
+        steps = self.n_samples * self.steps_per_sample
+        if steps > MAX_INTEGRATION_STEPS:
+            finest = self.hours / MAX_INTEGRATION_STEPS
+            raise ConfigError(
+                f"{self.control_interval:g} h makes {self.steps_per_sample:,} integration steps a sample, {steps:,} "
+                f"in the {self.hours:g} h run: more than the {MAX_INTEGRATION_STEPS:,} of the longest run at the "
+                f"design rate (docs/limits.md); give a control interval of at least {finest:.3g} h, or fewer --hours",
+                key="--control-interval",
             )
         if len({d.idv for d in self.disturbances}) != len(self.disturbances):
             raise ConfigError("each IDV may be given once", key="--idv")
@@ -655,29 +678,38 @@ def default_cache_dir() -> Path:
 
 
 def cached_run(
-    spec: SimulationSpec, cache_dir: str | Path | None = None, *, generate: bool = True
+    spec: SimulationSpec,
+    cache_dir: str | Path | None = None,
+    *,
+    generate: bool = True,
+    rebuild: bool = False,
+    fix: str = "delete it, and the run is simulated again",
 ) -> SimulatedRun | None:
-    """The run of ``spec`` from the cache, simulated and stored first when missing.
+    """The run of ``spec`` from the cache, simulated and stored first when missing (or with ``rebuild``).
 
     With ``generate=False`` a missing run returns None instead of simulating.
-    Files: ``<key>.npz`` (values) and ``<key>.json`` (settings, how it ended, CPU time).
+    Files: ``<key>.npz`` (values) and ``<key>.json`` (settings, how it ended, CPU time, the sha256 of
+    the values and their shape), each written to a temporary file and renamed into place, the
+    ``.json`` last: a run is in the cache once its ``.json`` is. A cached run is an artifact: its
+    values are read within the npz bound (:func:`~fedrca.contracts.artifacts.read_npz`) and must
+    match the ``.json``'s digest and shape; anything else is one :class:`DataError` naming the file
+    and ``fix`` (the command's way to rebuild it). The folder is checked writable before a run is
+    simulated, so a read-only cache is refused before the work.
     """
     version = simulator_version()
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     key = spec.key(version)
     data_file, meta_file = directory / f"{key}.npz", directory / f"{key}.json"
-    if data_file.is_file() and meta_file.is_file():
-        meta = json.loads(meta_file.read_text())
-        with np.load(data_file) as stored:
-            values = stored["values"]
-        return SimulatedRun(spec, values, meta["terminated"], meta["shutdown"], version, meta.get("cpu_seconds", 0.0))
+    if directory.exists() and not directory.is_dir():
+        raise DataError(f"{directory}: the simulator's run cache is a file, not a folder; set FEDRCA_CACHE to a folder")
+    if not rebuild:
+        run = _read_cached(spec, version, data_file, meta_file, fix)
+        if run is not None:
+            return run
     if not generate:
         return None
+    _check_writable(directory)
     run = simulate(spec)
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f"{key}.tmp.npz"
-    np.savez_compressed(tmp, values=run.values)
-    tmp.replace(data_file)
     meta = {
         "spec": spec.as_dict(),
         "terminated": run.terminated,
@@ -685,9 +717,94 @@ def cached_run(
         "rows": len(run.values),
         "cpu_seconds": run.cpu_seconds,
         "tep_studio": version,
+        "sha256": arrays_sha256({"values": run.values}),
     }
-    meta_file.write_text(json.dumps(meta, indent=1))
+    try:
+        _replace(data_file, lambda f: np.savez_compressed(f, values=run.values))
+        _replace(meta_file, lambda f: f.write(json.dumps(meta, indent=1).encode()))  # last: the run is in
+    except OSError as exc:
+        raise DataError(f"{directory}: cannot write the simulator's run cache ({exc.strerror or exc})") from None
     return run
+
+
+def _replace(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write ``path`` through a temporary file beside it and a rename (no reader ever sees half of it)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            write(stream)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _check_writable(directory: Path) -> None:
+    """Refuse a cache folder that cannot be written before the run is simulated (a probe file, removed)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise DataError(
+            f"{directory}: the simulator's run cache cannot be written ({exc.strerror or exc}); set FEDRCA_CACHE to a "
+            "folder you can write"
+        ) from None
+
+
+#: Keys and types of a cached run's ``.json`` (``sha256`` from the caches that record it).
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "terminated": (bool,),
+    "shutdown": (str, type(None)),
+    "rows": (int,),
+}
+
+
+def _read_cached(spec: SimulationSpec, version: str, data_file: Path, meta_file: Path, fix: str) -> SimulatedRun | None:
+    """The cached run, None when it is not in the cache (no ``.json``), DataError when the cache is corrupted."""
+    if not meta_file.exists() and not meta_file.is_symlink():
+        return None  # never written, or cut short before its .json: simulated again
+
+    def corrupted(file: Path, what: str) -> DataError:
+        return DataError(f"{file}: the simulator's run cache is corrupted ({what}); {fix}")
+
+    for file in (meta_file, data_file):
+        kind = special_file(file)
+        if kind is not None:
+            raise corrupted(file, f"a {kind}, not a regular file")
+    try:
+        raw = meta_file.read_bytes()[: 1 << 20]
+        meta = parse_json(raw, "its description", max_depth=8, max_bytes=(1 << 20) - 1)
+    except OSError as exc:
+        raise corrupted(meta_file, str(exc.strerror or exc)) from None
+    except MessageError as exc:
+        raise corrupted(meta_file, exc.detail) from None
+    if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META_TYPES.items()):
+        raise corrupted(meta_file, f"not the description of a run: {', '.join(_META_TYPES)} are expected")
+    if not data_file.is_file():
+        raise corrupted(data_file, "its values are missing")
+    try:
+        arrays = read_npz(data_file)
+    except ArtifactError as exc:
+        raise corrupted(data_file, str(exc).removeprefix(f"{data_file}: ")) from None
+    values = arrays.get("values")
+    rows = meta["rows"]
+    if (
+        set(arrays) != {"values"}
+        or values is None
+        or values.dtype != np.float64
+        or values.shape != (rows, len(TEP_COLUMNS))
+    ):
+        shape = None if values is None else (values.dtype.str, values.shape)
+        raise corrupted(data_file, f"{shape} is not the ({rows}, {len(TEP_COLUMNS)}) float64 values of its description")
+    expected = meta.get("sha256")
+    if expected is not None and expected != arrays_sha256({"values": values}):
+        raise corrupted(data_file, "its values do not match the sha256 of its description")
+    cpu = meta.get("cpu_seconds", 0.0)
+    cpu = float(cpu) if type(cpu) in (int, float) else 0.0
+    return SimulatedRun(spec, values, meta["terminated"], meta["shutdown"], version, cpu)
 
 
 def dump_tep_dat(values: FloatArray, stream: BinaryIO) -> None:

@@ -41,8 +41,22 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedrca.contracts.bounds import (
+    MAX_NAME_CHARS,
+    MAX_RECORD_BYTES,
+    MAX_TEXT_CHARS,
+    check_name,
+    parse_json,
+    short,
+)
 from fedrca.contracts.deadletter import DeadLetterReason as R
-from fedrca.contracts.reason import MAX_CANDIDATES, MAX_NAME_CHARS, MAX_PROPAGATED, MAX_VERDICT_BYTES, Reason
+from fedrca.contracts.reason import (
+    MAX_CANDIDATES,
+    MAX_PROPAGATED,
+    MAX_VERDICT_BYTES,
+    MAX_VERDICT_NAME_CHARS,
+    Reason,
+)
 from fedrca.exceptions import MessageError
 
 __all__ = [
@@ -64,9 +78,25 @@ __all__ = [
 
 #: Timestamps further in the future than this (seconds) are out of range.
 MAX_FUTURE_SECONDS = 86_400.0
+#: Largest magnitude of a sensor value: beyond it the detector's squares and products overflow
+#: (the data files' bound too, :mod:`fedrca.datasets.nominal`).
+MAX_ABS_VALUE = 1e150
+#: Largest sample number: integers up to 2^53 are exact as JSON numbers of any reader, and a
+#: stream of 1,000 samples a second takes 285,000 years to reach it.
+MAX_SEQ = 2**53
+#: Deepest JSON nesting of a sensor or flag message (an object holding lists).
+MESSAGE_DEPTH = 2
+#: Deepest JSON nesting of a verdict (an object holding lists).
+VERDICT_DEPTH = 3
+#: Most plants a verdict may name (propagated, candidates): a site's plants are a few dozen.
+MAX_VERDICT_PLANTS = 10_000
+#: Most severity levels a plant publishes (``scoring.severity_levels``, docs/limits.md).
+MAX_LEVELS = 64
 
 #: Types a JSON number or null decodes to (``bool`` is not one of them).
 _NUMBER_TYPES_OR_NULL = frozenset((int, float, type(None)))
+#: Types a JSON number decodes to.
+_NUMBER_TYPES = frozenset((int, float))
 #: The decoder behind ``json.loads`` (default settings).
 _DECODER = json.JSONDecoder()
 
@@ -295,11 +325,8 @@ def encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-def _parse(raw: bytes | str) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MessageError(R.MALFORMED_JSON, f"not JSON: {exc}") from None
+def _parse(raw: bytes | str, what: str = "the message", max_depth: int = MESSAGE_DEPTH) -> dict[str, Any]:
+    data = parse_json(raw, what, max_depth=max_depth)
     if not isinstance(data, dict):
         raise MessageError(R.MALFORMED_JSON, f"expected a JSON object, got {type(data).__name__}")
     return data
@@ -312,6 +339,17 @@ def _finite(number: int | float) -> bool:
         return False
 
 
+def _number(value: Any) -> bool:
+    """A JSON number (``bool`` is not one)."""
+    return type(value) in _NUMBER_TYPES
+
+
+def _seq(value: Any, what: str = "seq") -> int:
+    if type(value) is not int or not 0 <= value <= MAX_SEQ:
+        raise MessageError(R.BAD_SEQ, f"{what} must be an integer in 0..{MAX_SEQ}, got {short(value)}")
+    return value
+
+
 def _common(
     data: dict[str, Any], site: str, plants: dict[str, int] | set[str], now: float | None
 ) -> tuple[str, float, int]:
@@ -319,19 +357,17 @@ def _common(
         if key not in data:
             raise MessageError(R.MISSING_FIELD, f"no '{key}' in message")
     if data["site"] != site:
-        raise MessageError(R.WRONG_SITE, f"site '{data['site']}' is not '{site}'")
+        raise MessageError(R.WRONG_SITE, f"site {short(data['site'])} is not '{site}'")
     plant = data["plant"]
     if not isinstance(plant, str) or plant not in plants:
-        raise MessageError(R.UNKNOWN_PLANT, f"plant {plant!r} is not one of {sorted(plants)}")
-    seq = data["seq"]
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-        raise MessageError(R.BAD_SEQ, f"seq must be a non-negative integer, got {seq!r}")
+        raise MessageError(R.UNKNOWN_PLANT, f"plant {short(plant)} is not one of {short(sorted(plants), 200)}")
+    seq = _seq(data["seq"])
     ts = data["ts"]
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not _finite(ts):
-        raise MessageError(R.BAD_TIMESTAMP, f"ts must be a finite number of seconds, got {ts!r}")
+    if not _number(ts) or not _finite(ts):
+        raise MessageError(R.BAD_TIMESTAMP, f"ts must be a finite number of seconds, got {short(ts)}")
     horizon = (time.time() if now is None else now) + MAX_FUTURE_SECONDS
     if ts < 0 or ts > horizon:
-        raise MessageError(R.BAD_TIMESTAMP, f"ts {ts} is outside [0, now + {MAX_FUTURE_SECONDS:.0f} s]")
+        raise MessageError(R.BAD_TIMESTAMP, f"ts {short(ts)} is outside [0, now + {MAX_FUTURE_SECONDS:.0f} s]")
     return plant, float(ts), seq
 
 
@@ -365,7 +401,7 @@ def decode_sensor(
     ...
     fedrca.exceptions.MessageError: wrong-length: plant 'p' has 2 sensors, message has 1 values
     """
-    data = _parse(raw)
+    data = _parse(raw, "a sensor message")
     plant, ts, seq = _common(data, site, sensor_counts, now)
     values = data.get("values")
     if not isinstance(values, list):
@@ -385,6 +421,13 @@ def decode_sensor(
     bad = ~np.isfinite(array) & ~nulls  # a NaN or Infinity literal, or a float beyond its range
     if bad.any():
         raise MessageError(R.NON_FINITE, f"NaN or inf at position {int(np.argmax(bad))}")
+    huge = np.abs(array) > MAX_ABS_VALUE  # False for the nulls' NaN
+    if huge.any():
+        raise MessageError(
+            R.NON_FINITE,
+            f"the value at position {int(np.argmax(huge))} is beyond +-{MAX_ABS_VALUE:g}, which overflows the "
+            "detector's statistics",
+        )
     quality = _decode_quality(data, len(values), nulls)
     if quality is None:
         return SensorMessage(site, plant, ts, seq, array)
@@ -443,6 +486,8 @@ def decode_sensors(
     slow: list[int] = []
     for i, raw in enumerate(raws):
         try:
+            if len(raw) > MAX_RECORD_BYTES:
+                raise ValueError("too large")  # decode_sensor names it
             # strict UTF-8 (a BOM or UTF-16 fails here and takes the slow path, as json.loads would decode it)
             data = parse(raw.decode() if isinstance(raw, bytes) else raw)
             plant, ts, seq, values = data["plant"], data["ts"], data["seq"], data["values"]
@@ -452,7 +497,7 @@ def decode_sensors(
                 data["site"] == site
                 and type(plant) is str
                 and type(seq) is int
-                and seq >= 0
+                and 0 <= seq <= MAX_SEQ
                 and (type(ts) is float or type(ts) is int)
                 and 0 <= ts <= horizon  # also false for NaN and inf
                 and type(values) is list
@@ -460,7 +505,7 @@ def decode_sensors(
                 and types <= numbers
                 and "quality" not in data  # quality codes: decode_sensor checks them
             )
-        except (ValueError, KeyError, TypeError):  # not JSON, not an object, a field missing, ...
+        except (ValueError, KeyError, TypeError, RecursionError):  # not JSON, not an object, a field missing, ...
             ok = False
         if ok:
             fast.append((i, plant, float(ts), seq, n, values.count(None) if null in types else 0))
@@ -477,13 +522,18 @@ def decode_sensors(
         if array is not None:
             lengths = np.array([f[4] for f in fast])
             starts = np.cumsum(lengths) - lengths
-            finite = np.logical_and.reduceat(np.isfinite(array), starts)
+            # within the bound: False for NaN (a null, or a NaN literal), inf and the huge
+            finite = np.logical_and.reduceat(np.abs(array) <= MAX_ABS_VALUE, starts)
             for (i, plant, ts, seq, n, nulls), start, good in zip(fast, starts.tolist(), finite.tolist(), strict=True):
                 values = array[start : start + n]
                 if good:
                     decoded[i] = SensorMessage(site, plant, ts, seq, values)
-                elif nulls and not np.isinf(values).any() and np.count_nonzero(np.isnan(values)) == nulls:
-                    # every non-finite value is a null (no NaN literal, no float beyond its range)
+                elif (
+                    nulls
+                    and not (np.abs(values) > MAX_ABS_VALUE).any()
+                    and np.count_nonzero(np.isnan(values)) == nulls
+                ):
+                    # every value out of the bound is a null (no NaN literal, no inf, none huge)
                     decoded[i] = SensorMessage(site, plant, ts, seq, values)
                 else:
                     slow.append(i)
@@ -531,8 +581,21 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
     return out
 
 
+def _epsilon(value: Any, key: str) -> float:
+    """A published epsilon: ``null`` (no randomized response) or a positive finite number."""
+    if value is None:
+        return math.inf
+    if not _number(value) or not _finite(value) or value <= 0:
+        raise MessageError(R.BAD_FLAG, f"'{key}' must be null or a positive finite number, got {short(value)}")
+    return float(value)
+
+
 def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None = None) -> FlagMessage:
     """Validate a flags-topic message (same rules; zc/za must be 0 or 1, a level a non-negative integer).
+
+    Every field is checked for its type and bound (no field is converted from another
+    type): ``eps`` and ``level_eps`` null or a positive finite number, ``level`` an integer
+    below :data:`MAX_LEVELS`, ``model_version`` a text of at most :data:`MAX_TEXT_CHARS`.
 
     Examples
     --------
@@ -540,45 +603,45 @@ def decode_flag(raw: bytes | str, site: str, plants: set[str], now: float | None
     >>> decode_flag(raw, "s", {"p"}).zc
     1
     """
-    data = _parse(raw)
+    data = _parse(raw, "a flag message")
     plant, ts, seq = _common(data, site, plants, now)
     flags = []
     for key in ("zc", "za"):
         value = data.get(key)
-        if value not in (0, 1) or isinstance(value, float):
-            raise MessageError(R.BAD_FLAG, f"'{key}' must be 0 or 1, got {value!r}")
-        flags.append(int(value))
+        if type(value) is not int or value not in (0, 1):
+            raise MessageError(R.BAD_FLAG, f"'{key}' must be 0 or 1, got {short(value)}")
+        flags.append(value)
     withheld = data.get("withheld", False)
-    if withheld not in (True, False) or (withheld and flags != [0, 0]):
-        raise MessageError(R.BAD_FLAG, f"'withheld' must be true (with zc = za = 0) or false, got {withheld!r}")
+    if type(withheld) is not bool or (withheld and flags != [0, 0]):
+        raise MessageError(R.BAD_FLAG, f"'withheld' must be true (with zc = za = 0) or false, got {short(withheld)}")
     degraded = data.get("degraded", False)
     if type(degraded) is not bool or (degraded and flags != [0, 0]):
-        raise MessageError(R.BAD_FLAG, f"'degraded' must be true (with zc = za = 0) or false, got {degraded!r}")
+        raise MessageError(R.BAD_FLAG, f"'degraded' must be true (with zc = za = 0) or false, got {short(degraded)}")
     sensor_fault = data.get("sensor_fault", False)
     if type(sensor_fault) is not bool or (sensor_fault and withheld):
         raise MessageError(
-            R.BAD_FLAG, f"'sensor_fault' must be true or false (false on a withheld flag), got {sensor_fault!r}"
+            R.BAD_FLAG, f"'sensor_fault' must be true or false (false on a withheld flag), got {short(sensor_fault)}"
         )
-    eps = data.get("eps")
+    eps = _epsilon(data.get("eps"), "eps")
     level = data.get("level")
-    if level is not None and (type(level) is not int or level < 0):
-        raise MessageError(R.BAD_FLAG, f"'level' must be a non-negative integer, got {level!r}")
-    level_eps = data.get("level_eps")
+    if level is not None and (type(level) is not int or not 0 <= level < MAX_LEVELS):
+        raise MessageError(R.BAD_FLAG, f"'level' must be an integer in 0..{MAX_LEVELS - 1}, got {short(level)}")
+    level_eps = _epsilon(data.get("level_eps"), "level_eps")
+    version = data.get("model_version", "")
+    if not isinstance(version, str) or len(version) > MAX_TEXT_CHARS:
+        raise MessageError(
+            R.BAD_FIELD, f"'model_version' must be a text of at most {MAX_TEXT_CHARS} characters, got {short(version)}"
+        )
     return FlagMessage(
-        site,
-        plant,
-        ts,
-        seq,
-        flags[0],
-        flags[1],
-        math.inf if eps is None else float(eps),
-        str(data.get("model_version", "")),
-        bool(withheld),
-        level,
-        math.inf if level_eps is None else float(level_eps),
-        degraded,
-        sensor_fault,
+        site, plant, ts, seq, flags[0], flags[1], eps, version, withheld, level, level_eps, degraded, sensor_fault
     )
+
+
+def _names(value: Any, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > MAX_VERDICT_PLANTS:
+        raise MessageError(R.BAD_FIELD, f"{field} must be a list of at most {MAX_VERDICT_PLANTS:,} plants, got "
+                           f"{short(value)}")  # fmt: skip
+    return tuple(check_name(p, field) for p in value)
 
 
 def _json_list(data: Mapping[str, Any], key: str, required: bool = False) -> tuple[Any, ...]:
@@ -696,13 +759,13 @@ class Verdict:
         """Bounded candidates with one probability each (or none), a level in (0, 1], a bounded map id."""
         propagated = tuple(self.propagated)
         if len(propagated) > MAX_PROPAGATED or not all(
-            isinstance(p, str) and 0 < len(p) <= MAX_NAME_CHARS for p in propagated
+            isinstance(p, str) and 0 < len(p) <= MAX_VERDICT_NAME_CHARS for p in propagated
         ):
             raise MessageError(R.BAD_FIELD, f"propagated must be at most {MAX_PROPAGATED} plant names")
         object.__setattr__(self, "propagated", propagated)
         candidates, probabilities = tuple(self.candidates), tuple(self.probabilities)
         if len(candidates) > MAX_CANDIDATES or not all(
-            isinstance(c, str) and 0 < len(c) <= MAX_NAME_CHARS for c in candidates
+            isinstance(c, str) and 0 < len(c) <= MAX_VERDICT_NAME_CHARS for c in candidates
         ):
             raise MessageError(R.BAD_FIELD, f"candidates must be at most {MAX_CANDIDATES} plant names")
         if probabilities and len(probabilities) != len(candidates):
@@ -717,9 +780,11 @@ class Verdict:
         if level is not None and (isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level <= 1):
             raise MessageError(R.BAD_FIELD, f"level must be in (0, 1], got {level!r:.40}")
         if self.calibration is not None and not (
-            isinstance(self.calibration, str) and 0 < len(self.calibration) <= MAX_NAME_CHARS
+            isinstance(self.calibration, str) and 0 < len(self.calibration) <= MAX_VERDICT_NAME_CHARS
         ):
-            raise MessageError(R.BAD_FIELD, f"calibration must be an id of at most {MAX_NAME_CHARS} characters")
+            raise MessageError(
+                R.BAD_FIELD, f"calibration must be an id of at most {MAX_VERDICT_NAME_CHARS} characters"
+            )
         if self.reason is not None and not isinstance(self.reason, Reason):
             raise MessageError(R.BAD_FIELD, "reason must be a Reason")
 
@@ -755,34 +820,49 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        """Validate a decoded verdict record; :class:`MessageError` when it breaks the contract."""
+        """Validate a decoded verdict record; :class:`MessageError` when it breaks the contract.
+
+        Every field must have its contract's type (nothing is converted: ``"3"`` is not a seq)
+        and bound: names of at most :data:`~fedrca.contracts.bounds.MAX_NAME_CHARS` characters,
+        at most :data:`MAX_VERDICT_PLANTS` plants in a list, a finite ``ts`` >= 0.
+        """
+        if not isinstance(data, Mapping):
+            raise MessageError(R.MALFORMED_JSON, f"a verdict must be a JSON object, got {type(data).__name__}")
+        for key in ("site", "ts", "seq", "root_cause", "propagated", "posterior", "evidence_window", "outcome"):
+            if key not in data:
+                raise MessageError(R.MISSING_FIELD, f"no '{key}' in verdict")
+        site = check_name(data["site"], "site")
+        ts = data["ts"]
+        if not _number(ts) or not _finite(ts) or ts < 0:
+            raise MessageError(R.BAD_TIMESTAMP, f"ts must be a finite number of seconds >= 0, got {short(ts)}")
+        seq = _seq(data["seq"])
+        root = data["root_cause"]
+        root = None if root is None else check_name(root, "root_cause")
+        propagated = _names(data["propagated"], "propagated")
+        candidates = _names(data.get("candidates", []), "candidates")
+        posterior = data["posterior"]
+        if not _number(posterior) or not 0.0 <= posterior <= 1.0:
+            raise MessageError(R.BAD_FIELD, f"posterior must be a number in [0, 1], got {short(posterior)}")
+        window = data["evidence_window"]
+        if not isinstance(window, list) or len(window) != 2:
+            raise MessageError(R.BAD_WINDOW, f"evidence_window must be [first, last], got {short(window)}")
+        first, last = (_seq(w, "evidence_window") for w in window)
+        outcome = data["outcome"]
+        if not isinstance(outcome, str) or len(outcome) > MAX_NAME_CHARS:
+            raise MessageError(R.BAD_FIELD, f"outcome must be a short text, got {short(outcome)}")
+        sensor_plants = _names(data.get("sensor_plants", []), "sensor_plants")
+        reason = data.get("reason")
         try:
-            window = data["evidence_window"]
-            reason = data.get("reason")
+            # optional: verdicts of producers without probabilities or a reason (checked by __post_init__)
             verdict = cls(
-                str(data["site"]),
-                float(data["ts"]),
-                int(data["seq"]),
-                None if data["root_cause"] is None else str(data["root_cause"]),
-                _json_list(data, "propagated", required=True),
-                float(data["posterior"]),
-                (int(window[0]), int(window[1])),
-                str(data["outcome"]),
-                # optional: verdicts of producers that did not list candidates, probabilities or a reason
-                _json_list(data, "candidates"),
-                _json_list(data, "probabilities"),
-                data.get("level"),
-                data.get("calibration"),
-                None if reason is None else Reason.from_dict(reason),
-                # optional: only a sensor event carries it
-                _json_list(data, "sensor_plants"),
-            )
-        except KeyError as exc:
-            raise MessageError(R.MISSING_FIELD, f"no {exc} in verdict") from None
-        except (TypeError, ValueError, IndexError) as exc:
+                site, float(ts), seq, root, propagated, float(posterior), (first, last), outcome, candidates,
+                _json_list(data, "probabilities"), data.get("level"), data.get("calibration"),
+                None if reason is None else Reason.from_dict(reason), sensor_plants,
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise MessageError(R.BAD_FIELD, f"verdict field of the wrong type ({exc})") from None
         if "id" in data and data["id"] != verdict.id:
-            raise MessageError(R.BAD_FIELD, f"verdict id {data['id']!r} does not match its content")
+            raise MessageError(R.BAD_FIELD, f"verdict id {short(data['id'])} does not match its content")
         return verdict
 
     @classmethod
@@ -791,4 +871,4 @@ class Verdict:
         is refused before it is parsed."""
         if len(raw) > MAX_VERDICT_BYTES:
             raise MessageError(R.BAD_FIELD, f"verdict of {len(raw)} bytes exceeds {MAX_VERDICT_BYTES}")
-        return cls.from_dict(_parse(raw))
+        return cls.from_dict(_parse(raw, "a verdict", VERDICT_DEPTH))

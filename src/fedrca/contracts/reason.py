@@ -12,7 +12,7 @@ A :class:`~fedrca.contracts.messages.Verdict` of a root cause carries a :class:`
 
 Every field is bounded (:data:`MAX_CANDIDATES` candidates, :data:`MAX_PROPAGATED` propagated plants,
 :data:`MAX_REASON_PLANTS` plants described, :data:`MAX_LINK_CHARS` characters of a link,
-:data:`MAX_CHANGE_CHARS` of the sentence, names of at most :data:`MAX_NAME_CHARS`), so a verdict's
+:data:`MAX_CHANGE_CHARS` of the sentence, names of at most :data:`MAX_VERDICT_NAME_CHARS`), so a verdict's
 JSON stays within :data:`MAX_VERDICT_BYTES` whatever the site (``tests/contracts/test_reason.py`` encodes the largest).
 
 Examples
@@ -36,10 +36,10 @@ __all__ = [
     "MAX_CANDIDATES",
     "MAX_CHANGE_CHARS",
     "MAX_LINK_CHARS",
-    "MAX_NAME_CHARS",
     "MAX_PROPAGATED",
     "MAX_REASON_PLANTS",
     "MAX_VERDICT_BYTES",
+    "MAX_VERDICT_NAME_CHARS",
     "PLANT_STATES",
     "PlantReason",
     "Reason",
@@ -54,7 +54,7 @@ MAX_PROPAGATED = 64
 MAX_REASON_PLANTS = 12
 #: Longest plant (or site) name a verdict carries: the longest that fits a Kafka topic name
 #: (``{site}.sensors.{plant}`` with a one-character site: 249 - 10 characters).
-MAX_NAME_CHARS = 239
+MAX_VERDICT_NAME_CHARS = 239
 #: Longest description of how an effect reaches a plant (a declared path, a learned block).
 MAX_LINK_CHARS = 240
 #: Longest sentence on what would change the verdict.
@@ -74,8 +74,10 @@ PLANT_STATES: dict[tuple[int, int], str] = {
 
 
 def _name(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
-        raise MessageError(R.BAD_FIELD, f"{what} must be a name of 1..{MAX_NAME_CHARS} characters, got {value!r:.80}")
+    if not isinstance(value, str) or not value or len(value) > MAX_VERDICT_NAME_CHARS:
+        raise MessageError(
+            R.BAD_FIELD, f"{what} must be a name of 1..{MAX_VERDICT_NAME_CHARS} characters, got {value!r:.80}"
+        )
     return value
 
 

@@ -28,7 +28,15 @@ from fedrca.datasets.swat import load_swat
 from fedrca.datasets.tep import load_tep_dataset
 from fedrca.exceptions import ConfigError, DataError
 
-__all__ = ["DatasetOptions", "PlantData", "check_nominal_plant", "load_dataset", "load_frame", "plant_frames"]
+__all__ = [
+    "DatasetOptions",
+    "PlantData",
+    "check_nominal_plant",
+    "check_warmup",
+    "load_dataset",
+    "load_frame",
+    "plant_frames",
+]
 
 FloatArray = NDArray[np.float64]
 
@@ -170,6 +178,28 @@ def plant_frames(config: SiteConfig, frame: pd.DataFrame, source: str = "data") 
     return out
 
 
+def check_warmup(
+    config: SiteConfig, rows: int, what: str, *, key: str | None = None, plants: Sequence[str] | None = None
+) -> None:
+    """Refuse a warm-up (``scoring.warmup``: samples after a reset without flags) not shorter than a run of ``rows``.
+
+    Such a run raises no flag at all (``scoring.warmup: 1000000000`` was accepted, and a one-hour
+    simulator demo under the default warm-up reported a detection rate of 0.000). ``what``
+    describes the run; ``key`` names the option that sets its length (default: the setting).
+    """
+    for name in plants or config.plant_names:
+        index = config.plant_names.index(name)
+        warmup = config.plants[index].scoring.warmup
+        if warmup >= rows:
+            setting = f"plants[{index}].scoring.warmup"
+            raise ConfigError(
+                f"{what} are no more than the warm-up of {warmup:,} samples of plant '{name}' ({setting}): no flag "
+                f"could be raised; give a longer run, or a warm-up below {rows:,}",
+                source=None if key else config.source,
+                key=key or setting,
+            )
+
+
 def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData, source: str) -> None:
     """Refuse nominal data a plant's detector cannot be fitted on (:func:`fedrca.datasets.nominal.check_nominal`),
     and settings the data cannot carry: augmentation features whose arrays pass the memory limit
@@ -180,6 +210,7 @@ def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData,
     check_nominal(data.Y, names, plant=plant.name, source=source, folds=folds, missing=missing)
     key = f"plants[{config.plant_names.index(plant.name)}]"
     T, D = data.Y.shape
+    check_warmup(config, T, f"the {T} nominal rows of {source}", plants=[plant.name])
     if plant.detector.kind == "fleet":
         most = max(1, T // (D + 1))
         if plant.detector.components > most:

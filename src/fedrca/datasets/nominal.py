@@ -30,7 +30,8 @@ from fedrca.exceptions import DataError
 
 __all__ = ["MAX_ABS_VALUE", "MAX_MISSING_SHARE", "MIN_NOMINAL_SAMPLES", "check_nominal"]
 
-#: Largest magnitude accepted in nominal data: squares and their sums stay far from float64 overflow.
+#: Largest magnitude accepted in nominal data: squares and their sums stay far from float64 overflow
+#: (the sensors topic's bound too: fedrca.contracts.messages.MAX_ABS_VALUE, tests/contracts/test_messages.py).
 MAX_ABS_VALUE = 1e150
 #: Largest share of a nominal column that may be missing (a column missing more is mostly not measured).
 MAX_MISSING_SHARE = 0.5

@@ -40,10 +40,11 @@ from fedrca.contracts import (
     BaselineCommand,
     DeadLetterReason,
     DeadLetterStage,
-    deadletter_headers,
     decode_published_artifact,
     encode_flags,
 )
+from fedrca.contracts.bounds import short
+from fedrca.contracts.deadletter import deadletter_record
 from fedrca.exceptions import FedrcaError, MessageError
 from fedrca.streams.loop import InputRecord, Outgoing, Processed, read_compacted
 from fedrca.streams.runtime import PlantRuntime, RCARuntime
@@ -89,6 +90,20 @@ def _finite(obj: Any) -> bool:
     return True
 
 
+def _dead_letter(raw: bytes, error: MessageError, stage: DeadLetterStage, source: str, topic: str) -> Outgoing:
+    """A refused record as a dead letter on ``topic`` (within one Kafka record, its reason in the headers)."""
+    value, headers = deadletter_record(raw, error, stage, source)
+    return Outgoing(topic, value, headers=tuple(headers))
+
+
+def _state_object(state: bytes) -> dict[str, Any]:
+    """A handler's state record as the object every handler writes (a list, null or a number is not one)."""
+    value = json.loads(state)
+    if not isinstance(value, dict):
+        raise MessageError(DeadLetterReason.BAD_STATE, f"a state is an object, got {type(value).__name__}")
+    return value
+
+
 class PlantAgent:
     """The handler of one plant's sensor partition (see the module docstring)."""
 
@@ -113,12 +128,15 @@ class PlantAgent:
                                                                             security)  # fmt: skip
 
     def restore(self, state: bytes | None) -> None:
-        """The processor continues from the last committed batch (its initial state when there is none)."""
-        saved = None if state is None else json.loads(state)
+        """The processor continues from the last committed batch (its initial state when there is none).
+
+        A state that is not the processor's (not an object of its keys) raises: the loop then
+        refuses the record and tries the one before it (:meth:`TransactionalLoop._own`).
+        """
+        saved = None if state is None else _state_object(state)
         keeper = self.keeper
         if keeper is not None:
             keeper.restore_records(self._history, -1 if saved is None else int(saved["last_seq"]))
-            self._history = {}
         self.runtime.start_plant(self.plant, saved)
 
     def process(self, records: Sequence[InputRecord]) -> Processed:
@@ -137,9 +155,7 @@ class PlantAgent:
         out = runtime.process_plant(self.plant, batch.valid, batch)
         flags = [Outgoing(self.flags_topic, value, key=key) for value in encode_flags(out.flags)]
         dead = [
-            Outgoing(
-                self.deadletter_topic, raw, headers=tuple(deadletter_headers(err, DeadLetterStage.PLANT, self.source))
-            )
+            _dead_letter(raw, err, DeadLetterStage.PLANT, self.source, self.deadletter_topic)
             for raw, err in batch.rejected
         ]
         runtime.metrics.record_messages_out("plant", self.flags_topic, len(flags))
@@ -167,7 +183,7 @@ class RCAAgent:
         if state is None:
             self.runtime.stage.reset()
         else:
-            self.runtime.stage.set_state(json.loads(state))
+            self.runtime.stage.set_state(_state_object(state))
 
     def process(self, records: Sequence[InputRecord]) -> Processed:
         """Align, judge, publish verdicts; invalid or late flags are dead-lettered."""
@@ -177,10 +193,7 @@ class RCAAgent:
             for v in verdicts
         ]
         out += [
-            Outgoing(
-                self.deadletter_topic, raw, headers=tuple(deadletter_headers(err, DeadLetterStage.RCA, self.source))
-            )
-            for raw, err in rejected
+            _dead_letter(raw, err, DeadLetterStage.RCA, self.source, self.deadletter_topic) for raw, err in rejected
         ]
         self.runtime.metrics.record_messages_out("rca", self.verdicts_topic, len(verdicts))
         return Processed(out, _json(self.runtime.stage.get_state()))
@@ -217,6 +230,7 @@ class ParamsFollower:
         self.topic = names.config.topic("params")
         self._stopping = asyncio.Event()
         self.caught_up = asyncio.Event()
+        self.refused = 0  # records of the params topic refused since the start
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish."""
@@ -277,11 +291,17 @@ class ParamsFollower:
             self.plants.offer_command(command)
 
     async def _offer(self, key: bytes | None, raw: bytes, offset: int, producer: AIOKafkaProducer, new: bool) -> None:
+        """Apply one record of the params topic; anything wrong with it is refused (:meth:`_refuse`), never raised.
+
+        The runtimes check an artifact whole before they swap it in (a plant's arrays against its
+        detector's, the RCA's engine built before it replaces the running one), so a refused record
+        changes nothing.
+        """
         plant = None if key is None else key.decode(errors="replace")
         mine = self.plants is not None and plant in self.plants.processors
         try:
             name, artifact = decode_published_artifact(raw)
-        except FedrcaError as exc:
+        except Exception as exc:  # decoding is total (MessageError/ArtifactError); anything else: the same
             await self._refuse(plant, raw, exc, offset, producer, new, mine)
             return
         async with self.lock:
@@ -290,20 +310,22 @@ class ParamsFollower:
                     self.plants.offer_parameters(name, artifact)
                 if self.rca is not None and (name == SERVER or name in self.names.config.plant_names):
                     self.rca.offer_artifact(name, artifact)
-            except FedrcaError as exc:
+            except Exception as exc:
                 await self._refuse(plant, raw, exc, offset, producer, new, mine)
 
     async def _refuse(
         self,
         plant: str | None,
         raw: bytes,
-        exc: FedrcaError,
+        exc: Exception,
         offset: int,
         producer: AIOKafkaProducer,
         new: bool,
         mine: bool,
     ) -> None:
-        log.error("refused the parameter artifact at offset %d of %s: %s", offset, self.topic, exc)
+        detail = str(exc) if isinstance(exc, FedrcaError) else f"it could not be applied ({type(exc).__name__}: {exc})"
+        log.error("refused the parameter artifact at offset %d of %s: %s", offset, self.topic, short(detail, 300))
+        self.refused += 1
         runtime = self.plants if mine or self.rca is None else self.rca
         if runtime is None:
             return
@@ -316,9 +338,9 @@ class ParamsFollower:
             topic = self.names.config.topic("deadletter")
         else:
             return  # addressed to a plant another worker serves: that worker dead-letters it
-        error = MessageError(DeadLetterReason.BAD_ARTIFACT, str(exc))
-        headers = deadletter_headers(error, DeadLetterStage.PARAMS, self.topic)
-        await (await producer.send(topic, raw, headers=headers))
+        error = MessageError(DeadLetterReason.BAD_ARTIFACT, detail)
+        value, headers = deadletter_record(raw, error, DeadLetterStage.PARAMS, self.topic)
+        await (await producer.send(topic, value, headers=headers))
 
 
 class Heartbeat:

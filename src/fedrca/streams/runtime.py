@@ -483,6 +483,12 @@ class RCARuntime:
         for raw in raws:
             try:
                 flag = decode_flag(raw, self.config.site, self._plants, now)
+                severity = self.engine.severity
+                if flag.level is not None and severity is not None and flag.level >= severity.n_levels:
+                    raise MessageError(
+                        DeadLetterReason.BAD_FLAG,
+                        f"'level' {flag.level} is beyond the site's {severity.n_levels} severity levels",
+                    )
             except MessageError as err:
                 rejected.append((raw, err))
                 self.metrics.record_deadletter(DeadLetterStage.RCA, err.reason)

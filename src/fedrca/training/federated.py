@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -591,6 +592,9 @@ class FederatedTraining:
         artifacts: dict[str, ParameterArtifact] = {}
         delta = self.settings.privacy.delta
         n = max(self.round, 1)
+        # one id for every artifact of this run: a plant's pair copied in from another run of the same
+        # configuration is refused by the loader (fedrca.application.params), its digest covers the id
+        run_id = uuid.uuid4().hex
         for plant, client in self.clients.items():
             det = self.detectors[plant]
             det.set_parameters(client.theta, version=f"v{version}")
@@ -636,6 +640,7 @@ class FederatedTraining:
                 epsilon_spent=summary["epsilon"],
                 delta=delta,
                 extra={
+                    "run_id": run_id,
                     "model_fingerprint": model_fingerprint(det),
                     "privacy": summary,
                     "lifetime": self._lifetime(plant, summary),
@@ -658,6 +663,7 @@ class FederatedTraining:
             epsilon_spent=max(eps) if eps else 0.0,
             delta=delta,
             extra={
+                "run_id": run_id,
                 "plants": list(self.clients),
                 "estimator": self.settings.estimator,
                 "features": self.server.features,
