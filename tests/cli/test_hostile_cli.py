@@ -639,7 +639,7 @@ CASES = [
     Case(
         "params-npz-corrupted",
         REPLAY + " --params {ws}/edited --flags-out {ws}/f --verdicts-out {ws}/v",
-        r"unreadable parameter file",
+        r"unreadable array file.*re-run fedrca train",
         setup=_both(
             _edit_manifest("plant1", lambda m: None),
             lambda ws: (ws / "edited/plant1.npz").write_bytes(b"PK\x03\x04junk"),
@@ -774,7 +774,7 @@ WHATIF_CASES = [
     Case(
         "whatif-npz-corrupted",
         EDITED_W,
-        r"unreadable parameter file",
+        r"unreadable array file.*re-run fedrca train",
         setup=_both(_copy("wparams", "edited"), lambda ws: (ws / "edited/plant2.npz").write_bytes(b"PK\x03\x04x")),
     ),
     Case("whatif-params-missing", WHATIF.replace("{wparams}", "{ws}/nope"), r"no such artifact directory"),
@@ -1450,7 +1450,7 @@ PUBLISH_CASES = [
     Case(
         "publish-npz-corrupted",
         EDITED_P,
-        r"unreadable parameter file",
+        r"unreadable array file.*re-run fedrca train",
         setup=_both(_copy("params", "edited"), lambda ws: (ws / "edited/plant1.npz").write_bytes(b"\x00" * 64)),
     ),
     Case(

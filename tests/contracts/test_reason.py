@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrca.contracts import PlantReason, Reason, Verdict
+from fedrca.contracts.messages import MAX_SEQ
 from fedrca.contracts.reason import (
     MAX_CANDIDATES,
     MAX_CHANGE_CHARS,
@@ -145,7 +146,7 @@ def test_the_largest_verdict_fits_its_bound():
     )
     reason = Reason(plants, names[1], 1e300, "c" * MAX_CHANGE_CHARS)
     v = Verdict(
-        name, 1e12, 10**18, names[0], tuple(names), 0.123456, (10**17, 10**18), "multiple_roots",
+        name, 1e12, MAX_SEQ, names[0], tuple(names), 0.123456, (MAX_SEQ - 1, MAX_SEQ), "multiple_roots",
         tuple(names[:MAX_CANDIDATES]), tuple([1 / 3 / MAX_CANDIDATES] * MAX_CANDIDATES), 0.95, name, reason,
     )  # fmt: skip
     raw = v.encode()

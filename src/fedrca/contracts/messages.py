@@ -86,8 +86,9 @@ MAX_ABS_VALUE = 1e150
 MAX_SEQ = 2**53
 #: Deepest JSON nesting of a sensor or flag message (an object holding lists).
 MESSAGE_DEPTH = 2
-#: Deepest JSON nesting of a verdict (an object holding lists).
-VERDICT_DEPTH = 3
+#: Deepest JSON nesting of a verdict: the verdict, its reason, the reason's plants, a plant, its flag pair
+#: (tests/contracts/test_reason.py encodes the largest verdict).
+VERDICT_DEPTH = 5
 #: Most plants a verdict may name (propagated, candidates): a site's plants are a few dozen.
 MAX_VERDICT_PLANTS = 10_000
 #: Most severity levels a plant publishes (``scoring.severity_levels``, docs/limits.md).
