@@ -16,6 +16,7 @@ import yaml
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from fedrca.contracts import PlantReason, Reason, Verdict
 from fedrca.detectors.plant import DetectionResult
 from fedrca.edge.metrics import EdgeMetrics
 from fedrca.exceptions import ConfigError, FedrcaError
@@ -34,6 +35,10 @@ EXPECTED_ALERTS = {
     "FedrcaConsumerLagHigh",
     "FedrcaStaleParameters",
     "FedrcaPrivacyBudgetExhausted",
+    "FedrcaSensorFault",
+    "FedrcaRowsWithoutPlant",
+    "FedrcaBaselineRefreshRefused",
+    "FedrcaBaselinePinned",
 }
 #: The alerts of fedrca edge (group fedrca-edge; fedrca.edge.metrics).
 EXPECTED_EDGE_ALERTS = {
@@ -63,10 +68,43 @@ EXPECTED_TYPES = {
     "fedrca_rca_parameter_version": "gauge",
     "fedrca_rca_reloads_total": "counter",
     "fedrca_stage_latency_seconds": "histogram",
+    "fedrca_sensor_faulty_tags": "gauge",
+    "fedrca_sensor_fault_episodes_total": "counter",
+    "fedrca_sensor_fault": "gauge",
+    "fedrca_rows_without_plant_total": "counter",
+    "fedrca_clock_offset_seconds": "gauge",
+    "fedrca_baseline_version": "gauge",
+    "fedrca_baseline_age_seconds": "gauge",
+    "fedrca_baseline_pinned": "gauge",
+    "fedrca_baseline_refused_streak": "gauge",
+    "fedrca_baseline_refreshes_total": "counter",
+    "fedrca_root_probability": "gauge",
+    "fedrca_root_candidate": "gauge",
+    "fedrca_alarm_onset_rows": "gauge",
+    "fedrca_verdict_calibrated": "gauge",
+    "fedrca_verdict_margin_nats": "gauge",
+    "fedrca_verdict_reason_info": "gauge",
+    "fedrca_verdict_change_info": "gauge",
 }
 
 
 # -- helpers -------------------------------------------------------------------------------
+def reasoned_verdict(root: str | None = "reactor") -> Verdict:
+    """A verdict with a candidate set and a reason."""
+    reason = Reason(
+        (
+            PlantReason("reactor", 0, 0.97, (1, 1), "root_candidate", "", ""),
+            PlantReason("separator", 4, 0.5, (1, 0), "propagated", "root_cause", "config path reactor > separator"),
+            PlantReason("feed", None, 0.0, (0, 0), "normal", "root_cause", "complete graph"),
+        ),
+        "separator",
+        6.5,
+        "the onset order decides",
+    )
+    return Verdict("tep", 1.0, 9, root, (), 0.97, (1, 9), "root_cause", ("reactor", "separator"), (0.8, 0.15),
+                   0.9, "tep-abc", reason)  # fmt: skip
+
+
 def samples(m: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of ``m.render()`` parsed back: (name, labels) -> value."""
     out = {}
@@ -115,20 +153,64 @@ def test_every_metric_rendered_with_help_and_type(metrics):
     m.observe_d2("reactor", "c", [1.0, 2.0])
     m.record_flags("reactor", {"zc": [True, False]})
     m.record_verdict("reactor")
+    m.record_reason(reasoned_verdict())
     m.record_latency("plant", 0.01)
     m.record_stage_latency("plant", [])
     m.set_consumer_lag("plant", "tep.sensors.reactor", 0, 12)
     m.set_parameter_version("reactor", "v2")
     m.set_privacy("reactor", 1.0, 4.0)
     m.set_plant_anomalous("reactor", True)
+    m.set_baseline("reactor", 2, 3600.0, pinned=False)
+    m.record_refresh("reactor", "applied")
     text = m.render().decode()
     for name, kind in EXPECTED_TYPES.items():
         assert f"# TYPE {name} {kind}\n" in text, name
         help_line = re.search(rf"^# HELP {name} (.+)$", text, re.MULTILINE)
         assert help_line and len(help_line.group(1)) > 20, f"{name} needs a real help text"
-    extras = {"fedrca_d2_dropped_total", "fedrca_parameter_info"}
+    extras = {"fedrca_d2_dropped_total", "fedrca_degraded_rows_total", "fedrca_parameter_info"}
     declared = {n for n in re.findall(r"^# TYPE (\S+)", text, re.MULTILINE) if not n.endswith("_created")}
     assert declared == set(EXPECTED_TYPES) | extras
+
+
+def test_baseline_metrics_and_the_refused_streak(metrics):
+    m = metrics
+    m.set_baseline("reactor", 3, 86400.0, pinned=True)
+    assert sample(m, "fedrca_baseline_version", plant="reactor") == 3.0
+    assert sample(m, "fedrca_baseline_age_seconds", plant="reactor") == 86400.0
+    assert sample(m, "fedrca_baseline_pinned", plant="reactor") == 1.0
+    for outcome in ("refused", "refused", "pinned", "refused"):
+        m.record_refresh("reactor", outcome)
+    # a pinned refresh leaves the streak as it is; an applied one ends it
+    assert sample(m, "fedrca_baseline_refused_streak", plant="reactor") == 3.0
+    assert sample(m, "fedrca_baseline_refreshes_total", plant="reactor", outcome="refused") == 3.0
+    m.record_refresh("reactor", "limited")
+    assert sample(m, "fedrca_baseline_refused_streak", plant="reactor") == 0.0
+
+
+def test_the_latest_verdict_says_why(metrics):
+    m = metrics
+    m.record_verdict("reactor", plants=["feed", "reactor", "separator"])
+    m.record_reason(reasoned_verdict())
+    got = samples(m)
+    assert got[("fedrca_root_probability", frozenset({("plant", "reactor")}))] == 0.8
+    assert got[("fedrca_root_probability", frozenset({("plant", "feed")}))] == 0.0
+    assert got[("fedrca_root_candidate", frozenset({("plant", "separator")}))] == 1.0
+    assert got[("fedrca_alarm_onset_rows", frozenset({("plant", "separator")}))] == 4.0
+    assert got[("fedrca_alarm_onset_rows", frozenset({("plant", "feed")}))] == -1.0
+    assert got[("fedrca_verdict_calibrated", frozenset())] == 1.0
+    assert got[("fedrca_verdict_margin_nats", frozenset())] == 6.5
+    labels = frozenset(
+        {("plant", "separator"), ("pair", "(1,0)"), ("state", "propagated"), ("table", "root_cause"),
+         ("link", "config path reactor > separator")}
+    )  # fmt: skip
+    assert got[("fedrca_verdict_reason_info", labels)] == 1.0
+    change = frozenset({("root_cause", "reactor"), ("runner_up", "separator"), ("change", "the onset order decides")})
+    assert got[("fedrca_verdict_change_info", change)] == 1.0
+    # the next verdict replaces the reason; one without a reason clears it
+    m.record_reason(Verdict("tep", 2.0, 20, None, (), 0.99, (10, 20), "no_anomaly"))
+    got = samples(m)
+    assert not [k for k in got if k[0] in ("fedrca_verdict_reason_info", "fedrca_verdict_change_info")]
+    assert got[("fedrca_root_candidate", frozenset({("plant", "separator")}))] == 0.0
 
 
 def test_counters_increment_exactly(metrics):

@@ -96,6 +96,16 @@ class Site:
     def plants(self) -> list[str]:
         return list(self.config.plant_names)
 
+    @property
+    def calibration(self) -> str | None:
+        """The calibration map's file name (``rca.calibration.path``): it ships beside site.yaml in the config map."""
+        path = self.config.rca.calibration.path
+        if path is None:
+            return None
+        if "/" in path:
+            raise SystemExit(f"sync-k8s: rca.calibration.path must be a file beside the configuration, got {path!r}")
+        return str(path)
+
     # -- topics -------------------------------------------------------------------------------
     def topic(self, kind: str, plant: str | None = None) -> str:
         return str(self.config.topic(kind, plant=plant))
@@ -141,6 +151,19 @@ class Site:
 
     def rca_state(self) -> str:
         return self.topic("rca_state")
+
+    @property
+    def drift(self) -> bool:
+        """Whether the plants re-baseline (``drift.enabled``): they keep a history topic, read operators' commands."""
+        return bool(self.config.drift.enabled)
+
+    def plant_history(self, plant: str) -> str:
+        """The plant processor's compacted history topic (its raw rows and baselines: as private as its sensors)."""
+        return str(self.names.history(plant))
+
+    def control(self) -> str:
+        """The operators' commands to the plants' re-baselining loops (``fedrca baseline``)."""
+        return str(self.names.control)
 
     # -- principals ---------------------------------------------------------------------------
     def processor_user(self, plant: str) -> str:
@@ -236,6 +259,10 @@ def topics(site: Site) -> list[dict[str, Any]]:
             # noised training messages of the plant (federated training)
             kafka_topic(site.topic("train", plant), 1, {**delete, "retention.ms": 7 * DAY_MS}, None),
         ]
+        if site.drift:
+            # the plant's recent rows and baselines (docs/drift.md): raw values, as private as the sensors;
+            # one record per slot, compaction at least daily
+            out.append(kafka_topic(site.plant_history(plant), 1, {**compact, "segment.ms": DAY_MS}, private))
     out += [
         # one partition: the RCA sees one total order of flags
         kafka_topic(site.topic("flags"), 1, {**delete, "retention.ms": 7 * DAY_MS}, None),
@@ -245,6 +272,9 @@ def topics(site: Site) -> list[dict[str, Any]]:
         kafka_topic(site.topic("deadletter"), 1, {**delete, "retention.ms": 14 * DAY_MS}, None),
         kafka_topic(site.rca_state(), 1, compact, None),
     ]
+    if site.drift:
+        # the newest operator command per plant (fedrca baseline pin / unpin / rollback / refresh)
+        out.append(kafka_topic(site.control(), 1, {**compact, "segment.ms": DAY_MS}, None))
     return out
 
 
@@ -275,6 +305,14 @@ def kafka_user(name: str, role: str, acls: list[dict[str, Any]]) -> dict[str, An
     }
 
 
+def drift_acls(site: Site, plant: str) -> list[dict[str, Any]]:
+    """A processor's rights of the re-baselining loop: its history (rows, baselines) written in the same transactions
+    as its flags, read back at a restart; the operators' commands."""
+    if not site.drift:
+        return []
+    return [acl("topic", site.plant_history(plant), ("Read", "Write", "Describe")), acl("topic", site.control(), READ)]
+
+
 def users(site: Site) -> list[dict[str, Any]]:
     out = []
     for plant in site.plants:
@@ -290,6 +328,7 @@ def users(site: Site) -> list[dict[str, Any]]:
                     acl("topic", site.topic("params"), READ),
                     # its detector state, written in the same transactions as its flags
                     acl("topic", site.plant_state(plant), ("Read", "Write", "Describe")),
+                    *drift_acls(site, plant),
                     acl("group", group, ["Read"]),
                     acl("transactionalId", site.processor_transactions(plant), WRITE, "prefix"),
                     acl("cluster", "", ["IdempotentWrite"]),
@@ -352,11 +391,14 @@ def users(site: Site) -> list[dict[str, Any]]:
     out.append(
         kafka_user(
             operator,
-            "operators and dashboards: verdicts, published flags, RCA-stage dead letters",
+            "operators and dashboards: verdicts, published flags, RCA-stage dead letters"
+            + ("; commands to the plants' re-baselining loops" if site.drift else ""),
             [
                 acl("topic", site.topic("verdicts"), READ),
                 acl("topic", site.topic("flags"), READ),
                 acl("topic", site.topic("deadletter"), READ),
+                # fedrca baseline pin / unpin / rollback / refresh: a command, never a plant's data
+                *([acl("topic", site.control(), WRITE)] if site.drift else []),
                 acl("group", f"{operator}-", ["Read"], "prefix"),
             ],
         )
@@ -665,8 +707,19 @@ def training(site: Site) -> list[dict[str, Any]]:
         "name": "train",
         "image": IMAGE,
         "command": ["fedrca"],
-        # resumable from /params/checkpoint; writes the versioned artifacts to /params
-        "args": ["train", "--config", config, "--data", "/data/nominal.dat", "--out", "/params", "--quiet"],
+        # resumable from /params/checkpoint; writes the versioned artifacts to /params, charged on top of the
+        # artifacts already there (the plants' whole-life ledger, docs/drift.md)
+        "args": [
+            "train",
+            "--config",
+            config,
+            "--data",
+            "/data/nominal.dat",
+            *(["--previous", "/params"] if site.drift else []),
+            "--out",
+            "/params",
+            "--quiet",
+        ],
         "env": [*COMMON_ENV, *kafka_env(site.training_user())],
         "envFrom": ENV_FROM,
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}},
@@ -718,7 +771,8 @@ def training(site: Site) -> list[dict[str, Any]]:
             "kind": "CronJob",
             "metadata": {"name": f"fedrca-{site.site}-training", "labels": lbl},
             "spec": {
-                "schedule": "0 3 * * 0",  # weekly; parameters older than 7 days raise FedrcaStaleParameters
+                # drift.federated.schedule (weekly by default); parameters older than 7 days raise FedrcaStaleParameters
+                "schedule": str(site.config.drift.federated.schedule),
                 "timeZone": "Etc/UTC",
                 "concurrencyPolicy": "Forbid",
                 "startingDeadlineSeconds": 3600,
@@ -918,6 +972,51 @@ def dashboard(site: Site) -> dict[str, Any]:
     legend = {"legend": {"displayMode": "table", "placement": "right"}}
     panel("timeseries", "verdicts by root cause", [(verdicts, "{{root_cause}}")], 12, 12, options=legend)
     y += 8
+    # why the latest verdict names its root (fedrca.contracts.Reason; docs/rca.md "The reason, shown")
+    probability = f"max by (plant) (fedrca_root_probability{every})"
+    panel(
+        "bargauge",
+        "root probability of each candidate (latest verdict; calibrated when the map is loaded)",
+        [(probability, "{{plant}}")],
+        0,
+        8,
+        "percentunit",
+        description="P(the root is this plant) of the latest verdict. fedrca_verdict_calibrated says whether a "
+        "calibration map made it (then about that share of such verdicts is right) or it is the engine's own "
+        "over-confident posterior.",
+        options={"orientation": "horizontal", "reduceOptions": {"calcs": ["lastNotNull"]}},
+    )
+    onset = f"max by (plant) (fedrca_alarm_onset_rows{every})"
+    panel(
+        "bargauge",
+        "alarm onset after the incident's first alarm (rows; -1 = not alarming)",
+        [(onset, "{{plant}}")],
+        8,
+        8,
+        options={"orientation": "horizontal", "reduceOptions": {"calcs": ["lastNotNull"]}},
+    )
+    change = f"max by (root_cause, runner_up, change) (fedrca_verdict_change_info{every})"
+    panel(
+        "table",
+        "what would change the verdict",
+        [(change, "{{change}}")],
+        16,
+        8,
+        options={"showHeader": True},
+        transformations=[{"id": "labelsToFields", "options": {"mode": "columns"}}],
+    )
+    y += 8
+    reason = f"max by (plant, pair, state, table, link) (fedrca_verdict_reason_info{every})"
+    panel(
+        "table",
+        "reason per plant: dominant flag pair, P1's reading, the look-up table next to the root, the path",
+        [(reason, "{{plant}}")],
+        0,
+        24,
+        options={"showHeader": True},
+        transformations=[{"id": "labelsToFields", "options": {"mode": "columns"}}],
+    )
+    y += 8
     row("Streams")
     lag = f"max by (stage, topic, partition) (fedrca_consumer_lag{every})"
     panel("timeseries", "consumer lag (messages)", [(lag, "{{stage}} {{topic}}/{{partition}}")], 0, 12)
@@ -989,6 +1088,15 @@ def dashboard(site: Site) -> dict[str, Any]:
     age = f"time() - max by (plant) (fedrca_parameter_loaded_timestamp_seconds{per_plant})"
     panel("timeseries", "age of the parameters in use", [(age, "{{plant}}")], 16, 8, "s")
     y += 8
+    if site.drift:
+        row("Baselines (re-baselining loop, docs/drift.md)")
+        baseline = f"max by (plant) (fedrca_baseline_version{per_plant})"
+        panel("timeseries", "baseline in force (b<n>)", [(baseline, "{{plant}}")], 0, 8)
+        baseline_age = f"max by (plant) (fedrca_baseline_age_seconds{per_plant})"
+        panel("timeseries", "age of the baseline (sample time)", [(baseline_age, "{{plant}}")], 8, 8, "s")
+        refreshes = f"sum by (plant, outcome) (increase(fedrca_baseline_refreshes_total{per_plant}[1d]))"
+        panel("timeseries", "refreshes per day by outcome", [(refreshes, "{{plant}} {{outcome}}")], 16, 8)
+        y += 8
     for i, p in enumerate(panels):
         p["id"] = i + 1
 
@@ -1044,7 +1152,7 @@ def kustomization(site: Site, files: list[str]) -> dict[str, Any]:
         "resources": files,
         "configMapGenerator": [
             # the hash suffix rolls every worker when the configuration changes
-            {"name": f"fedrca-{site.site}-config", "files": ["site.yaml"]},
+            {"name": f"fedrca-{site.site}-config", "files": ["site.yaml", *filter(None, [site.calibration])]},
             {
                 # how every client reaches the cluster (TLS + SCRAM); credentials come per principal
                 "name": "fedrca-kafka",
@@ -1088,6 +1196,9 @@ def render() -> dict[str, str]:
     files = {name: dump(copy.deepcopy(docs)) for name, docs in parts.items()}
     files["kustomization.yaml"] = HEADER + yaml.safe_dump(kustomization(site, list(parts)), sort_keys=False, width=120)
     files["site.yaml"] = SITE_CONFIG.read_text(encoding="utf-8")
+    if site.calibration is not None:
+        # the RCA worker resolves the map beside its configuration file (/etc/fedrca)
+        files[site.calibration] = (SITE_CONFIG.parent / site.calibration).read_text(encoding="utf-8")
     files["grafana/fedrca-dashboard.json"] = json.dumps(dashboard(site), indent=2) + "\n"
     return files
 

@@ -87,12 +87,16 @@ BAD = [
     HUGE_VALUE := b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,1' + b"0" * 400 + b",3.0]}",
 ]
 BAD += [good(seq=13) + b" x", b"\x00" + good()]
+# beyond the detector's bound (the data files' too): refused, a null beside them or not
+BAD += [good(values=[0.1, 1e151, -7]), good(values=[None, -1e300, 1.0]), good(seq=2**53 + 1)]
+# nested deeper than a message, or larger than a record: refused before they are parsed
+BAD += [good().replace(b"[1.0", b"[" * 5_000 + b"1.0"), b'{"site":"' + b"x" * (1 << 20) + b'"}']
 #: Valid for json.loads but not plain UTF-8: the batch decoder's slow path must accept them too.
 ODD = [b"\xef\xbb\xbf" + good(seq=11), good(seq=12).decode().encode("utf-16"), good(seq=14).decode()]
 GOOD = [
     good(),
     good(plant="reactor", seq=8, ts=0, values=[4, -2]),
-    good(seq=0, ts=NOW + 3600, values=[0.1, 1e300, -7]),
+    good(seq=0, ts=NOW + 3600, values=[0.1, 1e150, -7]),
     good(values=[1.0, None, 2.0]),
     good(plant="reactor", values=[None, None]),
     b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[null,1.0,2.0],"quality":[1,0,2]}',

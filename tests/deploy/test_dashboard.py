@@ -74,8 +74,12 @@ def test_every_expression_names_exported_metrics_only(dashboard):
         unknown = set(names) - exported
         assert not unknown, f"{expr!r} names {sorted(unknown)}, which fedrca's exporter does not export"
         used |= set(names)
-    # what the dashboard is for: per-plant d2 and flags, verdicts, lag, dead letters, privacy spend
+    # what the dashboard is for: per-plant d2 and flags, verdicts and why, lag, dead letters, privacy spend
     wanted = {
+        "fedrca_root_probability",
+        "fedrca_alarm_onset_rows",
+        "fedrca_verdict_reason_info",
+        "fedrca_verdict_change_info",
         "fedrca_d2_bucket",
         "fedrca_flags_total",
         "fedrca_root_cause",

@@ -70,7 +70,12 @@ def test_hostile_values_one_line_and_a_metric_each_nothing_valid_lost(caplog):
                 node = ua.NodeId(name, server.ns, ua.NodeIdType.String)
                 await folder.add_variable(node, name, variant.Value, variant.VariantType)
                 server.nodes[name] = node
-            config = site(server.url, COLUMNS, {"overflow": {"node": "s=overflow", "scale": 10.0}}, queue_size=5)
+            # the keep-alive generous: a session lost here must be a case's doing, not a busy machine starving
+            # the client (server, client and the 5,000-write flood share one event loop)
+            config = site(
+                server.url, COLUMNS, {"overflow": {"node": "s=overflow", "scale": 10.0}}, queue_size=5,
+                watchdog_interval=5.0, request_timeout=60.0,
+            )  # fmt: skip
             runtime = EdgeRuntime(config, ["p"], keep_rows=True)
             tags = TagMap(config, ["p"])
             index = {t.name: t.index for t in tags.tags}

@@ -50,3 +50,14 @@ def test_a_processor_publishes_rows_it_cannot_score_as_degraded_and_charges_noth
     assert proc.window is not None and proc.window.count() == 2 * (len(Y) - len(degraded))
     back = [decode_flag(raw, "s", {"p"}) for raw in encode_flags(out.flags)]
     assert [f.degraded for f in back] == [f.degraded for f in out.flags]
+
+
+def test_degraded_rows_are_counted_per_plant(fitted):
+    from fedrca.observability import Metrics
+
+    train, test = fitted
+    Y = test[:50].copy()
+    Y[5:9] = np.nan
+    metrics = Metrics(plants=["p"])
+    metrics.record_detection("p", PlantDetector("p", n_states=2, seed=1).fit(train).step_batch(Y))
+    assert metrics.value("fedrca_degraded_rows_total", plant="p") == 4

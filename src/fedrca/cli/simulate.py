@@ -95,7 +95,7 @@ def _stream(args: argparse.Namespace) -> int:
     if config.dataset.format != "tep":
         what = config.dataset.format
         raise ConfigError(f"the simulator makes TEP samples; --config must be a TEP site, not {what!r}", key="--config")
-    bootstrap = bootstrap_of(args.to)
+    bootstrap = bootstrap_of(args.to, key="--to")
     pacer = Pacer.from_spec(args.speed)
     spec = _spec(args)
     simulator = TEPSimulator(spec)

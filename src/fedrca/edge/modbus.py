@@ -175,7 +175,7 @@ def decode(item: ReadItem, words: Sequence[int] | Sequence[bool]) -> float | Non
 class PollStats:
     """Details of a :class:`ModbusPoller` beyond its :class:`~fedrca.edge.source.SourceCounters` (cumulative)."""
 
-    polls: int = 0
+    polls: int = 0  # completed (every block reported)
     requests: int = 0
     timeouts: int = 0
     malformed: int = 0
@@ -259,8 +259,11 @@ class ModbusPoller:
         return await read(block.start, count=block.count, device_id=block.unit)
 
     async def poll(self, client: AsyncModbusTcpClient) -> None:
-        """Read every block once and report each tag (raises ConnectionException when the link is gone)."""
-        self.stats.polls += 1
+        """Read every block once and report each tag (raises ConnectionException when the link is gone).
+
+        ``stats.polls`` counts the polls that reported every block (a test waiting for two polls then sees
+        both polls' reports: ``tests/edge/test_modbus.py``).
+        """
         split: list[tuple[ReadBlock, list[ReadBlock]]] = []
         for block in self.blocks:
             ts = self._clock()
@@ -306,6 +309,7 @@ class ModbusPoller:
                         self.name, block.describe(), len(parts))  # fmt: skip
             at = self.blocks.index(block)
             self.blocks[at : at + 1] = parts
+        self.stats.polls += 1
 
     # -- the loop ------------------------------------------------------------------------------------
     def _next_poll(self, now: float) -> float:

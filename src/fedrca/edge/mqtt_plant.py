@@ -32,6 +32,7 @@ import aiomqtt
 import orjson
 
 from fedrca.config.edge_protocols import split_url
+from fedrca.edge._tahu import Payload
 from fedrca.edge.sparkplug import REBIRTH, DataType, SparkplugNode, decode_payload
 
 __all__ = ["DEFAULT_GROUP", "MqttPlant", "edge_section", "topic_prefix"]
@@ -191,8 +192,6 @@ class MqttPlant:
 def _data(node: SparkplugNode, values: Sequence[float | None], ts: float, only: list[int], bad: list[int]) -> bytes:
     if not bad:
         return node.data(values, ts, only=only)
-    from fedrca.edge._tahu import Payload
-
     payload = Payload.FromString(node.data(values, ts, only=only))
     for metric in payload.metrics:
         if metric.alias - 1 in bad:

@@ -60,7 +60,7 @@ decision equals the look-up table :func:`fedrca.rca.table.lookup`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,7 +68,11 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config import RCASettings, SiteConfig
 from fedrca.contracts import NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, Verdict, flag_states
+from fedrca.contracts.reason import MAX_PROPAGATED
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
+from fedrca.rca.calibration import CalibrationMap
+from fedrca.rca.evidence import Evidence
+from fedrca.rca.explain import annotate
 from fedrca.rca.flagmodel import (
     AUGMENTED,
     NORMAL,
@@ -80,6 +84,7 @@ from fedrca.rca.flagmodel import (
     state_rates_from_counts,
 )
 from fedrca.rca.graph import InterdependencyGraph
+from fedrca.rca.memory import IncidentMemory
 from fedrca.rca.table import EXTERNAL_ROOT, NO_ANOMALY, ROOT_CAUSE, UNEXPLAINED, classify_pattern
 
 __all__ = [
@@ -138,6 +143,7 @@ class RCAEngine:
         settings: RCASettings | None = None,
         site: str = "",
         severity: SeverityModel | None = None,
+        calibration: CalibrationMap | None = None,
     ) -> None:
         if model.n_plants != graph.n_plants:
             raise DataError(f"flag model has {model.n_plants} plants, the graph {graph.n_plants}")
@@ -181,6 +187,15 @@ class RCAEngine:
         self._entry = graph.adjacency | np.eye(M, dtype=bool)  # where a root's disturbance enters
         self._log_seen = np.where(self._unseen, math.log1p(-s.unobserved_weight), 0.0)
         self._log_unseen = math.log(s.unobserved_weight)
+        # the incident's memory matters only where the graph leaves a plant unreachable from another
+        self._memory = IncidentMemory(M, s.incident_gap, s.incident_rows, forget=self.horizon)
+        self._memory_counts = not bool((self._reach | np.eye(M, dtype=bool)).all())
+        if calibration is not None:
+            calibration.check(self.plants)
+        self.calibration = calibration
+        #: when a list, the evidence of every issued verdict is appended to it (benchmarks fit and score
+        #: calibration maps on it: bench/bench_faults.py)
+        self.evidence_log: list[Evidence] | None = None
         self.reset()
 
     # -- state -------------------------------------------------------------------------------
@@ -209,6 +224,8 @@ class RCAEngine:
         self._active = False
         self._last_key: tuple[str, str | None, tuple[str, ...]] | None = None
         self._last_emit = -1
+        self._memory.reset()
+        self._evidence: tuple[NDArray[np.bool_], FloatArray, FloatArray] | None = None
         self.decision: Verdict | None = None
 
     def get_state(self) -> dict[str, Any]:
@@ -235,6 +252,7 @@ class RCAEngine:
             "active": self._active,
             "last_key": None if self._last_key is None else [*self._last_key[:2], list(self._last_key[2])],
             "last_emit": self._last_emit,
+            "incident": self._memory.get_state(),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -271,6 +289,7 @@ class RCAEngine:
         key = state["last_key"]
         self._last_key = None if key is None else (key[0], key[1], tuple(key[2]))
         self._last_emit = int(state["last_emit"])
+        self._memory.set_state(state.get("incident"))
 
     def _slot_for(self, row_number: int) -> int:
         return row_number % self.horizon
@@ -311,13 +330,17 @@ class RCAEngine:
         order: FloatArray,
         order_unseen: FloatArray | None = None,
         unseen_roots: NDArray[np.bool_] | None = None,
+        quiet_roots: NDArray[np.bool_] | None = None,
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Log evidence (M + 3,) of the hypotheses from window sums S (M, K) and order penalties (M, M).
 
         ``order_unseen`` (M, M): the order penalties timed from the entry (see
         :meth:`_order_penalty`) of the unseen-entry variant of the roots in
         ``unseen_roots`` (M,) (plants of ``rca.unobserved_entry`` that are alarming:
-        a root seen late must be seen); None = no such variant.
+        a root seen late must be seen); None = no such variant. ``quiet_roots`` (M,): the
+        entries that started the incident (:meth:`_started_incident`): their variant holds
+        also while they are quiet, and their rows are root-like or normal (an entry's sensors
+        see its disturbance in bursts, or not at all).
 
         Also returns, per root hypothesis k and plant j, the log evidence of "j affected"
         and "j not affected" (M, M) (for the propagated list).
@@ -337,7 +360,15 @@ class RCAEngine:
             per_u = np.logaddexp(affected_u, unaffected)
             np.fill_diagonal(per_u, 0.0)
             seen = roots + self._log_seen
-            unseen = np.where(unseen_roots, S_R + self._log_unseen + per_u.sum(axis=1), -np.inf)
+            own = S_R
+            if quiet_roots is not None and quiet_roots.any():
+                # an entry that started the incident: its rows are a root's (any miss rate) or normal, one
+                # more component of equal weight (tests/rca/test_memory.py, the intermittent entry)
+                n = self.model.n_root
+                quiet = np.logaddexp(S_R + math.log(n / (n + 1)), S_N - math.log(n + 1))
+                own = np.where(quiet_roots, quiet, S_R)
+                unseen_roots = unseen_roots | quiet_roots
+            unseen = np.where(unseen_roots, own + self._log_unseen + per_u.sum(axis=1), -np.inf)
             roots = np.logaddexp(seen, unseen)
             affected = np.where((unseen > seen)[:, None], affected_u, affected)
         half = math.log(0.5)
@@ -477,6 +508,7 @@ class RCAEngine:
         elif self._episode_start is not None:
             self._episode_start = None
             self._episode_end = seq
+        self._memory.update(seq, self._alarmed, self._onset)
 
     def _window(self, seq: int) -> NDArray[np.bool_]:
         """The evidence rows: the last ``horizon`` rows, from the current episode's start, or
@@ -539,8 +571,13 @@ class RCAEngine:
         M = len(self.plants)
         S = self._buf_lp[mask].sum(axis=0)
         unseen_roots = self._unseen & self._alarmed
-        order, order_unseen = self._penalties(unseen_roots)
-        evidence, affected, unaffected = self._hypothesis_evidence(S, order, order_unseen, unseen_roots)
+        quiet_roots = self._started_incident()
+        order, order_unseen = self._penalties(unseen_roots | quiet_roots)
+        evidence, affected, unaffected = self._hypothesis_evidence(S, order, order_unseen, unseen_roots, quiet_roots)
+        if self._memory_counts and self._memory.active:
+            evidence[1 : M + 1] += self._incident_penalty()
+        # what the verdict's calibration and reason read, should this decision be issued
+        self._evidence = (mask, S, evidence)
         top = float(np.max(evidence))
         seqs = self._buf_seq[mask]
         window = (int(seqs.min()), int(seqs.max()))
@@ -554,34 +591,75 @@ class RCAEngine:
         h = int(np.argmax(posterior))
         codes = self._buf_codes[mask]
         prob = float(posterior[h])
-        candidates = self._candidates(posterior[1 : M + 1])
         if h == 0:
-            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY, candidates)
+            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY)
         alarming = self._alarm_share(codes) >= 0.5
         if h <= M:
             k = h - 1
             shown = alarming & (affected[k] > unaffected[k])
             shown[k] = False
-            propagated = tuple(self.plants[j] for j in np.flatnonzero(shown))
-            return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE, candidates)
+            propagated = self._clearest(shown, lambda: affected[k] - unaffected[k])
+            return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE)
         if h == M + 1:
-            propagated = tuple(self.plants[j] for j in np.flatnonzero(alarming))
-            return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT, candidates)
+            propagated = self._clearest(alarming, lambda: self._alarm_share(codes))
+            return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT)
         dominant = self._dominant_states(codes)
         pattern = classify_pattern([(int(c) >> 1, int(c) & 1) for c in dominant])
-        return self._verdict(ts, seq, None, (), prob, window, pattern.outcome, candidates)
+        return self._verdict(ts, seq, None, (), prob, window, pattern.outcome)
 
-    def _candidates(self, roots: FloatArray) -> tuple[str, ...]:
-        """The plants whose root hypotheses, most likely first, hold ``candidate_mass`` of the root posterior."""
-        total = float(roots.sum())
-        if not total > 0.0:
-            return ()
-        # stable order: ties keep the plants' order
-        order = np.argsort(-roots, kind="stable")
-        need = self.settings.candidate_mass * total
-        held = np.cumsum(roots[order])
-        n = int(np.searchsorted(held, need * (1.0 - 1e-12)) + 1)
-        return tuple(self.plants[i] for i in order[: min(n, len(order))])
+    def _started_incident(self) -> NDArray[np.bool_]:
+        """(M,) the declared unseen entries that started the current incident: first to alarm, more than
+        ``onset_slack`` rows before any other plant, for at least ``incident_rows`` rows."""
+        if not self._unseen.any() or not self._memory.active:
+            return np.zeros(len(self.plants), dtype=bool)
+        return self._unseen & self._memory.started(self.settings.onset_slack)
+
+    def _incident_penalty(self) -> FloatArray:
+        """Log evidence (M,) of the roots from the incident's order (:meth:`IncidentMemory.penalty`): a plant
+        that started earlier in the incident and that the root cannot reach contradicts it, also while quiet."""
+        s = self.settings
+        onset = np.where(self._alarmed, self._onset.astype(np.float64), np.inf)
+        # the window's order evidence already counts j against k: j alarms now and started before k
+        covered = self._alarmed[None, :] & (onset[None, :] < onset[:, None] - s.onset_slack)
+        return self._memory.penalty(self._reach, s.onset_slack, self._log_violation, covered)
+
+    def snapshot(self) -> Evidence | None:
+        """The evidence of the current decision (:class:`~fedrca.rca.evidence.Evidence`), None before any row.
+
+        Taken only when a verdict is issued: the per-row path keeps references, this copies and
+        scores the window once more without the onset order."""
+        if self._evidence is None or self.decision is None:
+            return None
+        mask, S, evidence = self._evidence
+        M = len(self.plants)
+        unseen_roots, quiet_roots = self._unseen & self._alarmed, self._started_incident()
+        zero = np.zeros((M, M))
+        variant = zero if (unseen_roots | quiet_roots).any() else None
+        unordered = self._hypothesis_evidence(S, zero, variant, unseen_roots, quiet_roots)[0]
+        codes = self._buf_codes[mask]
+        return Evidence(
+            plants=self.plants,
+            seq=self.decision.seq,
+            window=self.decision.evidence_window,
+            rows=int(mask.sum()),
+            log_evidence=evidence.copy(),
+            unordered=unordered,
+            alarming=self._alarmed.copy(),
+            first=self._memory.first.copy(),
+            alarm_rows=self._memory.rows.copy(),
+            share=self._true_share(codes),
+            pairs=self._dominant_states(codes),
+        )
+
+    def _clearest(self, shown: NDArray[np.bool_], strength: Callable[[], FloatArray]) -> tuple[str, ...]:
+        """The plants of ``shown`` in plant order, at most :data:`~fedrca.contracts.reason.MAX_PROPAGATED`: the
+        ones of the largest ``strength()`` (a verdict's size is bounded whatever the site)."""
+        chosen = np.flatnonzero(shown)
+        if len(chosen) > MAX_PROPAGATED:
+            with np.errstate(invalid="ignore"):  # -inf - -inf: a plant no hypothesis lets alarm
+                by = np.nan_to_num(strength()[chosen], nan=-np.inf)
+            chosen = np.sort(chosen[np.argsort(-by, kind="stable")[:MAX_PROPAGATED]])
+        return tuple(self.plants[j] for j in chosen)
 
     def _verdict(
         self,
@@ -592,17 +670,27 @@ class RCAEngine:
         posterior: float,
         window: tuple[int, int],
         outcome: str,
-        candidates: tuple[str, ...] = (),
     ) -> Verdict:
         # the posterior is a softmax: clip its float rounding into [0, 1], the contract's range
         posterior = min(max(posterior, 0.0), 1.0)
-        return Verdict(self.site, ts, seq, root, propagated, posterior, window, outcome, candidates)
+        return Verdict(self.site, ts, seq, root, propagated, posterior, window, outcome)
 
     def _alarm_share(self, codes: IntArray) -> FloatArray:
         """Channel-inverted share of window rows in which each plant's Z_c is on (M,)."""
         post = self.model.alarm_posterior[np.where(codes < 0, 0, codes)]
         present = codes >= 0
         return np.asarray(np.where(present, post, 0.0).sum(axis=0) / np.maximum(present.sum(axis=0), 1))
+
+    def _true_share(self, codes: IntArray) -> FloatArray:
+        """Unbiased share of window rows in which each plant's true Z_c is on (M,), in [0, 1]: the published
+        rate r of the Z_c bit with the randomized response taken out, (r - (1 - p)) / (2 p - 1)."""
+        present = codes >= 0
+        rate = np.where(present, codes >> 1, 0).sum(axis=0) / np.maximum(present.sum(axis=0), 1)
+        eps = self.model.epsilon
+        if math.isinf(eps):
+            return np.asarray(rate, dtype=np.float64)
+        p = 1.0 / (1.0 + math.exp(-eps))
+        return np.asarray(np.clip((rate - (1.0 - p)) / (2.0 * p - 1.0), 0.0, 1.0))
 
     def _dominant_states(self, codes: IntArray) -> IntArray:
         """Most likely true state per plant over the window (channel-inverted, flat prior)."""
@@ -617,7 +705,7 @@ class RCAEngine:
                 self._active = False
                 self._last_key = None
                 self._last_emit = decision.seq
-                return decision
+                return self._issue(decision)
             return None
         if not confident:
             return None
@@ -628,8 +716,27 @@ class RCAEngine:
             self._active = True
             self._last_key = key
             self._last_emit = decision.seq
-            return decision
+            return self._issue(decision)
         return None
+
+    def explain(self) -> Verdict | None:
+        """The current decision with its candidate set, probabilities and reason, as it would be issued
+        (also when it is too uncertain to be issued); None before any row."""
+        evidence = self.snapshot()
+        if evidence is None or self.decision is None:
+            return self.decision
+        return annotate(self.decision, evidence, self.graph, self.settings, self.calibration)
+
+    def _issue(self, decision: Verdict) -> Verdict:
+        """The decision as issued: with its candidate set, probabilities and reason
+        (:func:`fedrca.rca.explain.annotate`)."""
+        evidence = self.snapshot()
+        if evidence is None:
+            return decision
+        if self.evidence_log is not None:
+            self.evidence_log.append(evidence)
+        self.decision = annotate(decision, evidence, self.graph, self.settings, self.calibration)
+        return self.decision
 
 
 def resolve_graph(
@@ -683,6 +790,7 @@ def build_engine(
     settings: RCASettings | None = None,
     epsilon: float | None = None,
     level_epsilon: float | None = None,
+    calibration: CalibrationMap | None = None,
 ) -> RCAEngine:
     """The site's RCA engine from its configuration and what the plants published.
 
@@ -701,6 +809,8 @@ def build_engine(
     epsilon : published flag epsilon (default ``config.privacy.flag_epsilon``)
     level_epsilon : published severity-level epsilon (default ``config.privacy.level_epsilon``);
         the engine reads levels when the plants publish them (``scoring.severity_levels``)
+    calibration : the calibration map of the verdicts' root probabilities (read by the shell from
+        ``rca.calibration.path``); None = uncalibrated verdicts
     """
     s = settings or config.rca
     plants = list(config.plant_names)
@@ -726,6 +836,7 @@ def build_engine(
         s,
         site=config.site,
         severity=severity_model(s, config.severity_levels, level_eps),
+        calibration=calibration,
     )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from fedrca.connectors.names import SiteNames
+from fedrca.contracts import DeadLetterStage
 from fedrca.exceptions import ConfigError
 from fedrca.streams.agents import Heartbeat, ParamsFollower, PlantAgent, RCAAgent
 from fedrca.streams.compat import FedrcaApp
@@ -147,6 +148,9 @@ class Worker:
                     lambda tp: names.transactional_id(tp.topic, tp.partition),
                     on_batch=self._on_plant_batch,
                     lock=self.lock,
+                    deadletter_topic_for=lambda tp: names.plant_deadletter(names.plant_of(tp.topic)),
+                    stage=DeadLetterStage.PLANT,
+                    on_refused=lambda tp, stage, error: plants.metrics.record_deadletter(stage, error.reason),
                 )
             )
         if rca is not None:
@@ -160,6 +164,9 @@ class Worker:
                     lambda tp: names.rca_transactional_id(tp.partition),
                     on_batch=self._on_rca_batch,
                     lock=self.lock,
+                    deadletter_topic_for=lambda tp: names.config.topic("deadletter"),
+                    stage=DeadLetterStage.RCA,
+                    on_refused=lambda tp, stage, error: rca.metrics.record_deadletter(stage, error.reason),
                 )
             )
         metrics = (plants or rca).metrics  # type: ignore[union-attr]

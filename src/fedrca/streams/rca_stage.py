@@ -6,16 +6,23 @@ verdicts-topic contract (:class:`fedrca.contracts.Verdict`). Verdict ids are
 deterministic (site, root cause, evidence window), and the stage remembers the
 ids it emitted, so a replayed or re-processed window never produces a second
 verdict.
+
+Each row's published sensor-fault bits go to :class:`~fedrca.rca.sensors.SensorEvents` first:
+a row's sensor events (a plant's sensor fault begins or ends) come before its process verdict,
+in ``fedrca replay`` as in the stream. The stage counts the rows judged without a plant
+because of time (``without``: ``late``, ``clock``) and keeps each plant's latest clock offset.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import math
+from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from fedrca.config.limits import MAX_REMEMBERED_VERDICTS
 from fedrca.contracts import FlagMessage, Verdict
+from fedrca.rca.sensors import SensorEvents
 from fedrca.streams.aligner import AlignedRow, FlagAligner
 
 __all__ = ["RCAStage", "StreamEngine"]
@@ -44,13 +51,29 @@ class RCAStage:
     plants : plant names
     engine : the RCA engine (``update(seq, flags) -> verdict or None``)
     allowed_lateness : samples a row may wait for missing plants
+    sensor_epsilon : budget of the plants' published sensor-fault bits (their flag epsilon)
+    max_clock_skew : seconds a plant's time may differ from its row's (:class:`FlagAligner`)
     """
 
-    def __init__(self, site: str, plants: list[str], engine: StreamEngine, allowed_lateness: int = 5) -> None:
+    def __init__(
+        self,
+        site: str,
+        plants: list[str],
+        engine: StreamEngine,
+        allowed_lateness: int = 5,
+        sensor_epsilon: float = math.inf,
+        max_clock_skew: float = math.inf,
+    ) -> None:
         self.site = site
         self.plants = list(plants)
         self.engine = engine
-        self.aligner = FlagAligner(plants, allowed_lateness=allowed_lateness)
+        self.aligner = FlagAligner(plants, allowed_lateness=allowed_lateness, max_clock_skew=max_clock_skew)
+        self.sensors = SensorEvents(site, plants, sensor_epsilon)
+        #: rows judged without a plant because of time, by (plant, reason), since the owner last drained
+        #: it (:meth:`fedrca.streams.runtime.RCARuntime.process_flags` exports and clears it); the
+        #: plants' clock offsets in their latest row
+        self.without: Counter[tuple[str, str]] = Counter()
+        self.offsets: dict[str, float] = {}
         # written with the state after every batch: as many as fit the state record (docs/limits.md)
         self._emitted: deque[str] = deque(maxlen=MAX_REMEMBERED_VERDICTS)
         self._emitted_set: set[str] = set()
@@ -60,8 +83,12 @@ class RCAStage:
 
     def reset(self) -> None:
         """Forget the stream: alignment, engine evidence and emitted ids (a new recording)."""
-        self.aligner = FlagAligner(self.plants, allowed_lateness=self.aligner.allowed_lateness)
+        self.aligner = FlagAligner(
+            self.plants, allowed_lateness=self.aligner.allowed_lateness, max_clock_skew=self.aligner.max_clock_skew
+        )
         self.engine.reset()
+        self.sensors.reset()
+        self.offsets.clear()
         self._emitted.clear()
         self._emitted_set.clear()
         self.incomplete_rows = self.consumed = self.rows = 0
@@ -91,6 +118,16 @@ class RCAStage:
             self.rows += 1
             if not row.complete:
                 self.incomplete_rows += 1
+                for plant in row.missing(self.plants):
+                    self.without[(plant, "late")] += 1
+            for plant in row.clock:
+                self.without[(plant, "clock")] += 1
+            self.offsets.update(row.offsets)
+            # a plant's sensor fault begins or ends: its event comes before the row's process verdict
+            for event in self.sensors.update(row.seq, row.sensor, row.ts):
+                if event.id not in self._emitted_set:
+                    self.remember([event.id])
+                    verdicts.append(event)
             # severity levels only when the plants publish them (FlagMessage.level)
             if row.levels:
                 verdict = self.engine.update(row.seq, row.flags, row.ts, levels=row.levels)
@@ -107,6 +144,7 @@ class RCAStage:
         return {
             "aligner": self.aligner.get_state(),
             "engine": self.engine.get_state(),
+            "sensors": self.sensors.get_state(),
             "emitted": list(self._emitted),
             "incomplete_rows": self.incomplete_rows,
             "consumed": self.consumed,
@@ -117,6 +155,7 @@ class RCAStage:
         """Restore :meth:`get_state` output."""
         self.aligner.set_state(state["aligner"])
         self.engine.set_state(state["engine"])
+        self.sensors.set_state(state.get("sensors"))
         self._emitted.clear()
         self._emitted_set.clear()
         self.remember(list(state["emitted"]))
