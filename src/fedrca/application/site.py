@@ -26,11 +26,12 @@ from fedrca.application.params import load_params
 from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict
 from fedrca.datasets.loader import PlantData, check_nominal_plant, check_warmup, load_frame, plant_frames
+from fedrca.detectors.base import DetectionResult, Detector
 from fedrca.detectors.factory import build_detector as build_plant_detector
 from fedrca.detectors.factory import fit_detectors, fit_health, frame_segments
 from fedrca.detectors.health import HealthResult, SensorHealth
 from fedrca.detectors.parameters import apply_artifact
-from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 from fedrca.drift import BaselineKeeper, KeeperSettings
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.fleet.calibration import Calibration

@@ -12,6 +12,7 @@ from fedrca.detectors.augment import (
     RandomFourierFeatures,
     make_feature_map,
 )
+from fedrca.detectors.base import DetectionResult, Detector
 from fedrca.detectors.ekf import ExtendedKalmanFilter
 from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_linear_model
 from fedrca.detectors.kalman import (
@@ -22,7 +23,7 @@ from fedrca.detectors.kalman import (
     kf_update,
     steady_state_gain,
 )
-from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import ProprietaryFilter, load_plugin
 from fedrca.detectors.scoring import ResidualScorer, ScorerState
 

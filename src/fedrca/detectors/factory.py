@@ -18,8 +18,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig
+from fedrca.detectors.base import Detector
 from fedrca.detectors.health import SensorHealth
-from fedrca.detectors.plant import Detector, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import load_plugin
 from fedrca.exceptions import ConfigError
 
