@@ -3,6 +3,8 @@
 Proprietary filters (:class:`LinearKalmanFilter`, :class:`ExtendedKalmanFilter`,
 any :class:`ProprietaryFilter` plug-in), identification from nominal data, the
 learned :class:`Augmentation`, :class:`ResidualScorer`, and their composition :class:`PlantDetector`.
+Every detector implements the :class:`Detector` contract (:mod:`fedrca.detectors.base`);
+:func:`check_detector` runs it on any detector, a plug-in's included (docs/plugins.md).
 """
 
 from fedrca.detectors.augment import (
@@ -12,7 +14,8 @@ from fedrca.detectors.augment import (
     RandomFourierFeatures,
     make_feature_map,
 )
-from fedrca.detectors.base import DetectionResult, Detector
+from fedrca.detectors.base import DetectionResult, Detector, check_samples
+from fedrca.detectors.check import check_detector
 from fedrca.detectors.ekf import ExtendedKalmanFilter
 from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_linear_model
 from fedrca.detectors.kalman import (
@@ -44,6 +47,8 @@ __all__ = [
     "ScorerState",
     "Standardizer",
     "StepOutput",
+    "check_detector",
+    "check_samples",
     "identify_linear_model",
     "kf_predict",
     "kf_update",

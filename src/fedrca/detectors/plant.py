@@ -293,6 +293,13 @@ class PlantDetector(Detector):
         # (y(t-1) it belongs to, maps, PairOutput.last_features): kept by identity of both
         self._fused_last: tuple[FloatArray, PairMaps, FloatArray] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the fused maps are keyed by id() of the scorers' moments (fused.PairMaps.shifts): a copy
+        # (pickle, deepcopy) has other ids, so it rebuilds them (check_detector's "pickle" check)
+        state = self.__dict__.copy()
+        state["_fused"] = state["_fused_last"] = None
+        return state
+
     def _lambdas(self) -> tuple[float, ...]:
         if self.ewma is None:
             return (0.1,)
