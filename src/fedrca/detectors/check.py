@@ -268,7 +268,9 @@ class _Suite:
             raise _fail("protocol", "the detector has no 'parameter_version' (str), e.g. 'proprietary'")
         epsilon = getattr(det, "epsilon", None)
         if not isinstance(epsilon, int | float) or isinstance(epsilon, bool) or not epsilon > 0:
-            raise _fail("protocol", f"'epsilon' must be the flags' privacy budget, a number > 0 (or inf), got {epsilon!r}")
+            raise _fail(
+                "protocol", f"'epsilon' must be the flags' privacy budget, a number > 0 (or inf), got {epsilon!r}"
+            )
         if not isinstance(det.has_augmented, bool):
             raise _fail("protocol", f"'has_augmented' must be a bool, got {det.has_augmented!r}")
         thresholds = det.thresholds
@@ -277,7 +279,9 @@ class _Suite:
             or len(thresholds) != 2
             or not all(isinstance(v, int | float) and math.isfinite(v) for v in thresholds)
         ):
-            raise _fail("protocol", f"'thresholds' must be a tuple of two finite numbers (Z_c, Z_a), got {thresholds!r}")
+            raise _fail(
+                "protocol", f"'thresholds' must be a tuple of two finite numbers (Z_c, Z_a), got {thresholds!r}"
+            )
 
     def check_unfitted(self) -> None:
         det = self.build(self.seed)
@@ -324,7 +328,9 @@ class _Suite:
             raise _fail("result", "; ".join(problems))
         scored = ~out.degraded
         if out.degraded.any():
-            raise _fail("result", f"{int(out.degraded.sum())} complete rows were degraded (only missing values degrade)")
+            raise _fail(
+                "result", f"{int(out.degraded.sum())} complete rows were degraded (only missing values degrade)"
+            )
         if not np.isfinite(out.d2_c[scored]).all():
             raise _fail("result", "d2_c is not finite on complete rows")
         if det.epsilon == math.inf and not (_same(out.zc_pub, out.zc) and _same(out.za_pub, out.za)):
@@ -423,7 +429,9 @@ class _Suite:
         first = self.run(det, self.test, "reset")
         det.reset()
         second = self.run(det, self.test, "reset")
-        differ = [n for n in ("d2_c", "d2_a", "zc", "za", "degraded") if not _same(getattr(first, n), getattr(second, n))]
+        differ = [
+            n for n in ("d2_c", "d2_a", "zc", "za", "degraded") if not _same(getattr(first, n), getattr(second, n))
+        ]
         if differ:
             raise _fail(
                 "reset", f"after reset the same samples give other {', '.join(differ)}; reset must forget the stream"
