@@ -5,9 +5,10 @@ settings (and the site's flag privacy) into an unfitted
 :class:`~fedrca.detectors.plant.PlantDetector`; :func:`fit_detectors` builds and
 fits one per plant on its nominal data; :func:`build_plugin_detector` builds the
 plug-in detector of a plant with ``detector.kind: plugin`` (docs/plugins.md). A plant
-with ``detector.kind: fleet`` runs the fleet detector of :mod:`fedrca.fleet`, a package above this one: its builder
-(:func:`fedrca.fleet.detector.build_fleet_detector`) is passed in as ``build`` by
-the site shell (:func:`fedrca.application.site.build_detector`), which knows both kinds.
+with ``detector.kind: fleet`` runs the fleet detector of :mod:`fedrca.fleet`, a package
+above this one: its builder (:func:`fedrca.fleet.detector.build_fleet_detector`) is
+passed in as ``build`` by the site shell (:func:`fedrca.application.site.build_detector`),
+which knows every kind.
 """
 
 from __future__ import annotations
