@@ -44,10 +44,11 @@ from threadpoolctl import threadpool_limits
 
 from fedrca.config import load_config
 from fedrca.datasets.loader import load_frame, plant_frames
+from fedrca.detectors.base import DetectionResult
 from fedrca.detectors.factory import build_detector
 from fedrca.detectors.identify import Standardizer, identify_linear_model
 from fedrca.detectors.kalman import lti_recursion, steady_state_gain
-from fedrca.detectors.plant import DetectionResult, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.statistics import FamilyState, Moments
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from fedrca.contracts import PlantReason, Reason, Verdict
-from fedrca.detectors.plant import DetectionResult
+from fedrca.detectors.base import DetectionResult
 from fedrca.edge.metrics import EdgeMetrics
 from fedrca.exceptions import ConfigError, FedrcaError
 from fedrca.observability import D2_BUCKETS, LATENCY_BUCKETS, Metrics, numeric_version

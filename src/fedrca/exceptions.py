@@ -11,7 +11,8 @@ alone. The hierarchy::
     │   └── OutputError        an output cannot be written (disk full, read-only, no permission)
     ├── ModelError             a model cannot be built or used
     │   ├── NotFittedError     a detector/scorer was used before ``fit``
-    │   └── ConvergenceError   a learner's iteration cannot converge (e.g. spectral radius >= 1)
+    │   ├── ConvergenceError   a learner's iteration cannot converge (e.g. spectral radius >= 1)
+    │   └── ContractError      a detector breaks the detector contract (``check_detector`` names the check)
     ├── PrivacyBudgetExceeded  a run would spend more privacy (epsilon) than configured
     └── ArtifactError          a parameter artifact is missing or unreadable
         └── IntegrityError     an artifact's sha256 does not match its manifest
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ArtifactError",
     "ConfigError",
+    "ContractError",
     "ConvergenceError",
     "DataError",
     "FedrcaError",
@@ -104,6 +106,23 @@ class NotFittedError(ModelError):
 
 class ConvergenceError(ModelError):
     """An iterative learner cannot converge with the chosen settings."""
+
+
+class ContractError(ModelError):
+    """A detector breaks the detector contract (:func:`fedrca.detectors.check_detector`).
+
+    Parameters
+    ----------
+    check : str
+        The name of the failed check (``fedrca.detectors.check.CHECKS``).
+    message : str
+        What the detector did and what the contract asks for.
+    """
+
+    def __init__(self, check: str, message: str):
+        self.check = check
+        self.reason = message
+        super().__init__(f"detector contract, check '{check}': {message}")
 
 
 class PrivacyBudgetExceeded(FedrcaError):

@@ -215,7 +215,7 @@ _TRAILING_INT = re.compile(r"(\d+)$")
 class DetectionLike(Protocol):
     """What :meth:`Metrics.record_detection` reads from a detection result.
 
-    :class:`fedrca.detectors.plant.DetectionResult` satisfies it.
+    :class:`fedrca.detectors.base.DetectionResult` satisfies it.
     """
 
     @property
@@ -756,7 +756,7 @@ class Metrics:
         plant : str
             Plant name.
         result : DetectionLike
-            E.g. a :class:`fedrca.detectors.plant.DetectionResult`.
+            E.g. a :class:`fedrca.detectors.base.DetectionResult`.
         """
         self.observe_d2(plant, "c", result.d2_c)
         self.observe_d2(plant, "a", result.d2_a)

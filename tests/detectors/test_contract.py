@@ -1,18 +1,33 @@
-"""The contract every fedrca detector satisfies (seeding, pickling, batch == streaming,
-nominal data scores low). Add new detectors to DETECTORS."""
+"""The contract every fedrca detector satisfies, run by ``fedrca.detectors.check_detector`` (the one
+source of the suite): every shipped detector passes it, and a detector broken in one way fails
+exactly the check that guards it. Add new detectors to DETECTORS."""
 
 from __future__ import annotations
 
-import copy
-import pickle
+import dataclasses
+import math
 
 import numpy as np
 import pytest
 
 from fedrca.datasets import nonlinear_two_plant
-from fedrca.detectors import PlantDetector, load_plugin
+from fedrca.detectors import DetectionResult, PlantDetector, check_detector, load_plugin
+from fedrca.detectors.check import CHECKS, contract_data
+from fedrca.exceptions import ContractError, ModelError, NotFittedError
 from fedrca.fleet.detector import FleetDetector
-from tests.detectors import plugins
+from fedrca.privacy import RandomizedResponse
+from tests.detectors import doc_plugin, plugins
+
+
+class TrainedPlant(PlantDetector):
+    """A plant detector whose augmentation is trained (a small random Theta) once fitted, so the
+    augmented model's path differs from the proprietary one's."""
+
+    def fit(self, Y, U=None, **kwargs):
+        super().fit(Y, U, **kwargs)
+        theta = 0.02 * np.random.default_rng(self.seed).normal(size=self.augmentation.theta.shape)
+        self.set_parameters(theta, version="t")
+        return self
 
 
 def _nonlinear():
@@ -22,19 +37,26 @@ def _nonlinear():
 
 
 def _vendor():
-    return plugins.simulate(1500, seed=1), plugins.simulate(400, seed=2)
+    # the vendor filter steps row by row (no batch form): fewer test rows keep the suite quick
+    return plugins.simulate(1500, seed=1), plugins.simulate(200, seed=2)
 
 
 DETECTORS = {
-    "identified-linear": (lambda seed: PlantDetector("p", n_states=2, seed=seed, epsilon=2.0), _nonlinear),
+    "identified-linear": (lambda seed: TrainedPlant("p", n_states=2, seed=seed, epsilon=2.0), _nonlinear),
     "identified-rff-mewma": (
-        lambda seed: PlantDetector(
+        lambda seed: TrainedPlant(
             "p", n_states=2, features="rff", n_features=16, ewma=0.2, smooth="residual", seed=seed, epsilon=1.0
         ),
         _nonlinear,
     ),
+    "identified-family-levels": (
+        lambda seed: TrainedPlant(
+            "p", n_states=2, method="family", severity_levels=4, level_epsilon=2.0, seed=seed, epsilon=2.0
+        ),
+        _nonlinear,
+    ),
     "plugin-ekf": (
-        lambda seed: PlantDetector(
+        lambda seed: TrainedPlant(
             "p", model=load_plugin("tests.detectors.plugins:damped_filter"), seed=seed, epsilon=1.0
         ),
         _vendor,
@@ -50,62 +72,148 @@ DETECTORS = {
 }
 
 
-@pytest.fixture(params=sorted(DETECTORS))
-def case(request):
-    factory, data = DETECTORS[request.param]
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_every_shipped_detector_passes_the_contract(name):
+    factory, data = DETECTORS[name]
     train, test = data()
-    return factory, train, test
+    assert check_detector(factory, train, test) == list(CHECKS)
 
 
-def _trained(factory, train, seed):
-    det = factory(seed).fit(train)
-    if isinstance(det, PlantDetector):  # the fleet detector has no augmentation to train
-        theta = 0.02 * np.random.default_rng(seed).normal(size=det.augmentation.theta.shape)
-        det.set_parameters(theta, version="t")
-    return det
+# -- a detector broken in one way fails the check that guards it ------------------------------------
+# Each is the documented example (docs/plugins.md) with one fault; the example itself passes
+# (tests/detectors/test_plugin_docs.py), so the failure is the fault's.
+ZScore = doc_plugin.example_module().ZScore
 
 
-def _threshold(det):
-    return det.scorers[0].threshold_value if isinstance(det, PlantDetector) else det.threshold_value
+class FitReturnsNothing(ZScore):
+    def fit(self, Y, U=None):
+        super().fit(Y, U)
 
 
-def test_same_seed_same_output_other_seed_other_flags(case):
-    factory, train, test = case
-    a = _trained(factory, train, 3).step_batch(test)
-    b = _trained(factory, train, 3).step_batch(test)
-    c = _trained(factory, train, 4).step_batch(test)
-    assert np.array_equal(a.zc_pub, b.zc_pub) and np.array_equal(a.d2_a, b.d2_a)
-    # epsilon < inf: the published flags depend on the seed
-    assert not np.array_equal(np.column_stack([a.zc_pub, a.za_pub]), np.column_stack([c.zc_pub, c.za_pub]))
+class ScoresBeforeFit(ZScore):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._mean, self._std, self._threshold = np.zeros(4), np.ones(4), 1.0
 
 
-def test_pickle_round_trip_continues_identically(case):
-    factory, train, test = case
-    det = _trained(factory, train, 1)
-    det.step_batch(test[:100])
-    clone = pickle.loads(pickle.dumps(det))
-    x, y = det.step_batch(test[100:]), clone.step_batch(test[100:])
-    assert np.array_equal(x.zc_pub, y.zc_pub) and np.array_equal(x.d2_c, y.d2_c)
+class IntegerFlags(ZScore):
+    def step_batch(self, Y, U=None):
+        out = super().step_batch(Y, U)
+        return dataclasses.replace(out, zc=out.zc.astype(np.int64))
 
 
-def test_batch_equals_streaming(case):
-    factory, train, test = case
-    det = _trained(factory, train, 2)
-    start = copy.deepcopy(det.get_state())
-    batch = det.step_batch(test)
-    det.set_state(start)
-    for t, y in enumerate(test):
-        one = det.step(y)
-        assert one.zc_pub[0] == batch.zc_pub[t] and one.za_pub[0] == batch.za_pub[t]
-        assert np.isclose(one.d2_a[0], batch.d2_a[t], rtol=1e-9)
+class UnseededPrivacy(ZScore):
+    def fit(self, Y, U=None):
+        super().fit(Y, U)
+        self._privacy = RandomizedResponse(self.epsilon, seed=None)
+        return self
 
 
-def test_score_does_not_advance_state_and_nominal_scores_low(case):
-    factory, train, test = case
-    det = _trained(factory, train, 0)
-    before = copy.deepcopy(det.get_state())
-    scores = det.score(test)
-    assert det.get_state() == before
-    assert np.mean(scores > _threshold(det)) < 0.05
-    anomalous = test + 5.0 * test.std(axis=0)
-    assert np.mean(det.score(anomalous) > _threshold(det)) > 0.5
+class IgnoresSeed(ZScore):
+    def __init__(self, seed=0, **kwargs):
+        super().__init__(seed=0, **kwargs)
+
+
+class ForgetsBetweenBatches(ZScore):
+    def step_batch(self, Y, U=None):
+        self._last = None
+        return super().step_batch(Y, U)
+
+
+class ArrayInState(ZScore):
+    def get_state(self):
+        return {**super().get_state(), "mean": self._mean}
+
+
+class Unpicklable(ZScore):
+    def fit(self, Y, U=None):
+        super().fit(Y, U)
+        self._transform = lambda z: z
+        return self
+
+
+class ResetKeepsStream(ZScore):
+    def reset(self):
+        pass
+
+
+class ScoreAdvances(ZScore):
+    def score(self, Y, U=None):
+        return self.step_batch(Y, U).score
+
+
+class NaNPoisons(ZScore):
+    def _raw(self, Y):
+        z2 = ((Y - self._mean) / self._std) ** 2
+        return z2.mean(axis=1), np.zeros(len(Y), dtype=bool)
+
+
+class TakesAnyBatch(ZScore):
+    def step_batch(self, Y, U=None):
+        if self._mean is None:
+            raise NotFittedError("fit first")
+        Y = np.atleast_2d(np.asarray(Y, dtype=np.float64))
+        Y = np.where(np.isinf(Y), 0.0, Y)
+        raw, degraded = self._raw(Y[:, : len(self._mean)])
+        score = self._smooth(raw, degraded)
+        flags = (score > self._threshold) & ~degraded
+        return DetectionResult.from_score(score, flags, self._privacy.perturb(flags) & ~degraded, degraded=degraded)
+
+
+BROKEN = {
+    "protocol": lambda seed: FitReturnsNothing(seed=seed),
+    "unfitted": lambda seed: ScoresBeforeFit(seed=seed),
+    "result": lambda seed: IntegerFlags(seed=seed),
+    "determinism": lambda seed: UnseededPrivacy(seed=seed, epsilon=1.0),
+    "batch-step": lambda seed: ForgetsBetweenBatches(seed=seed),
+    "state": lambda seed: ArrayInState(seed=seed),
+    "pickle": lambda seed: Unpicklable(seed=seed),
+    "reset": lambda seed: ResetKeepsStream(seed=seed),
+    "score": lambda seed: ScoreAdvances(seed=seed),
+    "missing": lambda seed: NaNPoisons(seed=seed),
+    "refusal": lambda seed: TakesAnyBatch(seed=seed),
+    "calibration": lambda seed: ZScore(seed=seed, percentile=50.0),
+}
+
+
+def test_every_check_has_a_broken_detector():
+    assert sorted(BROKEN) == sorted(CHECKS)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_a_detector_broken_in_one_way_fails_that_check(check):
+    with pytest.raises(ContractError) as caught:
+        check_detector(BROKEN[check])
+    assert caught.value.check == check, str(caught.value)
+    assert f"check '{check}'" in str(caught.value)
+    assert isinstance(caught.value, ModelError)  # one hierarchy: callers catch FedrcaError
+
+
+def test_a_detector_that_ignores_its_seed_publishes_the_same_flags_for_every_seed():
+    with pytest.raises(ContractError, match="publish the same flags") as caught:
+        check_detector(lambda seed: IgnoresSeed(seed=seed, epsilon=1.0))
+    assert caught.value.check == "determinism"
+
+
+def test_an_object_that_is_not_a_detector_fails_the_protocol():
+    with pytest.raises(ContractError, match=r"not a fedrca\.detectors\.Detector") as caught:
+        check_detector(lambda seed: object())
+    assert caught.value.check == "protocol"
+
+
+def test_checks_can_be_chosen_and_an_unknown_one_is_refused():
+    assert check_detector(ZScore, checks=["reset", "state"]) == ["state", "reset"]  # in contract order
+    with pytest.raises(ValueError, match="unknown check"):
+        check_detector(ZScore, checks=["stat"])
+
+
+def test_the_contract_data_are_nominal_for_the_example_and_user_data_are_used():
+    nominal, test = contract_data(n_nominal=800, n_test=150, n_sensors=3, seed=5)
+    assert nominal.shape == (800, 3) and test.shape == (150, 3)
+    assert check_detector(ZScore, nominal, test, checks=["calibration"]) == ["calibration"]
+    # a 90th-percentile threshold raises about 10 % false alarms: refused at 5 %, accepted at 30 %
+    loose = lambda seed: ZScore(seed=seed, percentile=90.0)  # noqa: E731
+    with pytest.raises(ContractError, match="nominal test rows raise Z_c"):
+        check_detector(loose, checks=["calibration"])
+    assert check_detector(loose, checks=["calibration"], max_false_alarm=0.3) == ["calibration"]
+    assert math.isfinite(ZScore().fit(nominal).thresholds[0])

@@ -19,9 +19,10 @@ import scipy.signal
 from fedrca.config import load_config
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.detectors import kalman
+from fedrca.detectors.base import DetectionResult
 from fedrca.detectors.factory import build_detector
 from fedrca.detectors.fused import _ewma
-from fedrca.detectors.plant import DetectionResult, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 
 REPO = Path(__file__).resolve().parents[2]
 TEP_FILES = sorted((REPO / "data" / "tep").glob("d*_te.dat"))

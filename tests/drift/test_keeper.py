@@ -7,7 +7,8 @@ import copy
 import numpy as np
 import pytest
 
-from fedrca.detectors.plant import DetectionResult, PlantDetector
+from fedrca.detectors.base import DetectionResult
+from fedrca.detectors.plant import PlantDetector
 from fedrca.drift import BaselineKeeper, KeeperSettings, RowHistory
 from fedrca.drift.history import CHUNK_ROWS
 from fedrca.exceptions import ModelError

@@ -153,7 +153,7 @@ def load_params(
         raise ArtifactError(f"{option} {folder}: no server artifact ({SERVER}.npz + .json); {fix}")
     if plants is None:
         if config is not None:
-            plants = [p.name for p in config.plants if p.detector.kind != "fleet"]
+            plants = [p.name for p in config.plants if p.detector.kind == "plant"]
         elif SERVER in artifacts:
             plants = [str(p) for p in artifacts[SERVER].manifest.get("plants") or []]
         else:

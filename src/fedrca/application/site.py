@@ -26,11 +26,12 @@ from fedrca.application.params import load_params
 from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict
 from fedrca.datasets.loader import PlantData, check_nominal_plant, check_warmup, load_frame, plant_frames
+from fedrca.detectors.base import DetectionResult, Detector
 from fedrca.detectors.factory import build_detector as build_plant_detector
-from fedrca.detectors.factory import fit_detectors, fit_health, frame_segments
+from fedrca.detectors.factory import build_plugin_detector, fit_detectors, fit_health, frame_segments
 from fedrca.detectors.health import HealthResult, SensorHealth
 from fedrca.detectors.parameters import apply_artifact
-from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 from fedrca.drift import BaselineKeeper, KeeperSettings
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.fleet.calibration import Calibration
@@ -388,11 +389,14 @@ def build_detector(
 
     A plant with ``detector.kind: fleet`` gets a :class:`~fedrca.fleet.detector.FleetDetector` on
     ``fleet_model`` (the fleet's shared model; None = the plant learns alone) with ``calibration``
-    (its own from the fleet run; None = from its nominal data), every other plant a
+    (its own from the fleet run; None = from its nominal data), a plant with ``detector.kind: plugin``
+    its plug-in (:func:`fedrca.detectors.factory.build_plugin_detector`, docs/plugins.md), every other plant a
     :class:`~fedrca.detectors.plant.PlantDetector` (:func:`fedrca.detectors.factory.build_detector`).
     """
     if plant.detector.kind == "fleet":
         return build_fleet_detector(config, plant, seed, fleet_model, calibration)
+    if plant.detector.kind == "plugin":
+        return build_plugin_detector(config, plant, seed)
     return build_plant_detector(config, plant, seed)
 
 

@@ -18,8 +18,9 @@ from fedrca.application.site import build_detectors, run_detectors
 from fedrca.cli import privacy_notice
 from fedrca.config import load_config, resolve_plants
 from fedrca.datasets.loader import PlantData, check_warmup, load_frame, plant_frames
+from fedrca.detectors.base import DetectionResult
 from fedrca.detectors.factory import fit_health, frame_segments
-from fedrca.detectors.plant import DetectionResult, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 
 __all__ = ["flags_jsonl", "register"]
 

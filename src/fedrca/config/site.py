@@ -210,10 +210,16 @@ class ScoringSettings(Strict):
 
 
 class DetectorSettings(Strict):
-    """Which detector the plant runs: its own (``plant``: filter, augmentation, residual scorer) or
-    the fleet's CollabDict model (``fleet``, docs/fleet.md; yields Z_c only)."""
+    """Which detector the plant runs: its own (``plant``: filter, augmentation, residual scorer),
+    the fleet's CollabDict model (``fleet``, docs/fleet.md; yields Z_c only) or a plug-in
+    (``plugin``: any :class:`fedrca.detectors.Detector` built by ``plugin`` with ``plugin_args``,
+    docs/plugins.md)."""
 
-    kind: Literal["plant", "fleet"] = "plant"
+    kind: Literal["plant", "fleet", "plugin"] = "plant"
+    plugin: str | None = Field(
+        None, description="plugin: 'package.module:factory' of a fedrca.detectors.Detector (docs/plugins.md)"
+    )
+    plugin_args: dict[str, Any] = Field(default_factory=dict, description="plugin: keyword arguments of the factory")
     model: str | None = Field(None, description="fleet model file written by `fedrca fleet`; None = learn alone")
     components: int = Field(2, ge=1, description="patterns K when the plant learns alone")
     rho: float = Field(10.0, ge=0.0)
@@ -227,8 +233,16 @@ class DetectorSettings(Strict):
     @model_validator(mode="after")
     def _fleet_keys(self) -> DetectorSettings:
         for key in ("model", "ewma", "participant"):
-            if self.kind == "plant" and getattr(self, key) is not None:
+            if self.kind != "fleet" and getattr(self, key) is not None:
                 raise ValueError(f"{key}: belongs to the fleet detector (kind 'fleet'); remove it or set kind: fleet")
+        if self.kind == "plugin" and not self.plugin:
+            raise ValueError("kind 'plugin' needs plugin: 'package.module:factory' (docs/plugins.md)")
+        if self.kind != "plugin" and (self.plugin is not None or self.plugin_args):
+            raise ValueError("plugin, plugin_args: belong to a plug-in detector (kind 'plugin'); remove them or set it")
+        if self.plugin is not None and not re.fullmatch(_PLUGIN, self.plugin):
+            raise ValueError(
+                f"plugin {self.plugin!r} is not a reference 'package.module:factory' (e.g. 'my_detector:ZScore')"
+            )
         if self.folds == 1:
             raise ValueError("folds must be 0 (in-sample threshold) or >= 2")
         return self
@@ -546,7 +560,14 @@ def parameters_hash(config: SiteConfig) -> str:
         "plants": [
             plant.model_dump(
                 mode="python",
-                exclude={"sensors": True, "match": True, "health": True, "scoring": {"min_sensors"}},
+                exclude={
+                    "sensors": True,
+                    "match": True,
+                    "health": True,
+                    "scoring": {"min_sensors"},
+                    # a plant without a plug-in detector hashes as before the plug-in keys existed
+                    **({} if plant.detector.kind == "plugin" else {"detector": {"plugin", "plugin_args"}}),
+                },
             )
             for plant in config.plants
         ],

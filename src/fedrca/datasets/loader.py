@@ -220,7 +220,7 @@ def check_nominal_plant(config: SiteConfig, plant: PlantConfig, data: PlantData,
                 source=config.source,
                 key=f"{key}.detector.components",
             )
-    elif plant.augmentation.features == "rff":
+    elif plant.detector.kind == "plant" and plant.augmentation.features == "rff":
         # every plant's detector and training share what the RCA's evidence window leaves of the limit
         F, share = plant.augmentation.n_features, plant_share(config.rca.horizon, len(config.plants))
         if plant_bytes(T, D, F) > share:

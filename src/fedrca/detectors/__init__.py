@@ -3,6 +3,8 @@
 Proprietary filters (:class:`LinearKalmanFilter`, :class:`ExtendedKalmanFilter`,
 any :class:`ProprietaryFilter` plug-in), identification from nominal data, the
 learned :class:`Augmentation`, :class:`ResidualScorer`, and their composition :class:`PlantDetector`.
+Every detector implements the :class:`Detector` contract (:mod:`fedrca.detectors.base`);
+:func:`check_detector` runs it on any detector, a plug-in's included (docs/plugins.md).
 """
 
 from fedrca.detectors.augment import (
@@ -12,6 +14,8 @@ from fedrca.detectors.augment import (
     RandomFourierFeatures,
     make_feature_map,
 )
+from fedrca.detectors.base import DetectionResult, Detector, check_samples
+from fedrca.detectors.check import check_detector
 from fedrca.detectors.ekf import ExtendedKalmanFilter
 from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_linear_model
 from fedrca.detectors.kalman import (
@@ -22,7 +26,7 @@ from fedrca.detectors.kalman import (
     kf_update,
     steady_state_gain,
 )
-from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import ProprietaryFilter, load_plugin
 from fedrca.detectors.scoring import ResidualScorer, ScorerState
 
@@ -43,6 +47,8 @@ __all__ = [
     "ScorerState",
     "Standardizer",
     "StepOutput",
+    "check_detector",
+    "check_samples",
     "identify_linear_model",
     "kf_predict",
     "kf_update",

@@ -3,10 +3,12 @@
 :func:`build_detector` turns a plant's ``model`` / ``augmentation`` / ``scoring``
 settings (and the site's flag privacy) into an unfitted
 :class:`~fedrca.detectors.plant.PlantDetector`; :func:`fit_detectors` builds and
-fits one per plant on its nominal data. A plant with ``detector.kind: fleet`` runs
-the fleet detector of :mod:`fedrca.fleet`, a package above this one: its builder
-(:func:`fedrca.fleet.detector.build_fleet_detector`) is passed in as ``build`` by
-the site shell (:func:`fedrca.application.site.build_detector`), which knows both kinds.
+fits one per plant on its nominal data; :func:`build_plugin_detector` builds the
+plug-in detector of a plant with ``detector.kind: plugin`` (docs/plugins.md). A plant
+with ``detector.kind: fleet`` runs the fleet detector of :mod:`fedrca.fleet`, a package
+above this one: its builder (:func:`fedrca.fleet.detector.build_fleet_detector`) is
+passed in as ``build`` by the site shell (:func:`fedrca.application.site.build_detector`),
+which knows every kind.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig
+from fedrca.detectors.base import Detector
 from fedrca.detectors.health import SensorHealth
-from fedrca.detectors.plant import Detector, PlantDetector
-from fedrca.detectors.plugin import load_plugin
+from fedrca.detectors.plant import PlantDetector
+from fedrca.detectors.plugin import load_detector, load_plugin
 from fedrca.exceptions import ConfigError
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "PlantArrays",
     "build_detector",
     "build_health",
+    "build_plugin_detector",
     "fit_detectors",
     "fit_health",
     "frame_segments",
@@ -116,6 +120,48 @@ def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = No
         epsilon=config.privacy.flag_epsilon,
         seed=plant_seed(config, plant, seed),
     )
+
+
+#: Arguments the site gives every plug-in detector (``detector.plugin_args`` may not name them).
+PLUGIN_ARGUMENTS = ("name", "epsilon", "seed")
+
+
+def build_plugin_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = None) -> Detector:
+    """The unfitted plug-in detector of a plant with ``detector.kind: plugin`` (docs/plugins.md).
+
+    ``detector.plugin`` is called with the plant's ``name``, the flags' ``epsilon``
+    (``privacy.flag_epsilon``), the plant's ``seed`` (:func:`plant_seed`) and ``detector.plugin_args``.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``plants[i].detector.plugin`` (or ``plugin_args``) when the plug-in cannot be built.
+    """
+    index = config.plant_names.index(plant.name)
+    key = f"plants[{index}].detector"
+    settings = plant.detector
+    if settings.kind != "plugin" or settings.plugin is None:
+        raise ConfigError(
+            f"plant '{plant.name}' runs the {settings.kind} detector, not a plug-in", source=config.source, key=key
+        )
+    taken = [k for k in PLUGIN_ARGUMENTS if k in settings.plugin_args]
+    if taken:
+        raise ConfigError(
+            f"{', '.join(taken)}: given by the site (the plant's name, privacy.flag_epsilon, privacy.seed); "
+            "remove them from plugin_args",
+            source=config.source,
+            key=f"{key}.plugin_args",
+        )
+    arguments = {
+        "name": plant.name,
+        "epsilon": config.privacy.flag_epsilon,
+        "seed": plant_seed(config, plant, seed),
+        **settings.plugin_args,
+    }
+    try:
+        return load_detector(settings.plugin, **arguments)
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, source=config.source, key=f"{key}.plugin") from None
 
 
 def fit_detectors(

@@ -37,16 +37,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, is_dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.detectors.augment import Augmentation, make_feature_map
+from fedrca.detectors.base import DetectionResult, Detector, check_samples
 from fedrca.detectors.fused import PairMaps, pair_statistics
 from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_linear_model
 from fedrca.detectors.kalman import LinearKalmanFilter
@@ -69,7 +68,7 @@ from fedrca.detectors.statistics import (
 from fedrca.exceptions import DataError, ModelError, NotFittedError
 from fedrca.privacy.randomized_response import LevelRandomizedResponse, RandomizedResponse
 
-__all__ = ["DetectionResult", "Detector", "Evidence", "PlantDetector", "hold_last", "severity_levels"]
+__all__ = ["Evidence", "PlantDetector", "hold_last", "severity_levels"]
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -113,138 +112,6 @@ def severity_levels(score: FloatArray, threshold: float, alarm: BoolArray, n_lev
     # l = 1 + floor(log_b(s / tau)), capped
     level = np.minimum(1 + np.floor(np.log(ratio) / math.log(base)), n_levels - 1)
     return np.asarray(np.where(alarm, level, 0), dtype=np.int64)
-
-
-@dataclass(frozen=True)
-class DetectionResult:
-    """Per-sample evidence of a plant detector for T samples.
-
-    Attributes
-    ----------
-    x_c : (T, P) proprietary predicted states x_c(t)
-    x_a : (T, P) augmented predicted states x_a(t)
-    r_c, r_a : (T, D) residuals y - h(x_c), y - h(x_a) (standardised units for
-        identified models)
-    d2_c, d2_a : (T,) scores: the Mahalanobis distances (smoothed when EWMA is on) of the
-        residual method, the normalised family score ``max_k s_k / c_k`` of the family method
-    zc, za : (T,) bool, score above the nominal threshold
-    zc_pub, za_pub : (T,) bool, the flags after randomized response (what leaves the plant)
-    stats_c, stats_a : (T, K) the normalised statistics behind each score (family method:
-        one column per statistic, :attr:`PlantDetector.statistics`; residual method: the
-        score itself); evidence that stays in the plant
-    level, level_pub : (T,) int, the severity level of the proprietary score
-        (:func:`severity_levels`) and the level after its randomized response (what leaves
-        the plant); -1 when the detector publishes no levels
-    degraded : (T,) bool, rows with fewer usable sensors than the plant's minimum: not
-        flagged (zc = za = False), published as degraded flags (no evidence); all False
-        when not given
-    """
-
-    x_c: FloatArray
-    x_a: FloatArray
-    r_c: FloatArray
-    r_a: FloatArray
-    d2_c: FloatArray
-    d2_a: FloatArray
-    zc: BoolArray
-    za: BoolArray
-    zc_pub: BoolArray
-    za_pub: BoolArray
-    stats_c: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
-    stats_a: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
-    level: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    level_pub: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    degraded: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
-
-    def __post_init__(self) -> None:
-        if len(self.degraded) != len(self.d2_c):
-            object.__setattr__(self, "degraded", np.zeros(len(self.d2_c), dtype=bool))
-
-    def __len__(self) -> int:
-        return len(self.d2_c)
-
-    @property
-    def score(self) -> FloatArray:
-        """Anomaly score (T,): the proprietary d2 (high means anomalous)."""
-        return self.d2_c
-
-    @classmethod
-    def concat(cls, parts: list[DetectionResult]) -> DetectionResult:
-        """Concatenate results of consecutive chunks."""
-        return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)})
-
-
-class Detector(ABC):
-    """Base contract every fedrca detector satisfies (tested by one shared suite).
-
-    ``fit`` on nominal data; ``step`` one sample / ``step_batch`` many, advancing the
-    streaming state; ``score`` the anomaly score of samples without advancing it
-    (high = anomalous). Hyper-parameters live under their own names, learned state
-    in ``_private`` attributes, randomness comes from ``seed``. Every detector names
-    its plant, the privacy budget of its published flags and the version of the
-    parameters it runs (the streaming runtime records them in every flag).
-    """
-
-    name: str
-    epsilon: float
-    parameter_version: str
-
-    @property
-    @abstractmethod
-    def thresholds(self) -> tuple[float, float]:
-        """The d2 thresholds of Z_c and Z_a (the same number twice for a detector without Z_a)."""
-
-    @abstractmethod
-    def fit(self, Y: ArrayLike, U: ArrayLike | None = None) -> Detector: ...
-
-    @abstractmethod
-    def step_batch(self, Y: ArrayLike, U: ArrayLike | None = None) -> DetectionResult: ...
-
-    @abstractmethod
-    def get_state(self) -> dict[str, Any]: ...
-
-    @abstractmethod
-    def set_state(self, state: dict[str, Any]) -> None: ...
-
-    def step(self, y: ArrayLike, u: ArrayLike | None = None) -> DetectionResult:
-        """Process one sample ``y`` (D,); returns a length-1 result."""
-        y_row = np.asarray(y, dtype=np.float64).reshape(1, -1)
-        u_row = None if u is None else np.asarray(u, dtype=np.float64).reshape(1, -1)
-        return self.step_batch(y_row, u_row)
-
-    def score(self, Y: ArrayLike, U: ArrayLike | None = None) -> FloatArray:
-        """Anomaly scores (T,) of ``Y`` continuing from the current state, which is left unchanged."""
-        with self.detached(reset=False):
-            return self.step_batch(Y, U).score
-
-    @contextmanager
-    def detached(self, reset: bool = True) -> Iterator[Detector]:
-        """Process samples without a trace: the streaming state is restored on exit.
-
-        For scoring data outside the stream (the nominal data, to count its flag
-        states or re-calibrate a scorer): inside the block the detector starts from
-        its initial state (``reset=True``) or continues from the current one; on exit
-        (also on an error) it is exactly as it was before, parameters included.
-        """
-        saved = self._checkpoint()
-        try:
-            if reset:
-                self.reset()
-            yield self
-        finally:
-            self._restore_checkpoint(saved)
-
-    def _checkpoint(self) -> Any:
-        """Everything :meth:`detached` restores: the streaming state (a detector whose parameters
-        are not in its state adds them)."""
-        return copy.deepcopy(self.get_state())
-
-    def _restore_checkpoint(self, saved: Any) -> None:
-        self.set_state(saved)
-
-    @abstractmethod
-    def reset(self) -> None:
-        """Forget the stream (the learned parameters are kept)."""
 
 
 @dataclass(frozen=True)
@@ -425,6 +292,13 @@ class PlantDetector(Detector):
         self._fused: tuple[tuple[Any, ...], PairMaps] | None = None
         # (y(t-1) it belongs to, maps, PairOutput.last_features): kept by identity of both
         self._fused_last: tuple[FloatArray, PairMaps, FloatArray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the fused maps are keyed by id() of the scorers' moments (fused.PairMaps.shifts): a copy
+        # (pickle, deepcopy) has other ids, so it rebuilds them (check_detector's "pickle" check)
+        state = self.__dict__.copy()
+        state["_fused"] = state["_fused_last"] = None
+        return state
 
     def _lambdas(self) -> tuple[float, ...]:
         if self.ewma is None:
@@ -1126,14 +1000,7 @@ class PlantDetector(Detector):
         self.restored_parameters = restored
 
     def _check_batch(self, Y: ArrayLike, expect_dim: int | None) -> FloatArray:
-        Y_arr = np.asarray(Y, dtype=np.float64)
-        if Y_arr.ndim != 2:
-            raise DataError(f"plant '{self.name}': samples must be 2-D (T, D), got shape {Y_arr.shape}")
-        if expect_dim is not None and Y_arr.shape[1] != expect_dim:
-            raise DataError(f"plant '{self.name}': samples have {Y_arr.shape[1]} values, expected {expect_dim}")
-        if not np.isfinite(Y_arr).all() and np.isinf(Y_arr).any():  # one pass for complete data
-            raise DataError(f"plant '{self.name}': samples contain inf (a value that is not usable is NaN: missing)")
-        return Y_arr
+        return check_samples(Y, self.name, expect_dim)
 
 
 def hold_last(U: FloatArray, first: FloatArray) -> FloatArray:

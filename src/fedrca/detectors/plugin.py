@@ -1,4 +1,8 @@
-"""Plug-in protocol for a plant's own fixed (proprietary) filter.
+"""Plug-ins: a plant's own fixed (proprietary) filter, or its whole detector.
+
+:func:`load_plugin` builds the filter a :class:`~fedrca.detectors.plant.PlantDetector` wraps
+(``model.kind: plugin``); :func:`load_detector` a whole :class:`~fedrca.detectors.base.Detector`
+(``detector.kind: plugin``, docs/plugins.md). The rest of this docstring is about filters.
 
 A plant may bring any object that provides the four operations below; fedrca
 only calls them and never changes the object's parameters. ``predict`` and
@@ -22,10 +26,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedrca.detectors.base import Detector
 from fedrca.detectors.kalman import FilterOutput, StepOutput
 from fedrca.exceptions import ConfigError
 
-__all__ = ["LinearModel", "ProprietaryFilter", "filter_batch", "load_plugin"]
+__all__ = ["LinearModel", "ProprietaryFilter", "filter_batch", "load_detector", "load_plugin"]
 
 
 @runtime_checkable
@@ -131,17 +136,8 @@ def _filled_steps(
     return FilterOutput(x_pred, x_est, residuals)
 
 
-def load_plugin(dotted: str, **kwargs: Any) -> ProprietaryFilter:
-    """Build a plant's filter from ``"package.module:factory"`` (or ``package.module.factory``).
-
-    The factory is called with ``kwargs`` and must return an object that satisfies
-    :class:`ProprietaryFilter`.
-
-    Raises
-    ------
-    ConfigError
-        When the module or attribute cannot be imported, or the object lacks a method.
-    """
+def _factory(dotted: str) -> Any:
+    """The object ``"package.module:attr"`` (or ``package.module.attr``) names; ConfigError when it is not there."""
     module_name, sep, attr = dotted.partition(":")
     if not sep:
         module_name, _, attr = dotted.rpartition(".")
@@ -154,15 +150,35 @@ def load_plugin(dotted: str, **kwargs: Any) -> ProprietaryFilter:
     factory = getattr(module, attr, None)
     if factory is None:
         raise ConfigError(f"plugin '{dotted}': module '{module_name}' has no attribute '{attr}'")
+    return factory
+
+
+def _called(dotted: str, factory: Any, kwargs: dict[str, Any], hint: str) -> Any:
+    """``factory(**kwargs)``; whatever third-party code raises is a configuration problem here."""
+    try:
+        return factory(**kwargs)
+    except Exception as exc:
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "no arguments"
+        raise ConfigError(
+            f"plugin '{dotted}' failed when called with {args} ({type(exc).__name__}: {exc}); {hint}"
+        ) from None
+
+
+def load_plugin(dotted: str, **kwargs: Any) -> ProprietaryFilter:
+    """Build a plant's filter from ``"package.module:factory"`` (or ``package.module.factory``).
+
+    The factory is called with ``kwargs`` and must return an object that satisfies
+    :class:`ProprietaryFilter`.
+
+    Raises
+    ------
+    ConfigError
+        When the module or attribute cannot be imported, or the object lacks a method.
+    """
+    factory = _factory(dotted)
     if callable(factory):
-        try:
-            model = factory(**kwargs)
-        except Exception as exc:  # third-party code: whatever it raises is a configuration problem here
-            args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "no arguments"
-            raise ConfigError(
-                f"plugin '{dotted}' failed when called with {args} ({type(exc).__name__}: {exc}); it must be a "
-                "filter class or factory taking model.plugin_args, see fedrca.detectors.plugin.ProprietaryFilter"
-            ) from None
+        hint = "it must be a filter class or factory taking model.plugin_args, see fedrca.detectors.ProprietaryFilter"
+        model = _called(dotted, factory, kwargs, hint)
     else:
         model = factory
     missing = [
@@ -177,3 +193,27 @@ def load_plugin(dotted: str, **kwargs: Any) -> ProprietaryFilter:
             "see fedrca.detectors.plugin.ProprietaryFilter"
         )
     return model
+
+
+def load_detector(dotted: str, **kwargs: Any) -> Detector:
+    """Build a plant's whole detector from ``"package.module:factory"`` (a :class:`~fedrca.detectors.base.Detector`
+    class or a function returning one), called with ``kwargs`` (docs/plugins.md).
+
+    Raises
+    ------
+    ConfigError
+        When the module or attribute cannot be imported, the call fails or the object is not a Detector.
+    """
+    factory = _factory(dotted)
+    if not callable(factory):
+        raise ConfigError(f"plugin '{dotted}' is a {type(factory).__name__}, not a Detector class or factory")
+    hint = (
+        "it must be a Detector class or factory taking name, epsilon, seed and detector.plugin_args (docs/plugins.md)"
+    )
+    detector = _called(dotted, factory, kwargs, hint)
+    if not isinstance(detector, Detector):
+        raise ConfigError(
+            f"plugin '{dotted}' returned {type(detector).__name__}, not a fedrca.detectors.Detector; subclass "
+            "fedrca.detectors.Detector (docs/plugins.md)"
+        )
+    return detector

@@ -51,7 +51,8 @@ from numpy.typing import ArrayLike, NDArray
 from threadpoolctl import threadpool_limits
 
 from fedrca.config import DriftSettings
-from fedrca.detectors.plant import DetectionResult, Evidence, PlantDetector
+from fedrca.detectors.base import DetectionResult
+from fedrca.detectors.plant import Evidence, PlantDetector
 from fedrca.detectors.scoring import ScorerState
 from fedrca.detectors.statistics import FamilyState, Moments
 from fedrca.drift.baseline import limit_family, limit_moments, refit_family, refit_residual, transfer_memory

@@ -28,8 +28,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config import PlantConfig, SiteConfig
+from fedrca.detectors.base import DetectionResult, Detector
 from fedrca.detectors.factory import plant_seed
-from fedrca.detectors.plant import DetectionResult, Detector
 from fedrca.exceptions import ConfigError, DataError, ModelError, NotFittedError
 from fedrca.fleet.calibration import Calibration, ewma_scores, own_calibration
 from fedrca.fleet.collabdict import FleetModel, FleetSettings, fit_centralised, responsibilities

@@ -816,10 +816,11 @@ def build_engine(
     plants = list(config.plant_names)
     if trained is None:
         trained = bool(artifacts)
-    # plants without an independent Z_a (detector.kind: fleet) publish Z_a = Z_c: the flag model
-    # ignores their Z_a bit (FlagModel ``augmented``); known from the configuration, so an RCA
-    # worker without any plant's detector knows it too
-    augmented = [config.plant(p).detector.kind != "fleet" for p in plants]
+    # only the plant detector has an augmented model the training learns (Z_a); the others (detector.kind:
+    # fleet, plugin) publish Z_a = Z_c or a Z_a of their own the flag model has no nominal rates of: it
+    # ignores their Z_a bit (FlagModel ``augmented``); known from the configuration, so an RCA worker
+    # without any plant's detector knows it too
+    augmented = [config.plant(p).detector.kind == "plant" for p in plants]
     counts = None if nominal_flags is not None or not artifacts else artifact_state_counts(artifacts, plants)
     if nominal_flags is not None:
         nominal = nominal_state_rates(nominal_flags, plants, floor=s.min_false_alarm)

@@ -20,8 +20,8 @@ import numpy as np
 from fedrca.config import SiteConfig
 from fedrca.connectors.replay import Pacer
 from fedrca.contracts import FlagMessage, SensorMessage, Verdict, encode_flags
+from fedrca.detectors.base import DetectionResult
 from fedrca.detectors.health import HealthResult
-from fedrca.detectors.plant import DetectionResult
 from fedrca.drift import RefreshReport
 from fedrca.streams.runtime import SiteRuntime
 

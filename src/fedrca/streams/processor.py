@@ -53,8 +53,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.contracts import FlagMessage, SensorMessage
+from fedrca.detectors.base import DetectionResult, Detector
 from fedrca.detectors.health import HealthResult, SensorHealth
-from fedrca.detectors.plant import DetectionResult, Detector
 from fedrca.drift import BaselineKeeper, RefreshReport
 from fedrca.exceptions import ConfigError
 from fedrca.privacy.ledger import FlagWindow

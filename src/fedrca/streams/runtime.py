@@ -44,9 +44,10 @@ from fedrca.contracts import (
     decode_flag,
     decode_sensors,
 )
+from fedrca.detectors.base import Detector
 from fedrca.detectors.health import CHECKS, HealthResult, SensorHealth
 from fedrca.detectors.parameters import apply_artifact
-from fedrca.detectors.plant import Detector, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 from fedrca.drift import BaselineKeeper, RefreshReport
 from fedrca.exceptions import ArtifactError, ConfigError, DataError, MessageError, ModelError
 from fedrca.observability import Metrics

@@ -26,9 +26,10 @@ from numpy.typing import NDArray
 
 from fedrca.config import SiteConfig, TrainingSettings, parameters_hash
 from fedrca.contracts import N_FLAG_STATES, NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, flag_states, make_artifact
+from fedrca.detectors.base import Detector
 from fedrca.detectors.factory import fit_detectors
 from fedrca.detectors.parameters import model_fingerprint, scorer_arrays
-from fedrca.detectors.plant import Detector, PlantDetector
+from fedrca.detectors.plant import PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.privacy.budget import refuse_past_budget
 from fedrca.privacy.ledger import spent_epsilon
