@@ -193,8 +193,8 @@ def check_report_in_chromium(report, profile, metrics):
         headings = [h.text for h in driver.find_elements(By.TAG_NAME, "h2")]
         assert headings == [
             "Detection", "Root cause analysis", "Incidents: the candidate set and the reason of each", "Sensor faults",
-            "Distances and flags", "RCA timeline", "Interdependency graph",
-        ]  # fmt: skip
+            "Distances and flags", "RCA timeline", "Baselines (re-baselining loop)", "Interdependency graph",
+        ]  # fmt: skip  (config/tep.yaml re-baselines: drift.enabled)
         tables = [t.text for t in driver.find_elements(By.TAG_NAME, "table")]
         assert len(tables) >= 3 and "proprietary (Z_c)" in tables[0]
         assert any("sensor faults reported" in t for t in tables[2:])  # a count per plant, then episodes
