@@ -204,7 +204,9 @@ def fedrca_factory(
             engine.evidence_log = []
             run = run_pipeline(site, frame)
             evidence, engine.evidence_log = engine.evidence_log, None
-            assert len(evidence) == len(run.verdicts), "one evidence per issued verdict"
+            # sensor events (a tag's sensor fault, docs/sensors.md) are no process verdicts: no engine evidence
+            process = [v for v in run.verdicts if not v.is_sensor_event]
+            assert len(evidence) == len(process), "one evidence per issued process verdict"
             X = np.stack([features(e, engine.graph, engine.settings) for e in evidence]) if evidence else None
             flags = run.true_flags().astype(bool)  # (T, M, 2)
             score = np.max(
@@ -217,8 +219,8 @@ def fedrca_factory(
             # the warm-up rows never alarm
             score = np.where(flags.any(axis=(1, 2)) | (score <= 1.0), score, np.minimum(score, 1.0))
             levels = np.column_stack([run.results[p].level_pub for p in plants])
-            verdicts = [VerdictRecord(v.seq, v.root_cause, v.candidates, v.probabilities) for v in run.verdicts]
-            published = run.published().astype(bool)
+            verdicts = [VerdictRecord(v.seq, v.root_cause, v.candidates, v.probabilities) for v in process]
+            published = run.published() > 0  # a degraded row (-1) is no alarm
             return MonitorOutput(
                 flags.any(axis=(1, 2)), verdicts, score, published, levels, plants, features=X, evidence=evidence
             )

@@ -159,9 +159,11 @@ def fedrca_factory(config: SiteConfig, counted: dict[str, Counted], trained: boo
                 count.lost += len(frame) - len(result)
             flags = run.true_flags().astype(bool)
             levels = np.column_stack([run.results[p].level_pub for p in plants])
-            verdicts = [bf.VerdictRecord(v.seq, v.root_cause, v.candidates) for v in run.verdicts]
+            # process verdicts only (a sensor event names no root); a degraded row (-1) is no alarm
+            process = [v for v in run.verdicts if not v.is_sensor_event]
+            verdicts = [bf.VerdictRecord(v.seq, v.root_cause, v.candidates) for v in process]
             alarm = flags.any(axis=(1, 2))
-            return bf.MonitorOutput(alarm, verdicts, None, run.published().astype(bool), levels, plants)
+            return bf.MonitorOutput(alarm, verdicts, None, run.published() > 0, levels, plants)
 
         return monitor
 
@@ -301,7 +303,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
             **(
                 {"rows degraded": counted[cond.key].degraded, "rows lost": counted[cond.key].lost}
                 if name == "fedrca"
-                else {"rows degraded": None, "rows lost": None}
+                else {"rows degraded": "-", "rows lost": "-"}
             ),
         }
         for cond in conditions
