@@ -33,6 +33,9 @@ from fedrca.exceptions import ConfigError
 
 __all__ = ["AlignedRow", "FlagAligner"]
 
+#: The memory's character of each stored pair (a row's code: one per plant, "-" when absent)
+_CHARS = {(zc, za): str(int(FlagState.of(zc, za))) for zc in (0, 1) for za in (0, 1)} | {(-1, -1): "w"}
+
 
 @dataclass(frozen=True)
 class AlignedRow:
@@ -176,7 +179,8 @@ class FlagAligner:
 
     @staticmethod
     def _char(bits: tuple[int, int]) -> str:
-        return "w" if bits[0] < 0 else str(int(FlagState.of(*bits)))
+        char = _CHARS.get(bits)
+        return char if char is not None else "w" if bits[0] < 0 else str(int(FlagState.of(*bits)))
 
     def _code(self, row: dict[str, tuple[int, int]]) -> str:
         return "".join(self._char(row[p]) if p in row else "-" for p in self.plants)

@@ -39,7 +39,7 @@ from fedrca.contracts import (
     SensorMessage,
     Verdict,
     check_binding,
-    decode_flag,
+    decode_flags,
     decode_sensors,
 )
 from fedrca.detectors.parameters import apply_artifact
@@ -48,6 +48,7 @@ from fedrca.exceptions import ArtifactError, ConfigError, MessageError
 from fedrca.observability import Metrics
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
+from fedrca.streams.aligner import AlignedRow
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
 from fedrca.training.ledger import FlagWindow
@@ -358,23 +359,35 @@ class RCARuntime:
         self.stage.reset()
 
     def process_flags(self, raws: list[bytes]) -> tuple[list[Verdict], list[tuple[bytes, MessageError]]]:
-        """Validate flags, align, judge; returns (verdicts, rejected flags)."""
+        """Validate flags, align, judge; returns (verdicts, rejected flags).
+
+        The flags are aligned one by one, in order; the rows they complete are judged at
+        once (one engine block per batch: :meth:`RCAStage.judge`). A verdict reached at a
+        row released while a plant withheld its flags is marked ``privacy_withheld``, as if
+        the rows were judged one by one.
+        """
         started = time.perf_counter()
-        verdicts: list[Verdict] = []
         rejected: list[tuple[bytes, MessageError]] = []
-        now = time.time()
-        for raw in raws:
-            try:
-                flag = decode_flag(raw, self.config.site, self._plants, now)
-            except MessageError as err:
-                rejected.append((raw, err))
-                self.metrics.record_deadletter(DeadLetterStage.RCA, err.reason)
+        rows: list[AlignedRow] = []
+        marked: set[int] = set()  # seqs of the rows released while a plant withheld
+        severity = self.engine.severity
+        levels = None if severity is None else severity.n_levels
+        stage = self.stage
+        for raw, flag in zip(raws, decode_flags(raws, self.config.site, self._plants, time.time()), strict=True):
+            if isinstance(flag, MessageError):
+                rejected.append((raw, flag))
+                self.metrics.record_deadletter(DeadLetterStage.RCA, flag.reason)
+                continue
+            if levels is not None and flag.level is not None and flag.level >= levels:
+                error = MessageError(DeadLetterReason.BAD_FLAG, f"'level' must be below {levels}, got {flag.level}")
+                rejected.append((raw, error))
+                self.metrics.record_deadletter(DeadLetterStage.RCA, error.reason)
                 continue
             if flag.withheld:
                 self.withheld.add(flag.plant)
             else:
                 self.withheld.discard(flag.plant)
-            new, status = self.stage.add(flag)
+            released, status = stage.align(flag)
             if status == "late":
                 late = MessageError(
                     DeadLetterReason.LATE,
@@ -382,7 +395,13 @@ class RCARuntime:
                 )
                 rejected.append((raw, late))
                 self.metrics.record_deadletter(DeadLetterStage.RCA, DeadLetterReason.LATE)
-            verdicts.extend(self._mark_withheld(new))
+            if released:
+                rows += released
+                if self.withheld:
+                    marked.update(row.seq for row in released)
+        verdicts = [
+            dataclasses.replace(v, outcome=PRIVACY_WITHHELD) if v.seq in marked else v for v in stage.judge(rows)
+        ]
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
         for v in verdicts:
             self.metrics.record_verdict(v.root_cause)

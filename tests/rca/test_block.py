@@ -1,0 +1,204 @@
+"""The engine on blocks of rows equals the engine row by row: verdicts, decision and state, for every setting.
+
+:meth:`RCAEngine.update_block` (what the RCA worker runs on each batch) is checked against
+:meth:`RCAEngine.update` (the per-row reference) on random flag streams cut into random
+blocks, with restarts from the saved state in between, over the settings that change the
+engine's path: horizon, heartbeat, onset slack, unseen entries, flag and level privacy,
+trained or untrained detectors (impossible pairs), fleet plants (no Z_a), severity levels,
+graphs, thresholds. Then on real flags: the recorded TEP files and the simulated fault library.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedrca.config import RCASettings
+from fedrca.rca import InterdependencyGraph
+from fedrca.rca.block import cusum_block
+from fedrca.rca.engine import RCAEngine, default_state_rates, flag_model, severity_model
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- the CUSUM recursion --------------------------------------------------------------------------
+def cusum_rows(level, rise, alarmed, onset, inc, seqs, h, cap):
+    """The per-row engine's CUSUM step (RCAEngine._update_onsets), row by row."""
+    out = []
+    for t, seq in enumerate(seqs.tolist()):
+        new = np.clip(level + inc[t], 0.0, cap)
+        rising = (level <= 0.0) & (new > 0.0)
+        rise = np.where(rising, seq, rise)
+        starts = ~alarmed & (new >= h)
+        onset = np.where(starts, rise, onset)
+        alarmed = (alarmed & (new > 0.0)) | starts
+        onset = np.where(alarmed, onset, -1)
+        level = new
+        out.append((level.copy(), alarmed.copy(), onset.copy()))
+    return out, rise
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    inc=st.lists(
+        st.lists(st.sampled_from([-6.0, -1.5, -0.3, 0.0, 0.7, 1.1, 2.5, 4.0, 0.1 + 0.2]), min_size=3, max_size=3),
+        min_size=1,
+        max_size=40,
+    ),
+    start=st.tuples(st.sampled_from([0.0, 0.5, 3.5, 6.0]), st.booleans()),
+)
+def test_cusum_block_equals_the_row_steps(inc, start):
+    level0 = np.full(3, start[0])
+    alarmed0 = np.full(3, start[1] and start[0] > 0)
+    onset0 = np.where(alarmed0, 7, -1)
+    rise0 = np.where(level0 > 0, 7, -1)
+    x = np.array(inc)
+    seqs = np.arange(len(inc)) * 3 + 10
+    block = cusum_block(level0, rise0, alarmed0, onset0, x, seqs, 3.0, 6.0)
+    rows, rise = cusum_rows(level0, rise0, alarmed0, onset0, x, seqs, 3.0, 6.0)
+    for t, (level, alarmed, onset) in enumerate(rows):
+        assert block.level[t].tobytes() == level.tobytes()  # bit for bit (the sign of a zero too)
+        assert block.alarmed[t].tolist() == alarmed.tolist()
+        assert block.onset[t].tolist() == onset.tolist()
+    assert block.rise.tolist() == rise.tolist()
+
+
+# -- the engine ----------------------------------------------------------------------------------
+def make_engine(M: int, options: dict) -> RCAEngine:
+    plants = [f"p{m}" for m in range(M)]
+    graphs = {
+        "complete": InterdependencyGraph.complete(plants),
+        "chain": InterdependencyGraph.from_edges(plants, [(plants[m], plants[m + 1]) for m in range(M - 1)]),
+        "empty": InterdependencyGraph.from_edges(plants, []),
+    }
+    s = RCASettings(
+        horizon=options["horizon"],
+        heartbeat=options["heartbeat"],
+        onset_slack=options["slack"],
+        unobserved_entry=[p for p in plants if int(p[1:]) in options["unseen"]],
+        cusum_threshold=options["threshold"],
+        min_posterior=options["min_posterior"],
+    )
+    nominal = default_state_rates(M, 0.02, coupled=not options["trained"])
+    augmented = [m not in options["fleet"] for m in range(M)]
+    model = flag_model(s, nominal, options["eps"], options["trained"], augmented)
+    severity = severity_model(s, options["levels"], options["level_eps"]) if options["levels"] else None
+    return RCAEngine(graphs[options["graph"]], model, s, site="s", severity=severity)
+
+
+options_strategy = st.fixed_dictionaries(
+    {
+        "horizon": st.sampled_from([1, 2, 5, 30]),
+        "heartbeat": st.sampled_from([0, 1, 4]),
+        "slack": st.sampled_from([0, 2]),
+        "unseen": st.sampled_from([(), (0,), (1, 2)]),
+        "threshold": st.sampled_from([3.0, 0.8]),
+        "min_posterior": st.sampled_from([0.9, 0.5]),
+        "eps": st.sampled_from([math.inf, 1.0, 3.0]),
+        "trained": st.booleans(),
+        "fleet": st.sampled_from([(), (1,)]),
+        "levels": st.sampled_from([0, 4]),
+        "level_eps": st.sampled_from([math.inf, 2.0]),
+        "graph": st.sampled_from(["complete", "chain", "empty"]),
+    }
+)
+
+
+@st.composite
+def flag_streams(draw: st.DrawFn, max_rows: int = 70) -> tuple[int, np.ndarray, np.ndarray, list[int]]:
+    """(M, codes (T, M), levels (T, M), block cut points): runs of states with stray flips, as faults look."""
+    M = draw(st.integers(1, 4))
+    codes: list[list[int]] = []
+    levels: list[list[int]] = []
+    while len(codes) < max_rows and draw(st.booleans() if codes else st.just(True)):
+        length = draw(st.integers(1, 18))
+        state = draw(st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 3, -1]), min_size=M, max_size=M))
+        level = [3 if c == 3 else 1 if c == 2 else 0 for c in state]
+        for _ in range(length):
+            row, lev = list(state), list(level)
+            if draw(st.integers(0, 4)) == 0:  # a stray flip of one plant
+                m = draw(st.integers(0, M - 1))
+                row[m] = draw(st.sampled_from([-1, 0, 1, 2, 3]))
+                lev[m] = draw(st.sampled_from([-1, 0, 1, 2, 3]))
+            codes.append(row)
+            levels.append([v if c >= 0 else -1 for v, c in zip(lev, row, strict=True)])
+    T = len(codes)
+    cuts = sorted(set(draw(st.lists(st.integers(0, T), max_size=6))) | {0, T})
+    return M, np.array(codes, dtype=np.int64).reshape(T, M), np.array(levels, dtype=np.int64).reshape(T, M), cuts
+
+
+def row_dicts(M: int, codes: np.ndarray, levels: np.ndarray, t: int) -> tuple[dict, dict]:
+    flags = {f"p{m}": (int(codes[t, m]) >> 1, int(codes[t, m]) & 1) for m in range(M) if codes[t, m] >= 0}
+    return flags, {f"p{m}": int(levels[t, m]) for m in range(M) if levels[t, m] >= 0}
+
+
+def check_blocks_equal_rows(stream, options, restart_every: int) -> None:
+    M, codes, levels, cuts = stream
+    T = len(codes)
+    seqs = np.cumsum(1 + (np.arange(T) % 3 == 2)) + 4  # increasing, with gaps
+    ts = seqs * 180.0
+    rows = make_engine(M, options)
+    blocks = make_engine(M, options)
+    by_rows, by_blocks = [], []
+    for k, (lo, hi) in enumerate(itertools.pairwise(cuts)):
+        for t in range(lo, hi):
+            flags, lev = row_dicts(M, codes, levels, t)
+            v = rows.update(int(seqs[t]), flags, float(ts[t]), levels=lev)
+            by_rows += [v] if v is not None else []
+        if restart_every and k % restart_every == restart_every - 1:
+            state = json.loads(json.dumps(blocks.get_state()))
+            blocks = make_engine(M, options)
+            blocks.set_state(state)
+        by_blocks += blocks.update_block(seqs[lo:hi], codes[lo:hi], ts[lo:hi], levels[lo:hi])
+        assert by_blocks == by_rows, f"verdicts differ after rows {lo}..{hi}"
+        assert blocks.get_state() == rows.get_state(), f"state differs after rows {lo}..{hi}"
+        if hi > lo:
+            assert blocks.decision == rows.decision
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(stream=flag_streams(), options=options_strategy, restart_every=st.sampled_from([0, 1, 2]))
+def test_blocks_equal_rows(stream, options, restart_every):
+    check_blocks_equal_rows(stream, options, restart_every)
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+@settings(max_examples=4000, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(stream=flag_streams(max_rows=160), options=options_strategy, restart_every=st.sampled_from([0, 1, 2, 3]))
+def test_blocks_equal_rows_many_examples(stream, options, restart_every):
+    check_blocks_equal_rows(stream, options, restart_every)
+
+
+def test_a_block_with_a_seq_out_of_order_processes_the_rows_before_it():
+    rows = make_engine(2, {**BASE, "horizon": 5})
+    block = make_engine(2, {**BASE, "horizon": 5})
+    codes = np.array([[3, 0], [3, 2], [3, 2], [3, 2]])
+    for t in range(2):
+        rows.update(t, {"p0": (codes[t, 0] >> 1, codes[t, 0] & 1), "p1": (codes[t, 1] >> 1, codes[t, 1] & 1)})
+    with pytest.raises(Exception, match="increasing seq order: got 1 after 1"):
+        block.update_block([0, 1, 1, 2], codes)
+    assert block.get_state() == rows.get_state()
+
+
+BASE = {
+    "horizon": 30,
+    "heartbeat": 10,
+    "slack": 0,
+    "unseen": (),
+    "threshold": 3.0,
+    "min_posterior": 0.9,
+    "eps": math.inf,
+    "trained": True,
+    "fleet": (),
+    "levels": 0,
+    "level_eps": math.inf,
+    "graph": "complete",
+}
