@@ -164,7 +164,7 @@ def fedrca_factory(
     config: SiteConfig, trained: bool = False, epsilon: float = math.inf, settings: Any = None
 ) -> MonitorFactory:
     """The product: ``prepare_site`` (+ ``train_site`` when ``trained``) then ``run_pipeline``."""
-    from fedrca.cli.site import prepare_site, run_pipeline
+    from fedrca.application.site import prepare_site, run_pipeline
 
     # the severity levels (when the plants publish them) get the flags' epsilon
     privacy = config.privacy.model_copy(update={"flag_epsilon": epsilon, "level_epsilon": epsilon})
@@ -175,7 +175,7 @@ def fedrca_factory(
         learned = None
         with tempfile.TemporaryDirectory() as params:
             if trained:
-                from fedrca.cli.training import train_site
+                from fedrca.application.training import train_site
                 from fedrca.contracts import SERVER, load_artifacts
                 from fedrca.rca.graph import InterdependencyGraph
 

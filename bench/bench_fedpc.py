@@ -186,9 +186,9 @@ def discrete_make(label: str, p: int, K: int, rep: int) -> tuple:
 
 def tep_table() -> tuple[pd.DataFrame, bool]:
     """RCA verdicts after onset with the complete graph and with FedPC graphs learned from d00.dat."""
-    from fedrca.cli.evaluation import evaluate_run
-    from fedrca.cli.graph import learn_site_graph, site_frames
-    from fedrca.cli.site import prepare_site, run_pipeline
+    from fedrca.application.evaluation import evaluate_run
+    from fedrca.application.graph import learn_site_graph, site_frames
+    from fedrca.application.site import prepare_site, run_pipeline
     from fedrca.config import load_config
     from fedrca.rca import InterdependencyGraph, build_engine
     from fedrca.rca.metrics import FaultEvent
@@ -233,7 +233,7 @@ def tep_table() -> tuple[pd.DataFrame, bool]:
 
 def noise_curve(settings: list[tuple[int, int]], reps: int | None = None) -> pd.DataFrame:
     """Mean SHD of FedPC with noised pooled statistics per epsilon (per site), next to the exact run and pooled PC."""
-    from fedrca.training.privacy import gaussian_mu
+    from fedrca.privacy.accounting import gaussian_mu
 
     make = linear_maker((0.5, 2.0))
     rows = []

@@ -36,8 +36,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_faults import IDV_NAMES, TRUTH, load_library, without_constant_sensors
-from fedrca.cli.graph import learn_site_graph
-from fedrca.cli.site import prepare_site, run_pipeline
+from fedrca.application.graph import learn_site_graph
+from fedrca.application.site import prepare_site, run_pipeline
 from fedrca.config import load_config
 from fedrca.rca import InterdependencyGraph, build_engine
 from tep_library import ONSET_SAMPLE, Library

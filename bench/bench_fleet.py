@@ -35,21 +35,15 @@ from scipy.special import logsumexp
 from sklearn.decomposition import PCA
 from sklearn.mixture import GaussianMixture
 
-from fedrca.cli.fleet.config import load_fleet_config
-from fedrca.cli.fleet.run import run_fleet
-from fedrca.cli.site import build_detectors, run_detectors
+from fedrca.application.fleet.config import load_fleet_config
+from fedrca.application.fleet.run import run_fleet
+from fedrca.application.site import build_detectors, run_detectors
 from fedrca.config import load_config
 from fedrca.datasets.fleet import fleet_patterns
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.datasets.tep import load_tep
-from fedrca.fleet.collabdict import (
-    FleetSettings,
-    GlobalLearner,
-    LocalLearner,
-    PrivacyWarning,
-    component_nll,
-    fit_centralised,
-)
+from fedrca.exceptions import PrivacyWarning
+from fedrca.fleet.collabdict import FleetSettings, GlobalLearner, LocalLearner, component_nll, fit_centralised
 from fedrca.fleet.consensus import average_consensus
 from fedrca.fleet.model import simulate_fleet
 

@@ -52,18 +52,18 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_fleet import pca_peer
-from fedrca.cli.fleet.config import FleetConfig, load_fleet_config
-from fedrca.cli.fleet.run import run_fleet
-from fedrca.cli.fleet.sources import load_participants
-from fedrca.cli.fleet.store import load_fleet_model, save_fleet_model
-from fedrca.cli.site import build_detectors, run_detectors
+from fedrca.application.fleet.config import FleetConfig, load_fleet_config
+from fedrca.application.fleet.run import run_fleet
+from fedrca.application.fleet.sources import load_participants
+from fedrca.application.fleet.store import load_fleet_model, save_fleet_model
+from fedrca.application.site import build_detectors, run_detectors
 from fedrca.config import load_config
 from fedrca.connectors.simulator import cached_run, default_cache_dir
 from fedrca.datasets.loader import plant_frames
 from fedrca.datasets.tep import TEP_COLUMNS
-from fedrca.exceptions import FedrcaError
+from fedrca.exceptions import FedrcaError, PrivacyWarning
 from fedrca.fleet.calibration import Calibration
-from fedrca.fleet.collabdict import FleetModel, PrivacyWarning
+from fedrca.fleet.collabdict import FleetModel
 from fedrca.fleet.detector import FleetDetector
 from tep_library import IDVS, ONSET_SAMPLE, Library
 

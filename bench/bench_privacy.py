@@ -15,7 +15,7 @@
 
 The total epsilon of a plant is split in two equal parts: the pure (Laplace) state release
 gets half, the Gaussian moment release the epsilon that makes the exact composition
-(:func:`fedrca.training.privacy.composed_epsilon`) equal to the total.
+(:func:`fedrca.privacy.accounting.composed_epsilon`) equal to the total.
 
     python bench/run.py privacy            # or: python bench/bench_privacy.py [--quick]
 
@@ -38,9 +38,9 @@ from fedrca.config import load_config, parse_config, parse_training_settings
 from fedrca.datasets import chain_graph, linear_multiplant
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.datasets.tep import TEP_FLOWSHEET
+from fedrca.privacy.accounting import composed_epsilon, gaussian_mu
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.training.federated import FederatedTraining
-from fedrca.training.privacy import composed_epsilon, gaussian_mu
 
 REPO = Path(__file__).resolve().parents[1]
 DELTA = 1e-5

@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.evaluation import evaluate_run
-from fedrca.cli.site import PipelineRun, prepare_site, run_pipeline
-from fedrca.cli.synthetic import run_synthetic
+from fedrca.application.evaluation import evaluate_run
+from fedrca.application.site import PipelineRun, prepare_site, run_pipeline
+from fedrca.application.synthetic import run_synthetic
 from fedrca.config import RCASettings, load_config
 from fedrca.datasets import chain_graph, nonlinear_network, nonlinear_two_plant
 from fedrca.datasets.tep import TEP_FLOWSHEET, TEP_MATERIAL_FLOW
@@ -179,7 +179,7 @@ def tep(trained: bool) -> tuple[list[dict], bool, list[dict], list[dict]]:
         with tempfile.TemporaryDirectory() as tmp:
             params = None
             if train:
-                from fedrca.cli.training import train_site
+                from fedrca.application.training import train_site
                 from fedrca.datasets.loader import load_frame
 
                 train_site(config, load_frame(config, REPO / "data/tep/d00.dat"), tmp, resume=False, progress=None)

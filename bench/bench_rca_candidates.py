@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     config = bf.without_constant_sensors(load_config(args.config), train)
     print(f"library: {len(train)} training rows, {len(far)} FAR runs, {len(faults)} fault runs", flush=True)
 
-    from fedrca.cli.site import prepare_site, run_pipeline
-    from fedrca.cli.training import train_site
+    from fedrca.application.site import prepare_site, run_pipeline
+    from fedrca.application.training import train_site
     from fedrca.contracts import SERVER, load_artifacts
 
     site = prepare_site(config, train)

@@ -525,7 +525,7 @@ def _pace(prod: Any, topics: dict[str, str], keys: dict[str, bytes], rows: list[
 def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
     import pandas as pd
 
-    from fedrca.cli.site import plant_runtime, rca_runtime
+    from fedrca.application.site import plant_runtime, rca_runtime
     from fedrca.config import load_config
     from fedrca.connectors.kafka import ensure_site_topics
     from fedrca.datasets.tep import load_tep

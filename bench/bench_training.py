@@ -28,9 +28,9 @@ from fedrca.config import load_config, parse_training_settings
 from fedrca.datasets import chain_graph, linear_multiplant, nonlinear_two_plant
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.detectors.kalman import LinearKalmanFilter
+from fedrca.privacy.mechanisms import GaussianMechanism
 from fedrca.training.federated import FederatedTraining
 from fedrca.training.oracle import linear_oracle, nonlinear_oracle
-from fedrca.training.privacy import GaussianMechanism
 
 REPO = Path(__file__).resolve().parents[1]
 LINEAR_SAMPLES = 10_000

@@ -185,8 +185,8 @@ def _centralised_private(data, epsilon: float, seed: int, clip_x: float = 3.0, c
     ``4 c_m c`` (c_m its record's bound, c the whole vector's), so the L2 sensitivity is
     ``4 sqrt(2) c_m c``.
     """
-    from fedrca.training.ledger import spent_epsilon
-    from fedrca.training.privacy import clip_rows
+    from fedrca.privacy.ledger import spent_epsilon
+    from fedrca.privacy.mechanisms import clip_rows
 
     X, U = data.X, data.U
     parts = []
@@ -488,9 +488,9 @@ def tep_table() -> bool:
 
 
 def _tep_figures(config: SiteConfig, label: str) -> list[dict[str, object]]:
-    from fedrca.cli.evaluation import evaluate_run
-    from fedrca.cli.site import prepare_site, run_pipeline
-    from fedrca.cli.training import train_site
+    from fedrca.application.evaluation import evaluate_run
+    from fedrca.application.site import prepare_site, run_pipeline
+    from fedrca.application.training import train_site
     from fedrca.rca.metrics import FaultEvent
 
     rows: list[dict[str, object]] = []

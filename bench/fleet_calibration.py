@@ -42,10 +42,11 @@ from scipy.special import logsumexp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_fleet_library import CONFIG, load_runs
-from fedrca.cli.fleet.config import load_fleet_config
-from fedrca.cli.fleet.sources import load_participants
+from fedrca.application.fleet.config import load_fleet_config
+from fedrca.application.fleet.sources import load_participants
+from fedrca.exceptions import PrivacyWarning
 from fedrca.fleet.calibration import ewma_scores, held_out_block, own_calibration
-from fedrca.fleet.collabdict import FleetSettings, PrivacyWarning, component_nll, fit_centralised
+from fedrca.fleet.collabdict import FleetSettings, component_nll, fit_centralised
 from tep_library import ONSET_SAMPLE, Library
 
 REPO = Path(__file__).resolve().parents[1]

@@ -28,9 +28,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_fleet_library import CONFIG, fleet_model
-from fedrca.cli.fleet.config import load_fleet_config
-from fedrca.cli.fleet.sources import load_participants
-from fedrca.fleet.collabdict import PrivacyWarning, fit_centralised
+from fedrca.application.fleet.config import load_fleet_config
+from fedrca.application.fleet.sources import load_participants
+from fedrca.exceptions import PrivacyWarning
+from fedrca.fleet.collabdict import fit_centralised
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -160,7 +160,7 @@ class CandidateFlags:
 
     Parameters
     ----------
-    site : a :class:`fedrca.cli.site.Site` prepared on ``train``, untrained
+    site : a :class:`fedrca.application.site.Site` prepared on ``train``, untrained
     train : the nominal frame (``attrs["segments"]``: its recordings)
     alpha : family-wise false-alarm rate of each candidate's statistics per plant
     share : the share of the coupling's energy whose directions ``decoupled`` leaves out

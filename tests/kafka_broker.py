@@ -18,12 +18,12 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tools.cluster import unique_name
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tools" / "kafka" / "broker.py"
@@ -44,11 +44,6 @@ class KafkaBroker:
     def url(self) -> str:
         """Faust-style ``kafka://host:port``."""
         return f"kafka://{self.bootstrap}"
-
-
-def unique_name(prefix: str = "t") -> str:
-    """A fresh site/topic-safe name, so tests never see each other's topics."""
-    return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:

@@ -95,3 +95,102 @@ def test_every_generated_figure_has_a_block_in_each_of_its_files(monkeypatch: py
         if name not in tool.blocks((REPO / file).read_text(encoding="utf-8"))
     ]
     assert not missing, "figures without a block: " + ", ".join(missing)
+
+
+# ----------------------------------------------------------------------------- references that must exist
+#: a dotted name of the package, full (``fedrca.streams.loop``) or as the docs abbreviate it in backticks
+DOTTED = re.compile(r"(?<![\w./-])fedrca(?:\.\w+)+")
+#: (not the packages whose names are also configuration sections or artifact keys: ``training.rounds``,
+#: ``rca.horizon``, ``privacy.window``, ``whatif.A`` are keys, not modules)
+SHORT = re.compile(r"`((?:cli|application|streams|connectors|observability|fleet|detectors|datasets|contracts)\.\w+(?:\.\w+)*)`")
+#: a repository path, or a path inside ``src/fedrca`` as the docs write it (``streams/agents.py``)
+PATH = re.compile(r"(?<![\w./-])((?:src|tests|bench|tools|config|docs|k8s|data)/[\w./-]*[\w]|\w+/[\w/]*\w+\.py)\b")
+NODE = re.compile(r"(?<![\w./-])(tests/[\w/]+\.py)::(\w+)")
+#: words of a design that is gone: state in Faust tables with changelog topics and Faust standbys keeping a
+#: warm copy (the workers commit a state record with every batch and read it back on assignment)
+STALE = re.compile(r"Faust tables?|changelog|Faust standby|Faust keeps a warm copy", re.I)
+
+
+def _dotted_exists(name: str) -> bool:
+    """``fedrca.a.b.c``: the longest importable module prefix, then attributes."""
+    import importlib
+    import inspect
+
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:k])
+        rel = Path(*parts[:k])
+        if not ((REPO / "src" / rel).with_suffix(".py").is_file() or (REPO / "src" / rel / "__init__.py").is_file()):
+            continue
+        obj: object = importlib.import_module(module_name)
+        for attr in parts[k:]:
+            if not hasattr(obj, attr):
+                # an instance attribute a class sets (``MessageError.reason``)
+                return isinstance(obj, type) and re.search(rf"self\.{attr}\b", inspect.getsource(obj)) is not None
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+#: a placeholder in an example (``data/x.csv``, ``data/tep/dNN_te.dat``), not a file of the repository
+PLACEHOLDER = re.compile(r"(?:^|/)(?:[xyz]|\w*NN\w*|\w*N)\.\w+$")
+
+
+def _path_exists(path: str) -> bool:
+    path = path.rstrip(".")
+    if any(c in path for c in "*{}<>") or PLACEHOLDER.search(path):
+        return True  # a pattern, not a file
+    candidates = [REPO / path, REPO / "src" / path, REPO / "src" / "fedrca" / path]
+    return any(c.exists() for c in candidates)
+
+
+def stale_references(text: str) -> list[str]:
+    """Names in ``text`` of a module, file or test that does not exist, and words of a retired design.
+
+    Examples
+    --------
+    >>> stale_references("see `tests/streams/test_delivery.py` and :mod:`fedrca.streams.topics`")
+    ['tests/streams/test_delivery.py', 'fedrca.streams.topics']
+    >>> stale_references("`streams.delivery` keeps offsets; state lives in Faust tables (changelog topics)")
+    ['streams.delivery', 'Faust tables', 'changelog']
+    >>> stale_references("the state (Faust standby) on another node; `tests/streams/workers.py`")
+    ['tests/streams/workers.py', 'Faust standby']
+    >>> stale_references("`fedrca.streams.loop`, `privacy/ledger.py`, tests/test_docs.py::test_no_such_test")
+    ['tests/test_docs.py::test_no_such_test']
+    """
+    found: list[str] = []
+    for m in PATH.finditer(text):
+        if text[m.end() : m.end() + 1] in ("{", "*", "<") or text[m.start() - 2 : m.start()] in ("f'", 'f"'):
+            continue  # a name built by a format string or a glob
+        if not _path_exists(m.group(1)):
+            found.append(m.group(1))
+    for m in DOTTED.finditer(text):
+        name = m.group(0).rstrip(".")
+        if not _dotted_exists(name):
+            found.append(name)
+    for m in SHORT.finditer(text):
+        if not _dotted_exists("fedrca." + m.group(1)):
+            found.append(m.group(1))
+    for m in NODE.finditer(text):
+        file, test = m.groups()
+        if text[m.end() : m.end() + 1] == "*":
+            continue  # every test whose name starts so
+        if (REPO / file).is_file() and not re.search(rf"def {test}\b", (REPO / file).read_text(encoding="utf-8")):
+            found.append(f"{file}::{test}")
+    found += [m.group(0) for m in STALE.finditer(text)]
+    return found
+
+
+def _documentation() -> list[Path]:
+    """README.md, docs/ and every source file's docstrings and comments (they name tests and modules too)."""
+    files = [p for p in tracked_files() if p.suffix == ".md"]
+    files += [p for p in tracked_files() if p.suffix == ".py" and p.parts[len(REPO.parts)] in ("src", "bench", "tools")]
+    return files
+
+
+def test_no_document_names_a_module_file_or_test_that_does_not_exist() -> None:
+    bad = []
+    for path in _documentation():
+        text = path.read_text(encoding="utf-8")
+        bad += [f"{path.relative_to(REPO)}: {ref}" for ref in stale_references(text)]
+    assert not bad, "names of things that do not exist (or of a retired design):\n" + "\n".join(bad)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrca.cli.site import build_detectors, run_detectors
+from fedrca.application.site import build_detectors, run_detectors
 from fedrca.config import load_config
 from fedrca.datasets.loader import load_frame, plant_frames
 

@@ -225,10 +225,9 @@ class Harness:
         self.log = log
 
     def run(self, index: int, scenario: str, rng: random.Random) -> RunResult:
-        from tests.kafka_broker import unique_name
-        from tests.streams.workers import Cluster, group_assignment, json_records, site_config
+        from tools.cluster import Cluster, group_assignment, json_records, site_config, unique_name
 
-        from fedrca.cli.site import site_runtime
+        from fedrca.application.site import site_runtime
         from fedrca.config import load_config
         from fedrca.connectors import replay
         from fedrca.connectors.kafka import KafkaSink, ensure_site_topics
@@ -346,7 +345,7 @@ class Harness:
 
 def _consumed(bootstrap: str, group: str, topic: str) -> bool:
     """The RCA group has committed past the flags topic's last record (False while the broker recovers)."""
-    from tests.streams.workers import consumed_everything
+    from tools.cluster import consumed_everything
 
     try:
         return consumed_everything(bootstrap, group, topic)

@@ -496,7 +496,8 @@ def processors(site: Site) -> list[dict[str, Any]]:
             },
             {"name": "state", "emptyDir": {}},
         ]
-        # Standbys on other nodes: Faust keeps a warm copy of the state on the replica without the partition.
+        # Standbys on other nodes: a replica without the partition has its detectors fitted and reads the
+        # plant's state record back when it takes the partition over.
         affinity = {
             "podAntiAffinity": {
                 "preferredDuringSchedulingIgnoredDuringExecution": [

@@ -16,6 +16,9 @@ alone. The hierarchy::
     └── ArtifactError          a parameter artifact is missing or unreadable
         └── IntegrityError     an artifact's sha256 does not match its manifest
 
+    UserWarning
+    └── PrivacyWarning         a release is legal but weak: its statistics sit close to a few raw samples
+
 Messages always say what was wrong *and* how to fix it.
 """
 
@@ -38,6 +41,7 @@ __all__ = [
     "NotFittedError",
     "OutputError",
     "PrivacyBudgetExceeded",
+    "PrivacyWarning",
 ]
 
 
@@ -112,3 +116,8 @@ class ArtifactError(FedrcaError):
 
 class IntegrityError(ArtifactError):
     """An artifact's content does not match the sha256 recorded in its manifest."""
+
+
+class PrivacyWarning(UserWarning):
+    """A release within the budget is still weak: e.g. a fleet participant's released statistics fall
+    below the entropy l-diversity bound (:mod:`fedrca.fleet.collabdict`)."""

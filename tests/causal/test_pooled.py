@@ -22,14 +22,14 @@ from fedrca.causal.sufficient import (
     merge_codebooks,
     moment_vector,
     private_correlation,
-    scatter_sensitivity,
     scatter_vector,
 )
 from fedrca.causal.wire import decode_message, encode_message
 from fedrca.datasets.causal import discrete_network, linear_gaussian, random_dag, split_sites
 from fedrca.exceptions import DataError, MessageError, PrivacyBudgetExceeded
-from fedrca.training.ledger import PrivacyLedger
-from fedrca.training.privacy import gaussian_mu
+from fedrca.privacy.accounting import gaussian_mu
+from fedrca.privacy.ledger import PrivacyLedger
+from fedrca.privacy.mechanisms import scatter_sensitivity
 
 
 def names_of(p: int) -> list[str]:
@@ -242,7 +242,7 @@ def test_the_noised_release_is_charged_once_per_site_and_refused_past_the_budget
 def test_noise_is_calibrated_to_the_sensitivity_and_the_noise_aware_test_keeps_its_level():
     """Replacing one row moves the released vector by at most the sensitivity (the site's standardiser fixed);
     under independence the noise-aware Fisher-z rejects at about alpha, the plain test, blind to the noise, far more."""
-    from fedrca.causal.sufficient import private_scatter_vector
+    from fedrca.privacy.mechanisms import private_scatter_vector
 
     rng = np.random.default_rng(0)
     clip, p = 1.5, 5

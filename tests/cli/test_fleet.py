@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedrca.application.fleet.config import load_fleet_config, parse_fleet_config
+from fedrca.application.fleet.run import run_fleet
+from fedrca.application.fleet.store import load_calibration, load_fleet_model
+from fedrca.application.site import build_detectors
 from fedrca.cli import main
-from fedrca.cli.fleet.config import load_fleet_config, parse_fleet_config
-from fedrca.cli.fleet.run import run_fleet
-from fedrca.cli.fleet.store import load_calibration, load_fleet_model
-from fedrca.cli.site import build_detectors
 from fedrca.config import parse_config
 from fedrca.datasets.fleet import fleet_patterns
 from fedrca.exceptions import ArtifactError, ConfigError, DataError

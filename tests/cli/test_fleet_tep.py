@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from fedrca.cli.fleet.config import load_fleet_config
-from fedrca.cli.fleet.run import run_fleet
+from fedrca.application.fleet.config import load_fleet_config
+from fedrca.application.fleet.run import run_fleet
 
 # seg1 (the start of d00.dat) releases below the l-diversity bound: recorded in the report, not a failure here
-pytestmark = pytest.mark.filterwarnings("ignore::fedrca.fleet.collabdict.PrivacyWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::fedrca.exceptions.PrivacyWarning")
 
 
 @pytest.fixture(scope="module")

@@ -32,10 +32,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedrca.cli.fleet.config import load_fleet_config
-from fedrca.cli.fleet.run import evaluation_files
-from fedrca.cli.fleet.sources import check_fleet, load_participants
-from fedrca.cli.graph import check_options, learn_site_graph, prepare_graph
+from fedrca.application.fleet.config import load_fleet_config
+from fedrca.application.fleet.run import evaluation_files
+from fedrca.application.fleet.sources import check_fleet, load_participants
+from fedrca.application.graph import learn_site_graph, prepare_graph
+from fedrca.cli.graph import check_options
 from fedrca.config import parse_config
 from fedrca.exceptions import ConfigError, FedrcaError
 

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedrca.application.graph import learn_site_graph, site_frames
 from fedrca.cli import main
-from fedrca.cli.graph import learn_site_graph, site_frames
 from fedrca.config import load_config, parse_causal_settings
 from fedrca.exceptions import ConfigError
 

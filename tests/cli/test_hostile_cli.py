@@ -138,7 +138,7 @@ def _checkpoint(edit: Callable[[Path], None]) -> Callable[[Path], None]:
     then ``edit``-ed."""
 
     def setup(ws: Path) -> None:
-        from fedrca.cli.training import run_training
+        from fedrca.application.training import run_training
         from fedrca.config import load_config
         from fedrca.datasets.loader import load_frame, plant_frames
         from fedrca.training.federated import FederatedTraining

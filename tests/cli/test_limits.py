@@ -25,11 +25,12 @@ import pandas as pd
 import pytest
 import yaml
 from kafka.errors import KafkaError
+from tools.cluster import consumed_everything
 
+from fedrca.application.graph import g_square_bytes, graph_bytes, graph_variables
+from fedrca.application.params import load_params
 from fedrca.causal.fedpc import MAX_QUERIES, layer_size
 from fedrca.cli import main
-from fedrca.cli.graph import g_square_bytes, graph_bytes, graph_variables
-from fedrca.cli.params import load_params
 from fedrca.config import load_config
 from fedrca.config.limits import (
     BASE_MEMORY,
@@ -58,7 +59,6 @@ from fedrca.datasets.loader import load_frame
 from fedrca.datasets.tep import TEP_FAULT_ROOTS
 from fedrca.exceptions import ConfigError
 from tests.kafka_broker import unique_name, wait_until
-from tests.streams.workers import consumed_everything
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -78,7 +78,7 @@ def test_replay_writes_the_flag_and_verdict_contracts(repo, tmp_path, capsys):
 
 
 def _engine_like_replay(repo, config):
-    from fedrca.cli.site import prepare_site
+    from fedrca.application.site import prepare_site
 
     return prepare_site(config, repo / "data/tep/d00.dat").engine
 
@@ -242,7 +242,7 @@ def test_evaluate_errors_are_one_clear_line(repo, extra, fragment):
 
 
 def test_replay_with_trained_parameters_uses_them_and_the_configured_graph(repo, tmp_path, capsys):
-    from fedrca.cli.training import train_site
+    from fedrca.application.training import train_site
     from fedrca.config import load_config
     from fedrca.datasets.loader import load_frame
 

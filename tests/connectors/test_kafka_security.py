@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tools.cluster import Cluster, site_config
 
 from fedrca.config import load_config
 from fedrca.connectors.kafka import KafkaOptions, read_topic
 from tests.kafka_broker import unique_name, wait_until
-from tests.streams.workers import Cluster, site_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

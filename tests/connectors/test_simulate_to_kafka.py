@@ -14,10 +14,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tools.cluster import Cluster, json_records, site_config
 
 from fedrca.connectors.simulator import SimulationSpec, cached_run, write_tep_dat
 from tests.kafka_broker import KafkaBroker, unique_name, wait_until
-from tests.streams.workers import Cluster, json_records, site_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

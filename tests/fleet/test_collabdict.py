@@ -13,13 +13,12 @@ from hypothesis import strategies as st
 from scipy.stats import multivariate_normal
 
 from fedrca.datasets.fleet import fleet_patterns
-from fedrca.exceptions import ConfigError, DataError
+from fedrca.exceptions import ConfigError, DataError, PrivacyWarning
 from fedrca.fleet.collabdict import (
     FleetModel,
     FleetSettings,
     GlobalLearner,
     LocalLearner,
-    PrivacyWarning,
     anomaly_score,
     e_step,
     fit_centralised,

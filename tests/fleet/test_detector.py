@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fedrca.cli.site import build_detector
+from fedrca.application.site import build_detector
 from fedrca.config import parse_config
 from fedrca.datasets.fleet import fleet_patterns
 from fedrca.detectors.factory import build_detector as build_plant_detector

@@ -11,14 +11,8 @@ import numpy as np
 import pytest
 
 from fedrca.datasets.fleet import fleet_patterns
-from fedrca.exceptions import ConfigError, DataError, ModelError
-from fedrca.fleet.collabdict import (
-    FleetSettings,
-    PrivacyWarning,
-    fit_centralised,
-    initialise_centralised,
-    unpack_statistics,
-)
+from fedrca.exceptions import ConfigError, DataError, ModelError, PrivacyWarning
+from fedrca.fleet.collabdict import FleetSettings, fit_centralised, initialise_centralised, unpack_statistics
 from fedrca.fleet.consensus import Exchange, MessageKey, PeerGraph
 from fedrca.fleet.model import FleetParticipant, InProcessNetwork, simulate_fleet
 from tests.fleet.test_collabdict import tight_fleet_data

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.site import prepare_site, run_pipeline
-from fedrca.cli.training import train_site
+from fedrca.application.site import prepare_site, run_pipeline
+from fedrca.application.training import train_site
 from fedrca.config import load_config
 from fedrca.contracts import load_artifacts
 from fedrca.datasets import nonlinear_two_plant

@@ -9,10 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
+from fedrca.application.evaluation import evaluate_run
+from fedrca.application.graph import learn_site_graph, site_frames
+from fedrca.application.site import configured_graph, prepare_site, rca_runtime, run_pipeline
 from fedrca.cli import main
-from fedrca.cli.evaluation import evaluate_run
-from fedrca.cli.graph import learn_site_graph, site_frames
-from fedrca.cli.site import configured_graph, prepare_site, rca_runtime, run_pipeline
 from fedrca.config import load_config, parse_rca_settings
 from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.rca import InterdependencyGraph, build_engine, resolve_graph

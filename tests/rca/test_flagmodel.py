@@ -9,16 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrca.detectors.privacy import RandomizedResponse
 from fedrca.exceptions import DataError
-from fedrca.rca.flagmodel import (
-    AUGMENTED,
-    NORMAL,
-    FlagModel,
-    encode_states,
-    nominal_state_rates,
-    rr_channel,
-)
+from fedrca.privacy.randomized_response import RandomizedResponse, rr_channel
+from fedrca.rca.flagmodel import AUGMENTED, NORMAL, FlagModel, encode_states, nominal_state_rates
 
 probs = st.floats(0.0, 1.0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from fedrca.cli.synthetic import run_synthetic
+from fedrca.application.synthetic import run_synthetic
 from fedrca.datasets import chain_graph, nonlinear_network, nonlinear_two_plant
 
 

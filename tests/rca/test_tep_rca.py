@@ -16,8 +16,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fedrca.cli.evaluation import evaluate_run
-from fedrca.cli.site import PipelineRun, prepare_site, run_pipeline
+from fedrca.application.evaluation import evaluate_run
+from fedrca.application.site import PipelineRun, prepare_site, run_pipeline
 from fedrca.config import RCASettings, load_config
 from fedrca.datasets.loader import load_frame
 from fedrca.datasets.tep import TEP_FLOWSHEET
@@ -29,7 +29,7 @@ FAULTS = {"04": "reactor", "05": "separator", "06": "feed"}
 
 @pytest.fixture(scope="module")
 def trained_site(repo, tmp_path_factory):
-    from fedrca.cli.training import train_site
+    from fedrca.application.training import train_site
 
     config = load_config(repo / "config/tep.yaml")
     params = tmp_path_factory.mktemp("tep_params")

@@ -13,7 +13,7 @@ import math
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from fedrca.detectors.privacy import RandomizedResponse, generator_state, set_generator_state
+from fedrca.privacy.randomized_response import RandomizedResponse, generator_state, set_generator_state
 from fedrca.streams.agents import _json
 from fedrca.streams.runtime import streaming_threads
 
@@ -67,7 +67,7 @@ def test_streaming_threads_limits_blas_to_one_thread() -> None:
 def test_the_rca_state_record_fits_a_kafka_record_at_the_largest_lateness() -> None:
     """The RCA's state at the largest ``--allowed-lateness`` run accepts, with 13-digit seqs, the engine's
     evidence and every verdict id it remembers, is one Kafka record (docs/limits.md: ``rca_state_bytes``)."""
-    from fedrca.cli.site import rca_runtime
+    from fedrca.application.site import rca_runtime
     from fedrca.config import load_config
     from fedrca.config.limits import MAX_KAFKA_RECORD, MAX_REMEMBERED_VERDICTS, rca_record_room, rca_state_bytes
     from fedrca.contracts import FlagMessage, encode_flags

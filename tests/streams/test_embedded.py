@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from fedrca.cli.site import prepare_site, run_pipeline, site_runtime
+from fedrca.application.site import prepare_site, run_pipeline, site_runtime
 from fedrca.config import load_config
 from fedrca.connectors.replay import Pacer
 from fedrca.datasets.loader import load_frame, plant_frames
@@ -132,7 +132,7 @@ def test_demo_serves_metrics_while_it_runs_and_ends_with_readmes_table(tmp_path)
 
 
 def test_trained_parameters_export_their_version_and_privacy_spend(tep, tmp_path):
-    from fedrca.cli.training import train_site
+    from fedrca.application.training import train_site
     from fedrca.contracts import load_artifact
 
     config, _, values = tep

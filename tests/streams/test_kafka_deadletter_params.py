@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tools.cluster import Cluster, group_assignment, site_config
 
 from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
@@ -32,7 +33,6 @@ from fedrca.contracts.binary import pack_arrays
 from fedrca.datasets import load_dataset
 from fedrca.observability import numeric_version
 from tests.kafka_broker import unique_name, wait_until
-from tests.streams.workers import Cluster, group_assignment, site_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from tools.cluster import REPO, Cluster, group_assignment
 
 from fedrca.config import load_config
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.contracts import SensorMessage
 from tests.kafka_broker import unique_name, wait_until
-from tests.streams.workers import REPO, Cluster, group_assignment
 
 pytestmark = pytest.mark.slow
 

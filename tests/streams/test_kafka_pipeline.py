@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 from kafka.admin import KafkaAdminClient
+from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, site_config
 
-from fedrca.cli.site import site_runtime
+from fedrca.application.site import site_runtime
 from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
@@ -34,7 +35,6 @@ from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.streams.embedded import EmbeddedRun, replay_frame
 from fedrca.streams.runtime import RuntimeSettings
 from tests.kafka_broker import unique_name, wait_until
-from tests.streams.workers import Cluster, consumed_everything, count, group_assignment, json_records, site_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -11,11 +11,11 @@ from fedrca.config import parse_config
 from fedrca.contracts import PRIVACY_WITHHELD, FlagMessage, SensorMessage, decode_flag, encode_flags
 from fedrca.datasets import linear_multiplant
 from fedrca.detectors import PlantDetector
+from fedrca.privacy.accounting import composed_epsilon
+from fedrca.privacy.ledger import FlagWindow
 from fedrca.rca.engine import build_engine
 from fedrca.streams.processor import PlantProcessor
 from fedrca.streams.runtime import PlantRuntime, RCARuntime
-from fedrca.training.ledger import FlagWindow
-from fedrca.training.privacy import composed_epsilon
 
 EPS = 0.5
 

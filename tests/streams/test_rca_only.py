@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedrca.application.site import rca_runtime, site_runtime
 from fedrca.cli import main
-from fedrca.cli.site import rca_runtime, site_runtime
 from fedrca.config import load_config
 from fedrca.contracts import encode_flags
 from fedrca.datasets.loader import load_frame, plant_frames

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from fedrca.cli.training import run_training
+from fedrca.application.training import run_training
 from fedrca.config import parse_config
 from fedrca.contracts import (
     NOMINAL_STATE_COUNTS,
@@ -120,8 +120,8 @@ def test_an_artifact_of_an_older_format_is_refused_with_the_fix(trained, tmp_pat
 def test_artifacts_are_bound_to_the_configuration_and_the_columns(trained):
     """Trained under one configuration, refused under another (issue 12: a scoring change went unnoticed)."""
     config, frames, _result, out = trained
-    from fedrca.cli.params import load_params
-    from fedrca.cli.site import prepare_site
+    from fedrca.application.params import load_params
+    from fedrca.application.site import prepare_site
 
     assert sorted(load_params(out, config)) == ["_server", "plant1", "plant2"]
     raw = config.model_dump(exclude={"source"})
@@ -145,7 +145,7 @@ def test_artifacts_are_bound_to_the_configuration_and_the_columns(trained):
 
 def test_the_streaming_runtime_refuses_an_artifact_of_another_configuration(trained):
     config, frames, result, _ = trained
-    from fedrca.cli.site import build_detectors
+    from fedrca.application.site import build_detectors
     from fedrca.rca import build_engine
     from fedrca.streams.runtime import PlantRuntime, RCARuntime
 
@@ -211,7 +211,7 @@ def test_the_private_what_if_arrays_are_covered_on_disk_and_the_published_record
 
 def test_apply_artifact_installs_theta_and_the_recalibrated_scorer(trained):
     config, frames, result, out = trained
-    from fedrca.cli.site import build_detectors
+    from fedrca.application.site import build_detectors
 
     fresh = build_detectors(config, frames)
     det = fresh["plant2"]
@@ -234,7 +234,7 @@ def test_apply_artifact_installs_theta_and_the_recalibrated_scorer(trained):
 
 def test_apply_artifact_refuses_a_tampered_or_foreign_artifact(trained):
     config, frames, result, _ = trained
-    from fedrca.cli.site import build_detectors
+    from fedrca.application.site import build_detectors
 
     det = build_detectors(config, frames)["plant1"]
     art = result.artifacts["plant1"]
@@ -266,7 +266,7 @@ def test_make_artifact_checks_the_version():
 
 def test_plant_artifacts_carry_the_nominal_flag_state_counts(trained):
     config, frames, _result, out = trained
-    from fedrca.cli.site import build_detectors
+    from fedrca.application.site import build_detectors
 
     for plant in config.plant_names:
         det = build_detectors(config, frames)[plant]

@@ -9,11 +9,11 @@ import pytest
 
 from fedrca.contracts.artifacts import SERVER
 from fedrca.exceptions import PrivacyBudgetExceeded
+from fedrca.privacy.accounting import composed_epsilon, gaussian_mu
+from fedrca.privacy.mechanisms import laplace_scale
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.training.federated import FederatedTraining
 from fedrca.training.messages import ReleaseMessage, decode_message, encode_message, quantisation_variance, quantise
-from fedrca.training.moments import laplace_scale
-from fedrca.training.privacy import composed_epsilon, gaussian_mu
 
 from .conftest import linear_setup
 

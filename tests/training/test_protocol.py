@@ -267,7 +267,7 @@ def test_states_are_clipped_noised_and_charged_when_state_privacy_is_on():
 
 
 def _mu(epsilon: float) -> float:
-    from fedrca.training.privacy import gaussian_mu
+    from fedrca.privacy.accounting import gaussian_mu
 
     return gaussian_mu(epsilon, 1e-5)
 

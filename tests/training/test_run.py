@@ -8,16 +8,16 @@ import math
 import numpy as np
 import pytest
 
+from fedrca.application.training import run_training
 from fedrca.cli import main
-from fedrca.cli.training import run_training
 from fedrca.config import load_config, parse_config, parse_training_settings
 from fedrca.contracts import load_artifact, load_server_artifact
 from fedrca.datasets import linear_multiplant, nonlinear_two_plant
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.exceptions import ArtifactError, ConfigError, IntegrityError, PrivacyBudgetExceeded
+from fedrca.privacy.accounting import gaussian_epsilon, gaussian_mu
 from fedrca.training.federated import FederatedTraining
 from fedrca.training.oracle import linear_oracle, nonlinear_oracle
-from fedrca.training.privacy import gaussian_epsilon, gaussian_mu
 from tests.training.conftest import REPO, linear_setup, nonlinear_setup
 
 

@@ -9,9 +9,10 @@ import pytest
 
 from fedrca.config import parse_training_settings
 from fedrca.exceptions import ConfigError, PrivacyBudgetExceeded
+from fedrca.privacy.accounting import gaussian_mu
+from fedrca.privacy.ledger import spent_epsilon
+from fedrca.privacy.mechanisms import clip_rows
 from fedrca.training.federated import FederatedTraining
-from fedrca.training.ledger import spent_epsilon
-from fedrca.training.privacy import clip_rows, gaussian_mu
 from fedrca.training.varx import _lagged, fit_row, lagged_q, own_input_sensitivity, own_moments
 from tests.training.conftest import inputs_setup
 

@@ -6,7 +6,7 @@ its DAG extension (:mod:`fedrca.causal.fedpc`). The CI tests
 (:mod:`fedrca.causal.citests`), the PDAG algebra (v-structures, Meek's rules,
 DAG extension, SHD / F1: :mod:`fedrca.causal.pdag`) and causal-learn's PC as the
 reference (:mod:`fedrca.causal.baselines`, a test/bench dependency) live here.
-No file I/O: ``fedrca graph`` (:mod:`fedrca.cli.graph`) reads the sites' files and
+No file I/O: ``fedrca graph`` (:mod:`fedrca.application.graph`) reads the sites' files and
 turns the variable-level result into the RCA engine's plant graph. The RCA engine
 does not need this package.
 """

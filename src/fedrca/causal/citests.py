@@ -66,7 +66,7 @@ BoolArray = NDArray[np.bool_]
 _CHUNK_ELEMENTS = 1 << 22
 #: cells of the contingency tables counted and scored at once: a batch of queries is cut into runs
 #: of at most this many cells (or one query, when its table alone is larger), so a batch's memory
-#: does not grow with its number of queries (``fedrca.cli.graph.g_square_bytes``; guarded by
+#: does not grow with its number of queries (``fedrca.application.graph.g_square_bytes``; guarded by
 #: ``tests/causal/test_citests.py::test_g_square_batches_cost_the_same_as_one_query_at_a_time``)
 TABLE_CELLS = 1 << 21
 
@@ -187,11 +187,6 @@ class FisherZ:
     def correlation(self) -> FloatArray:
         """The correlation matrix (p, p) (a copy)."""
         return self._corr.copy()
-
-    def partial_correlations(self, x: ArrayLike, y: ArrayLike, S: ArrayLike) -> FloatArray:
-        """Partial correlations r (Q,) of x and y given S."""
-        xa, ya, Sa = as_queries(x, y, S, self.n_variables)
-        return self._partials(xa, ya, Sa)[0]
 
     def _partials(self, xa: IntArray, ya: IntArray, Sa: IntArray) -> tuple[FloatArray, FloatArray]:
         """r (Q,) and the variance (Q,) the correlation matrix's noise gives r (zeros without noise)."""

@@ -70,18 +70,18 @@ from fedrca.causal.citests import CITest, FisherZ, GSquare, as_queries, continge
 from fedrca.causal.pdag import meek_rules, orient_colliders, pdag_to_dag, unshielded_triples
 from fedrca.causal.secagg import KeyReply, KeyRequest, MaskedVector, SessionKeys, encode_counts, encode_fixed
 from fedrca.causal.sufficient import (
-    Ledger,
     LevelsReply,
     LevelsRequest,
     StatsRequest,
     code_against,
     moment_vector,
-    private_scatter_vector,
     scatter_vector,
 )
 from fedrca.causal.wire import Message, decode_message, encode_message, register
 from fedrca.contracts.deadletter import DeadLetterReason as Reason
 from fedrca.exceptions import DataError, MessageError
+from fedrca.privacy.ledger import PrivacyLedger
+from fedrca.privacy.mechanisms import private_scatter_vector
 
 __all__ = [
     "MAX_QUERIES",
@@ -882,7 +882,7 @@ class FedPCSite:
     names : the p variable names (required with an array)
     test : ``fisher-z`` (continuous) or ``g-square`` (discrete)
     seed : seed of the noise of a private release (pooled statistics with ``mu``)
-    ledger : the site's privacy ledger (e.g. :class:`fedrca.training.ledger.PrivacyLedger`);
+    ledger : the site's privacy ledger (e.g. :class:`fedrca.privacy.ledger.PrivacyLedger`);
         a noised release is charged to it first and refused when it would pass its budget
     max_mu : the largest mu (least noise) this site releases at; a request for more is refused
         (None: the server's request decides, within the ledger's budget)
@@ -903,7 +903,7 @@ class FedPCSite:
         *,
         test: TestKind = "fisher-z",
         seed: int = 0,
-        ledger: Ledger | None = None,
+        ledger: PrivacyLedger | None = None,
         max_mu: float | None = None,
     ):
         if isinstance(data, pd.DataFrame):

@@ -69,13 +69,13 @@ from fedrca.causal.sufficient import (
     LevelsRequest,
     StatsRequest,
     merge_codebooks,
-    noise_sd,
     pooled_correlation,
     private_correlation,
     triu_size,
 )
 from fedrca.contracts.deadletter import DeadLetterReason as Reason
 from fedrca.exceptions import DataError, MessageError
+from fedrca.privacy.mechanisms import noise_sd
 
 __all__ = ["PooledStatistics", "PooledStatsServer"]
 

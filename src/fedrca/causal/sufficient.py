@@ -12,7 +12,7 @@ The pooled test needs only statistics that **add over sites**:
   Centring at the pooled mean before the products avoids the cancellation of
   ``Σ x x' - N m m'``; the result equals the pooled data's correlation to rounding
   (``tests/causal/test_pooled.py``: 1e-9).
-* **Fisher-z with noise** (``mu``-GDP per site, :func:`private_scatter_vector`): each site
+* **Fisher-z with noise** (``mu``-GDP per site, :func:`fedrca.privacy.mechanisms.private_scatter_vector`): each site
   standardises its columns with its own mean and standard deviation (its preprocessing,
   fixed before the release, like a plant's scaler before its training releases: the
   guarantee covers the rows given the standardiser), clips every row to the L2 norm
@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -60,18 +60,14 @@ from fedrca.exceptions import DataError, MessageError
 __all__ = [
     "MAX_LEVELS",
     "STATISTICS",
-    "Ledger",
     "LevelsReply",
     "LevelsRequest",
     "StatsRequest",
     "code_against",
     "merge_codebooks",
     "moment_vector",
-    "noise_sd",
     "pooled_correlation",
     "private_correlation",
-    "private_scatter_vector",
-    "scatter_sensitivity",
     "scatter_vector",
     "triu_size",
 ]
@@ -84,14 +80,6 @@ STATISTICS: tuple[str, ...] = ("count", "moments", "scatter", "private-scatter",
 MAX_LEVELS = 256
 #: smallest eigenvalue kept when a noised matrix is projected to a correlation matrix
 _EIGEN_FLOOR = 1e-6
-
-
-class Ledger(Protocol):
-    """A site's privacy ledger (e.g. :class:`fedrca.training.ledger.PrivacyLedger`): charges or refuses a release."""
-
-    def charge_gaussian(self, mu2: float, key: str | None = None) -> bool:
-        """Charge a Gaussian release of ``mu^2`` (raise past the budget); False when ``key`` was charged."""
-        ...
 
 
 # ----------------------------------------------------------------------------- site side (pure)
@@ -112,52 +100,6 @@ def scatter_vector(X: ArrayLike, center: ArrayLike) -> FloatArray:
     # S = (X - m)'(X - m)
     S = A.T @ A
     return S[np.triu_indices(A.shape[1])]
-
-
-def scatter_sensitivity(clip: float, p: int) -> float:
-    """L2 sensitivity of the upper triangle of ``Σ_i z_i z_i'`` to replacing one row, rows clipped to ``clip sqrt(p)``.
-
-    ``||z z' - z~ z~'||_F^2 = ||z||^4 + ||z~||^4 - 2 (z'z~)^2 <= 2 c^4``, and the upper triangle
-    holds each entry at most once.
-
-    Examples
-    --------
-    >>> round(scatter_sensitivity(1.5, 4), 4)      # sqrt(2) (1.5^2 * 4)
-    12.7279
-    """
-    return math.sqrt(2.0) * clip * clip * p
-
-
-def noise_sd(clip: float, p: int, mu: float) -> float:
-    """σ = Δ / mu of each noised entry (0 when mu is inf: no noise)."""
-    if not mu > 0.0:
-        raise DataError(f"mu must be > 0, got {mu}")
-    return 0.0 if math.isinf(mu) else scatter_sensitivity(clip, p) / mu
-
-
-def private_scatter_vector(
-    X: ArrayLike, center: ArrayLike, scale: ArrayLike, clip: float, mu: float, rng: np.random.Generator
-) -> FloatArray:
-    """``[n, triu(Σ_i z_i z_i') + N(0, σ²)]``: one mu-GDP release of a site's standardised, clipped rows.
-
-    ``z = (x - center) / scale``, each row scaled down to L2 norm ``clip sqrt(p)`` when longer.
-    ``center`` and ``scale`` (p,) are the site's standardiser, fixed before the release (the
-    site's preprocessing, like a plant's scaler: the guarantee covers the rows given it).
-    """
-    A = np.asarray(X, dtype=np.float64)
-    n, p = A.shape
-    sd = np.asarray(scale, dtype=np.float64)
-    if np.any(~np.isfinite(sd)) or np.any(sd <= 0):
-        raise DataError("the standardiser's scale must be finite and > 0 for every variable")
-    Z = (A - np.asarray(center, dtype=np.float64)) / sd
-    bound = clip * math.sqrt(p)
-    norms = np.linalg.norm(Z, axis=1)
-    # z <- z min(1, c / ||z||)
-    Z *= np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))[:, None]
-    S = (Z.T @ Z)[np.triu_indices(p)]
-    sigma = noise_sd(clip, p, mu)
-    noise = sigma * rng.standard_normal(S.shape) if sigma > 0 else np.zeros_like(S)
-    return np.concatenate([[float(n)], S + noise])
 
 
 def merge_codebooks(level_lists: Sequence[Sequence[Sequence[str]]]) -> tuple[tuple[str, ...], ...]:

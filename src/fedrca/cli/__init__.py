@@ -36,7 +36,7 @@ COMMAND_MODULES = (
     "fedrca.cli.run",
     "fedrca.cli.simulate",
     "fedrca.cli.graph",
-    "fedrca.cli.fleet.commands",
+    "fedrca.cli.fleet",
     "fedrca.cli.whatif",
 )
 

@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 
 from fedrca import __version__
+from fedrca.application.outputs import Outputs, staged_folder, write_file
+from fedrca.application.site import site_runtime
+from fedrca.application.training import train_site
 from fedrca.cli.bundled import bundled_config, bundled_data_dir
-from fedrca.cli.outputs import Outputs, staged_folder, write_file
 from fedrca.cli.report import write_report
-from fedrca.cli.site import site_runtime
-from fedrca.cli.training import train_site
 from fedrca.config import load_config
 from fedrca.config.limits import (
     MAX_DEMO_HOURS,

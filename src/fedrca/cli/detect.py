@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.outputs import Outputs
-from fedrca.cli.site import build_detectors, run_detectors
+from fedrca.application.outputs import Outputs
+from fedrca.application.site import build_detectors, run_detectors
 from fedrca.config import load_config, resolve_plants
 from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.detectors.plant import DetectionResult, PlantDetector

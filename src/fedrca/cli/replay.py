@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedrca.application.evaluation import evaluate_run, json_safe
+from fedrca.application.outputs import Outputs
+from fedrca.application.params import load_params
+from fedrca.application.site import PipelineRun, configured_graph, prepare_site, run_pipeline
 from fedrca.cli.detect import flags_jsonl
-from fedrca.cli.evaluation import evaluate_run, json_safe
-from fedrca.cli.outputs import Outputs
-from fedrca.cli.params import load_params
 from fedrca.cli.report import write_report
-from fedrca.cli.site import PipelineRun, configured_graph, prepare_site, run_pipeline
 from fedrca.config import load_config
 from fedrca.datasets.loader import load_frame
 from fedrca.exceptions import DataError

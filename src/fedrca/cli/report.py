@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.cli.outputs import write_file, write_with
+from fedrca.application.outputs import write_file, write_with
 from fedrca.contracts import Verdict
 from fedrca.rca.graph import InterdependencyGraph
 
@@ -271,7 +271,7 @@ def write_report(
 ) -> Path:
     """Write the PNGs, graph.json, metrics.json and index.html into ``directory``; returns the page.
 
-    The caller stages ``directory`` (:func:`fedrca.cli.outputs.staged_folder`) so that a
+    The caller stages ``directory`` (:func:`fedrca.application.outputs.staged_folder`) so that a
     report appears whole or not at all; every file is written whole by itself too.
     """
     out = Path(directory)

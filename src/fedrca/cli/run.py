@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedrca.cli.outputs import Outputs, staged_folder
-from fedrca.cli.params import load_params
-from fedrca.cli.site import plant_runtime, rca_runtime, site_runtime
+from fedrca.application.outputs import Outputs, staged_folder
+from fedrca.application.params import load_params
+from fedrca.application.site import plant_runtime, rca_runtime, site_runtime
 from fedrca.config import SiteConfig, load_config, resolve_plants
 from fedrca.config.limits import (
     KAFKA_REQUEST_TIMEOUT,

@@ -19,8 +19,8 @@ import argparse
 import sys
 import time
 
+from fedrca.application.outputs import Outputs
 from fedrca.cli.bundled import bundled_config
-from fedrca.cli.outputs import Outputs
 from fedrca.config import load_config
 from fedrca.connectors.kafka import KafkaOptions, KafkaSink, bootstrap_of, ensure_site_topics
 from fedrca.connectors.replay import Pacer, progress_printer

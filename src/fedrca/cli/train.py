@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.outputs import Outputs
-from fedrca.cli.site import build_detectors
-from fedrca.cli.training import run_training
+from fedrca.application.outputs import Outputs
+from fedrca.application.site import build_detectors
+from fedrca.application.training import run_training
 from fedrca.config import SiteConfig, load_config
 from fedrca.config.limits import MAX_TRAINING_ROUNDS, MEMORY_LIMIT, gib, largest, plant_bytes
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames

@@ -33,9 +33,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from fedrca.cli.evaluation import json_safe
-from fedrca.cli.outputs import Outputs
-from fedrca.cli.params import load_params
+from fedrca.application.evaluation import json_safe
+from fedrca.application.outputs import Outputs
+from fedrca.application.params import load_params
 from fedrca.config.limits import MEMORY_LIMIT, gib, largest, whatif_bytes
 from fedrca.contracts.artifacts import SERVER
 from fedrca.exceptions import ArtifactError, ConfigError

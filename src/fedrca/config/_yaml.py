@@ -6,7 +6,7 @@ off), aliases that expand a few kilobytes into gigabytes (a "billion laughs"
 under a plug-in's arguments), nesting deep enough to exhaust the recursion
 limit, and bytes that are not UTF-8. :func:`read_yaml` refuses each with one
 :class:`~fedrca.exceptions.ConfigError` line that names the file, the place and
-the fix (``tests/test_config_yaml.py``).
+the fix (``tests/config/test_yaml.py``).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ MAX_KAFKA_RECORD = 1 << 20
 #: ``[[seq],bits],`` of a batch of one: a 19-digit seq and the framing).
 WINDOW_SEQ_BYTES = 26
 #: Most samples a plant's privacy window composes: the ledger keeps the seq of every sample published
-#: in the window (:class:`fedrca.training.ledger.FlagWindow`, about 400 bytes each in memory) and
+#: in the window (:class:`fedrca.privacy.ledger.FlagWindow`, about 400 bytes each in memory) and
 #: writes them with the plant's state record after every batch: half a Kafka record (the other
 #: half for the detector's state) holds about 20,000 (docs/limits.md).
 MAX_PRIVACY_WINDOW = 20_000

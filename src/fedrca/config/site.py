@@ -618,7 +618,7 @@ def _check_columns(config: SiteConfig, source: str | None) -> None:
             key="plants[].scoring.severity_levels",
         )
     if levels != {0} and math.isfinite(config.privacy.budget):
-        # The inference ledger (training/ledger.py FlagWindow) composes the randomized-response
+        # The inference ledger (privacy/ledger.py FlagWindow) composes the randomized-response
         # bits of the flags; the severity levels' k-ary release is not in it yet.
         raise ConfigError(
             "severity levels are not accounted in the privacy ledger: with a finite privacy.budget set "

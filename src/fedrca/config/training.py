@@ -29,7 +29,7 @@ __all__ = ["TrainingPrivacySettings", "TrainingSettings", "parse_training_settin
 
 
 class TrainingPrivacySettings(Strict):
-    """Differential privacy of the training messages (see :mod:`fedrca.training.privacy`).
+    """Differential privacy of the training messages (see :mod:`fedrca.privacy`).
 
     ``state_epsilon`` / ``gradient_epsilon`` are the (epsilon, delta) of *one* release of
     one record (one time step's state vectors, one per-sample gradient); ``inf`` turns the

@@ -3,7 +3,7 @@
 A message that breaks its contract is never dropped and never crashes a worker:
 it goes to a dead-letter topic with a reason from :class:`DeadLetterReason` (the
 complete list: the type checker refuses any other value, and
-``tests/test_contracts.py`` checks that the code uses no bare reason string).
+``tests/test_layout.py`` checks that the code uses no bare reason string).
 
 Where dead letters go (the privacy boundary, ``docs/streams.md``): a plant
 stage's dead letters hold raw sensor bytes, so they go to the plant's own

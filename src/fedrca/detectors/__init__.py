@@ -2,8 +2,7 @@
 
 Proprietary filters (:class:`LinearKalmanFilter`, :class:`ExtendedKalmanFilter`,
 any :class:`ProprietaryFilter` plug-in), identification from nominal data, the
-learned :class:`Augmentation`, :class:`ResidualScorer`, flag privacy
-(:class:`RandomizedResponse`) and their composition :class:`PlantDetector`.
+learned :class:`Augmentation`, :class:`ResidualScorer`, and their composition :class:`PlantDetector`.
 """
 
 from fedrca.detectors.augment import (
@@ -25,7 +24,6 @@ from fedrca.detectors.kalman import (
 )
 from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
 from fedrca.detectors.plugin import ProprietaryFilter, load_plugin
-from fedrca.detectors.privacy import RandomizedResponse
 from fedrca.detectors.scoring import ResidualScorer, ScorerState
 
 __all__ = [
@@ -41,7 +39,6 @@ __all__ = [
     "PlantDetector",
     "ProprietaryFilter",
     "RandomFourierFeatures",
-    "RandomizedResponse",
     "ResidualScorer",
     "ScorerState",
     "Standardizer",

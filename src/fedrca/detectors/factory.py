@@ -6,7 +6,7 @@ settings (and the site's flag privacy) into an unfitted
 fits one per plant on its nominal data. A plant with ``detector.kind: fleet`` runs
 the fleet detector of :mod:`fedrca.fleet`, a package above this one: its builder
 (:func:`fedrca.fleet.detector.build_fleet_detector`) is passed in as ``build`` by
-the site shell (:func:`fedrca.cli.site.build_detector`), which knows both kinds.
+the site shell (:func:`fedrca.application.site.build_detector`), which knows both kinds.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = No
 
     Seeded by :func:`plant_seed`. A plant with ``detector.kind: fleet`` is refused with a
     ConfigError: its detector lives in :mod:`fedrca.fleet` (built by
-    :func:`fedrca.cli.site.build_detector`).
+    :func:`fedrca.application.site.build_detector`).
     """
     if plant.detector.kind != "plant":
         index = config.plant_names.index(plant.name)

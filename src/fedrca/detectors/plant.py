@@ -39,7 +39,6 @@ from fedrca.detectors.fused import PairMaps, pair_statistics
 from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_linear_model
 from fedrca.detectors.kalman import LinearKalmanFilter
 from fedrca.detectors.plugin import ProprietaryFilter, filter_batch
-from fedrca.detectors.privacy import LevelRandomizedResponse, RandomizedResponse
 from fedrca.detectors.scoring import ResidualScorer, ScorerState
 from fedrca.detectors.statistics import (
     STATISTICS,
@@ -55,6 +54,7 @@ from fedrca.detectors.statistics import (
     tail_quantile,
 )
 from fedrca.exceptions import DataError, ModelError, NotFittedError
+from fedrca.privacy.randomized_response import LevelRandomizedResponse, RandomizedResponse
 
 __all__ = ["DetectionResult", "Detector", "PlantDetector", "severity_levels"]
 

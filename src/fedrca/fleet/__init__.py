@@ -15,12 +15,13 @@ values or statistics reach anybody else.
   plant detector a site runs with ``detector.kind: fleet``.
 
 It sits above the per-plant detection core (:mod:`fedrca.detectors`: the
-``Detector`` contract, standardiser, randomized response) and beside ``training``
-and ``rca``, which never import it. The shell is :mod:`fedrca.cli.fleet`
-(``fedrca fleet``), the transport :mod:`fedrca.connectors.fleet_kafka`; see docs/fleet.md.
+``Detector`` contract, standardiser) and beside ``training`` and ``rca``, which never
+import it. Its application (configuration, sources, runner, model files, the Kafka
+driver) is :mod:`fedrca.application.fleet`, the command :mod:`fedrca.cli.fleet`
+(``fedrca fleet``); see docs/fleet.md.
 """
 
-from fedrca.fleet.collabdict import FleetModel, FleetSettings, PrivacyWarning, fit_centralised
+from fedrca.fleet.collabdict import FleetModel, FleetSettings, fit_centralised
 from fedrca.fleet.consensus import PeerGraph
 from fedrca.fleet.detector import FleetDetector, build_fleet_detector
 from fedrca.fleet.model import FleetParticipant, FleetRun, simulate_fleet
@@ -32,7 +33,6 @@ __all__ = [
     "FleetRun",
     "FleetSettings",
     "PeerGraph",
-    "PrivacyWarning",
     "build_fleet_detector",
     "fit_centralised",
     "simulate_fleet",

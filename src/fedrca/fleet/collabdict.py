@@ -69,7 +69,7 @@ from sklearn.covariance import graphical_lasso
 from sklearn.exceptions import ConvergenceWarning
 
 from fedrca.detectors.identify import Standardizer
-from fedrca.exceptions import ConfigError, ConvergenceError, DataError
+from fedrca.exceptions import ConfigError, ConvergenceError, DataError, PrivacyWarning
 from fedrca.fleet.calibration import Calibration, conformal_percentile, held_out_block, own_calibration
 from fedrca.fleet.consensus import StepRule
 
@@ -81,7 +81,6 @@ __all__ = [
     "FleetSettings",
     "GlobalLearner",
     "LocalLearner",
-    "PrivacyWarning",
     "anomaly_score",
     "calibrate",
     "component_nll",
@@ -109,10 +108,6 @@ __all__ = [
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 LN_2PI = math.log(2.0 * math.pi)
-
-
-class PrivacyWarning(UserWarning):
-    """A participant's released statistics fall below the entropy l-diversity bound."""
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from numpy.typing import ArrayLike, NDArray
 from fedrca.config import PlantConfig, SiteConfig
 from fedrca.detectors.factory import plant_seed
 from fedrca.detectors.plant import DetectionResult, Detector
-from fedrca.detectors.privacy import RandomizedResponse
 from fedrca.exceptions import ConfigError, DataError, ModelError, NotFittedError
 from fedrca.fleet.calibration import Calibration, ewma_scores, own_calibration
 from fedrca.fleet.collabdict import FleetModel, FleetSettings, fit_centralised, responsibilities
+from fedrca.privacy.randomized_response import RandomizedResponse
 
 __all__ = ["FleetDetector", "ThresholdView", "build_fleet_detector"]
 

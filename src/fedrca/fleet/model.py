@@ -5,7 +5,7 @@ as a generator: it yields an :class:`~fedrca.fleet.consensus.Exchange`
 (messages to send, messages it waits for) every round and is resumed with the
 messages it waited for. Nothing else passes between participants, so the same
 participant runs in one process (:class:`InProcessNetwork`, :func:`simulate_fleet`)
-or over Kafka (:mod:`fedrca.connectors.fleet_kafka`).
+or over Kafka (:mod:`fedrca.application.fleet.kafka`).
 
 The protocol of one participant:
 

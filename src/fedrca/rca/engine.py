@@ -870,7 +870,7 @@ def resolve_graph(
         return graph
     source = settings.graph.source
     if source == "file":
-        # reading the file is the shell's job (fedrca.cli.site.configured_graph): the core does no I/O
+        # reading the file is the shell's job (fedrca.application.site.configured_graph): the core does no I/O
         raise ConfigError(
             f"graph source 'file' needs the graph read from {settings.graph.path} and given to build_engine(graph=...)",
             key="rca.graph.source",

@@ -33,18 +33,10 @@ plays one **role**, and each role is a distribution ``q(s)`` per row:
 with ``i`` = ``imperfect``, the chance that an active anomaly shows as (0,1)
 (zero when Z_a equals Z_c, i.e. without trained parameters).
 
-The plant publishes each bit through randomized response with keep probability
-``p = e^eps / (1 + e^eps)``, independently per bit, so the published pair o
-has ``P(o | role) = sum_s C[o, s] q_role(s)`` with the channel ``C = K (x) K``,
-``K = [[p, 1-p], [1-p, p]]``. That is the exact likelihood the engine scores;
-nothing is debiased by hand.
-
-Examples
---------
->>> import numpy as np
->>> C = rr_channel(np.log(3.0))   # p = 0.75
->>> C[:, 0].round(4).tolist()      # published pairs given a true (0, 0)
-[0.5625, 0.1875, 0.1875, 0.0625]
+The plant publishes each bit through randomized response, independently per bit, so
+the published pair o has ``P(o | role) = sum_s C[o, s] q_role(s)`` with the channel
+``C`` of :func:`fedrca.privacy.randomized_response.rr_channel`. That is the exact
+likelihood the engine scores; nothing is debiased by hand.
 """
 
 from __future__ import annotations
@@ -57,6 +49,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedrca.contracts.flagstate import flag_states
 from fedrca.exceptions import DataError
+from fedrca.privacy.randomized_response import rr_channel, rr_level_channel
 
 __all__ = [
     "AUGMENTED",
@@ -67,8 +60,6 @@ __all__ = [
     "default_state_rates",
     "encode_states",
     "nominal_state_rates",
-    "rr_channel",
-    "rr_level_channel",
     "state_rates_from_counts",
 ]
 
@@ -77,17 +68,6 @@ FloatArray = NDArray[np.float64]
 #: Component indices of :attr:`FlagModel.log_emission`; the root components start at ``ROOT``
 #: (:attr:`FlagModel.root` is their slice), the propagated ones follow (:attr:`FlagModel.propagated`).
 NORMAL, AUGMENTED, ROOT = 0, 1, 2
-
-
-def rr_channel(epsilon: float) -> FloatArray:
-    """(4, 4) matrix ``C[o, s] = P(published pair o | true pair s)`` of randomized response.
-
-    Columns sum to 1; the identity for ``epsilon = inf``.
-    """
-    p = 1.0 if math.isinf(epsilon) else 1.0 / (1.0 + math.exp(-float(epsilon)))
-    K = np.array([[p, 1.0 - p], [1.0 - p, p]])
-    # bit order of the code 2 zc + za: zc is the major bit
-    return np.kron(K, K)
 
 
 def encode_states(flags: ArrayLike) -> NDArray[np.int64]:
@@ -295,33 +275,12 @@ class FlagModel:
         return 2 + self.n_root + self.n_propagated
 
 
-def rr_level_channel(epsilon: float, n_levels: int) -> FloatArray:
-    """(K, K) matrix ``C[o, l] = P(published level o | true level l)`` of k-ary randomized response.
-
-    The true level is kept with probability ``p = e^eps / (e^eps + K - 1)`` and otherwise
-    replaced by one of the other K - 1 levels uniformly: ``epsilon``-local differential
-    privacy for the level (the ratio of any two columns' entries is at most ``e^eps``).
-
-    Examples
-    --------
-    >>> rr_level_channel(math.log(3.0), 3).round(3).tolist()
-    [[0.6, 0.2, 0.2], [0.2, 0.6, 0.2], [0.2, 0.2, 0.6]]
-    """
-    K = int(n_levels)
-    if K < 2:
-        raise DataError(f"a severity level needs at least 2 values, got {K}")
-    if math.isinf(epsilon):
-        return np.eye(K)
-    p = math.exp(float(epsilon)) / (math.exp(float(epsilon)) + K - 1)
-    return np.full((K, K), (1.0 - p) / (K - 1)) + (p - (1.0 - p) / (K - 1)) * np.eye(K)
-
-
 class SeverityModel:
     """Evidence of the published severity levels: the CUSUM increments of "at level j or above".
 
     A plant publishes, per row, the level ``l`` of its proprietary score ``s`` against its
     threshold ``tau``: 0 below it (no alarm), else ``1 + floor(log_b(s / tau))`` capped at
-    ``K - 1`` (:func:`fedrca.detectors.severity_levels`), through k-ary randomized response
+    ``K - 1`` (:func:`fedrca.detectors.plant.severity_levels`), through k-ary randomized response
     (:func:`rr_level_channel`). For every level ``j >= 2`` the engine runs a CUSUM of the
     log-likelihood ratio of the indicator ``o >= j`` (o the published level) between "the
     plant is at level j or above" (probability ``1 - miss`` per row) and nominal operation

@@ -3,14 +3,14 @@
 Used as is by the Faust agent (one batch per ``stream.take``) and by the
 embedded runner. It owns one :class:`PlantDetector`; its whole state (detector
 state, last processed seq, parameter version) is a JSON-friendly dict that the
-Faust agent keeps in a changelog-backed table, so a restarted processor
-continues exactly where the last committed batch ended.
+plant agent commits as the plant's state record with every batch (:mod:`fedrca.streams.agents`),
+so a restarted processor continues exactly where the last committed batch ended.
 
 Duplicates (a seq at or below the last processed one, e.g. redelivered after a
 crash) are skipped deterministically: the flags for them were already produced.
 Raw values never appear in the output: flags carry only the published bits.
 
-With a :class:`~fedrca.training.ledger.FlagWindow` the processor keeps the plant's
+With a :class:`~fedrca.privacy.ledger.FlagWindow` the processor keeps the plant's
 inference-time privacy ledger: every published randomized-response bit is counted in
 the window, and when the next samples would pass the plant's budget it either publishes
 them anyway (``on_exhausted="warn"``; the overrun is counted) or publishes *withheld*
@@ -29,7 +29,7 @@ import numpy as np
 from fedrca.contracts import FlagMessage, SensorMessage
 from fedrca.detectors.plant import DetectionResult, Detector
 from fedrca.exceptions import ConfigError
-from fedrca.training.ledger import FlagWindow
+from fedrca.privacy.ledger import FlagWindow
 
 __all__ = ["PlantProcessor", "ProcessorOutput"]
 
@@ -143,7 +143,7 @@ class PlantProcessor:
 
         The window is the plant's spend, not the recording's: flags published before a reset
         still count until they leave it (seq restarts at 0, so they leave it by age, see
-        :meth:`FlagWindow.restart <fedrca.training.ledger.FlagWindow.restart>`).
+        :meth:`FlagWindow.restart <fedrca.privacy.ledger.FlagWindow.restart>`).
         """
         self.detector.reset()
         self._last_seq = -1

@@ -7,11 +7,11 @@ metrics. The Kafka workers run one of them per role; the embedded runner runs
 both (:class:`SiteRuntime`). Both paths execute the same code.
 
 The runtimes take fitted cores; building them from a configuration and data is
-the shell's (:func:`fedrca.cli.site.site_runtime`).
+the shell's (:func:`fedrca.application.site.site_runtime`).
 
 Privacy ledger: a :class:`PlantRuntime` keeps each plant's spent epsilon (the training
 releases of the artifact it runs composed with the flags it published over the last
-``privacy.window`` samples, :class:`~fedrca.training.ledger.FlagWindow`) and exports it
+``privacy.window`` samples, :class:`~fedrca.privacy.ledger.FlagWindow`) and exports it
 after every batch as ``fedrca_privacy_epsilon_spent{plant, mechanism}`` next to
 ``privacy.budget``. At exhaustion the plant warns (``privacy.on_exhausted: warn``) or
 publishes withheld flags (``stop``); the :class:`RCARuntime` then marks the verdicts it
@@ -46,13 +46,13 @@ from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.exceptions import ArtifactError, ConfigError, MessageError
 from fedrca.observability import Metrics
+from fedrca.privacy.accounting import gaussian_mu
+from fedrca.privacy.ledger import FlagWindow
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.streams.aligner import AlignedRow
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
-from fedrca.training.ledger import FlagWindow
-from fedrca.training.privacy import gaussian_mu
 
 __all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "SiteRuntime"]
 
@@ -126,7 +126,7 @@ class PlantRuntime:
         if not config.resolved:
             raise ConfigError(
                 "plants given by match rules must be resolved against the data's columns first "
-                "(fedrca.config.resolve_plants, or fedrca.cli.site.prepare_site)"
+                "(fedrca.config.resolve_plants, or fedrca.application.site.prepare_site)"
             )
         unknown = sorted(set(detectors) - set(config.plant_names))
         if unknown:

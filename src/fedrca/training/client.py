@@ -57,7 +57,10 @@ from fedrca.detectors.identify import Standardizer
 from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import LinearModel, ProprietaryFilter, filter_batch
 from fedrca.exceptions import ConvergenceError, DataError, MessageError, ModelError
-from fedrca.training.ledger import PrivacyLedger
+from fedrca.privacy.accountant import PrivacyAccountant
+from fedrca.privacy.accounting import gaussian_mu
+from fedrca.privacy.ledger import PrivacyLedger
+from fedrca.privacy.mechanisms import GaussianMechanism, laplace_scale, release_states
 from fedrca.training.messages import (
     GradientMessage,
     MomentsMessage,
@@ -66,8 +69,7 @@ from fedrca.training.messages import (
     StatesMessage,
     quantise,
 )
-from fedrca.training.moments import MomentSettings, laplace_scale, pack_moments, plant_moments, release_states
-from fedrca.training.privacy import GaussianMechanism, PrivacyAccountant, gaussian_mu
+from fedrca.training.moments import MomentSettings, pack_moments, plant_moments
 from fedrca.training.varx import OwnMoments, RowEstimate, fit_row, own_moments, public_series
 
 __all__ = ["Client", "ClientData", "Disentanglement", "input_standardizer", "measurement_states", "prepare_client_data"]

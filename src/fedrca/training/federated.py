@@ -7,7 +7,7 @@ runs rounds, refuses a plan that would pass a plant's privacy budget, exposes th
 whole job's state after a completed round (:meth:`FederatedTraining.get_state`, what
 a checkpoint stores) and finally builds one artifact per plant (Theta + the augmented
 scorer re-calibrated on the nominal data with that Theta) and the server artifact.
-Files, checkpoints and progress lines are the shell's (:mod:`fedrca.cli.training`).
+Files, checkpoints and progress lines are the shell's (:mod:`fedrca.application.training`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from fedrca.contracts import N_FLAG_STATES, NOMINAL_STATE_COUNTS, SERVER, Parame
 from fedrca.detectors.factory import fit_detectors
 from fedrca.detectors.parameters import model_fingerprint, scorer_arrays
 from fedrca.detectors.plant import Detector, PlantDetector
-from fedrca.exceptions import ArtifactError, ConfigError, PrivacyBudgetExceeded
+from fedrca.exceptions import ArtifactError, ConfigError
+from fedrca.privacy.budget import refuse_past_budget
+from fedrca.privacy.ledger import spent_epsilon
 from fedrca.training.client import Client
-from fedrca.training.ledger import spent_epsilon
 from fedrca.training.messages import (
     GradientMessage,
     InProcessTransport,
@@ -160,7 +161,7 @@ def _fmt_eps(value: float) -> str:
 
 
 class FederatedTraining:
-    """One site's training job (pure: no files, no printing; see :mod:`fedrca.cli.training` for those).
+    """One site's training job (pure: no files, no printing; see :mod:`fedrca.application.training` for those).
 
     Parameters
     ----------
@@ -257,13 +258,17 @@ class FederatedTraining:
         for plant, client in self.clients.items():
             planned = [(client.round_mu2(r), client.window(r)) for r in range(self.round, rounds)]
             eps_total, fit = client.accountant.plan(planned)
-            if fit < len(planned):
-                raise PrivacyBudgetExceeded(
-                    f"plant '{plant}': {rounds - self.round} more round(s) would spend epsilon {eps_total:.3g} "
-                    f"(delta={client.accountant.delta:g}), above training.privacy.budget = {budget:g}; at most "
-                    f"{fit} round(s) fit: lower training.rounds, lower the per-release epsilons "
-                    "(more noise) or raise the budget"
-                )
+            refuse_past_budget(
+                plant,
+                eps_total,
+                budget,
+                delta=client.accountant.delta,
+                spent=client.accountant.epsilon(),
+                what=f"{rounds - self.round} more round(s)",
+                budget_key="training.privacy.budget",
+                fit=f"at most {fit} round(s) fit",
+                fix="lower training.rounds, lower the per-release epsilons (more noise)",
+            )
 
     def _check_whole_life(self, rounds: int) -> None:
         """Training spend + a full window of published flags must fit ``privacy.budget`` (the plant's whole life)."""
@@ -282,15 +287,21 @@ class FederatedTraining:
                 mu2, pure = float(client.accountant.total_mu2().max()) + planned, {}
             for eps, k in pure_flags.items():
                 pure[eps] = pure.get(eps, 0) + k
-            total = spent_epsilon(site.delta, mu2, tuple(sorted(pure.items())))
-            if total > site.budget:
-                raise PrivacyBudgetExceeded(
-                    f"plant '{plant}': training ({rounds} round(s)) composed with the flags of one privacy window "
-                    f"({site.window} samples at flag_epsilon {site.flag_epsilon:g}) spends epsilon {total:.3g} "
-                    f"(delta={site.delta:g}), above privacy.budget = {site.budget:g}; spend less in training "
-                    "(training.privacy), publish fewer noisy bits (privacy.window, privacy.flag_epsilon) or raise "
-                    "privacy.budget"
-                )
+            refuse_past_budget(
+                plant,
+                spent_epsilon(site.delta, mu2, tuple(sorted(pure.items()))),
+                site.budget,
+                delta=site.delta,
+                spent=client.ledger.epsilon() if self.settings.estimator == "moments" else client.accountant.epsilon(),
+                what=(
+                    f"training ({rounds} round(s)) composed with the flags of one privacy window "
+                    f"({site.window} samples at flag_epsilon {site.flag_epsilon:g})"
+                ),
+                fix=(
+                    "spend less in training (training.privacy), publish fewer noisy bits (privacy.window, "
+                    "privacy.flag_epsilon)"
+                ),
+            )
 
     def _answer(
         self,

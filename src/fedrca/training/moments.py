@@ -5,7 +5,7 @@ of ``sum_t x_m(t) x_n(t-j)'`` from two noised series carries the product of both
 ``sigma^2 sqrt(T)``, which swamps the signal at any useful epsilon. Here each plant uses
 its *exact* states wherever it can and only the other plants' released ones:
 
-1. **states, once** (:func:`release_states`): plant m releases its measurement states
+1. **states, once** (:func:`fedrca.privacy.mechanisms.release_states`): plant m releases its measurement states
    ``x̃_m(t)`` (clipped to L2 norm ``c``) with Laplace noise, scale ``b = 2 c sqrt(P) / eps``
    per coordinate (L1 sensitivity ``2 c sqrt(P)`` under replacement of one record): a pure
    ``eps``-DP release. Everything later reads these noised states: post-processing, free.
@@ -24,7 +24,7 @@ its *exact* states wherever it can and only the other plants' released ones:
    fixed seed) with the sampling error of a VAR(1).
 
 A plant's privacy cost is one pure release (``state_epsilon``) composed with one Gaussian
-release (``moment_mu``) (:class:`~fedrca.training.ledger.PrivacyLedger`), whatever the
+release (``moment_mu``) (:class:`~fedrca.privacy.ledger.PrivacyLedger`), whatever the
 number of training rounds: the clients' targets are computed from these releases too.
 """
 
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.exceptions import DataError, ModelError
-from fedrca.training.privacy import clip_rows
+from fedrca.exceptions import DataError
+from fedrca.privacy.mechanisms import clip_rows, laplace_scale
 
 __all__ = [
     "MomentRelease",
@@ -47,43 +47,14 @@ __all__ = [
     "attenuation",
     "cross_prediction",
     "estimate_transition",
-    "laplace_scale",
     "moment_sensitivity",
     "pack_moments",
     "plant_moments",
-    "private_transition",
-    "release_states",
     "released_noise",
     "unpack_moments",
 ]
 
 FloatArray = NDArray[np.float64]
-
-
-def laplace_scale(clip: float, dim: int, epsilon: float) -> float:
-    """Laplace scale per coordinate for one eps-DP release of a P-vector clipped to L2 norm ``clip``.
-
-    Examples
-    --------
-    >>> round(laplace_scale(0.5, 2, 2.0), 4)   # 2 c sqrt(P) / eps
-    0.7071
-    """
-    if not epsilon > 0.0:
-        raise ModelError(f"state epsilon must be > 0, got {epsilon}")
-    return 0.0 if math.isinf(epsilon) else 2.0 * clip * math.sqrt(dim) / epsilon
-
-
-def release_states(X: FloatArray, clip: float, epsilon: float, rng: np.random.Generator) -> tuple[FloatArray, int]:
-    """Clip every row of X (T, P) to L2 norm ``clip`` and add Laplace noise: one pure eps-DP release per record.
-
-    Returns (released states, rows clipped). ``epsilon = inf`` releases the clipped states.
-    """
-    clipped, n = clip_rows(np.asarray(X, dtype=np.float64), clip)
-    scale = laplace_scale(clip, clipped.shape[1], epsilon)
-    if scale == 0.0:
-        return clipped, n
-    # x + Laplace(0, b) per coordinate, b = 2 c sqrt(P) / eps
-    return clipped + rng.laplace(0.0, scale, clipped.shape), n
 
 
 def attenuation(noise_scale: float, bound: float, dim: int, seed: int = 0, draws: int = 400_000) -> float:
@@ -348,55 +319,6 @@ class MomentSettings:
     def others_bound(self, dim: int) -> float:
         """L2 bound of a released state vector of dimension ``dim`` inside the moments."""
         return self.state_clip + self.bound_factor * math.sqrt(2.0 * dim) * self.noise_scale(dim)
-
-
-def private_transition(
-    states: Mapping[str, FloatArray],
-    settings: MomentSettings,
-    noise_covs: Mapping[str, FloatArray | None] | None = None,
-    seed: int = 0,
-) -> tuple[TransitionEstimate, dict[str, FloatArray], dict[str, MomentRelease]]:
-    """Run both releases for every plant and estimate Â (what the clients and the server do, in one place).
-
-    Parameters
-    ----------
-    states : plant -> (T, P_m) measurement states on the common time axis
-    settings : the releases
-    noise_covs : plant -> (P_m, P_m) measurement-noise covariance of its states (or None)
-    seed : noise seeds (plant m uses ``seed``-derived streams)
-
-    Returns
-    -------
-    (estimate, released states per plant, released moments per plant)
-    """
-    plants = list(states)
-    dims = [int(np.asarray(states[p]).shape[1]) for p in plants]
-    streams = np.random.SeedSequence(seed).spawn(2 * len(plants))
-    released: dict[str, FloatArray] = {}
-    for i, p in enumerate(plants):
-        released[p], _ = release_states(
-            states[p], settings.state_clip, settings.state_epsilon, np.random.default_rng(streams[i])
-        )
-    bounds = {p: settings.others_bound(d) for p, d in zip(plants, dims, strict=True)}
-    scales = {p: settings.noise_scale(d) for p, d in zip(plants, dims, strict=True)}
-    kappa = {p: attenuation(scales[p], bounds[p], d) for p, d in zip(plants, dims, strict=True)}
-    noise_var = {p: released_noise(scales[p], bounds[p], d) for p, d in zip(plants, dims, strict=True)}
-    releases: dict[str, MomentRelease] = {}
-    for i, p in enumerate(plants):
-        others = {q: released[q] for q in plants if q != p}
-        releases[p] = plant_moments(
-            p,
-            states[p],
-            others,
-            clip=settings.state_clip,
-            others_bounds={q: bounds[q] for q in others},
-            lags=settings.lags,
-            mu=settings.moment_mu,
-            rng=np.random.default_rng(streams[len(plants) + i]),
-            noise_cov=None if noise_covs is None else noise_covs.get(p),
-        )
-    estimate = estimate_transition(plants, dims, releases, kappa, settings.lags, noise_var, seed=seed)
-    return estimate, released, releases
 
 
 def pack_moments(release: MomentRelease, others: Sequence[str]) -> FloatArray:

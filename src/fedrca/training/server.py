@@ -57,6 +57,7 @@ from numpy.typing import NDArray
 from fedrca.config import TrainingSettings
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import ConvergenceError, MessageError, ModelError
+from fedrca.privacy.mechanisms import GaussianMechanism, clip_rows
 from fedrca.training.linear import (
     instrumental_variables,
     lagged_design,
@@ -65,15 +66,8 @@ from fedrca.training.linear import (
     ridge_regression,
 )
 from fedrca.training.messages import GradientMessage, MomentsMessage, ReleaseMessage, StatesMessage
-from fedrca.training.moments import (
-    attenuation,
-    cross_prediction,
-    estimate_transition,
-    released_noise,
-    unpack_moments,
-)
+from fedrca.training.moments import attenuation, cross_prediction, estimate_transition, released_noise, unpack_moments
 from fedrca.training.nonlinear import RandomFeatureCrossModel
-from fedrca.training.privacy import GaussianMechanism, clip_rows
 
 __all__ = ["Server"]
 

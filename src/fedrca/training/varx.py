@@ -51,8 +51,8 @@ import scipy.stats
 from numpy.typing import NDArray
 
 from fedrca.exceptions import DataError, ModelError
+from fedrca.privacy.mechanisms import clip_rows
 from fedrca.training.moments import attenuation, released_noise
-from fedrca.training.privacy import clip_rows
 
 __all__ = [
     "OwnMoments",

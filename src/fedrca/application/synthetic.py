@@ -4,7 +4,7 @@ Used by ``bench/bench_rca.py`` and the tests. A synthetic data set from
 :mod:`fedrca.datasets` becomes a site configuration (one plant per generated
 plant, identified proprietary models, optional graph edges from the true graph),
 the detectors are fitted on a nominal run, and a run with injected root-cause
-events is scored with :func:`fedrca.cli.evaluation.evaluate_run`.
+events is scored with :func:`fedrca.application.evaluation.evaluate_run`.
 
 Examples
 --------
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.evaluation import Evaluation, evaluate_run
-from fedrca.cli.site import PipelineRun, prepare_site, run_pipeline
-from fedrca.cli.training import train_site
+from fedrca.application.evaluation import Evaluation, evaluate_run
+from fedrca.application.site import PipelineRun, prepare_site, run_pipeline
+from fedrca.application.training import train_site
 from fedrca.config import RCASettings, SiteConfig, parse_config
 from fedrca.datasets.synthetic import SyntheticData
 from fedrca.exceptions import ConfigError

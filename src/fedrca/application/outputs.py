@@ -25,7 +25,7 @@ Every file or folder a ``fedrca`` command writes goes through this module.
   ``EROFS``, ``EACCES``, ``EPERM``, ``ENAMETOOLONG`` ...) into one
   :class:`~fedrca.exceptions.OutputError` line naming the option, the path and the fix.
 
-Guarded by ``tests/cli/test_outputs.py`` (the layer, real ``ENOSPC``/``EROFS`` in a private
+Guarded by ``tests/application/test_outputs.py`` (the layer, real ``ENOSPC``/``EROFS`` in a private
 mount namespace and ``EFBIG`` under a file-size limit) and ``tests/cli/test_hostile_cli.py``
 (every command).
 """

@@ -2,7 +2,7 @@
 
 :func:`run_fleet` loads the participants' data, runs the protocol
 (:func:`fedrca.fleet.model.simulate_fleet`, or the Kafka driver of
-:mod:`fedrca.connectors.fleet_kafka`), then builds each participant's
+:mod:`fedrca.application.fleet.kafka`), then builds each participant's
 :class:`~fedrca.fleet.detector.FleetDetector` from the shared model and
 its own data and scores the ``evaluate`` files: false-alarm rate on the nominal
 ones, detection rate after ``onset`` on the fault ones.
@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.cli.fleet.config import FleetConfig
-from fedrca.cli.fleet.sources import check_fleet, load_file, load_participants
-from fedrca.cli.fleet.store import _json_safe, save_fleet_model
-from fedrca.cli.outputs import write_file
+from fedrca.application.fleet.config import FleetConfig
+from fedrca.application.fleet.sources import check_fleet, load_file, load_participants
+from fedrca.application.fleet.store import _json_safe, save_fleet_model
+from fedrca.application.outputs import write_file
 from fedrca.exceptions import ConfigError
 from fedrca.fleet.detector import FleetDetector
 from fedrca.fleet.model import FleetRun, InProcessNetwork, simulate_fleet
@@ -145,7 +145,7 @@ def write_outcome(out_dir: str | Path, outcome: FleetOutcome) -> dict[str, Path]
     """Write ``model.npz``/``model.json`` (shared), ``participants/<name>.json`` (each one's own
     weights and calibration, in deployment kept by that participant) and ``report.json``; returns the paths.
 
-    The caller stages ``out_dir`` (:meth:`fedrca.cli.outputs.Outputs.folder`): the files appear together.
+    The caller stages ``out_dir`` (:meth:`fedrca.application.outputs.Outputs.folder`): the files appear together.
     """
     out = Path(out_dir)
     model_path = save_fleet_model(out / "model.npz", outcome.run.model, columns=outcome.columns)

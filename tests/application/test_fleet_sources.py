@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrca.cli.fleet.config import parse_fleet_config
-from fedrca.cli.fleet.sources import load_participants
+from fedrca.application.fleet.config import parse_fleet_config
+from fedrca.application.fleet.sources import load_participants
 from fedrca.connectors import simulator
 from fedrca.datasets.tep import TEP_COLUMNS
 from fedrca.exceptions import ConfigError, DataError, ModelError
@@ -91,7 +91,7 @@ def test_the_simulated_tep_fleet_trains_on_training_seeds_only(monkeypatch):
     import importlib
     from pathlib import Path
 
-    from fedrca.cli.fleet.config import load_fleet_config
+    from fedrca.application.fleet.config import load_fleet_config
 
     repo = Path(__file__).resolve().parents[2]
     monkeypatch.syspath_prepend(str(repo / "bench"))

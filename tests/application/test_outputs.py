@@ -1,4 +1,4 @@
-"""The one output layer (``fedrca.cli.outputs``): transactions, stages, and real full and read-only file systems.
+"""The one output layer (``fedrca.application.outputs``): transactions, stages, real full and read-only file systems.
 
 The layer's rules run in-process (a plan's outputs appear together or not at all; a folder
 output is staged and moved in; a staged file never replaces an input). The file-system
@@ -24,8 +24,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedrca.application.outputs import Outputs, staged_folder, write_file
 from fedrca.cli import main
-from fedrca.cli.outputs import Outputs, staged_folder, write_file
 from fedrca.datasets import linear_multiplant
 from fedrca.datasets.fleet import fleet_patterns
 from fedrca.exceptions import DataError, OutputError
@@ -103,7 +103,7 @@ def test_a_file_size_limit_becomes_one_line_and_leaves_no_file(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
     code = (
-        "from fedrca.cli.outputs import write_file\nfrom fedrca.exceptions import OutputError\n"
+        "from fedrca.application.outputs import write_file\nfrom fedrca.exceptions import OutputError\n"
         f"try:\n    write_file({str(target)!r}, 'x' * 100_000, option='--json')\n"
         "except OutputError as exc:\n    print(exc)\n"
     )

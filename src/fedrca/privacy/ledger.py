@@ -4,12 +4,13 @@ Everything that leaves a plant is a differentially private release of its record
 record = one time step of the plant's sensor data):
 
 * **training** (:mod:`fedrca.training.client`): states and gradients through the Gaussian
-  mechanism, each release ``mu``-GDP; Gaussian releases compose by adding ``mu^2``;
-* **published flags** (:mod:`fedrca.detectors.privacy`): every flag bit through randomized
+  mechanism (:mod:`fedrca.privacy.mechanisms`), each release ``mu``-GDP; Gaussian releases
+  compose by adding ``mu^2``;
+* **published flags** (:mod:`fedrca.privacy.randomized_response`): every flag bit through randomized
   response with the plant's ``flag_epsilon``, a pure ``eps``-DP release per bit.
 
 :class:`PrivacyLedger` keeps both per plant, converts them together to ``(epsilon, delta)``
-with the exact composition of :func:`~fedrca.training.privacy.composed_epsilon` and refuses
+with the exact composition of :func:`~fedrca.privacy.accounting.composed_epsilon` and refuses
 a release that would pass the budget. A quantity released once and used again (noised
 states the server reuses in later rounds, a prediction computed from them) is
 post-processing: charging it again under the same ``key`` costs nothing.
@@ -45,8 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from fedrca.exceptions import ModelError, PrivacyBudgetExceeded
-from fedrca.training.privacy import composed_epsilon
+from fedrca.exceptions import ModelError
+from fedrca.privacy.accounting import composed_epsilon
+from fedrca.privacy.budget import Budgeted
 
 __all__ = ["MECHANISMS", "FlagWindow", "PrivacyLedger", "flag_capacity", "spent_epsilon"]
 
@@ -108,7 +110,7 @@ def flag_capacity(
     return lo
 
 
-class PrivacyLedger:
+class PrivacyLedger(Budgeted):
     """One plant's releases (Gaussian ``mu^2`` and pure ``{eps: count}``), composed exactly.
 
     Parameters
@@ -152,17 +154,10 @@ class PrivacyLedger:
 
     def check(self, mu2: float = 0.0, pure: Mapping[float, int] | None = None, what: str = "this release") -> None:
         """Raise :class:`PrivacyBudgetExceeded` when further releases would pass the budget."""
-        if math.isinf(mu2):
-            raise ModelError("a release without noise cannot be charged; switch the mechanism off instead")
+        self._noised(mu2)
         if math.isinf(self.budget):
             return
-        after = self.projected(mu2, pure)
-        if after > self.budget:
-            raise PrivacyBudgetExceeded(
-                f"plant '{self.plant}': {what} would bring epsilon to {after:.3g} (delta={self.delta:g}), "
-                f"above {self.budget_key} = {self.budget:g} (spent so far {self.epsilon():.3g}); "
-                f"spend less (fewer releases, more noise) or raise {self.budget_key}"
-            )
+        self._refuse_past(self.projected(mu2, pure), what)
 
     def charge_gaussian(self, mu2: float, key: str | None = None) -> bool:
         """Charge a Gaussian release of ``mu^2`` (after :meth:`check`); False when ``key`` was charged already."""
@@ -266,7 +261,7 @@ class FlagWindow:
     def _trim(self, last: int) -> None:
         """Forget the seqs that left the window: the window holds at most ``window`` seqs, whatever the batches
         (its state is written with the plant's state record after every batch: docs/limits.md,
-        ``tests/training/test_ledger.py::test_the_window_keeps_no_seq_that_left_it``)."""
+        ``tests/privacy/test_ledger.py::test_the_window_keeps_no_seq_that_left_it``)."""
         cutoff = last - self.window
         while self._batches and int(self._batches[0][0][-1]) <= cutoff:
             self._batches.popleft()

@@ -13,16 +13,15 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedrca.exceptions import PrivacyBudgetExceeded
-from fedrca.training.privacy import (
-    GaussianMechanism,
-    PrivacyAccountant,
+from fedrca.privacy.accountant import PrivacyAccountant
+from fedrca.privacy.accounting import (
     classic_gaussian_sigma,
-    clip_rows,
     gaussian_delta,
     gaussian_epsilon,
     gaussian_mu,
     zcdp_epsilon,
 )
+from fedrca.privacy.mechanisms import GaussianMechanism, clip_rows
 
 
 def hockey_stick(epsilon: float, mu: float) -> float:

@@ -1,4 +1,8 @@
-"""Real ``fedrca run`` worker processes and topic readers for the Kafka integration tests."""
+"""Real ``fedrca run`` worker processes and topic readers on the repo's broker.
+
+Used by the crash scenarios (``tools/faults.py``) and by the Kafka integration tests
+(``tests/streams/``); tools never import the tests, the tests may import this module.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +23,12 @@ from kafka.structs import TopicPartition
 
 from fedrca.connectors.kafka import read_topic
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def unique_name(prefix: str = "t") -> str:
+    """A fresh site/topic-safe name, so runs never see each other's topics."""
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
 def site_config(tmp: Path, site: str, base: str = "config/tep.yaml") -> Path:

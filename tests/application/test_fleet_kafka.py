@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrca.connectors.fleet_kafka import decode_consensus, encode_consensus, kafka_fleet, peer_topic
+from fedrca.application.fleet.kafka import decode_consensus, encode_consensus, kafka_fleet, peer_topic
 from fedrca.connectors.kafka import read_topic
 from fedrca.contracts.binary import pack_arrays
 from fedrca.datasets.fleet import fleet_patterns
@@ -68,8 +68,8 @@ def test_fleet_command_runs_over_kafka(kafka_broker, tmp_path, capsys):
     import pandas as pd
     import yaml
 
+    from fedrca.application.fleet.store import load_fleet_model
     from fedrca.cli import main
-    from fedrca.cli.fleet.store import load_fleet_model
 
     fleet = fleet_patterns(n_participants=5, n_samples=60, n_dims=2, n_patterns=2, seed=2)
     for n, X in fleet.datasets.items():

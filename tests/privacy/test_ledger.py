@@ -11,8 +11,8 @@ import scipy.integrate
 import scipy.stats
 
 from fedrca.exceptions import PrivacyBudgetExceeded
-from fedrca.training.ledger import FlagWindow, PrivacyLedger, flag_capacity
-from fedrca.training.privacy import composed_delta, composed_epsilon, gaussian_epsilon, gaussian_mu
+from fedrca.privacy.accounting import composed_delta, composed_epsilon, gaussian_epsilon, gaussian_mu
+from fedrca.privacy.ledger import FlagWindow, PrivacyLedger, flag_capacity
 
 
 def rr_hockey_stick_brute_force(epsilon: float, eps0: float, k: int) -> float:

@@ -27,7 +27,7 @@ are never variables; ``columns`` lists the variables (default: every other colum
 Names fit the transports and file systems they reach (``fedrca.config.limits``): a fleet and a
 participant name together fit a Kafka topic, a participant name a file name. Numbers are
 bounded where they set memory or run time (docs/limits.md); the bounds that depend on the
-data (components, folds) are checked once the data is read (:mod:`fedrca.cli.fleet.sources`).
+data (components, folds) are checked once the data is read (:mod:`fedrca.application.fleet.sources`).
 
 Relative file paths are taken from the directory ``fedrca`` runs in. Every error
 names the file, the key path and what would be valid.
@@ -65,7 +65,7 @@ class _Strict(BaseModel):
 
 
 #: Topic a participant reads over Kafka: ``<fleet>.<run id: 8 hex digits>.peer.<participant>``
-#: (:func:`fedrca.connectors.fleet_kafka.peer_topic`; the run id is drawn per run).
+#: (:func:`fedrca.application.fleet.kafka.peer_topic`; the run id is drawn per run).
 PEER_TOPIC = "{fleet}.xxxxxxxx.peer.{participant}"
 #: Largest settings that are not bounded by the data (run time and message sizes; docs/limits.md).
 MAX_ITER, MAX_INIT, MAX_ROUNDS, MAX_CHUNKS, MAX_NOISE_SAMPLES, MAX_PARTICIPANTS = (
@@ -128,7 +128,7 @@ class ParticipantConfig(_Strict):
 
     @property
     def source(self) -> str:
-        """The key of :data:`fedrca.cli.fleet.sources.LOADERS` that reads this participant."""
+        """The key of :data:`fedrca.application.fleet.sources.LOADERS` that reads this participant."""
         return "file" if self.file is not None else "simulate"
 
 
@@ -318,7 +318,7 @@ def parse_fleet_config(data: Any, source: str | None = None) -> FleetConfig:
         first = exc.errors()[0]
         message = str(first["msg"]).removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling; see fedrca.cli.fleet.config for the valid keys)"
+            message = "unknown key (check the spelling; see fedrca.application.fleet.config for the valid keys)"
         raise ConfigError(message, source=source, key=_key_path(tuple(first["loc"]))) from None
     room = MAX_TOPIC_LENGTH - len(PEER_TOPIC.format(fleet=config.fleet, participant=""))
     if room < 1:

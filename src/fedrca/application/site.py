@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from fedrca.cli.fleet.store import load_calibration, load_fleet_model
-from fedrca.cli.params import load_params
+from fedrca.application.fleet.store import load_calibration, load_fleet_model
+from fedrca.application.params import load_params
 from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict
 from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames

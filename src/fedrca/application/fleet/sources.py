@@ -1,7 +1,7 @@
 """Participants' nominal data for ``fedrca fleet``: files (or row ranges of files), simulated TEP runs.
 
 Every participant's samples come from one loader, keyed by the source kind
-(:attr:`~fedrca.cli.fleet.config.ParticipantConfig.source`):
+(:attr:`~fedrca.application.fleet.config.ParticipantConfig.source`):
 
 * ``file``: a ``tep`` or ``csv`` file, optionally a row range;
 * ``simulate``: a nominal run of the TEP simulator (``simulate: {seed: 200, hours: 48}``)
@@ -9,7 +9,7 @@ Every participant's samples come from one loader, keyed by the source kind
   (``python bench/tep_library.py`` fills it), or simulated first with ``generate: true``.
 
 A new kind of source is one more entry in :data:`LOADERS` and one more optional key of
-:class:`~fedrca.cli.fleet.config.ParticipantConfig`; the runner does not change.
+:class:`~fedrca.application.fleet.config.ParticipantConfig`; the runner does not change.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.cli.fleet.config import FleetConfig, ParticipantConfig
+from fedrca.application.fleet.config import FleetConfig, ParticipantConfig
 from fedrca.config import MIN_NOMINAL_SAMPLES, compress_columns
 from fedrca.config.limits import MEMORY_LIMIT, fleet_bytes, gib, largest
 from fedrca.connectors.simulator import SIM_EXTRA_HINT, SimulationSpec, cached_run, default_cache_dir

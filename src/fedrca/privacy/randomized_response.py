@@ -1,4 +1,11 @@
-"""Flag privacy: randomized response (local differential privacy for one bit, or for a k-ary level)."""
+"""Randomized response: local differential privacy for one published bit, or for a k-ary level.
+
+The one place the keep probability ``p = e^eps / (e^eps + K - 1)`` is worked out
+(:func:`keep_probability`; ``K = 2`` for a bit): the plants' perturbation
+(:class:`RandomizedResponse`, :class:`LevelRandomizedResponse`), the RCA's model of what
+it receives (:func:`rr_channel`, :func:`rr_level_channel`) and the accountant's privacy-loss
+distribution (:func:`fedrca.privacy.accounting.randomized_response_loss`) all read it here.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,75 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedrca.exceptions import ModelError
+from fedrca.exceptions import DataError, ModelError
 
-__all__ = ["LevelRandomizedResponse", "RandomizedResponse", "generator_state", "set_generator_state"]
+__all__ = [
+    "LevelRandomizedResponse",
+    "RandomizedResponse",
+    "generator_state",
+    "keep_probability",
+    "rr_channel",
+    "rr_level_channel",
+    "set_generator_state",
+]
 
 #: the 128-bit integers of numpy's PCG64 state (its ``state`` and ``inc``)
 _WIDE = ("state", "inc")
+
+
+def keep_probability(epsilon: float, n_levels: int = 2) -> float:
+    """Probability that K-ary randomized response of budget ``epsilon`` publishes the true value.
+
+    ``p = e^eps / (e^eps + K - 1)`` (``K = 2``: a bit, ``p = e^eps / (1 + e^eps)``); 1 for
+    ``epsilon = inf``. The ratio of any two outcomes' probabilities is at most ``e^eps``: the
+    release is ``epsilon``-locally differentially private.
+
+    Examples
+    --------
+    >>> round(keep_probability(2.0), 4), round(keep_probability(2.0, 4), 4), keep_probability(math.inf)
+    (0.8808, 0.7112, 1.0)
+    """
+    if math.isinf(epsilon):
+        return 1.0
+    # p = e^eps / (e^eps + K - 1), written so that a large eps cannot overflow
+    return 1.0 / (1.0 + (int(n_levels) - 1) * math.exp(-float(epsilon)))
+
+
+def rr_channel(epsilon: float) -> NDArray[np.float64]:
+    """(4, 4) matrix ``C[o, s] = P(published pair o | true pair s)`` of two independent randomized-response bits.
+
+    Columns sum to 1; the identity for ``epsilon = inf``. States are coded ``2 zc + za``.
+
+    Examples
+    --------
+    >>> C = rr_channel(np.log(3.0))   # p = 0.75
+    >>> C[:, 0].round(4).tolist()      # published pairs given a true (0, 0)
+    [0.5625, 0.1875, 0.1875, 0.0625]
+    """
+    p = keep_probability(epsilon)
+    K = np.array([[p, 1.0 - p], [1.0 - p, p]])
+    # bit order of the code 2 zc + za: zc is the major bit
+    return np.kron(K, K)
+
+
+def rr_level_channel(epsilon: float, n_levels: int) -> NDArray[np.float64]:
+    """(K, K) matrix ``C[o, l] = P(published level o | true level l)`` of k-ary randomized response.
+
+    The true level is kept with probability :func:`keep_probability` and otherwise
+    replaced by one of the other K - 1 levels uniformly.
+
+    Examples
+    --------
+    >>> rr_level_channel(math.log(3.0), 3).round(3).tolist()
+    [[0.6, 0.2, 0.2], [0.2, 0.6, 0.2], [0.2, 0.2, 0.6]]
+    """
+    K = int(n_levels)
+    if K < 2:
+        raise DataError(f"a severity level needs at least 2 values, got {K}")
+    if math.isinf(epsilon):
+        return np.eye(K)
+    p = keep_probability(epsilon, K)
+    return np.full((K, K), (1.0 - p) / (K - 1)) + (p - (1.0 - p) / (K - 1)) * np.eye(K)
 
 
 def generator_state(rng: np.random.Generator) -> dict[str, Any]:
@@ -77,10 +147,8 @@ class RandomizedResponse:
 
     @property
     def keep_probability(self) -> float:
-        """p = e^eps / (1 + e^eps); 1 for eps = inf."""
-        if math.isinf(self.epsilon):
-            return 1.0
-        return 1.0 / (1.0 + math.exp(-self.epsilon))
+        """p = e^eps / (1 + e^eps); 1 for eps = inf (:func:`keep_probability`)."""
+        return keep_probability(self.epsilon)
 
     def perturb(self, flags: ArrayLike) -> NDArray[np.bool_]:
         """Randomize a batch of flags (any shape, row-major draw order).
@@ -147,10 +215,8 @@ class LevelRandomizedResponse:
 
     @property
     def keep_probability(self) -> float:
-        """p = e^eps / (e^eps + K - 1); 1 for eps = inf."""
-        if math.isinf(self.epsilon):
-            return 1.0
-        return 1.0 / (1.0 + (self.n_levels - 1) * math.exp(-self.epsilon))
+        """p = e^eps / (e^eps + K - 1); 1 for eps = inf (:func:`keep_probability`)."""
+        return keep_probability(self.epsilon, self.n_levels)
 
     def perturb(self, levels: ArrayLike) -> NDArray[np.int64]:
         """Randomize a batch of levels (T,); two uniform draws per level, in order (chunking-invariant)."""

@@ -17,10 +17,10 @@ from typing import Any
 
 import pandas as pd
 
-from fedrca.cli.fleet.config import FleetConfig, load_fleet_config
-from fedrca.cli.fleet.run import FleetOutcome, Runner, run_fleet, write_outcome
-from fedrca.cli.outputs import Outputs
-from fedrca.fleet.collabdict import PrivacyWarning
+from fedrca.application.fleet.config import FleetConfig, load_fleet_config
+from fedrca.application.fleet.run import FleetOutcome, Runner, run_fleet, write_outcome
+from fedrca.application.outputs import Outputs
+from fedrca.exceptions import PrivacyWarning
 
 __all__ = ["register"]
 
@@ -41,7 +41,7 @@ def _run(args: argparse.Namespace, config: FleetConfig) -> FleetOutcome:
     runner: Runner | None = None
     if args.kafka:
         # start-up cost: the Kafka client is imported only for a fleet run over a broker
-        from fedrca.connectors.fleet_kafka import kafka_fleet
+        from fedrca.application.fleet.kafka import kafka_fleet
         from fedrca.connectors.kafka import bootstrap_of
 
         bootstrap = bootstrap_of(args.kafka, key="--kafka")

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrca.cli.outputs import write_file, write_with
+from fedrca.application.outputs import write_file, write_with
 from fedrca.contracts.artifacts import arrays_sha256
 from fedrca.exceptions import ArtifactError, ConfigError, DataError, IntegrityError
 from fedrca.fleet.calibration import Calibration

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
-from fedrca.cli.outputs import (
+from fedrca.application.outputs import (
     TMP_PREFIX,
     Outputs,
     cannot_write,
@@ -32,7 +32,7 @@ from fedrca.cli.outputs import (
     staged_folder,
     write_file,
 )
-from fedrca.cli.site import build_detectors
+from fedrca.application.site import build_detectors
 from fedrca.config import SiteConfig, TrainingSettings
 from fedrca.contracts import save_artifact
 from fedrca.contracts.artifacts import arrays_sha256

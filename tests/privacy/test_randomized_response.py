@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from fedrca.detectors.privacy import RandomizedResponse
 from fedrca.exceptions import ModelError
+from fedrca.privacy.randomized_response import RandomizedResponse
 
 
 @pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0, 4.0])

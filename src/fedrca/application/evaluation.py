@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedrca.cli.site import PipelineRun
+from fedrca.application.site import PipelineRun
 from fedrca.rca.metrics import DetectionScores, FaultEvent, RCAScores, detection_scores, diagnosis_timeline, rca_scores
 
 __all__ = ["Evaluation", "evaluate_run", "json_safe"]
