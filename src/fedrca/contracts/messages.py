@@ -20,7 +20,7 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -404,6 +404,8 @@ def _epsilon(data: dict[str, Any], key: str) -> float:
 #: any other field (``withheld``, ...) takes :func:`decode_flag`.
 _PLAIN_FLAG = frozenset(("site", "plant", "ts", "seq", "zc", "za", "eps", "model_version"))
 _LEVEL_FLAG = _PLAIN_FLAG | {"level", "level_eps"}
+#: The defaults of FlagMessage's optional fields (what :func:`decode_flags` sets before the message's own).
+_FLAG_DEFAULTS = {f.name: f.default for f in fields(FlagMessage) if f.default is not MISSING}
 
 
 def decode_flags(
@@ -427,6 +429,9 @@ def decode_flags(
     horizon = (time.time() if now is None else now) + MAX_FUTURE_SECONDS
     out: list[FlagMessage | MessageError] = []
     inf = math.inf
+    # the fast path's values are checked: its messages are built without the frozen dataclass's
+    # per-field __init__ (half its cost), every field set, each default from the class's
+    new, defaults = object.__new__, _FLAG_DEFAULTS
     for raw in raws:
         try:
             data = orjson.loads(raw)
@@ -457,20 +462,22 @@ def decode_flags(
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):  # not JSON, not an object, ...
             ok = False
         if ok:
-            out.append(
-                FlagMessage(
-                    site,
-                    plant,
-                    float(ts),
-                    seq,
-                    zc,
-                    za,
-                    inf if eps is None else float(eps),
-                    version,
-                    level=level,
-                    level_eps=inf if level_eps is None else float(level_eps),
-                )
+            flag = new(FlagMessage)
+            attrs = flag.__dict__
+            attrs.update(defaults)
+            attrs.update(
+                site=site,
+                plant=plant,
+                ts=float(ts),
+                seq=seq,
+                zc=zc,
+                za=za,
+                eps=inf if eps is None else float(eps),
+                model_version=version,
+                level=level,
+                level_eps=inf if level_eps is None else float(level_eps),
             )
+            out.append(flag)
             continue
         try:
             out.append(decode_flag(raw, site, plants, now))  # type: ignore[arg-type]

@@ -95,30 +95,40 @@ class FlagAligner:
         Status is ``buffered``, ``duplicate`` (ignored), ``conflict`` (a different
         flag for a buffered (plant, seq); first kept) or ``late`` (dead-letter it).
         """
-        if self._next_seq is None or (not self._released and flag.seq < self._next_seq):
+        seq = flag.seq
+        if self._next_seq is None or (not self._released and seq < self._next_seq):
             # Until the first row is released, the stream starts at the smallest seq seen.
-            self._next_seq = flag.seq
+            self._next_seq = seq
+        next_seq = self._next_seq
         # a withheld sample is stored as (-1, -1): present for completeness, no evidence
         bits = (-1, -1) if flag.withheld else (flag.zc, flag.za)
-        if flag.seq < self._next_seq:
-            for seq, code in reversed(self._released):
-                if seq == flag.seq:
+        if seq < next_seq:
+            for released, code in reversed(self._released):
+                if released == seq:
                     index = self._index.get(flag.plant)
                     same = index is not None and code[index] == self._char(bits)
                     return [], "duplicate" if same else "late"
-                if seq < flag.seq:
+                if released < seq:
                     break
             return [], "late"
-        row = self._buffer.setdefault(flag.seq, {})
+        buffer = self._buffer
+        row = buffer.get(seq)
+        if row is None:
+            row = buffer[seq] = {}
         status = "buffered"
-        if flag.plant in row:
-            status = "duplicate" if row[flag.plant] == bits else "conflict"
+        plant = flag.plant
+        if plant in row:
+            status = "duplicate" if row[plant] == bits else "conflict"
         else:
-            row[flag.plant] = bits
-            self._ts.setdefault(flag.seq, flag.ts)
+            row[plant] = bits
+            self._ts.setdefault(seq, flag.ts)
             if flag.level is not None:
-                self._levels.setdefault(flag.seq, {})[flag.plant] = flag.level
-        self._max_seq = max(self._max_seq, flag.seq)
+                self._levels.setdefault(seq, {})[plant] = flag.level
+        if seq > self._max_seq:
+            self._max_seq = seq
+        head = buffer.get(next_seq)
+        if head is not None and len(head) < len(self.plants) and self._max_seq - next_seq <= self.allowed_lateness:
+            return [], status  # the next row waits for its plants (what _release finds first)
         return self._release(), status
 
     def flush(self) -> list[AlignedRow]:
@@ -141,17 +151,16 @@ class FlagAligner:
             if len(row) < n_plants and not overdue:
                 break
             del self._buffer[seq]
-            evidence = {p: b for p, b in row.items() if b[0] >= 0}
-            withheld = tuple(p for p in self.plants if p in row and row[p][0] < 0)
             levels = self._levels.pop(seq, {})
+            if any(b[0] < 0 for b in row.values()):
+                evidence = {p: b for p, b in row.items() if b[0] >= 0}
+                withheld = tuple(p for p in self.plants if p in row and row[p][0] < 0)
+                levels = {p: v for p, v in levels.items() if p not in withheld}
+            else:  # every flag is evidence (the row's dict is no longer the buffer's)
+                evidence, withheld = row, ()
             out.append(
                 AlignedRow(
-                    seq,
-                    self._ts.pop(seq),
-                    evidence,
-                    complete=len(row) == n_plants,
-                    withheld=withheld,
-                    levels={p: v for p, v in levels.items() if p not in withheld},
+                    seq, self._ts.pop(seq), evidence, complete=len(row) == n_plants, withheld=withheld, levels=levels
                 )
             )
             self._remember(seq, self._code(row))
@@ -183,7 +192,10 @@ class FlagAligner:
         return char if char is not None else "w" if bits[0] < 0 else str(int(FlagState.of(*bits)))
 
     def _code(self, row: dict[str, tuple[int, int]]) -> str:
-        return "".join(self._char(row[p]) if p in row else "-" for p in self.plants)
+        chars = _CHARS
+        return "".join(
+            [chars.get(bits) or self._char(bits) if (bits := row.get(p)) is not None else "-" for p in self.plants]
+        )
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state.
