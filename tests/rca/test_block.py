@@ -10,6 +10,7 @@ graphs, thresholds. Then on real flags: the recorded TEP files and the simulated
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
@@ -24,6 +25,7 @@ from fedrca.config import RCASettings
 from fedrca.rca import InterdependencyGraph
 from fedrca.rca.block import cusum_block
 from fedrca.rca.engine import RCAEngine, default_state_rates, flag_model, severity_model
+from fedrca.rca.flagmodel import encode_states
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -202,3 +204,96 @@ BASE = {
     "level_eps": math.inf,
     "graph": "complete",
 }
+
+
+# -- real flags: the recorded files and the simulated fault library ------------------------------------
+def blocks_equal_rows_on(site, run, seed: int) -> int:
+    """The run's published flags (and levels) through fresh copies of the site's engine, by random blocks
+    and row by row: the same verdicts, decision and state; returns the number of verdicts compared."""
+    config = site.config
+    published = run.published()
+    T = len(published)
+    seqs = np.arange(T)
+    ts = seqs * config.dataset.sample_seconds
+    levels = np.column_stack([run.results[p].level_pub for p in config.plant_names]) if config.severity_levels else None
+    rows, blocks = copy.deepcopy(site.engine), copy.deepcopy(site.engine)
+    rows.reset()
+    blocks.reset()
+    want = rows.run_per_row(seqs, published, ts=ts, levels=levels)
+    codes = encode_states(published)
+    rng = np.random.default_rng(seed)
+    cuts = np.unique(np.concatenate([[0, T], rng.integers(0, T, size=12)]))
+    got = []
+    for lo, hi in itertools.pairwise(cuts.tolist()):
+        got += blocks.update_block(seqs[lo:hi], codes[lo:hi], ts[lo:hi], None if levels is None else levels[lo:hi])
+    assert got == want
+    assert blocks.get_state() == rows.get_state() and blocks.decision == rows.decision
+    assert got == run.verdicts  # what the pipeline issued (update_block in one block)
+    return len(want)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.slow
+def test_blocks_equal_rows_on_the_fault_library():
+    """Every run of the simulated fault library that is cached (``bench/tep_library.py``; the two runs of
+    the benchmarks' smoke library, IDV 4 and 6 over 16 h, are generated when nothing is), fitted on the
+    library's nominal training runs, at flag epsilon inf and 2."""
+    import sys
+
+    import pandas as pd
+
+    from fedrca.application.site import prepare_site, run_pipeline
+    from fedrca.config import load_config
+    from fedrca.connectors.simulator import cached_run
+    from fedrca.datasets.tep import TEP_COLUMNS
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from tep_library import Library
+
+    library = Library()
+    runs = {(i, s): cached_run(library.fault(i, s)) for s in library.fault_seeds for i in library.idvs}
+    runs = {k: r for k, r in runs.items() if r is not None}
+    train_runs = [cached_run(library.nominal(s)) for s in library.train_seeds]
+    if not runs or any(r is None for r in train_runs):
+        library = Library(fault_seeds=(100,), train_seeds=(200,), far_seeds=(300,), idvs=(4, 6), hours=16.0)
+        runs = {
+            (i, s): cached_run(library.fault(i, s), generate=True) for s in library.fault_seeds for i in library.idvs
+        }
+        train_runs = [cached_run(library.nominal(s), generate=True) for s in library.train_seeds]
+    train = pd.concat([pd.DataFrame(r.values, columns=list(TEP_COLUMNS)) for r in train_runs], ignore_index=True)
+    train.attrs["segments"] = [len(r.values) for r in train_runs]
+    base = load_config(REPO / "config" / "tep.yaml")
+    constant = [c for c in train.columns if train[c].std() == 0.0]  # a shut valve: the detectors refuse it
+    plants = [
+        p.model_copy(update={key: [c for c in getattr(p, key) if c not in constant] for key in ("sensors", "inputs")})
+        for p in base.plants
+    ]
+    compared = 0
+    for k, epsilon in enumerate((math.inf, 2.0)):
+        privacy = base.privacy.model_copy(update={"flag_epsilon": epsilon, "level_epsilon": epsilon})
+        site = prepare_site(base.model_copy(update={"plants": plants, "privacy": privacy}), train)
+        for (idv, seed), run in sorted(runs.items()):
+            frame = pd.DataFrame(run.values, columns=list(TEP_COLUMNS))
+            compared += blocks_equal_rows_on(site, run_pipeline(site, frame), seed=1000 * k + 10 * idv + seed)
+    assert compared > 0
+
+
+@pytest.mark.exhaustive
+@pytest.mark.slow
+def test_blocks_equal_rows_on_the_recorded_files(repo):
+    """The bundled TEP files (d00_te and faults 01, 04, 05, 06), detectors fitted on d00.dat, with the shipped
+    configuration (severity levels, unseen entries) and at flag epsilon 2 (make test runs the faults with the
+    trained and the untrained site: tests/rca/test_tep_rca.py)."""
+    from fedrca.application.site import prepare_site, run_pipeline
+    from fedrca.config import load_config
+
+    config = load_config(repo / "config" / "tep.yaml")
+    compared = 0
+    for k, epsilon in enumerate((math.inf, 2.0)):
+        privacy = config.privacy.model_copy(update={"flag_epsilon": epsilon, "level_epsilon": epsilon})
+        site = prepare_site(config.model_copy(update={"privacy": privacy}), repo / "data" / "tep" / "d00.dat")
+        for j, name in enumerate(("d00_te", "d01_te", "d04_te", "d05_te", "d06_te")):
+            compared += blocks_equal_rows_on(
+                site, run_pipeline(site, repo / "data" / "tep" / f"{name}.dat"), 10 * k + j
+            )
+    assert compared > 100
