@@ -8,7 +8,7 @@ access to Maven Central); ``make test`` only reads the files this writes, offlin
   (``io.strimzi:crd-generator``) from its API model (``io.strimzi:api``) with the arguments of
   Strimzi's ``api/pom.xml``, so the files are the CRDs Strimzi installs (Apache-2.0).
 * KEDA ``ScaledObject`` / ``TriggerAuthentication`` CRDs: copied as they are from KEDA's Go module
-  (``github.com/kedacore/keda/v2``, ``config/crd/bases/``, Apache-2.0) fetched with ``go mod download``
+  (``github.com/kedacore/keda/v2``, its CRD bases, Apache-2.0) fetched with ``go mod download``
   from the Go module proxy: the CRDs KEDA installs.
 * Prometheus Operator ``ServiceMonitor`` / ``PrometheusRule``: no registry ships those CRDs, so
   the JSON schema of fabric8's Java model of them (``io.fabric8:openshift-model-monitoring``,

@@ -507,10 +507,13 @@ def markdown(windows: list[dict[str, Any]], samples: list[dict[str, Any]], args:
         first = windows[0]["verdict_ms"][1]
         calm = [w["verdict_ms"][1] / first for w in windows[1:] if not w["kills"] and math.isfinite(w["verdict_ms"][1])]
         killed = [w["verdict_ms"][1] / first for w in windows if w["kills"] and math.isfinite(w["verdict_ms"][1])]
-        most_calm, most_killed = max(calm, default=float("nan")), max(killed, default=float("nan"))
+
+        def most(ratios: list[float]) -> str:
+            return f"{max(ratios):.2f}x" if ratios else "n/a"
+
         lines.append(
-            f"* verdict p99 per window against the first ({first:,.0f} ms): at most {most_calm:.2f}x in the windows "
-            f"without a kill, {most_killed:.2f}x in those with one (the killed worker's restart and its group's "
+            f"* verdict p99 per window against the first ({first:,.0f} ms): at most {most(calm)} in the windows "
+            f"without a kill, {most(killed)} in those with one (the killed worker's restart and its group's "
             "rebalance)"
         )
     return "\n".join(lines)

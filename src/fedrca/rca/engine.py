@@ -569,7 +569,7 @@ class RCAEngine:
         levels : (T, M) published severity levels, -1 where absent
 
         The verdicts and the state after the block equal those of :meth:`update` called row by
-        row (``tests/rca/test_engine.py::test_blocks_equal_rows``): the CUSUMs and episodes
+        row (``tests/rca/test_block.py::test_blocks_equal_rows``): the CUSUMs and episodes
         are stepped in plain floats (:mod:`fedrca.rca.block`), and the windows' evidence and
         the decisions of all rows are computed in one vectorised pass, O(M^2) per row whatever
         the window's length.
