@@ -59,7 +59,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,11 +115,13 @@ EPSILONS = (math.inf, 2.0)
 # the contract a monitor satisfies
 @dataclass(frozen=True)
 class VerdictRecord:
-    """One verdict as the bench scores it: the row, the named root (None: no root) and the candidates shown."""
+    """One verdict as the bench scores it: the row, the named root (None: no root), the candidates shown and
+    their probabilities (empty: the monitor gives none)."""
 
     seq: int
     root: str | None
     candidates: tuple[str, ...] = ()
+    probabilities: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,10 @@ class MonitorOutput:
 
     ``alarm`` (T,) bool (any plant, any flag); ``score`` (T,) the alarm statistic over its
     threshold (alarm where > 1; moved for the ROC points); ``verdicts`` the root verdicts;
-    ``flags`` (T, M, 2) and ``levels`` (T, M) what the RCA saw (the first-alarm peer reads them).
+    ``flags`` (T, M, 2) and ``levels`` (T, M) what the RCA saw (the first-alarm peer reads them);
+    ``features`` (V, M, F) the calibration features of every verdict (fedrca: :func:`fedrca.rca.calibration.features`
+    of the engine's evidence when it issued them); ``ranking`` (T, M) a per-row score of every plant (the
+    centralised reference's contributions) for its candidate sets.
     """
 
     alarm: np.ndarray
@@ -137,6 +142,9 @@ class MonitorOutput:
     flags: np.ndarray | None = None
     levels: np.ndarray | None = None
     plants: tuple[str, ...] = ()
+    features: np.ndarray | None = None
+    ranking: np.ndarray | None = None
+    evidence: list[Any] | None = None
 
 
 Monitor = Callable[[pd.DataFrame], MonitorOutput]
@@ -168,7 +176,10 @@ def fedrca_factory(
 
     # the severity levels (when the plants publish them) get the flags' epsilon
     privacy = config.privacy.model_copy(update={"flag_epsilon": epsilon, "level_epsilon": epsilon})
-    config = config.model_copy(update={"privacy": privacy})
+    # no shipped calibration map: the bench fits its maps on the library itself, cross-validated
+    # (rca_calibration.py), and the verdicts it scores must not carry a map fitted on these runs
+    rca = config.rca.model_copy(update={"calibration": config.rca.calibration.model_copy(update={"path": None})})
+    config = config.model_copy(update={"privacy": privacy, "rca": rca})
 
     def factory(nominal: pd.DataFrame) -> Monitor:
         config_run = without_constant_sensors(config, nominal)
@@ -187,7 +198,14 @@ def fedrca_factory(
         thresholds = {p: site.detectors[p].thresholds for p in plants}
 
         def monitor(frame: pd.DataFrame) -> MonitorOutput:
+            from fedrca.rca.calibration import features
+
+            engine = site.engine
+            engine.evidence_log = []
             run = run_pipeline(site, frame)
+            evidence, engine.evidence_log = engine.evidence_log, None
+            assert len(evidence) == len(run.verdicts), "one evidence per issued verdict"
+            X = np.stack([features(e, engine.graph, engine.settings) for e in evidence]) if evidence else None
             flags = run.true_flags().astype(bool)  # (T, M, 2)
             score = np.max(
                 [
@@ -199,8 +217,11 @@ def fedrca_factory(
             # the warm-up rows never alarm
             score = np.where(flags.any(axis=(1, 2)) | (score <= 1.0), score, np.minimum(score, 1.0))
             levels = np.column_stack([run.results[p].level_pub for p in plants])
-            verdicts = [VerdictRecord(v.seq, v.root_cause, v.candidates) for v in run.verdicts]
-            return MonitorOutput(flags.any(axis=(1, 2)), verdicts, score, run.published().astype(bool), levels, plants)
+            verdicts = [VerdictRecord(v.seq, v.root_cause, v.candidates, v.probabilities) for v in run.verdicts]
+            published = run.published().astype(bool)
+            return MonitorOutput(
+                flags.any(axis=(1, 2)), verdicts, score, published, levels, plants, features=X, evidence=evidence
+            )
 
         # the diagnosis (bench/rca_diagnosis.py) reads the site and the graph the training learned
         monitor.site = site  # type: ignore[attr-defined]
@@ -281,8 +302,9 @@ class CentralReference:
             # RBC_i = (xi_i' Phi z)^2 / (xi_i' Phi xi_i), summed over each unit's variables
             rbc = (Zf @ Phi) ** 2 / np.diag(Phi)
             unit = np.argmax(rbc @ member.T, axis=1)
+            units = rbc @ member.T  # (T, M) contribution of each unit
             verdicts = [VerdictRecord(int(t), plants[unit[t]], (plants[unit[t]],)) for t in np.flatnonzero(alarm)]
-            return MonitorOutput(alarm, verdicts, score, plants=plants)
+            return MonitorOutput(alarm, verdicts, score, plants=plants, ranking=units)
 
         return monitor
 
@@ -308,6 +330,24 @@ def first_alarm(out: MonitorOutput, onset: int, hold: int = PERSIST) -> MonitorO
         plant = out.plants[best[2]]
         verdicts = [VerdictRecord(onset + best[0] + hold - 1, plant, (plant,))]
     return MonitorOutput(out.alarm, verdicts, out.score, out.flags, out.levels, out.plants)
+
+
+def alarm_order(out: MonitorOutput, onset: int, hold: int = PERSIST) -> list[int]:
+    """The plants in the order their first alarm (held ``hold`` rows) after ``onset`` starts (ties: the higher
+    published severity, then the plants' order); plants that never alarm are left out. The first-alarm peer
+    made into a set: its first k plants."""
+    if out.flags is None:
+        raise ValueError("the first-alarm order needs the published flags")
+    alarm = out.flags.any(axis=2)
+    levels = out.levels if out.levels is not None else np.zeros(alarm.shape, dtype=np.int64)
+    keys = []
+    for m in range(alarm.shape[1]):
+        held = np.convolve(alarm[onset:, m].astype(np.int64), np.ones(hold, dtype=np.int64), mode="valid") == hold
+        hits = np.flatnonzero(held)
+        if len(hits):
+            t = int(hits[0])
+            keys.append((t, -int(np.maximum(levels[onset + t : onset + t + hold, m], 0).sum()), m))
+    return [m for *_, m in sorted(keys)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -590,8 +630,6 @@ def summary_table(results: dict[str, Measured], vs: Sequence[Variant]) -> pd.Dat
                 "mean FDR": float(np.mean([r["FDR"] for r in fault_rows(m)])),
                 "detected": s["detected"],
                 "majority root correct": f"{s['correct']}/{s['n']} ({s['share']:.2f})",
-                "candidates": s["candidates"],
-                "holds truth": s["holds truth"],
                 "median RCA delay": s["RCA delay"],
                 "never named": s["never"],
                 "root verdicts on nominal": None
@@ -703,6 +741,161 @@ def acceptance(results: dict[str, Measured], rows: Sequence[int]) -> list[str]:
     return lines
 
 
+@dataclass
+class CalibrationSection:
+    """The candidate sets and calibration figures of every setting (issue 35), and the map fitted on them all."""
+
+    table: pd.DataFrame
+    reliability: dict[str, pd.DataFrame]
+    panels: list[tuple[str, list[dict[str, float]], list[dict[str, float]]]]
+    bars: list[str]
+    calibration: Any  # fedrca.rca.calibration.CalibrationMap
+    counts: str
+
+
+def calibration_section(results: dict[str, Measured], vs: Sequence[Variant], level: float) -> CalibrationSection:
+    """Cross-validated calibrated sets of fedrca (:mod:`rca_calibration`) next to its uncalibrated posterior, the
+    first-alarm peer made into sets and the centralised reference ranked by contribution, per setting."""
+    import rca_calibration as rc
+
+    fed = [v for v in vs if v.kind == "fedrca"]
+    samples = rc.collect({v.key: results[v.key].faults for v in fed}, TRUTH, ONSET_SAMPLE)
+    plants = next(o.plants for v in fed for o in results[v.key].faults.values())
+    probs = rc.cross_validate(samples, plants)
+    rows, reliabilities, panels, bars, scores = [], {}, [], [], {}
+    for v in fed:
+        sel = samples.setting == v.key
+        part = samples.where(sel)
+        mine, engine = rc.score(part, probs[sel], level), rc.score(part, part.engine, level)
+        low, high = rc.ece_interval(part, probs[sel])
+        scores[v.key] = {"ece": round(mine["ece"], 4), "coverage": round(mine["coverage"], 4),
+                         "size": round(mine["size"], 4), "runs": mine["runs"]}  # fmt: skip
+        e = "inf" if math.isinf(v.epsilon or math.inf) else f"{v.epsilon:g}"
+        first = rc.first_alarm_sets(results[v.key].faults, TRUTH, ONSET_SAMPLE, alarm_order)
+        central = rc.ranking_sets(results[f"central-{v.rows}"].faults, TRUTH, ONSET_SAMPLE)
+        setting = f"{v.rows} rows, eps {e}"
+
+        def row(monitor: str, r: Mapping[str, Any], ece: str, setting: str = setting) -> dict[str, Any]:
+            return {
+                "setting": setting,
+                "monitor": monitor,
+                "runs": r.get("runs"),
+                "holds a true root": r["coverage"],
+                "mean size": r["size"],
+                "stream-4 (IDV 2, 8)": r.get("stream-4", float("nan")),
+                "kinetics (IDV 13)": r.get("kinetics", float("nan")),
+                "ECE": ece,
+            }
+
+        rows.append(row(f"fedrca, calibrated at {level:g} (cross-validated)", mine,
+                        f"{mine['ece']:.3f} ({rc.fmt_interval(low, high)})"))  # fmt: skip
+        rows.append(row(f"fedrca, the engine's posterior at {level:g} (uncalibrated)", engine, f"{engine['ece']:.3f}"))
+        for name, sets, ece in (
+            ("first alarm", first, f"{1.0 - first[1]['coverage']:.3f}" if first else "-"),
+            ("centralised RBC-PCA", central, f"{central[1]['ece']:.3f}" if central else "-"),
+        ):
+            if not sets:
+                continue
+            rows.append(row(f"{name}, first plant", sets[1], ece))
+            reach = rc.smallest_reaching(sets, mine["coverage"])
+            if reach is None:
+                rows.append(row(f"{name}: no k holds a true root as often as fedrca", sets[max(sets)], "-"))
+            elif reach[0] > 1:
+                rows.append(row(f"{name}, first {reach[0]} plants (as often as fedrca)", reach[1], "-"))
+        reliabilities[setting] = pd.DataFrame(
+            [{"bin": f"{b['low']:.1f}-{b['high']:.1f}", "mean probability": b["confidence"],
+              "share right": b["accuracy"], "weight (runs)": b["weight"]} for b in mine["reliability"]]
+        )  # fmt: skip
+        panels.append((setting, mine["reliability"], engine["reliability"]))
+        peers = []
+        for name, sets in (("first alarm", first), ("centralised RBC-PCA", central)):
+            reach = rc.smallest_reaching(sets, mine["coverage"]) if sets else None
+            larger = reach is None or reach[1]["size"] > mine["size"]
+            peers.append(f"{name} {'needs' if reach else 'never reaches'} "
+                         + (f"k = {reach[0]} (mean size {reach[1]['size']:.2f})" if reach else "it")
+                         + (" -> larger" if larger else " -> NOT larger"))  # fmt: skip
+        ok1 = mine["coverage"] >= 0.9 and mine["size"] <= 1.5
+        kinds = [x for x in (mine["stream-4"], mine["kinetics"]) if not math.isnan(x)]
+        ok_kinds = all(x >= 2 / 3 - 1e-12 for x in kinds)
+        bars.append(
+            f"{setting}: 0.9 sets hold a true root on {mine['coverage']:.2f} of {mine['runs']} detected runs "
+            f"(bar 0.90), mean size {mine['size']:.2f} (bar 1.5) -> {'met' if ok1 else 'MISSED'}; stream-4 "
+            f"{mine['stream-4']:.2f} of {mine['stream-4 runs']} runs, kinetics {mine['kinetics']:.2f} of "
+            f"{mine['kinetics runs']} (bar 2/3) -> {'met' if ok_kinds else 'MISSED'}; same coverage: "
+            + "; ".join(peers)
+            + f"; ECE {mine['ece']:.3f} (90 % over runs {rc.fmt_interval(low, high)}; bar 0.05) -> "
+            + ("met" if mine["ece"] <= 0.05 else "MISSED")
+            + f" (uncalibrated {engine['ece']:.3f}); top-1 {mine['top1']:.2f}"
+        )
+    fitted_on = {
+        "library": "bench/tep_library.py",
+        "settings": [v.key for v in fed],
+        "fault seeds": sorted(int(x) for x in np.unique(samples.seed)),
+        "runs": len(np.unique(samples.run)),
+        "verdicts": len(samples),
+        "penalty": rc.PENALTY,
+    }
+    calibration = rc.final_map(samples, plants, {"cross-validated": scores}, fitted_on)
+    counts = (
+        f"{len(samples)} verdicts of {len(np.unique(samples.run))} detected runs with a unit truth over "
+        f"{len(fed)} settings, fault seeds {fitted_on['fault seeds']}"
+    )
+    return CalibrationSection(pd.DataFrame(rows), reliabilities, panels, bars, calibration, counts)
+
+
+def recorded_sets(results: dict[str, Measured], vs: Sequence[Variant], calibration: Any, level: float) -> pd.DataFrame:
+    """The recorded files' verdicts (fedrca at 2,880 rows' configuration, fitted on d00.dat) with the library's map:
+    the named root's calibrated probability (mean over the verdicts from the onset on) and the set shown."""
+    from fedrca.rca.explain import candidate_set
+
+    out = []
+    for v in vs:
+        if v.kind != "fedrca" or not results[v.key].recorded:
+            continue
+        for name, o in sorted(results[v.key].recorded.items()):
+            if name == "d00_te" or o.features is None:
+                continue
+            picked = [i for i, r in enumerate(o.verdicts) if r.seq >= 160 and r.root is not None]
+            if not picked:
+                out.append({"monitor": v.label, "file": name, "root": "-"})
+                continue
+            plants = list(o.plants)
+            probs = calibration.apply(o.features[picked])
+            roots = [plants.index(o.verdicts[i].root) for i in picked]
+            sets = [candidate_set(p, level, first=r) for p, r in zip(probs, roots, strict=True)]
+            shown = Counter(m for s_ in sets for m in s_)
+            majority = sorted((m for m, n in shown.items() if 2 * n >= len(sets)), key=lambda m: -shown[m])
+            root = Counter(roots).most_common(1)[0][0]
+            truth = RECORDED[name[1:3]]
+            out.append(
+                {
+                    "monitor": v.label,
+                    "file": name,
+                    "root": plants[root],
+                    "P(root), calibrated": float(np.mean([p[r] for p, r in zip(probs, roots, strict=True)])),
+                    "set at the level": ", ".join(plants[m] for m in majority),
+                    "set holds a true root": bool(truth & {plants[m] for m in majority}),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+CALIBRATION_TEXT = (
+    "Every fedrca verdict carries the smallest set of plants whose root probabilities reach the configured level "
+    "(`rca.coverage`, 0.9; the named root first). The probabilities below are **calibrated** by a map fitted on the "
+    "library (`bench/rca_calibration.py`) and **cross-validated**: every run's probabilities come from a map fitted "
+    "on the runs of the other fault seeds and the other IDV groups (IDV mod 4), the four settings pooled. "
+    "`holds a true root` = share of the detected runs with a unit truth whose set (the plants in at least half of "
+    "the run's verdicts' sets) holds a true unit; `ECE` = expected calibration error of the named root's "
+    "probability over the verdicts from the onset on (10 bins, every run weighing one; in brackets a 90 % bootstrap "
+    "interval over the runs: how much this many runs can say). The peers on the same runs: the first-alarm peer's "
+    "first k plants to alarm (its ECE: it names one plant for sure, so 1 - top-1), the centralised reference's k "
+    "units of the largest contribution per alarm row (its contributions normalised as probabilities), each at "
+    "k = 1 and at the smallest k that holds a true root as often as fedrca's sets. "
+    "[docs/rca.md](rca.md#what-the-probabilities-mean) reads them."
+)
+
+
 DIAGNOSIS_TEXT = (
     "Measured on the same rows by `bench/rca_diagnosis.py` (its docstring says how), with the trained site of the "
     "first training size; [docs/rca.md](rca.md#why-the-learned-part-moves-no-verdict) reads them."
@@ -764,6 +957,11 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     parser.add_argument("--no-generate", action="store_true", help="fail instead of simulating missing runs")
     parser.add_argument("--available", action="store_true", help="use only the cached fault runs (partial library)")
     parser.add_argument("--no-recorded", action="store_true", help="leave out the recorded Braatz files")
+    parser.add_argument(
+        "--calibration", default=None, metavar="PATH",
+        help="write the calibration map fitted on every run of every setting here (config/tep.calibration.json "
+        "is the shipped one)",
+    )  # fmt: skip
     parser.add_argument(
         "--smoke", action="store_true", help="tiny run (IDV 4 and 6, one seed of each kind, 16-h runs, eps inf): "
         "the same code path, no figure to keep (bench/run.py --smoke)"
@@ -839,11 +1037,20 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     )
     print("\nFAR per nominal seed\n" + far_table.to_string(index=False))
     bars = [] if args.smoke else acceptance(results, rows)
+    section = calibration_section(results, vs, config.rca.coverage)
+    print(f"\nCandidate sets and calibration ({section.counts})\n" + section.table.to_string(index=False))
+    if recorded is not None:
+        rec_sets = recorded_sets(results, vs, section.calibration, config.rca.coverage)
+        print("\nRecorded files with the library's map\n" + rec_sets.to_string(index=False))
+    if args.calibration:
+        Path(args.calibration).write_text(section.calibration.to_json())
+        print(f"\nwrote the calibration map {section.calibration.id} to {args.calibration}")
     diagnosis = diagnose(results[f"fedrca-{rows[0]}-inf"], train, far_frames, fault_frames, config, args.smoke)
     for title, table in diagnosis:
         print(f"\n{title}\n" + table.to_string(index=False))
     if bars:
         print("\nIssue-22 bars on this library:\n  " + "\n  ".join(bars))
+        print("\nIssue-35 bars on this library:\n  " + "\n  ".join(section.bars))
     elapsed = time.perf_counter() - started
     if args.out != "-":
         cmd = "python bench/bench_faults.py " + " ".join(argv)
@@ -864,14 +1071,45 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
             "",
             "## Summary",
             "",
-            "RCA over the detected runs with a unit truth; `candidates` = mean size of the candidate set, "
-            "`holds truth` = share of runs whose candidate set holds a true unit.",
+            "RCA over the detected runs with a unit truth (the candidate sets: next section).",
             "",
             _md(summary),
             "",
+            "## Candidate sets and calibrated probabilities",
+            "",
+            CALIBRATION_TEXT + f" Figures from {section.counts}.",
+            "",
+            _md(section.table),
+            "",
+            "### Reliability diagrams",
+            "",
+            "Share of verdicts whose named root is right against the probability they gave it (blue: calibrated, "
+            "cross-validated; red: the engine's own posterior; marker area: weight). The bins of the calibrated "
+            "probabilities follow the picture.",
+            "",
+            f"![reliability diagrams]({Path(args.out).stem}_reliability.png)",
+            "",
+        ]
+        for setting, table in section.reliability.items():
+            parts += [f"#### {setting}", "", _md(table), ""]
+        if recorded is not None:
+            parts += [
+                "### The recorded files with the library's map",
+                "",
+                "The map fitted on the whole library (what config/tep.calibration.json ships) on the recorded "
+                "Braatz files, which it never saw (fitted on d00.dat, 2,880-row settings' configuration).",
+                "",
+                _md(rec_sets),
+                "",
+            ]
+        parts += [
             "## Issue-22 bars on this library",
             "",
             *[f"* {b}" for b in bars],
+            "",
+            "## Issue-35 bars on this library",
+            "",
+            *[f"* {b}" for b in section.bars],
             "",
         ]
         for (n, eps), table in tables.items():
@@ -883,6 +1121,9 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
             parts += [f"### {title}", "", _md(table), ""]
         parts += ["## FAR per nominal seed", "", _md(far_table), ""]
         Path(args.out).write_text("\n".join(parts))
+        import rca_calibration as rc
+
+        rc.reliability_figure(Path(args.out).with_name(f"{Path(args.out).stem}_reliability.png"), section.panels)
         print(f"\nwrote {args.out}")
     print(f"bench_faults: done ({elapsed:.0f} s)")
     return 0

@@ -3,13 +3,14 @@
 For plants of 50, 200 and 1,000 sensors (one plant, ``config/tep.yaml``'s detector
 settings, sensors ``s0..s{D-1}``), in-process, no broker:
 
-* **fit**: a detector fitted on ``train_rows(D)`` rows of synthetic nominal data (a
-  latent AR(1) of D/5 factors mixed into D sensors plus sensor noise);
+* **fit**: a detector and the plant's sensor checks (``health``, docs/sensors.md) fitted on
+  ``train_rows(D)`` rows of synthetic nominal data (a latent AR(1) of D/5 factors mixed into
+  D sensors plus sensor noise);
 * **memory per plant**: bytes the fitted detector and its processor hold (``tracemalloc``,
   allocated by building and fitting it and still alive after, garbage collected);
 * **CPU per message**: what the plant worker's handler (:class:`fedrca.streams.agents.PlantAgent`:
-  decode and validate the JSON message, ``step_batch``, encode the flag, serialise the
-  state) costs per message at batch size 1 (a 1 Hz plant: each fetch holds one message of
+  decode and validate the JSON message, check the sensors, ``step_batch``, encode the flag,
+  serialise the state) costs per message at batch size 1 (a 1 Hz plant: each fetch holds one message of
   it) and at batch size 200 (a backlog), CPU seconds (``time.process_time``, all threads) over
   ``MESSAGES`` messages, with the one BLAS thread a streaming worker runs with
   (:func:`fedrca.streams.runtime.streaming_threads`);
@@ -60,7 +61,8 @@ def site(d: int, workdir: Path) -> Any:
     doc["site"] = f"size{d}"
     doc["dataset"] = {"format": "csv", "sample_seconds": 1}
     doc["plants"] = [{"name": "p0", "sensors": [f"s{i}" for i in range(d)]}]
-    doc.pop("rca", None)  # TEP's RCA settings name TEP's plants
+    doc.pop("rca", None)  # TEP's RCA and edge settings name TEP's plants
+    doc.pop("edge", None)
     path = workdir / f"size{d}.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     return load_config(path)
@@ -89,7 +91,7 @@ def messages(d: int, values: np.ndarray, site_name: str) -> list[bytes]:
 
 def measure(d: int, workdir: Path) -> dict[str, float]:
     from fedrca.connectors.names import SiteNames
-    from fedrca.detectors.factory import build_detector
+    from fedrca.detectors.factory import build_detector, build_health
     from fedrca.streams.agents import PlantAgent
     from fedrca.streams.loop import InputRecord
     from fedrca.streams.runtime import PlantRuntime, streaming_threads
@@ -101,8 +103,10 @@ def measure(d: int, workdir: Path) -> dict[str, float]:
     base = tracemalloc.get_traced_memory()[0]
     started = time.perf_counter()
     detector = build_detector(config, config.plants[0]).fit(train)
+    checks = build_health(config, config.plants[0])
+    health = {} if checks is None else {"p0": checks.fit(train)}
     fit_s = time.perf_counter() - started
-    runtime = PlantRuntime(config, {"p0": detector})
+    runtime = PlantRuntime(config, {"p0": detector}, health=health)
     agent = PlantAgent(runtime, "p0", SiteNames(config))
     agent.restore(None)
     gc.collect()

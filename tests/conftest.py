@@ -6,13 +6,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 
-# the session-scoped real Kafka broker (`kafka_broker`, tests marked @pytest.mark.kafka); under
+# the session-scoped real Kafka broker (`kafka_broker`, tests marked @pytest.mark.kafka) and Mosquitto
+# broker (`mqtt_broker`, @pytest.mark.mqtt); under
 # CI=true a skip not listed in tests/skips-allowed.txt fails the run (tests/skip_policy.py);
 # pytester runs pytest on generated test files (tests/test_skip_policy.py)
-pytest_plugins = ["tests.kafka_broker", "tests.skip_policy", "pytester"]
+pytest_plugins = ["tests.kafka_broker", "tests.mqtt_broker", "tests.skip_policy", "pytester"]
+
+
+# No example database and no deadline for any property test: a test's verdict never depends on a
+# draw remembered from an earlier run or on how busy the machine is (a 200 ms deadline failed
+# tests/tools/test_broker_script.py on a 2-core machine under load). Tests set their own examples.
+settings.register_profile("fedrca", deadline=None, database=None)
+settings.load_profile("fedrca")
 
 
 @pytest.fixture(scope="session")

@@ -102,7 +102,9 @@ def test_every_generated_figure_has_a_block_in_each_of_its_files(monkeypatch: py
 DOTTED = re.compile(r"(?<![\w./-])fedrca(?:\.\w+)+")
 #: (not the packages whose names are also configuration sections or artifact keys: ``training.rounds``,
 #: ``rca.horizon``, ``privacy.window``, ``whatif.A`` are keys, not modules)
-SHORT = re.compile(r"`((?:cli|application|streams|connectors|observability|fleet|detectors|datasets|contracts)\.\w+(?:\.\w+)*)`")
+SHORT = re.compile(
+    r"`((?:cli|application|streams|connectors|observability|fleet|detectors|datasets|contracts)\.\w+(?:\.\w+)*)`"
+)
 #: a repository path, or a path inside ``src/fedrca`` as the docs write it (``streams/agents.py``)
 PATH = re.compile(r"(?<![\w./-])((?:src|tests|bench|tools|config|docs|k8s|data)/[\w./-]*[\w]|\w+/[\w/]*\w+\.py)\b")
 NODE = re.compile(r"(?<![\w./-])(tests/[\w/]+\.py)::(\w+)")

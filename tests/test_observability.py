@@ -16,7 +16,9 @@ import yaml
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from fedrca.contracts import PlantReason, Reason, Verdict
 from fedrca.detectors.plant import DetectionResult
+from fedrca.edge.metrics import EdgeMetrics
 from fedrca.exceptions import ConfigError, FedrcaError
 from fedrca.observability import D2_BUCKETS, LATENCY_BUCKETS, Metrics, numeric_version
 
@@ -33,6 +35,18 @@ EXPECTED_ALERTS = {
     "FedrcaConsumerLagHigh",
     "FedrcaStaleParameters",
     "FedrcaPrivacyBudgetExhausted",
+    "FedrcaSensorFault",
+    "FedrcaRowsWithoutPlant",
+    "FedrcaBaselineRefreshRefused",
+    "FedrcaBaselinePinned",
+}
+#: The alerts of fedrca edge (group fedrca-edge; fedrca.edge.metrics).
+EXPECTED_EDGE_ALERTS = {
+    "FedrcaEdgeSourceDown",
+    "FedrcaEdgeStaleTags",
+    "FedrcaEdgeBadTags",
+    "FedrcaEdgeRowsMissed",
+    "FedrcaEdgeBuffering",
 }
 
 # Every metric of the brief, with its exposition type.
@@ -54,10 +68,43 @@ EXPECTED_TYPES = {
     "fedrca_rca_parameter_version": "gauge",
     "fedrca_rca_reloads_total": "counter",
     "fedrca_stage_latency_seconds": "histogram",
+    "fedrca_sensor_faulty_tags": "gauge",
+    "fedrca_sensor_fault_episodes_total": "counter",
+    "fedrca_sensor_fault": "gauge",
+    "fedrca_rows_without_plant_total": "counter",
+    "fedrca_clock_offset_seconds": "gauge",
+    "fedrca_baseline_version": "gauge",
+    "fedrca_baseline_age_seconds": "gauge",
+    "fedrca_baseline_pinned": "gauge",
+    "fedrca_baseline_refused_streak": "gauge",
+    "fedrca_baseline_refreshes_total": "counter",
+    "fedrca_root_probability": "gauge",
+    "fedrca_root_candidate": "gauge",
+    "fedrca_alarm_onset_rows": "gauge",
+    "fedrca_verdict_calibrated": "gauge",
+    "fedrca_verdict_margin_nats": "gauge",
+    "fedrca_verdict_reason_info": "gauge",
+    "fedrca_verdict_change_info": "gauge",
 }
 
 
 # -- helpers -------------------------------------------------------------------------------
+def reasoned_verdict(root: str | None = "reactor") -> Verdict:
+    """A verdict with a candidate set and a reason."""
+    reason = Reason(
+        (
+            PlantReason("reactor", 0, 0.97, (1, 1), "root_candidate", "", ""),
+            PlantReason("separator", 4, 0.5, (1, 0), "propagated", "root_cause", "config path reactor > separator"),
+            PlantReason("feed", None, 0.0, (0, 0), "normal", "root_cause", "complete graph"),
+        ),
+        "separator",
+        6.5,
+        "the onset order decides",
+    )
+    return Verdict("tep", 1.0, 9, root, (), 0.97, (1, 9), "root_cause", ("reactor", "separator"), (0.8, 0.15),
+                   0.9, "tep-abc", reason)  # fmt: skip
+
+
 def samples(m: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of ``m.render()`` parsed back: (name, labels) -> value."""
     out = {}
@@ -106,20 +153,64 @@ def test_every_metric_rendered_with_help_and_type(metrics):
     m.observe_d2("reactor", "c", [1.0, 2.0])
     m.record_flags("reactor", {"zc": [True, False]})
     m.record_verdict("reactor")
+    m.record_reason(reasoned_verdict())
     m.record_latency("plant", 0.01)
     m.record_stage_latency("plant", [])
     m.set_consumer_lag("plant", "tep.sensors.reactor", 0, 12)
     m.set_parameter_version("reactor", "v2")
     m.set_privacy("reactor", 1.0, 4.0)
     m.set_plant_anomalous("reactor", True)
+    m.set_baseline("reactor", 2, 3600.0, pinned=False)
+    m.record_refresh("reactor", "applied")
     text = m.render().decode()
     for name, kind in EXPECTED_TYPES.items():
         assert f"# TYPE {name} {kind}\n" in text, name
         help_line = re.search(rf"^# HELP {name} (.+)$", text, re.MULTILINE)
         assert help_line and len(help_line.group(1)) > 20, f"{name} needs a real help text"
-    extras = {"fedrca_d2_dropped_total", "fedrca_parameter_info"}
+    extras = {"fedrca_d2_dropped_total", "fedrca_degraded_rows_total", "fedrca_parameter_info"}
     declared = {n for n in re.findall(r"^# TYPE (\S+)", text, re.MULTILINE) if not n.endswith("_created")}
     assert declared == set(EXPECTED_TYPES) | extras
+
+
+def test_baseline_metrics_and_the_refused_streak(metrics):
+    m = metrics
+    m.set_baseline("reactor", 3, 86400.0, pinned=True)
+    assert sample(m, "fedrca_baseline_version", plant="reactor") == 3.0
+    assert sample(m, "fedrca_baseline_age_seconds", plant="reactor") == 86400.0
+    assert sample(m, "fedrca_baseline_pinned", plant="reactor") == 1.0
+    for outcome in ("refused", "refused", "pinned", "refused"):
+        m.record_refresh("reactor", outcome)
+    # a pinned refresh leaves the streak as it is; an applied one ends it
+    assert sample(m, "fedrca_baseline_refused_streak", plant="reactor") == 3.0
+    assert sample(m, "fedrca_baseline_refreshes_total", plant="reactor", outcome="refused") == 3.0
+    m.record_refresh("reactor", "limited")
+    assert sample(m, "fedrca_baseline_refused_streak", plant="reactor") == 0.0
+
+
+def test_the_latest_verdict_says_why(metrics):
+    m = metrics
+    m.record_verdict("reactor", plants=["feed", "reactor", "separator"])
+    m.record_reason(reasoned_verdict())
+    got = samples(m)
+    assert got[("fedrca_root_probability", frozenset({("plant", "reactor")}))] == 0.8
+    assert got[("fedrca_root_probability", frozenset({("plant", "feed")}))] == 0.0
+    assert got[("fedrca_root_candidate", frozenset({("plant", "separator")}))] == 1.0
+    assert got[("fedrca_alarm_onset_rows", frozenset({("plant", "separator")}))] == 4.0
+    assert got[("fedrca_alarm_onset_rows", frozenset({("plant", "feed")}))] == -1.0
+    assert got[("fedrca_verdict_calibrated", frozenset())] == 1.0
+    assert got[("fedrca_verdict_margin_nats", frozenset())] == 6.5
+    labels = frozenset(
+        {("plant", "separator"), ("pair", "(1,0)"), ("state", "propagated"), ("table", "root_cause"),
+         ("link", "config path reactor > separator")}
+    )  # fmt: skip
+    assert got[("fedrca_verdict_reason_info", labels)] == 1.0
+    change = frozenset({("root_cause", "reactor"), ("runner_up", "separator"), ("change", "the onset order decides")})
+    assert got[("fedrca_verdict_change_info", change)] == 1.0
+    # the next verdict replaces the reason; one without a reason clears it
+    m.record_reason(Verdict("tep", 2.0, 20, None, (), 0.99, (10, 20), "no_anomaly"))
+    got = samples(m)
+    assert not [k for k in got if k[0] in ("fedrca_verdict_reason_info", "fedrca_verdict_change_info")]
+    assert got[("fedrca_root_candidate", frozenset({("plant", "separator")}))] == 0.0
 
 
 def test_counters_increment_exactly(metrics):
@@ -346,7 +437,7 @@ def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_promtool_check_rules(promtool):
     out = run(promtool, "check", "rules", ALERTS)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in out.stdout
+    assert f"SUCCESS: {len(EXPECTED_ALERTS) + len(EXPECTED_EDGE_ALERTS)} rules found" in out.stdout
 
 
 def test_promtool_test_rules(promtool):
@@ -364,10 +455,12 @@ def test_promtool_check_config(promtool):
 
 def test_rules_structure_and_metric_names():
     rules = yaml.safe_load(ALERTS.read_text())
-    (group,) = rules["groups"]
-    assert group["name"] == "fedrca"
+    group, edge = rules["groups"]
+    assert (group["name"], edge["name"]) == ("fedrca", "fedrca-edge")
     alerts = {r["alert"]: r for r in group["rules"]}
     assert set(alerts) == EXPECTED_ALERTS
+    edge_alerts = {r["alert"]: r for r in edge["rules"]}
+    assert set(edge_alerts) == EXPECTED_EDGE_ALERTS
     for name, rule in alerts.items():
         assert {"summary", "description"} <= set(rule["annotations"]), name
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
@@ -375,10 +468,9 @@ def test_rules_structure_and_metric_names():
     assert "{{ $labels.plant }}" in alerts["FedrcaRootCauseIdentified"]["annotations"]["summary"]
     assert alerts["FedrcaPlantAnomalous"]["for"] == "5m"
     assert alerts["FedrcaConsumerLagHigh"]["for"] == "10m"
-    # every metric an alert reads is one the exporter defines
-    m = Metrics()
-    text = m.render().decode()
-    for rule in alerts.values():
+    # every metric an alert reads is one the exporter defines (the edge's: its own exporter)
+    text = Metrics().render().decode() + EdgeMetrics().render().decode()
+    for rule in [*alerts.values(), *edge_alerts.values()]:
         for metric in re.findall(r"fedrca_[a-z_]+", rule["expr"]):
             assert f"# TYPE {metric} " in text, metric
 
@@ -386,7 +478,7 @@ def test_rules_structure_and_metric_names():
 def test_each_alert_has_firing_and_quiet_unit_tests():
     spec = yaml.safe_load(ALERTS_TEST.read_text())
     cases = [c for group in spec["tests"] for c in group["alert_rule_test"]]
-    for name in EXPECTED_ALERTS:
+    for name in EXPECTED_ALERTS | EXPECTED_EDGE_ALERTS:
         mine = [c for c in cases if c["alertname"] == name]
         assert any(c.get("exp_alerts") for c in mine), f"{name}: no case where it fires"
         assert any(not c.get("exp_alerts") for c in mine), f"{name}: no case where it stays quiet"

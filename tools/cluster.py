@@ -31,10 +31,14 @@ def unique_name(prefix: str = "t") -> str:
     return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
-def site_config(tmp: Path, site: str, base: str = "config/tep.yaml") -> Path:
-    """A copy of ``base`` under a fresh site name (fresh topics and consumer groups)."""
+def site_config(tmp: Path, site: str, base: str = "config/tep.yaml", *, missing: bool = False) -> Path:
+    """A copy of ``base`` under a fresh site name (fresh topics and consumer groups); with ``missing``, its
+    ``dataset`` section allows missing values (``missing: allow``, docs/missing.md)."""
     text = (REPO / base).read_text(encoding="utf-8")
     lines = [f"site: {site}" if line.startswith("site:") else line for line in text.splitlines()]
+    if missing:
+        at = lines.index("dataset:") + 1
+        lines.insert(at, "  missing: allow")
     path = tmp / f"{site}.yaml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

@@ -11,7 +11,9 @@ A generated figure sits in a Markdown file between two comments::
 
 :data:`FIGURES` says how each NAME is made (the command, and which part of its output
 is the figure). ``docs/faults.md`` is written whole by ``bench/bench_faults.py``
-(issue 22's benchmark), which this tool runs too.
+(issue 22's benchmark), ``docs/imperfect.md`` by ``bench/bench_imperfect.py`` (issue
+30's) and ``docs/drift-bench.md`` by ``bench/bench_drift.py`` (issue 36's), which this tool
+runs too.
 
     python tools/docs_figures.py                 # every figure (benchmarks included: minutes to hours)
     python tools/docs_figures.py demo-table      # only these
@@ -109,6 +111,14 @@ FIGURES: dict[str, Figure] = {
         (PYTHON, "tools/soak.py", "--minutes", "60", "--rate", "1000"), soak_table, ("docs/streams.md",), fenced=False
     ),
     "faults": Figure((PYTHON, "bench/bench_faults.py"), _whole, ("docs/faults.md",), writes_file=True),
+    "imperfect": Figure(
+        (PYTHON, "bench/bench_imperfect.py", "--out", "docs/imperfect.md"),
+        _whole,
+        ("docs/imperfect.md",),
+        writes_file=True,
+    ),
+    "bench-sensors": Figure((PYTHON, "bench/run.py", "sensors"), bench_section("sensors"), ("docs/sensors.md",)),
+    "drift": Figure((PYTHON, "bench/bench_drift.py"), _whole, ("docs/drift-bench.md",), writes_file=True),
 }
 
 

@@ -2,8 +2,9 @@
 # Installs the system tools the test suite needs, only when they are missing:
 # Java + Maven (the real Kafka broker), promtool (Prometheus rule checks) and
 # kustomize (the deployment tests: kubectl's when installed, else built from the
-# Go module proxy into tools/bin) and Chromium + chromedriver (the report is checked
-# in a real browser, tests/cli/test_replay.py).
+# Go module proxy into tools/bin), Chromium + chromedriver (the report is checked
+# in a real browser, tests/cli/test_replay.py) and Mosquitto (the MQTT broker of the
+# edge tests, started by tools/mosquitto.py).
 # Idempotent: a machine that has them is left untouched.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -17,6 +18,7 @@ command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+[ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null 2>&1 || missing+=(mosquitto)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

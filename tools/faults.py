@@ -18,6 +18,11 @@ strike at random points (a random share of the flags already on the flags topic)
 ``pause``
     the broker is frozen with SIGSTOP for ``--pause-seconds`` (default 30 s, longer than
     the workers' session timeout and the producers' request timeout) and resumed.
+``drift``
+    kills as in ``kill``, on a site whose plants re-baseline every 240 samples
+    (docs/drift.md) while the nominal ``d00_te.dat`` streams: the refreshes at seqs 240, 480
+    and 720 take effect, and a killed plant worker reads the plants' histories and baselines
+    back from their history topics; every flag must carry the baseline version of the replay.
 
 When everything is in, the run is compared with the in-process replay of the same
 input through the same cores (:func:`fedrca.streams.embedded.replay_frame`): every
@@ -25,10 +30,16 @@ expected verdict id exactly once with the same content and no other verdict; eve
 (plant, seq) flag exactly once with the same bits and model version. Committed
 records only (``read_committed``), as every reader of the outputs sees them.
 
+With ``--gaps`` the input is fault 04 as plant data really arrives (:func:`with_gaps`:
+values missing at random, a dead sensor per plant, a plant with nothing for a few rows),
+replayed with ``null`` values under ``dataset.missing: allow`` (docs/missing.md): the
+same comparison, degraded flags included.
+
 Usage::
 
-    tools/faults.py                                  # 30 kill runs, 5 restarts, 5 pauses
-    tools/faults.py --kills 3 --restarts 1 --pauses 1 --seed 7 --json faults.json
+    tools/faults.py                                  # 30 kill runs, 5 restarts, 5 pauses, 5 drift runs
+    tools/faults.py --kills 3 --restarts 1 --pauses 1 --drifts 1 --seed 7 --json faults.json
+    tools/faults.py --gaps --kills 5 --restarts 1 --pauses 1 --drifts 0   # the input with missing values
 
 Exit status 0 when every run lost and duplicated nothing, 1 otherwise (the failing
 runs' worker logs are printed), 2 on a setup error.
@@ -56,9 +67,40 @@ sys.path.insert(0, str(REPO))
 BROKER = REPO / "tools" / "kafka" / "broker.py"
 TRAIN = REPO / "data" / "tep" / "d00.dat"
 FAULT = REPO / "data" / "tep" / "d04_te.dat"
+NOMINAL = REPO / "data" / "tep" / "d00_te.dat"
+#: the drift scenario's loop: a refresh every 240 samples (seqs 240, 480, 720 of a 960-row file)
+DRIFT = {"enabled": True, "every": 240, "window": 240, "history": 960, "min_rows": 100}
 LATENESS = 2000  # rows wait for a killed worker's plants longer than any outage here
 SPEED = "x9000"  # 3-minute samples at 9000x: 50 rows/s, 960 rows in about 19 s
 FEDRCA = [sys.executable, "-m", "fedrca.cli"]
+
+
+def with_gaps(
+    source: Path, out: Path, plants: dict[str, list[str]], seed: int = 30, dark: range = range(500, 503)
+) -> Path:
+    """A copy of the TEP file ``source`` with missing values (``nan``), as plant data really arrives.
+
+    5 % of the values missing at random, one sensor of each plant (in ``plants``: name ->
+    columns) missing for a tenth of the rows at a random place, and every sensor of the first
+    plant missing in the ``dark`` rows (rows it cannot score: degraded). Seeded.
+    """
+    import numpy as np
+
+    from fedrca.datasets.tep import TEP_COLUMNS, load_tep
+
+    rng = np.random.default_rng(seed)
+    X = load_tep(source).to_numpy(dtype=np.float64, copy=True)
+    T = len(X)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    index = {c: j for j, c in enumerate(TEP_COLUMNS)}
+    for columns in plants.values():
+        j = index[columns[int(rng.integers(len(columns)))]]
+        start = int(rng.integers(0, T - T // 10))
+        X[start : start + T // 10, j] = np.nan
+    first = next(iter(plants.values()))
+    X[np.ix_(np.asarray(dark), [index[c] for c in first])] = np.nan
+    np.savetxt(out, X, fmt="%.9g")
+    return out
 
 
 @dataclass
@@ -93,7 +135,7 @@ class Comparison:
 
 def compare(
     expected_verdicts: Mapping[str, Any],
-    expected_flags: Mapping[tuple[str, int], tuple[int, int, str]],
+    expected_flags: Mapping[tuple[str, int], tuple[int, int, str, bool]],
     verdicts: Iterable[Mapping[str, Any]],
     flags: Iterable[Mapping[str, Any]],
     decode: Callable[[Mapping[str, Any]], Any] = dict,
@@ -102,7 +144,7 @@ def compare(
 
     ``expected_verdicts`` maps verdict id -> the expected verdict, compared with
     ``decode(record)`` of each verdict record found (``Verdict.from_dict`` in the harness);
-    ``expected_flags`` maps (plant, seq) -> (zc, za, model_version).
+    ``expected_flags`` maps (plant, seq) -> (zc, za, model_version, degraded).
     """
     verdicts = list(verdicts)
     flags = list(flags)
@@ -119,7 +161,7 @@ def compare(
     problems += [f"verdict {i} not expected" for i in unexpected_v[:3]]
     problems += [f"verdict {i} differs" for i in different_v[:3]]
     keys = Counter((f["plant"], f["seq"]) for f in flags)
-    got = {(f["plant"], f["seq"]): (f["zc"], f["za"], f["model_version"]) for f in flags}
+    got = {(f["plant"], f["seq"]): (f["zc"], f["za"], f["model_version"], bool(f.get("degraded"))) for f in flags}
     missing_f = sorted(set(expected_flags) - set(got))
     duplicated_f = sorted(k for k, n in keys.items() if n > 1)
     different_f = sorted(k for k in expected_flags if k in got and got[k] != expected_flags[k])
@@ -216,8 +258,15 @@ def end_offset(bootstrap: str, topic: str) -> int:
 
 class Harness:
     def __init__(
-        self, workdir: Path, broker: Broker, params: Path, log: Callable[[str], None], pause_seconds: float
+        self,
+        workdir: Path,
+        broker: Broker,
+        params: Path,
+        log: Callable[[str], None],
+        pause_seconds: float,
+        gaps: bool = False,
     ) -> None:
+        self.gaps = gaps
         self.pause_seconds = pause_seconds
         self.workdir = workdir
         self.broker = broker
@@ -240,15 +289,26 @@ class Harness:
         began = time.monotonic()
         bootstrap = self.broker.bootstrap
         tmp = Path(tempfile.mkdtemp(prefix=f"run{index:02d}-", dir=self.workdir))
-        config_path = site_config(tmp, unique_name("flt"))
+        config_path = site_config(tmp, unique_name("flt"), missing=self.gaps)
+        stream = FAULT
+        if scenario == "drift":  # the same kills, on a site that re-baselines mid-stream
+            import yaml
+
+            data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+            data["drift"] = DRIFT
+            config_path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+            stream = NOMINAL
         config = load_config(config_path)
+        fault = stream
+        if self.gaps:
+            fault = with_gaps(stream, tmp / stream.name, {p.name: list(p.sensors) for p in config.plants})
         runtime = site_runtime(
             config, TRAIN, params_dir=self.params, settings=RuntimeSettings(allowed_lateness=LATENESS)
         )
-        data = plant_frames(config, load_frame(config, FAULT))
+        data = plant_frames(config, load_frame(config, fault))
         expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=180.0)
         expected_verdicts = {v.id: v for v in expected.verdicts}
-        expected_flags = {(f.plant, f.seq): (f.zc, f.za, f.model_version) for f in expected.flags}
+        expected_flags = {(f.plant, f.seq): (f.zc, f.za, f.model_version, f.degraded) for f in expected.flags}
         total_flags = len(expected_flags)
 
         ensure_site_topics(bootstrap, config)
@@ -277,18 +337,18 @@ class Harness:
 
             def feed() -> None:
                 groups = {p.name: list(p.sensors) for p in config.plants}
-                dataset = load_dataset(config.dataset, FAULT)
+                dataset = load_dataset(config.dataset, fault)
                 with KafkaSink(bootstrap, config) as sink:
                     replay.replay(dataset, groups, sink, site=config.site, pacer=replay.Pacer.from_spec(SPEED))
 
             feeder = threading.Thread(target=feed, daemon=True)
             feeder.start()
-            n_faults = rng.randint(1, 3) if scenario == "kill" else 1
+            n_faults = rng.randint(1, 3) if scenario in ("kill", "drift") else 1
             points = sorted(rng.uniform(0.05, 0.9) for _ in range(n_faults))
             for share in points:
                 threshold = int(share * total_flags)
                 wait_for(lambda t=threshold: end_offset(bootstrap, flags_topic) >= t, 240, f"{threshold} flags")
-                if scenario == "kill":
+                if scenario in ("kill", "drift"):
                     victims = rng.choice([["w1"], ["w2"], ["rca"], ["w1", "w2"]])
                     for v in victims:
                         cluster.workers[v].kill9()
@@ -355,7 +415,7 @@ def _consumed(bootstrap: str, group: str, topic: str) -> bool:
 
 def summarise(results: list[RunResult]) -> str:
     lines = ["scenario  runs  ok  faults  verdicts compared  flags compared  lost  duplicated  different  median s"]
-    for scenario in ("kill", "restart", "pause"):
+    for scenario in ("kill", "restart", "pause", "drift"):
         rs = [r for r in results if r.scenario == scenario]
         if not rs:
             continue
@@ -378,6 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restarts", type=int, default=5, help="runs with a broker restart (default 5)")
     parser.add_argument("--pauses", type=int, default=5, help="runs with a broker pause (default 5)")
     parser.add_argument("--pause-seconds", type=float, default=30.0, help="length of a broker pause (default 30)")
+    parser.add_argument(
+        "--gaps", action="store_true", help="the input with missing values (with_gaps, docs/missing.md)"
+    )
+    parser.add_argument(
+        "--drifts", type=int, default=5, help="kill runs on a site that re-baselines mid-stream (default 5)"
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault schedule (default: random, printed)")
     parser.add_argument("--json", type=Path, default=None, help="write every run's result to this file")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (worker logs, broker)")
@@ -404,8 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         log(f"setup failed: {exc}")
         return 2
-    harness = Harness(workdir, broker, params, log, args.pause_seconds)
-    plan = ["kill"] * args.kills + ["restart"] * args.restarts + ["pause"] * args.pauses
+    harness = Harness(workdir, broker, params, log, args.pause_seconds, gaps=args.gaps)
+    plan = ["kill"] * args.kills + ["restart"] * args.restarts + ["pause"] * args.pauses + ["drift"] * args.drifts
     results: list[RunResult] = []
     try:
         for index, scenario in enumerate(plan, 1):

@@ -123,7 +123,8 @@ def site_design(plants: int) -> dict[str, Any]:
     groups = np.array_split(np.array(TEP_COLUMNS), plants)
     doc["plants"] = [{"name": f"u{k:02d}", "sensors": [str(c) for c in cols]} for k, cols in enumerate(groups)]
     doc["rca"] = {"graph": {"source": "complete"}}
-    doc.pop("training", None)
+    for section in ("training", "edge"):  # about the five TEP units: not this design's
+        doc.pop(section, None)
     return doc
 
 

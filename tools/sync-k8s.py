@@ -101,6 +101,16 @@ class Site:
     def plants(self) -> list[str]:
         return list(self.config.plant_names)
 
+    @property
+    def calibration(self) -> str | None:
+        """The calibration map's file name (``rca.calibration.path``): it ships beside site.yaml in the config map."""
+        path = self.config.rca.calibration.path
+        if path is None:
+            return None
+        if "/" in path:
+            raise SystemExit(f"sync-k8s: rca.calibration.path must be a file beside the configuration, got {path!r}")
+        return str(path)
+
     # -- topics -------------------------------------------------------------------------------
     def topic(self, kind: str, plant: str | None = None) -> str:
         return str(self.config.topic(kind, plant=plant))
@@ -147,12 +157,37 @@ class Site:
     def rca_state(self) -> str:
         return self.topic("rca_state")
 
+    @property
+    def drift(self) -> bool:
+        """Whether the plants re-baseline (``drift.enabled``): they keep a history topic, read operators' commands."""
+        return bool(self.config.drift.enabled)
+
+    def plant_history(self, plant: str) -> str:
+        """The plant processor's compacted history topic (its raw rows and baselines: as private as its sensors)."""
+        return str(self.names.history(plant))
+
+    def control(self) -> str:
+        """The operators' commands to the plants' re-baselining loops (``fedrca baseline``)."""
+        return str(self.names.control)
+
     # -- principals ---------------------------------------------------------------------------
     def processor_user(self, plant: str) -> str:
         return k8s_name(f"fedrca-{self.site}-plant-{plant}")
 
     def source_user(self, plant: str) -> str:
         return k8s_name(f"fedrca-{self.site}-source-{plant}")
+
+    def edge_groups(self) -> dict[str, list[str]]:
+        """``fedrca edge`` processes: group -> its plants (edge.groups, else one per plant with a tag map)."""
+        edge = self.config.edge
+        if edge is None:
+            return {}
+        return {g: edge.group(g) for g in edge.group_names()}
+
+    def edge_user(self, group: str) -> str:
+        """The edge of one plant is that plant's data source; a group's edge has a principal of its own."""
+        members = self.edge_groups()[group]
+        return self.source_user(members[0]) if len(members) == 1 else k8s_name(f"fedrca-{self.site}-edge-{group}")
 
     def rca_user(self) -> str:
         return k8s_name(f"fedrca-{self.site}-rca")
@@ -229,6 +264,10 @@ def topics(site: Site) -> list[dict[str, Any]]:
             # noised training messages of the plant (federated training)
             kafka_topic(site.topic("train", plant), 1, {**delete, "retention.ms": 7 * DAY_MS}, None),
         ]
+        if site.drift:
+            # the plant's recent rows and baselines (docs/drift.md): raw values, as private as the sensors;
+            # one record per slot, compaction at least daily
+            out.append(kafka_topic(site.plant_history(plant), 1, {**compact, "segment.ms": DAY_MS}, private))
     out += [
         # one partition: the RCA sees one total order of flags
         kafka_topic(site.topic("flags"), 1, {**delete, "retention.ms": 7 * DAY_MS}, None),
@@ -238,6 +277,9 @@ def topics(site: Site) -> list[dict[str, Any]]:
         kafka_topic(site.topic("deadletter"), 1, {**delete, "retention.ms": 14 * DAY_MS}, None),
         kafka_topic(site.rca_state(), 1, compact, None),
     ]
+    if site.drift:
+        # the newest operator command per plant (fedrca baseline pin / unpin / rollback / refresh)
+        out.append(kafka_topic(site.control(), 1, {**compact, "segment.ms": DAY_MS}, None))
     return out
 
 
@@ -268,6 +310,14 @@ def kafka_user(name: str, role: str, acls: list[dict[str, Any]]) -> dict[str, An
     }
 
 
+def drift_acls(site: Site, plant: str) -> list[dict[str, Any]]:
+    """A processor's rights of the re-baselining loop: its history (rows, baselines) written in the same transactions
+    as its flags, read back at a restart; the operators' commands."""
+    if not site.drift:
+        return []
+    return [acl("topic", site.plant_history(plant), ("Read", "Write", "Describe")), acl("topic", site.control(), READ)]
+
+
 def users(site: Site) -> list[dict[str, Any]]:
     out = []
     for plant in site.plants:
@@ -283,6 +333,7 @@ def users(site: Site) -> list[dict[str, Any]]:
                     acl("topic", site.topic("params"), READ),
                     # its detector state, written in the same transactions as its flags
                     acl("topic", site.plant_state(plant), ("Read", "Write", "Describe")),
+                    *drift_acls(site, plant),
                     acl("group", group, ["Read"]),
                     acl("transactionalId", site.processor_transactions(plant), WRITE, "prefix"),
                     acl("cluster", "", ["IdempotentWrite"]),
@@ -292,10 +343,19 @@ def users(site: Site) -> list[dict[str, Any]]:
         out.append(
             kafka_user(
                 site.source_user(plant),
-                f"data source of plant {plant} (historian bridge, fedrca replay-to-kafka)",
+                f"data source of plant {plant} (fedrca edge, a historian bridge, fedrca replay-to-kafka)",
                 [acl("topic", site.topic("sensors", plant), WRITE)],
             )
         )
+    for edge_group, members in site.edge_groups().items():
+        if len(members) > 1:  # the edge of one plant runs as that plant's data source (above)
+            out.append(
+                kafka_user(
+                    site.edge_user(edge_group),
+                    f"fedrca edge of {', '.join(members)} (their tags -> their sensor rows)",
+                    [acl("topic", site.topic("sensors", p), WRITE) for p in members],
+                )
+            )
     group = site.rca_group()
     out.append(
         kafka_user(
@@ -336,11 +396,14 @@ def users(site: Site) -> list[dict[str, Any]]:
     out.append(
         kafka_user(
             operator,
-            "operators and dashboards: verdicts, published flags, RCA-stage dead letters",
+            "operators and dashboards: verdicts, published flags, RCA-stage dead letters"
+            + ("; commands to the plants' re-baselining loops" if site.drift else ""),
             [
                 acl("topic", site.topic("verdicts"), READ),
                 acl("topic", site.topic("flags"), READ),
                 acl("topic", site.topic("deadletter"), READ),
+                # fedrca baseline pin / unpin / rollback / refresh: a command, never a plant's data
+                *([acl("topic", site.control(), WRITE)] if site.drift else []),
                 acl("group", f"{operator}-", ["Read"], "prefix"),
             ],
         )
@@ -560,6 +623,51 @@ def processors(site: Site) -> list[dict[str, Any]]:
     return out
 
 
+def edges(site: Site) -> list[dict[str, Any]]:
+    """One ``fedrca edge`` Deployment per plant group of the site's edge: section (one replica: the rows'
+    seq comes from the clock and a restart continues after the last published row)."""
+    out: list[dict[str, Any]] = []
+    for group, members in site.edge_groups().items():
+        name = k8s_name(f"fedrca-{site.site}-edge-{group}")
+        lbl = {**labels(site, "edge"), "fedrca/edge-group": k8s_name(group)}
+        container = {
+            "name": "edge",
+            "image": IMAGE,
+            "command": ["fedrca"],
+            "args": [
+                "edge",
+                "--config",
+                f"{CONFIG_DIR}/site.yaml",
+                "--broker",
+                "kafka://$(FEDRCA_KAFKA_BOOTSTRAP)",
+                *(
+                    ["--group", group]
+                    if group in (site.config.edge.groups if site.config.edge else {})
+                    else [a for p in members for a in ("--plant", p)]
+                ),
+                "--metrics-port",
+                str(METRICS_PORT),
+                "--metrics-addr",
+                "0.0.0.0",
+                "--log-level",
+                "info",
+            ],
+            # an OPC UA user's password (edge.sources.<name>.password_env) comes from a Secret of the plant
+            "env": [*COMMON_ENV, *kafka_env(site.edge_user(group))],
+            "envFrom": ENV_FROM,
+            "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+            **probes(),
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": list(BASE_MOUNTS),
+        }
+        # Recreate: never two edges of one group at once (each would publish the same rows)
+        out.append(deployment(site, name, lbl, container, base_volumes(site), 1, {"type": "Recreate"}))
+    if out:
+        out.append(service(site, "edge", labels(site, "edge")))
+    return out
+
+
 def service(site: Site, what: str, lbl: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -604,8 +712,19 @@ def training(site: Site) -> list[dict[str, Any]]:
         "name": "train",
         "image": IMAGE,
         "command": ["fedrca"],
-        # resumable from /params/checkpoint; writes the versioned artifacts to /params
-        "args": ["train", "--config", config, "--data", "/data/nominal.dat", "--out", "/params", "--quiet"],
+        # resumable from /params/checkpoint; writes the versioned artifacts to /params, charged on top of the
+        # artifacts already there (the plants' whole-life ledger, docs/drift.md)
+        "args": [
+            "train",
+            "--config",
+            config,
+            "--data",
+            "/data/nominal.dat",
+            *(["--previous", "/params"] if site.drift else []),
+            "--out",
+            "/params",
+            "--quiet",
+        ],
         "env": [*COMMON_ENV, *kafka_env(site.training_user())],
         "envFrom": ENV_FROM,
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}},
@@ -657,7 +776,8 @@ def training(site: Site) -> list[dict[str, Any]]:
             "kind": "CronJob",
             "metadata": {"name": f"fedrca-{site.site}-training", "labels": lbl},
             "spec": {
-                "schedule": "0 3 * * 0",  # weekly; parameters older than 7 days raise FedrcaStaleParameters
+                # drift.federated.schedule (weekly by default); parameters older than 7 days raise FedrcaStaleParameters
+                "schedule": str(site.config.drift.federated.schedule),
                 "timeZone": "Etc/UTC",
                 "concurrencyPolicy": "Forbid",
                 "startingDeadlineSeconds": 3600,
@@ -681,7 +801,9 @@ def network_policies(site: Site) -> list[dict[str, Any]]:
     every = {"matchLabels": {"app.kubernetes.io/part-of": "fedrca", "fedrca/site": site.site}}
     workers = {
         "matchLabels": {"app.kubernetes.io/part-of": "fedrca", "fedrca/site": site.site},
-        "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In", "values": ["processor", "rca"]}],
+        "matchExpressions": [
+            {"key": "app.kubernetes.io/component", "operator": "In", "values": ["processor", "rca", "edge"]}
+        ],
     }
 
     def policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -721,6 +843,22 @@ def network_policies(site: Site) -> list[dict[str, Any]]:
                         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
                     },
                 ],
+            },
+        ),
+        # fedrca edge reaches its plants' OPC UA servers (4840 is the IANA port; list the servers'
+        # addresses here, in an overlay, to narrow it)
+        policy(
+            "egress-edge-opcua",
+            {
+                "podSelector": {
+                    "matchLabels": {
+                        "app.kubernetes.io/part-of": "fedrca",
+                        "fedrca/site": site.site,
+                        "app.kubernetes.io/component": "edge",
+                    }
+                },
+                "policyTypes": ["Egress"],
+                "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 4840}]}],
             },
         ),
         policy(
@@ -839,6 +977,51 @@ def dashboard(site: Site) -> dict[str, Any]:
     legend = {"legend": {"displayMode": "table", "placement": "right"}}
     panel("timeseries", "verdicts by root cause", [(verdicts, "{{root_cause}}")], 12, 12, options=legend)
     y += 8
+    # why the latest verdict names its root (fedrca.contracts.Reason; docs/rca.md "The reason, shown")
+    probability = f"max by (plant) (fedrca_root_probability{every})"
+    panel(
+        "bargauge",
+        "root probability of each candidate (latest verdict; calibrated when the map is loaded)",
+        [(probability, "{{plant}}")],
+        0,
+        8,
+        "percentunit",
+        description="P(the root is this plant) of the latest verdict. fedrca_verdict_calibrated says whether a "
+        "calibration map made it (then about that share of such verdicts is right) or it is the engine's own "
+        "over-confident posterior.",
+        options={"orientation": "horizontal", "reduceOptions": {"calcs": ["lastNotNull"]}},
+    )
+    onset = f"max by (plant) (fedrca_alarm_onset_rows{every})"
+    panel(
+        "bargauge",
+        "alarm onset after the incident's first alarm (rows; -1 = not alarming)",
+        [(onset, "{{plant}}")],
+        8,
+        8,
+        options={"orientation": "horizontal", "reduceOptions": {"calcs": ["lastNotNull"]}},
+    )
+    change = f"max by (root_cause, runner_up, change) (fedrca_verdict_change_info{every})"
+    panel(
+        "table",
+        "what would change the verdict",
+        [(change, "{{change}}")],
+        16,
+        8,
+        options={"showHeader": True},
+        transformations=[{"id": "labelsToFields", "options": {"mode": "columns"}}],
+    )
+    y += 8
+    reason = f"max by (plant, pair, state, table, link) (fedrca_verdict_reason_info{every})"
+    panel(
+        "table",
+        "reason per plant: dominant flag pair, P1's reading, the look-up table next to the root, the path",
+        [(reason, "{{plant}}")],
+        0,
+        24,
+        options={"showHeader": True},
+        transformations=[{"id": "labelsToFields", "options": {"mode": "columns"}}],
+    )
+    y += 8
     row("Streams")
     lag = f"max by (stage, topic, partition) (fedrca_consumer_lag{every})"
     panel("timeseries", "consumer lag (messages)", [(lag, "{{stage}} {{topic}}/{{partition}}")], 0, 12)
@@ -873,6 +1056,32 @@ def dashboard(site: Site) -> dict[str, Any]:
         "A reading's verdict follows about flags + verdict after it.",
     )
     y += 8
+    row("Edge: the plants' tags (fedrca edge)")
+    edge_sel = f'{{{ns}, plant=~"$plant"}}'
+    updates = rate("fedrca_edge_updates_total", edge_sel, "plant, class")
+    panel("timeseries", "tag updates per second by plant and tag class", [(updates, "{{plant}} {{class}}")], 0, 12,
+          "ops")  # fmt: skip
+    not_good = f'sum by (plant, quality) (fedrca_edge_tags{{{ns}, plant=~"$plant", quality!="good"}})'
+    panel(
+        "timeseries", "tags not good in the last row (bad, stale, missing)", [(not_good, "{{plant}} {{quality}}")],
+        12, 12, description="Tags of the plant's last row by quality: bad (the device or protocol said Bad, or a "
+        "value of the wrong type), stale (no news within edge.staleness_seconds), missing (never received).",
+    )  # fmt: skip
+    y += 8
+    rows_out = [
+        (rate("fedrca_edge_rows_published_total", edge_sel, "plant"), "published {{plant}}"),
+        (f"sum by (plant, reason) (increase(fedrca_edge_rows_missed_total{edge_sel}[{ri}]))",
+         "missed {{plant}} ({{reason}})"),
+        (f"max by (plant) (fedrca_edge_buffered_rows{edge_sel})", "waiting for the broker {{plant}}"),
+    ]  # fmt: skip
+    panel("timeseries", "rows: published per second, missed, waiting for the broker", rows_out, 0, 12)
+    sources = [
+        (f"max by (source) (fedrca_edge_source_connected{every})", "connected {{source}}"),
+        (f"sum by (source) (increase(fedrca_edge_reconnects_total{every}[{ri}]))", "reconnects {{source}}"),
+        (rate("fedrca_edge_rejected_total", every, "source, reason"), "rejected {{source}} {{reason}}"),
+    ]
+    panel("timeseries", "sources: connected, reconnects, rejected input", sources, 12, 12)
+    y += 8
     row("Privacy and parameters")
     epsilon = [
         (f"max by (plant) (fedrca_privacy_epsilon_spent{per_plant})", "spent {{plant}}"),
@@ -884,6 +1093,15 @@ def dashboard(site: Site) -> dict[str, Any]:
     age = f"time() - max by (plant) (fedrca_parameter_loaded_timestamp_seconds{per_plant})"
     panel("timeseries", "age of the parameters in use", [(age, "{{plant}}")], 16, 8, "s")
     y += 8
+    if site.drift:
+        row("Baselines (re-baselining loop, docs/drift.md)")
+        baseline = f"max by (plant) (fedrca_baseline_version{per_plant})"
+        panel("timeseries", "baseline in force (b<n>)", [(baseline, "{{plant}}")], 0, 8)
+        baseline_age = f"max by (plant) (fedrca_baseline_age_seconds{per_plant})"
+        panel("timeseries", "age of the baseline (sample time)", [(baseline_age, "{{plant}}")], 8, 8, "s")
+        refreshes = f"sum by (plant, outcome) (increase(fedrca_baseline_refreshes_total{per_plant}[1d]))"
+        panel("timeseries", "refreshes per day by outcome", [(refreshes, "{{plant}} {{outcome}}")], 16, 8)
+        y += 8
     for i, p in enumerate(panels):
         p["id"] = i + 1
 
@@ -1047,7 +1265,7 @@ def kustomization(site: Site, files: list[str]) -> dict[str, Any]:
         "resources": files,
         "configMapGenerator": [
             # the hash suffix rolls every worker when the configuration changes
-            {"name": f"fedrca-{site.site}-config", "files": ["site.yaml"]},
+            {"name": f"fedrca-{site.site}-config", "files": ["site.yaml", *filter(None, [site.calibration])]},
             {
                 # how every client reaches the cluster (TLS + SCRAM); credentials come per principal
                 "name": "fedrca-kafka",
@@ -1082,6 +1300,7 @@ def render() -> dict[str, str]:
         "kafka-topics.yaml": topics(site),
         "kafka-users.yaml": users(site),
         "processors.yaml": processors(site),
+        "edge.yaml": edges(site),
         "rca.yaml": rca(site),
         "training.yaml": training(site),
         "network-policies.yaml": network_policies(site),
@@ -1090,6 +1309,9 @@ def render() -> dict[str, str]:
     files = {name: dump(copy.deepcopy(docs)) for name, docs in parts.items()}
     files["kustomization.yaml"] = HEADER + yaml.safe_dump(kustomization(site, list(parts)), sort_keys=False, width=120)
     files["site.yaml"] = SITE_CONFIG.read_text(encoding="utf-8")
+    if site.calibration is not None:
+        # the RCA worker resolves the map beside its configuration file (/etc/fedrca)
+        files[site.calibration] = (SITE_CONFIG.parent / site.calibration).read_text(encoding="utf-8")
     files["grafana/fedrca-dashboard.json"] = json.dumps(dashboard(site), indent=2) + "\n"
     return files
 

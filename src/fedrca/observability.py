@@ -30,8 +30,30 @@ name                                           type       labels
 ``fedrca_privacy_epsilon_budget``              gauge      plant
 ``fedrca_plant_anomalous``                     gauge      plant
 ``fedrca_root_cause``                          gauge      plant
-=============================================  =========  ==========================
 
+The sensor metrics (docs/sensors.md): a plant worker exports how many of its tags each check
+holds faulty (``fedrca_sensor_faulty_tags``, never which tag) and the episodes begun; the RCA
+exports ``fedrca_sensor_fault`` (1 while it reports a sensor fault of the plant: a sensor event,
+never a root cause). ``fedrca_rows_without_plant_total`` counts rows judged without a plant
+because of time (docs/streams.md): ``skipped`` (the plant's row came after a later one and was
+published degraded), ``late`` (the RCA released the row before the plant's flag came), ``clock``
+(the plant's time disagreed with the others' beyond ``rca.max_clock_skew``);
+``fedrca_clock_offset_seconds`` is the plant's time minus the median of the plants' times of its
+latest row.
+=======
+``fedrca_root_probability``                    gauge      plant
+``fedrca_root_candidate``                      gauge      plant
+``fedrca_alarm_onset_rows``                    gauge      plant
+``fedrca_verdict_calibrated``                  gauge      (none)
+``fedrca_verdict_margin_nats``                 gauge      (none)
+``fedrca_verdict_reason_info``                 gauge      plant, pair, state, table, link (always 1)
+``fedrca_verdict_change_info``                 gauge      root_cause, runner_up, change (always 1)
+``fedrca_sensor_faulty_tags``                  gauge      plant, check (stale, bad, stuck, flatline, range)
+``fedrca_sensor_fault_episodes_total``         counter    plant, check
+``fedrca_sensor_fault``                        gauge      plant
+``fedrca_rows_without_plant_total``            counter    plant, reason (skipped, late, clock)
+``fedrca_clock_offset_seconds``                gauge      plant
+=============================================  =========  ===================
 Why ``fedrca_d2`` is a custom collector
 ---------------------------------------
 A plant processor scores every sample of a batch (hundreds to thousands of
@@ -105,6 +127,8 @@ if TYPE_CHECKING:
     from prometheus_client.context_managers import Timer
     from prometheus_client.metrics_core import Metric
 
+    from fedrca.contracts import Verdict
+
 __all__ = [
     "D2_BUCKETS",
     "D2_KINDS",
@@ -113,6 +137,7 @@ __all__ = [
     "NO_ROOT_CAUSE",
     "STAGES",
     "STAGE_LATENCY_BUCKETS",
+    "TIME_REASONS",
     "DetectionLike",
     "Metrics",
     "SiteMetrics",
@@ -182,6 +207,9 @@ FLAG_KINDS: Final[tuple[str, ...]] = ("zc", "za", "zc_pub", "za_pub")
 
 #: ``root_cause`` label of ``fedrca_verdicts_total`` for a verdict that names no plant.
 NO_ROOT_CAUSE: Final[str] = "none"
+
+#: ``reason`` label values of ``fedrca_rows_without_plant_total``.
+TIME_REASONS: Final[tuple[str, ...]] = ("skipped", "late", "clock")
 
 _TRAILING_INT = re.compile(r"(\d+)$")
 
@@ -456,6 +484,13 @@ class Metrics(_Exposition):
             ["plant", "kind"],
             registry=r,
         )
+        self.degraded = Counter(
+            "fedrca_degraded_rows_total",
+            "Rows a plant could not score (fewer usable sensors than scoring.min_sensors) and published as "
+            "degraded flags, by plant (docs/missing.md).",
+            ["plant"],
+            registry=r,
+        )
         self.flags = Counter(
             "fedrca_flags_total",
             "Raised anomaly flags, by plant and kind (zc/za = raw proprietary/augmented flags, "
@@ -523,6 +558,36 @@ class Metrics(_Exposition):
             ["plant"],
             registry=r,
         )
+        self.baseline_version = Gauge(
+            "fedrca_baseline_version",
+            "The baseline a plant is scored against: 0 = as fitted, n = its n-th re-baseline (docs/drift.md).",
+            ["plant"],
+            registry=r,
+        )
+        self.baseline_age = Gauge(
+            "fedrca_baseline_age_seconds",
+            "Sample time since a plant's baseline in force was made (samples x dataset.sample_seconds).",
+            ["plant"],
+            registry=r,
+        )
+        self.baseline_pinned = Gauge(
+            "fedrca_baseline_pinned",
+            "1 while an operator holds a plant's baseline (scheduled refreshes skipped), else 0.",
+            ["plant"],
+            registry=r,
+        )
+        self.baseline_refused = Gauge(
+            "fedrca_baseline_refused_streak",
+            "Scheduled refreshes of a plant's baseline refused in a row (the plant alarmed, or too few nominal rows).",
+            ["plant"],
+            registry=r,
+        )
+        self.refreshes = Counter(
+            "fedrca_baseline_refreshes",
+            "A plant's baseline refreshes by outcome: applied, limited, refused, pinned, unpinned, rollback, forced.",
+            ["plant", "outcome"],
+            registry=r,
+        )
         self.plant_anomalous = Gauge(
             "fedrca_plant_anomalous",
             "1 while the latest published flags of a plant say anomalous (zc_pub or za_pub), else 0.",
@@ -533,6 +598,82 @@ class Metrics(_Exposition):
             "fedrca_root_cause",
             "1 for the plant named root cause by the latest verdict, 0 for every other known plant.",
             ["plant"],
+            registry=r,
+        )
+        self.sensor_faulty_tags = Gauge(
+            "fedrca_sensor_faulty_tags",
+            "Tags of a plant a sensor check holds faulty (excluded from its statistics), by check "
+            "(stale, bad, stuck, flatline, range); exported by the plant's own worker, never naming the tag.",
+            ["plant", "check"],
+            registry=r,
+        )
+        self.sensor_episodes = Counter(
+            "fedrca_sensor_fault_episodes_total",
+            "Sensor-fault episodes begun (a tag found faulty by a check), by plant and check.",
+            ["plant", "check"],
+            registry=r,
+        )
+        self.sensor_fault = Gauge(
+            "fedrca_sensor_fault",
+            "1 while the RCA reports a sensor fault of the plant (a sensor event, not a process root cause), else 0.",
+            ["plant"],
+            registry=r,
+        )
+        self.rows_without_plant = Counter(
+            "fedrca_rows_without_plant_total",
+            "Rows the RCA judged without a plant's evidence because of time, by reason: skipped (the plant's "
+            "row came after a later one), late (its flag came after the row was released), clock (its time "
+            "disagreed with the other plants' beyond rca.max_clock_skew).",
+            ["plant", "reason"],
+            registry=r,
+        )
+        self.clock_offset = Gauge(
+            "fedrca_clock_offset_seconds",
+            "A plant's time minus the median time of the plants in its latest aligned row (seconds).",
+            ["plant"],
+            registry=r,
+        )
+        self.root_probability = Gauge(
+            "fedrca_root_probability",
+            "P(the root is this plant) by the latest verdict (calibrated when fedrca_verdict_calibrated is 1), "
+            "0 for plants outside its candidate set.",
+            ["plant"],
+            registry=r,
+        )
+        self.root_candidate = Gauge(
+            "fedrca_root_candidate",
+            "1 for the plants of the latest verdict's candidate set (their probabilities reach rca.coverage).",
+            ["plant"],
+            registry=r,
+        )
+        self.alarm_onset = Gauge(
+            "fedrca_alarm_onset_rows",
+            "Rows after the incident's first alarm at which the plant started alarming (latest verdict), -1 when "
+            "it has not alarmed in the incident.",
+            ["plant"],
+            registry=r,
+        )
+        self.verdict_calibrated = Gauge(
+            "fedrca_verdict_calibrated",
+            "1 when the latest verdict's probabilities come from a calibration map, 0 when they are the engine's own.",
+            registry=r,
+        )
+        self.verdict_margin = Gauge(
+            "fedrca_verdict_margin_nats",
+            "Log evidence of the latest verdict's root over its runner-up (nats; +Inf when nothing else is possible).",
+            registry=r,
+        )
+        self.reason_info = Gauge(
+            "fedrca_verdict_reason_info",
+            "Why the latest verdict names its root, per plant: its dominant flag pair, P1's reading of it, the "
+            "look-up table's outcome next to the root's pair and the path that carries the root's effect (always 1).",
+            ["plant", "pair", "state", "table", "link"],
+            registry=r,
+        )
+        self.change_info = Gauge(
+            "fedrca_verdict_change_info",
+            "What would change the latest verdict: its root, the runner-up and the sentence (always 1).",
+            ["root_cause", "runner_up", "change"],
             registry=r,
         )
         for plant in plants:
@@ -688,8 +829,9 @@ class Metrics(_Exposition):
         """Record everything a plant detector's batch result says.
 
         Observes ``d2_c``/``d2_a`` in ``fedrca_d2``, counts the four flag
-        arrays in ``fedrca_flags_total`` and sets ``fedrca_plant_anomalous``
-        from the last published row (``zc_pub or za_pub``).
+        arrays in ``fedrca_flags_total`` and the degraded rows (a result's
+        ``degraded``, when it has one) in ``fedrca_degraded_rows_total``, and sets
+        ``fedrca_plant_anomalous`` from the last published row (``zc_pub or za_pub``).
 
         Parameters
         ----------
@@ -701,6 +843,9 @@ class Metrics(_Exposition):
         self.observe_d2(plant, "c", result.d2_c)
         self.observe_d2(plant, "a", result.d2_a)
         self.record_flags(plant, {"zc": result.zc, "za": result.za, "zc_pub": result.zc_pub, "za_pub": result.za_pub})
+        degraded = int(np.count_nonzero(getattr(result, "degraded", ())))
+        if degraded:
+            self._series(self.degraded, plant).inc(degraded)
         zc_pub, za_pub = np.asarray(result.zc_pub), np.asarray(result.za_pub)
         if zc_pub.size and za_pub.size:
             self.set_plant_anomalous(plant, bool(zc_pub.ravel()[-1]) or bool(za_pub.ravel()[-1]))
@@ -724,6 +869,71 @@ class Metrics(_Exposition):
         self.verdicts.labels(root_cause=NO_ROOT_CAUSE if root_cause is None else root_cause).inc()
         for plant in self.plants:
             self.root_cause.labels(plant=plant).set(1 if plant == root_cause else 0)
+
+    # -- sensor faults, time ---------------------------------------------------------
+    def record_health(self, plant: str, faulty: Mapping[str, int], started: Mapping[str, int]) -> None:
+        """Set a plant's faulty tags per check (after a batch) and count the sensor-fault episodes begun.
+
+        Parameters
+        ----------
+        plant : str
+            Plant name.
+        faulty : mapping of str to int
+            Check -> tags it holds faulty now.
+        started : mapping of str to int
+            Check -> episodes begun in the batch.
+        """
+        self._know(plant)
+        for check, n in faulty.items():
+            self._series(self.sensor_faulty_tags, plant, check).set(n)
+        for check, n in started.items():
+            if n:
+                self._series(self.sensor_episodes, plant, check).inc(n)
+
+    def set_sensor_fault(self, plant: str, faulty: bool) -> None:
+        """Set ``fedrca_sensor_fault`` of a plant (1 while the RCA reports its sensor fault)."""
+        self._know(plant)
+        self._series(self.sensor_fault, plant).set(1 if faulty else 0)
+
+    def record_rows_without(self, plant: str, reason: str, n: int = 1) -> None:
+        """Count ``n`` rows judged without ``plant`` because of time (``skipped``, ``late`` or ``clock``)."""
+        self._check_kind(reason, TIME_REASONS, "row-without-plant reason")
+        self._know(plant)
+        if n:
+            self._series(self.rows_without_plant, plant, reason).inc(n)
+
+    def set_clock_offset(self, plant: str, seconds: float) -> None:
+        """Set ``fedrca_clock_offset_seconds`` of a plant."""
+        self._know(plant)
+        self._series(self.clock_offset, plant).set(seconds)
+
+    def record_reason(self, verdict: Verdict) -> None:
+        """Show why ``verdict`` names its root: probabilities, candidate set, alarm onsets, the per-plant reason and
+        what would change it (a verdict without a reason, e.g. ``no_anomaly``, clears them)."""
+        probabilities = dict(zip(verdict.candidates, verdict.probabilities, strict=False))
+        reason = verdict.reason
+        for plant in [*verdict.candidates, *([] if reason is None else [p.plant for p in reason.plants])]:
+            self._know(plant)
+        onsets = {} if reason is None else {p.plant: p.onset for p in reason.plants}
+        for plant in self.plants:
+            self.root_probability.labels(plant=plant).set(probabilities.get(plant, 0.0))
+            self.root_candidate.labels(plant=plant).set(1 if plant in probabilities else 0)
+            onset = onsets.get(plant)
+            self.alarm_onset.labels(plant=plant).set(-1 if onset is None else onset)
+        self.verdict_calibrated.set(0 if verdict.calibration is None else 1)
+        self.reason_info.clear()
+        self.change_info.clear()
+        if reason is None:
+            self.verdict_margin.set(0.0)
+            return
+        self.verdict_margin.set(reason.margin)
+        for p in reason.plants:
+            self.reason_info.labels(
+                plant=p.plant, pair=f"({p.pair[0]},{p.pair[1]})", state=p.state, table=p.table, link=p.link
+            ).set(1)
+        self.change_info.labels(
+            root_cause=verdict.root_cause or NO_ROOT_CAUSE, runner_up=reason.runner_up or "", change=reason.change
+        ).set(1)
 
     # -- latency, lag ----------------------------------------------------------------
     def record_stage_latency(self, stage: str, records: Sequence[Any], now: float | None = None) -> None:
@@ -786,6 +996,24 @@ class Metrics(_Exposition):
         self.rca_parameter_version.set(numeric_version(version))
         if reloaded:
             self.rca_reloads.inc()
+
+    def record_refresh(self, plant: str, outcome: str) -> None:
+        """Count one refresh of a plant's baseline (or operator action) by its outcome; a scheduled refresh
+        refused lengthens the plant's refused streak, one that changed or checked the baseline ends it."""
+        self._know(plant)
+        self._series(self.refreshes, plant, outcome).inc()
+        streak = self._series(self.baseline_refused, plant)
+        if outcome == "refused":
+            streak.inc()
+        elif outcome != "pinned":
+            streak.set(0)
+
+    def set_baseline(self, plant: str, version: int, age_seconds: float, pinned: bool) -> None:
+        """Export the baseline a plant runs: its version, its age (sample time) and whether it is pinned."""
+        self._know(plant)
+        self._series(self.baseline_version, plant).set(version)
+        self._series(self.baseline_age, plant).set(age_seconds)
+        self._series(self.baseline_pinned, plant).set(1 if pinned else 0)
 
     def set_parameter_version(self, plant: str, version: str | float, loaded_at: float | None = None) -> None:
         """Record the parameter version a plant now uses and when it was loaded.

@@ -90,3 +90,82 @@ def test_fleet_command_runs_over_kafka(kafka_broker, tmp_path, capsys):
     assert main([*args[:-1], str(tmp_path / "local")]) == 0
     local = load_fleet_model(tmp_path / "local" / "model.npz")
     assert remote == local
+
+
+def _binary(header: dict, body: bytes) -> bytes:
+    import json
+    import struct
+
+    from fedrca.contracts.binary import MAGIC
+
+    text = json.dumps(header).encode()
+    return MAGIC + b"\x01" + struct.pack("<I", len(text)) + text + body
+
+
+def _hostile_consensus(receiver: str, sender: str) -> list[bytes]:
+    """Records of a participant's topic that are not consensus messages for it (issue 34)."""
+    import json
+    import struct
+
+    meta = {"session": "fit/it0/c0", "round": 0, "phase": "average", "sender": sender, "receiver": receiver}
+    good = pack_arrays("fleet-consensus", meta, {"value": np.ones(3), "flood": np.ones(3)})
+    (length,) = struct.unpack_from("<I", good, 5)
+    header, body = json.loads(good[9 : 9 + length]), good[9 + length :]
+
+    def spec(**change: object) -> bytes:
+        h = json.loads(json.dumps(header))
+        h["arrays"][0].update(change)
+        return _binary(h, body)
+
+    def with_meta(**change: object) -> bytes:
+        return pack_arrays("fleet-consensus", {**meta, **change}, {"value": np.ones(3), "flood": np.ones(3)})
+
+    deep = json.loads(json.dumps(header))
+    deep["meta"]["session"] = "@"
+    return [
+        b"",
+        b"garbage",
+        good[: len(good) // 2],
+        pack_arrays("other", {}, {}),
+        pack_arrays("fleet-consensus", {"session": "s"}, {"value": np.zeros(1), "flood": np.ones(1)}),
+        pack_arrays("fleet-consensus", meta, {"value": np.array([np.nan]), "flood": np.ones(1)}),
+        spec(shape=[2**35, 2**35]),
+        spec(dtype="|V8"),
+        spec(shape=[-1]),
+        _binary(deep, body).replace(b'"@"', b"[" * 50_000 + b"]" * 50_000),
+        with_meta(round="x"),
+        with_meta(session="s" * 1_000_000),
+        with_meta(receiver=sender),  # sender and receiver the same
+        with_meta(receiver="nobody"),  # addressed to another participant
+    ]
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_poison_records_on_a_peer_topic_are_dead_lettered_and_the_fleet_ends_as_in_process(kafka_broker):
+    from fedrca.application.fleet.kafka import dead_topic, ensure_peer_topics
+
+    fleet = fleet_patterns(n_participants=3, n_samples=80, n_dims=2, n_patterns=2, seed=4)
+    settings = FleetSettings(n_components=2, folds=0, chunks=2, seed=0, tolerance=1e-8, max_iter=2)
+    local = simulate_fleet(fleet.datasets, settings, seed=5)
+    name = unique_name("poison")
+    names = list(fleet.datasets)
+    ensure_peer_topics(kafka_broker.bootstrap, name, names)
+    hostile = _hostile_consensus(names[0], names[1])
+    from kafka import KafkaProducer
+
+    raw = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all", max_request_size=2 << 20)
+    try:
+        for value in hostile:
+            raw.send(peer_topic(name, names[0]), key=names[1].encode(), value=value)
+        raw.flush(timeout=60)
+    finally:
+        raw.close()
+    remote = kafka_fleet(kafka_broker.bootstrap, fleet.datasets, settings, seed=5, fleet=name, timeout=120.0)
+    assert remote.max_parameter_difference() == 0.0
+    assert np.array_equal(remote.model.means, local.model.means) and remote.model.threshold == local.model.threshold
+    dead = list(read_topic(kafka_broker.bootstrap, dead_topic(name, names[0]), timeout=30.0))
+    assert len(dead) == len(hostile), [r.headers.get("fedrca-detail") for r in dead]
+    assert [r.value for r in dead] == [v[:1_000_000] for v in hostile]
+    assert all(r.headers["fedrca-reason"] and r.headers["fedrca-stage"] == b"fleet" for r in dead)

@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import socket
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,7 @@ class Case:
     outputs: tuple[str, ...] = ()
     check: Callable[[Path], None] | None = None
     changes: tuple[str, ...] = field(default=())  # workspace files the command may legitimately write
+    env: tuple[tuple[str, str], ...] = ()  # environment variables of the command (values formatted as argv)
 
 
 def _write(rel: str, text: str) -> Callable[[Path], None]:
@@ -232,6 +234,107 @@ def _fleet_config(edit: Callable[[dict], None], name: str = "bad.yaml") -> Calla
         (ws / "fleet" / name).write_text(yaml.safe_dump(config))
 
     return setup
+
+
+def _fleet_text(edit: Callable[[str], str], name: str = "bad.yaml") -> Callable[[Path], None]:
+    """The workspace's fleet configuration edited as text (``fleet/<name>``): YAML styles a dict cannot show."""
+
+    def setup(ws: Path) -> None:
+        (ws / "fleet" / name).write_text(edit((ws / "fleet" / "fleet.yaml").read_text()))
+
+    return setup
+
+
+def _npz_bomb(rel: str, nbytes: int = 400_000_000) -> Callable[[Path], None]:
+    """An .npz of a few hundred kilobytes whose member unpacks to ``nbytes`` of zeros (written 1 MiB at a time)."""
+
+    def setup(ws: Path) -> None:
+        with (
+            zipfile.ZipFile(ws / rel, "w", zipfile.ZIP_DEFLATED) as archive,
+            archive.open("theta.npy", "w", force_zip64=True) as member,
+        ):
+            np.lib.format.write_array_header_1_0(
+                member, {"descr": "<f8", "fortran_order": False, "shape": (nbytes // 8,)}
+            )
+            chunk = bytes(1 << 20)
+            for _ in range(nbytes // len(chunk)):
+                member.write(chunk)
+
+    return setup
+
+
+def _npz_header_lies(rel: str) -> Callable[[Path], None]:
+    """An .npz whose member's header claims 10^12 floats in a few bytes."""
+
+    def setup(ws: Path) -> None:
+        with zipfile.ZipFile(ws / rel, "w") as archive, archive.open("theta.npy", "w") as member:
+            np.lib.format.write_array_header_1_0(member, {"descr": "<f8", "fortran_order": False, "shape": (10**12,)})
+            member.write(bytes(64))
+
+    return setup
+
+
+def _symlink_to(rel: str, target: str) -> Callable[[Path], None]:
+    def setup(ws: Path) -> None:
+        (ws / rel).unlink()
+        os.symlink(target, ws / rel)
+
+    return setup
+
+
+def _replace_with_fifo(rel: str) -> Callable[[Path], None]:
+    def setup(ws: Path) -> None:
+        (ws / rel).unlink()
+        os.mkfifo(ws / rel)
+
+    return setup
+
+
+#: Folder locks held for the whole session by a case's setup: another command writing that folder.
+_HELD: list[int] = []
+
+
+def _hold_lock(rel: str) -> Callable[[Path], None]:
+    """Hold the lock of folder output ``rel`` as a concurrent fedrca command does (until the session ends)."""
+
+    def setup(ws: Path) -> None:
+        import fcntl
+
+        from fedrca.application.outputs import lock_path
+
+        fd = os.open(lock_path(ws / rel), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _HELD.append(fd)
+
+    return setup
+
+
+def _nominal_cache(write: Callable[[Path, Path], None]) -> Callable[[Path], None]:
+    """The simulator demo's nominal run in the run cache ``{ws}/cache`` (FEDRCA_CACHE), written by ``write``."""
+
+    def setup(ws: Path) -> None:
+        from fedrca.cli.demo import NOMINAL_HOURS, NOMINAL_SEED
+        from fedrca.connectors.simulator import SimulationSpec, default_cache_dir, simulator_version
+
+        directory = default_cache_dir()
+        assert str(directory).startswith(str(ws)), directory  # FEDRCA_CACHE is the workspace's
+        directory.mkdir(parents=True, exist_ok=True)
+        key = SimulationSpec(hours=NOMINAL_HOURS, seed=NOMINAL_SEED).key(simulator_version())
+        write(directory / f"{key}.npz", directory / f"{key}.json")
+
+    return setup
+
+
+def _cache_meta(text: str, rows: int = 500) -> Callable[[Path, Path], None]:
+    def write(npz: Path, meta: Path) -> None:
+        # noise: an npz of zeros would be refused as a bomb (it unpacks to hundreds of times its size)
+        np.savez_compressed(npz, values=np.random.default_rng(0).normal(size=(rows, 52)))
+        meta.write_text(text)
+
+    return write
+
+
+GOOD_META = json.dumps({"terminated": False, "shutdown": None, "rows": 500, "cpu_seconds": 1.0})
 
 
 def _set_key(path: str, value: object) -> Callable[[dict], None]:
@@ -536,7 +639,7 @@ CASES = [
     Case(
         "params-npz-corrupted",
         REPLAY + " --params {ws}/edited --flags-out {ws}/f --verdicts-out {ws}/v",
-        r"unreadable parameter file",
+        r"unreadable array file.*re-run fedrca train",
         setup=_both(
             _edit_manifest("plant1", lambda m: None),
             lambda ws: (ws / "edited/plant1.npz").write_bytes(b"PK\x03\x04junk"),
@@ -671,7 +774,7 @@ WHATIF_CASES = [
     Case(
         "whatif-npz-corrupted",
         EDITED_W,
-        r"unreadable parameter file",
+        r"unreadable array file.*re-run fedrca train",
         setup=_both(_copy("wparams", "edited"), lambda ws: (ws / "edited/plant2.npz").write_bytes(b"PK\x03\x04x")),
     ),
     Case("whatif-params-missing", WHATIF.replace("{wparams}", "{ws}/nope"), r"no such artifact directory"),
@@ -681,7 +784,7 @@ WHATIF_CASES = [
     Case("whatif-artifacts-without-inputs", WHATIF.replace("{wparams}", "{params}"), r"no input matrix B"),
     Case("whatif-delta-not-json", WHATIF.replace("[1,0]", "[1,"), r"--delta: not JSON"),
     Case("whatif-delta-wrong-count", WHATIF.replace("[1,0]", "[1,0,2]"), r"give 2 change\(s\), got 3"),
-    Case("whatif-delta-nan", WHATIF.replace("[1,0]", "[NaN,0]"), r"must be finite numbers"),
+    Case("whatif-delta-nan", WHATIF.replace("[1,0]", "[NaN,0]"), r"--delta: NaN is not a JSON number: give a finite"),
     Case("whatif-delta-unknown-input", WHATIF.replace("[1,0]", '{{"valve":1}}'), r"has no input\(s\) 'valve'"),
     Case("whatif-steps-zero", WHATIF + " --steps 0", r"--steps: must be in 1\.\.100000"),
     Case("whatif-steps-huge", WHATIF + " --steps 1000000000", r"--steps: must be in 1\.\.100000"),
@@ -1347,7 +1450,7 @@ PUBLISH_CASES = [
     Case(
         "publish-npz-corrupted",
         EDITED_P,
-        r"unreadable parameter file",
+        r"unreadable array file.*re-run fedrca train",
         setup=_both(_copy("params", "edited"), lambda ws: (ws / "edited/plant1.npz").write_bytes(b"\x00" * 64)),
     ),
     Case(
@@ -1529,6 +1632,332 @@ REPLAY_TO_KAFKA_CASES = [
     Case("replay-to-kafka-broker-bad-host", R2K.replace("127.0.0.1", "a/b"), r"must look like kafka://host:port"),
 ]
 
+
+def _tep_config(edit: Callable[[str], str]) -> Callable[[Path], None]:
+    def setup(ws: Path) -> None:
+        (ws / "bad-tep.yaml").write_text(edit((ws / "tep.yaml").read_text()))
+
+    return setup
+
+
+def _tep_drift(edit: dict[str, object] | None, name: str = "drift.yaml") -> Callable[[Path], None]:
+    """The TEP configuration with its ``drift:`` section updated by ``edit`` (None: removed)."""
+
+    def setup(ws: Path) -> None:
+        data = yaml.safe_load((ws / "tep.yaml").read_text())
+        if edit is None:
+            data.pop("drift", None)
+        else:
+            data["drift"] = {**data.get("drift", {}), **edit}
+        (ws / name).write_text(yaml.safe_dump(data, sort_keys=False))
+
+    return setup
+
+
+BASELINE = "baseline pin --config {tep} --broker kafka://127.0.0.1:9 --plant reactor"
+DRIFTCFG = "baseline status --config {ws}/drift.yaml --broker kafka://127.0.0.1:9"
+# Issue 36: the re-baselining loop's command and its configuration section; refused before the broker
+BASELINE_CASES = [
+    Case("baseline-no-config", BASELINE.replace("{tep}", "{ws}/none.yaml"), r"none\.yaml"),
+    Case("baseline-loop-off", BASELINE.replace("{tep}", "{cfg}"), r"drift\.enabled: .*set drift\.enabled: true"),
+    Case("baseline-unknown-plant", BASELINE.replace("reactor", "boiler"), r"--plant: unknown plant 'boiler'"),
+    Case("baseline-status-unknown-plant", DRIFTCFG.replace("{ws}/drift.yaml", "{tep}") + " --plant boiler",
+         r"--plant: unknown plant 'boiler'"),
+    Case("baseline-rollback-bad-version", BASELINE.replace(" pin ", " rollback ") + " --to x3",
+         r"--to: 'x3' is not a baseline version; write b<N>"),
+    Case("baseline-rollback-negative", BASELINE.replace(" pin ", " rollback ") + " --to b-1",
+         r"--to: 'b-1' is not a baseline version"),
+    Case("baseline-rollback-no-to", BASELINE.replace(" pin ", " rollback "), r"--to: a rollback names the baseline"),
+    Case("baseline-pin-no-plant", BASELINE.replace(" --plant reactor", ""), r"--plant: pin needs the plant"),
+    Case("baseline-pin-with-to", BASELINE + " --to b2", r"--to: only a rollback takes --to, not pin"),
+    Case("baseline-unknown-action", BASELINE.replace(" pin ", " forget "), r"invalid choice: 'forget'"),
+    Case("baseline-broker-http", BASELINE.replace("kafka://", "http://"), r"--broker: .* has the scheme 'http'"),
+    Case("baseline-broker-no-port", BASELINE.replace(":9 ", " "), r"must look like kafka://host:port"),
+    Case("baseline-broker-port-zero", BASELINE.replace(":9 ", ":0 "), r"must look like kafka://host:port"),
+    Case("baseline-drift-every-words", DRIFTCFG, r"drift\.every: .*'1 fortnight' is not a duration",
+         setup=_tep_drift({"every": "1 fortnight"})),
+    Case("baseline-drift-every-zero", DRIFTCFG, r"drift\.every: .*at least 1 sample", setup=_tep_drift({"every": 0})),
+    Case("baseline-drift-every-bool", DRIFTCFG, r"drift\.every", setup=_tep_drift({"every": True})),
+    Case("baseline-drift-shift-negative", DRIFTCFG, r"drift\.max_shift", setup=_tep_drift({"max_shift": -1})),
+    Case("baseline-drift-scale-huge", DRIFTCFG, r"drift\.max_scale", setup=_tep_drift({"max_scale": 1e9})),
+    Case("baseline-drift-window-over-history", DRIFTCFG, r"drift: window \(2880 samples\) must be at most history",
+         setup=_tep_drift({"window": "6d", "history": "2d"})),
+    Case("baseline-drift-min-rows-over-window", DRIFTCFG, r"drift: min_rows \(5000\) must be at most window",
+         setup=_tep_drift({"min_rows": 5000})),
+    Case("baseline-drift-history-huge", DRIFTCFG, r"drift: history .* must be at most 4,194,304 rows",
+         setup=_tep_drift({"history": "100000w"})),
+    Case("baseline-drift-unknown-key", DRIFTCFG, r"drift\.horizon", setup=_tep_drift({"horizon": 3})),
+    Case("baseline-drift-bad-cron", DRIFTCFG, r"drift\.federated\.schedule: .*five fields",
+         setup=_tep_drift({"federated": {"schedule": "weekly"}})),
+    Case("baseline-drift-budget-zero", DRIFTCFG, r"drift\.federated\.budget",
+         setup=_tep_drift({"federated": {"budget": 0}})),
+    Case("baseline-drift-off", DRIFTCFG, r"drift\.enabled", setup=_tep_drift({"enabled": False})),
+    Case("train-history-loop-off", "train --config {cfg} --data {nominal} --history kafka://127.0.0.1:9 --out {ws}/p",
+         r"--history: --history needs the plants' history: set drift\.enabled: true"),
+    Case("train-previous-other-config",
+         "train --config {tep} --data {d00} --previous {params} --out {ws}/p", r"--previous"),
+]
+
+
+EDGE = "edge --config {tep} --broker kafka://127.0.0.1:9"
+#: ``fedrca edge`` refuses every option, name and tag map before it touches the network (issue 31).
+EDGE_CASES = [
+    Case("edge-no-edge-section", "edge --config {cfg} --broker kafka://127.0.0.1:9", r"the site has no edge: section"),
+    Case("edge-unknown-group", EDGE + " --group nope", r"no edge group or plant 'nope'"),
+    Case("edge-unknown-plant", EDGE + " --plant nope", r"--plant: plant 'nope' has no tag map"),
+    Case("edge-group-and-plant", EDGE + " --group reactor --plant feed", r"--group: give --group or --plant, not both"),
+    Case("edge-source-url-unknown", EDGE + " --source-url plc=opc.tcp://a:1", r"--source-url: .* NAME one of tep-sim"),
+    Case("edge-source-url-not-opc", EDGE + " --source-url tep-sim=http://a:1", r"--source-url: 'tep-sim=http://a:1'"),
+    Case("edge-source-url-no-equals", EDGE + " --source-url tep-sim", r"--source-url: 'tep-sim': write NAME=URL"),
+    Case("edge-speed-asap", EDGE + " --speed asap", r"--speed: the edge's clock cannot run 'as fast as possible'"),
+    Case("edge-speed-zero", EDGE + " --speed x0", r"--speed: unknown replay speed 'x0'"),
+    Case("edge-metrics-port-huge", EDGE + " --metrics-port 70000", r"--metrics-port: must be in 0\.\.65535"),
+    Case("edge-metrics-port-negative", EDGE + " --metrics-port -1", r"--metrics-port: must be in 0\.\.65535"),
+    Case("edge-duration-negative", EDGE + " --duration -5", r"--duration: must be in 0\.\."),
+    Case("edge-broker-http", "edge --config {tep} --broker http://127.0.0.1:9", r"--broker: .* has the scheme 'http'"),
+    Case(
+        "edge-malformed-node-id",
+        EDGE.replace("{tep}", "{ws}/bad-tep.yaml"),
+        r"edge\.plants\.feed\.template\.node: .*is not an OPC UA node id",
+        setup=_tep_config(
+            lambda t: t.replace('feed: {template: {node: "s={column}"}}', 'feed: {template: {node: "q=1"}}')
+        ),
+    ),
+    Case(
+        "edge-unknown-source-kind",
+        EDGE.replace("{tep}", "{ws}/bad-tep.yaml"),
+        r"edge\.sources\.tep-sim\.kind: kind must be one of opcua",
+        setup=_tep_config(lambda t: t.replace("kind: opcua", "kind: telnet")),
+    ),
+    Case(
+        "edge-tag-for-no-sensor",
+        EDGE.replace("{tep}", "{ws}/bad-tep.yaml"),
+        r"edge\.plants\.feed\.tags: column 'XMEAS\(9\)' is not a sensor of plant 'feed'",
+        setup=_tep_config(
+            lambda t: t.replace(
+                'feed: {template: {node: "s={column}"}}',
+                'feed: {tags: {"XMEAS(9)": "s=x"}, template: {node: "s={column}"}}',
+            )
+        ),
+    ),
+]
+
+
+BADCFG = DETECT.replace("{cfg}", "{ws}/bad.yaml") + " --out {ws}/o.jsonl"
+SIMDEMO = "demo --source simulator --hours 2 --idv 4@1 --out {ws}/demo"
+CACHE = (("FEDRCA_CACHE", "{ws}/cache"),)
+
+#: Issue 34: a case of each defect class that main accepted (or answered with a traceback) before.
+ISSUE34_CASES = [
+    # -- 2. configurations that mean something else than they say -------------------------------------------
+    Case(
+        "config-flow-style-duplicate-switches-privacy-off",
+        BADCFG,
+        r"line \d+, column \d+: key 'flag_epsilon' is given twice \(first on line \d+, column \d+\)",
+        setup=_config(
+            _sub(
+                "privacy:\n  flag_epsilon: inf\n  seed: 0", "privacy: {flag_epsilon: 1.0, seed: 0, flag_epsilon: .inf}"
+            )
+        ),
+    ),
+    Case(
+        "fleet-flow-style-duplicate",
+        BADFLEET,
+        r"key 'components' is given twice",
+        setup=_fleet_text(
+            _sub("model:\n  components: 2\n  n_init: 2\n", "model: {components: 1, components: 2, n_init: 2}\n")
+        ),
+    ),
+    Case(
+        "config-warmup-beyond-the-nominal-data",
+        "train --config {ws}/bad.yaml --data {nominal} --out {ws}/p",
+        r"the 600 nominal rows of .*nominal\.csv are no more than the warm-up of 1,000,000,000 samples .*"
+        r"scoring\.warmup",
+        setup=_config(_sub("    calibration: in-sample", "    calibration: in-sample\n    warmup: 1000000000")),
+    ),
+    Case(
+        "config-warmup-beyond-the-input",
+        REPLAY.replace("{cfg}", "{ws}/bad.yaml") + " --flags-out {ws}/f --verdicts-out {ws}/v",
+        r"the 300 rows of .*test\.csv are no more than the warm-up of 400 samples",
+        setup=_config(_sub("    calibration: in-sample", "    calibration: in-sample\n    warmup: 400")),
+    ),
+    Case(
+        "demo-warmup-beyond-the-live-run",
+        DEMO + " --source simulator --hours 1 --idv 4@0.5",
+        r"--hours: the 20 samples of the 1 h run are no more than the warm-up of 20 samples",
+    ),
+    Case(
+        "config-boolean-is-not-a-number",
+        BADCFG,
+        r"plants\[0\]\.model\.energy: True is a boolean, not a number",
+        setup=_config(_sub("features: identity", "features: identity\n  model:\n    energy: true")),
+    ),
+    Case(
+        "config-seed-beyond-the-documented-range",
+        BADCFG,
+        r"privacy\.seed: a seed is an integer in 0\.\.4294967295, got 1e\+38",
+        setup=_config(_sub("  seed: 0", "  seed: 1.0e+38")),
+    ),
+    Case(
+        "config-epsilon-overflows-to-infinity",
+        BADCFG,
+        r"1\.0e\+400 overflows to infinity; write \.inf",
+        setup=_config(_sub("flag_epsilon: inf", "flag_epsilon: 1.0e+400")),
+    ),
+    Case(
+        "config-epsilon-text-overflows-to-infinity",
+        BADCFG,
+        r"privacy\.flag_epsilon: 1e400 overflows to infinity",
+        setup=_config(_sub("flag_epsilon: inf", "flag_epsilon: 1e400")),
+    ),
+    Case(
+        "config-epsilon-that-keeps-every-bit",
+        BADCFG,
+        r"privacy\.flag_epsilon: 1e\+10 publishes every value unchanged, as inf does; write inf",
+        setup=_config(_sub("flag_epsilon: inf", "flag_epsilon: 1.0e+10")),
+    ),
+    Case(
+        "whatif-delta-key-given-twice",
+        WHATIF.replace("[1,0]", '{{"u1":1,"u1":5}}'),
+        r"--delta: key 'u1' is given twice",
+    ),
+    Case("whatif-delta-nested", WHATIF.replace("[1,0]", "[" * 5000 + "]" * 5000), r"--delta: nested too deeply"),
+    # -- 5. parameters that pass the checks and still hang or mislead -------------------------------------------
+    Case(
+        "simulate-control-interval-steps",
+        SIMULATE + " --control-interval 1e-9",
+        r"--control-interval: 1e-09 h makes 50,000,000 integration steps a sample",
+    ),
+    Case("simulate-hours-shorter-than-a-sample", SIMULATE.replace("0.1", "0.01"), r"--hours: 0\.01 h is shorter"),
+    Case(
+        "whatif-delta-overflows",
+        WHATIF.replace("[1,0]", "[1e308,0]"),
+        r"--delta: a change of \[1e\+308, 0\] is beyond \+-1e\+150, .* the answer would overflow",
+    ),
+    Case(
+        "train-seed-negative",
+        "train --config {cfg} --synthetic linear_two_plant --seed -1 --out {ws}/p",
+        r"--seed: a seed is an integer in 0\.\.4294967295, got -1",
+    ),
+    Case(
+        "train-seed-beyond-2-32",
+        "train --config {cfg} --synthetic linear_two_plant --seed 4294967296 --out {ws}/p",
+        r"--seed: a seed is an integer in 0\.\.4294967295",
+    ),
+    Case("simulate-to-http-blames-to", "simulate --hours 0.1 --seed 1 --to http://127.0.0.1:9", r"--to: 'http://"),
+    Case("graph-out-a-picture", GRAPH.replace("{ws}/g.json", "{ws}/g.png"), r"--out .*g\.png names a picture"),
+    # -- 3. artifacts that lie --------------------------------------------------------------------------------
+    Case(
+        "replay-params-pair-from-another-run",
+        REPLAY + " --params {ws}/edited --flags-out {ws}/f --verdicts-out {ws}/v",
+        r"artifacts of different training runs \(run ids .*plant1",
+        setup=_both(_params_under(lambda t: t), _mixed_run("params", "other", "plant1", "edited")),
+    ),
+    Case(
+        "publish-params-pair-from-another-run",
+        EDITED_P,
+        r"artifacts of different training runs \(run ids",
+        setup=_both(_params_under(lambda t: t), _mixed_run("params", "other", "plant2", "edited")),
+    ),
+    Case(
+        "whatif-params-pair-from-another-run",
+        EDITED_W,
+        r"artifacts of different training runs \(run ids",
+        setup=_both(
+            _params_under(
+                lambda t: t,
+                base="inputs.yaml",
+                out="wother",
+                data=("--synthetic", "linear_two_plant_inputs", "--samples", "500"),
+            ),
+            _mixed_run("wparams", "wother", "plant1", "edited"),
+        ),
+    ),
+    Case(
+        "whatif-manifest-nested",
+        EDITED_W,
+        r"plant1\.json: unreadable manifest \(the manifest nests deeper than 16 levels\)",
+        setup=_both(_copy("wparams", "edited"), _write("edited/plant1.json", '{"a":' * 100_000 + "1" + "}" * 100_000)),
+    ),
+    Case(
+        "whatif-npz-bomb",
+        EDITED_W,
+        r"plant1\.npz: its arrays would take \d{3},\d{3},\d{3} bytes decompressed, more than 10 x its",
+        setup=_both(_copy("wparams", "edited"), _npz_bomb("edited/plant1.npz")),
+    ),
+    Case(
+        "whatif-npz-header-lies",
+        EDITED_W,
+        r"plant1\.npz: member 'theta\.npy' says <f8 \(1000000000000,\)",
+        setup=_both(_copy("wparams", "edited"), _npz_header_lies("edited/plant1.npz")),
+    ),
+    Case(
+        "whatif-npz-fifo",
+        EDITED_W,
+        r"plant1\.npz is a FIFO \(named pipe\), not a regular file",
+        setup=_both(_copy("wparams", "edited"), _replace_with_fifo("edited/plant1.npz")),
+    ),
+    Case(
+        "replay-npz-link-to-dev-zero",
+        REPLAY + " --params {ws}/edited --flags-out {ws}/f --verdicts-out {ws}/v",
+        r"plant2\.npz is a character device, not a regular file",
+        setup=_both(_copy("params", "edited"), _symlink_to("edited/plant2.npz", "/dev/zero")),
+    ),
+    # -- 4. caches and half-done work -------------------------------------------------------------------------
+    Case(
+        "demo-cache-npz-truncated",
+        SIMDEMO,
+        r"\.npz: the simulator's run cache is corrupted \(unreadable array file .*rerun the demo with --rebuild-cache",
+        setup=_nominal_cache(lambda npz, meta: (npz.write_bytes(b"PK\x03\x04cut"), meta.write_text(GOOD_META))),
+        env=CACHE,
+    ),
+    Case(
+        "demo-cache-meta-not-json",
+        SIMDEMO,
+        r"\.json: the simulator's run cache is corrupted \(its description is not JSON",
+        setup=_nominal_cache(_cache_meta("{oops")),
+        env=CACHE,
+    ),
+    Case(
+        "demo-cache-wrong-shape",
+        SIMDEMO,
+        r"is corrupted \(\('<f8', \(500, 52\)\) is not the \(499, 52\) float64 values of its description\)",
+        setup=_nominal_cache(_cache_meta(GOOD_META.replace("500", "499"))),
+        env=CACHE,
+    ),
+    Case(
+        "demo-cache-digest",
+        SIMDEMO,
+        r"is corrupted \(its values do not match the sha256 of its description\)",
+        setup=_nominal_cache(_cache_meta(GOOD_META.replace('"rows"', '"sha256": "00", "rows"'))),
+        env=CACHE,
+    ),
+    Case(
+        "demo-cache-pickled",
+        SIMDEMO,
+        r"is corrupted \(member 'values\.npy' says \|O",
+        setup=_nominal_cache(
+            lambda npz, meta: (np.savez(npz, values=np.array([{"a": 1}], dtype=object)), meta.write_text(GOOD_META))
+        ),
+        env=CACHE,
+    ),
+    Case(
+        "demo-cache-is-a-file",
+        SIMDEMO,
+        r"tep-library: the simulator's run cache is a file, not a folder",
+        setup=_write("cache/tep-library", "not a folder"),
+        env=CACHE,
+    ),
+    Case("demo-simulator-out-is-a-file", "demo --source simulator --out {nominal}", r"--out .* is a file; give a dir"),
+    Case(
+        "train-out-being-written",
+        "train --config {cfg} --data {nominal} --out {ws}/p --fresh",
+        r"--out .*/p is being written by another fedrca command",
+        setup=_hold_lock("p"),
+    ),
+]
+
+
 ALL_CASES = [
     *CASES,
     *WHATIF_CASES,
@@ -1540,9 +1969,12 @@ ALL_CASES = [
     *REPLAY_CASES,
     *PUBLISH_CASES,
     *RUN_CASES,
+    *EDGE_CASES,
     *DEMO_CASES,
     *REPLAY_TO_KAFKA_CASES,
     *OTHER_CASES,
+    *BASELINE_CASES,
+    *ISSUE34_CASES,
 ]
 
 
@@ -1622,9 +2054,9 @@ def _argv(case: Case, ws: Path) -> list[str]:
 
 
 #: The commands issue 25 names: at least 20 hostile cases each.
-NEWER = ("whatif", "graph", "fleet", "simulate", "train", "evaluate", "publish-params", "replay")
+NEWER = ("whatif", "graph", "fleet", "simulate", "train", "evaluate", "publish-params", "replay", "baseline")
 #: The commands of the live system besides publish-params (refused before the network): at least 12 each.
-KAFKA_SIDE = ("run", "demo", "replay-to-kafka")
+KAFKA_SIDE = ("run", "demo", "replay-to-kafka", "edge")
 
 
 def test_the_suite_is_large_enough():
@@ -1659,6 +2091,8 @@ def test_hostile_invocation_gives_one_clear_line_and_damages_nothing(case, works
     ws = tmp_path / "ws"
     shutil.copytree(workspace, ws, symlinks=True)
     monkeypatch.chdir(ws)  # relative paths (the fleet's files, a default output) are the workspace's
+    for name, value in case.env:
+        monkeypatch.setenv(name, value.format(ws=ws))
     if case.setup is not None:
         case.setup(ws)
     capsys.readouterr()

@@ -380,10 +380,27 @@ def _vm_hwm(pid: int) -> int:
     raise AssertionError(f"no VmHWM for process {pid}")
 
 
+def _committed_to_the_end(bootstrap: str, group: str, topic: str) -> bool:
+    """The group's committed offset of ``topic`` (partition 0, written without transactions) is its end."""
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fedrca-test")
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        committed = admin.list_group_offsets(group).get(group, {}).get(tp)
+        end = consumer.end_offsets([tp])[tp]
+    finally:
+        admin.close()
+        consumer.close()
+    return committed is not None and committed.offset >= end > 0
+
+
 def _worker_peak(argv: list[str], cwd: Path, log: Path, feed: Callable[[], None], bootstrap: str, group: str,
-                 topics: list[str], timeout: float) -> int:  # fmt: skip
+                 topics: list[str], timeout: float, by_offsets: bool = False) -> int:  # fmt: skip
     """Start a ``fedrca run`` worker, ``feed`` its input, wait until its group consumed every record of ``topics``;
-    its peak resident memory then (it is stopped with SIGTERM)."""
+    its peak resident memory then (it is stopped with SIGTERM). ``by_offsets``: compare the group's offset with
+    the end offset (topics written without transactions, too long to read back on every poll)."""
     with open(log, "wb") as out:
         worker = subprocess.Popen([sys.executable, "-m", "fedrca.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
                                   cwd=cwd)  # fmt: skip
@@ -393,7 +410,8 @@ def _worker_peak(argv: list[str], cwd: Path, log: Path, feed: Callable[[], None]
         def caught_up() -> bool:
             assert worker.poll() is None, log.read_text()[-3000:]
             try:
-                return all(consumed_everything(bootstrap, group, topic) for topic in topics)
+                done = _committed_to_the_end if by_offsets else consumed_everything
+                return all(done(bootstrap, group, topic) for topic in topics)
             except KafkaError:  # no group coordinator yet: the worker is still joining
                 return False
 
@@ -620,3 +638,55 @@ def test_run_plant_worker_at_the_largest_privacy_window(ws, kafka_broker, tmp_pa
         assert held == window and len(record) <= MAX_KAFKA_RECORD // 2
     term = 2 * plant_bytes(600, 8, 1) + stream_bytes(2, 2, 2000, 1000, window)
     _check(peak, _data_bytes(config_path, ws / "nominal.csv"), term)
+
+
+# -- issue 34: the peaks at the largest accepted values themselves -----------------------------------------
+@pytest.mark.slow
+@pytest.mark.exhaustive
+@pytest.mark.timeout(3600)
+def test_graph_at_the_query_cap(ws, capsys):
+    """43 variables that stay dependent: layer 3 makes 19,251,960 queries, the most a complete layer below the
+    cap of 20 million can (44 variables make 21.7 million: refused); its peak within the bound."""
+    data = _dense_normal(ws, p=43)
+    full = ~np.eye(43, dtype=bool)
+    assert layer_size(full, 3) == 19_251_960 <= MAX_QUERIES < layer_size(~np.eye(44, dtype=bool), 3)
+    argv = ["graph", "--config", str(ws / "dense.yaml"), "--sites", str(data), "--split", "2", "--max-cond", "3",
+            "--out", str(ws / "cap.json")]  # fmt: skip
+    peak = _peak(argv, ws)
+    _check(peak, _data_bytes(data, ws / "dense.yaml"), graph_bytes(43, 2))
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.exhaustive
+@pytest.mark.timeout(3600)
+def test_run_rca_worker_with_every_fetch_full(ws, kafka_broker, tmp_path):
+    """An RCA worker at the largest accepted ``--batch-size`` and ``--allowed-lateness`` over a backlog of
+    both plants' flags (100,000 rows, 20 MB): every fetch as full as the broker returns (1 MiB of the flags'
+    partition), the evidence window and the aligner in use; its peak within the bound."""
+    name = unique_name("full")
+    config_path = _site(ws, name)
+    config = load_config(config_path)
+    plants, horizon = config.plant_names, config.rca.horizon
+    most = (rca_record_room() - rca_state_bytes(plants, 0, horizon)) // (
+        rca_state_bytes(plants, 1, 0) - rca_state_bytes(plants, 0, 0)
+    )
+    argv = ["run", "--config", str(config_path), "--broker", kafka_broker.url, "--roles", "rca", "--data-dir",
+            str(tmp_path / "w"), "--batch-size", str(MAX_BATCH_SIZE), "--allowed-lateness", str(most),
+            "--session-timeout", "6"]  # fmt: skip
+    ensure_site_topics(kafka_broker.bootstrap, config)
+    rows = 100_000
+    rng = np.random.default_rng(8)
+
+    def feed() -> None:
+        bits = rng.random((rows, 2, 2)) < 0.05
+        flags = [FlagMessage(name, plant, float(seq), seq, int(bits[seq, m, 0]), int(bits[seq, m, 1]), math.inf, "v0")
+                 for seq in range(rows) for m, plant in enumerate(plants)]  # fmt: skip
+        with KafkaSink(kafka_broker.bootstrap, config) as sink:
+            for flag, value in zip(flags, encode_flags(flags), strict=True):
+                sink.send_raw(config.topic("flags"), flag.plant.encode(), value)
+
+    peak = _worker_peak(argv, ws, tmp_path / "worker.log", feed, kafka_broker.bootstrap, f"fedrca-{name}-rca",
+                        [config.topic("flags")], 1800, by_offsets=True)  # fmt: skip
+    term = stream_bytes(len(plants), 0, MAX_BATCH_SIZE, most, config.privacy.window) + rca_bytes(horizon, 2)
+    _check(peak, _data_bytes(config_path), term)

@@ -192,11 +192,20 @@ def check_report_in_chromium(report, profile, metrics):
         # the page shows what the report promises: its sections, the metrics and the named root cause
         headings = [h.text for h in driver.find_elements(By.TAG_NAME, "h2")]
         assert headings == [
-            "Detection", "Root cause analysis", "Distances and flags", "RCA timeline", "Interdependency graph"
+            "Detection", "Root cause analysis", "Incidents: the candidate set and the reason of each", "Sensor faults",
+            "Distances and flags", "RCA timeline", "Interdependency graph",
         ]  # fmt: skip
         tables = [t.text for t in driver.find_elements(By.TAG_NAME, "table")]
-        assert len(tables) == 2 and "proprietary (Z_c)" in tables[0]
+        assert len(tables) >= 3 and "proprietary (Z_c)" in tables[0]
+        assert any("sensor faults reported" in t for t in tables[2:])  # a count per plant, then episodes
         assert metrics["after_onset"]["majority"] in body.text
+        # next to each incident: its candidate set with probabilities, and why (alarms, table, path, change)
+        incidents = [h.text for h in driver.find_elements(By.TAG_NAME, "h3")]
+        root = metrics["after_onset"]["majority"]
+        assert any(h.startswith("Incident") and root in h for h in incidents), incidents
+        assert f"candidates at 0.90: {root}" in body.text and "What would change it" in body.text
+        reason = next(t for t in tables[2:] if "how the root reaches it" in t)
+        assert f"{root} +0" in reason and "root candidate" in reason
         # the scores plot, as the browser painted it: filled, with the red fault onset / flag colours
         import io
 

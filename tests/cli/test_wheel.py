@@ -29,6 +29,7 @@ def test_the_installed_wheel_carries_its_files_and_runs_the_demo(tmp_path):
     wheel = next(dist.glob("fedrca-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "fedrca/_bundled/config/tep.yaml" in names
+    assert "fedrca/_bundled/config/tep.calibration.json" in names  # the map config/tep.yaml names
     assert {f"fedrca/_bundled/data/tep/{f}" for f in ("d00.dat", "d04_te.dat", "LICENSE.txt")} <= names
 
     env_dir = tmp_path / "venv"
@@ -45,4 +46,5 @@ def test_the_installed_wheel_carries_its_files_and_runs_the_demo(tmp_path):
         elsewhere, 600, env=env,
     )  # fmt: skip
     assert "3/3 evaluation" in out and "d04_te.dat" in out
+    assert "root cause reactor (p " in out and "uncalibrated" not in out  # the bundled map was found
     assert (elsewhere / "out" / "report" / "index.html").is_file()

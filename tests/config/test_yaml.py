@@ -27,13 +27,32 @@ def _write(tmp_path: Path, text: str | bytes, name: str = "site.yaml") -> Path:
 
 def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
     text = TEP + "\nprivacy:\n  flag_epsilon: 1.0\n"  # the second privacy block would silently win
-    with pytest.raises(ConfigError, match=r"line \d+: key 'privacy' is given twice \(first on line \d+\)"):
+    where = r"line \d+, column 1: key 'privacy' is given twice \(first on line \d+, column 1\)"
+    with pytest.raises(ConfigError, match=where):
         load_config(_write(tmp_path, text))
 
 
 def test_duplicate_keys_nested_anywhere_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="key 'rounds' is given twice"):
         read_yaml(_write(tmp_path, "training:\n  rounds: 3\n  rounds: 4\n"), "x")
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        # one line, flow style: the duplicate check once compared line numbers, and this one switched
+        # randomized response off (issue 34)
+        ("privacy: {flag_epsilon: 1.0, seed: 0, flag_epsilon: .inf}\n", "line 1, column 39: key 'flag_epsilon'"),
+        ("model: {components: 1, components: 2}\n", "line 1, column 24: key 'components'"),
+        ("a: [{x: 1, x: 2}]\n", "line 1, column 12: key 'x'"),
+        ("{a: 1, b: 2, a: 3}\n", "line 1, column 14: key 'a'"),
+        ("a: {1: x, 1.0: y}\n", "key 1.0"),  # one dict key in Python: equal as values
+        ('a: {"k": 1, k: 2}\n', "key 'k'"),  # quoted or plain, one key
+    ],
+)
+def test_flow_style_duplicates_are_refused(tmp_path, text, where):
+    with pytest.raises(ConfigError, match=f"{where}.* is given twice"):
+        read_yaml(_write(tmp_path, text), "x")
 
 
 def test_merge_keys_are_not_duplicates(tmp_path):

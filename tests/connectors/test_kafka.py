@@ -132,8 +132,8 @@ def test_sink_errors_are_clear(kafka_broker):
         sink.send(SensorMessage(cfg.site, "feed", 0.0, 0, np.zeros(2)))
     with pytest.raises(DataError, match="unknown plant 'boiler'; plants are feed, reactor"):
         sink.send(SensorMessage(cfg.site, "boiler", 0.0, 0, np.zeros(2)))
-    with pytest.raises(DataError, match="non-finite: plant 'feed' seq 1: NaN or inf values cannot be sent"):
-        sink.send(SensorMessage(cfg.site, "feed", 0.0, 1, np.array([np.nan, 0.0])))
+    with pytest.raises(DataError, match="non-finite: plant 'feed' seq 1: infinite values cannot be sent"):
+        sink.send(SensorMessage(cfg.site, "feed", 0.0, 1, np.array([np.inf, 0.0])))
     sink.close()
 
 

@@ -164,15 +164,16 @@ def test_written_file_is_read_back_by_load_tep(nominal_and_fault, tmp_path):
 @needs_sim
 def test_cli_simulate_output_runs_through_detect(repo, tmp_path, capsys):
     out = tmp_path / "run.dat"
-    assert main(["simulate", "--hours", "1", "--seed", "155", "--idv", "6@0.5", "--out", str(out)]) == 0
-    assert "20 samples x 52" in capsys.readouterr().out
+    # two hours: the 40 rows outlast the TEP plants' warm-up of 20 samples (a run of 20 rows raises no flag)
+    assert main(["simulate", "--hours", "2", "--seed", "155", "--idv", "6@0.5", "--out", str(out)]) == 0
+    assert "40 samples x 52" in capsys.readouterr().out
     flags = tmp_path / "flags.jsonl"
     code = main(
         ["detect", "--config", str(repo / "config/tep.yaml"), "--train", str(repo / "data/tep/d00.dat"),
          "--input", str(out), "--out", str(flags)]
     )  # fmt: skip
     assert code == 0
-    assert len(flags.read_text().splitlines()) == 20 * 5
+    assert len(flags.read_text().splitlines()) == 40 * 5
 
 
 @pytest.mark.parametrize(

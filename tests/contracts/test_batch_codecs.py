@@ -37,7 +37,10 @@ def assert_same(batch, single):
     assert [(m.site, m.plant, m.ts, m.seq) for m in valid_b] == [(m.site, m.plant, m.ts, m.seq) for m in valid_s]
     for mb, ms in zip(valid_b, valid_s, strict=True):
         assert mb.values.dtype == np.float64
-        assert np.array_equal(mb.values, ms.values)
+        assert np.array_equal(mb.values, ms.values, equal_nan=True)
+        assert mb.quality.dtype == np.uint8
+        assert np.array_equal(mb.quality, ms.quality)
+        assert np.array_equal(mb.quality != 0, np.isnan(mb.values))
         assert type(mb.ts) is float
     assert [(raw, err.reason, err.detail) for raw, err in rejected_b] == [
         (raw, err.reason, err.detail) for raw, err in rejected_s
@@ -62,8 +65,13 @@ BAD = [
     good(values=[1.0, 2.0]),
     good(values=[1.0, "x", 2.0]),
     good(values=[1.0, True, 2.0]),
-    good(values=[1.0, None, 2.0]),
     b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":null}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,null,NaN]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[null,null,Infinity]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[null,1.0,2.0],"quality":[0,0]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[null,1.0,2.0],"quality":[4,0,0]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[null,1.0,2.0],"quality":[true,0,0]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[null,1.0,2.0],"quality":"bad"}',
     b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,NaN,2.0]}',
     b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,-Infinity,2.0]}',
     b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,1e400,2.0]}',
@@ -79,12 +87,19 @@ BAD = [
     HUGE_VALUE := b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,1' + b"0" * 400 + b",3.0]}",
 ]
 BAD += [good(seq=13) + b" x", b"\x00" + good()]
+# beyond the detector's bound (the data files' too): refused, a null beside them or not
+BAD += [good(values=[0.1, 1e151, -7]), good(values=[None, -1e300, 1.0]), good(seq=2**53 + 1)]
+# nested deeper than a message, or larger than a record: refused before they are parsed
+BAD += [good().replace(b"[1.0", b"[" * 5_000 + b"1.0"), b'{"site":"' + b"x" * (1 << 20) + b'"}']
 #: Valid for json.loads but not plain UTF-8: the batch decoder's slow path must accept them too.
 ODD = [b"\xef\xbb\xbf" + good(seq=11), good(seq=12).decode().encode("utf-16"), good(seq=14).decode()]
 GOOD = [
     good(),
     good(plant="reactor", seq=8, ts=0, values=[4, -2]),
-    good(seq=0, ts=NOW + 3600, values=[0.1, 1e300, -7]),
+    good(seq=0, ts=NOW + 3600, values=[0.1, 1e150, -7]),
+    good(values=[1.0, None, 2.0]),
+    good(plant="reactor", values=[None, None]),
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[null,1.0,2.0],"quality":[1,0,2]}',
 ]
 
 
@@ -99,6 +114,16 @@ def test_every_bad_shape_gets_the_same_error_as_one_by_one_in_order():
 def test_integers_beyond_the_float_range_are_dead_letters_not_crashes():
     _, rejected = decode_sensors([good(), HUGE_TS, HUGE_VALUE], "tep", COUNTS, now=NOW)
     assert [err.reason for _, err in rejected] == ["bad-timestamp", "non-finite"]
+
+
+def test_nulls_decode_to_nan_and_missing_on_the_fast_path():
+    raws = [good(seq=s, values=[None if s % 3 == 0 else s, s + 0.5, None if s % 5 == 0 else -s]) for s in range(30)]
+    valid, rejected = decode_sensors(raws, "tep", COUNTS, now=NOW)
+    assert rejected == []
+    values = np.vstack([m.values for m in valid])
+    assert np.array_equal(np.isnan(values[:, 0]), np.arange(30) % 3 == 0)
+    assert np.array_equal(np.isnan(values[:, 2]), np.arange(30) % 5 == 0)
+    assert {int(q) for m in valid for q in m.quality} == {0, 3}
 
 
 def test_only_good_messages_decode_to_one_array_per_batch():
@@ -119,7 +144,8 @@ fields = st.fixed_dictionaries(
         "ts": st.one_of(st.floats(-10.0, 2e9), st.integers(-10, 2 * 10**9), st.just(float("nan"))),
         "seq": st.one_of(st.integers(-2, 10**6), st.floats(0, 10)),
         "values": st.lists(numbers, min_size=0, max_size=4),
-    }
+    },
+    optional={"quality": st.one_of(st.lists(st.integers(-1, 4), max_size=4), st.booleans(), st.none())},
 )
 
 
@@ -140,6 +166,8 @@ flags = st.builds(
     za=st.sampled_from([0, 1]),
     eps=st.one_of(st.just(math.inf), st.floats(0.01, 50), st.integers(1, 5)),
     model_version=st.text(max_size=12),
+    withheld=st.booleans(),
+    degraded=st.booleans(),
 )
 
 

@@ -18,6 +18,7 @@ from fedrca.contracts import (
     decode_sensor,
     encode,
 )
+from fedrca.contracts.messages import MAX_ABS_VALUE
 from fedrca.exceptions import MessageError
 
 COUNTS = {"feed": 3, "reactor": 2}
@@ -44,6 +45,11 @@ def sensor(**over):
         (sensor(values=None), "missing-field"),
         (b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,NaN,2.0]}', "non-finite"),
         (b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.0,Infinity,2.0]}', "non-finite"),
+        (b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[null,NaN,2.0]}', "non-finite"),
+        (sensor(values=[None, 1.0, 2.0], quality=[3, 0]), "bad-quality"),
+        (sensor(values=[None, 1.0, 2.0], quality=[3, 0, 9]), "bad-quality"),
+        (sensor(values=[None, 1.0, 2.0], quality=[3.0, 0, 0]), "bad-quality"),
+        (sensor(values=[None, 1.0, 2.0], quality={"0": 3}), "bad-quality"),
         (sensor(seq=-1), "bad-seq"),
         (sensor(seq=1.5), "bad-seq"),
         (sensor(seq=True), "bad-seq"),
@@ -60,7 +66,7 @@ def test_each_malformed_sensor_message_has_its_reason(raw, reason):
 
 
 @given(
-    values=st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64), min_size=2, max_size=2),
+    values=st.lists(st.floats(-MAX_ABS_VALUE, MAX_ABS_VALUE, width=64), min_size=2, max_size=2),
     seq=st.integers(0, 2**40),
     ts=st.floats(0, NOW),
 )
@@ -101,3 +107,9 @@ def test_deadletter_headers_carry_reason_and_source():
         "fedrca-stage": b"plant",
         "fedrca-source-topic": b"tep.sensors.feed",
     }
+
+
+def test_the_stream_bounds_values_as_the_data_files_do():
+    from fedrca.datasets.nominal import MAX_ABS_VALUE as FILES
+
+    assert MAX_ABS_VALUE == FILES  # one bound: a value a file may not hold may not arrive on a sensors topic either

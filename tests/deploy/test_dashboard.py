@@ -13,7 +13,7 @@ import re
 import promql_parser
 import pytest
 
-from fedrca.observability import Metrics
+from fedrca.edge.metrics import EdgeMetrics
 from tests.deploy import support
 from tests.deploy.support import of_kind
 
@@ -26,7 +26,8 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 
 def exported_names() -> set[str]:
     names = set()
-    for family in Metrics(plants=["reactor"]).registry.collect():
+    # the workers' exporter, and fedrca edge's (its series in the same kind of registry)
+    for family in EdgeMetrics(plants=["reactor"]).registry.collect():
         assert family.type in SUFFIXES, f"{family.name}: metric type {family.type} not handled here"
         names |= {family.name + suffix for suffix in SUFFIXES[family.type]}
     return names
@@ -73,8 +74,12 @@ def test_every_expression_names_exported_metrics_only(dashboard):
         unknown = set(names) - exported
         assert not unknown, f"{expr!r} names {sorted(unknown)}, which fedrca's exporter does not export"
         used |= set(names)
-    # what the dashboard is for: per-plant d2 and flags, verdicts, lag, dead letters, privacy spend
+    # what the dashboard is for: per-plant d2 and flags, verdicts and why, lag, dead letters, privacy spend
     wanted = {
+        "fedrca_root_probability",
+        "fedrca_alarm_onset_rows",
+        "fedrca_verdict_reason_info",
+        "fedrca_verdict_change_info",
         "fedrca_d2_bucket",
         "fedrca_flags_total",
         "fedrca_root_cause",

@@ -169,7 +169,7 @@ def test_the_default_command_runs():
 
 def test_every_sub_command_the_manifests_run_exists(base, capsys):
     commands = sorted({c["args"][0] for _, c in support.containers(base)})
-    assert commands == ["publish-params", "run", "train"]
+    assert commands == ["edge", "publish-params", "run", "train"]
     for command in commands:
         # the parser the console script builds (fedrca.cli.main), in this process: no second start-up
         with pytest.raises(SystemExit) as exit_:

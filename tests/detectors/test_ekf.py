@@ -68,3 +68,18 @@ def test_nonlinear_ekf_tracks_and_streams_like_batch():
     stream = ExtendedKalmanFilter(f, h, Q=0.01 * np.eye(2), R=0.01 * np.eye(2))
     steps = np.array([stream.step(y).x_est for y in Y])
     assert np.array_equal(steps, out.x_est)
+
+
+def test_missing_values_ekf_of_a_linear_model_equals_the_kf_on_the_observed_rows():
+    rng = np.random.default_rng(6)
+    A, _, C, Q, R = random_stable_system(rng, 3, 4)
+    Y = rng.normal(size=(150, 4))
+    Y[rng.random(Y.shape) < 0.2] = np.nan
+    Y[40:45] = np.nan
+    P0 = np.eye(3)
+    kf = LinearKalmanFilter(A, C, Q, R, P0=P0, steady_state=False).filter(Y)
+    ekf = ExtendedKalmanFilter(
+        lambda x, u=None: x @ A.T, lambda x: x @ C.T, Q, R, lambda x, u=None: A, lambda x: C, P0=P0
+    ).filter(Y)
+    assert np.max(np.abs(kf.x_est - ekf.x_est)) < 1e-9
+    assert np.array_equal(np.isnan(ekf.residuals), np.isnan(Y))

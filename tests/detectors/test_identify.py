@@ -46,8 +46,10 @@ def test_inputs_give_b_matrix():
 
 
 def test_bad_inputs():
-    with pytest.raises(DataError, match="NaN"):
-        identify_linear_model(np.array([[1.0, np.nan]] * 5))
+    with pytest.raises(DataError, match="inf"):
+        identify_linear_model(np.array([[1.0, np.inf]] * 5))
+    with pytest.raises(DataError, match=r"sensor 1 has no observed value"):
+        identify_linear_model(np.array([[1.0, np.nan], [2.0, np.nan], [0.5, np.nan]]))
     with pytest.raises(ModelError, match="n_states must be between 1 and 2"):
         identify_linear_model(np.random.default_rng(0).normal(size=(10, 2)), n_states=3)
     with pytest.raises(DataError, match="at least 3"):

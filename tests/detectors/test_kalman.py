@@ -147,7 +147,123 @@ def test_input_errors_are_clear():
     with pytest.raises(ModelError, match="C must have 2 columns"):
         LinearKalmanFilter(np.eye(2), np.ones((1, 3)), np.eye(2), np.eye(1))
     kf = LinearKalmanFilter(0.5 * np.eye(2), np.ones((1, 2)), np.eye(2), np.eye(1))
-    with pytest.raises(DataError, match="NaN"):
-        kf.step([np.nan])
+    with pytest.raises(DataError, match="inf"):
+        kf.step([np.inf])
     with pytest.raises(DataError, match=r"shape \(T, 1\)"):
         kf.filter(np.ones((3, 2)))
+
+
+# -- missing values: the update on the observed subset (Shumway & Stoffer) -------------------------
+
+
+def filterpy_missing(A, C, Q, R, x0, P0, Y):
+    """filterpy's time-varying filter with, per step, the rows of H and R of the observed sensors."""
+    kf = KalmanFilter(dim_x=A.shape[0], dim_z=C.shape[0])
+    kf.F, kf.Q = A, Q
+    kf.x, kf.P = x0.copy(), P0.copy()
+    post, covs = [], []
+    for y in Y:
+        kf.predict()
+        o = np.flatnonzero(~np.isnan(y))
+        if len(o):
+            kf.update(y[o], R=R[np.ix_(o, o)], H=C[o])
+        post.append(kf.x.copy())
+        covs.append(kf.P.copy())
+    return np.array(post), covs
+
+
+def fast_simulate(rng, A, C, Q, R, T):
+    """simulate() without inputs, its noise drawn at once."""
+    W = rng.normal(size=(T, len(A))) @ np.linalg.cholesky(Q).T
+    V = rng.normal(size=(T, len(C))) @ np.linalg.cholesky(R).T
+    x, X = np.zeros(len(A)), np.empty((T, len(A)))
+    for t in range(T):
+        x = X[t] = A @ x + W[t]
+    return X @ C.T + V
+
+
+def knock_out(rng, Y, rate, dead=None):
+    Y = Y.copy()
+    Y[rng.random(Y.shape) < rate] = np.nan
+    if dead is not None:
+        column, start, stop = dead
+        Y[start:stop, column] = np.nan
+    return Y
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_missing_values_update_on_the_observed_rows_like_filterpy(seed):
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(1, 5)), int(rng.integers(2, 7))
+    A, _, C, Q, R = random_stable_system(rng, n, d)
+    Y = knock_out(rng, fast_simulate(rng, A, C, Q, R, 400), 0.2, dead=(0, 100, 160))
+    Y[200:205] = np.nan  # whole rows missing: prediction only
+    R_diagonal = np.diag(np.diag(R))  # the identified models' R: the information-form steps
+    for steady, noise in [(True, R), (False, R), (True, R_diagonal), (False, R_diagonal)]:
+        kf = LinearKalmanFilter(A, C, Q, noise, steady_state=steady)
+        x0, P0 = np.zeros(n), kf._P0.copy()
+        out = kf.filter(Y)
+        post, _ = filterpy_missing(A, C, Q, noise, x0, P0, Y)
+        # the steady filter returns to its constant gain within STEADY_RTOL of the covariance
+        assert np.max(np.abs(out.x_est - post)) < 1e-6
+        assert np.array_equal(np.isnan(out.residuals), np.isnan(Y))
+        assert np.all(np.isfinite(out.x_est))
+
+
+def test_information_form_steps_equal_the_pure_twin_step_by_step():
+    rng = np.random.default_rng(11)
+    A, _, C, Q, R = random_stable_system(rng, 3, 6)
+    R = np.diag(np.diag(R))
+    Y = knock_out(rng, fast_simulate(rng, A, C, Q, R, 200), 0.1)
+    kf = LinearKalmanFilter(A, C, Q, R, steady_state=False)
+    assert kf._information() is not None
+    out = kf.filter(Y)
+    x, P = np.zeros(3), kf._P0
+    for t, y in enumerate(Y):
+        x_pred, P_pred = kf_predict(x, P, A, Q)
+        x, P, r, _, _ = kf_update(x_pred, P_pred, y, C, R)
+        assert np.allclose(out.x_pred[t], x_pred, atol=1e-9) and np.allclose(out.x_est[t], x, atol=1e-9)
+        assert np.allclose(out.residuals[t], r, atol=1e-9, equal_nan=True)
+    assert np.allclose(kf.get_state()["P"], P, atol=1e-9)
+
+
+def test_the_pure_update_equals_the_update_of_the_observed_subsystem():
+    rng = np.random.default_rng(3)
+    A, _, C, Q, R = random_stable_system(rng, 3, 5)
+    x, P = kf_predict(rng.normal(size=3), np.eye(3), A, Q)
+    y = rng.normal(size=5)
+    y[[1, 3]] = np.nan
+    o = [0, 2, 4]
+    x_est, P_est, r, S, K = kf_update(x, P, y, C, R)
+    x_sub, P_sub, r_sub, S_sub, K_sub = kf_update(x, P, y[o], C[o], R[np.ix_(o, o)])
+    assert np.allclose(x_est, x_sub) and np.allclose(P_est, P_sub)
+    assert np.allclose(r[o], r_sub) and np.isnan(r[[1, 3]]).all()
+    assert np.allclose(K[:, o], K_sub) and not K[:, [1, 3]].any()
+    assert np.allclose(S[np.ix_(o, o)], S_sub)
+    nothing = kf_update(x, P, np.full(5, np.nan), C, R)
+    assert np.array_equal(nothing[0], x) and np.array_equal(nothing[1], P)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(0, 2**16), st.lists(st.integers(1, 60), min_size=1, max_size=8))
+def test_missing_values_batch_equals_streaming_and_the_gain_returns_to_steady(seed, cuts):
+    rng = np.random.default_rng(seed)
+    A, _, C, Q, R = random_stable_system(rng, 2, 4)
+    Y = knock_out(rng, fast_simulate(rng, A, C, Q, R, 300), 0.05, dead=(1, 50, 90))
+    whole = LinearKalmanFilter(A, C, Q, R)
+    reference = whole.filter(Y)
+    chunked = LinearKalmanFilter(A, C, Q, R)
+    parts, start = [], 0
+    for n in [*cuts, len(Y)]:
+        if start >= len(Y):
+            break
+        state = chunked.get_state()
+        chunked = LinearKalmanFilter(A, C, Q, R)
+        chunked.set_state(state)  # a restart between chunks: the covariance travels in the state
+        parts.append(chunked.filter(Y[start : start + n]).x_est)
+        start += n
+    assert np.allclose(np.concatenate(parts), reference.x_est, atol=1e-9)
+    # a long complete stretch: back at the constant gain, whose state is x alone
+    tail = LinearKalmanFilter(A, C, Q, R)
+    tail.filter(np.vstack([Y, fast_simulate(rng, A, C, Q, R, 400)]))
+    assert tail.steady and set(tail.get_state()) == {"x"}

@@ -157,8 +157,10 @@ def test_errors_name_the_plant():
     det.fit(np.random.default_rng(0).normal(size=(100, 3)))
     with pytest.raises(DataError, match=r"reactor.*expected 3"):
         det.step_batch(np.ones((2, 4)))
-    with pytest.raises(DataError, match="NaN"):
-        det.step_batch(np.array([[1.0, np.nan, 0.0]]))
+    with pytest.raises(DataError, match=r"reactor.*inf"):
+        det.step_batch(np.array([[1.0, np.inf, 0.0]]))
+    with pytest.raises(DataError, match=r"reactor.*exclude must be"):
+        det.step_batch(np.ones((2, 3)), exclude=np.ones(4, dtype=bool))
 
 
 def test_detached_scoring_leaves_no_trace_even_when_it_fails():

@@ -72,8 +72,25 @@ def test_mismatched_or_unfitted_use_is_refused(shared):
     det = FleetDetector(model=fit.model).fit(np.random.default_rng(1).normal(size=(50, 3)))
     with pytest.raises(DataError, match="expected 3"):
         det.step_batch(np.zeros((2, 5)))
-    with pytest.raises(DataError, match="NaN"):
-        det.step_batch(np.full((2, 3), np.nan))
+    with pytest.raises(DataError, match="NaN or inf"):
+        det.step_batch(np.full((2, 3), np.inf))
+
+
+def test_rows_with_a_missing_value_are_degraded_and_the_rest_scored_as_without_them(shared):
+    _, fit = shared
+    rng = np.random.default_rng(1)
+    det = FleetDetector(model=fit.model, ewma=0.3, epsilon=1.0).fit(rng.normal(size=(200, 3)))
+    Y = rng.normal(size=(60, 3)) + 4.0
+    Y[20:25, 1] = np.nan
+    state = det.get_state()
+    out = det.step_batch(Y)
+    assert out.degraded.tolist() == [20 <= t < 25 for t in range(60)]
+    assert not (out.zc[20:25].any() or out.zc_pub[20:25].any())
+    assert np.isnan(out.r_c[20:25]).all() and np.isfinite(out.d2_c).all()
+    det.set_state(state)
+    parts = [det.step_batch(Y[a:b]) for a, b in ((0, 20), (20, 25), (25, 60))]
+    assert np.allclose(np.concatenate([p.d2_c for p in parts]), out.d2_c)
+    assert np.array_equal(np.concatenate([p.zc_pub for p in parts]), out.zc_pub)
 
 
 def test_a_site_builds_the_fleet_detector_for_a_fleet_plant_and_the_plant_detector_for_the_others(shared):

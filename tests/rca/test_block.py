@@ -87,6 +87,8 @@ def make_engine(M: int, options: dict) -> RCAEngine:
         unobserved_entry=[p for p in plants if int(p[1:]) in options["unseen"]],
         cusum_threshold=options["threshold"],
         min_posterior=options["min_posterior"],
+        incident_gap=options["incident"][0],
+        incident_rows=options["incident"][1],
     )
     nominal = default_state_rates(M, 0.02, coupled=not options["trained"])
     augmented = [m not in options["fleet"] for m in range(M)]
@@ -109,6 +111,8 @@ options_strategy = st.fixed_dictionaries(
         "levels": st.sampled_from([0, 4]),
         "level_eps": st.sampled_from([math.inf, 2.0]),
         "graph": st.sampled_from(["complete", "chain", "empty"]),
+        # the incident's memory (gap, rows): the default, and incidents that end and start within a stream
+        "incident": st.sampled_from([(240, 10), (4, 1), (9, 3)]),
     }
 )
 
@@ -203,6 +207,7 @@ BASE = {
     "levels": 0,
     "level_eps": math.inf,
     "graph": "complete",
+    "incident": (240, 10),
 }
 
 

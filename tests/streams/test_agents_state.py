@@ -82,10 +82,21 @@ def test_the_rca_state_record_fits_a_kafka_record_at_the_largest_lateness() -> N
         first = 10**12  # the seqs as long as the bound counts them
         # every plant's flags but the last one's (the longest pending rows): 2 * horizon rows released (evidence),
         # `most` + 1 left pending
+        # each plant's own clock (its time kept per row) and its sensor-fault bit set: the longest pending rows
         flags = [
-            FlagMessage(config.site, plant, float(s - first), s, s % 2, (s // 2) % 2, math.inf, "v0")
+            FlagMessage(
+                config.site,
+                plant,
+                float(s - first) + 0.123456789 * k,
+                s,
+                s % 2,
+                (s // 2) % 2,
+                math.inf,
+                "v0",
+                sensor_fault=True,
+            )
             for s in range(first, first + most + 2 * horizon + 1)
-            for plant in plants[:-1]
+            for k, plant in enumerate(plants[:-1])
         ]
         _, rejected = runtime.process_flags(encode_flags(flags))
         assert not rejected

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import subprocess
 import sys
 import urllib.request
@@ -82,7 +83,7 @@ def _flags_by_key(bootstrap: str, config: SiteConfig) -> dict[tuple[str, int], d
     for record in read_topic(bootstrap, config.topic("flags")):
         try:
             f = json.loads(record.value)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if f.get("model_version") != "x":  # not one of the injected bad flags
             out[(f["plant"], f["seq"])] = f
@@ -113,6 +114,11 @@ def _bad_sensor_records(config: SiteConfig) -> list[tuple[str, bytes | None, byt
         (feed, b"feed", msg(seq=-1), "bad-seq"),
         (feed, b"feed", json.dumps({"site": site, "plant": "feed", "seq": 1}).encode(), "missing-field"),
         (feed, None, msg(), "bad-key"),
+        # the records that once killed the plant worker in a loop (issue 34; more in test_kafka_poison.py)
+        (feed, b"feed", msg().replace(b'"values": [', b'"values": ' + b"[" * 100_000, 1), "too-deep"),
+        (feed, b"feed", msg(site="x" * 999_000), "wrong-site"),
+        (feed, b"feed", msg(seq=2**70), "bad-seq"),
+        (feed, b"feed", msg(values=[1.25] * (n - 1) + [1e300]), "non-finite"),
     ]
 
 
@@ -124,6 +130,10 @@ def _bad_flag_records(config: SiteConfig) -> list[tuple[str, bytes | None, bytes
         (flags, b"reactor", b"not json at all", "malformed-json"),
         (flags, b"reactor", json.dumps({**base, "zc": 2}).encode(), "bad-flag"),
         (flags, b"boiler", json.dumps({**base, "plant": "boiler"}).encode(), "unknown-plant"),
+        # the flags that once killed the RCA worker (issue 34)
+        (flags, b"reactor", json.dumps({**base, "eps": "abc"}).encode(), "bad-flag"),
+        (flags, b"reactor", json.dumps({**base, "plant": "@"}).encode().replace(b'"@"', b"[" * 100_000), "too-deep"),
+        (flags, b"reactor", json.dumps({**base, "site": "x" * 999_000}).encode(), "wrong-site"),
     ]
 
 
@@ -172,9 +182,9 @@ def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reloa
     with KafkaSink(bootstrap, config) as sink:
         # rows 0..199 with the malformed records interleaved
         for i, (topic, key, value, _) in enumerate(bad_sensors):
-            _send_rows(config, sink, range(i * 15, (i + 1) * 15))
+            _send_rows(config, sink, range(i * 12, (i + 1) * 12))
             sink.send_raw(topic, key, value)
-        _send_rows(config, sink, range(len(bad_sensors) * 15, 200))
+        _send_rows(config, sink, range(len(bad_sensors) * 12, 200))
         for topic, key, value, _ in bad_flags:
             sink.send_raw(topic, key, value)
 
@@ -270,6 +280,21 @@ def test_bad_records_are_dead_lettered_good_ones_processed_then_parameters_reloa
     refused = [r for r in dead(reactor_deadletter) if r.headers["fedrca-reason"] == b"bad-artifact"]
     assert len(refused) == 1 and refused[0].value == tampered
     assert b"sha256" in refused[0].headers["fedrca-detail"]
+    # a record whose array claims 2^35 x 2^35 elements once ended the parameter follower (issue 34)
+    (length,) = struct.unpack_from("<I", tampered, 5)
+    header = json.loads(tampered[9 : 9 + length])
+    header["arrays"][0]["shape"] = [2**35, 2**35]
+    text = json.dumps(header).encode()
+    huge = tampered[:5] + struct.pack("<I", len(text)) + text + tampered[9 + length :]
+    with KafkaSink(bootstrap, config) as sink:
+        sink.send_raw(config.topic("params"), b"reactor", huge)
+    wait_or_dump(
+        cluster,
+        lambda: _metric(port, "fedrca_deadletters_total", stage="params", reason="bad-artifact") == 2,
+        60,
+        "the record of a huge shape to be refused",
+    )
+    assert cluster.workers["all"].starts == 1 and cluster.workers["all"].alive
     with KafkaSink(bootstrap, config) as sink:
         _send_rows(config, sink, range(400, 500))
     wait_or_dump(cluster, lambda: part_done(range(400, 500)), 120, "flags of rows 400..499", interval=0.5)

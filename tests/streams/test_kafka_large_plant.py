@@ -47,7 +47,8 @@ def test_a_1000_sensor_plant_runs_with_default_record_limits(kafka_broker, tmp_p
     doc["dataset"] = {"format": "csv", "time_column": "t", "sample_seconds": 1}
     doc["plants"] = [{"name": "p0", "sensors": [f"s{i}" for i in range(SENSORS)]}]
     doc["defaults"]["model"]["n_states"] = 8
-    doc.pop("rca", None)  # TEP's RCA settings name TEP's plants
+    doc.pop("rca", None)  # TEP's RCA and edge settings name TEP's plants
+    doc.pop("edge", None)
     config_path = tmp_path / "big.yaml"
     config_path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     train = tmp_path / "nominal.csv"

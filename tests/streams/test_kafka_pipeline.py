@@ -54,6 +54,7 @@ class CrashRun:
     flags: list[dict[str, Any]]
     rca_assignment: list[dict[str, list[int]]] | None
     rca_log: str
+    expected_calibration: str | None = None  # the id of the map the configuration names (None: uncalibrated)
 
 
 def _replay(
@@ -151,6 +152,7 @@ def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
             json_records(bootstrap, flags_topic),
             group_assignment(bootstrap, rca_group),
             cluster.workers["rca"].log_tail(400),
+            None if runtime.rca.engine.calibration is None else runtime.rca.engine.calibration.id,
         )
     except BaseException:
         print(cluster.diagnostics())
@@ -169,8 +171,14 @@ def test_fault_04_verdicts_name_the_reactor_each_exactly_once_after_a_kill(crash
     assert named.most_common(1)[0][0] == "reactor"
     assert named["reactor"] / sum(named.values()) > 0.5
     by_id = {v["id"]: v for v in run.verdicts}
-    for v in run.expected.verdicts:  # same content, not only same ids
+    for v in run.expected.verdicts:  # same content, not only same ids: root, set, probabilities and reason
         assert Verdict.from_dict(by_id[v.id]) == v
+    # the in-process run is the demo's path (site_runtime + replay_frame): every verdict naming a root carries
+    # its candidate set with probabilities and its reason, calibrated by the map config/tep.yaml names
+    named = [v for v in run.expected.verdicts if v.root_cause is not None]
+    assert named and all(v.candidates[0] == v.root_cause and len(v.probabilities) == len(v.candidates) for v in named)
+    assert all(v.reason is not None and v.reason.plant(v.root_cause) is not None for v in named)
+    assert {v.calibration for v in named} == {run.expected_calibration}
 
 
 def test_the_rca_worker_without_plant_data_uses_the_published_parameters(crash_run):
@@ -221,8 +229,9 @@ def test_rca_reads_only_flags_and_no_raw_value_leaves_the_plants(crash_run):
     run = crash_run
     config, bootstrap = run.config, run.bootstrap
     sensor_topics = {config.topic("sensors", plant=p) for p in config.plant_names}
+    # a plant's history (its re-baselining loop's rows, docs/drift.md) is as private as its sensors
     plant_private = sensor_topics | {
-        config.topic(kind, plant=p) for kind in ("state", "plant_deadletter") for p in config.plant_names
+        config.topic(kind, plant=p) for kind in ("state", "plant_deadletter", "history") for p in config.plant_names
     }
     # The RCA's consumer group never subscribes to a plant's topics.
     assignment = run.rca_assignment  # taken while the workers ran

@@ -37,11 +37,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedrca.streams import loop as loop_module
-from fedrca.streams.loop import InputRecord, LoopSettings, Outgoing, Processed, TransactionalLoop
+from fedrca.streams.loop import (
+    InputRecord,
+    LoopSettings,
+    Outgoing,
+    Processed,
+    StateRecords,
+    StateScan,
+    TransactionalLoop,
+)
 
 INPUT = "in"
 OUTPUT = "out"
 STATE = "state"
+DEAD = "dead"  # dead letters of input partition p: topic dead<p>
 GROUP = "g"
 
 COMMIT_FAULTS = ("ok", "fail", "lost", "crash-before", "crash-after")
@@ -58,6 +67,7 @@ class Crash(BaseException):
 @dataclass
 class Txn:
     entries: list[Entry] = field(default_factory=list)
+    dead: list[tuple[int, bytes, Any]] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 
@@ -75,7 +85,7 @@ class Model:
 
     def __init__(
         self,
-        inputs: dict[int, list[int]],
+        inputs: dict[int, list[int | str]],
         commits: list[str],
         fetches: list[str],
         starts: list[str],
@@ -89,6 +99,7 @@ class Model:
         self.commits, self.fetches, self.starts = list(commits), list(fetches), list(starts)
         self.delays = list(delays or [])  # event-loop turns each Produce / EndTxn round trip takes, in turn
         self.generation = 0  # the live worker; clients of earlier generations were killed
+        self.dead: dict[int, list[tuple[bytes, Any]]] = {}  # input partition -> committed dead letters
         self.commits_applied = 0
 
     @staticmethod
@@ -125,6 +136,8 @@ class Model:
         for entry in txn.entries:
             entry.status = "committed"
         self.group_offsets.update(txn.offsets)
+        for partition, value, headers in txn.dead:
+            self.dead.setdefault(partition, []).append((value, headers))
         self.commits_applied += 1
 
     def append(self, tid: str, topic: str, partition: int, key: bytes | None, value: bytes) -> None:
@@ -139,10 +152,10 @@ class Model:
 
 class FakeBatch:
     def __init__(self) -> None:
-        self.items: list[tuple[bytes | None, bytes]] = []
+        self.items: list[tuple[bytes | None, bytes, Any]] = []
 
     def append(self, *, key: bytes | None, value: bytes, timestamp: Any, headers: Any) -> object:
-        self.items.append((key, value))
+        self.items.append((key, value, headers))
         return object()
 
 
@@ -205,8 +218,11 @@ class FakeProducer:
         self.model.check_epoch(self.tid, self.epoch)
         await self.model.round_trip(self)  # Produce
         self.model.check_epoch(self.tid, self.epoch)
-        for key, value in batch.items:
-            self.model.append(self.tid, topic, partition, key, value)
+        if topic.startswith(DEAD):
+            self.model.open[self.tid].dead.extend((int(topic[len(DEAD) :]), v, h) for _, v, h in batch.items)
+        else:
+            for key, value, _ in batch.items:
+                self.model.append(self.tid, topic, partition, key, value)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
@@ -309,25 +325,35 @@ class Summer:
         return Processed(outputs, json.dumps([self.total, self.count]).encode())
 
 
-async def _read_state(model: Model, bootstrap: str, topic: str, key: bytes, *_: Any) -> tuple[int, bytes] | None:
-    latest = [v for k, v in model.committed_log(topic, 0) if k == key]
-    if not latest:
-        return None
-    doc = json.loads(latest[-1])
-    return int(doc["offset"]), json.dumps(doc["state"], separators=(",", ":")).encode()
+async def _read_state(model: Model, bootstrap: str, topic: str, key: bytes, *_: Any) -> StateRecords:
+    scan = StateScan()
+    for k, v in model.committed_log(topic, 0):
+        if k == key:
+            scan.add(v)
+    return scan.result()
 
 
-def expected_outputs(values: list[int]) -> list[list[int]]:
-    total, out = 0, []
+def expected_outputs(values: list[int | str]) -> list[list[int]]:
+    """One output per input with the running sum and count; a poison record (a text) has none."""
+    total, count, out = 0, 0, []
     for i, v in enumerate(values):
+        if isinstance(v, str):
+            continue
         total += v
-        out.append([i, total, i + 1])
+        count += 1
+        out.append([i, total, count])
     return out
+
+
+def dead_letters(model: Model, partition: int) -> list[tuple[bytes, str]]:
+    """(value, reason) of the partition's dead letters."""
+    return [(v, dict(h)["fedrca-reason"].decode()) for v, h in model.dead.get(partition, [])]
 
 
 def done(model: Model) -> bool:
     return all(
-        len(model.committed_log(OUTPUT, tp.partition)) >= len(values) and model.group_offsets.get(tp, 0) == len(values)
+        len(model.committed_log(OUTPUT, tp.partition)) + len(model.dead.get(tp.partition, [])) >= len(values)
+        and model.group_offsets.get(tp, 0) == len(values)
         for tp, values in model.inputs.items()
     )
 
@@ -352,6 +378,7 @@ async def drive(model: Model, max_records: int, offset_interval: float = 0.0, pr
             handler_for=Summer,
             state_topic_for=lambda tp: STATE,
             transactional_id_for=lambda tp: f"t-{tp.partition}",
+            deadletter_topic_for=lambda tp: f"{DEAD}{tp.partition}",
         )
 
     workers = 0
@@ -380,13 +407,17 @@ async def drive(model: Model, max_records: int, offset_interval: float = 0.0, pr
     return workers
 
 
+#: input values: numbers, and now and then a record the handler cannot process (``int(b"x")`` raises)
 inputs_strategy = st.dictionaries(
-    st.integers(0, 2), st.lists(st.integers(-5, 9), min_size=0, max_size=12), min_size=1, max_size=3
+    st.integers(0, 2),
+    st.lists(st.one_of(st.integers(-5, 9), st.just("x")), min_size=0, max_size=12),
+    min_size=1,
+    max_size=3,
 )
 
 
 def check(
-    inputs: dict[int, list[int]],
+    inputs: dict[int, list[int | str]],
     commits: list[str],
     fetches: list[str],
     starts: list[str],
@@ -401,6 +432,9 @@ def check(
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
         assert got == expected_outputs(values), f"partition {partition}"
         assert model.group_offsets.get(TopicPartition(INPUT, partition), 0) == len(values)
+        # every poison record dead-lettered exactly once, with its reason; nothing else
+        poison = [(b"x", "unprocessable") for v in values if isinstance(v, str)]
+        assert dead_letters(model, partition) == poison, f"partition {partition}"
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -446,6 +480,41 @@ def test_a_batch_commits_only_after_the_batch_before_it(commits):
     check({0: [1, 2, 3, 4, 5]}, commits, [], [], batch=1, delays=[1, 1, 6, 0, 0, 0])
 
 
+def test_records_that_are_not_the_state_are_dead_lettered_and_the_state_before_them_used():
+    # state records written by anyone who can write the state topic: not of the form, nested too deep,
+    # a state the handler cannot continue from; the valid one before them is used
+    key = b"in:0"
+    valid = b'{"offset":1,"state":[1,1]}'
+    poison = [
+        b"garbage",
+        b"",
+        b'{"offset":-1,"state":[0,0]}',
+        b'{"offset":1,"state":' + b"[" * 100_000,
+        b'{"offset":1,"state":' + b"[" * 40 + b"]" * 40 + b"}",
+        b'{"offset":1,"state":"not a pair"}',
+        b'{"offset":1,"state":[1,1],"extra":1}',
+        b'{"offset":1,"state":"' + b"x" * 1_000_000 + b'"}',
+    ]
+    model = Model({0: [1, 2, 3]}, [], [], [])
+    model.logs[(STATE, 0)] = [Entry(key, valid, "committed"), *(Entry(key, p, "committed") for p in poison)]
+    # what the valid state's batch wrote
+    model.logs[(OUTPUT, 0)] = [Entry(b"k", json.dumps([0, 1, 1]).encode(), "committed")]
+    asyncio.run(drive(model, 3))
+    assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
+    dead = dead_letters(model, 0)
+    assert sorted(v[:60] for v, _ in dead) == sorted(p[:60] for p in poison)
+    assert all(reason in ("bad-state", "too-deep", "malformed-json") for _, reason in dead), dead
+    assert all(len(v) <= 1_000_000 for v, _ in dead)
+
+
+def test_without_a_valid_state_a_partition_starts_from_the_beginning():
+    model = Model({0: [4, 5]}, [], [], [])
+    model.logs[(STATE, 0)] = [Entry(b"in:0", b'{"offset":9,"state":{"nested":' * 3, "committed")]
+    asyncio.run(drive(model, 1))
+    assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([4, 5])
+    assert [reason for _, reason in dead_letters(model, 0)] == ["malformed-json"]
+
+
 def test_a_lost_commit_answer_is_not_processed_twice():
     # The commit went through but the worker saw an error: it must re-read what is committed
     # (not redo the batch from its in-memory cursor).
@@ -466,8 +535,8 @@ def test_the_model_catches_a_loop_that_commits_offsets_outside_the_transaction()
         async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int], group_id: str) -> None:
             self.model.group_offsets.update(offsets)  # committed at once, outside the transaction
 
-    async def leaky_state(model: Model, *args: Any) -> tuple[int, bytes] | None:
-        return None  # a loop that trusts the group's offset instead of its state
+    async def leaky_state(model: Model, *args: Any) -> StateRecords:
+        return StateRecords([], [])  # a loop that trusts the group's offset instead of its state
 
     model = Model({0: [1, 2, 3]}, ["crash-before"], [], [])
     with (

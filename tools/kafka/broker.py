@@ -462,10 +462,13 @@ def _launch(java: str, heap: str, home: Home, port: int, timeout: float) -> subp
     return proc
 
 
-def restart(home: Home, hard: bool = False, grace: float = 30.0, timeout: float = 120.0) -> dict[str, object]:
+def restart(
+    home: Home, hard: bool = False, grace: float = 30.0, timeout: float = 120.0, down: float = 0.0
+) -> dict[str, object]:
     """Stop the running broker (SIGTERM, or SIGKILL when ``hard``) and start it again on the same
     data, ports and cluster id: topics, committed offsets and open transactions survive as they
-    would on a production broker restart. Leases are kept. Used by ``tools/faults.py``."""
+    would on a production broker restart. Leases are kept. ``down``: seconds it stays stopped (an
+    outage). Used by ``tools/faults.py`` and ``tools/edge_faults.py``."""
     with home.locked():
         state = home.read_state()
         if not state or not is_our_broker(int(state.get("pid", 0)), home):  # type: ignore[call-overload]
@@ -475,6 +478,7 @@ def restart(home: Home, hard: bool = False, grace: float = 30.0, timeout: float 
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
         _terminate(pid, 0.0 if hard else grace)
+        time.sleep(down)  # the outage itself
         port = int(str(state["bootstrap"]).rsplit(":", 1)[1])
         began = time.monotonic()
         proc = _launch(java_binary(), str(state.get("heap", "512m")), home, port, timeout)
@@ -585,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="print whether the broker runs; exit 1 when it does not")
     rs = sub.add_parser("restart", help="stop and start the running broker on the same data and ports")
     rs.add_argument("--hard", action="store_true", help="SIGKILL instead of a clean SIGTERM shutdown")
+    rs.add_argument("--down", type=float, default=0.0, help="seconds the broker stays stopped (default 0)")
     sub.add_parser("pause", help="SIGSTOP the broker (it hangs with its sockets open)")
     sub.add_parser("resume", help="SIGCONT a paused broker")
     sub.add_parser("fetch", help="fetch the jars from Maven Central (no-op when present)")
@@ -613,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print(f"running {state['bootstrap']} pid={state['pid']} leases={','.join(home.live_leases()) or '-'}")
         elif args.command == "restart":
-            state = restart(home, hard=args.hard)
+            state = restart(home, hard=args.hard, down=args.down)
             log(f"restarted in {state['start_seconds']} s, pid {state['pid']} at {state['bootstrap']}")
         elif args.command in ("pause", "resume"):
             log(pause(home, resume=args.command == "resume"))

@@ -101,7 +101,8 @@ def evaluate_run(run: PipelineRun, events: Sequence[FaultEvent], grace: int | No
     T = run.n_samples
     g = run.site.engine.horizon if grace is None else int(grace)
     flags = run.true_flags()
-    verdicts = run.verdicts
+    # the process verdicts: a sensor event (a broken tag) names no root and changes no diagnosis
+    verdicts = [v for v in run.verdicts if not v.is_sensor_event]
     seqs = [v.seq for v in verdicts]
     timeline = diagnosis_timeline(seqs, [v.root_cause for v in verdicts], [v.outcome for v in verdicts], plants, T)
     series = {

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
+import hashlib
 import os
 import shutil
 import stat
@@ -49,6 +51,7 @@ __all__ = [
     "TMP_PREFIX",
     "Outputs",
     "cannot_write",
+    "lock_path",
     "make_parents",
     "remove_created",
     "staged_folder",
@@ -249,6 +252,7 @@ class Outputs:
         self._inputs = inputs
         self._pending: list[tuple[str, Path, Path, list[Path]]] = []  # option, temporary, target, created dirs
         self._stages: list[tuple[str, Path, Path]] = []  # option, stage, target folder
+        self._locks: list[tuple[int, Path]] = []  # a folder lock's descriptor and file
 
     @classmethod
     def plan(
@@ -366,8 +370,46 @@ class Outputs:
         for _option, stage, _target in self._stages:
             shutil.rmtree(stage, ignore_errors=True)
         self._pending, self._stages = [], []
+        self._unlock()
+
+    def _lock(self) -> None:
+        """Lock every folder output for this command until it commits or discards.
+
+        Two commands writing one folder at once (``train --fresh --out D`` twice) would leave a mix of
+        both: the second is refused at once instead. The lock is the kernel's (``flock``) on a hidden
+        file beside the folder (in its nearest existing ancestor: the folder itself appears only at the
+        end), removed with the lock; a command that dies leaves no lock held.
+        """
+        for option, target in self.folders.items():
+            path = lock_path(target)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as exc:
+                self._unlock()
+                raise cannot_write(option, target, exc) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                # the file may have been removed by the holder that just let go: then it is not the lock
+                if os.fstat(fd).st_ino != os.stat(path).st_ino:
+                    raise BlockingIOError
+            except OSError:
+                os.close(fd)
+                self._unlock()
+                raise DataError(
+                    f"{option} {target} is being written by another fedrca command; wait until it ends, or give "
+                    "another folder"
+                ) from None
+            self._locks.append((fd, path))
+
+    def _unlock(self) -> None:
+        for fd, path in self._locks:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # while it is held: a command that opens it next sees it gone and locks anew
+            os.close(fd)
+        self._locks = []
 
     def __enter__(self) -> Outputs:
+        self._lock()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
@@ -375,6 +417,13 @@ class Outputs:
             self.commit()
         else:
             self.discard()
+
+
+def lock_path(folder: str | Path) -> Path:
+    """The hidden lock file of a folder output: beside it, in its nearest existing ancestor (named by its real path)."""
+    real = os.path.realpath(folder)
+    anchor = _existing_ancestor(Path(real).parent)
+    return anchor / f"{TMP_PREFIX}lock-{hashlib.sha1(real.encode()).hexdigest()[:16]}"
 
 
 def make_parents(directory: Path) -> list[Path]:

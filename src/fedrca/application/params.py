@@ -8,8 +8,12 @@ line naming the folder, the file and the fix:
   its arrays or the reverse), an empty (0-byte) or unreadable file;
 * an artifact whose arrays or manifest do not match their digests (edited or corrupted:
   :meth:`~fedrca.contracts.ParameterArtifact.verify`);
-* artifacts of different training runs mixed in one folder (more than one configuration hash
-  or version): their blocks do not belong together;
+* artifacts of different training runs mixed in one folder (more than one configuration hash,
+  version or run id: every artifact of a run carries its ``run_id``): their blocks do not belong
+  together;
+* a file that is no regular file (a FIFO, a link to ``/dev/zero``: reading it would never end) or a
+  link to nothing, and arrays that would unpack beyond ten times their file
+  (:func:`~fedrca.contracts.artifacts.read_npz`);
 * artifacts trained under another configuration or on other columns than the one in use
   (:func:`~fedrca.contracts.check_binding`), and artifacts of plants the site does not have;
 * an incomplete run: a plant the command needs without its artifact (a what-if query would
@@ -20,11 +24,13 @@ Guarded by ``tests/cli/test_hostile_cli.py`` (the ``params-*`` cases of every co
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from fedrca.config import SiteConfig, parameters_hash
 from fedrca.contracts import SERVER, ParameterArtifact, check_binding, load_artifact
+from fedrca.contracts.artifacts import special_file
 from fedrca.exceptions import ArtifactError
 
 __all__ = ["load_params"]
@@ -43,7 +49,16 @@ def _files(option: str, directory: Path, fix: str) -> list[str]:
         raise ArtifactError(f"{option} {directory}: no such artifact directory; write one with fedrca train --out DIR")
     stems: dict[str, set[str]] = {}
     for path in directory.iterdir():
-        if path.suffix in (".npz", ".json") and not path.name.startswith(".") and path.is_file():
+        if path.suffix in (".npz", ".json") and not path.name.startswith("."):
+            kind = special_file(path)
+            if kind is not None:
+                # a FIFO never ends a read, a link to /dev/zero never ends either: name it, never open it
+                raise ArtifactError(f"{option} {path} is a {kind}, not a regular file; restore the artifact, or {fix}")
+            if not path.is_file():
+                if path.is_symlink():
+                    raise ArtifactError(f"{option} {path} is a link to nothing ({os.readlink(path)}); restore it, "
+                                        f"or {fix}")  # fmt: skip
+                continue
             stems.setdefault(path.stem, set()).add(path.suffix)
     for stem, suffixes in sorted(stems.items()):
         if len(suffixes) == 1:
@@ -65,14 +80,18 @@ def _files(option: str, directory: Path, fix: str) -> list[str]:
 
 
 def _one_run(option: str, directory: Path, artifacts: dict[str, ParameterArtifact], fix: str) -> None:
-    """Refuse artifacts of several training runs (configuration hashes or versions) in one folder."""
-    for key, what in (("config_hash", "configurations"), ("version", "versions")):
+    """Refuse artifacts of several training runs (configuration hashes, versions or run ids) in one folder.
+
+    Every artifact of a run carries the run's id (``run_id``, covered by its digest): a plant's pair
+    copied in from another run of the same configuration and version is refused too.
+    """
+    for key, what in (("config_hash", "configurations"), ("version", "versions"), ("run_id", "run ids")):
         groups: dict[str, list[str]] = {}
         for name, artifact in artifacts.items():
             groups.setdefault(str(artifact.manifest.get(key)), []).append(name)
         if len(groups) > 1:
             described = "; ".join(
-                f"{(value[:12] if key == 'config_hash' else value)}: {', '.join(names)}"
+                f"{(value[:12] if key != 'version' else value)}: {', '.join(names)}"
                 for value, names in sorted(groups.items())
             )
             raise ArtifactError(

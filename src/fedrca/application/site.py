@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +27,22 @@ from fedrca.application.fleet.store import load_calibration, load_fleet_model
 from fedrca.application.params import load_params
 from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict
-from fedrca.datasets.loader import PlantData, check_nominal_plant, load_frame, plant_frames
+from fedrca.datasets.loader import PlantData, check_nominal_plant, check_warmup, load_frame, plant_frames
 from fedrca.detectors.factory import build_detector as build_plant_detector
-from fedrca.detectors.factory import fit_detectors, frame_segments
+from fedrca.detectors.factory import fit_detectors, fit_health, frame_segments
+from fedrca.detectors.health import HealthResult, SensorHealth
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import DetectionResult, Detector, PlantDetector
+from fedrca.drift import BaselineKeeper, KeeperSettings
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.fleet.calibration import Calibration
 from fedrca.fleet.collabdict import FleetModel
 from fedrca.fleet.detector import build_fleet_detector
 from fedrca.observability import Metrics
+from fedrca.rca.calibration import CalibrationMap
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
+from fedrca.rca.sensors import SensorEvents
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, RuntimeSettings, SiteRuntime
 
 __all__ = [
@@ -47,7 +51,10 @@ __all__ = [
     "apply_params",
     "build_detector",
     "build_detectors",
+    "build_keepers",
+    "configured_calibration_map",
     "configured_graph",
+    "load_calibration_map",
     "load_graph_file",
     "plant_runtime",
     "prepare_site",
@@ -59,6 +66,8 @@ __all__ = [
 ]
 
 BoolArray = NDArray[np.bool_]
+#: The configurations (and calibration maps) fedrca ships: config/ of the checkout, package data of a wheel.
+BUNDLED_CONFIG = Path(__file__).resolve().parents[1] / "_bundled" / "config"
 
 
 def without_privacy(config: SiteConfig) -> SiteConfig:
@@ -86,18 +95,33 @@ def apply_params(
 
 @dataclass
 class Site:
-    """Fitted detectors of a site, their nominal flags and the RCA engine."""
+    """Fitted detectors of a site, their nominal flags, the RCA engine and the plants' sensor checks; with
+    ``drift.enabled`` each plant detector's re-baselining loop (:class:`~fedrca.drift.BaselineKeeper`,
+    docs/drift.md)."""
 
     config: SiteConfig
     detectors: dict[str, Detector]
     nominal_flags: dict[str, BoolArray]
     engine: RCAEngine
     params_version: str
+    health: dict[str, SensorHealth] = field(default_factory=dict)
+    keepers: dict[str, BaselineKeeper] = field(default_factory=dict)
 
     @property
     def graph(self) -> InterdependencyGraph:
         """The engine's interdependency graph."""
         return self.engine.graph
+
+
+def build_keepers(config: SiteConfig, detectors: Mapping[str, Detector]) -> dict[str, BaselineKeeper]:
+    """The re-baselining loop of every plant detector when ``drift.enabled`` (none otherwise).
+
+    A fleet plant (``detector.kind: fleet``) has no loop: its calibration comes from the fleet run.
+    """
+    if not config.drift.enabled:
+        return {}
+    settings = KeeperSettings.from_config(config.drift, config.dataset.sample_seconds)
+    return {name: BaselineKeeper(det, settings) for name, det in detectors.items() if isinstance(det, PlantDetector)}
 
 
 def _as_plant_data(
@@ -119,6 +143,39 @@ def load_graph_file(path: str | Path, plants: Sequence[str]) -> InterdependencyG
         return InterdependencyGraph.from_json(file.read_text(encoding="utf-8")).reordered(plants)
     except (DataError, ConfigError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"{file}: {exc}") from None
+
+
+def load_calibration_map(path: str | Path, plants: Sequence[str]) -> CalibrationMap:
+    """Read a calibration map (``python bench/bench_faults.py --calibration PATH`` writes one) for ``plants``."""
+    file = Path(path)
+    if not file.is_file():
+        raise ArtifactError(
+            f"{file}: no such calibration map (rca.calibration.path, relative to the configuration's folder); "
+            "fit one with python bench/bench_faults.py --calibration PATH, or remove the key (uncalibrated verdicts)"
+        )
+    try:
+        calibration = CalibrationMap.from_json(file.read_text(encoding="utf-8"))
+        calibration.check(plants)
+    except (ArtifactError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{file}: {exc}") from None
+    return calibration
+
+
+def configured_calibration_map(config: SiteConfig, settings: RCASettings | None = None) -> CalibrationMap | None:
+    """The calibration map the configuration names (``rca.calibration.path``), else None: the verdicts then
+    carry the engine's own, uncalibrated posterior.
+
+    A relative path is looked up beside the configuration file, then among the configurations fedrca ships
+    (``fedrca/_bundled/config``: the TEP map is found for a copy of config/tep.yaml anywhere)."""
+    path = (settings or config.rca).calibration.path
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.is_absolute():
+        places = [Path(config.source).parent / file] if config.source is not None else [file]
+        places.append(BUNDLED_CONFIG / file)
+        file = next((p for p in places if p.is_file()), places[0])
+    return load_calibration_map(file, config.plant_names)
 
 
 def configured_graph(config: SiteConfig, settings: RCASettings | None = None) -> InterdependencyGraph | None:
@@ -154,6 +211,7 @@ def prepare_site(
     # a nominal frame made of several recordings says so in attrs["segments"]: each is a fresh stream
     segments = frame_segments(frame)
     detectors = build_detectors(config, nominal, source=source, segments=segments)
+    health = fit_health(config, nominal, segments=segments)
     version = "proprietary"
     artifacts = None
     if params_dir is not None:
@@ -169,8 +227,9 @@ def prepare_site(
                     det.step_batch(nominal[name].Y[start : start + n], None if U is None else U[start : start + n])
                 )
             start += n
+        # a degraded row (too few sensors, docs/missing.md) is no flag state
         nominal_flags[name] = np.column_stack(
-            [np.concatenate([r.zc for r in parts]), np.concatenate([r.za for r in parts])]
+            [np.concatenate([r.zc[~r.degraded] for r in parts]), np.concatenate([r.za[~r.degraded] for r in parts])]
         )
     engine = build_engine(
         config,
@@ -179,17 +238,22 @@ def prepare_site(
         nominal_flags=nominal_flags,
         settings=settings,
         graph=graph if graph is not None else configured_graph(config, settings),
+        calibration=configured_calibration_map(config, settings),
     )
-    return Site(config, detectors, nominal_flags, engine, version)
+    return Site(config, detectors, nominal_flags, engine, version, health, build_keepers(config, detectors))
 
 
 @dataclass
 class PipelineRun:
-    """What one in-process run produced."""
+    """What one in-process run produced.
+
+    ``health``: each plant's sensor checks (which tag, which check: the plant's own evidence).
+    """
 
     site: Site
     results: dict[str, DetectionResult]
     verdicts: list[Verdict]
+    health: dict[str, HealthResult] = field(default_factory=dict)
 
     @property
     def plants(self) -> list[str]:
@@ -202,10 +266,20 @@ class PipelineRun:
         return len(next(iter(self.results.values())))
 
     def published(self) -> NDArray[np.int64]:
-        """Published flags (T, M, 2) as the RCA saw them."""
-        return np.stack(
+        """Published flags (T, M, 2) as the RCA saw them (-1 where a plant's row was degraded: no evidence)."""
+        out = np.stack(
             [np.column_stack([self.results[p].zc_pub, self.results[p].za_pub]) for p in self.plants], axis=1
         ).astype(np.int64)
+        for m, p in enumerate(self.plants):
+            out[self.results[p].degraded, m] = -1
+        return out
+
+    def sensor_faults(self) -> NDArray[np.bool_]:
+        """(T, M) the plants' own sensor-fault decisions (False for a plant without checks)."""
+        T = self.n_samples
+        return np.column_stack(
+            [self.health[p].fault if p in self.health else np.zeros(T, dtype=bool) for p in self.plants]
+        )
 
     def true_flags(self) -> NDArray[np.int64]:
         """The plants' own flags before randomized response (T, M, 2) (for detector metrics only)."""
@@ -219,28 +293,61 @@ def run_pipeline(
     data: str | Path | pd.DataFrame | Mapping[str, PlantData],
     reset: bool = True,
     source: str | None = None,
+    quality: Mapping[str, NDArray[np.uint8]] | None = None,
 ) -> PipelineRun:
-    """Process a data set: every detector in batch, then the engine over the published flags.
+    """Process a data set: every plant's sensor checks and detector in batch, then the engine and the
+    sensor events over the published flags and bits (the streaming runtime's order: a row's sensor
+    events before its process verdict).
 
-    With ``reset`` the detectors and the engine start fresh (a new recording); ``source``
-    names a frame's file in error messages.
+    With ``reset`` the detectors and the engine start fresh (a new recording; a plant's
+    re-baselining loop restarts from the fitted baseline); ``source`` names a frame's file in
+    error messages; ``quality`` gives per-plant (T, D) quality codes
+    (:class:`~fedrca.contracts.Quality`) of the values, as a sensor message's ``quality``. Rows
+    are seqs 0, 1, ... from the start of the recording: a plant with a loop refreshes its
+    baseline at the seqs its schedule names, as a live worker does on the same rows
+    (``tests/streams/test_drift_kafka.py``).
     """
     config = site.config
     source = source or (str(data) if isinstance(data, str | Path) else "input")
     frame = load_frame(config, data) if isinstance(data, str | Path) else data
     arrays = _as_plant_data(config, frame, source)
     if reset:
+        rows = len(next(iter(arrays.values())).Y) if arrays else 0
+        check_warmup(config, rows, f"the {rows:,} rows of {source}")
         for det in site.detectors.values():
             det.reset()
+        for health in site.health.values():
+            health.reset()
+        for keeper in site.keepers.values():
+            keeper.restart()
         site.engine.reset()
-    results = run_detectors(site.detectors, arrays)
+    checked = {}
+    for name, health in site.health.items():
+        # a broken tag is excluded (NaN) before the plant's detector sees it
+        checked[name] = health.update(arrays[name].Y, None if quality is None else quality.get(name))
+        arrays[name] = PlantData(checked[name].values, arrays[name].U)
+    results = run_detectors(site.detectors, arrays, site.keepers)
+    run = PipelineRun(site, results, [], checked)
     plants = config.plant_names
-    published = np.stack([np.column_stack([results[p].zc_pub, results[p].za_pub]) for p in plants], axis=1)
+    # a degraded row (too few usable sensors) is no evidence, like an absent plant (negative)
+    published = run.published()
+    degraded = published[:, :, 0] < 0
     seqs = np.arange(len(published))
     levels = np.column_stack([results[p].level_pub for p in plants]) if config.severity_levels else None
+    if levels is not None:
+        levels = np.where(degraded, -1, levels)
     # rows are stamped like the live stream's: seq times the sampling interval
-    verdicts = site.engine.run(seqs, published.astype(np.int64), ts=seqs * config.dataset.sample_seconds, levels=levels)
-    return PipelineRun(site, results, verdicts)
+    ts = seqs * config.dataset.sample_seconds
+    verdicts = site.engine.run(seqs, published, ts=ts, levels=levels)
+    if checked:
+        bits = np.column_stack(
+            [checked[p].fault_pub.astype(np.int64) if p in checked else np.zeros(len(seqs), np.int64) for p in plants]
+        )
+        events = SensorEvents(config.site, plants, config.privacy.flag_epsilon).run(seqs, bits, ts)
+        # in seq order, a row's sensor events first
+        verdicts = sorted([*events, *verdicts], key=lambda v: (v.seq, not v.is_sensor_event))
+    run.verdicts = verdicts
+    return run
 
 
 def build_detectors(
@@ -309,9 +416,22 @@ def fleet_calibrations(config: SiteConfig) -> dict[str, Calibration]:
     }
 
 
-def run_detectors(detectors: Mapping[str, Detector], data: Mapping[str, PlantData]) -> dict[str, DetectionResult]:
-    """Process every plant's batch (each detector continues from its current state)."""
-    return {name: det.step_batch(data[name].Y, data[name].U) for name, det in detectors.items()}
+def run_detectors(
+    detectors: Mapping[str, Detector],
+    data: Mapping[str, PlantData],
+    keepers: Mapping[str, BaselineKeeper] | None = None,
+) -> dict[str, DetectionResult]:
+    """Process every plant's batch (each detector continues from its current state; a plant with a
+    re-baselining loop goes through it, its rows numbered on from the loop's history)."""
+    out = {}
+    for name, det in detectors.items():
+        keeper = (keepers or {}).get(name)
+        if keeper is None:
+            out[name] = det.step_batch(data[name].Y, data[name].U)
+        else:
+            first = keeper.history.newest + 1
+            out[name] = keeper.process(data[name].Y, data[name].U, seqs=np.arange(first, first + len(data[name].Y)))
+    return out
 
 
 def site_runtime(
@@ -331,7 +451,8 @@ def site_runtime(
     """
     site = prepare_site(config, train, params_dir=params_dir)
     metrics = metrics or Metrics(plants=site.config.plant_names)
-    plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings)
+    plants = PlantRuntime(site.config, site.detectors, metrics=metrics, settings=settings, health=site.health,
+                          keepers=site.keepers)  # fmt: skip
     artifacts = None if params_dir is None else load_params(params_dir, site.config)
     for plant, artifact in (artifacts or {}).items():
         if plant in plants.processors:
@@ -359,7 +480,7 @@ def rca_runtime(
     """
     artifacts = None if params_dir is None else load_params(params_dir, config)
     graph = configured_graph(config)
-    engine = build_engine(config, artifacts=artifacts, graph=graph)
+    engine = build_engine(config, artifacts=artifacts, graph=graph, calibration=configured_calibration_map(config))
     return RCARuntime(config, engine, metrics=metrics, settings=settings, artifacts=artifacts, graph=graph)
 
 
@@ -404,10 +525,13 @@ def plant_runtime(
         return detector
 
     detectors = {p.name: fit(p) for p in config.plants if p.name in served}
-    runtime = PlantRuntime(config, detectors, metrics=metrics, settings=settings)
-    if params_dir is not None:
-        artifacts = load_params(params_dir, config, plants=served)
-        apply_params(detectors, artifacts, params_dir)
-        for plant in served:
-            runtime.record_artifact(plant, artifacts[plant])
+    health = fit_health(config, nominal, segments=frame_segments(frame), plants=served)
+    artifacts = None if params_dir is None else load_params(params_dir, config, plants=served)
+    if artifacts is not None:
+        apply_params(detectors, artifacts, str(params_dir))
+    # the loops wrap the detectors as the artifacts left them (baseline 0), as prepare_site's do
+    runtime = PlantRuntime(config, detectors, metrics=metrics, settings=settings, health=health,
+                           keepers=build_keepers(config, detectors))  # fmt: skip
+    for plant in served if artifacts is not None else []:
+        runtime.record_artifact(plant, artifacts[plant])  # type: ignore[index]
     return runtime

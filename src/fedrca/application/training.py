@@ -35,10 +35,11 @@ from fedrca.application.outputs import (
 from fedrca.application.site import build_detectors
 from fedrca.config import SiteConfig, TrainingSettings
 from fedrca.contracts import save_artifact
-from fedrca.contracts.artifacts import arrays_sha256
+from fedrca.contracts.artifacts import MAX_MANIFEST_BYTES, arrays_sha256, read_npz, special_file
+from fedrca.contracts.bounds import parse_json
 from fedrca.datasets.loader import PlantData, plant_frames
 from fedrca.detectors.factory import frame_segments
-from fedrca.exceptions import ArtifactError, IntegrityError
+from fedrca.exceptions import ArtifactError, IntegrityError, MessageError
 from fedrca.training.federated import FederatedTraining, PartyState, TrainingResult, TrainingState
 
 __all__ = ["CHECKPOINT_DIR", "load_checkpoint", "next_version", "run_training", "save_checkpoint", "train_site"]
@@ -68,9 +69,24 @@ def _save_party(path: Path, party: PartyState) -> None:
 
 
 def _load_party(path: Path) -> PartyState:
-    with np.load(path.with_suffix(".npz"), allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    return arrays, json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    """A party's checkpointed arrays and metadata, read within the bounds of an artifact (read_npz, parse_json);
+    ValueError when they are not (the caller's "unreadable checkpoint")."""
+    try:
+        arrays = read_npz(path.with_suffix(".npz"))
+    except ArtifactError as exc:
+        raise ValueError(str(exc)) from None
+    return arrays, _json_file(path.with_suffix(".json"))
+
+
+def _json_file(path: Path) -> Any:
+    kind = special_file(path)
+    if kind is not None:
+        raise ValueError(f"{path} is a {kind}, not a regular file")
+    try:
+        return parse_json(path.read_bytes()[: MAX_MANIFEST_BYTES + 1], path.name, max_depth=16,
+                          max_bytes=MAX_MANIFEST_BYTES)  # fmt: skip
+    except MessageError as exc:
+        raise ValueError(f"{path}: {exc.detail}") from None
 
 
 def _checkpoint_digest(meta: Mapping[str, Any], parties: Mapping[str, PartyState]) -> str:
@@ -147,7 +163,7 @@ def load_checkpoint(job: FederatedTraining, directory: Path) -> int | None:
         return None
     try:
         target = directory / latest.read_text(encoding="utf-8").strip()
-        meta = json.loads((target / "state.json").read_text(encoding="utf-8"))
+        meta = _json_file(target / "state.json")
         clients = {plant: _load_party(target / f"client-{plant}") for plant in job.clients}
         server = _load_party(target / "server")
         parties = {**{f"client-{plant}": party for plant, party in clients.items()}, "server": server}
@@ -166,10 +182,22 @@ def load_checkpoint(job: FederatedTraining, directory: Path) -> int | None:
             bytes_down=dict(meta["bytes_down"]),
             raw_bytes=dict(meta["raw_bytes"]),
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile, EOFError) as exc:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        zipfile.BadZipFile,
+        EOFError,
+    ) as exc:
         raise ArtifactError(f"{directory}: unreadable checkpoint ({exc}); rerun with --fresh") from None
     try:
         job.set_state(state)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:  # arrays of other shapes than this run's
+        raise ArtifactError(
+            f"{directory}: the checkpoint does not fit this run ({type(exc).__name__}: {exc}); rerun with --fresh"
+        ) from None
     except ArtifactError as exc:
         raise ArtifactError(
             f"{directory}: {exc}; rerun with --fresh to start over (or use another --out directory)"
@@ -200,6 +228,7 @@ def run_training(
     progress: TextIO | None = None,
     header: str | None = None,
     outputs: Outputs | None = None,
+    min_version: int = 1,
 ) -> TrainingResult:
     """Run (or resume) a job with checkpoints in ``out/checkpoint`` and write its artifacts to ``out``.
 
@@ -216,6 +245,8 @@ def run_training(
     outputs : the command's output plan with ``out`` as its ``--out`` folder: the artifacts are
         staged in it and appear with the command's other outputs; without it they are staged and
         moved into ``out`` at the end of this call (either way a set of artifacts appears whole)
+    min_version : the lowest version the artifacts may take (the one after the artifacts the plants run
+        now, for a refresh round written elsewhere)
     """
     started = time.perf_counter()
     total = rounds if rounds is not None else job.settings.rounds
@@ -227,7 +258,7 @@ def run_training(
             shutil.rmtree(checkpoints)
         version = load_checkpoint(job, checkpoints) if resume else None
     if version is None:
-        version = next_version(out_dir) if out_dir is not None else 1
+        version = max(next_version(out_dir) if out_dir is not None else 1, min_version)
     elif out_dir is not None and job.round < total and next_version(out_dir) > version:
         # that run finished and published v<version>: continuing it makes new parameters, a new version
         version = next_version(out_dir)

@@ -80,6 +80,12 @@ def check_options(
 def _graph(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     check_options(args.alpha, args.keep_fraction, args.max_cond, args.split, epsilon=args.epsilon, clip=args.clip)
+    if Path(args.out).suffix.lower() in PICTURE_FORMATS:
+        # the graph is JSON; its default picture (OUT with .png) would be this very file
+        raise DataError(
+            f"--out {args.out} names a picture; --out is the graph's JSON (rca.graph.path): give --out "
+            f"{Path(args.out).with_suffix('.json')} (its picture is drawn beside it, or where --picture says)"
+        )
     picture = Path(args.picture) if args.picture else Path(args.out).with_suffix(".png")
     seen: dict[str, str] = {}
     for site in args.sites:

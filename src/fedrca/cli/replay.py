@@ -21,17 +21,19 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from fedrca.application.evaluation import evaluate_run, json_safe
 from fedrca.application.outputs import Outputs
 from fedrca.application.params import load_params
-from fedrca.application.site import PipelineRun, configured_graph, prepare_site, run_pipeline
+from fedrca.application.site import PipelineRun, configured_graph, prepare_site, run_pipeline, without_privacy
+from fedrca.cli import privacy_notice
 from fedrca.cli.detect import flags_jsonl
-from fedrca.cli.report import write_report
+from fedrca.cli.report import sensor_episodes, write_report
 from fedrca.config import load_config
-from fedrca.datasets.loader import load_frame
+from fedrca.datasets.loader import check_warmup, load_frame
 from fedrca.exceptions import DataError
 from fedrca.rca.metrics import FaultEvent
 
@@ -49,6 +51,7 @@ def _plan(args: argparse.Namespace, outputs: dict[str, str | None], report: str 
 
 def _prepare(args: argparse.Namespace) -> PipelineRun:
     config = load_config(args.config)
+    privacy_notice(args.command, without_privacy(config) if args.no_privacy else config)
     root = getattr(args, "root_cause", None)
     if root is not None and root not in config.plant_names:
         raise DataError(f"--root-cause '{root}' is not a plant; plants are {', '.join(config.plant_names)}")
@@ -60,6 +63,7 @@ def _prepare(args: argparse.Namespace) -> PipelineRun:
         load_params(args.params, config)
     configured_graph(config)
     data = load_frame(config, args.input)
+    check_warmup(config, len(data), f"the {len(data):,} rows of {args.input}")
     if start >= len(data):
         raise DataError(f"--fault-start {start} is outside the input's rows 0..{len(data) - 1}")
     started = time.perf_counter()
@@ -72,6 +76,9 @@ def _prepare(args: argparse.Namespace) -> PipelineRun:
     _progress(f"processing {args.input} ...")
     run = run_pipeline(site, data, source=str(args.input))
     _progress(f"  {run.n_samples} rows, {len(run.verdicts)} verdicts in {time.perf_counter() - started:.2f} s")
+    for keeper in site.keepers.values():  # each plant's re-baselining loop (drift.enabled), refresh by refresh
+        for report in keeper.reports:
+            _progress(f"  {report.line()}")
     return run
 
 
@@ -82,7 +89,7 @@ def _replay(args: argparse.Namespace) -> int:
         out.write("--flags-out", text)
         lines = [v.encode().decode() for v in run.verdicts]
         out.write("--verdicts-out", "".join(line + "\n" for line in lines))
-    named = Counter(v.root_cause or v.outcome for v in run.verdicts)
+    named = Counter(v.root_cause or v.outcome for v in run.verdicts)  # sensor events as sensor_fault / _recovered
     print(f"wrote {n_flags} flag lines to {args.flags_out} and {len(lines)} verdicts to {args.verdicts_out}")
     if named:
         print("verdicts: " + ", ".join(f"{k} {n}" for k, n in named.most_common()))
@@ -155,8 +162,17 @@ def _evaluate_run(args: argparse.Namespace, run: PipelineRun, out: Outputs) -> P
             rca_rows=result.rca_rows(),
             fault_start=args.fault_start,
             root_cause=args.root_cause,
+            sensor_rows=sensor_episodes(run.health, run.site.health),
+            baselines=_refresh_rows(run) if run.site.keepers else None,
+            entries=run.site.config.rca.unobserved_entry,
         )
     return out.path("--report") / page.name
+
+
+def _refresh_rows(run: PipelineRun) -> list[dict[str, Any]]:
+    """Every refresh of the plants' loops in the run, for the report."""
+    rows = [r.as_dict() for keeper in run.site.keepers.values() for r in keeper.reports]
+    return sorted(rows, key=lambda r: (r["seq"], run.plants.index(r["plant"])))
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -6,9 +6,12 @@
   scale) with their thresholds, the published alarm flags underneath, and the
   fault onset;
 * ``timeline.png`` — the published flag pairs of every plant over time, the
-  RCA verdicts (named root per verdict, green when correct) and their posterior;
+  RCA verdicts (named root per verdict, green when correct), the sensor events
+  (a plant's sensor fault begins or ends: purple squares) and the posterior;
 * ``graph.png`` / ``graph.json`` — the interdependency graph the engine used;
-* ``metrics.json`` and ``index.html`` — the metrics table and the pictures.
+* ``metrics.json`` and ``index.html`` — the metrics table, the pictures and every incident with
+  the candidate set and the reason of its latest verdict (:func:`incidents`: which plants alarmed and
+  when, the look-up table's reading, the path of each effect, what would change the verdict).
 
 The page sets ``data-images-loaded`` on its body once every picture has
 loaded, so a headless browser can check that the plots really display.
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -26,10 +31,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.application.outputs import write_file, write_with
-from fedrca.contracts import Verdict
+from fedrca.contracts import SENSOR_FAULT, Verdict
+from fedrca.detectors.health import CHECKS, HealthResult, SensorHealth
 from fedrca.rca.graph import InterdependencyGraph
 
-__all__ = ["draw_graph", "graph_picture", "plot_scores", "plot_timeline", "write_report"]
+__all__ = [
+    "Incident", "draw_graph", "graph_picture", "incidents", "plot_scores", "plot_timeline", "sensor_episodes",
+    "write_report",
+]  # fmt: skip
+
+#: Most incidents a report page describes (the first ones; the page says how many more there were).
+MAX_INCIDENTS = 50
 
 _COLORS = ["#3465a4", "#cc0000", "#4e9a06", "#c4a000", "#75507b", "#ce5c00", "#06989a", "#8f5902"]
 
@@ -117,6 +129,8 @@ def plot_timeline(
     ax_flags.set_yticklabels(plants, fontsize=8)
     ax_flags.set_title("published flag pairs: (0,0) light, (0,1) olive, (1,0) orange, (1,1) red", fontsize=9)
     labels = [*plants, "other", "none"]
+    events = [v for v in verdicts if v.is_sensor_event]
+    verdicts = [v for v in verdicts if not v.is_sensor_event]
     seqs = np.array([v.seq for v in verdicts], dtype=np.int64)
     rows = np.array(
         [
@@ -130,12 +144,22 @@ def plot_timeline(
         ax_rca.scatter(seqs[ok], rows[ok], s=14, color="#4e9a06", label="correct root")
         ax_rca.scatter(seqs[~ok], rows[~ok], s=14, color="#cc0000", marker="x", label="other verdict")
         ax_post.step(seqs, [v.posterior for v in verdicts], where="post", color="#333333", lw=0.8)
+    for v in events:
+        began = v.outcome == SENSOR_FAULT
+        for plant in v.sensor_plants:
+            ax_rca.scatter([v.seq], [plants.index(plant)], s=30, marker="s", color="#75507b",
+                           facecolors="#75507b" if began else "none",
+                           label="sensor fault" if began else "sensor recovered")  # fmt: skip
     ax_rca.set_yticks(np.arange(len(labels)))
     ax_rca.set_yticklabels(labels, fontsize=8)
     ax_rca.set_ylim(len(labels) - 0.5, -0.5)
-    ax_rca.set_title(f"RCA verdicts (named root per verdict); true root: {root_cause or '-'}", fontsize=9)
-    if len(seqs):
-        ax_rca.legend(loc="lower right", fontsize=7, frameon=False)
+    ax_rca.set_title(
+        f"RCA verdicts (named root per verdict), sensor events (squares); true root: {root_cause or '-'}", fontsize=9
+    )
+    if len(seqs) or events:
+        handles, names = ax_rca.get_legend_handles_labels()
+        unique = dict(zip(names, handles, strict=True))
+        ax_rca.legend(unique.values(), unique.keys(), loc="lower right", fontsize=7, frameon=False)
     ax_post.set_ylim(0, 1.05)
     ax_post.set_ylabel("posterior", fontsize=8)
     ax_post.set_xlabel("sample")
@@ -166,6 +190,95 @@ def _table(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+@dataclass(frozen=True)
+class Incident:
+    """A run of verdicts between two clearances (``no_anomaly`` verdicts): what an operator handles as one."""
+
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def start(self) -> int:
+        """First row of the evidence of its first verdict."""
+        return self.verdicts[0].evidence_window[0]
+
+    @property
+    def end(self) -> int:
+        """Row of its last verdict."""
+        return self.verdicts[-1].seq
+
+    @property
+    def latest(self) -> Verdict:
+        """Its last verdict (the most evidence)."""
+        return self.verdicts[-1]
+
+    @property
+    def roots(self) -> Counter[str]:
+        """How many of its verdicts named each root."""
+        return Counter(v.root_cause for v in self.verdicts if v.root_cause is not None)
+
+
+def incidents(verdicts: Sequence[Verdict]) -> list[Incident]:
+    """The verdicts grouped into incidents: a ``no_anomaly`` verdict ends one."""
+    out: list[Incident] = []
+    current: list[Verdict] = []
+    for v in verdicts:
+        if v.outcome == "no_anomaly":
+            if current:
+                out.append(Incident(tuple(current)))
+            current = []
+            continue
+        current.append(v)
+    if current:
+        out.append(Incident(tuple(current)))
+    return out
+
+
+def _incident_html(k: int, incident: Incident, entries: frozenset[str]) -> str:
+    v = incident.latest
+    roots = incident.roots
+    named = ", ".join(f"{html.escape(r)} ({n} of {len(incident.verdicts)} verdicts)" for r, n in roots.most_common())
+    head = f"<h3>Incident {k}: samples {incident.start}..{incident.end} &mdash; {named or html.escape(v.outcome)}</h3>"
+    if v.probabilities:
+        listed = ", ".join(
+            f"{html.escape(c)} {p:.2f}" + (" (unmeasured entry)" if c in entries else "")
+            for c, p in zip(v.candidates, v.probabilities, strict=True)
+        )
+        level = "" if v.level is None else f" at {v.level:.2f}"
+        kind = "uncalibrated: the engine's own posterior" if v.calibration is None else f"calibrated ({v.calibration})"
+        sets = f"<p>Latest verdict (sample {v.seq}): candidates{level}: {listed} &mdash; {html.escape(kind)}</p>"
+    else:
+        sets = f"<p>Latest verdict (sample {v.seq}): {html.escape(v.outcome.replace('_', ' '))}</p>"
+    reason = v.reason
+    if reason is None:
+        return head + sets
+    rows = [
+        {
+            "plant": p.plant,
+            "started (rows after the first alarm)": "-" if p.onset is None else f"+{p.onset}",
+            "Z_c on": f"{p.share:.0%}",
+            "(Z_c, Z_a)": f"({p.pair[0]}, {p.pair[1]})",
+            "P1 reading": p.state.replace("_", " "),
+            "look-up table with the root": p.table.replace("_", " ") or "-",
+            "how the root reaches it": p.link or "-",
+        }
+        for p in reason.plants
+    ]
+    margin = "inf" if reason.margin == float("inf") else f"{reason.margin:.1f}"
+    runner = f"runner-up {html.escape(reason.runner_up)}, {margin} nats behind" if reason.runner_up else "no runner-up"
+    change = f"<p>What would change it ({runner}): {html.escape(reason.change)}</p>"
+    return head + sets + _table(rows) + change
+
+
+def _incidents_html(verdicts: Sequence[Verdict], entries: frozenset[str]) -> str:
+    found = incidents(verdicts)
+    if not found:
+        return "<p>(no incident)</p>"
+    parts = [_incident_html(k, inc, entries) for k, inc in enumerate(found[:MAX_INCIDENTS], 1)]
+    if len(found) > MAX_INCIDENTS:
+        parts.append(f"<p>... and {len(found) - MAX_INCIDENTS} more incidents (the verdicts JSON has them all)</p>")
+    return "".join(parts)
+
+
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
@@ -183,11 +296,19 @@ img {{ max-width: 100%; border: 1px solid #ddd; margin-bottom: 1.2em; }}
 {detection}
 <h2>Root cause analysis</h2>
 {rca}
+<h2>Incidents: the candidate set and the reason of each</h2>
+{incidents}
+
+<h2>Sensor faults</h2>
+<p>A broken tag (stale, Bad, stuck, flat or out of range) is left out of its plant's statistics and
+reported as a sensor fault of the plant, never as a process root cause. The plant publishes one bit;
+the tags below are the plants' own view.</p>
+{sensors}
 <h2>Distances and flags</h2>
 <img src="scores.png" alt="per-plant d2 with thresholds and flags">
 <h2>RCA timeline</h2>
 <img src="timeline.png" alt="published flags and RCA verdicts over time">
-<h2>Interdependency graph</h2>
+{baselines}<h2>Interdependency graph</h2>
 <img class="graph" src="graph.png" alt="interdependency graph">
 <p><a href="graph.json">graph.json</a> &middot; <a href="metrics.json">metrics.json</a></p>
 <script>
@@ -268,8 +389,17 @@ def write_report(
     rca_rows: Sequence[Mapping[str, Any]],
     fault_start: int | None = None,
     root_cause: str | None = None,
+    sensor_rows: Sequence[Mapping[str, Any]] = (),
+    baselines: Sequence[Mapping[str, Any]] | None = None,
+    entries: Sequence[str] = (),
 ) -> Path:
     """Write the PNGs, graph.json, metrics.json and index.html into ``directory``; returns the page.
+
+    ``entries``: the plants declared as unmeasured entries (``rca.unobserved_entry``), marked in the sets.
+    ``sensor_rows``: the sensor-fault episodes (plant, tag, check, rows) the page lists; the
+    sensor events among ``verdicts`` are counted and drawn on the timeline. ``baselines``: the
+    refreshes of the plants' re-baselining loops (:meth:`RefreshReport.as_dict
+    <fedrca.drift.RefreshReport.as_dict>`; None: the loop is off, no section).
 
     The caller stages ``directory`` (:func:`fedrca.application.outputs.staged_folder`) so that a
     report appears whole or not at all; every file is written whole by itself too.
@@ -280,13 +410,35 @@ def write_report(
     draw_graph(graph, out / "graph.png")
     write_file(out / "graph.json", graph.to_json() + "\n")
     write_file(out / "metrics.json", json.dumps(metrics, indent=2, default=_json_default) + "\n")
+    events = Counter(p for v in verdicts if v.outcome == SENSOR_FAULT for p in v.sensor_plants)
+    counts = [{"plant": p, "sensor faults reported": events.get(p, 0)} for p in plants]
     page = _PAGE.format(
         title=html.escape(title),
         summary=html.escape(summary),
         detection=_table(detection_rows),
         rca=_table(rca_rows),
+        sensors=_table(counts) + _table(sensor_rows),
+        baselines="" if baselines is None else f"<h2>Baselines (re-baselining loop)</h2>\n{_table(baselines)}\n",
+        incidents=_incidents_html(verdicts, frozenset(entries)),
     )
     return write_file(out / "index.html", page)
+
+
+def sensor_episodes(results: Mapping[str, HealthResult], checks: Mapping[str, SensorHealth]) -> list[dict[str, Any]]:
+    """The plants' own sensor-fault episodes of a run: plant, tag, check, first and last sample (a report made
+    where every plant's data is, e.g. ``fedrca demo`` or ``fedrca evaluate``, may name the tag; in the live
+    system it never leaves its plant)."""
+    rows = []
+    for plant, checked in results.items():
+        health = checks.get(plant)
+        if health is None:
+            continue
+        for t, tag, check in health.describe(checked):
+            column = health.tags.index(tag) if health.tags else int(tag)
+            active = checked.checks[CHECKS.index(check), t:, column]
+            last = t + (int(np.argmin(active)) - 1 if not active.all() else len(active) - 1)
+            rows.append({"plant": plant, "tag": tag, "check": check, "from sample": t, "to sample": last})
+    return rows
 
 
 def _json_default(value: Any) -> Any:

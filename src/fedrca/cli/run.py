@@ -14,10 +14,12 @@ from typing import Any
 from fedrca.application.outputs import Outputs, staged_folder
 from fedrca.application.params import load_params
 from fedrca.application.site import plant_runtime, rca_runtime, site_runtime
-from fedrca.config import SiteConfig, load_config, resolve_plants
+from fedrca.cli import privacy_notice
+from fedrca.config import SiteConfig, load_config, parameters_hash, resolve_plants
 from fedrca.config.limits import (
     KAFKA_REQUEST_TIMEOUT,
     MAX_BATCH_SIZE,
+    MAX_KAFKA_RECORD,
     MAX_PORT,
     MAX_SESSION_TIMEOUT,
     MEMORY_LIMIT,
@@ -38,13 +40,16 @@ from fedrca.connectors.names import SiteNames
 from fedrca.contracts import (
     SERVER,
     ParameterArtifact,
+    check_binding,
     decode_published_artifact,
     encode_published_artifact,
     save_artifact,
 )
+from fedrca.contracts.bounds import short
 from fedrca.datasets.loader import load_dataset
 from fedrca.datasets.text import check_file
-from fedrca.exceptions import ArtifactError, ConfigError, FedrcaError
+from fedrca.drift import baseline_record_bytes, history_bytes
+from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.streams.runtime import RuntimeSettings
 
 __all__ = ["register"]
@@ -133,7 +138,16 @@ def _run(args: argparse.Namespace) -> int:
             local = Path(args.data_dir) / args.worker_name
             published = local / "published-params" if not many else local / "published-params" / config.site
             params_dir = args.params or _published_params(bootstrap, config, published, options)
-            rca = rca_runtime(config, params_dir=params_dir, settings=runtime_settings)
+            try:
+                rca = rca_runtime(config, params_dir=params_dir, settings=runtime_settings)
+            except Exception as exc:
+                if args.params is not None:
+                    raise
+                # published artifacts that decode and bind, yet do not make an engine: the defaults, said once
+                print(f"fedrca run: site {config.site}: the published parameters do not make an RCA engine "
+                      f"({type(exc).__name__}: {short(str(exc), 200)}); RCA engine with defaults",
+                      file=sys.stderr)  # fmt: skip
+                rca = rca_runtime(config, params_dir=None, settings=runtime_settings)
         sites.append(SiteRoles(SiteNames(config), plants, rca))
     local = Path(args.data_dir) / args.worker_name
     local.mkdir(parents=True, exist_ok=True)
@@ -159,6 +173,9 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    for site_roles in sites:
+        if site_roles.plants is not None:
+            privacy_notice("run", site_roles.plants.config, now=True)
     groups = [loop.settings.group_id for loop in worker.loops]
     what = f"site {sites[0].names.site}" if not many else f"{len(sites)} sites"
     print(
@@ -224,9 +241,23 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
                 f"{room:,} bytes of a Kafka record")  # fmt: skip
     windows = len(served) if "plants" in roles else 0
 
-    def need(batch: int) -> int:
-        return stream_bytes(len(plants), windows, batch, args.allowed_lateness, config.privacy.window)
+    if config.drift.enabled and "plants" in roles:
+        _check_drift(config, served)
+        capacity = config.drift.rows("history", config.dataset.sample_seconds)
+        kept = sum(history_bytes(capacity, len(config.plant(p).sensors)) for p in served)
+    else:
+        kept = 0
 
+    def need(batch: int) -> int:  # the plants' histories are held in memory too (docs/drift.md)
+        return stream_bytes(len(plants), windows, batch, args.allowed_lateness, config.privacy.window) + kept
+
+    if kept > MEMORY_LIMIT // 2:
+        raise ConfigError(
+            f"the served plants' histories ({config.drift.history} each) take about {gib(kept)} of memory, over half "
+            f"the {gib(MEMORY_LIMIT)} limit (docs/limits.md): keep a shorter history or serve fewer plants per worker",
+            source=config.source,
+            key="drift.history",
+        )
     if need(args.batch_size) > MEMORY_LIMIT:
         fits = largest(MEMORY_LIMIT, need, args.batch_size)
         fix = f"give --batch-size at most {fits}" if fits else "serve fewer plants per worker (--plants)"
@@ -235,6 +266,23 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
             f"limit (docs/limits.md): {fix}",
             key="--batch-size",
         )
+
+
+def _check_drift(config: SiteConfig, served: list[str]) -> None:
+    """Refuse a re-baselining plant whose baselines cannot be persisted: one baseline is one record of the plant's
+    history topic (:func:`fedrca.drift.baseline_record_bytes`), within a Kafka record."""
+    for plant in served:
+        sensors = len(config.plant(plant).sensors)
+        lambdas = len(config.plant(plant).scoring.ewma)
+        size = baseline_record_bytes(sensors, lambdas)
+        if size > MAX_KAFKA_RECORD:
+            raise ConfigError(
+                f"plant '{plant}' has {sensors} sensors: its baseline makes a record of about {size:,} bytes, over "
+                f"the {MAX_KAFKA_RECORD:,} of a Kafka record (docs/limits.md); split the plant or set drift.enabled: "
+                "false",
+                source=config.source,
+                key="drift.enabled",
+            )
 
 
 def _check_listen(addr: str, port: int) -> None:
@@ -313,14 +361,29 @@ def _published_params(bootstrap: str, config: SiteConfig, directory: Path, optio
     Returns None when nothing usable is published (the engine then uses its defaults).
     """
     newest: dict[str, ParameterArtifact] = {}
+    expected = parameters_hash(config)
+    skipped = 0
     for record in read_topic(bootstrap, config.topic("params"), options=options):
         try:
             plant, artifact = decode_published_artifact(record.value)
-        except FedrcaError as exc:
-            log.warning("skipping a record of %s: %s", config.topic("params"), exc)
+        except Exception as exc:  # decoding is total; a record of any other failure is skipped the same way
+            skipped += 1
+            log.warning("skipping the record at offset %d of %s: %s", record.offset, config.topic("params"), exc)
             continue
         if plant in config.plant_names or plant == SERVER:
+            try:
+                check_binding(artifact, expected, fix="publish parameters trained under this configuration")
+            except ArtifactError as exc:
+                skipped += 1
+                log.warning("skipping the record at offset %d of %s: %s", record.offset, config.topic("params"), exc)
+                continue
             newest[plant] = artifact  # the topic is in publication order: the last one wins
+    if skipped:
+        print(
+            f"fedrca run: skipped {skipped} record(s) of {config.topic('params')} that are not parameter artifacts "
+            "(the worker dead-letters them when they are published while it runs)",
+            file=sys.stderr,
+        )
     if not newest:
         print(f"fedrca run: no parameters on {config.topic('params')}; RCA engine with defaults", file=sys.stderr)
         return None

@@ -2,6 +2,10 @@
 
     fedrca simulate --hours 48 --seed 3 [--idv 14@8] [--mode mode1] --out run.dat
     fedrca simulate --hours 24 --seed 3 --idv 6@2 --to kafka://HOST:PORT [--speed realtime|xN|asap]
+    fedrca simulate --hours 24 --seed 3 --idv 6@2 --to opcua://HOST:PORT [--speed realtime|xN]
+                    [--imperfect dropout=0.01,bad=0.01,stuck=0.005,jitter=0.2,skew=2,restart=100]
+    fedrca simulate --hours 24 --seed 3 --to mqtt://HOST:PORT [--sparkplug] [--speed realtime|xN]
+    fedrca simulate --hours 24 --seed 3 --to modbus://HOST:PORT [--speed realtime|xN]
                     [--config config/tep.yaml]
 
 The file has the layout of the recorded Braatz files (``fedrca detect`` /
@@ -11,17 +15,43 @@ sample goes, as it is simulated, to the site's sensor topics (one message per pl
 faster: a live plant for ``fedrca run`` workers to watch, with the disturbance switched
 on at the chosen hour. Needs the optional extra ``fedrca[sim]``; without it the command
 prints one line naming ``pip install 'fedrca[sim]'`` and exits 2.
+
+With ``--to opcua://HOST:PORT`` the plant is served from a real OPC UA server (asyncua's)
+listening there: the 52 columns are tags ``nsu=urn:fedrca:tep-simulator;s=XMEAS(1)`` ..
+``s=XMV(11)`` (browse path ``Objects/TEP/<column>``), each sample written with its status and
+source timestamp in the middle of the sample interval of ``fedrca edge --speed`` at the same
+speed, which reads them (``config/tep.yaml``'s ``edge:`` section; docs/connectors.md).
+``--imperfect`` injects what real servers do: dropouts, Bad quality, stuck values, jitter,
+clock skew, a server restart (:class:`fedrca.edge.opcua_server.Imperfections`).
+
+With ``--to mqtt://HOST:PORT`` the samples are published to that MQTT broker on the same
+clock: each column as JSON on ``<site>/sim/<column>`` (``{"value", "timestamp", "quality"}``),
+or with ``--sparkplug`` each plant as a Sparkplug B edge node ``spBv1.0/fedrca/NDATA/<plant>``
+(births, the NDEATH will, rebirth on request; :mod:`fedrca.edge.mqtt_plant`). With
+``--to modbus://HOST:PORT`` a Modbus TCP server (pymodbus) listens there and holds plant p
+(1-based, in the site's order) as unit p, its column i the float32 in holding registers 2i,
+2i + 1 (:mod:`fedrca.edge.modbus_server`). ``--imperfect`` applies to these too. The
+``edge:`` section that reads each back is printed at start (``--edge-config FILE`` writes it).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import queue
+import re
 import sys
+import threading
 import time
+from typing import Any
+
+import aiomqtt
+import yaml
 
 from fedrca.application.outputs import Outputs
 from fedrca.cli.bundled import bundled_config
 from fedrca.config import load_config
+from fedrca.config.edge_protocols import split_url
 from fedrca.connectors.kafka import KafkaOptions, KafkaSink, bootstrap_of, ensure_site_topics
 from fedrca.connectors.replay import Pacer, progress_printer
 from fedrca.connectors.simulator import (
@@ -34,6 +64,12 @@ from fedrca.connectors.simulator import (
     simulate,
     stream_simulation,
 )
+from fedrca.datasets.tep import TEP_COLUMNS
+from fedrca.edge.modbus_server import ModbusTagServer
+from fedrca.edge.modbus_server import edge_section as modbus_edge_section
+from fedrca.edge.mqtt_plant import MqttPlant
+from fedrca.edge.mqtt_plant import edge_section as mqtt_edge_section
+from fedrca.edge.opcua_server import Imperfections, TagServer, parse_opcua_address, serve_rows
 from fedrca.exceptions import ConfigError
 
 __all__ = ["register"]
@@ -59,7 +95,7 @@ def _stream(args: argparse.Namespace) -> int:
     if config.dataset.format != "tep":
         what = config.dataset.format
         raise ConfigError(f"the simulator makes TEP samples; --config must be a TEP site, not {what!r}", key="--config")
-    bootstrap = bootstrap_of(args.to)
+    bootstrap = bootstrap_of(args.to, key="--to")
     pacer = Pacer.from_spec(args.speed)
     spec = _spec(args)
     simulator = TEPSimulator(spec)
@@ -91,7 +127,157 @@ def _stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_opcua(args: argparse.Namespace) -> int:
+    """``--to opcua://HOST:PORT``: the live run served from an OPC UA server."""
+    host, port = parse_opcua_address(args.to)
+    pacer = Pacer.from_spec(args.speed)
+    if pacer.speed is None:
+        raise ConfigError("an OPC UA server serves samples on a clock: give --speed realtime or xN", key="--speed")
+    imperfections = Imperfections.parse(args.imperfect)
+    spec = _spec(args)
+    simulator = TEPSimulator(spec)
+    period = spec.sample_seconds / pacer.speed
+    server = TagServer(list(TEP_COLUMNS), host=host, port=port, folder="TEP")
+    print(
+        f"simulating TEP {spec.mode} (seed {spec.seed}, {_describe(spec)}; tep-studio {simulator.version}) for "
+        f"{spec.hours:g} h = {spec.n_samples} samples, served at opc.tcp://{host}:{port} (namespace "
+        f"{server.namespace}), a sample every {period:g} s"
+        + (f"; injecting {args.imperfect}" if args.imperfect else ""),
+        flush=True,
+    )
+    progress = progress_printer("simulate") if args.progress else None
+
+    async def serve() -> Any:
+        await server.start()
+        try:
+            return await serve_rows(
+                server, simulator.rows(), period, imperfections,
+                on_row=(lambda k: progress(k + 1, spec.n_samples)) if progress else None,
+            )  # fmt: skip
+        finally:
+            await server.stop()
+
+    try:
+        served = asyncio.run(serve())
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); pick a free port", key="--to") from None
+    ended = f"; PLANT SHUT DOWN after {served.rows} samples: {simulator.shutdown}" if simulator.terminated else ""
+    print(f"served {served.rows} samples (most behind schedule {served.max_lag:.2f} s){ended}")
+    return 0
+
+
+def _serve_protocol(args: argparse.Namespace) -> int:
+    """``--to mqtt://HOST:PORT`` (JSON, or ``--sparkplug``) or ``--to modbus://HOST:PORT``: the live run
+    published to a broker or served from a Modbus server, paced like the OPC UA server."""
+    config = load_config(args.config or bundled_config("tep.yaml"))
+    if config.dataset.format != "tep":
+        what = config.dataset.format
+        raise ConfigError(f"the simulator makes TEP samples; --config must be a TEP site, not {what!r}", key="--config")
+    plants = {p.name: list(p.sensors) for p in config.plants}
+    pacer = Pacer.from_spec(args.speed)
+    if pacer.speed is None:
+        raise ConfigError("a served plant publishes samples on a clock: give --speed realtime or xN", key="--speed")
+    imperfections = Imperfections.parse(args.imperfect)
+    spec = _spec(args)
+    simulator = TEPSimulator(spec)
+    period = spec.sample_seconds / pacer.speed
+    server: Any
+    if args.to.startswith("modbus://"):
+        host, port = split_url(_checked_url(args.to, "modbus"), 502)
+        server = ModbusTagServer(plants, host=host, port=port, columns=TEP_COLUMNS)
+        edge = modbus_edge_section(plants, f"modbus://{host}:{port}")
+        where = f"served from a Modbus TCP server at modbus://{host}:{port} (plant p = unit p, column i = float32 at "
+        where += "holding 2i)"
+    else:
+        url = _checked_url(args.to, "mqtt")
+        server = MqttPlant(plants, url, config.site, sparkplug=args.sparkplug, columns=TEP_COLUMNS)
+        edge = mqtt_edge_section(plants, url, config.site, sparkplug=args.sparkplug)
+        nodes = f"Sparkplug B nodes spBv1.0/{server.group}/*/<plant>"
+        where = f"published to {url} as " + (nodes if args.sparkplug else f"JSON on {server.prefix}/<column>")
+    edge_yaml = yaml.safe_dump({"edge": edge}, sort_keys=False)
+    if args.edge_config:
+        with Outputs.plan({}, {"--edge-config": args.edge_config}) as out:
+            out.write_with("--edge-config", lambda f: f.write(edge_yaml.encode()))
+    print(
+        f"simulating TEP {spec.mode} (seed {spec.seed}, {_describe(spec)}; tep-studio {simulator.version}) for "
+        f"{spec.hours:g} h = {spec.n_samples} samples, {where}, a sample every {period:g} s"
+        + (f"; injecting {args.imperfect}" if args.imperfect else "")
+        + (f"\nthe edge: section that reads it back ({args.edge_config or 'add it to the site configuration'}):\n"
+           + edge_yaml.rstrip()),
+        flush=True,
+    )  # fmt: skip
+    progress = progress_printer("simulate") if args.progress else None
+
+    async def serve() -> Any:
+        await server.start()
+        try:
+            served = await serve_rows(
+                server, _ahead(simulator.rows()), period, imperfections,
+                on_row=(lambda k: progress(k + 1, spec.n_samples)) if progress else None,
+            )  # fmt: skip
+            # the last sample stays up until an edge at this speed has closed its row
+            await asyncio.sleep(period)
+            return served
+        finally:
+            await server.stop()
+
+    try:
+        served = asyncio.run(serve())
+    except aiomqtt.MqttError as exc:
+        raise ConfigError(f"cannot publish to {args.to} ({exc}); is the broker running?", key="--to") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {args.to} ({exc.strerror}); pick a free port", key="--to") from None
+    ended = f"; PLANT SHUT DOWN after {served.rows} samples: {simulator.shutdown}" if simulator.terminated else ""
+    print(f"served {served.rows} samples (most behind schedule {served.max_lag:.2f} s){ended}")
+    return 0
+
+
+def _ahead(rows: Any, most: int = 4) -> Any:
+    """``rows`` computed up to ``most`` ahead in a thread: the event loop that serves the plant (a
+    Modbus server answering polls, the MQTT keep-alives) is not held while the next sample computes."""
+    waiting: queue.Queue[Any] = queue.Queue(maxsize=most)
+    end = object()
+
+    def produce() -> None:
+        try:
+            for row in rows:
+                waiting.put(row)
+        except Exception as exc:  # handed to the consumer, raised there
+            waiting.put(exc)
+        waiting.put(end)
+
+    threading.Thread(target=produce, name="simulate-ahead", daemon=True).start()
+    while (row := waiting.get()) is not end:
+        if isinstance(row, Exception):
+            raise row
+        yield row
+
+
+def _checked_url(url: str, scheme: str) -> str:
+    """``scheme://host:port`` as given, or a ConfigError naming --to."""
+    if not re.match(rf"^{scheme}://[^/\s:]+:\d{{1,5}}/?$", url):
+        raise ConfigError(f"{url!r}: write {scheme}://HOST:PORT", key="--to")
+    return url.rstrip("/")
+
+
+#: the --to schemes served by a plant on a protocol (beside kafka:// and a file)
+_SERVED = ("opcua://", "opc.tcp://", "mqtt://", "modbus://")
+
+
 def _simulate(args: argparse.Namespace) -> int:
+    if args.imperfect and not (args.to or "").startswith(_SERVED):
+        raise ConfigError("--imperfect applies to a served plant: --to opcua://, mqtt:// or modbus://HOST:PORT",
+                          key="--imperfect")  # fmt: skip
+    if args.sparkplug and not (args.to or "").startswith("mqtt://"):
+        raise ConfigError("--sparkplug applies to --to mqtt://HOST:PORT", key="--sparkplug")
+    if args.edge_config and not (args.to or "").startswith(("mqtt://", "modbus://")):
+        raise ConfigError("--edge-config applies to --to mqtt:// or modbus://HOST:PORT", key="--edge-config")
+    if args.to is not None and args.to.startswith(_SERVED):
+        if args.out is not None:
+            raise ConfigError("give --out FILE or --to, not both", key="--out")
+        if args.to.startswith(("mqtt://", "modbus://")):
+            return _serve_protocol(args)
+        return _serve_opcua(args)
     if (args.out is None) == (args.to is None):
         raise ConfigError("give exactly one of --out FILE (write a .dat file) and --to kafka://HOST:PORT (stream)",
                           key="--out")  # fmt: skip
@@ -137,7 +323,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"controller sample time in hours (default {DESIGN_CONTROL_INTERVAL_H}, the loops' design rate)",
     )  # fmt: skip
     parser.add_argument("--out", help="output .dat file (52 whitespace-separated columns)")
-    parser.add_argument("--to", metavar="kafka://HOST:PORT", help="stream the run live to this broker's sensor topics")
+    parser.add_argument(
+        "--to", metavar="kafka://|opcua://|mqtt://|modbus://HOST:PORT",
+        help="stream the run live to this Kafka broker's sensor topics, serve it from an OPC UA or Modbus server "
+        "listening here, or publish it to this MQTT broker",
+    )  # fmt: skip
+    parser.add_argument("--sparkplug", action="store_true",
+                        help="with --to mqtt://: publish Sparkplug B edge nodes (one a plant), not JSON per tag")
+    parser.add_argument("--edge-config", metavar="FILE",
+                        help="with --to mqtt:// or modbus://: write the edge: section that reads the plant back")
+    parser.add_argument(
+        "--imperfect", metavar="NAME=VALUE,...",
+        help="with --to opcua://, mqtt:// or modbus://: inject dropout, bad, stuck (rates per tag and sample), "
+        "jitter, skew (s), restart (after sample N), e.g. dropout=0.01,bad=0.01,restart=100",
+    )  # fmt: skip
     parser.add_argument(
         "--config", help="with --to: the TEP site (topics, plants; default: the bundled config/tep.yaml)"
     )

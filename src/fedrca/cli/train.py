@@ -9,6 +9,13 @@ Examples::
 Progress (rounds, losses) goes to stderr, the final tables to stdout. Re-running the
 same command resumes from the last completed round in ``<out>/checkpoint``
 (``--fresh`` starts over).
+
+A refresh round of the cross-plant part (docs/drift.md) trains on the plants' own recent
+nominal rows, read from their history topics, with the detectors fitted on the commissioning
+data as the workers fitted them, and is charged on top of the earlier runs' releases::
+
+    fedrca train --config config/tep.yaml --data data/tep/d00.dat --history kafka://HOST:PORT \
+                 --previous params/ --out params/
 """
 
 from __future__ import annotations
@@ -16,20 +23,34 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from fedrca.application.outputs import Outputs
+from fedrca.application.params import load_params
 from fedrca.application.site import build_detectors
-from fedrca.application.training import run_training
-from fedrca.config import SiteConfig, load_config
-from fedrca.config.limits import MAX_TRAINING_ROUNDS, MEMORY_LIMIT, gib, largest, plant_bytes
+from fedrca.application.training import next_version, run_training
+from fedrca.cli import privacy_notice
+from fedrca.config import SiteConfig, TrainingSettings, load_config, resolve_plants
+from fedrca.config.limits import (
+    MAX_SEED,
+    MAX_TRAINING_ROUNDS,
+    MEMORY_LIMIT,
+    check_seed,
+    gib,
+    largest,
+    plant_bytes,
+)
+from fedrca.connectors.kafka import KafkaOptions, bootstrap_of, read_topic
+from fedrca.connectors.names import SiteNames
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.datasets.synthetic import SyntheticData, linear_multiplant, nonlinear_two_plant
+from fedrca.drift import RowHistory, usable_rows
 from fedrca.exceptions import ConfigError
-from fedrca.training.federated import FederatedTraining, TrainingResult
+from fedrca.training.federated import FederatedTraining, TrainingResult, lifetime_of
 from fedrca.training.oracle import identified_oracle, linear_oracle, nonlinear_oracle
 
 __all__ = ["SYNTHETIC", "register", "synthetic_data"]
@@ -65,6 +86,67 @@ def _frame(data: SyntheticData) -> pd.DataFrame:
     if data.U is None:
         return pd.DataFrame(data.Y, columns=data.columns())
     return pd.DataFrame(np.hstack([data.Y, data.U]), columns=data.columns() + data.input_columns())
+
+
+def previous_spend(config: SiteConfig, directory: str) -> dict[str, dict[str, Any]]:
+    """Each plant's whole-life training spend so far, from the artifacts in ``directory`` (``--previous``; a folder
+    without artifacts is a site's first training: nothing spent yet)."""
+    folder = Path(directory)
+    if folder.is_dir() and not any(folder.glob("*.json")):
+        return {}
+    artifacts = load_params(directory, config, option="--previous")
+    return {plant: lifetime_of(a.manifest) for plant, a in artifacts.items() if plant in config.plant_names}
+
+
+def refresh_settings(config: SiteConfig) -> TrainingSettings:
+    """The training settings of a refresh round: ``drift.federated``'s epsilons where it sets them."""
+    federated = config.drift.federated
+    pairs = (("state_epsilon", federated.state_epsilon), ("moment_epsilon", federated.moment_epsilon))
+    update = {k: v for k, v in pairs if v is not None}
+    privacy = config.training.privacy.model_copy(update=update)
+    return config.training.model_copy(update={"privacy": privacy})
+
+
+def history_frame(config: SiteConfig, broker: str) -> pd.DataFrame:
+    """The rows every plant kept in its history topic and a refresh could read (no alarm within the guard band),
+    on their common seqs, as one frame of the plants' columns; ``attrs["segments"]``: its contiguous runs.
+
+    Raises
+    ------
+    ConfigError
+        When the loop is off (no history) or the plants kept too few common nominal rows.
+    """
+    if not config.drift.enabled:
+        raise ConfigError("--history needs the plants' history: set drift.enabled: true", key="--history")
+    bootstrap = bootstrap_of(broker)
+    options = KafkaOptions.from_settings(config.kafka)
+    names = SiteNames(config)
+    drift = config.drift
+    capacity = drift.rows("history", config.dataset.sample_seconds)
+    kept: dict[str, pd.DataFrame] = {}
+    for plant in config.plants:
+        history = RowHistory(len(plant.sensors), capacity)
+        records: dict[bytes, bytes] = {}
+        for record in read_topic(bootstrap, names.history(plant.name), timeout=60, options=options):
+            if record.key is not None and record.key.startswith(b"rows/") and record.value is not None:
+                records[record.key] = record.value
+        for value in records.values():
+            history.load(value)
+        seqs, Y, _, alarm = history.window(history.newest + 1, capacity)
+        use = usable_rows(alarm, drift.guard)
+        kept[plant.name] = pd.DataFrame(Y[use], index=seqs[use], columns=list(plant.sensors))
+    common = sorted(set.intersection(*(set(f.index) for f in kept.values())))
+    frame = pd.concat([kept[p].loc[common] for p in config.plant_names], axis=1)
+    frame = frame.loc[:, ~frame.columns.duplicated()].reset_index(drop=True)
+    if len(frame) < drift.min_rows:
+        raise ConfigError(
+            f"the plants kept {len(frame)} common nominal rows in their history topics; a refresh round needs "
+            f"drift.min_rows = {drift.min_rows}: let the loop run longer",
+            key="--history",
+        )
+    runs = np.diff(np.r_[0, np.flatnonzero(np.diff(common) != 1) + 1, len(common)]).astype(int).tolist()
+    frame.attrs["segments"] = runs
+    return frame
 
 
 def _evaluate(
@@ -107,11 +189,13 @@ def _train(args: argparse.Namespace) -> int:
 def _train_into(args: argparse.Namespace, out: Outputs) -> None:
     """Train, write the artifacts (and --save-data) into the plan, print the tables (committed by the caller)."""
     config = load_config(args.config)
+    privacy_notice("train", config, training=True)
     settings = config.training
     if args.rounds is not None and not 1 <= args.rounds <= MAX_TRAINING_ROUNDS:
         raise ConfigError(f"must be in 1..{MAX_TRAINING_ROUNDS:,}, got {args.rounds}", key="--rounds")
     if args.samples < 100:
         raise ConfigError(f"must be at least 100, got {args.samples}", key="--samples")
+    check_seed("--seed", args.seed)
     if args.synthetic:
         # the generated rows, every plant's arrays over them, the held-out third (plant_bytes per plant)
         width = max(1, sum(len(p.sensors) + len(p.inputs) for p in config.plants))
@@ -141,8 +225,20 @@ def _train_into(args: argparse.Namespace, out: Outputs) -> None:
         source = str(args.data)
     else:
         raise ConfigError("give the nominal data: --data FILE (or --synthetic NAME)", key="--data")
+    # plants given by match rules take the file's columns (their artifacts' schemas name them)
+    config = resolve_plants(config, [str(c) for c in frame.columns])
     data = plant_frames(config, frame, source)
     detectors = build_detectors(config, data, source=source)  # checks the nominal data first
+    segments = None
+    prior = None if args.previous is None else previous_spend(config, args.previous)
+    if prior:
+        # a refresh round (the plants run artifacts already): drift.federated's releases, on top of the earlier ones
+        settings = refresh_settings(config)
+    if args.history is not None:
+        # the detectors as the workers fitted them, trained on the plants' own recent rows
+        history = history_frame(config, args.history)
+        data, source, segments = plant_frames(config, history, "history"), f"the history topics of {args.history}", (
+            history.attrs["segments"])  # fmt: skip
     # the held-out file is read before the long work: a bad one refuses the run, not its end
     test_frame = load_frame(config, args.test) if args.test and args.test != "synthetic" else None
     test_data = None if test_frame is None else plant_frames(config, test_frame, args.test)
@@ -150,7 +246,7 @@ def _train_into(args: argparse.Namespace, out: Outputs) -> None:
         f"fedrca train: site '{config.site}', {len(data)} plants, {len(frame)} nominal samples from {source}; "
         f"estimator {settings.estimator}, {args.rounds or settings.rounds} rounds"
     )
-    job = FederatedTraining(config, data, detectors=detectors, settings=settings)
+    job = FederatedTraining(config, data, detectors=detectors, settings=settings, segments=segments, prior=prior)
     result = run_training(
         job,
         args.out,
@@ -159,6 +255,7 @@ def _train_into(args: argparse.Namespace, out: Outputs) -> None:
         progress=None if args.quiet else sys.stderr,
         header=header,
         outputs=out,
+        min_version=1 if args.previous is None or not Path(args.previous).is_dir() else next_version(args.previous),
     )
     how = f"resumed from round {result.resumed_from}" if result.resumed_from else "fresh"
     print(f"\nTraining ({result.rounds} rounds, {how}):")
@@ -171,7 +268,7 @@ def _train_into(args: argparse.Namespace, out: Outputs) -> None:
     if not args.test:
         return
     if synthetic is not None and args.test == "synthetic":
-        held_out = synthetic_data(args.synthetic, max(1000, args.samples // 3), args.seed + 1000)
+        held_out = synthetic_data(args.synthetic, max(1000, args.samples // 3), (args.seed + 1000) % (MAX_SEED + 1))
         test = plant_frames(config, _frame(held_out), "synthetic held-out data")
         oracle_out = linear_oracle(held_out) if held_out.A is not None else nonlinear_oracle(held_out)
         residuals = oracle_out.residuals
@@ -227,4 +324,14 @@ def register(subparsers: Any) -> None:
         "--test", help="held-out nominal data to compare residuals on (a file, or 'synthetic' with --synthetic)"
     )
     parser.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    parser.add_argument(
+        "--history",
+        help="kafka://HOST:PORT: train on the plants' recent nominal rows from their history topics (a refresh round "
+        "of drift.federated; --data still fits the detectors as the workers did)",
+    )
+    parser.add_argument(
+        "--previous",
+        help="the artifacts the plants run now (a params directory): this run is charged on top of their whole-life "
+        "spend against privacy.budget",
+    )
     parser.set_defaults(func=_train)

@@ -36,8 +36,10 @@ import numpy as np
 from fedrca.application.evaluation import json_safe
 from fedrca.application.outputs import Outputs
 from fedrca.application.params import load_params
+from fedrca.config._json import strict_json
 from fedrca.config.limits import MEMORY_LIMIT, gib, largest, whatif_bytes
 from fedrca.contracts.artifacts import SERVER
+from fedrca.datasets.nominal import MAX_ABS_VALUE
 from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.whatif import GlobalModel, PlantMap, WhatIfAnswer, what_if
 
@@ -68,10 +70,11 @@ def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
     names = list(plant.inputs) if len(plant.inputs) == n_inputs else []
     described = f" ({', '.join(names)})" if names else ""
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = strict_json(text, key="--delta")
+    except ConfigError as exc:
+        shown = text if len(text) <= 60 else f"{text[:28]} ... {text[-27:]}"
         raise ConfigError(
-            f"not JSON: {text!r}; give a list of {n_inputs} number(s){described} or an object {{input: change}}",
+            f"{exc.reason}: {shown!r}; give a list of {n_inputs} number(s){described} or an object {{input: change}}",
             key="--delta",
         ) from None
     if isinstance(value, dict):
@@ -94,6 +97,13 @@ def parse_delta(text: str, plant: PlantMap, n_inputs: int) -> np.ndarray:
         )
     if not all(isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c) for c in changes):
         raise ConfigError(f"the changes must be finite numbers, got {changes!r}", key="--delta")
+    if any(abs(c) > MAX_ABS_VALUE for c in changes):
+        shown = ", ".join(f"{c:g}" for c in changes)
+        raise ConfigError(
+            f"a change of [{shown}] is beyond +-{MAX_ABS_VALUE:g}, what a data file may hold (docs/limits.md): the "
+            "answer would overflow; give a smaller change",
+            key="--delta",
+        )
     return np.asarray(changes, dtype=np.float64)
 
 
@@ -141,7 +151,33 @@ def run_whatif(
             "an older fedrca; re-run fedrca train"
         )
     du = parse_delta(delta, model.maps.get(source, PlantMap(source)), model.input_dims[n])
-    return model, what_if(model, target, source, du, steps=steps, mode="impulse" if mode == "impulse" else "step")
+    # numpy overflows to inf and nan without a word: an answer is finite or refused
+    with np.errstate(over="ignore", invalid="ignore"):
+        answer = what_if(model, target, source, du, steps=steps, mode="impulse" if mode == "impulse" else "step")
+    _check_finite(answer, model)
+    return model, answer
+
+
+def _check_finite(answer: WhatIfAnswer, model: GlobalModel) -> None:
+    """Refuse an answer that overflowed (a change too large for float64, or a response that grows past it)."""
+    direct = [answer.direct_state, *([] if answer.direct_sensors is None else [answer.direct_sensors])]
+    if not all(np.isfinite(a).all() for a in direct):
+        shown = ", ".join(f"{v:g}" for v in answer.delta)
+        raise ConfigError(
+            f"a change of [{shown}] overflows the one-step answer (beyond the float range); give a smaller change",
+            key="--delta",
+        )
+    responses = [answer.state_response, *([] if answer.sensor_response is None else [answer.sensor_response])]
+    bad = [int(np.argmin(np.isfinite(r).all(axis=1))) for r in responses if not np.isfinite(r).all()]
+    if bad:
+        k = min(bad) + 1
+        rho = model.spectral_radius_from(answer.source)
+        grows = f" (spectral radius {rho:.4g}: it grows without bound)" if rho >= 1.0 else ""
+        raise ConfigError(
+            f"the response overflows the float range at step {k}{grows}; give at most {max(1, k - 1)} steps or a "
+            "smaller --delta",
+            key="--steps",
+        )
 
 
 def _sensor_names(answer: WhatIfAnswer, count: int) -> list[str]:

@@ -13,32 +13,109 @@ from __future__ import annotations
 import math
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from fedrca.config.limits import MAX_SEED
 from fedrca.exceptions import ConfigError
 
-__all__ = ["Strict", "key_path", "parse_inf", "translate"]
+__all__ = ["Strict", "key_path", "parse_inf", "parse_seed", "translate"]
 
 #: Spellings of "no limit" accepted wherever a number may be infinite.
 _INF_WORDS = ("inf", "infinity", ".inf", "none", "off")
 
 
 class Strict(BaseModel):
-    """Frozen model that refuses unknown keys.
+    """Frozen model that refuses unknown keys, and booleans where a number is meant.
 
     A field may carry a ``json_schema_extra={"hint": "..."}``: any error on that
     field is then reported with the hint (clearer than pydantic's message for
     unions such as ``float | 'auto'``).
+
+    pydantic reads ``true`` as 1 for a number (``energy: true`` was an energy of 1.0):
+    a boolean is accepted only where the field's type admits one, in lists and
+    mappings too (``tests/config/test_site.py``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and _bool_where_not_admitted(field.annotation, value):
+            raise ValueError(
+                f"{value!r} is a boolean, not a number: give a number"
+                if isinstance(value, bool)
+                else f"a boolean among {_short(value)} where numbers are meant: give numbers"
+            )
+        return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:28]} ... {text[-27:]}"
+
+
+def _bool_where_not_admitted(annotation: Any, value: Any) -> bool:
+    """True when ``value`` holds a boolean (itself, or in a list / mapping) where ``annotation`` takes numbers only."""
+    if isinstance(value, bool):
+        return _numbers_only(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _bool_where_not_admitted(args[0], value)
+    if origin in (typing.Union, types.UnionType):
+        return any(_bool_where_not_admitted(a, value) for a in args if _container_of(a, value))
+    if isinstance(value, list | tuple) and _container_of(annotation, value):
+        if origin is tuple and args and args[-1] is not Ellipsis and len(args) == len(value):
+            return any(_bool_where_not_admitted(a, v) for a, v in zip(args, value, strict=True))
+        return bool(args) and any(_bool_where_not_admitted(args[0], v) for v in value)
+    if isinstance(value, dict) and _container_of(annotation, value) and len(args) == 2:
+        return any(_bool_where_not_admitted(args[1], v) for v in value.values())
+    return False
+
+
+def _container_of(annotation: Any, value: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if isinstance(value, list | tuple):
+        return origin in (list, tuple, set, frozenset, Sequence)
+    return isinstance(value, dict) and origin in (dict, Mapping)
+
+
+def _numbers_only(annotation: Any) -> bool:
+    """The annotation takes numbers (int, float, ``float | None``, ``int | 'auto'``) and no boolean."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _numbers_only(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_numbers_only(a) for a in args) and not any(_takes_bool(a) for a in args)
+    return isinstance(annotation, type) and annotation is not bool and issubclass(annotation, int | float)
+
+
+def _takes_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any or annotation is object:
+        return True
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return any(isinstance(a, bool) for a in args)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        return any(_takes_bool(a) for a in (args[:1] if origin is typing.Annotated else args))
+    return False
+
+
+def parse_seed(value: Any) -> Any:
+    """A seed written as a float (``1.0e+38``) named as what it is not (a ``mode="before"`` validator)."""
+    if isinstance(value, float) and not (value.is_integer() and 0 <= value <= MAX_SEED):
+        raise ValueError(f"a seed is an integer in 0..{MAX_SEED}, got {value:g}")
+    return value
+
 
 def parse_inf(value: Any) -> Any:
     """``inf`` / ``off`` / ``none`` (any case) as ``math.inf``; other values unchanged (a ``mode="before"`` validator).
+
+    A number written so large that it overflows (``1e400``) is refused: no limit is spelled out.
 
     Examples
     --------
@@ -47,6 +124,14 @@ def parse_inf(value: Any) -> Any:
     """
     if isinstance(value, str) and value.strip().lower() in _INF_WORDS:
         return math.inf
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value  # pydantic names what it is not
+        if math.isinf(number):
+            # "1e400" (PyYAML reads it as text): no limit as the effect of a typo, never
+            raise ValueError(f"{value.strip()} overflows to infinity: write inf (or off) to mean no limit")
     return value
 
 

@@ -6,11 +6,14 @@ off), aliases that expand a few kilobytes into gigabytes (a "billion laughs"
 under a plug-in's arguments), nesting deep enough to exhaust the recursion
 limit, and bytes that are not UTF-8. :func:`read_yaml` refuses each with one
 :class:`~fedrca.exceptions.ConfigError` line that names the file, the place and
-the fix (``tests/config/test_yaml.py``).
+the fix (``tests/config/test_yaml.py``; its flow-style duplicates and arbitrary documents are
+fuzzed by ``tests/config/test_fuzz_yaml.py``).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,21 +54,47 @@ class _Limits(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
+        # every key of the mapping once, whatever its style: block, flow ({a: 1, a: 2} on one line) or
+        # keys that are equal as values (1, 1.0 and true are one dict key); a merge (<<) may override
+        seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
             if isinstance(key_node, ScalarNode) and key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             key = self.construct_object(key_node, deep=True)
             try:
-                first = seen.setdefault(key, key_node.start_mark.line)
+                first = seen.setdefault(key, key_node.start_mark)
             except TypeError:
                 continue  # an unhashable key: the base class names it
-            if first != key_node.start_mark.line:
+            if first is not key_node.start_mark:
+                here, there = key_node.start_mark, first
                 raise ConfigError(
-                    f"line {key_node.start_mark.line + 1}: key {key!r} is given twice (first on line {first + 1}); "
-                    "YAML would keep only the later one: merge the two or delete one"
+                    f"line {here.line + 1}, column {here.column + 1}: key {_quoted(key)} is given twice (first on "
+                    f"line {there.line + 1}, column {there.column + 1}); YAML would keep only the later one: merge "
+                    "the two or delete one"
                 )
         return super().construct_mapping(node, deep=deep)
+
+
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        if math.isinf(value) and not _INF_SPELLING.fullmatch(str(node.value)):
+            # 1.0e+400: no limit as the effect of a number too large, never (.inf is the spelling)
+            raise ConfigError(
+                f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}: {node.value} overflows to "
+                "infinity; write .inf (or inf, off) to mean no limit, or give a finite number"
+            )
+        return value
+
+
+_Limits.add_constructor("tag:yaml.org,2002:float", _Limits.construct_yaml_float)
+
+#: YAML's spellings of infinity.
+_INF_SPELLING = re.compile(r"[-+]?\.(?:inf|Inf|INF)")
+
+
+def _quoted(key: Any) -> str:
+    text = repr(key)
+    return text if len(text) <= 60 else f"{text[:28]} ... {text[-27:]}"
 
 
 def _expanded_size(root: Node) -> int:

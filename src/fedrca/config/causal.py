@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fedrca.config._base import Strict, parse_inf, parse_section
+from fedrca.config._base import Strict, parse_inf, parse_section, parse_seed
+from fedrca.config.limits import MAX_SEED
 
 __all__ = ["MAX_EPSILON", "CausalSettings", "parse_causal_settings"]
 
@@ -53,7 +54,8 @@ class CausalSettings(Strict):
     delta: float = Field(1e-5, gt=0.0, lt=1.0)
     clip: float = Field(1.5, gt=0.0, le=100.0, description="row bound in units of sqrt(p) standard deviations")
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per site")
-    seed: int = Field(0, ge=0, description="seed of the sites' noise")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of the sites' noise")
+    _seed = field_validator("seed", mode="before")(parse_seed)
 
     _inf = field_validator("epsilon", "budget", mode="before")(parse_inf)
 

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_PORT",
     "MAX_PRIVACY_WINDOW",
     "MAX_REMEMBERED_VERDICTS",
+    "MAX_SEED",
     "MAX_SESSION_TIMEOUT",
     "MAX_SEVERITY_LEVELS",
     "MAX_SPEED",
@@ -48,6 +49,7 @@ __all__ = [
     "artifact_record_problem",
     "batch_bytes",
     "check_range",
+    "check_seed",
     "demo_bytes",
     "file_name_problem",
     "fleet_bytes",
@@ -65,6 +67,9 @@ __all__ = [
     "stream_bytes",
     "whatif_bytes",
 ]
+
+#: Largest seed (every seed of fedrca is below 2^32: numpy's legacy generators and the simulator take no more).
+MAX_SEED = 2**32 - 1
 
 #: Longest Kafka topic name (the broker's limit: 249 characters).
 MAX_TOPIC_LENGTH = 249
@@ -331,8 +336,9 @@ def stream_bytes(plants: int, served: int, batch_size: int, lateness: int, windo
 def rca_state_bytes(plants: Sequence[str], lateness: int, horizon: int) -> int:
     """JSON bytes of an RCA worker's state record (written to Kafka with every batch) but its verdict ids.
 
-    ``L (64 + sum(2 len(p) + 16)) + H (24 + 2 M) + 14,200 M + 1,000``: the aligner's pending rows
-    (at most L + 1: a seq key, each plant's bits and level, the row's time), the engine's H rows
+    ``L (104 + sum(4 len(p) + 45)) + H (24 + 2 M) + 14,200 M + 1,000``: the aligner's pending rows
+    (at most L + 1: a seq key, each plant's bits and level, the row's time, each plant's own time when
+    its clock differs, the plants whose sensor-fault bit is set), the engine's H rows
     of flag codes, the aligner's memory of 10,000 released rows (zlib and base64, at worst 4/3 of
     a byte per plant and row) and the engine's per-plant statistics. At most
     ``MAX_KAFKA_RECORD - 256 KiB`` (the rest for the verdict ids): ``fedrca run`` refuses a longer
@@ -341,10 +347,10 @@ def rca_state_bytes(plants: Sequence[str], lateness: int, horizon: int) -> int:
     Examples
     --------
     >>> rca_state_bytes(["reactor", "separator"], 1000, 30)
-    158240
+    288240
     """
     M = len(plants)
-    row = 64 + sum(2 * len(p) + 16 for p in plants)
+    row = 104 + sum(4 * len(p) + 45 for p in plants)
     return lateness * row + horizon * (24 + 2 * M) + 14_200 * M + 1_000
 
 
@@ -412,6 +418,21 @@ def check_range(option: str, value: float, low: float, high: float, why: str) ->
     if not (math.isfinite(value) and low <= value <= high):
         shown = value if isinstance(value, int) else f"{value:g}"
         raise ConfigError(f"must be in {low:g}..{high:g} ({why}), got {shown}", key=option)
+
+
+def check_seed(option: str, value: int) -> None:
+    """Refuse a seed outside 0..:data:`MAX_SEED` (the documented range) before it reaches numpy.
+
+    Examples
+    --------
+    >>> try:
+    ...     check_seed("--seed", -1)
+    ... except ConfigError as exc:
+    ...     print(exc)
+    --seed: a seed is an integer in 0..4294967295, got -1
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ConfigError(f"a seed is an integer in 0..{MAX_SEED}, got {value}", key=option)
 
 
 def largest(limit: int, size: Callable[[int], int], cap: int) -> int:

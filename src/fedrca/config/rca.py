@@ -17,13 +17,13 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
-from fedrca.config._base import Strict, parse_section
+from fedrca.config._base import Strict, parse_inf, parse_section
 
 #: Graph sources learned from finite nominal data (server block test, FedPC, a graph file):
 #: their missing edges are doubted more than an operator's (``unlisted_path`` auto).
 LEARNED_GRAPH_SOURCES = frozenset({"learned", "fedpc", "file"})
 
-__all__ = ["GraphOptions", "RCASettings", "parse_rca_settings"]
+__all__ = ["CalibrationOptions", "GraphOptions", "RCASettings", "parse_rca_settings"]
 
 _PROBABILITY = "must be 'auto' or a probability in [0, 1]"
 _SEPARATION = "must be 'auto' or a list of probabilities, e.g. [0.1, 0.5, 0.9]"
@@ -55,6 +55,19 @@ class GraphOptions(Strict):
         if self.source == "file" and not self.path:
             raise ValueError("source 'file' needs graph.path, the graph JSON written by fedrca graph --out PATH")
         return self
+
+
+class CalibrationOptions(Strict):
+    """Where the calibration map of the verdicts' probabilities comes from (docs/rca.md, "What the
+    probabilities mean").
+
+    ``path``: the map's JSON (``fedrca.rca.calibration.CalibrationMap``), relative to the
+    configuration file's folder (the shipped TEP map sits beside config/tep.yaml); None = no map:
+    verdicts carry the engine's own root posterior and say they are uncalibrated
+    (``"calibration": null``).
+    """
+
+    path: str | None = None
 
 
 class RCASettings(Strict):
@@ -108,8 +121,19 @@ class RCASettings(Strict):
         nothing for or against k (what config/tep.yaml uses for TEP's feed and stripper).
     unobserved_weight : prior share of the unseen-entry variant within such a plant's root
         hypothesis (the rest keeps the ordinary onset order)
-    candidate_mass : share of the root posterior the candidates of a verdict hold (the
-        plants an operator is shown next to the root, most likely first)
+    coverage : the probability a verdict's candidate set reaches: the smallest set of plants,
+        most likely first, whose root probabilities (calibrated when a map is configured) sum
+        to at least this; with calibrated probabilities the set holds the true root about this
+        often (docs/faults.md measures it)
+    calibration : the calibration map of the root probabilities (:class:`CalibrationOptions`)
+    incident_gap : rows without any alarm that end an incident (the engine remembers when each
+        plant first alarmed in the incident, across quiet rows between alarm episodes)
+    incident_rows : rows a plant must have alarmed in an incident before its early start
+        counts against a root that cannot reach it in the graph (one false alarm is no history)
+    max_clock_skew : seconds a plant's time may differ from the median time of the plants in
+        its row before the row is judged without it (its row stands for another moment; at
+        least two plants must agree); ``auto`` = one sampling interval
+        (``dataset.sample_seconds``), ``inf`` = never (docs/streams.md, "Time")
     """
 
     horizon: int = Field(30, ge=1)
@@ -141,8 +165,36 @@ class RCASettings(Strict):
     prior_unexplained: float = Field(1e-6, gt=0.0, lt=1.0)
     unobserved_entry: list[str] = Field(default_factory=list)
     unobserved_weight: float = Field(0.5, gt=0.0, lt=1.0)
-    candidate_mass: float = Field(0.95, gt=0.0, le=1.0)
+    coverage: float = Field(0.9, gt=0.0, le=1.0)
+    calibration: CalibrationOptions = CalibrationOptions()
+    incident_gap: int = Field(240, ge=1)
+    incident_rows: int = Field(10, ge=1)
+    max_clock_skew: float | Literal["auto"] = Field(
+        "auto", json_schema_extra=_hint("must be 'auto', 'inf' or seconds >= 0")
+    )
     graph: GraphOptions = GraphOptions()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "candidate_mass" in data:
+            raise ValueError(
+                "candidate_mass is replaced by rca.coverage (the probability the candidate set reaches, "
+                "default 0.9): rename the key"
+            )
+        return data
+
+    @field_validator("max_clock_skew", mode="before")
+    @classmethod
+    def _skew(cls, value: Any) -> Any:
+        value = parse_inf(value)
+        if value != "auto" and not (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0):
+            raise ValueError("must be 'auto', 'inf' or seconds >= 0")
+        return value
+
+    def max_clock_skew_for(self, sample_seconds: float) -> float:
+        """Seconds of clock skew tolerated: the configured value, or ``auto`` = one sampling interval."""
+        return float(sample_seconds) if self.max_clock_skew == "auto" else float(self.max_clock_skew)
 
     @field_validator("leak", "imperfect")
     @classmethod

@@ -32,12 +32,16 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from fedrca.config._base import Strict, parse_inf, translate
+from fedrca.config._base import Strict, parse_inf, parse_seed, translate
 from fedrca.config._yaml import read_yaml
 from fedrca.config.causal import CausalSettings
+from fedrca.config.drift import DriftSettings
+from fedrca.config.edge import EdgeSettings, check_edge, parse_edge
 from fedrca.config.formats import KNOWN_COLUMNS
+from fedrca.config.health import HealthSettings
 from fedrca.config.limits import (
     MAX_PRIVACY_WINDOW,
+    MAX_SEED,
     MAX_SEVERITY_LEVELS,
     MAX_TOPIC_LENGTH,
     MEMORY_LIMIT,
@@ -135,7 +139,10 @@ class ScoringSettings(Strict):
     ``alpha`` the plant's family-wise false-alarm rate per sample over both flags and
     every statistic; the threshold is fitted to the upper ``tail`` share of held-out nominal
     scores and taken at its ``confidence`` upper bound (more margin for short nominal data).
-    ``warmup``: samples after a reset without flags (both methods). ``severity_levels``
+    ``warmup``: samples after a reset without flags (both methods). ``min_sensors``: the
+    fewest usable sensors a row is scored with, a count (>= 1) or a share of the plant's
+    sensors (< 1); a row with fewer is published *degraded* (no evidence; docs/missing.md).
+    ``severity_levels``
     (K, 0 = off) and ``severity_base`` (b): with its flags the plant publishes the severity
     level of its proprietary score, 0 without an alarm, else ``1 + floor(log_b(score / tau))``
     capped at K - 1, through k-ary randomized response (``privacy.level_epsilon``).
@@ -154,12 +161,22 @@ class ScoringSettings(Strict):
     confidence: float = Field(0.5, ge=0.5, lt=1.0)
     dispersion: float = Field(0.2, gt=0.0, le=1.0)
     warmup: int = Field(0, ge=0)
+    min_sensors: float = Field(
+        0.5, gt=0.0, description="fewest usable sensors a row is scored with: a count, or a share below 1"
+    )
     severity_levels: int = Field(
         0, ge=0, le=MAX_SEVERITY_LEVELS, description="levels published with the flags (0 = none, else >= 3)"
     )
     severity_base: float = Field(10.0, gt=1.0)
     calibration: Literal["cv", "in-sample"] = "cv"
     folds: int = Field(5, ge=2)
+
+    @field_validator("min_sensors")
+    @classmethod
+    def _whole_count(cls, value: float) -> float:
+        if value >= 1 and value != int(value):
+            raise ValueError("a count of sensors (>= 1) must be whole, e.g. 3; or a share below 1, e.g. 0.5")
+        return value
 
     @field_validator("ewma")
     @classmethod
@@ -270,6 +287,7 @@ class PlantConfig(Strict):
     augmentation: AugmentationSettings = AugmentationSettings()
     scoring: ScoringSettings = ScoringSettings()
     detector: DetectorSettings = DetectorSettings()
+    health: HealthSettings = HealthSettings()
 
     @model_validator(mode="after")
     def _sensors_or_match(self) -> PlantConfig:
@@ -277,6 +295,9 @@ class PlantConfig(Strict):
             raise ValueError("give the sensor columns (sensors: [...]) or a rule (match: {prefix: 'P1_'})")
         if self.match is not None and self.sensors:
             raise ValueError("give either sensors: [...] or match: {...}, not both")
+        unknown = sorted(set(self.health.limits) - set(self.sensors)) if self.sensors else []
+        if unknown:
+            raise ValueError(f"health.limits names {unknown}, not sensors of this plant; its sensors: {self.sensors}")
         return self
 
     @property
@@ -303,13 +324,31 @@ class PrivacySettings(Strict):
     level_epsilon: float = Field(
         math.inf, gt=0.0, description="per published severity level (k-ary randomized response); inf = off"
     )
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of the randomized response (0..2^32 - 1)")
     budget: float = Field(math.inf, gt=0.0, description="total epsilon per plant (training + flags of a window)")
     delta: float = Field(1e-5, gt=0.0, lt=1.0, description="delta every epsilon is reported at")
     window: int = Field(3600, ge=1, le=MAX_PRIVACY_WINDOW, description="samples over which published flags compose")
     on_exhausted: Literal["warn", "stop"] = "warn"
 
     _inf = field_validator("flag_epsilon", "budget", "level_epsilon", mode="before")(parse_inf)
+    _seed = field_validator("seed", mode="before")(parse_seed)
+
+    @field_validator("flag_epsilon", "level_epsilon")
+    @classmethod
+    def _off_is_spelled_out(cls, value: float) -> float:
+        # a finite epsilon this large keeps every bit (float64 keep probability 1.0): privacy off in
+        # effect while the configuration reads as on; off is the word, never the effect of a number
+        if math.isfinite(value) and value > MAX_RR_EPSILON:
+            raise ValueError(
+                f"{value:g} publishes every value unchanged, as inf does; write inf (or off) to switch "
+                f"randomized response off, or give at most {MAX_RR_EPSILON:g}"
+            )
+        return value
+
+
+#: Largest finite randomized-response epsilon: above it ``e^-eps`` is below float64's resolution of 1
+#: (2^-53, eps > 36.7), so the keep probability is exactly 1 and no bit is ever flipped.
+MAX_RR_EPSILON = 36.0
 
 
 class TopicSettings(Strict):
@@ -328,6 +367,8 @@ class TopicSettings(Strict):
     state: str = "{site}.state.{plant}"
     rca_state: str = "{site}.state.rca"
     train: str = "{site}.train.{plant}"
+    history: str = "{site}.history.{plant}"
+    control: str = "{site}.control"
 
 
 class KafkaSettings(Strict):
@@ -360,9 +401,19 @@ class KafkaSettings(Strict):
 
 
 class DatasetSettings(Strict):
-    """Where the columns come from: a known format or an explicit column list."""
+    """Where the columns come from: a known format or an explicit column list.
+
+    ``missing``: ``refuse`` (default) refuses a file with an empty cell (or ``nan``, ``NA``,
+    ``null``); ``allow`` reads it as a missing value (NaN) that every command scores as plant
+    data: the detectors use the observed sensors, training estimates on the observed
+    entries, and a nominal column missing in more than half of its rows is refused
+    (docs/missing.md).
+    """
 
     format: Literal["tep", "csv", "hai", "swat", "synthetic"] = "csv"
+    missing: Literal["refuse", "allow"] = Field(
+        "refuse", description="refuse: an empty cell is an error; allow: a missing value, scored as such"
+    )
     columns: list[str] | None = None
     time_column: str | None = None
     sample_seconds: float = Field(1.0, gt=0.0)
@@ -408,6 +459,8 @@ class SiteConfig(Strict):
     training: TrainingSettings = TrainingSettings()
     rca: RCASettings = RCASettings()
     causal: CausalSettings = CausalSettings()
+    drift: DriftSettings = DriftSettings()
+    edge: EdgeSettings | None = Field(None, description="fedrca edge: the plants' tags on their protocols")
     source: str | None = Field(None, exclude=True)
 
     @property
@@ -424,6 +477,36 @@ class SiteConfig(Strict):
     def severity_levels(self) -> int:
         """K of the severity levels every plant publishes (0 = none); one value per site (validated)."""
         return max((p.scoring.severity_levels for p in self.plants), default=0)
+
+    def privacy_off(self, *, training: bool = False) -> str | None:
+        """One sentence naming the settings that switch privacy off, for a command's output (None: all on).
+
+        Off is always spelled out in the configuration (``inf`` / ``off``; a number that only
+        overflows to infinity, or that keeps every bit, is refused), and the commands that
+        publish flags (``training``: that train) say so when they start.
+
+        Examples
+        --------
+        >>> from fedrca.config import load_config
+        >>> print(load_config("config/synthetic_linear.yaml").privacy_off())
+        randomized response off (privacy.flag_epsilon: inf): every published flag is the plant's own alarm bit
+        """
+        off: list[str] = []
+        if training:
+            t = self.training.privacy
+            if math.isinf(t.state_epsilon) and math.isinf(t.gradient_epsilon) and math.isinf(t.moment_epsilon):
+                off.append(
+                    "training releases not noised (training.privacy.state_epsilon, gradient_epsilon, moment_epsilon: "
+                    "inf): states, gradients and moments leave the plants as they are"
+                )
+            return "; ".join(off) or None
+        if math.isinf(self.privacy.flag_epsilon):
+            off.append(
+                "randomized response off (privacy.flag_epsilon: inf): every published flag is the plant's own alarm bit"
+            )
+        if self.severity_levels and math.isinf(self.privacy.level_epsilon):
+            off.append("severity levels published as they are (privacy.level_epsilon: inf)")
+        return "; ".join(off) or None
 
     def plant(self, name: str) -> PlantConfig:
         """The plant called ``name``."""
@@ -443,22 +526,30 @@ class SiteConfig(Strict):
         return render_topic(str(template), **names)
 
 
-_SECTIONS = ("model", "augmentation", "scoring")
+_SECTIONS = ("model", "augmentation", "scoring", "health")
 
 
 def parameters_hash(config: SiteConfig) -> str:
     """sha256 of what trained parameters depend on: the plants (names, inputs, models, scoring) and ``training``.
 
-    Topics, Kafka, the RCA settings, the graph and flag privacy are left out: changing
-    them needs no retraining. The sensor columns are left out too, because a plant given
-    by a ``match`` rule only has them once a data file resolved it; they are bound
+    Topics, Kafka, the RCA settings, the graph, flag privacy, ``scoring.min_sensors`` and the
+    plants' sensor checks (``health``) are left out: changing them needs no retraining. The
+    sensor columns are left out too, because a plant given by a ``match`` rule only has them
+    once a data file resolved it; they are bound
     separately as each plant artifact's ``schema`` (:meth:`PlantConfig.data_schema`), checked
     wherever the plant's data is read. A training checkpoint and every artifact carry
     this hash, and an artifact is refused under a configuration with another one
     (:func:`fedrca.contracts.check_binding`; ``tests/training/test_artifacts.py``).
     """
     part = {
-        "plants": [plant.model_dump(mode="python", exclude={"sensors", "match"}) for plant in config.plants],
+        # scoring.min_sensors only decides which rows are scored, health which tags: no retraining
+        "plants": [
+            plant.model_dump(
+                mode="python",
+                exclude={"sensors": True, "match": True, "health": True, "scoring": {"min_sensors"}},
+            )
+            for plant in config.plants
+        ],
         "training": config.training.model_dump(mode="python"),
     }
     payload = json.dumps(part, sort_keys=True, default=str)
@@ -508,6 +599,17 @@ def compress_columns(columns: list[str]) -> str:
     return ", ".join(parts)
 
 
+def _defaults_for(defaults: dict[str, Any], plant: dict[str, Any]) -> dict[str, Any]:
+    """The ``defaults`` sections for one plant: site-wide ``health.limits`` keep only the plant's own sensors
+    (a plant's own ``health.limits`` must name its sensors; the defaults may name every tag of the site)."""
+    out = {k: defaults.get(k, {}) for k in _SECTIONS}
+    health, sensors = out.get("health"), plant.get("sensors")
+    if isinstance(health, dict) and isinstance(health.get("limits"), dict) and isinstance(sensors, list):
+        own = set(sensors)
+        out["health"] = {**health, "limits": {t: v for t, v in health["limits"].items() if t in own}}
+    return out
+
+
 def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     """Validate a configuration mapping (already parsed from YAML).
 
@@ -521,7 +623,9 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
     data = copy.deepcopy(data)
     defaults = data.pop("defaults", None) or {}
     if not isinstance(defaults, dict):
-        raise ConfigError("must be a mapping of model/augmentation/scoring settings", source=source, key="defaults")
+        raise ConfigError(
+            "must be a mapping of model/augmentation/scoring/health settings", source=source, key="defaults"
+        )
     unknown = set(defaults) - set(_SECTIONS)
     if unknown:
         raise ConfigError(
@@ -531,21 +635,28 @@ def parse_config(data: Any, source: str | None = None) -> SiteConfig:
         )
     plants = data.get("plants")
     if isinstance(plants, list):
-        data["plants"] = [
-            _merge({k: defaults.get(k, {}) for k in _SECTIONS}, p) if isinstance(p, dict) else p for p in plants
-        ]
-    for section in ("training", "rca", "causal"):
+        data["plants"] = [_merge(_defaults_for(defaults, p), p) if isinstance(p, dict) else p for p in plants]
+    for section in ("training", "rca", "causal", "drift"):
         if data.get(section, ...) is None:
             data[section] = {}  # an empty section in YAML means "the defaults"
+    if "edge" in data:
+        data["edge"] = parse_edge(data["edge"], source)
     try:
         config = SiteConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
         raise translate(exc, SiteConfig, source=source) from None
     _check_names(config, source)
     _check_columns(config, source)
+    try:
+        config.drift.check_rows(config.dataset.sample_seconds)
+    except ValueError as exc:
+        raise ConfigError(f"{exc} at dataset.sample_seconds {config.dataset.sample_seconds:g}", source=source,
+                          key="drift") from None  # fmt: skip
     known = config.dataset.known_columns()
     if known is not None and not config.resolved:
         config = resolve_plants(config, known)
+    if config.edge is not None:
+        check_edge(config.edge, {p.name: p.sensors if p.resolved else None for p in config.plants}, config.site, source)
     return config
 
 

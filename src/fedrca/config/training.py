@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fedrca.config._base import Strict, parse_inf, parse_section
-from fedrca.config.limits import MAX_TRAINING_ROUNDS
+from fedrca.config._base import Strict, parse_inf, parse_section, parse_seed
+from fedrca.config.limits import MAX_SEED, MAX_TRAINING_ROUNDS
 
 if TYPE_CHECKING:
     from fedrca.config.site import SiteConfig
@@ -109,7 +109,8 @@ class TrainingSettings(Strict):
     server_n_features: int = Field(64, ge=1, le=4096, description="random features of the server model (le: memory)")
     server_lengthscale: float = Field(1.0, gt=0.0)
     server_ridge: float = Field(1e-2, ge=0.0)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    _seed = field_validator("seed", mode="before")(parse_seed)
     disentanglement: float = Field(
         0.0, ge=0.0, description="xi: weight of the penalty that keeps the input effects out of Theta"
     )

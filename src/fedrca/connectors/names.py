@@ -14,6 +14,10 @@ topic                                  partitions   cleanup    who writes / read
 ``<site>.deadletter``                  1            delete     the RCA (flags, artifacts: no raw value)
 ``<site>.state.<plant>``               1            compact    the plant's processor (its detector state)
 ``<site>.state.rca``                   1            compact    the RCA
+``<site>.history.<plant>``             1            compact    the plant's processor (its rows, baselines;
+                                                               only with ``drift.enabled``: plant-private)
+``<site>.control``                     1            compact    ``fedrca baseline`` / the plant processors
+                                                               (operator commands; ``drift.enabled``)
 =====================================  ===========  =========  ============================================
 
 A plant's sensor topic has one partition: its stream is ordered by sample and keyed
@@ -72,6 +76,15 @@ class SiteNames:
         """The plant processor's compacted state topic."""
         return self.config.topic("state", plant=plant)
 
+    def history(self, plant: str) -> str:
+        """The plant processor's compacted history topic (its rows and baselines: plant-private)."""
+        return self.config.topic("history", plant=plant)
+
+    @property
+    def control(self) -> str:
+        """The operators' commands to the plants' re-baselining loops."""
+        return self.config.topic("control")
+
     def processor_group(self, plants: Sequence[str]) -> str:
         """Consumer group of the processors of ``plants``: ``fedrca-<site>-plants`` for all of them,
         ``fedrca-<site>-plants-<p1>-<p2>`` for a subset (one group per deployment unit)."""
@@ -86,6 +99,8 @@ class SiteNames:
     def plant_topics(self, plants: Sequence[str]) -> list[str]:
         """The topics a processor of ``plants`` reads or writes."""
         own = [name for p in plants for name in (self.sensors(p), self.plant_deadletter(p), self.state(p))]
+        if self.config.drift.enabled:
+            own += [self.history(p) for p in plants] + [self.control]
         return [*own, self.config.topic("flags"), self.config.topic("params")]
 
     def rca_topics(self) -> list[str]:
@@ -120,6 +135,10 @@ def topic_specs(config: SiteConfig, replication: int = 1) -> dict[str, dict[str,
         specs[names.sensors(plant)] = {}
         specs[names.plant_deadletter(plant)] = {}
         specs[names.state(plant)] = {"configs": compact}
+        if config.drift.enabled:
+            specs[names.history(plant)] = {"configs": compact}
+    if config.drift.enabled:
+        specs[names.control] = {"configs": compact}
     for kind in ("flags", "verdicts", "deadletter"):
         specs[config.topic(kind)] = {}
     specs[config.topic("params")] = {"configs": compact}

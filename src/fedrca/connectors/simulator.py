@@ -20,6 +20,12 @@ The core install does not need the simulator: ``tep_studio`` is imported only wh
 a simulation is built, and its absence is a :class:`fedrca.exceptions.ModelError`
 naming ``pip install 'fedrca[sim]'``.
 
+Slowly varying conditions (:class:`Variation`): a cycle or a ramp of a disturbance's
+activation (the kernel then scales its disturbances continuously, ``SCALED_IDV``), of a
+controller setpoint (relative to the mode's) or of a measurement's calibration (a bias the
+controller and the record both see): the seasons, load cycles, new operating points and
+sensor drifts of a plant that runs for weeks (``bench/bench_drift.py``).
+
 Runs are deterministic in ``seed`` (the kernel's measurement-noise and random
 disturbance generator). :func:`cached_run` keeps finished runs under
 ``$FEDRCA_CACHE`` (default ``~/.cache/fedrca``)``/tep-library``, keyed by every
@@ -28,10 +34,15 @@ setting and the ``tep-studio`` version.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import hashlib
 import importlib
 import json
 import math
 import os
+import re
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,18 +56,22 @@ from numpy.typing import NDArray
 
 from fedrca.connectors.replay import Pacer, ReplayStats, Sink
 from fedrca.contracts import SensorMessage
+from fedrca.contracts.artifacts import arrays_sha256, read_npz, special_file
+from fedrca.contracts.bounds import parse_json
 from fedrca.datasets.tep import TEP_COLUMNS
-from fedrca.exceptions import ConfigError, DataError, ModelError
+from fedrca.exceptions import ArtifactError, ConfigError, DataError, MessageError, ModelError
 
 __all__ = [
     "DESIGN_CONTROL_INTERVAL_H",
     "MAX_HOURS",
+    "SCALED_IDV",
     "SIM_EXTRA_HINT",
     "TEP_MODES",
     "Disturbance",
     "SimulatedRun",
     "SimulationSpec",
     "TEPSimulator",
+    "Variation",
     "cached_run",
     "column_map",
     "default_cache_dir",
@@ -83,8 +98,28 @@ TEP_MODES = ("mode1", "mode2", "mode3", "mode4", "mode5", "mode6")
 #: temperature and pressures vary 2-3x more than at the design rate (measured, see
 #: docs/connectors.md), so the design rate is the default.
 DESIGN_CONTROL_INTERVAL_H = 0.0005
+#: Most integration steps (control intervals) of one run: the longest run (:data:`MAX_HOURS`) at the design
+#: rate, 20 million (47 min on the reference machine, docs/limits.md). A finer control interval is for a
+#: shorter run: ``--control-interval 1e-9`` made 50 million steps for each 3-minute sample.
+MAX_INTEGRATION_STEPS = round(MAX_HOURS / DESIGN_CONTROL_INTERVAL_H)
 #: Number of TEP disturbances (IDV 1..28) in the revised model.
 N_IDV = 28
+#: Kernel flag bit (``MSFlag``) of the revised model: an IDV activation in [0, 1] scales its disturbance
+#: instead of switching it on at 0.5 (tep-studio's default flags, 0x0F, leave it off). Set only for the
+#: runs that need it, so the cache keys and rows of every other run stay as they were.
+SCALED_IDV = 0x80
+#: tep-studio's default kernel flags (measurement noise and the random disturbances on).
+DEFAULT_MS_FLAG = 0x0F
+#: Controller setpoints a :class:`Variation` may move (``setpoint:<name>``; tep-studio's ControllerSetpoints).
+SETPOINTS = (
+    "reactor_level",
+    "reactor_pressure",
+    "reactor_temperature",
+    "separator_level",
+    "stripper_level",
+    "pct_g",
+    "production_rate",
+)
 
 
 def load_tep_studio() -> ModuleType:
@@ -151,6 +186,7 @@ class Disturbance:
     idv: int
     onset_h: float = 0.0
     magnitude: float = 1.0
+    end_h: float = math.inf
 
     def __post_init__(self) -> None:
         if not 1 <= self.idv <= N_IDV:
@@ -159,6 +195,13 @@ class Disturbance:
             raise ConfigError(f"IDV {self.idv}: onset {self.onset_h} h must be a finite time >= 0", key="--idv")
         if not 0.0 <= self.magnitude <= 1.0:
             raise ConfigError(f"IDV {self.idv}: magnitude {self.magnitude} must be in [0, 1]", key="--idv")
+        if not self.end_h > self.onset_h:
+            raise ConfigError(f"IDV {self.idv}: it ends at {self.end_h} h, before its onset {self.onset_h} h",
+                              key="--idv")  # fmt: skip
+
+    def active(self, time_h: float) -> bool:
+        """Whether the disturbance is on during the interval that starts at ``time_h``."""
+        return self.onset_h - 1e-9 <= time_h < self.end_h - 1e-9
 
     @property
     def name(self) -> str:
@@ -172,7 +215,7 @@ def parse_disturbance(text: str) -> Disturbance:
     Examples
     --------
     >>> parse_disturbance("14@8")
-    Disturbance(idv=14, onset_h=8.0, magnitude=1.0)
+    Disturbance(idv=14, onset_h=8.0, magnitude=1.0, end_h=inf)
     """
     number, _, onset = text.strip().partition("@")
     try:
@@ -181,6 +224,95 @@ def parse_disturbance(text: str) -> Disturbance:
     except ValueError:
         raise ConfigError(f"{text!r} is not a disturbance; write IDV[@HOURS], e.g. 14@8", key="--idv") from None
     return Disturbance(idv, onset_h)
+
+
+@dataclass(frozen=True)
+class Variation:
+    """A slow change of the plant's conditions during a run.
+
+    ``target`` is what changes:
+
+    * ``idv:N``: the activation of disturbance IDV N, in [0, 1] (the kernel scales the
+      disturbance, :data:`SCALED_IDV`; the terms of one IDV add up, clipped to [0, 1]);
+    * ``setpoint:NAME``: a controller setpoint (:data:`SETPOINTS`), relative to the mode's
+      (0.02 = 2 % above it; the controller rate-limits its production and %G targets);
+    * ``sensor:XMEAS(i)``: a bias of measurement i in its units, seen by the controller and
+      recorded (an instrument drifting out of calibration).
+
+    ``shape`` ``cycle``: ``amplitude (1 - cos(2 pi (t - start_h) / period_h + phase)) / 2``, between 0
+    and ``amplitude`` (a season, a daily load cycle); ``ramp``: from 0 at ``start_h`` to ``amplitude``
+    at ``full_h``, held after. Both are 0 before ``start_h`` and from ``end_h`` on.
+
+    Examples
+    --------
+    >>> v = Variation("idv:5", "cycle", 0.5, period_h=24.0)
+    >>> round(v.value(0.0), 3), round(v.value(12.0), 3)
+    (0.0, 0.5)
+    >>> Variation("sensor:XMEAS(22)", "ramp", 2.0, start_h=10.0, full_h=20.0, end_h=30.0).value(15.0)
+    1.0
+    """
+
+    target: str
+    shape: str
+    amplitude: float
+    start_h: float = 0.0
+    end_h: float = math.inf
+    period_h: float = 0.0
+    full_h: float = 0.0
+    phase: float = 0.0
+
+    def __post_init__(self) -> None:
+        kind, _, name = self.target.partition(":")
+        if kind == "idv":
+            if not name.isdigit() or not 1 <= int(name) <= N_IDV:
+                raise ConfigError(f"variation of {self.target!r}: IDVs are idv:1..idv:{N_IDV}", key="variations")
+        elif kind == "setpoint":
+            if name not in SETPOINTS:
+                raise ConfigError(
+                    f"variation of {self.target!r}: setpoints are {', '.join(SETPOINTS)}", key="variations"
+                )
+        elif kind == "sensor":
+            if not re.fullmatch(r"XMEAS\(([1-9]|[1-3][0-9]|4[01])\)", name):
+                raise ConfigError(f"variation of {self.target!r}: sensors are XMEAS(1)..XMEAS(41)", key="variations")
+        else:
+            raise ConfigError(
+                f"variation target {self.target!r}: write idv:N, setpoint:NAME or sensor:XMEAS(i)", key="variations"
+            )
+        values = (self.amplitude, self.start_h, self.period_h, self.full_h, self.phase)
+        if not all(math.isfinite(v) for v in values) or self.start_h < 0 or not self.end_h > self.start_h:
+            raise ConfigError(f"variation of {self.target}: finite numbers, 0 <= start_h < end_h", key="variations")
+        if self.shape == "cycle" and self.period_h <= 0:
+            raise ConfigError(f"cycle of {self.target}: period_h must be > 0", key="variations")
+        if self.shape == "ramp" and self.full_h <= self.start_h:
+            raise ConfigError(f"ramp of {self.target}: full_h must be after start_h", key="variations")
+        if self.shape not in ("cycle", "ramp"):
+            raise ConfigError(f"variation shape {self.shape!r}: cycle or ramp", key="variations")
+
+    @property
+    def kind(self) -> str:
+        """``idv``, ``setpoint`` or ``sensor``."""
+        return self.target.partition(":")[0]
+
+    @property
+    def name(self) -> str:
+        """The IDV number, setpoint name or sensor column."""
+        return self.target.partition(":")[2]
+
+    def value(self, time_h: float) -> float:
+        """The term at ``time_h`` hours."""
+        if time_h < self.start_h - 1e-9 or time_h >= self.end_h - 1e-9:
+            return 0.0
+        if self.shape == "cycle":
+            # A (1 - cos(2 pi (t - t0) / P + phase)) / 2
+            angle = 2.0 * math.pi * (time_h - self.start_h) / self.period_h + self.phase
+            return self.amplitude * (1.0 - math.cos(angle)) / 2.0
+        # A min(1, (t - t0) / (t_full - t0))
+        return self.amplitude * min(1.0, (time_h - self.start_h) / (self.full_h - self.start_h))
+
+    def as_list(self) -> list[Any]:
+        """JSON-friendly settings (cache key and metadata)."""
+        return [self.target, self.shape, self.amplitude, self.start_h, self.end_h, self.period_h, self.full_h,
+                self.phase]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -195,6 +327,7 @@ class SimulationSpec:
     mode : operating mode, ``mode1`` .. ``mode6``
     control_interval : controller sample time and integration interval, h
     sample_seconds : interval between recorded rows, s (a multiple of the control interval)
+    variations : slowly varying conditions (seasons, load cycles, setpoints, sensor drifts)
     """
 
     hours: float
@@ -203,12 +336,19 @@ class SimulationSpec:
     mode: str = "mode1"
     control_interval: float = DESIGN_CONTROL_INTERVAL_H
     sample_seconds: float = 180.0
+    variations: tuple[Variation, ...] = ()
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.hours) and 0 < self.hours <= MAX_HOURS):
             raise ConfigError(
                 f"hours must be in (0, {MAX_HOURS:g}] (at most {MAX_HOURS * 20:,.0f} samples; docs/limits.md), "
                 f"got {self.hours}",
+                key="--hours",
+            )
+        if self.n_samples < 1:
+            raise ConfigError(
+                f"{self.hours:g} h is shorter than one {self.sample_seconds:g}-second sample: the run would write "
+                f"nothing; give at least {self.sample_seconds / 3600:g} h",
                 key="--hours",
             )
         if int(self.seed) != self.seed or not 0 <= self.seed < 2**32:
@@ -227,6 +367,15 @@ class SimulationSpec:
                 f"sample interval {self.sample_seconds} s must be a multiple of the control interval "
                 f"{self.control_interval} h ({self.control_interval * 3600:g} s)",
                 key="--sample-seconds",
+            )
+        steps = self.n_samples * self.steps_per_sample
+        if steps > MAX_INTEGRATION_STEPS:
+            finest = self.hours / MAX_INTEGRATION_STEPS
+            raise ConfigError(
+                f"{self.control_interval:g} h makes {self.steps_per_sample:,} integration steps a sample, {steps:,} "
+                f"in the {self.hours:g} h run: more than the {MAX_INTEGRATION_STEPS:,} of the longest run at the "
+                f"design rate (docs/limits.md); give a control interval of at least {finest:.3g} h, or fewer --hours",
+                key="--control-interval",
             )
         if len({d.idv for d in self.disturbances}) != len(self.disturbances):
             raise ConfigError("each IDV may be given once", key="--idv")
@@ -248,20 +397,60 @@ class SimulationSpec:
         """Rows of a run that does not shut down."""
         return round(self.hours * 3600 / self.sample_seconds)
 
+    @property
+    def scaled(self) -> bool:
+        """Whether the kernel must scale its disturbances (an IDV varies or has a magnitude strictly inside (0, 1))."""
+        return any(v.kind == "idv" for v in self.variations) or any(
+            0.0 < d.magnitude < 1.0 for d in self.disturbances
+        )
+
+    @property
+    def ms_flag(self) -> int:
+        """The kernel flags of the run (:data:`SCALED_IDV` only when :attr:`scaled`)."""
+        return DEFAULT_MS_FLAG | SCALED_IDV if self.scaled else DEFAULT_MS_FLAG
+
     def idv_vector(self, time_h: float) -> FloatArray:
         """The 28 IDV activations in force during the interval that starts at ``time_h``."""
         vec = np.zeros(N_IDV)
         for d in self.disturbances:
-            if time_h >= d.onset_h - 1e-9:
+            if d.active(time_h):
                 vec[d.idv - 1] = d.magnitude
-        return vec
+        for v in self.variations:
+            if v.kind == "idv":
+                vec[int(v.name) - 1] += v.value(time_h)
+        return np.clip(vec, 0.0, 1.0) if self.variations else vec
+
+    def setpoint_offsets(self, time_h: float) -> dict[str, float]:
+        """Relative setpoint changes at ``time_h`` (``{name: fraction}``; empty when none varies)."""
+        out: dict[str, float] = {}
+        for v in self.variations:
+            if v.kind == "setpoint":
+                out[v.name] = out.get(v.name, 0.0) + v.value(time_h)
+        return out
+
+    def sensor_bias(self, time_h: float) -> FloatArray | None:
+        """The bias (41,) of the measurements at ``time_h`` (None when no sensor drifts)."""
+        terms = [v for v in self.variations if v.kind == "sensor"]
+        if not terms:
+            return None
+        bias = np.zeros(41)
+        for v in terms:
+            bias[int(v.name[6:-1]) - 1] += v.value(time_h)
+        return bias
 
     def key(self, version: str) -> str:
         """File-name-safe cache key naming every setting and the simulator ``version``."""
-        idv = "-".join(f"{d.idv}@{d.onset_h:g}x{d.magnitude:g}" for d in sorted(self.disturbances, key=lambda d: d.idv))
+        idv = "-".join(
+            f"{d.idv}@{d.onset_h:g}x{d.magnitude:g}" + ("" if math.isinf(d.end_h) else f"to{d.end_h:g}")
+            for d in sorted(self.disturbances, key=lambda d: d.idv)
+        )
+        varied = ""
+        if self.variations:
+            text = json.dumps([v.as_list() for v in self.variations])
+            varied = "_var" + hashlib.sha256(text.encode()).hexdigest()[:12]
         return (
             f"{self.mode}_seed{self.seed}_idv{idv or 'none'}_h{self.hours:g}_ci{self.control_interval:g}"
-            f"_s{self.sample_seconds:g}_tep-studio-{version}"
+            f"_s{self.sample_seconds:g}{varied}_tep-studio-{version}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -269,10 +458,13 @@ class SimulationSpec:
         return {
             "hours": self.hours,
             "seed": self.seed,
-            "disturbances": [[d.idv, d.onset_h, d.magnitude] for d in self.disturbances],
+            "disturbances": [
+                [d.idv, d.onset_h, d.magnitude, *([] if math.isinf(d.end_h) else [d.end_h])] for d in self.disturbances
+            ],
             "mode": self.mode,
             "control_interval": self.control_interval,
             "sample_seconds": self.sample_seconds,
+            **({"variations": [v.as_list() for v in self.variations]} if self.variations else {}),
         }
 
 
@@ -368,8 +560,14 @@ class TEPSimulator:
         """
         spec = self.spec
         sim, controller = self._sim, self._controller
-        meas, _ = sim.reset(mode=spec.mode, seed=float(spec.seed))
+        if spec.scaled:
+            meas, _ = sim.reset(mode=spec.mode, seed=float(spec.seed), ms_flag=spec.ms_flag)
+        else:
+            meas, _ = sim.reset(mode=spec.mode, seed=float(spec.seed))
         controller.reset(meas, time=sim.time)
+        base = controller.setpoints
+        moves = any(v.kind == "setpoint" for v in spec.variations)
+        drifts = any(v.kind == "sensor" for v in spec.variations)
         self.terminated, self.shutdown = False, None
         step = self._lean_step if self.lean else self._advance_step
         row = np.empty(len(TEP_COLUMNS))
@@ -377,8 +575,19 @@ class TEPSimulator:
         for k in range(spec.n_samples):
             for _ in range(spec.steps_per_sample):
                 t = sim.time
+                if moves:
+                    # sp(t) = sp_mode (1 + sum of the setpoint's terms)
+                    offsets = spec.setpoint_offsets(t)
+                    controller.setpoints = dataclasses.replace(
+                        base, **{name: getattr(base, name) * (1.0 + v) for name, v in offsets.items()}
+                    )
                 action, _ = controller.compute_action(meas, time=t)
                 meas, implemented, down = step(action, spec.idv_vector(t))
+                if drifts:
+                    bias = spec.sensor_bias(sim.time)
+                    assert bias is not None
+                    # the instrument reads the plant plus its bias: the controller and the record see it
+                    meas = meas + bias
                 if down:
                     self.terminated = True
                     self.shutdown = str(sim.kernel.shutdown_status()[1]).strip() or "plant shutdown"
@@ -469,29 +678,38 @@ def default_cache_dir() -> Path:
 
 
 def cached_run(
-    spec: SimulationSpec, cache_dir: str | Path | None = None, *, generate: bool = True
+    spec: SimulationSpec,
+    cache_dir: str | Path | None = None,
+    *,
+    generate: bool = True,
+    rebuild: bool = False,
+    fix: str = "delete it, and the run is simulated again",
 ) -> SimulatedRun | None:
-    """The run of ``spec`` from the cache, simulated and stored first when missing.
+    """The run of ``spec`` from the cache, simulated and stored first when missing (or with ``rebuild``).
 
     With ``generate=False`` a missing run returns None instead of simulating.
-    Files: ``<key>.npz`` (values) and ``<key>.json`` (settings, how it ended, CPU time).
+    Files: ``<key>.npz`` (values) and ``<key>.json`` (settings, how it ended, CPU time, the sha256 of
+    the values and their shape), each written to a temporary file and renamed into place, the
+    ``.json`` last: a run is in the cache once its ``.json`` is. A cached run is an artifact: its
+    values are read within the npz bound (:func:`~fedrca.contracts.artifacts.read_npz`) and must
+    match the ``.json``'s digest and shape; anything else is one :class:`DataError` naming the file
+    and ``fix`` (the command's way to rebuild it). The folder is checked writable before a run is
+    simulated, so a read-only cache is refused before the work.
     """
     version = simulator_version()
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     key = spec.key(version)
     data_file, meta_file = directory / f"{key}.npz", directory / f"{key}.json"
-    if data_file.is_file() and meta_file.is_file():
-        meta = json.loads(meta_file.read_text())
-        with np.load(data_file) as stored:
-            values = stored["values"]
-        return SimulatedRun(spec, values, meta["terminated"], meta["shutdown"], version, meta.get("cpu_seconds", 0.0))
+    if directory.exists() and not directory.is_dir():
+        raise DataError(f"{directory}: the simulator's run cache is a file, not a folder; set FEDRCA_CACHE to a folder")
+    if not rebuild:
+        run = _read_cached(spec, version, data_file, meta_file, fix)
+        if run is not None:
+            return run
     if not generate:
         return None
+    _check_writable(directory)
     run = simulate(spec)
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f"{key}.tmp.npz"
-    np.savez_compressed(tmp, values=run.values)
-    tmp.replace(data_file)
     meta = {
         "spec": spec.as_dict(),
         "terminated": run.terminated,
@@ -499,9 +717,94 @@ def cached_run(
         "rows": len(run.values),
         "cpu_seconds": run.cpu_seconds,
         "tep_studio": version,
+        "sha256": arrays_sha256({"values": run.values}),
     }
-    meta_file.write_text(json.dumps(meta, indent=1))
+    try:
+        _replace(data_file, lambda f: np.savez_compressed(f, values=run.values))
+        _replace(meta_file, lambda f: f.write(json.dumps(meta, indent=1).encode()))  # last: the run is in
+    except OSError as exc:
+        raise DataError(f"{directory}: cannot write the simulator's run cache ({exc.strerror or exc})") from None
     return run
+
+
+def _replace(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write ``path`` through a temporary file beside it and a rename (no reader ever sees half of it)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            write(stream)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _check_writable(directory: Path) -> None:
+    """Refuse a cache folder that cannot be written before the run is simulated (a probe file, removed)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise DataError(
+            f"{directory}: the simulator's run cache cannot be written ({exc.strerror or exc}); set FEDRCA_CACHE to a "
+            "folder you can write"
+        ) from None
+
+
+#: Keys and types of a cached run's ``.json`` (``sha256`` from the caches that record it).
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "terminated": (bool,),
+    "shutdown": (str, type(None)),
+    "rows": (int,),
+}
+
+
+def _read_cached(spec: SimulationSpec, version: str, data_file: Path, meta_file: Path, fix: str) -> SimulatedRun | None:
+    """The cached run, None when it is not in the cache (no ``.json``), DataError when the cache is corrupted."""
+    if not meta_file.exists() and not meta_file.is_symlink():
+        return None  # never written, or cut short before its .json: simulated again
+
+    def corrupted(file: Path, what: str) -> DataError:
+        return DataError(f"{file}: the simulator's run cache is corrupted ({what}); {fix}")
+
+    for file in (meta_file, data_file):
+        kind = special_file(file)
+        if kind is not None:
+            raise corrupted(file, f"a {kind}, not a regular file")
+    try:
+        raw = meta_file.read_bytes()[: 1 << 20]
+        meta = parse_json(raw, "its description", max_depth=8, max_bytes=(1 << 20) - 1)
+    except OSError as exc:
+        raise corrupted(meta_file, str(exc.strerror or exc)) from None
+    except MessageError as exc:
+        raise corrupted(meta_file, exc.detail) from None
+    if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META_TYPES.items()):
+        raise corrupted(meta_file, f"not the description of a run: {', '.join(_META_TYPES)} are expected")
+    if not data_file.is_file():
+        raise corrupted(data_file, "its values are missing")
+    try:
+        arrays = read_npz(data_file)
+    except ArtifactError as exc:
+        raise corrupted(data_file, str(exc).removeprefix(f"{data_file}: ")) from None
+    values = arrays.get("values")
+    rows = meta["rows"]
+    if (
+        set(arrays) != {"values"}
+        or values is None
+        or values.dtype != np.float64
+        or values.shape != (rows, len(TEP_COLUMNS))
+    ):
+        shape = None if values is None else (values.dtype.str, values.shape)
+        raise corrupted(data_file, f"{shape} is not the ({rows}, {len(TEP_COLUMNS)}) float64 values of its description")
+    expected = meta.get("sha256")
+    if expected is not None and expected != arrays_sha256({"values": values}):
+        raise corrupted(data_file, "its values do not match the sha256 of its description")
+    cpu = meta.get("cpu_seconds", 0.0)
+    cpu = float(cpu) if type(cpu) in (int, float) else 0.0
+    return SimulatedRun(spec, values, meta["terminated"], meta["shutdown"], version, cpu)
 
 
 def dump_tep_dat(values: FloatArray, stream: BinaryIO) -> None:

@@ -3,12 +3,15 @@
 * :mod:`~fedrca.contracts.messages`: the sensor, flag and verdict messages of the
   topics (one schema each, also used by the replay files and the reports) and their
   JSON codecs;
+* :mod:`~fedrca.contracts.reason`: why a verdict names its root (the bounded reason it carries);
 * :mod:`~fedrca.contracts.flagstate`: the flag state ``2 * Z_c + Z_a`` of a plant's
   published pair;
 * :mod:`~fedrca.contracts.deadletter`: why a message was refused, and the headers
   a dead letter carries;
 * :mod:`~fedrca.contracts.artifacts`: the parameter-artifact format (files and the
-  params topic), on the binary container of :mod:`~fedrca.contracts.binary`.
+  params topic), on the binary container of :mod:`~fedrca.contracts.binary`;
+* :mod:`~fedrca.contracts.commands`: an operator's command to a plant's re-baselining
+  loop (the control topic).
 
 Every producer and consumer uses these; nothing builds a message dict by hand.
 This package imports nothing of fedrca but :mod:`fedrca.exceptions`.
@@ -28,11 +31,16 @@ from fedrca.contracts.artifacts import (
     make_artifact,
     save_artifact,
 )
+from fedrca.contracts.commands import BaselineCommand
 from fedrca.contracts.deadletter import DeadLetterReason, DeadLetterStage, deadletter_headers
 from fedrca.contracts.flagstate import N_FLAG_STATES, FlagState, flag_bits, flag_states
 from fedrca.contracts.messages import (
     PRIVACY_WITHHELD,
+    SENSOR_FAULT,
+    SENSOR_OUTCOMES,
+    SENSOR_RECOVERED,
     FlagMessage,
+    Quality,
     SensorMessage,
     Verdict,
     decode_flag,
@@ -43,17 +51,25 @@ from fedrca.contracts.messages import (
     encode_flags,
     verdict_id,
 )
+from fedrca.contracts.reason import PlantReason, Reason
 
 __all__ = [
     "NOMINAL_STATE_COUNTS",
     "N_FLAG_STATES",
     "PRIVACY_WITHHELD",
+    "SENSOR_FAULT",
+    "SENSOR_OUTCOMES",
+    "SENSOR_RECOVERED",
     "SERVER",
+    "BaselineCommand",
     "DeadLetterReason",
     "DeadLetterStage",
     "FlagMessage",
     "FlagState",
     "ParameterArtifact",
+    "PlantReason",
+    "Quality",
+    "Reason",
     "SensorMessage",
     "Verdict",
     "check_binding",

@@ -34,6 +34,8 @@ import io
 import json
 import math
 import os
+import re
+import stat
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from fedrca.contracts.binary import pack_arrays, unpack_arrays
+from fedrca.contracts.bounds import MAX_NAME_CHARS, MAX_RECORD_BYTES, parse_json, short
 from fedrca.exceptions import ArtifactError, IntegrityError, MessageError
 
 __all__ = [
@@ -61,7 +64,9 @@ __all__ = [
     "make_artifact",
     "manifest_digest",
     "public_artifact",
+    "read_npz",
     "save_artifact",
+    "special_file",
 ]
 
 #: Pseudo-plant name of the server artifact.
@@ -74,6 +79,15 @@ NOMINAL_STATE_COUNTS = "nominal_state_counts"
 #: They stay in the artifact on disk; :func:`encode_published_artifact` never publishes them.
 PRIVATE_PREFIX = "whatif."
 FORMAT = "fedrca-artifact/2"
+#: Most bytes an npz's arrays may take decompressed, as a multiple of the file's bytes (docs/limits.md's
+#: ``DATA_MEMORY_FACTOR``: a command's peak is bounded by 10 x the data it reads).
+NPZ_EXPANSION = 10
+#: Largest manifest read (a plant's manifest is a few kilobytes; its schema names every column).
+MAX_MANIFEST_BYTES = 16 << 20
+#: Deepest JSON nesting of a manifest.
+MANIFEST_DEPTH = 16
+#: An artifact's version: ``v`` and a counter.
+_VERSION = re.compile(r"v[0-9]{1,18}")
 
 
 def arrays_sha256(arrays: Mapping[str, np.ndarray]) -> str:
@@ -237,6 +251,11 @@ def check_binding(
     """
     name = f"artifact '{artifact.plant}' {artifact.version}"
     trained = artifact.manifest.get("schema")
+    if trained is not None and not (
+        isinstance(trained, dict) and all(isinstance(v, list) and all(isinstance(c, str) for c in v)
+                                          for v in trained.values())
+    ):  # fmt: skip
+        raise ArtifactError(f"{name}: its manifest's schema is not lists of column names; {fix}")
     if schema is not None and trained is not None and dict(trained) != dict(_json_safe(dict(schema))):
         differs = [k for k in sorted(set(trained) | set(schema)) if trained.get(k) != list(schema.get(k, []))]
         raise ArtifactError(
@@ -278,31 +297,121 @@ def save_artifact(artifact: ParameterArtifact, directory: str | Path) -> Path:
     return npz
 
 
+def special_file(path: str | Path) -> str | None:
+    """What a path that exists but is no regular file is ('FIFO', 'character device', ...); None otherwise.
+
+    Follows links: a link to ``/dev/zero`` is a character device. Reading one never ends (or never
+    starts), so no reader of fedrca opens one.
+
+    Examples
+    --------
+    >>> special_file("/dev/zero"), special_file("/nonexistent"), special_file(__file__)
+    ('character device', None, None)
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, what in (
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISFIFO, "FIFO (named pipe)"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISDIR, "directory"),
+    ):
+        if test(mode):
+            return what
+    return None
+
+
+def read_npz(path: str | Path, *, factor: int = NPZ_EXPANSION) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file, their decompressed size bounded before a byte is decompressed.
+
+    An npz is a zip of ``.npy`` members; each member says how large it is once decompressed (the
+    zip's directory) and each ``.npy`` header its dtype and shape. Before any is read, every member
+    must be an ``.npy`` of a numeric dtype whose shape fits the member's size, and together they may
+    hold at most ``factor`` times the file's bytes (the ``10 x data`` of docs/limits.md: fedrca
+    writes uncompressed arrays, so its own files hold about 1 x). A 3.9 MB file that unpacks to
+    4 GB is refused at once, not after the allocation.
+
+    Raises
+    ------
+    IntegrityError
+        Naming the file and what is wrong with it.
+    """
+    file = Path(path)
+    kind = special_file(file)
+    if kind is not None:
+        raise IntegrityError(f"{file} is a {kind}, not a regular file; restore the file fedrca wrote")
+    try:
+        size = file.stat().st_size
+        with zipfile.ZipFile(file) as archive:
+            members = archive.infolist()
+            total = sum(m.file_size for m in members)
+            if total > max(factor * size, 1 << 16):
+                raise IntegrityError(
+                    f"{file}: its arrays would take {total:,} bytes decompressed, more than {factor} x its "
+                    f"{size:,} bytes (docs/limits.md): not a file fedrca wrote"
+                )
+            arrays: dict[str, np.ndarray] = {}
+            for member in members:
+                if not member.filename.endswith(".npy"):
+                    raise IntegrityError(f"{file}: member {member.filename!r} is not an array (.npy)")
+                with archive.open(member) as stream:
+                    version = np.lib.format.read_magic(stream)
+                    if version == (1, 0):
+                        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+                    elif version == (2, 0):
+                        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+                    else:
+                        raise IntegrityError(f"{file}: member {member.filename!r} has .npy format {version}")
+                    need = math.prod(shape) * dtype.itemsize
+                    if dtype.hasobject or need > member.file_size:
+                        raise IntegrityError(
+                            f"{file}: member {member.filename!r} says {dtype.str} {tuple(shape)} ({need:,} bytes) in "
+                            f"{member.file_size:,} bytes"
+                        )
+                with archive.open(member) as stream:
+                    arrays[member.filename[: -len(".npy")]] = np.lib.format.read_array(stream, allow_pickle=False)
+            return arrays
+    except IntegrityError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, RuntimeError, NotImplementedError) as exc:
+        # a 0-byte or cut-short file: BadZipFile; a bad .npy header: ValueError
+        raise IntegrityError(f"{file}: unreadable array file ({short(str(exc) or 'empty', 200)})") from None
+
+
 def load_artifact(directory: str | Path, plant: str) -> ParameterArtifact:
     """Read and verify one artifact.
 
     Raises
     ------
     ArtifactError
-        When a file is missing or unreadable.
+        When a file is missing, not a regular file, or unreadable.
     IntegrityError
-        When the arrays do not match the manifest's sha256.
+        When the arrays do not match the manifest's sha256, or the npz would unpack beyond its bound.
     """
     npz, manifest_path = _paths(directory, plant)
+    for path in (npz, manifest_path):
+        kind = special_file(path)
+        if kind is not None:
+            raise ArtifactError(f"{path} is a {kind}, not a regular file: restore the artifact fedrca train wrote")
     if not npz.is_file() or not manifest_path.is_file():
         raise ArtifactError(
             f"{directory}: no artifact for '{plant}' ({npz.name} + {manifest_path.name}); run fedrca train"
         )
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{manifest_path}: unreadable manifest ({exc}); re-run fedrca train") from None
+        raw = manifest_path.read_bytes()[: MAX_MANIFEST_BYTES + 1]
+        manifest = parse_json(raw, "the manifest", max_depth=MANIFEST_DEPTH, max_bytes=MAX_MANIFEST_BYTES)
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise ArtifactError(f"{manifest_path}: unreadable manifest ({reason}); re-run fedrca train") from None
+    except MessageError as exc:
+        raise ArtifactError(f"{manifest_path}: unreadable manifest ({exc.detail}); re-run fedrca train") from None
     try:
-        with np.load(npz, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        # a 0-byte or cut-short file ends np.load with EOFError ("No data left in file")
-        raise IntegrityError(f"{npz}: unreadable parameter file ({exc or 'empty'}); re-run fedrca train") from None
+        arrays = read_npz(npz)
+    except IntegrityError as exc:
+        raise IntegrityError(f"{exc}; re-run fedrca train") from None
     if not isinstance(manifest, dict) or "version" not in manifest:
         raise ArtifactError(f"{manifest_path}: not a fedrca artifact manifest")
     artifact = ParameterArtifact(plant, str(manifest["version"]), arrays, manifest)
@@ -380,15 +489,18 @@ def decode_published_artifact(raw: bytes) -> tuple[str, ParameterArtifact]:
         When the bytes are not an artifact record at all.
     """
     try:
-        kind, meta, arrays = unpack_arrays(raw)
+        kind, meta, arrays = unpack_arrays(raw, max_bytes=MAX_RECORD_BYTES)
     except MessageError as exc:
         raise ArtifactError(f"not a parameter artifact record ({exc})") from None
     if kind != "artifact":
-        raise ArtifactError(f"not a parameter artifact record (a '{kind}' message)")
-    try:
-        plant, version, manifest = str(meta["plant"]), str(meta["version"]), dict(meta["manifest"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactError(f"artifact record header is incomplete ({exc})") from None
+        raise ArtifactError(f"not a parameter artifact record (a {short(kind)} message)")
+    plant, version, manifest = meta.get("plant"), meta.get("version"), meta.get("manifest")
+    if not isinstance(plant, str) or not 0 < len(plant) <= MAX_NAME_CHARS:
+        raise ArtifactError(f"artifact record header names no plant (plant {short(plant)})")
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise ArtifactError(f"artifact record of '{short(plant)}': version {short(version)} is not 'v<N>'")
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"artifact record of '{short(plant)}': its manifest is not an object")
     artifact = ParameterArtifact(plant, version, arrays, manifest)
     artifact.verify()
     return plant, artifact

@@ -14,13 +14,21 @@ write and read like its sensors topic; the RCA stage's dead letters are flags
 
 from __future__ import annotations
 
+import hashlib
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fedrca.exceptions import MessageError
 
-__all__ = ["DeadLetterReason", "DeadLetterStage", "deadletter_headers"]
+__all__ = ["DEADLETTER_VALUE_BYTES", "DeadLetterReason", "DeadLetterStage", "deadletter_headers", "deadletter_record"]
+
+#: Most bytes of the refused record a dead letter carries: with its headers it stays within one
+#: Kafka record (1 MiB), so a refused record of that size can always be dead-lettered; a longer
+#: one is cut, its length and sha256 in the headers (``fedrca-original-bytes``, ``-sha256``).
+DEADLETTER_VALUE_BYTES = 1_000_000
+#: Longest ``fedrca-detail`` header (characters; a longer detail is cut in the middle).
+DETAIL_CHARS = 500
 
 
 class DeadLetterReason(StrEnum):
@@ -28,16 +36,22 @@ class DeadLetterReason(StrEnum):
 
     # -- stream messages (sensors, flags) ----------------------------------------------------
     MALFORMED_JSON = "malformed-json"  #: not JSON, or not a JSON object
+    TOO_LARGE = "too-large"  #: larger than a record of its kind may be (contracts/bounds.py)
+    TOO_DEEP = "too-deep"  #: JSON nested deeper than its contract
     MISSING_FIELD = "missing-field"  #: a required field is absent
     WRONG_SITE = "wrong-site"  #: the message names another site
     UNKNOWN_PLANT = "unknown-plant"  #: the plant is not configured
     BAD_KEY = "bad-key"  #: a sensor message not keyed by its plant's name
     WRONG_LENGTH = "wrong-length"  #: not as many values as the plant has sensors
-    NON_FINITE = "non-finite"  #: NaN, inf, a non-number or a number beyond float range
+    NON_FINITE = "non-finite"  #: a NaN or inf literal, a non-number or a number beyond float range (null: missing)
+    BAD_QUALITY = "bad-quality"  #: a sensor message's quality list that is not one Quality code per value
     BAD_SEQ = "bad-seq"  #: seq is not a non-negative integer
     BAD_TIMESTAMP = "bad-timestamp"  #: ts is not a finite time in range
     BAD_FLAG = "bad-flag"  #: zc / za is not 0 or 1
     LATE = "late"  #: a flag whose row the RCA had already judged without it
+    UNPROCESSABLE = "unprocessable"  #: valid by its contract, yet its processing failed (the worker went on)
+    # -- a worker's own state (state topics) -----------------------------------------------------
+    BAD_STATE = "bad-state"  #: a state record that is not the worker's: skipped, the one before it used
     # -- parameter artifacts (params topic) -----------------------------------------------------
     BAD_ARTIFACT = "bad-artifact"  #: unreadable, tampered with, or for an unknown plant
     # -- binary messages (training protocol, artifacts on the wire) ------------------------------
@@ -78,6 +92,8 @@ class DeadLetterStage(StrEnum):
     PLANT = "plant"
     RCA = "rca"
     PARAMS = "params"
+    STATE = "state"
+    FLEET = "fleet"
 
 
 def deadletter_headers(error: MessageError, stage: DeadLetterStage, source_topic: str) -> list[tuple[str, bytes]]:
@@ -94,9 +110,37 @@ def deadletter_headers(error: MessageError, stage: DeadLetterStage, source_topic
     >>> dict(h)["fedrca-reason"], dict(h)["fedrca-stage"]
     (b'bad-seq', b'rca')
     """
+    detail = str(error.detail)
+    if len(detail) > DETAIL_CHARS:
+        keep = (DETAIL_CHARS - 5) // 2
+        detail = f"{detail[:keep]} ... {detail[-keep:]}"
     return [
         ("fedrca-reason", str(error.reason).encode()),
-        ("fedrca-detail", error.detail.encode()),
+        ("fedrca-detail", detail.encode("utf-8", "replace")),
         ("fedrca-stage", str(stage).encode()),
         ("fedrca-source-topic", source_topic.encode()),
     ]
+
+
+def deadletter_record(
+    raw: bytes | None, error: MessageError, stage: DeadLetterStage, source_topic: str
+) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """The value and headers of a dead letter, within one Kafka record whatever was refused.
+
+    Examples
+    --------
+    >>> from fedrca.exceptions import MessageError
+    >>> value, headers = deadletter_record(b"x" * 2_000_000, MessageError(DeadLetterReason.TOO_LARGE, "big"),
+    ...                                    DeadLetterStage.PLANT, "s.sensors.p")
+    >>> len(value), dict(headers)["fedrca-original-bytes"]
+    (1000000, b'2000000')
+    """
+    value = b"" if raw is None else bytes(raw)
+    headers = deadletter_headers(error, stage, source_topic)
+    if len(value) > DEADLETTER_VALUE_BYTES:
+        headers += [
+            ("fedrca-original-bytes", str(len(value)).encode()),
+            ("fedrca-original-sha256", hashlib.sha256(value).hexdigest().encode()),
+        ]
+        value = value[:DEADLETTER_VALUE_BYTES]
+    return value, headers

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedrca.datasets.table import MAX_COLUMNS, MAX_VALUES, ColumnParser, Table, cell
+from fedrca.datasets.table import MAX_COLUMNS, MAX_VALUES, MISSING_TOKENS, ColumnParser, Table, cell
 from fedrca.datasets.text import check_file
 from fedrca.exceptions import DataError
 
@@ -112,12 +112,15 @@ def read_sheet(
     is_header: Callable[[list[str]], bool],
     parsers: Callable[[list[str]], Mapping[str, ColumnParser]],
     scan: int = 20,
+    *,
+    missing: bool = False,
 ) -> Table:
     """The first sheet with a header accepted by ``is_header`` in its first ``scan`` rows, as a table.
 
     Same contract as :func:`fedrca.datasets.table.read_table`: number columns become
-    float64 (numbers or numeric text; empty cells, text and non-finite values are
-    errors), the ``parsers`` convert the others (dates arrive as ISO 8601 text).
+    float64 (numbers or numeric text; text and non-finite values are errors, and so are
+    empty cells and :data:`~fedrca.datasets.table.MISSING_TOKENS` unless ``missing``: NaN),
+    the ``parsers`` convert the others (dates arrive as ISO 8601 text).
     """
     file = check_file(path, what)
     book = _open(file)
@@ -133,7 +136,7 @@ def read_sheet(
                 if number >= scan:
                     break
             if header is not None:
-                return _read_rows(file, rows, header[0], header[1], parsers)
+                return _read_rows(file, rows, header[0], header[1], parsers, missing)
     finally:
         book.close()
     raise DataError(f"{file}: no sheet has a {what} header row in its first {scan} rows; is this the right workbook?")
@@ -145,6 +148,7 @@ def _read_rows(
     header_line: int,
     fields: list[str],
     parsers: Callable[[list[str]], Mapping[str, ColumnParser]],
+    missing: bool = False,
 ) -> Table:
     names = list(fields)
     while names and not names[-1]:
@@ -177,7 +181,7 @@ def _read_rows(
                 strings = np.array([None if v is None else _text(v) or None for v in column], dtype=object)
                 parts[name].append(converter(strings, lines))
             else:
-                parts[name].append(_numbers(column, name, lines, file))
+                parts[name].append(_numbers(column, name, lines, file, missing))
         line_parts.append(lines)
 
     for number, row in rows:
@@ -205,28 +209,38 @@ def _read_rows(
     return Table(file, header_line, "xlsx", ".", names, values, lines)
 
 
-def _numbers(column: list[Any], name: str, lines: NDArray[np.int64], file: Path) -> NDArray[np.float64]:
+def _numbers(
+    column: list[Any], name: str, lines: NDArray[np.int64], file: Path, missing: bool = False
+) -> NDArray[np.float64]:
     try:
         if not all(type(v) is float or type(v) is int for v in column):
             raise TypeError
         out = np.array(column, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
-        out = _numbers_slowly(column, name, lines, file)
-    finite = np.isfinite(out)
+        out = _numbers_slowly(column, name, lines, file, missing)
+    finite = np.isfinite(out) | (missing & np.isnan(out))
     if not finite.all():
         i = int(np.flatnonzero(~finite)[0])
         raise DataError(f"{file}: line {lines[i]:,}, column '{cell(name)}': non-finite value; fill it or drop the row")
     return out
 
 
-def _numbers_slowly(column: list[Any], name: str, lines: NDArray[np.int64], file: Path) -> NDArray[np.float64]:
+def _numbers_slowly(
+    column: list[Any], name: str, lines: NDArray[np.int64], file: Path, missing: bool = False
+) -> NDArray[np.float64]:
     out = np.empty(len(column), dtype=np.float64)
     for i, v in enumerate(column):
         if isinstance(v, int | float) and not isinstance(v, bool):
             out[i] = float(v) if abs(v) < 1e308 or isinstance(v, float) else np.inf
             continue
-        if v is None or (isinstance(v, str) and not v.strip()):
-            raise DataError(f"{file}: line {lines[i]:,}, column '{cell(name)}': missing value; fill it or drop the row")
+        if v is None or (isinstance(v, str) and (not v.strip() or v.strip().lower() in MISSING_TOKENS)):
+            if missing:
+                out[i] = np.nan
+                continue
+            raise DataError(
+                f"{file}: line {lines[i]:,}, column '{cell(name)}': missing value; fill it or drop the row, or set "
+                "dataset.missing: allow to score the values that are there"
+            )
         text = v.strip() if isinstance(v, str) else None
         try:
             if text is None or "_" in text:

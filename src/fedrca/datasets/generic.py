@@ -24,6 +24,7 @@ def load_csv(
     time_format: str | None = None,
     *,
     timezone: str = "UTC",
+    missing: bool = False,
 ) -> Dataset:
     """A CSV file with a header: optional time column, optional 0/1 label columns, numeric sensors.
 
@@ -35,6 +36,7 @@ def load_csv(
     label_columns : 0/1 label columns (the first becomes ``attack`` unless one is named so)
     time_format : ``strftime`` format of the dates (default: ISO 8601)
     timezone : IANA zone of dates without a UTC offset
+    missing : empty cells (and ``nan``, ``NA``, ``null``, ...) in sensor columns become NaN (else refused)
 
     Examples
     --------
@@ -67,7 +69,7 @@ def load_csv(
             out[time_column] = timers["time"]
         return out
 
-    table = read_table(file, "CSV", lambda fields: any(fields), parsers)
+    table = read_table(file, "CSV", lambda fields: any(fields), parsers, missing=missing)
     sensors = [c for c in table.columns if c != time_column and c not in label_columns]
     if not sensors:
         raise DataError(f"{file}: no sensor columns besides the time and label columns; add the sensor columns")

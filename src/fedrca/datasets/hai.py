@@ -59,6 +59,7 @@ def load_hai(
     *,
     timezone: str = "UTC",
     time_format: str | None = None,
+    missing: bool = False,
 ) -> Dataset:
     """A HAI or HAIEnd CSV file (``.csv`` or ``.csv.gz``, ``,`` or ``;`` separated).
 
@@ -69,6 +70,7 @@ def load_hai(
         data file; refused for files with their own label columns (20.07, 21.03, 22.04)
     timezone : IANA zone of the file's times (HAI: ``Asia/Seoul``)
     time_format : ``strftime`` format of the times (default: ISO 8601 or ``2022-08-17 0:00``)
+    missing : empty cells (and ``nan``, ``NA``, ...) in tag columns become NaN (else refused)
 
     Raises
     ------
@@ -86,7 +88,7 @@ def load_hai(
         out.update({c: ZeroOneParser(file, c) for c in names[1:] if _is_label(c)})
         return out
 
-    table = read_table(file, what, _is_time_header, parsers)
+    table = read_table(file, what, _is_time_header, parsers, missing=missing)
     time_col = table.columns[0]
     label_cols = [c for c in table.columns[1:] if _is_label(c)]
     sensors = [c for c in table.columns[1:] if not _is_label(c)]

@@ -52,13 +52,16 @@ def _is_header(fields: list[str]) -> bool:
     return any(f.lower() == "timestamp" for f in fields)
 
 
-def load_swat(path: str | Path, *, timezone: str = "UTC", time_format: str | None = None) -> Dataset:
+def load_swat(
+    path: str | Path, *, timezone: str = "UTC", time_format: str | None = None, missing: bool = False
+) -> Dataset:
     """A SWaT workbook (``.xlsx``) or CSV export (``,`` or ``;`` separated, ``.gz`` allowed).
 
     Column names and values are stripped of surrounding spaces; labels are matched
     ignoring case and spaces (``A ttack`` is ``Attack``); rows before the header (empty
     lines, the stage row of the workbook) are skipped. The time format is chosen from
-    the first row and every row must match it.
+    the first row and every row must match it. With ``missing``, empty tag cells (and
+    ``nan``, ``NA``, ...) become NaN.
 
     Raises
     ------
@@ -77,9 +80,9 @@ def load_swat(path: str | Path, *, timezone: str = "UTC", time_format: str | Non
         return out
 
     if is_workbook(file):
-        table = read_sheet(file, "SWaT", _is_header, parsers)
+        table = read_sheet(file, "SWaT", _is_header, parsers, missing=missing)
     else:
-        table = read_table(file, "SWaT CSV (' Timestamp' column)", _is_header, parsers)
+        table = read_table(file, "SWaT CSV (' Timestamp' column)", _is_header, parsers, missing=missing)
     time_col = next(c for c in table.columns if c.lower() == "timestamp")
     label_col = next((c for c in table.columns if _is_label(c)), None)
     sensors = [c for c in table.columns if c not in (time_col, label_col)]

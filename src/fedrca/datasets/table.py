@@ -16,7 +16,9 @@ the column and the fix):
 * every line has the header's number of fields (extra *empty* trailing fields are ignored);
 * numbers use ``.`` as decimal mark, or ``,`` in ``;``/tab-separated files when the first
   chunk shows decimal commas (``168,563``); one mark per file, digit grouping
-  (``1,234.5``) is refused, as are empty cells, text, ``nan`` and infinities;
+  (``1,234.5``) is refused, as are text and infinities, and empty cells and the
+  :data:`MISSING_TOKENS` unless the configuration allows missing values
+  (``dataset.missing: allow``: they become NaN, docs/missing.md);
 * at most :data:`MAX_COLUMNS` columns and :data:`MAX_VALUES` values.
 """
 
@@ -42,6 +44,7 @@ __all__ = [
     "CHUNK_CHARS",
     "MAX_COLUMNS",
     "MAX_VALUES",
+    "MISSING_TOKENS",
     "ColumnParser",
     "Table",
     "cell",
@@ -51,6 +54,9 @@ __all__ = [
 
 #: Characters of data lines parsed at a time.
 CHUNK_CHARS = 4 << 20
+#: Cells that mean "no value" (compared stripped and lower-cased), besides an empty cell: NaN when
+#: missing values are allowed, else refused like an empty cell.
+MISSING_TOKENS = frozenset({"nan", "na", "n/a", "null", "none"})
 #: Most columns a table may have.
 MAX_COLUMNS = 10_000
 #: Most values (rows x columns) a table may hold in memory (2 GiB of float64).
@@ -202,6 +208,8 @@ def read_table(
     is_header: Callable[[list[str]], bool],
     parsers: Callable[[list[str]], Mapping[str, ColumnParser]],
     scan: int = 20,
+    *,
+    missing: bool = False,
 ) -> Table:
     """Read a delimited file in bounded chunks.
 
@@ -213,6 +221,7 @@ def read_table(
     parsers : called with the column names; returns converters of the non-number columns
         (it may raise :class:`DataError` when a required column is missing)
     scan : lines searched for the header
+    missing : empty cells and :data:`MISSING_TOKENS` in number columns become NaN (else refused)
 
     Raises
     ------
@@ -225,7 +234,7 @@ def read_table(
         header_line, sep, raw_names, rest = _header(blocks, file, what, is_header, scan)
         names = _check_names(raw_names, file, header_line)
         converters = dict(parsers(names))
-        reader = _ChunkReader(file, sep, names, converters)
+        reader = _ChunkReader(file, sep, names, converters, missing)
         chunk: list[str] = []
         numbers: list[int] = []
         size = 0
@@ -253,8 +262,11 @@ def read_table(
 class _ChunkReader:
     """Field-count checks and chunk parsing for one table."""
 
-    def __init__(self, file: Path, sep: str, names: list[str], converters: dict[str, ColumnParser]) -> None:
+    def __init__(
+        self, file: Path, sep: str, names: list[str], converters: dict[str, ColumnParser], missing: bool = False
+    ) -> None:
         self.file = file
+        self.missing = missing
         self.sep = sep
         self.names = names
         self.converters = converters
@@ -394,7 +406,11 @@ class _ChunkReader:
                     )
                 text = text.str.replace(",", ".", regex=False)
             values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-            bad = np.isnan(values) & text.notna().to_numpy() & (text.to_numpy() != "")
+            # an empty cell or a missing token is a missing value (NaN), refused below unless allowed
+            given = (
+                text.notna().to_numpy() & (text.to_numpy() != "") & ~text.str.lower().isin(MISSING_TOKENS).to_numpy()
+            )
+            bad = np.isnan(values) & given
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
                 value = cell(raw[row])
@@ -404,13 +420,15 @@ class _ChunkReader:
                 raise DataError(
                     f"{self.file}: line {lines[row]:,}, column '{cell(name)}': '{value}' is not a number; {hint}"
                 )
-        finite = np.isfinite(values)
+        finite = np.isfinite(values) | (self.missing & np.isnan(values))
         if not finite.all():
             row = int(np.flatnonzero(~finite)[0])
-            what = "missing value" if np.isnan(values[row]) else "non-finite value"
-            raise DataError(
-                f"{self.file}: line {lines[row]:,}, column '{cell(name)}': {what}; fill it or drop the line"
-            )
+            if np.isnan(values[row]):
+                raise DataError(
+                    f"{self.file}: line {lines[row]:,}, column '{cell(name)}': missing value; fill it or drop the "
+                    "line, or set dataset.missing: allow to score the values that are there"
+                )
+            raise DataError(f"{self.file}: line {lines[row]:,}, column '{cell(name)}': non-finite value; fix the value")
         return values
 
     # -- result ---------------------------------------------------------------------------

@@ -123,7 +123,7 @@ TEP_MATERIAL_FLOW: list[tuple[str, str]] = [
 TEP_FLOWSHEET: list[tuple[str, str]] = [*TEP_MATERIAL_FLOW, ("reactor", "feed")]
 
 
-def load_tep(path: str | Path) -> pd.DataFrame:
+def load_tep(path: str | Path, *, missing: bool = False) -> pd.DataFrame:
     """Load one TEP ``.dat`` file as a (samples x 52) frame named by :data:`TEP_COLUMNS`.
 
     Parameters
@@ -131,6 +131,8 @@ def load_tep(path: str | Path) -> pd.DataFrame:
     path : str or Path
         A ``dNN.dat`` / ``dNN_te.dat`` file (plain or ``.gz``); the transposed layout of
         ``d00.dat`` (52 lines of 500 values) is turned around.
+    missing : bool
+        ``nan`` values are missing values (NaN) instead of errors (``dataset.missing: allow``).
 
     Returns
     -------
@@ -161,14 +163,15 @@ def load_tep(path: str | Path) -> pd.DataFrame:
                 f"{file}: {width} columns, a TEP file has {n_cols} (XMEAS(1)..XMEAS(41), XMV(1)..XMV(11)); only "
                 f"d00.dat is stored transposed ({n_cols} lines of {TEP_TRANSPOSED_SAMPLES} values)"
             )
-    bad = ~np.isfinite(values)
+    bad = np.isinf(values) if missing else ~np.isfinite(values)
     if bad.any():
         row, col = np.argwhere(bad)[0]
-        raise DataError(f"{file}: non-finite value at row {row}, column {TEP_COLUMNS[col]}; TEP files must be complete")
+        fix = "fix the value" if missing else "TEP files must be complete (or set dataset.missing: allow)"
+        raise DataError(f"{file}: non-finite value at row {row}, column {TEP_COLUMNS[col]}; {fix}")
     return pd.DataFrame(values, columns=list(TEP_COLUMNS))
 
 
-def load_tep_dataset(path: str | Path, sample_seconds: float = TEP_SAMPLE_SECONDS) -> Dataset:
+def load_tep_dataset(path: str | Path, sample_seconds: float = TEP_SAMPLE_SECONDS, *, missing: bool = False) -> Dataset:
     """A TEP ``.dat`` file with ``ts = row * sample_seconds`` and labels from the file name.
 
     Labels: ``d00*.dat`` all 0; ``dNN_te.dat`` (NN > 0) 1 from sample :data:`TEP_FAULT_ONSET`
@@ -181,7 +184,7 @@ def load_tep_dataset(path: str | Path, sample_seconds: float = TEP_SAMPLE_SECOND
     ((960, 52), [0.0, 180.0, 360.0], 800)
     """
     file = Path(path)
-    frame = load_tep(file)
+    frame = load_tep(file, missing=missing)
     T = len(frame)
     labels = None
     match = re.fullmatch(r"d(\d\d)(_te)?\.dat(\.gz)?", file.name)

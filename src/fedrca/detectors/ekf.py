@@ -2,7 +2,9 @@
 
 ``x(t) = f(x(t-1), u) + w``, ``y(t) = h(x(t)) + v``. Jacobians are taken from the
 user when given, else by central finite differences (vectorised over the state
-directions).
+directions). A sample with missing values (NaN) is corrected on its observed sensors:
+the rows of the measurement Jacobian H and of R that belong to them, exactly as
+:func:`fedrca.detectors.kalman.kf_update` does for the linear filter (docs/missing.md).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class ExtendedKalmanFilter(GaussianFilter):
     x0 : (P,) initial estimate, zeros by default
     P0 : (P, P) initial covariance, Q by default
 
+    ``step`` takes NaN for a missing value (:attr:`handles_missing`).
+
     Examples
     --------
     >>> import numpy as np
@@ -66,6 +70,9 @@ class ExtendedKalmanFilter(GaussianFilter):
     >>> ekf.step([0.3]).x_est.shape
     (1,)
     """
+
+    #: ``step`` corrects on the observed subset of a sample with NaN (plug-in protocol)
+    handles_missing = True
 
     def __init__(
         self,
@@ -120,10 +127,10 @@ class ExtendedKalmanFilter(GaussianFilter):
         return batched_jacobian(self.measure, x[None, :])[0]
 
     def step(self, y: ArrayLike, u: ArrayLike | None = None) -> StepOutput:
-        """Filter one sample ``y`` (D,)."""
+        """Filter one sample ``y`` (D,); NaN entries are missing (corrected on the observed ones)."""
         y_arr = np.asarray(y, dtype=np.float64).reshape(-1)
-        if y_arr.shape[0] != self.output_dim or not np.all(np.isfinite(y_arr)):
-            raise DataError(f"measurement must be {self.output_dim} finite values, got {y_arr}")
+        if y_arr.shape[0] != self.output_dim or np.isinf(y_arr).any():
+            raise DataError(f"measurement must be {self.output_dim} values, finite or NaN (missing), got {y_arr}")
         u_arr = None if u is None else np.asarray(u, dtype=np.float64).reshape(-1)
         F = self.transition_jacobian(self._x, u_arr)
         # x(t|t-1) = f(x(t-1|t-1), u)
@@ -131,19 +138,29 @@ class ExtendedKalmanFilter(GaussianFilter):
         # P(t|t-1) = F P F' + Q
         P_pred = F @ self._P @ F.T + self.Q
         H = self.measurement_jacobian(x_pred)
-        # r = y - h(x(t|t-1))
+        # r = y - h(x(t|t-1))   (NaN where y is missing)
         residual = y_arr - self.measure(x_pred)
         # S = H P H' + R
         S = H @ P_pred @ H.T + self.R
-        # K = P H' S^-1
-        K = scipy.linalg.solve(S, H @ P_pred, assume_a="pos").T
-        # x(t|t) = x(t|t-1) + K r
-        x_est = x_pred + K @ residual
-        # P(t|t) = (I - K H) P (I - K H)' + K R K'
-        I_KH = np.eye(self.state_dim) - K @ H
-        self._P = I_KH @ P_pred @ I_KH.T + K @ self.R @ K.T
+        observed = ~np.isnan(y_arr)
+        K = np.zeros((self.state_dim, self.output_dim))
+        if not observed.any():
+            # nothing observed: x(t|t) = x(t|t-1), P(t|t) = P(t|t-1)
+            self._x, self._P = x_pred, P_pred
+            return StepOutput(x_pred, x_pred.copy(), residual, S, K, 0.0)
+        o = np.flatnonzero(observed)
+        H_o, R_oo, S_oo, r_o = H[o], self.R[np.ix_(o, o)], S[np.ix_(o, o)], residual[o]
+        # K_o = P H_o' S_oo^-1
+        K_o = scipy.linalg.solve(S_oo, H_o @ P_pred, assume_a="pos").T
+        K[:, o] = K_o
+        # x(t|t) = x(t|t-1) + K_o r_o
+        x_est = x_pred + K_o @ r_o
+        # P(t|t) = (I - K_o H_o) P (I - K_o H_o)' + K_o R_oo K_o'
+        I_KH = np.eye(self.state_dim) - K_o @ H_o
+        self._P = I_KH @ P_pred @ I_KH.T + K_o @ R_oo @ K_o.T
         self._x = x_est
-        mahalanobis = float(residual @ scipy.linalg.solve(S, residual, assume_a="pos"))
+        # d2 = r_o' S_oo^-1 r_o
+        mahalanobis = float(r_o @ scipy.linalg.solve(S_oo, r_o, assume_a="pos"))
         return StepOutput(x_pred, x_est, residual, S, K, mahalanobis)
 
     def filter(self, Y: ArrayLike, U: ArrayLike | None = None) -> FilterOutput:

@@ -18,11 +18,22 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedrca.config import PlantConfig, SiteConfig
+from fedrca.detectors.health import SensorHealth
 from fedrca.detectors.plant import Detector, PlantDetector
 from fedrca.detectors.plugin import load_plugin
 from fedrca.exceptions import ConfigError
 
-__all__ = ["SEGMENTS", "Builder", "PlantArrays", "build_detector", "fit_detectors", "frame_segments", "plant_seed"]
+__all__ = [
+    "SEGMENTS",
+    "Builder",
+    "PlantArrays",
+    "build_detector",
+    "build_health",
+    "fit_detectors",
+    "fit_health",
+    "frame_segments",
+    "plant_seed",
+]
 
 
 class PlantArrays(Protocol):
@@ -98,6 +109,7 @@ def build_detector(config: SiteConfig, plant: PlantConfig, seed: int | None = No
         confidence=scoring.confidence,
         dispersion=scoring.dispersion,
         warmup=scoring.warmup,
+        min_sensors=scoring.min_sensors,
         severity_levels=scoring.severity_levels,
         severity_base=scoring.severity_base,
         level_epsilon=config.privacy.level_epsilon,
@@ -126,6 +138,60 @@ def _fit(detector: Detector, data: PlantArrays, segments: Sequence[int] | None) 
     if isinstance(detector, PlantDetector):
         return detector.fit(data.Y, data.U, segments=segments)
     return detector.fit(data.Y, data.U)
+
+
+#: Offset of a plant's sensor-bit randomizer seed from its flags' (:func:`plant_seed`): another stream.
+HEALTH_SEED_OFFSET = 1_000_000_007
+
+
+def build_health(config: SiteConfig, plant: PlantConfig, seed: int | None = None) -> SensorHealth | None:
+    """The plant's unfitted sensor checks from its ``health`` settings (None when ``health.enabled`` is false).
+
+    The published sensor-fault bit gets the flags' ``privacy.flag_epsilon`` and a seed of its own.
+    """
+    settings = plant.health
+    if not settings.enabled:
+        return None
+    nan = float("nan")
+    # the configuration names only the plant's sensors (validated when read); a plant narrowed since
+    # (a constant sensor dropped) keeps the limits of the sensors it still has
+    limits = {
+        tag: (nan if low is None else float(low), nan if high is None else float(high))
+        for tag, (low, high) in settings.limits.items()
+        if tag in plant.sensors
+    }
+    return SensorHealth(
+        name=plant.name,
+        tags=plant.sensors,
+        stale_after=settings.stale_after,
+        stuck_slack=settings.stuck_slack,
+        flat_moves=settings.flat_moves,
+        flat_ratio=settings.flat_ratio,
+        range_margin=settings.range_margin,
+        limits=limits,
+        recover=settings.recover,
+        epsilon=config.privacy.flag_epsilon,
+        seed=plant_seed(config, plant, seed) + HEALTH_SEED_OFFSET,
+    )
+
+
+def fit_health(
+    config: SiteConfig,
+    nominal: Mapping[str, PlantArrays],
+    seed: int | None = None,
+    segments: Sequence[int] | None = None,
+    plants: Sequence[str] | None = None,
+) -> dict[str, SensorHealth]:
+    """The sensor checks of every plant (of ``plants``, default all) with ``health.enabled``, fitted on its
+    nominal data (``segments`` = the recordings it is made of)."""
+    out = {}
+    for plant in config.plants:
+        if plants is not None and plant.name not in plants:
+            continue
+        health = build_health(config, plant, seed)
+        if health is not None:
+            out[plant.name] = health.fit(nominal[plant.name].Y, segments=segments)
+    return out
 
 
 #: ``DataFrame.attrs`` key of the lengths of the consecutive recordings a nominal frame is made of.

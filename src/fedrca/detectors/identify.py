@@ -12,6 +12,11 @@ Used when a plant does not bring its own filter (P2's procedure for real data):
 
 Deterministic given the data (the SVD sign is fixed by making the largest
 loading of each vector positive).
+
+Nominal data with gaps (NaN, ``dataset.missing: allow``; docs/missing.md): the means and
+standard deviations and R come from the observed entries only; for the SVD and the VAR, a
+gap is bridged by linear interpolation in time of its standardised column
+(:func:`bridge_gaps`), so a row with a gap contributes through its neighbours.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from numpy.typing import ArrayLike, NDArray
 from fedrca.detectors.kalman import LinearKalmanFilter
 from fedrca.exceptions import DataError, ModelError
 
-__all__ = ["IdentifiedModel", "Standardizer", "identify_linear_model", "principal_axes"]
+__all__ = ["IdentifiedModel", "Standardizer", "bridge_gaps", "identify_linear_model", "principal_axes"]
 
 FloatArray = NDArray[np.float64]
 
@@ -47,7 +52,14 @@ class Standardizer:
 
     @classmethod
     def fit(cls, Y: FloatArray) -> Standardizer:
-        """Fit on nominal data ``Y`` (T, D)."""
+        """Fit on nominal data ``Y`` (T, D); missing entries (NaN) are left out of each column's moments."""
+        if np.isnan(Y).any():
+            counts = (~np.isnan(Y)).sum(axis=0)
+            mean = np.where(counts > 0, np.nansum(Y, axis=0) / np.maximum(counts, 1), 0.0)
+            # the sample variance of each column's observed entries (ddof = 1)
+            spread = np.nansum((Y - mean) ** 2, axis=0) / np.maximum(counts - 1, 1)
+            std = np.where(counts > 1, np.sqrt(spread), 1.0)
+            return cls(mean=mean, std=np.where(std > 1e-12, std, 1.0))
         std = Y.std(axis=0, ddof=1) if len(Y) > 1 else np.ones(Y.shape[1])
         return cls(mean=Y.mean(axis=0), std=np.where(std > 1e-12, std, 1.0))
 
@@ -92,6 +104,24 @@ class IdentifiedModel:
 
 #: From this many sensors on, the principal axes come from the Gram matrix (see principal_axes).
 GRAM_FROM = 64
+
+
+def bridge_gaps(Z: FloatArray) -> FloatArray:
+    """``Z`` (T, D) with each NaN replaced by the linear interpolation in time of its column's observed
+    neighbours (held at the ends; 0, the standardised mean, for a column with nothing observed).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> bridge_gaps(np.array([[np.nan], [1.0], [np.nan], [3.0], [np.nan]])).ravel().tolist()
+    [1.0, 1.0, 2.0, 3.0, 3.0]
+    """
+    out = np.array(Z, dtype=np.float64)
+    t = np.arange(len(out))
+    for j in np.flatnonzero(np.isnan(out).any(axis=0)):
+        seen = ~np.isnan(out[:, j])
+        out[:, j] = np.interp(t, t[seen], out[seen, j]) if seen.any() else 0.0
+    return out
 
 
 def principal_axes(Z: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -157,15 +187,20 @@ def identify_linear_model(
     T, D = Y_arr.shape
     if T < 3:
         raise DataError(f"need at least 3 nominal samples to identify a model, got {T}")
-    if not np.all(np.isfinite(Y_arr)):
-        raise DataError("nominal data contains NaN or inf; clean it before fitting")
+    if np.isinf(Y_arr).any():
+        raise DataError("nominal data contains inf; clean it before fitting")
+    empty = np.isnan(Y_arr).all(axis=0)
+    if empty.any():
+        raise DataError(f"sensor {int(np.argmax(empty))} has no observed value in the nominal data; leave it out")
     if n_states is not None and not 1 <= n_states <= D:
         raise ModelError(f"n_states must be between 1 and {D} (the sensor count), got {n_states}")
     if n_states is None and not 0.0 < energy <= 1.0:
         raise ModelError(f"energy must be in (0, 1], got {energy}")
 
     y_scaler = Standardizer.fit(Y_arr)
-    Z = y_scaler.transform(Y_arr)
+    Z_observed = y_scaler.transform(Y_arr)
+    # gaps (NaN) bridged in time for the SVD and the VAR; R below uses the observed entries only
+    Z = bridge_gaps(Z_observed) if np.isnan(Z_observed).any() else Z_observed
     energies, Vt = principal_axes(Z)
     cumulative = np.cumsum(energies) / np.sum(energies)
     P = n_states if n_states is not None else int(np.searchsorted(cumulative, energy - 1e-12) + 1)
@@ -180,10 +215,10 @@ def identify_linear_model(
     regressors = X[:-1]
     if U is not None:
         U_arr = np.asarray(U, dtype=np.float64).reshape(T, -1)
-        if not np.all(np.isfinite(U_arr)):
-            raise DataError("nominal inputs contain NaN or inf; clean them before fitting")
+        if np.isinf(U_arr).any():
+            raise DataError("nominal inputs contain inf; clean them before fitting")
         u_scaler = Standardizer.fit(U_arr)
-        regressors = np.hstack([regressors, u_scaler.transform(U_arr)[:-1]])
+        regressors = np.hstack([regressors, bridge_gaps(u_scaler.transform(U_arr))[:-1]])
     targets = X[1:]
     # min ||targets - regressors Theta'||^2 + ridge ||Theta||^2 (normal equations)
     gram = regressors.T @ regressors
@@ -194,8 +229,13 @@ def identify_linear_model(
 
     state_noise = targets - regressors @ coef.T
     Q = np.atleast_2d(np.cov(state_noise, rowvar=False)) + VARIANCE_FLOOR * np.eye(P)
-    out_of_subspace = Z - X @ C.T
-    R = np.diag(np.maximum(out_of_subspace.var(axis=0, ddof=1), VARIANCE_FLOOR))
+    out_of_subspace = Z_observed - X @ C.T
+    if np.isnan(out_of_subspace).any():
+        spread = np.nanvar(out_of_subspace, axis=0, ddof=1)
+        spread = np.where(np.isfinite(spread), spread, VARIANCE_FLOOR)
+    else:
+        spread = out_of_subspace.var(axis=0, ddof=1)
+    R = np.diag(np.maximum(spread, VARIANCE_FLOOR))
     return IdentifiedModel(
         A=A, B=B, C=C, Q=Q, R=R, y_scaler=y_scaler, u_scaler=u_scaler, energy=float(cumulative[P - 1])
     )

@@ -16,6 +16,19 @@ path solves it for all samples at once with the real Schur decomposition of F an
 one first-order IIR filter (``scipy.signal.lfilter``, in C) per real eigenvalue or
 complex pair, so the cost is O(T P^2) in vectorised numpy instead of T Python
 iterations.
+
+Missing values (NaN in ``y``, docs/missing.md): the correction uses the observed
+subset ``o`` of the sensors, the rows of C and the rows and columns of R that belong
+to them (Shumway & Stoffer, *Time Series Analysis and Its Applications*, 6.4)::
+
+    S_o = C_o P(t|t-1) C_o' + R_oo        K_o = P(t|t-1) C_o' S_o⁻¹
+    x(t|t) = x(t|t-1) + K_o r_o(t)        P(t|t) = (I - K_o C_o) P(t|t-1) (I - K_o C_o)' + K_o R_oo K_o'
+
+(:func:`kf_update`); a row with nothing observed is a prediction only. A missing entry's
+innovation is NaN. The steady-state filter runs these exact, time-varying steps from the
+first row with a missing value until its covariance is back at the steady-state one
+(within :data:`STEADY_RTOL`), then returns to the steady-state recursion: complete rows
+at the steady state keep the vectorised path.
 """
 
 from __future__ import annotations
@@ -123,24 +136,55 @@ def kf_predict(
 def kf_update(
     x_pred: FloatArray, P_pred: FloatArray, y: FloatArray, C: FloatArray, R: FloatArray
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Pure Kalman correction step (Joseph form).
+    """Pure Kalman correction step (Joseph form) on the observed entries of ``y`` (NaN = missing).
 
     Returns
     -------
-    x_est, P_est, residual, S, K
+    x_est, P_est : (P,), (P, P) the corrected state and covariance
+    residual : (D,) innovation, NaN where ``y`` is missing
+    S : (D, D) innovation covariance of every sensor, C P C' + R
+    K : (P, D) gain; its columns of missing sensors are zero
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x, P, r, S, K = kf_update(np.zeros(1), np.eye(1), np.array([1.0, np.nan]), np.ones((2, 1)), np.eye(2))
+    >>> x.round(3).tolist(), np.isnan(r).tolist(), K.round(3).tolist()
+    ([0.5], [False, True], [[0.5, 0.0]])
     """
+    return _update(x_pred, P_pred, y, C, R)[:5]
+
+
+def _update(
+    x_pred: FloatArray, P_pred: FloatArray, y: FloatArray, C: FloatArray, R: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, float]:
+    """:func:`kf_update` and the innovation's squared Mahalanobis distance ``r_o' S_oo⁻¹ r_o`` (one solve)."""
     # r = y - C x(t|t-1)
     residual = y - C @ x_pred
     # S = C P C' + R
     S = C @ P_pred @ C.T + R
-    # K = P C' S^-1   (solve instead of inverting S)
-    K = scipy.linalg.solve(S, C @ P_pred, assume_a="pos").T
-    # x(t|t) = x(t|t-1) + K r
-    x_est = x_pred + K @ residual
-    # P(t|t) = (I - K C) P (I - K C)' + K R K'   (Joseph form keeps P symmetric PSD)
-    I_KC = np.eye(P_pred.shape[0]) - K @ C
-    P_est = I_KC @ P_pred @ I_KC.T + K @ R @ K.T
-    return x_est, P_est, residual, S, K
+    observed = ~np.isnan(y)
+    n = P_pred.shape[0]
+    K = np.zeros((n, len(y)))
+    if not observed.any():
+        # nothing observed: x(t|t) = x(t|t-1), P(t|t) = P(t|t-1)
+        return x_pred.copy(), P_pred.copy(), residual, S, K, 0.0
+    if observed.all():
+        C_o, R_oo, S_oo, r_o = C, R, S, residual
+    else:
+        o = np.flatnonzero(observed)
+        C_o, R_oo, S_oo, r_o = C[o], R[np.ix_(o, o)], S[np.ix_(o, o)], residual[o]
+    # [K_o' | S_oo^-1 r_o] = S_oo^-1 [C_o P | r_o]   (one solve for the gain and the distance)
+    G = np.linalg.solve(S_oo, np.column_stack([C_o @ P_pred, r_o]))
+    K_o = G[:, :n].T
+    K[:, observed] = K_o
+    # x(t|t) = x(t|t-1) + K_o r_o
+    x_est = x_pred + K_o @ r_o
+    # P(t|t) = (I - K_o C_o) P (I - K_o C_o)' + K_o R_oo K_o'   (Joseph form keeps P symmetric PSD)
+    I_KC = np.eye(n) - K_o @ C_o
+    P_est = I_KC @ P_pred @ I_KC.T + K_o @ R_oo @ K_o.T
+    # d2 = r_o' S_oo^-1 r_o
+    return x_est, P_est, residual, S, K, float(r_o @ G[:, n])
 
 
 def steady_state_gain(
@@ -223,6 +267,10 @@ def _prior_covariance(A: FloatArray, C: FloatArray, Q: FloatArray, R: FloatArray
 
 #: Batches of at most this many samples run the steady-state recursion sample by sample.
 SMALL_BATCH = 4
+
+#: After rows with missing values the steady-state filter returns to its constant gain once
+#: ``||P(t|t) - P_ss||_F <= STEADY_RTOL ||P_ss||_F`` (P converges geometrically back to P_ss).
+STEADY_RTOL = 1e-8
 
 
 @lru_cache(maxsize=64)
@@ -312,6 +360,15 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
     return np.ascontiguousarray((Z @ modes).T)
 
 
+def _stacked(steps: list[StepOutput]) -> FilterOutput:
+    """The batch output of consecutive steps (at least one)."""
+    return FilterOutput(
+        np.array([s.x_pred for s in steps]),
+        np.array([s.x_est for s in steps]),
+        np.array([s.residual for s in steps]),
+    )
+
+
 class GaussianFilter:
     """The state every Kalman-type filter keeps: the estimate x(t|t) and its covariance P(t|t).
 
@@ -374,6 +431,9 @@ class LinearKalmanFilter(GaussianFilter):
         Use the constant gain from the discrete algebraic Riccati equation (default);
         ``False`` runs the time-varying gain, which the batch path then loops over.
 
+    Missing values (NaN in ``y``) are corrected on the observed subset (module docstring);
+    :attr:`handles_missing` tells :func:`~fedrca.detectors.plugin.filter_batch` so.
+
     Examples
     --------
     >>> import numpy as np
@@ -382,6 +442,9 @@ class LinearKalmanFilter(GaussianFilter):
     >>> out.residuals.shape
     (3, 1)
     """
+
+    #: ``step`` and ``filter`` correct on the observed subset of a sample with NaN (plug-in protocol)
+    handles_missing = True
 
     def __init__(
         self,
@@ -408,6 +471,8 @@ class LinearKalmanFilter(GaussianFilter):
         if self.B is not None and self.B.shape[0] != n:
             raise ModelError(f"B must have {n} rows (the state dimension), got {self.B.shape}")
         self.steady_state = steady_state
+        self._info: tuple[FloatArray, FloatArray] | None = None  # _information(), built on first use
+        self._info_checked = False
         self._x0 = np.zeros(n) if x0 is None else np.asarray(x0, dtype=np.float64).reshape(n)
         self._P_pred_ss: FloatArray | None = None
         self._K_ss: FloatArray | None = None
@@ -438,21 +503,36 @@ class LinearKalmanFilter(GaussianFilter):
         """Measurement dimension D."""
         return int(self.C.shape[0])
 
+    def reset(self) -> None:
+        """Return to the initial estimate; a steady-state filter starts at its constant gain."""
+        super().reset()
+        self._steady = self._K_ss is not None
+
+    @property
+    def steady(self) -> bool:
+        """True while the constant gain applies: steady-state filter and P(t|t) = the steady-state one."""
+        return self._steady
+
     def get_state(self) -> dict[str, Any]:
-        """The mutable filter state; with the steady-state gain only x (P(t|t) never changes).
+        """The mutable filter state; at the steady state only x (P(t|t) is the steady-state one).
 
         A plant worker writes it with every batch: a (P, P) covariance that is the same every
-        time would be most of it.
+        time would be most of it. After rows with missing values, until P is back at the steady
+        state, P is in the state too.
         """
-        if self._K_ss is not None:
+        if self._K_ss is not None and self._steady:
             return {"x": self._x.tolist()}
         return super().get_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state` output (a state without P keeps the steady-state one)."""
+        """Restore :meth:`get_state` output (a state without P is at the steady state)."""
         self._x = np.asarray(state["x"], dtype=np.float64).reshape(self.state_dim)
         if "P" in state:
             self._P = np.asarray(state["P"], dtype=np.float64).reshape(self.state_dim, self.state_dim)
+            self._steady = self._P_post is not None and bool(np.array_equal(self._P, self._P_post))
+        elif self._P_post is not None:
+            self._P = self._P_post
+            self._steady = True
 
     @property
     def transition_matrix(self) -> FloatArray:
@@ -478,10 +558,10 @@ class LinearKalmanFilter(GaussianFilter):
 
     # -- filtering ------------------------------------------------------------------------
     def step(self, y: ArrayLike, u: ArrayLike | None = None) -> StepOutput:
-        """Filter one sample ``y`` (D,) with the input ``u`` driving this transition."""
+        """Filter one sample ``y`` (D,) (NaN = missing) with the input ``u`` driving this transition."""
         y_arr = self._check_y(np.asarray(y, dtype=np.float64).reshape(-1))
         u_arr = None if u is None else np.asarray(u, dtype=np.float64).reshape(-1)
-        if self._K_ss is not None and self._S_ss is not None and self._P_pred_ss is not None:
+        if self._steady and self._K_ss is not None and self._S_ss is not None and not np.isnan(y_arr).any():
             # x(t|t-1) = A x(t-1|t-1) + B u
             x_pred = self.A @ self._x
             if self.B is not None and u_arr is not None:
@@ -491,48 +571,168 @@ class LinearKalmanFilter(GaussianFilter):
             # x(t|t) = x(t|t-1) + K r   (steady-state K)
             x_est = x_pred + self._K_ss @ residual
             S, K = self._S_ss, self._K_ss
-            self._P = (np.eye(self.state_dim) - K @ self.C) @ self._P_pred_ss
-        else:
-            x_pred, P_pred = kf_predict(self._x, self._P, self.A, self.Q, self.B, u_arr)
-            x_est, self._P, residual, S, K = kf_update(x_pred, P_pred, y_arr, self.C, self.R)
+            self._x = x_est
+            # d2 = r' S^-1 r
+            mahalanobis = float(residual @ scipy.linalg.solve(S, residual, assume_a="pos"))
+            return StepOutput(x_pred, x_est, residual, S, K, mahalanobis)
+        return self._exact_step(y_arr, u_arr)
+
+    def _exact_step(self, y: FloatArray, u: FloatArray | None) -> StepOutput:
+        """One time-varying step (:func:`kf_predict`, :func:`kf_update` on the observed subset); a
+        steady-state filter returns to its constant gain once P is back at the steady state."""
+        P_before = self._P_post if self._steady and self._P_post is not None else self._P
+        x_pred, P_pred = kf_predict(self._x, P_before, self.A, self.Q, self.B, u)
+        x_est, P_est, residual, S, K, mahalanobis = _update(x_pred, P_pred, y, self.C, self.R)
         self._x = x_est
-        # d2 = r' S^-1 r
-        mahalanobis = float(residual @ scipy.linalg.solve(S, residual, assume_a="pos"))
+        self._P = P_est
+        P_ss = self._P_post
+        if P_ss is not None:
+            # ||P - P_ss||_F <= rtol ||P_ss||_F: the constant gain applies again
+            self._steady = bool(np.linalg.norm(P_est - P_ss) <= STEADY_RTOL * np.linalg.norm(P_ss))
+            if self._steady:
+                self._P = P_ss
         return StepOutput(x_pred, x_est, residual, S, K, mahalanobis)
 
     def filter(self, Y: ArrayLike, U: ArrayLike | None = None) -> FilterOutput:
-        """Filter a batch ``Y`` (T, D) with inputs ``U`` (T, U); continues from the current
-        state and leaves the filter at the last sample, exactly like T calls of :meth:`step`.
+        """Filter a batch ``Y`` (T, D) (NaN = missing) with inputs ``U`` (T, U); continues from the
+        current state and leaves the filter at the last sample, exactly like T calls of :meth:`step`.
+
+        With the steady-state gain, the runs of complete rows at the steady state take the
+        vectorised path; the rows from a missing value until P is back at the steady state
+        take exact steps.
         """
         Y_arr = np.asarray(Y, dtype=np.float64)
         if Y_arr.ndim != 2 or Y_arr.shape[1] != self.output_dim:
             raise DataError(f"Y must have shape (T, {self.output_dim}), got {Y_arr.shape}")
         self._check_y(Y_arr)
         U_arr = None if U is None else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
-        if self._K_ss is None or self._P_pred_ss is None:
-            steps = [self.step(Y_arr[t], None if U_arr is None else U_arr[t]) for t in range(len(Y_arr))]
-            if not steps:
-                empty_p = np.empty((0, self.state_dim))
-                return FilterOutput(empty_p, empty_p.copy(), np.empty((0, self.output_dim)))
-            return FilterOutput(
-                np.array([s.x_pred for s in steps]),
-                np.array([s.x_est for s in steps]),
-                np.array([s.residual for s in steps]),
-            )
+        gaps = np.asarray(np.isnan(Y_arr).any(axis=1))
+        if self._steady and not gaps.any():
+            return self._steady_rows(Y_arr, U_arr)
+        if len(Y_arr) == 0:
+            empty_p = np.empty((0, self.state_dim))
+            return FilterOutput(empty_p, empty_p.copy(), np.empty((0, self.output_dim)))
+        parts: list[FilterOutput] = []
+        t, T = 0, len(Y_arr)
+        while t < T:
+            if self._steady and not gaps[t]:
+                # the run of complete rows from t: the vectorised path
+                rest = np.flatnonzero(gaps[t:])
+                end = T if len(rest) == 0 else t + int(rest[0])
+                parts.append(self._steady_rows(Y_arr[t:end], None if U_arr is None else U_arr[t:end]))
+                t = end
+                continue
+            # exact steps until the filter is back at the steady state and the next row is complete
+            out, t = self._exact_run(Y_arr, U_arr, gaps, t)
+            parts.append(out)
+        if len(parts) == 1:
+            return parts[0]
+        return FilterOutput(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("x_pred", "x_est", "residuals")))
+
+    def _exact_run(
+        self, Y: FloatArray, U: FloatArray | None, gaps: NDArray[np.bool_], t: int
+    ) -> tuple[FilterOutput, int]:
+        """Exact steps from row ``t`` until the filter is at the steady state and the next row is
+        complete (or the batch ends); returns their output and the next row.
+
+        With a diagonal R (every identified model's) and more sensors than states, the steps run
+        in information form, ``P(t|t) = (P(t|t-1)⁻¹ + C_o' R_oo⁻¹ C_o)⁻¹`` and
+        ``x(t|t) = x(t|t-1) + P(t|t) C_o' R_oo⁻¹ r_o``: the numbers of :func:`kf_update` (its
+        twin; ``tests/detectors/test_kalman.py`` compares them) with one P x P solve instead of a
+        D x D one per row.
+        """
+        info = self._information()
+        if info is None:
+            steps = []
+            while t < len(Y) and not (self._steady and not gaps[t]):
+                steps.append(self._exact_step(Y[t], None if U is None else U[t]))
+                t += 1
+            return _stacked(steps), t
+        CtRi, H = info
+        A, C, Q, B = self.A, self.C, self.Q, self.B
+        At = A.T
+        I = np.eye(len(A))
+        missing = np.isnan(Y)
+        P_ss = self._P_post
+        tol2 = -1.0 if P_ss is None else (STEADY_RTOL * float(np.linalg.norm(P_ss))) ** 2
+        x = self._x
+        P = P_ss if self._steady and P_ss is not None else self._P
+        x_pred, x_est = [], []
+        steady = self._steady
+        start = t
+        while t < len(Y) and not (steady and not gaps[t]):
+            # x(t|t-1) = A x(t-1|t-1) + B u ;  P(t|t-1) = A P A' + Q
+            xp = A @ x
+            if B is not None and U is not None:
+                xp = xp + B @ U[t]
+            Pp = A @ P @ At + Q
+            m = missing[t]
+            if gaps[t] and m.all():
+                # nothing observed: x(t|t) = x(t|t-1), P(t|t) = P(t|t-1)
+                x, P = xp, Pp
+            else:
+                if gaps[t]:
+                    o = ~m
+                    # C_o' R_oo^-1 C_o ;  C_o' R_oo^-1 r_o   (r with 0 for the missing entries)
+                    H_o, g = CtRi[:, o] @ C[o], CtRi @ np.where(m, 0.0, Y[t] - C @ xp)
+                else:
+                    # C' R^-1 C ;  C' R^-1 (y - C x(t|t-1))
+                    H_o, g = H, CtRi @ (Y[t] - C @ xp)
+                # P(t|t) = (P(t|t-1)^-1 + C_o' R_oo^-1 C_o)^-1 = (I + P(t|t-1) C_o' R_oo^-1 C_o)^-1 P(t|t-1)
+                J = np.linalg.solve(I + Pp @ H_o, Pp)
+                P = 0.5 * (J + J.T)
+                # x(t|t) = x(t|t-1) + P(t|t) C_o' R_oo^-1 r_o
+                x = xp + P @ g
+            x_pred.append(xp)
+            x_est.append(x)
+            t += 1
+            # ||P - P_ss||_F <= rtol ||P_ss||_F on a complete row: the constant gain applies again
+            if P_ss is not None and not gaps[t - 1]:
+                D = P - P_ss
+                steady = bool(np.einsum("ij,ij->", D, D) <= tol2)
+                if steady:
+                    P = P_ss
+            else:
+                steady = False
+        X_pred = np.array(x_pred)
+        # r = y - C x(t|t-1)   (NaN where y is missing)
+        residuals = Y[start:t] - X_pred @ C.T
+        self._x, self._P, self._steady = x, P, steady
+        return FilterOutput(X_pred, np.array(x_est), residuals), t
+
+    def _information(self) -> tuple[FloatArray, FloatArray] | None:
+        """``(C' R⁻¹, C' R⁻¹ C)`` when R is diagonal and there are more sensors than states, else None."""
+        if not self._info_checked:
+            R, C = self.R, self.C
+            if C.shape[0] > C.shape[1] and not np.count_nonzero(R - np.diag(np.diag(R))):
+                CtRi = C.T / np.diag(R)
+                self._info = (CtRi, CtRi @ C)
+            self._info_checked = True
+        return self._info
+
+    def _exact_rows(self, Y: FloatArray, U: FloatArray | None) -> FilterOutput:
+        if len(Y) == 0:
+            empty_p = np.empty((0, self.state_dim))
+            return FilterOutput(empty_p, empty_p.copy(), np.empty((0, self.output_dim)))
+        return self._exact_run(Y, U, np.asarray(np.isnan(Y).any(axis=1)), 0)[0]
+
+    def _steady_rows(self, Y: FloatArray, U: FloatArray | None) -> FilterOutput:
+        """Complete rows at the steady state: the vectorised recursion."""
         x_before = self._x
-        x_est = self._steady_estimates(Y_arr, U_arr)
+        x_est = self._steady_estimates(Y, U)
         x_prev = np.vstack([x_before[None, :], x_est[:-1]])
         # x(t|t-1) = A x(t-1|t-1) + B u
-        x_pred = self.predict(x_prev, U_arr)
+        x_pred = self.predict(x_prev, U)
         # r = y - C x(t|t-1)
-        residuals = Y_arr - x_pred @ self.C.T
+        residuals = Y - x_pred @ self.C.T
         return FilterOutput(x_pred, x_est, residuals)
 
     def estimates(self, Y: FloatArray) -> FloatArray:
-        """The corrected states x(t|t) (T, P) of a batch ``Y`` (T, D) without inputs, advancing the
-        filter as :meth:`filter` does (steady-state gain only; the detector's fused path)."""
-        if self._K_ss is None:
-            raise ModelError("estimates needs the steady-state gain; use filter() for the time-varying one")
+        """The corrected states x(t|t) (T, P) of a batch ``Y`` (T, D) of complete rows without inputs,
+        advancing the filter as :meth:`filter` does (steady-state gain at the steady state only:
+        the detector's fused path)."""
+        if self._K_ss is None or not self._steady:
+            raise ModelError("estimates needs the steady-state gain at the steady state; use filter()")
         return self._steady_estimates(Y, None)
 
     def _steady_estimates(self, Y: FloatArray, U: FloatArray | None) -> FloatArray:
@@ -561,6 +761,6 @@ class LinearKalmanFilter(GaussianFilter):
     def _check_y(self, y: FloatArray) -> FloatArray:
         if y.shape[-1] != self.output_dim:
             raise DataError(f"measurement has {y.shape[-1]} values, the model expects {self.output_dim}")
-        if not np.all(np.isfinite(y)):
-            raise DataError("measurement contains NaN or inf; clean or drop the sample first")
+        if np.isinf(y).any():
+            raise DataError("measurement contains inf; a value that is not usable is NaN (missing)")
         return y

@@ -22,7 +22,7 @@ from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.plugin import LinearModel
 from fedrca.detectors.scoring import ScorerState
 from fedrca.detectors.statistics import FamilyState
-from fedrca.exceptions import ArtifactError, ModelError
+from fedrca.exceptions import ArtifactError, ModelError, NotFittedError
 
 __all__ = ["FAMILY_PREFIX", "apply_artifact", "model_fingerprint", "scorer_arrays", "scorer_from_arrays"]
 
@@ -56,6 +56,28 @@ def scorer_from_arrays(arrays: Mapping[str, np.ndarray], prefix: str = "scorer_a
         float(arrays[f"{prefix}.threshold"]),
         float(arrays[f"{prefix}.ewma_start"]),
     )
+
+
+def _check_scorer_arrays(detector: PlantDetector, artifact: ParameterArtifact) -> None:
+    """The artifact's augmented calibration has the arrays, shapes and dtypes of the detector's own, finite means
+    and whitening matrices: what one configuration's training makes (checked before anything is swapped in)."""
+    prefixes = ("scorer_a.", f"{FAMILY_PREFIX}.")
+    given = {k: a for k, a in artifact.arrays.items() if k.startswith(prefixes)}
+    if not given:
+        return
+    try:
+        own = scorer_arrays(detector.scorers[1].state)
+    except NotFittedError:
+        return
+    shapes = {k: (a.shape, a.dtype.kind) for k, a in given.items()}
+    if shapes != {k: (a.shape, a.dtype.kind) for k, a in own.items()}:
+        raise ArtifactError(
+            f"artifact '{artifact.plant}' {artifact.version}: its augmented calibration ({len(given)} arrays) does not "
+            "have the arrays and shapes of this detector's; retrain with the current configuration"
+        )
+    for name, a in given.items():
+        if name.endswith((".mean", ".whitening", ".scale", ".lambdas")) and not np.isfinite(a).all():
+            raise ArtifactError(f"artifact '{artifact.plant}' {artifact.version}: {name} holds NaN or inf; retrain")
 
 
 def model_fingerprint(detector: PlantDetector) -> str:
@@ -119,6 +141,9 @@ def apply_artifact(detector: PlantDetector, artifact: ParameterArtifact) -> None
             f"artifact '{artifact.plant}' {artifact.version} was trained for another proprietary model or feature "
             "map than this detector's (fitted on other nominal data or with other settings); retrain"
         )
+    if not np.isfinite(theta).all():
+        raise ArtifactError(f"artifact '{artifact.plant}' {artifact.version}: Theta holds NaN or inf; retrain")
+    _check_scorer_arrays(detector, artifact)
     scorer = scorer_from_arrays(artifact.arrays)
     mean = scorer.innovation.mean if isinstance(scorer, FamilyState) else None if scorer is None else scorer.mean
     if mean is not None and mean.shape != (detector.scaler.mean.shape[0],):

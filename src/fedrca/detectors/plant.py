@@ -18,6 +18,18 @@ one: each statistic of the proprietary model has its augmented counterpart,
 computed from the augmented prediction ``x_a(t) = f(x̂_c(t-1) + Theta psi(y(t-1)))``
 and the augmented estimate ``x̂_a(t) = x̂_c(t) + Theta psi(y(t))`` exactly as the
 proprietary one is from ``x_c(t)`` and ``x̂_c(t)``; with Theta = 0 the two are equal.
+
+Missing values (docs/missing.md). A sample may hold NaN for a value that is missing,
+Bad or stale; a caller that excludes a tag (a sensor-fault check) either sets it NaN or
+passes ``exclude`` (a boolean mask of the same shape, or (D,) for every row) to
+:meth:`PlantDetector.step_batch`: both mean the same. The filter corrects on the
+observed sensors (:func:`~fedrca.detectors.kalman.kf_update`), every statistic is the
+statistic of the observed entries on the complete-data scale
+(:mod:`fedrca.detectors.missing`), the augmentation's features take the filter's
+estimate ``h(x̂_c(t))`` in place of a missing value, and a missing input holds its last
+value. A row with fewer usable sensors than ``min_sensors`` is *degraded*: scored for the
+streaming memory but never flagged (:attr:`DetectionResult.degraded`); the plant
+publishes it as a degraded flag. Only ``inf`` is refused.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from fedrca.detectors.augment import Augmentation, make_feature_map
 from fedrca.detectors.fused import PairMaps, pair_statistics
 from fedrca.detectors.identify import IdentifiedModel, Standardizer, identify_linear_model
 from fedrca.detectors.kalman import LinearKalmanFilter
+from fedrca.detectors.missing import min_present, observed_counts
 from fedrca.detectors.plugin import ProprietaryFilter, filter_batch
 from fedrca.detectors.scoring import ResidualScorer, ScorerState
 from fedrca.detectors.statistics import (
@@ -56,7 +69,7 @@ from fedrca.detectors.statistics import (
 from fedrca.exceptions import DataError, ModelError, NotFittedError
 from fedrca.privacy.randomized_response import LevelRandomizedResponse, RandomizedResponse
 
-__all__ = ["DetectionResult", "Detector", "PlantDetector", "severity_levels"]
+__all__ = ["DetectionResult", "Detector", "Evidence", "PlantDetector", "hold_last", "severity_levels"]
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -122,6 +135,9 @@ class DetectionResult:
     level, level_pub : (T,) int, the severity level of the proprietary score
         (:func:`severity_levels`) and the level after its randomized response (what leaves
         the plant); -1 when the detector publishes no levels
+    degraded : (T,) bool, rows with fewer usable sensors than the plant's minimum: not
+        flagged (zc = za = False), published as degraded flags (no evidence); all False
+        when not given
     """
 
     x_c: FloatArray
@@ -138,6 +154,11 @@ class DetectionResult:
     stats_a: FloatArray = field(default_factory=lambda: np.empty((0, 0)))
     level: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     level_pub: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    degraded: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    def __post_init__(self) -> None:
+        if len(self.degraded) != len(self.d2_c):
+            object.__setattr__(self, "degraded", np.zeros(len(self.d2_c), dtype=bool))
 
     def __len__(self) -> int:
         return len(self.d2_c)
@@ -244,6 +265,10 @@ class _Evidence:
         return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)})
 
 
+#: What both models give for T samples before scoring (:meth:`PlantDetector.baseline_evidence`).
+Evidence = _Evidence
+
+
 class PlantDetector(Detector):
     """One plant's detector: fixed filter, augmentation, scorers and randomized response.
 
@@ -271,6 +296,8 @@ class PlantDetector(Detector):
     dispersion : family method: smoothing constant of the ``dispersion`` statistic
     warmup : samples after a reset during which no flag is raised (the filter and the
         EWMA settle from their initial values); the statistics are computed all the same
+    min_sensors : fewest usable (non-missing) sensors a row is scored with: a count (>= 1) or
+        a share of the plant's sensors (< 1, rounded up); a row with fewer is degraded
     severity_levels, severity_base : publish, with the flags, the severity level of the
         proprietary score (:func:`severity_levels`, ``severity_levels`` values K >= 3; 0 = no
         levels) through k-ary randomized response of budget ``level_epsilon``
@@ -329,6 +356,7 @@ class PlantDetector(Detector):
         severity_levels: int = 0,
         severity_base: float = 10.0,
         level_epsilon: float = math.inf,
+        min_sensors: float = 0.5,
     ) -> None:
         self.name = name
         self.model = model
@@ -373,6 +401,8 @@ class PlantDetector(Detector):
         self.severity_levels = severity_levels
         self.severity_base = severity_base
         self.level_epsilon = level_epsilon
+        min_present(min_sensors, 1)  # checks the setting
+        self.min_sensors = min_sensors
         self._filter: ProprietaryFilter | None = None
         self._identified: IdentifiedModel | None = None
         self._scaler: Standardizer | None = None
@@ -486,6 +516,13 @@ class PlantDetector(Detector):
         Each starts a fresh stream (the filter and the EWMA restart, the first ``warmup``
         rows are left out of the calibration), so a jump between two recordings is not
         taken for nominal behaviour.
+
+        Nominal data with gaps (NaN, docs/missing.md): the model is identified as
+        :func:`~fedrca.detectors.identify.identify_linear_model` says (moments and R on the observed
+        entries, gaps bridged for the SVD and the VAR); the nominal evidence is then computed
+        exactly as it will be online (the filter and the statistics on the observed sensors), the
+        statistics' moments on the rows it has complete (complete-case), their thresholds on all
+        held-out rows, gaps included.
         """
         Y_arr = self._check_batch(Y, expect_dim=None)
         U_arr = None if U is None or not self.use_inputs else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
@@ -745,6 +782,48 @@ class PlantDetector(Detector):
                 f"detector {list(self.statistics)}; retrain with the current configuration"
             )
 
+    # -- baseline (the re-baselining loop, fedrca.drift) ------------------------------------
+    @property
+    def baseline(self) -> tuple[Calibration, Calibration]:
+        """(proprietary, augmented) scorer states: what the scores are measured against."""
+        return self._scorer_c.state, self._scorer_a.state
+
+    def baseline_evidence(
+        self, Y: ArrayLike, U: ArrayLike | None = None, *, segments: Sequence[int] | None = None
+    ) -> Evidence:
+        """The evidence of both models over rows ``Y`` (T, D) (each segment a fresh stream), leaving the
+        stream as it was: what a re-baseline re-fits the scorers' moments on."""
+        Y_arr = self._check_batch(Y, expect_dim=len(self.scaler.mean))
+        U_arr = None if U is None or not self.use_inputs else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
+        with self.detached():
+            return self._segment_evidence(Y_arr, U_arr, segment_lengths(len(Y_arr), segments))
+
+    def set_baseline(
+        self,
+        state_c: Calibration,
+        state_a: Calibration,
+        memory_c: list[FloatArray | None] | None = None,
+        memory_a: list[FloatArray | None] | None = None,
+    ) -> None:
+        """Install re-baselined scorer states between two samples, the stream continuing.
+
+        ``memory_c`` / ``memory_a``: the family's EWMA memories carried into the new whitening
+        (:func:`fedrca.drift.baseline.transfer_memory`); None keeps the memory as it is. The
+        parameters' version stays (the loop versions its baselines, :mod:`fedrca.drift`).
+        """
+        for scorer, state in ((self._scorer_c, state_c), (self._scorer_a, state_a)):
+            if isinstance(scorer, StatisticFamily) != isinstance(state, FamilyState):
+                raise ModelError(f"plant '{self.name}': a baseline for the other scoring method")
+        keep_c, keep_a = self._scorer_c.get_state(), self._scorer_a.get_state()
+        self._scorer_c.state, self._scorer_a.state = state_c, state_a
+        self._scorer_c.set_state(keep_c)
+        self._scorer_a.set_state(keep_a)
+        if isinstance(self._scorer_c, StatisticFamily) and memory_c is not None:
+            self._scorer_c.memory = memory_c
+        if isinstance(self._scorer_a, StatisticFamily) and memory_a is not None:
+            self._scorer_a.memory = memory_a
+        self._digest = None
+
     # -- processing -------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget the stream: filter, EWMA and lag memory back to their initial values."""
@@ -755,14 +834,40 @@ class PlantDetector(Detector):
         self._scorer_c.reset()
         self._scorer_a.reset()
 
-    def step_batch(self, Y: ArrayLike, U: ArrayLike | None = None) -> DetectionResult:
-        """Process samples ``Y`` (T, D) (raw units) with inputs ``U`` (T, U)."""
+    def step_batch(
+        self, Y: ArrayLike, U: ArrayLike | None = None, *, exclude: ArrayLike | None = None
+    ) -> DetectionResult:
+        """Process samples ``Y`` (T, D) (raw units; NaN = missing) with inputs ``U`` (T, U).
+
+        ``exclude`` : (T, D) or (D,) bool, optional; True marks a value to treat as missing (a
+        tag a sensor-fault check excluded), exactly as if it were NaN.
+        """
         Y_arr = self._check_batch(Y, expect_dim=len(self.scaler.mean))
+        if exclude is not None:
+            try:
+                mask = np.broadcast_to(np.asarray(exclude, dtype=bool), Y_arr.shape)
+            except ValueError:
+                raise DataError(
+                    f"plant '{self.name}': exclude must be (T, D) or (D,) booleans for samples of shape "
+                    f"{Y_arr.shape}, got shape {np.shape(exclude)}"
+                ) from None
+            if mask.any():
+                Y_arr = np.where(mask, np.nan, Y_arr)
         U_arr = None if U is None else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
-        maps = self._fused_maps(U_arr) if len(Y_arr) else None
+        gaps = bool(np.isnan(Y_arr).any())
+        maps = self._fused_maps(U_arr) if len(Y_arr) and not gaps else None
         if maps is not None:
             return self._step_fused(maps, Y_arr)
-        return self._score(self._evidence(Y_arr, U_arr))
+        return self._score(self._evidence(Y_arr, U_arr), self._degraded(Y_arr) if gaps else None)
+
+    @property
+    def min_present(self) -> int:
+        """The fewest usable sensors a row is scored with (``min_sensors`` for this plant's sensor count)."""
+        return min_present(self.min_sensors, len(self.scaler.mean))
+
+    def _degraded(self, Y: FloatArray) -> BoolArray:
+        """Rows (T,) with fewer usable sensors than :attr:`min_present`."""
+        return np.asarray(observed_counts(Y) < self.min_present)
 
     def _fused_maps(self, U: FloatArray | None) -> PairMaps | None:
         """The stacked maps of :mod:`fedrca.detectors.fused` when it applies to this detector (an
@@ -771,6 +876,7 @@ class PlantDetector(Detector):
         if not (
             isinstance(model, LinearKalmanFilter)
             and model.gain is not None
+            and model.steady  # after missing values the filter takes exact steps until it is back
             and self._identified is not None
             and (U is None or not self.use_inputs)
             and isinstance(sc, StatisticFamily)
@@ -821,9 +927,18 @@ class PlantDetector(Detector):
             u_scaler = None if self._identified is None else self._identified.u_scaler
             Uz = U if u_scaler is None else u_scaler.transform(U)
             first_u = self._last_u if self._last_u is not None else np.zeros(Uz.shape[1])
+            if np.isnan(Uz).any():
+                Uz = hold_last(Uz, first_u)  # a missing input holds its last value
             U_prev = np.vstack([first_u[None, :], Uz[:-1]])
         x_before = np.asarray(model.get_state()["x"], dtype=np.float64).reshape(model.state_dim)
         out = filter_batch(model, Ym, U_prev)
+        missing = np.isnan(Yz)
+        if missing.any():
+            # the features of a missing value: the filter's estimate h(x̂_c(t)) in its place
+            estimate = model.measure(out.x_est)
+            if self._identified is None:
+                estimate = self.scaler.transform(estimate)
+            Yz = np.where(missing, estimate, Yz)
         # x̂_c(t-1) for every t in the batch
         xhat_prev = np.vstack([x_before[None, :], out.x_est[:-1]])
         has_prev = np.ones(T, dtype=bool)
@@ -854,8 +969,9 @@ class PlantDetector(Detector):
             e_a=Ym - model.measure(xh_a),
         )
 
-    def _score(self, ev: _Evidence) -> DetectionResult:
-        """Scores, flags and published flags of the evidence; advances the scorers' memory."""
+    def _score(self, ev: _Evidence, degraded: BoolArray | None = None) -> DetectionResult:
+        """Scores, flags and published flags of the evidence; advances the scorers' memory.
+        ``degraded`` (T,): rows that are not flagged (None: none)."""
         if isinstance(self._scorer_c, StatisticFamily) and isinstance(self._scorer_a, StatisticFamily):
             stats_c = self._scorer_c.normalised(ev.r_c, ev.xh_c, ev.e_c)
             stats_a = self._scorer_a.normalised(ev.r_a, ev.xh_a, ev.e_a)
@@ -865,7 +981,7 @@ class PlantDetector(Detector):
             d2_c = self._scorer_c.score(ev.r_c)
             d2_a = self._scorer_a.score(ev.r_a)
             stats_c, stats_a = d2_c[:, None], d2_a[:, None]
-        return self._finish(ev.x_c, ev.x_a, ev.r_c, ev.r_a, d2_c, d2_a, stats_c, stats_a)
+        return self._finish(ev.x_c, ev.x_a, ev.r_c, ev.r_a, d2_c, d2_a, stats_c, stats_a, degraded)
 
     def _finish(
         self,
@@ -877,12 +993,17 @@ class PlantDetector(Detector):
         d2_a: FloatArray,
         stats_c: FloatArray,
         stats_a: FloatArray,
+        degraded: BoolArray | None = None,
     ) -> DetectionResult:
         """Flags, published flags and severity levels of the scores; advances the warm-up count and
-        the randomizers."""
+        the randomizers. ``degraded`` rows raise no flag (their randomized response is drawn all the
+        same, so the randomizers' streams do not depend on the pattern)."""
         T = len(d2_c)
         zc = self._scorer_c.flags(d2_c)
         za = self._scorer_a.flags(d2_a)
+        if degraded is not None:
+            zc[degraded] = False
+            za[degraded] = False
         # no flag while the filter and the EWMA settle after a reset
         settling = max(0, min(self.warmup - self._seen, T))
         if settling:
@@ -890,9 +1011,13 @@ class PlantDetector(Detector):
             za[:settling] = False
         self._seen = min(self._seen + T, self.warmup)
         published = self._privacy.perturb(np.column_stack([zc, za]))
+        if degraded is not None:
+            published[degraded] = False  # a degraded row publishes no bits (its draws are spent all the same)
         if self.severity_levels:
             level = severity_levels(d2_c, self._scorer_c.threshold_value, zc, self.severity_levels, self.severity_base)
             level_pub = self._level_privacy.perturb(level)
+            if degraded is not None:
+                level_pub[degraded] = 0
         else:
             level = level_pub = np.full(T, -1, dtype=np.int64)
         return DetectionResult(
@@ -910,6 +1035,7 @@ class PlantDetector(Detector):
             stats_a,
             level,
             level_pub,
+            np.zeros(T, dtype=bool) if degraded is None else degraded,
         )
 
     # -- streaming state ---------------------------------------------------------------------
@@ -1005,6 +1131,15 @@ class PlantDetector(Detector):
             raise DataError(f"plant '{self.name}': samples must be 2-D (T, D), got shape {Y_arr.shape}")
         if expect_dim is not None and Y_arr.shape[1] != expect_dim:
             raise DataError(f"plant '{self.name}': samples have {Y_arr.shape[1]} values, expected {expect_dim}")
-        if not np.all(np.isfinite(Y_arr)):
-            raise DataError(f"plant '{self.name}': samples contain NaN or inf")
+        if not np.isfinite(Y_arr).all() and np.isinf(Y_arr).any():  # one pass for complete data
+            raise DataError(f"plant '{self.name}': samples contain inf (a value that is not usable is NaN: missing)")
         return Y_arr
+
+
+def hold_last(U: FloatArray, first: FloatArray) -> FloatArray:
+    """``U`` (T, K) with each NaN replaced by the last value of its column before it (``first`` before the batch)."""
+    out = np.vstack([first[None, :], U])
+    rows = np.where(np.isnan(out), 0, np.arange(len(out))[:, None])
+    # the index of the last observed row of each column, carried forward
+    np.maximum.accumulate(rows, axis=0, out=rows)
+    return np.asarray(out[rows, np.arange(out.shape[1])][1:])

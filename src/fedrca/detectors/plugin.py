@@ -4,6 +4,14 @@ A plant may bring any object that provides the four operations below; fedrca
 only calls them and never changes the object's parameters. ``predict`` and
 ``measure`` are pure (they are also applied to the augmented state), ``step``
 advances the plant's own filter by one sample.
+
+Missing values (docs/missing.md): a filter whose ``step`` corrects on the observed
+subset of a sample with NaN entries says so with ``handles_missing = True`` (the
+Kalman and extended Kalman filters do). Any other filter never sees a NaN:
+:func:`filter_batch` gives its ``step`` the filter's own prediction
+``h(f(x(t-1|t-1), u))`` in place of a missing value (so that value's innovation is 0
+and it moves the estimate only through the observed ones), and reports the missing
+entries' innovations as NaN.
 """
 
 from __future__ import annotations
@@ -50,7 +58,9 @@ class ProprietaryFilter(Protocol):
         """Return to the initial estimate."""
         ...
 
-    def get_state(self) -> dict[str, Any]: ...
+    def get_state(self) -> dict[str, Any]:
+        """The filter's state, a JSON-friendly dict with the estimate x(t|t) under ``"x"``."""
+        ...
 
     def set_state(self, state: dict[str, Any]) -> None: ...
 
@@ -75,7 +85,14 @@ class LinearModel(Protocol):
 def filter_batch(
     model: ProprietaryFilter, Y: NDArray[np.float64], U: NDArray[np.float64] | None = None
 ) -> FilterOutput:
-    """Run ``model`` over a batch: its own vectorised ``filter`` when it has one, else steps."""
+    """Run ``model`` over a batch: its own vectorised ``filter`` when it has one, else steps.
+
+    ``Y`` may hold NaN (missing); a filter without ``handles_missing`` gets its own prediction in
+    their place (module docstring).
+    """
+    missing = np.isnan(Y)
+    if missing.any() and not getattr(model, "handles_missing", False):
+        return _filled_steps(model, Y, U, missing)
     batch = getattr(model, "filter", None)
     if callable(batch):
         out = batch(Y, U)
@@ -91,6 +108,27 @@ def filter_batch(
         np.array([s.x_est for s in steps]),
         np.array([s.residual for s in steps]),
     )
+
+
+def _filled_steps(
+    model: ProprietaryFilter, Y: NDArray[np.float64], U: NDArray[np.float64] | None, missing: NDArray[np.bool_]
+) -> FilterOutput:
+    """Steps of a filter that takes no NaN: a missing value is replaced by the filter's own prediction."""
+    x = np.asarray(model.get_state()["x"], dtype=np.float64).reshape(model.state_dim)
+    x_pred = np.empty((len(Y), model.state_dim))
+    x_est = np.empty_like(x_pred)
+    residuals = np.empty_like(Y)
+    for t in range(len(Y)):
+        u = None if U is None else U[t]
+        y = Y[t]
+        if missing[t].any():
+            # y_m = h(f(x(t-1|t-1), u))_m : the innovation of a missing value is 0
+            y = np.where(missing[t], model.measure(model.predict(x, u)), y)
+        out = model.step(y, u)
+        x = x_est[t] = out.x_est
+        x_pred[t] = out.x_pred
+        residuals[t] = np.where(missing[t], np.nan, out.residual)
+    return FilterOutput(x_pred, x_est, residuals)
 
 
 def load_plugin(dotted: str, **kwargs: Any) -> ProprietaryFilter:

@@ -2,6 +2,12 @@
 
 All statistics (mean, shrinkage covariance, threshold) come from nominal
 residuals only; fault data is never used for calibration.
+
+Missing values (NaN entries of a residual, docs/missing.md): ``d2`` is the distance of
+the observed entries on the complete-data scale
+(:func:`fedrca.detectors.missing.observed_distance`), so the threshold holds whatever the
+pattern; the MEWMA (``smooth="residual"``) smooths the residual completed with the
+conditional mean of its missing entries (:func:`~fedrca.detectors.missing.conditional_fill`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import scipy.stats
 from numpy.typing import NDArray
 from sklearn.covariance import ledoit_wolf
 
+from fedrca.detectors.missing import conditional_fill, observed_distance
 from fedrca.exceptions import DataError, ModelError, NotFittedError
 
 __all__ = ["ResidualScorer", "ScorerState"]
@@ -138,11 +145,15 @@ class ResidualScorer:
             optional; when given, the percentile threshold is taken on their d2
             (each segment smoothed on its own) instead of on ``residuals``
         """
-        R = np.asarray(residuals, dtype=np.float64)
-        if R.ndim != 2 or len(R) < 2:
-            raise DataError(f"need nominal residuals of shape (T >= 2, D), got {R.shape}")
-        if not np.all(np.isfinite(R)):
-            raise DataError("nominal residuals contain NaN or inf")
+        R_all = np.asarray(residuals, dtype=np.float64)
+        if R_all.ndim != 2:
+            raise DataError(f"need nominal residuals of shape (T >= 2, D), got {R_all.shape}")
+        if np.isinf(R_all).any():
+            raise DataError("nominal residuals contain inf")
+        # the moments on the complete rows (a row with a missing entry is scored, not fitted on)
+        R = R_all[~np.isnan(R_all).any(axis=1)]
+        if len(R) < 2:
+            raise DataError(f"need at least 2 complete nominal residual rows, got {len(R)} of {len(R_all)}")
         mean = R.mean(axis=0)
         centered = R - mean
         if isinstance(self.shrinkage, str):
@@ -159,7 +170,7 @@ class ResidualScorer:
         whitening = scipy.linalg.solve_triangular(L, np.eye(len(L)), lower=True)
         ewma_start = float(self._mahalanobis(R, mean, whitening).mean())
         probe = ScorerState(mean, whitening, np.inf, ewma_start)
-        segments = calibration_residuals if calibration_residuals else [R]
+        segments = calibration_residuals if calibration_residuals else [R_all]
         smoothed = np.concatenate([self._distances(np.asarray(seg), probe, None)[0] for seg in segments])
         if self.threshold == "chi2":
             tau = float(scipy.stats.chi2.ppf(1.0 - self.alpha, R.shape[1]))
@@ -213,6 +224,9 @@ class ResidualScorer:
     # -- helpers ------------------------------------------------------------------------
     @staticmethod
     def _mahalanobis(R: FloatArray, mean: FloatArray, whitening: FloatArray) -> FloatArray:
+        if np.isnan(R).any():
+            # the observed entries' distance on the complete scale
+            return observed_distance(mean, whitening, R)
         # d2 = ||L^-1 (r - mu)||^2 with S = L L'
         white = (R - mean) @ whitening.T
         return np.asarray(np.einsum("td,td->t", white, white))
@@ -231,6 +245,9 @@ class ResidualScorer:
             out, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], raw, zi=(1.0 - lam) * start)
             return np.asarray(out), np.asarray(out[-1:])
         start_vec = st.mean if last is None else last
+        if np.isnan(R).any():
+            # a missing entry: its conditional mean given the row's observed ones
+            R = conditional_fill(st.mean, st.whitening, R)[0]
         # e(t) = lam r(t) + (1 - lam) e(t-1), per column
         smoothed, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], R, axis=0, zi=((1.0 - lam) * start_vec)[None, :])
         # d2 = (e - mu)' (lam / (2 - lam) S)^-1 (e - mu)

@@ -33,6 +33,14 @@ Each statistic looks at one of them and has its own blind spot:
                               random variation grown larger) that single samples do not show.
 ============================  =======================================================================
 
+**Missing values** (NaN entries of ``r`` and ``e``, docs/missing.md): every distance is
+the distance of the observed entries, put on the complete-data scale
+(:func:`fedrca.detectors.missing.observed_distance`), and the whitened prediction residual
+the MEWMA and the dispersion smooth is its conditional mean given the observed entries
+(:func:`fedrca.detectors.missing.conditional_fill`), so every threshold calibrated on
+complete nominal data holds: the innovation's rate exactly for Gaussian residuals, the
+smoothed statistics' at most (``tests/detectors/test_missing_far.py``).
+
 **Joint calibration.** Each statistic ``s_k`` is divided by its scale ``c_k``, its
 ``base_quantile`` on held-out nominal data; the family's score is
 ``max_k s_k / c_k`` and one threshold ``tau`` on it is the held-out nominal
@@ -70,6 +78,7 @@ import scipy.stats
 from numpy.typing import NDArray
 from sklearn.covariance import ledoit_wolf
 
+from fedrca.detectors.missing import complete_scale, conditional_fill, observed_distance
 from fedrca.exceptions import DataError, ModelError, NotFittedError
 
 __all__ = [
@@ -110,10 +119,13 @@ class Moments:
 
     @classmethod
     def fit(cls, X: FloatArray) -> Moments:
-        """Moments of nominal rows ``X`` (T, D), T >= 2."""
+        """Moments of nominal rows ``X`` (T, D), T >= 2; rows with a missing entry (NaN) are left out
+        (complete-case: the rows of nominal data with gaps, docs/missing.md)."""
         X = np.asarray(X, dtype=np.float64)
+        if X.ndim == 2 and np.isnan(X).any():
+            X = X[~np.isnan(X).any(axis=1)]
         if X.ndim != 2 or len(X) < 2:
-            raise DataError(f"need nominal rows of shape (T >= 2, D) to fit moments, got {X.shape}")
+            raise DataError(f"need complete nominal rows of shape (T >= 2, D) to fit moments, got {X.shape}")
         mean = X.mean(axis=0)
         cov, _ = ledoit_wolf(X - mean, assume_centered=True)
         cov = np.atleast_2d(cov)
@@ -130,9 +142,23 @@ class Moments:
         return np.asarray((X - self.mean) @ self.whitening.T)
 
     def distance(self, X: FloatArray) -> FloatArray:
-        """``d2 = (x - μ)' S⁻¹ (x - μ) = ||L⁻¹ (x - μ)||²`` per row, (T,)."""
+        """``d2 = (x - μ)' S⁻¹ (x - μ) = ||L⁻¹ (x - μ)||²`` per row, (T,); a row with missing entries
+        (NaN) gets the distance of its observed entries on the complete scale
+        (:func:`~fedrca.detectors.missing.observed_distance`)."""
+        if np.isnan(X).any():
+            return observed_distance(self.mean, self.whitening, X)
         W = self.white(X)
         return np.asarray(np.einsum("td,td->t", W, W))
+
+    def white_observed(self, X: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Whitened rows and their squared norms on the complete scale, (T, D) and (T,), for rows with
+        missing entries (NaN): ``z* = L⁻¹ (x_filled - μ)``, the conditional mean of the whitened vector
+        given the observed entries, and the distance of the observed entries
+        (:mod:`fedrca.detectors.missing`). Complete rows: :meth:`white` and its squared norm."""
+        filled, n_observed = conditional_fill(self.mean, self.whitening, X)
+        W = self.white(filled)
+        d2 = np.einsum("td,td->t", W, W)
+        return W, complete_scale(d2, n_observed, X.shape[1])
 
     def to_dict(self) -> dict[str, Any]:
         return {"mean": self.mean.tolist(), "whitening": self.whitening.tolist()}
@@ -349,7 +375,7 @@ def fit_family(
     lengths = segment_lengths(len(r), segments)
     keep = keep_mask(lengths, skip)
     innovation = Moments.fit(r[keep])
-    W = innovation.white(r)
+    W, d2 = _whitened(innovation, r)
     smoothed = []
     for lam in lambdas:
         # the EWMA vectors start at the nominal mean (zero) in each recording; their start-up is left out
@@ -373,7 +399,7 @@ def fit_family(
         np.ones(len(labels)),
         math.inf,
         float(dispersion) if use_dispersion else 0.0,
-        float(np.einsum("td,td->t", W[keep], W[keep]).mean()) if use_dispersion else 0.0,
+        float(d2[keep].mean()) if use_dispersion else 0.0,
     )
 
 
@@ -413,9 +439,7 @@ def family_statistics(
     slots = len(state.lambdas) + (1 if state.dispersion else 0)
     last: list[FloatArray | None] = list(memory) if memory is not None else [None] * slots
     cols: dict[str, FloatArray] = {}
-    W = state.innovation.white(r)
-    # d2(r) = ||L⁻¹ (r - μ)||²
-    d2 = np.einsum("td,td->t", W, W)
+    W, d2 = _innovation(state, r)
     if "innovation" in state.statistics:
         cols["innovation"] = d2
     if state.dispersion:
@@ -441,6 +465,20 @@ def family_statistics(
     return np.asarray(stats, dtype=np.float64), last
 
 
+def _innovation(state: FamilyState, r: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The whitened prediction residuals (T, D) and their distances d2(r) (T,) (missing entries: module docstring)."""
+    return _whitened(state.innovation, r)
+
+
+def _whitened(moments: Moments, r: FloatArray) -> tuple[FloatArray, FloatArray]:
+    if np.isnan(r).any():
+        # z* = E[L⁻¹ (r - μ) | r_o] ;  d2 = the observed entries' distance on the complete scale
+        return moments.white_observed(r)
+    W = moments.white(r)
+    # d2(r) = ||L⁻¹ (r - μ)||²
+    return W, np.einsum("td,td->t", W, W)
+
+
 def stream_memory(
     state: FamilyState, r: FloatArray, memory: Sequence[FloatArray | None] | None = None
 ) -> list[FloatArray | None]:
@@ -461,10 +499,9 @@ def stream_memory(
     last: list[FloatArray | None] = list(memory) if memory is not None else [None] * slots
     if len(r) == 0:
         return last
-    W = state.innovation.white(r)
+    W, d2 = _innovation(state, r)
     if state.dispersion:
         # v(t) = λ_d d2(r(t)) + (1 - λ_d) v(t-1), from the nominal mean of d2
-        d2 = np.einsum("td,td->t", W, W)
         start = np.array([state.dispersion_start]) if last[-1] is None else last[-1]
         last[-1] = _ewma(d2[:, None], state.dispersion, start)[-1:, 0].copy()
     for i, lam in enumerate(state.lambdas):

@@ -171,13 +171,13 @@ class FleetDetector(Detector):
         return self._privacy
 
     # -- fitting ------------------------------------------------------------------------------
-    def _stack(self, Y: ArrayLike, U: ArrayLike | None) -> FloatArray:
-        """The modelled variables: the sensors, followed by the inputs when given."""
+    def _stack(self, Y: ArrayLike, U: ArrayLike | None, missing: bool = False) -> FloatArray:
+        """The modelled variables: the sensors, followed by the inputs when given (NaN only when ``missing``)."""
         Y_arr = np.asarray(Y, dtype=np.float64)
         if Y_arr.ndim != 2:
             raise DataError(f"plant '{self.name}': samples must be 2-D (T, D), got shape {Y_arr.shape}")
         X = Y_arr if U is None else np.hstack([Y_arr, np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)])
-        if not np.all(np.isfinite(X)):
+        if np.isinf(X).any() or (not missing and np.isnan(X).any()):
             raise DataError(f"plant '{self.name}': samples contain NaN or inf")
         return X
 
@@ -236,12 +236,17 @@ class FleetDetector(Detector):
         """Score samples ``Y`` (T, D) (raw units); flags and published flags advance the randomizer.
 
         ``d2_c`` (= ``d2_a``) is the statistic compared with the threshold: the score, or its EWMA
-        continuing from the previous batch.
+        continuing from the previous batch. The mixture scores complete rows only: a row with a
+        missing value (NaN) is degraded (:attr:`DetectionResult.degraded`: no flag, its residual NaN)
+        and leaves the EWMA as it was (docs/missing.md).
         """
         model = self.fitted_model
-        X = self._stack(Y, U)
+        X = self._stack(Y, U, missing=True)
         if X.shape[1] != model.n_dims:
             raise DataError(f"plant '{self.name}': samples have {X.shape[1]} values, expected {model.n_dims}")
+        degraded = np.asarray(np.isnan(X).any(axis=1))
+        if degraded.any():
+            return self._with_degraded(X, degraded)
         Z = model.standardise(X)
         score = model.score(X, self.weights)
         lam = self.rule.ewma
@@ -254,6 +259,27 @@ class FleetDetector(Detector):
         published = self._privacy.perturb(zc)
         empty = np.zeros((len(X), 0))
         return DetectionResult(empty, empty, resid, resid, stat, stat, zc, zc.copy(), published, published.copy())
+
+    def _with_degraded(self, X: FloatArray, degraded: NDArray[np.bool_]) -> DetectionResult:
+        """A batch with degraded rows: the complete rows scored in runs (the EWMA carried across the
+        degraded ones), the degraded rows without flag; one randomized response for the whole batch."""
+        T = len(X)
+        stat = np.zeros(T)
+        resid = np.full(X.shape, np.nan)
+        state = self._privacy.get_state()
+        for run in np.split(np.arange(T), np.flatnonzero(np.diff(degraded)) + 1):
+            if degraded[run[0]]:
+                stat[run] = self._last if self._last is not None else 0.0
+                continue
+            part = self.step_batch(X[run])
+            stat[run], resid[run] = part.d2_c, part.r_c
+        self._privacy.set_state(state)  # the flags of the whole batch are randomized once, below
+        zc = np.asarray(stat > self.threshold_value) & ~degraded
+        published = self._privacy.perturb(zc) & ~degraded  # a degraded row publishes no bit
+        empty = np.zeros((T, 0))
+        return DetectionResult(
+            empty, empty, resid, resid, stat, stat, zc, zc.copy(), published, published.copy(), degraded=degraded
+        )
 
     # -- streaming state ----------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

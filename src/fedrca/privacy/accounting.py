@@ -63,7 +63,6 @@ __all__ = [
 ]
 
 
-
 def gaussian_delta(epsilon: float, mu: float) -> float:
     """delta(epsilon) of a mu-GDP mechanism (exact Gaussian privacy profile).
 

@@ -156,8 +156,8 @@ def window_counts(
     codes: IntArray,
     bounds: IntArray,
     horizon: int,
-) -> tuple[IntArray, IntArray]:
-    """Per row of a block, the state counts of its evidence window and the window's first seq.
+) -> tuple[IntArray, IntArray, IntArray]:
+    """Per row of a block, the state counts of its evidence window, the window's first seq and its rows.
 
     A row's window holds the last ``horizon`` rows up to and including it, from its
     ``bounds`` seq on (:func:`episode_bounds`).
@@ -173,6 +173,7 @@ def window_counts(
     -------
     counts : (T, M, 4) int
     first : (T,) seq of each window's first row
+    rows : (T,) rows in each window
     """
     all_seqs = np.concatenate([past_seqs, seqs])
     all_codes = np.concatenate([past_codes, codes])
@@ -183,4 +184,4 @@ def window_counts(
     np.cumsum(all_codes[:, :, None] == np.arange(4), axis=0, out=cum[1:])
     last = P + np.arange(T)
     lo = np.maximum(last - horizon + 1, np.searchsorted(all_seqs, bounds, side="left"))
-    return cum[last + 1] - cum[lo], all_seqs[lo]
+    return cum[last + 1] - cum[lo], all_seqs[lo], last + 1 - lo

@@ -69,8 +69,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config import RCASettings, SiteConfig
 from fedrca.contracts import NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, Verdict, flag_states
+from fedrca.contracts.reason import MAX_PROPAGATED
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.rca.block import cusum_block, episode_bounds, state_counts, window_counts
+from fedrca.rca.calibration import CalibrationMap
+from fedrca.rca.evidence import Evidence
+from fedrca.rca.explain import annotate
 from fedrca.rca.flagmodel import (
     AUGMENTED,
     NORMAL,
@@ -82,6 +86,7 @@ from fedrca.rca.flagmodel import (
     state_rates_from_counts,
 )
 from fedrca.rca.graph import InterdependencyGraph
+from fedrca.rca.memory import IncidentMemory, MemoryRows, penalty_rows, started_rows
 from fedrca.rca.table import EXTERNAL_ROOT, NO_ANOMALY, ROOT_CAUSE, UNEXPLAINED, classify_pattern
 
 __all__ = [
@@ -143,6 +148,7 @@ class RCAEngine:
         settings: RCASettings | None = None,
         site: str = "",
         severity: SeverityModel | None = None,
+        calibration: CalibrationMap | None = None,
     ) -> None:
         if model.n_plants != graph.n_plants:
             raise DataError(f"flag model has {model.n_plants} plants, the graph {graph.n_plants}")
@@ -186,6 +192,15 @@ class RCAEngine:
         self._entry = graph.adjacency | np.eye(M, dtype=bool)  # where a root's disturbance enters
         self._log_seen = np.where(self._unseen, math.log1p(-s.unobserved_weight), 0.0)
         self._log_unseen = math.log(s.unobserved_weight)
+        # the incident's memory matters only where the graph leaves a plant unreachable from another
+        self._memory = IncidentMemory(M, s.incident_gap, s.incident_rows, forget=self.horizon)
+        self._memory_counts = not bool((self._reach | np.eye(M, dtype=bool)).all())
+        if calibration is not None:
+            calibration.check(self.plants)
+        self.calibration = calibration
+        #: when a list, the evidence of every issued verdict is appended to it (benchmarks fit and score
+        #: calibration maps on it: bench/bench_faults.py)
+        self.evidence_log: list[Evidence] | None = None
         self.reset()
 
     # -- state -------------------------------------------------------------------------------
@@ -212,6 +227,8 @@ class RCAEngine:
         self._active = False
         self._last_key: tuple[str, str | None, tuple[str, ...]] | None = None
         self._last_emit = -1
+        self._memory.reset()
+        self._last_moment: _Moment | None = None
         self.decision: Verdict | None = None
 
     def get_state(self) -> dict[str, Any]:
@@ -238,6 +255,7 @@ class RCAEngine:
             "active": self._active,
             "last_key": None if self._last_key is None else [*self._last_key[:2], list(self._last_key[2])],
             "last_emit": self._last_emit,
+            "incident": self._memory.get_state(),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -270,6 +288,7 @@ class RCAEngine:
         key = state["last_key"]
         self._last_key = None if key is None else (key[0], key[1], tuple(key[2]))
         self._last_emit = int(state["last_emit"])
+        self._memory.set_state(state.get("incident"))
 
     def _slot_for(self, row_number: int) -> int:
         return row_number % self.horizon
@@ -310,14 +329,22 @@ class RCAEngine:
         return np.asarray(((terms[0] + terms[1]) + terms[2]) + terms[3])
 
     def _log_evidence(
-        self, S: FloatArray, order: FloatArray, order_unseen: FloatArray | None, unseen_roots: NDArray[np.bool_]
+        self,
+        S: FloatArray,
+        order: FloatArray,
+        order_unseen: FloatArray | None,
+        unseen_roots: NDArray[np.bool_],
+        quiet_roots: NDArray[np.bool_] | None = None,
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Log evidence (T, M + 3) of the hypotheses from window sums S (T, M, K) and order penalties (T, M, M).
 
         ``order_unseen`` (T, M, M): the order penalties timed from the entry (see
         :meth:`_order_penalties`) of the unseen-entry variant of the roots in
         ``unseen_roots`` (T, M) (plants of ``rca.unobserved_entry`` that are alarming:
-        a root seen late must be seen); rows without such a root have no variant.
+        a root seen late must be seen); rows without such a root have no variant. ``quiet_roots``
+        (T, M): the entries that started the incident (:meth:`_incident_terms`): their variant holds
+        also while they are quiet, and their rows are root-like or normal (an entry's sensors see
+        its disturbance in bursts, or not at all).
 
         Also returns, per row, root hypothesis k and plant j, the log evidence of
         "j affected" and "j not affected" (T, M, M) (for the propagated list).
@@ -333,6 +360,8 @@ class RCAEngine:
         per_plant = np.logaddexp(affected, unaffected)
         per_plant[:, diagonal, diagonal] = 0.0
         roots = S_R + per_plant.sum(axis=-1)
+        if quiet_roots is not None and quiet_roots.any():
+            unseen_roots = unseen_roots | quiet_roots
         if order_unseen is not None and unseen_roots.any():
             # "k is the root and its disturbance entered unseen": the same flags, effects timed from the entry
             rows = np.any(unseen_roots, axis=1)
@@ -340,7 +369,14 @@ class RCAEngine:
             per_u = np.logaddexp(affected_u, unaffected)
             per_u[:, diagonal, diagonal] = 0.0
             seen = roots + self._log_seen
-            unseen = np.where(unseen_roots, S_R + self._log_unseen + per_u.sum(axis=-1), -np.inf)
+            own = S_R
+            if quiet_roots is not None and quiet_roots.any():
+                # an entry that started the incident: its rows are a root's (any miss rate) or normal, one
+                # more component of equal weight (tests/rca/test_memory.py, the intermittent entry)
+                n = self.model.n_root
+                quiet = np.logaddexp(S_R + math.log(n / (n + 1)), S_N - math.log(n + 1))
+                own = np.where(quiet_roots, quiet, S_R)
+            unseen = np.where(unseen_roots, own + self._log_unseen + per_u.sum(axis=-1), -np.inf)
             affected = np.where((rows[:, None] & (unseen > seen))[:, :, None], affected_u, affected)
             roots = np.where(rows[:, None], np.logaddexp(seen, unseen), roots)
         half = math.log(0.5)
@@ -412,15 +448,23 @@ class RCAEngine:
         onset: IntArray,
         lalarmed: NDArray[np.bool_],
         lonset: IntArray,
+        memory: MemoryRows,
     ) -> _Judged:
-        """The decision of T rows from their windows' state counts (T, M, 4) and the plants' alarm
-        states after each row (T, M; levels (T, M, J)); both engine paths decide through it."""
+        """The decision of T rows from their windows' state counts (T, M, 4), the plants' alarm
+        states after each row (T, M; levels (T, M, J)) and the incident's memory after each row;
+        both engine paths decide through it."""
         M = len(self.plants)
         S = self._window_sums(counts)
+        quiet_roots, incident = self._incident_terms(alarmed, onset, memory)
         order = self._order_penalties(alarmed, onset, lalarmed, lonset, unseen=False)
         unseen_roots = self._unseen[None, :] & alarmed
-        order_u = self._order_penalties(alarmed, onset, lalarmed, lonset, unseen=True) if unseen_roots.any() else None
-        evidence, affected, unaffected = self._log_evidence(S, order, order_u, unseen_roots)
+        variant = unseen_roots if quiet_roots is None else unseen_roots | quiet_roots
+        order_u = self._order_penalties(alarmed, onset, lalarmed, lonset, unseen=True) if variant.any() else None
+        evidence, affected, unaffected = self._log_evidence(S, order, order_u, unseen_roots, quiet_roots)
+        if incident is not None:
+            evidence[:, 1 : M + 1] = np.where(
+                memory.active[:, None], evidence[:, 1 : M + 1] + incident, evidence[:, 1 : M + 1]
+            )
         top = evidence.max(axis=1)
         # a row where every hypothesis deems a pair of its window impossible (e.g. (1, 0) from untrained
         # detectors, whose Z_a equals Z_c) has no finite evidence: it is decided "unexplained", with no confidence
@@ -433,36 +477,103 @@ class RCAEngine:
         # channel-inverted share of window rows in which each plant's Z_c is on, and its most likely true state
         ap, sp = self.model.alarm_posterior, self.model.state_posterior
         alarm = ((n[..., 0] * ap[0] + n[..., 1] * ap[1]) + n[..., 2] * ap[2]) + n[..., 3] * ap[3]
-        alarming = alarm / np.maximum(counts.sum(axis=2), 1) >= 0.5
+        share = alarm / np.maximum(counts.sum(axis=2), 1)
+        alarming = share >= 0.5
         states = ((n[..., 0, None] * sp[0] + n[..., 1, None] * sp[1]) + n[..., 2, None] * sp[2]) + n[..., 3, None] * sp[
             3
         ]
         # the plants the best root hypothesis says show its effect: alarming, and "affected" beats "not affected"
         k = np.clip(best - 1, 0, M - 1)
         pick = k[:, None, None]
-        effect = np.take_along_axis(affected, pick, axis=1)[:, 0] > np.take_along_axis(unaffected, pick, axis=1)[:, 0]
+        a_k, u_k = np.take_along_axis(affected, pick, axis=1)[:, 0], np.take_along_axis(unaffected, pick, axis=1)[:, 0]
+        effect = a_k > u_k
+        with np.errstate(invalid="ignore"):  # -inf - -inf: a plant no hypothesis lets alarm
+            margin = np.nan_to_num(a_k - u_k, nan=-np.inf)
         is_root = finite & (best >= 1) & (best <= M)
         shown = np.where(is_root[:, None], alarming & effect & (np.arange(M)[None, :] != k[:, None]), False)
         shown = np.where((finite & (best == M + 1))[:, None], alarming, shown)
-        return _Judged(posterior, best, finite, shown, np.argmax(states, axis=2))
+        return _Judged(posterior, best, finite, shown, np.argmax(states, axis=2), evidence, share, margin, quiet_roots)
+
+    def _incident_terms(
+        self, alarmed: NDArray[np.bool_], onset: IntArray, memory: MemoryRows
+    ) -> tuple[NDArray[np.bool_] | None, FloatArray | None]:
+        """Per row (T rows), the declared unseen entries that started the incident (T, M) and the incident
+        order's log evidence of the roots (T, M) (None when no row has them); zero outside an incident.
+
+        Quiet roots: first to alarm, more than ``onset_slack`` rows before any other plant, for at
+        least ``incident_rows`` rows. The penalty (:meth:`IncidentMemory.penalty`): a plant that
+        started earlier in the incident and that the root cannot reach contradicts it, also while
+        quiet. Computed only on the rows of an open incident; both are counts and comparisons per
+        row, the same whatever the block (``tests/rca/test_block.py::test_blocks_equal_rows``).
+        """
+        T, M = alarmed.shape
+        rows = np.flatnonzero(memory.active)
+        if not rows.size:
+            return None, None
+        s = self.settings
+        min_rows = self._memory.min_rows
+        quiet: NDArray[np.bool_] | None = None
+        if self._unseen.any():
+            quiet = np.zeros((T, M), dtype=bool)
+            quiet[rows] = self._unseen & started_rows(memory.first[rows], memory.rows[rows], min_rows, s.onset_slack)
+        penalty: FloatArray | None = None
+        if self._memory_counts:
+            onset_f = np.where(alarmed[rows], onset[rows].astype(np.float64), np.inf)
+            # the window's order evidence already counts j against k: j alarms now and started before k
+            covered = alarmed[rows][:, None, :] & (onset_f[:, None, :] < onset_f[:, :, None] - s.onset_slack)
+            penalty = np.zeros((T, M))
+            penalty[rows] = penalty_rows(
+                memory.first[rows],
+                memory.episode_rows[rows],
+                min_rows,
+                self._reach,
+                s.onset_slack,
+                self._log_violation,
+                covered,
+            )
+        return quiet, penalty
 
     def _verdict_at(self, judged: _Judged, i: int, seq: int, ts: float, window: tuple[int, int]) -> Verdict:
-        """The decision of row i of a judged block as a verdict."""
+        """The decision of row i of a judged block as a verdict (before :meth:`_issue` annotates it)."""
         if not judged.finite[i]:
             return self._verdict(ts, seq, None, (), 0.0, window, UNEXPLAINED)
         M = len(self.plants)
         posterior = judged.posterior[i]
         h = int(judged.best[i])
         prob = float(posterior[h])
-        candidates = self._candidates(posterior[1 : M + 1])
         if h == 0:
-            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY, candidates)
-        propagated = tuple(self.plants[j] for j in np.flatnonzero(judged.shown[i]))
+            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY)
         if h <= M:
-            return self._verdict(ts, seq, self.plants[h - 1], propagated, prob, window, ROOT_CAUSE, candidates)
+            return self._verdict(ts, seq, self.plants[h - 1], self._clearest(judged, i), prob, window, ROOT_CAUSE)
         if h == M + 1:
-            return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT, candidates)
-        return self._verdict(ts, seq, None, (), prob, window, self._pattern(judged.dominant[i]), candidates)
+            return self._verdict(ts, seq, None, self._clearest(judged, i), prob, window, EXTERNAL_ROOT)
+        return self._verdict(ts, seq, None, (), prob, window, self._pattern(judged.dominant[i]))
+
+    def _clearest(self, judged: _Judged, i: int) -> tuple[str, ...]:
+        """The plants row i lists as showing the propagated effect, in plant order, at most
+        :data:`~fedrca.contracts.reason.MAX_PROPAGATED`: the ones the root's hypothesis deems most
+        affected (an external root: the largest alarm shares); a verdict's size is bounded whatever the site."""
+        chosen = np.flatnonzero(judged.shown[i])
+        if len(chosen) > MAX_PROPAGATED:
+            strength = judged.margin[i] if judged.best[i] <= len(self.plants) else judged.share[i]
+            chosen = np.sort(chosen[np.argsort(-strength[chosen], kind="stable")[:MAX_PROPAGATED]])
+        return tuple(self.plants[j] for j in chosen)
+
+    def _moment_at(
+        self, judged: _Judged, i: int, counts: IntArray, alarmed: NDArray[np.bool_], memory: MemoryRows, n_rows: int
+    ) -> _Moment:
+        """What :meth:`snapshot` reads of row i of a judged block."""
+        quiet = None if judged.quiet is None else judged.quiet[i]
+        return _Moment(
+            counts[i],
+            judged.evidence[i],
+            alarmed[i],
+            quiet,
+            memory.first[i],
+            memory.rows[i],
+            judged.dominant[i],
+            n_rows,
+        )
 
     def _pattern(self, dominant: IntArray) -> str:
         """The outcome of the catch-all hypothesis: the pattern of the plants' dominant states (M,)."""
@@ -635,15 +746,27 @@ class RCAEngine:
         # the rows before the block a window can reach: at most horizon - 1
         ordered = self._ordered_rows()
         past = ordered[len(ordered) - min(self._n_rows, self.horizon - 1) :]
-        counts, first = window_counts(self._buf_seq[past], self._buf_codes[past], seqs, codes, bounds, self.horizon)
-        judged = self._judge(counts, plants.alarmed, plants.onset, lalarmed, lonset)
-        emitted = self._emit_block(judged, seqs)
-        seq_list, ts_list, first_list = seqs.tolist(), ts.tolist(), first.tolist()
-        out = [self._verdict_at(judged, i, seq_list[i], ts_list[i], (first_list[i], seq_list[i])) for i in emitted]
-        last = T - 1
-        self.decision = self._verdict_at(
-            judged, last, seq_list[last], ts_list[last], (first_list[last], seq_list[last])
+        counts, first, n_rows = window_counts(
+            self._buf_seq[past], self._buf_codes[past], seqs, codes, bounds, self.horizon
         )
+        # the incident's memory is stepped row by row only where an incident is open (IncidentMemory.run)
+        memory = self._memory.run(seqs, plants.alarmed, plants.onset)
+        judged = self._judge(counts, plants.alarmed, plants.onset, lalarmed, lonset, memory)
+        emitted = self._emit_block(judged, seqs)
+        seq_list, ts_list, first_list, rows_list = seqs.tolist(), ts.tolist(), first.tolist(), n_rows.tolist()
+        out = []
+        for i in emitted:
+            decision = self._verdict_at(judged, i, seq_list[i], ts_list[i], (first_list[i], seq_list[i]))
+            moment = self._moment_at(judged, i, counts, plants.alarmed, memory, rows_list[i])
+            out.append(self._issue(decision, moment))
+        last = T - 1
+        if emitted and emitted[-1] == last:
+            self.decision = out[-1]
+        else:
+            self.decision = self._verdict_at(
+                judged, last, seq_list[last], ts_list[last], (first_list[last], seq_list[last])
+            )
+        self._last_moment = self._moment_at(judged, last, counts, plants.alarmed, memory, rows_list[last])
         # the state after the block's last row
         self._cusum, self._rise, self._alarmed, self._onset = (
             plants.level[last].copy(),
@@ -694,7 +817,9 @@ class RCAEngine:
             if h <= M or h == M + 1:
                 names = propagated.get(shown_keys[i])
                 if names is None:
-                    names = propagated[shown_keys[i]] = tuple(self.plants[j] for j in np.flatnonzero(judged.shown[i]))
+                    names = self._clearest(judged, i)
+                    if len(names) < MAX_PROPAGATED:  # a longer list may be cut by strength, row by row
+                        propagated[shown_keys[i]] = names
                 key = (ROOT_CAUSE, self.plants[h - 1], names) if h <= M else (EXTERNAL_ROOT, None, names)
             else:
                 key = (self._pattern(judged.dominant[i]), None, ())
@@ -716,18 +841,21 @@ class RCAEngine:
         self._buf_codes[slot] = codes
         self._buf_valid[slot] = True
         self._n_rows += 1
+        m = self._memory
+        m.update(seq, self._alarmed, self._onset)
+        memory = MemoryRows(m.first[None], m.rows[None], m.episode_rows[None], np.array([m.active]))
         mask = self._window(seq)
+        counts = state_counts(self._buf_codes[mask])[None]
         judged = self._judge(
-            state_counts(self._buf_codes[mask])[None],
-            self._alarmed[None],
-            self._onset[None],
-            self._lalarmed[None],
-            self._lonset[None],
+            counts, self._alarmed[None], self._onset[None], self._lalarmed[None], self._lonset[None], memory
         )
         seqs = self._buf_seq[mask]
         decision = self._verdict_at(judged, 0, seq, ts, (int(seqs.min()), int(seqs.max())))
         self.decision = decision
-        return self._emit(decision)
+        moment = self._moment_at(judged, 0, counts, self._alarmed[None], memory, int(mask.sum()))
+        self._last_moment = moment
+        issued = self._emit(decision)
+        return None if issued is None else self._issue(issued, moment)
 
     def _update_level_onsets(self, seq: int, levels: IntArray) -> None:
         """Per plant and level j >= 2, the CUSUM of "published level >= j" (as :meth:`_update_onsets`)."""
@@ -774,18 +902,6 @@ class RCAEngine:
             mask &= self._buf_seq >= self._episode_end
         return mask
 
-    def _candidates(self, roots: FloatArray) -> tuple[str, ...]:
-        """The plants whose root hypotheses, most likely first, hold ``candidate_mass`` of the root posterior."""
-        total = float(roots.sum())
-        if not total > 0.0:
-            return ()
-        # stable order: ties keep the plants' order
-        order = np.argsort(-roots, kind="stable")
-        need = self.settings.candidate_mass * total
-        held = np.cumsum(roots[order])
-        n = int(np.searchsorted(held, need * (1.0 - 1e-12)) + 1)
-        return tuple(self.plants[i] for i in order[: min(n, len(order))])
-
     def _verdict(
         self,
         ts: float,
@@ -795,11 +911,10 @@ class RCAEngine:
         posterior: float,
         window: tuple[int, int],
         outcome: str,
-        candidates: tuple[str, ...] = (),
     ) -> Verdict:
         # the posterior is a softmax: clip its float rounding into [0, 1], the contract's range
         posterior = min(max(posterior, 0.0), 1.0)
-        return Verdict(self.site, ts, seq, root, propagated, posterior, window, outcome, candidates)
+        return Verdict(self.site, ts, seq, root, propagated, posterior, window, outcome)
 
     def _emit(self, decision: Verdict) -> Verdict | None:
         confident = decision.posterior >= self.settings.min_posterior
@@ -822,6 +937,67 @@ class RCAEngine:
             return decision
         return None
 
+    def snapshot(self) -> Evidence | None:
+        """The evidence of the current decision (:class:`~fedrca.rca.evidence.Evidence`), None before any row.
+
+        Built only when a verdict is issued (or asked for): it scores the window once more without
+        the onset order."""
+        if self._last_moment is None or self.decision is None:
+            return None
+        return self._evidence_of(self._last_moment, self.decision)
+
+    def _evidence_of(self, moment: _Moment, decision: Verdict) -> Evidence:
+        M = len(self.plants)
+        counts = moment.counts[None]
+        unseen_roots = (self._unseen & moment.alarmed)[None]
+        quiet = None if moment.quiet is None else moment.quiet[None]
+        zero = np.zeros((1, M, M))
+        variant = zero if (unseen_roots.any() or (quiet is not None and quiet.any())) else None
+        unordered = self._log_evidence(self._window_sums(counts), zero, variant, unseen_roots, quiet)[0][0]
+        return Evidence(
+            plants=self.plants,
+            seq=decision.seq,
+            window=decision.evidence_window,
+            rows=moment.rows,
+            log_evidence=moment.evidence.copy(),
+            unordered=unordered,
+            alarming=moment.alarmed.copy(),
+            first=moment.first.copy(),
+            alarm_rows=moment.alarm_rows.copy(),
+            share=self._true_share(moment.counts),
+            pairs=moment.dominant.copy(),
+        )
+
+    def _true_share(self, counts: IntArray) -> FloatArray:
+        """Unbiased share of window rows in which each plant's true Z_c is on (M,), in [0, 1], from the
+        window's state counts (M, 4): the published rate r of the Z_c bit with the randomized response
+        taken out, (r - (1 - p)) / (2 p - 1)."""
+        rate = (counts[:, 2] + counts[:, 3]) / np.maximum(counts.sum(axis=1), 1)
+        eps = self.model.epsilon
+        if math.isinf(eps):
+            return np.asarray(rate, dtype=np.float64)
+        p = 1.0 / (1.0 + math.exp(-eps))
+        return np.asarray(np.clip((rate - (1.0 - p)) / (2.0 * p - 1.0), 0.0, 1.0))
+
+    def explain(self) -> Verdict | None:
+        """The current decision with its candidate set, probabilities and reason, as it would be issued
+        (also when it is too uncertain to be issued); None before any row."""
+        evidence = self.snapshot()
+        if evidence is None or self.decision is None:
+            return self.decision
+        return annotate(self.decision, evidence, self.graph, self.settings, self.calibration)
+
+    def _issue(self, decision: Verdict, moment: _Moment) -> Verdict:
+        """The decision as issued: with its candidate set, probabilities and reason
+        (:func:`fedrca.rca.explain.annotate`); at the block's or the row's decision it is also :attr:`decision`."""
+        evidence = self._evidence_of(moment, decision)
+        if self.evidence_log is not None:
+            self.evidence_log.append(evidence)
+        issued = annotate(decision, evidence, self.graph, self.settings, self.calibration)
+        if self.decision is not None and self.decision.seq == decision.seq:
+            self.decision = issued
+        return issued
+
 
 @dataclass(frozen=True)
 class _Judged:
@@ -834,6 +1010,10 @@ class _Judged:
     finite : (T,) False where no hypothesis has finite evidence (decided "unexplained", no confidence)
     shown : (T, M) the plants the best hypothesis lists as showing the propagated effect
     dominant : (T, M) each plant's most likely true state over the window (the catch-all's pattern)
+    evidence : (T, M + 3) log evidence + log prior of the hypotheses
+    share : (T, M) channel-inverted share of the window's rows with Z_c on
+    margin : (T, M) log evidence of "j affected" minus "j not affected" under the best root
+    quiet : (T, M) the declared unseen entries that started the incident (None: none in any row)
     """
 
     posterior: FloatArray
@@ -841,6 +1021,24 @@ class _Judged:
     finite: NDArray[np.bool_]
     shown: NDArray[np.bool_]
     dominant: IntArray
+    evidence: FloatArray
+    share: FloatArray
+    margin: FloatArray
+    quiet: NDArray[np.bool_] | None
+
+
+@dataclass(frozen=True)
+class _Moment:
+    """What the engine keeps of one row's decision for its :class:`Evidence` (arrays (M,) unless said)."""
+
+    counts: IntArray  # (M, 4) the window's state counts
+    evidence: FloatArray  # (M + 3,)
+    alarmed: NDArray[np.bool_]
+    quiet: NDArray[np.bool_] | None
+    first: IntArray
+    alarm_rows: IntArray
+    dominant: IntArray
+    rows: int
 
 
 def _row_keys(mask: NDArray[np.bool_]) -> list[Any]:
@@ -902,6 +1100,7 @@ def build_engine(
     settings: RCASettings | None = None,
     epsilon: float | None = None,
     level_epsilon: float | None = None,
+    calibration: CalibrationMap | None = None,
 ) -> RCAEngine:
     """The site's RCA engine from its configuration and what the plants published.
 
@@ -920,6 +1119,8 @@ def build_engine(
     epsilon : published flag epsilon (default ``config.privacy.flag_epsilon``)
     level_epsilon : published severity-level epsilon (default ``config.privacy.level_epsilon``);
         the engine reads levels when the plants publish them (``scoring.severity_levels``)
+    calibration : the calibration map of the verdicts' root probabilities (read by the shell from
+        ``rca.calibration.path``); None = uncalibrated verdicts
     """
     s = settings or config.rca
     plants = list(config.plant_names)
@@ -945,6 +1146,7 @@ def build_engine(
         s,
         site=config.site,
         severity=severity_model(s, config.severity_levels, level_eps),
+        calibration=calibration,
     )
 
 

@@ -33,6 +33,7 @@ import numpy as np
 import scipy.stats
 from numpy.typing import ArrayLike, NDArray
 
+from fedrca.config._json import strict_json
 from fedrca.contracts.artifacts import ParameterArtifact
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 
@@ -296,6 +297,8 @@ class InterdependencyGraph:
     def from_json(cls, text: str) -> InterdependencyGraph:
         """Inverse of :meth:`to_json`."""
         try:
-            return cls.from_dict(json.loads(text))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            return cls.from_dict(strict_json(text))
+        except ConfigError as exc:
+            raise DataError(f"not an interdependency graph JSON document ({exc.reason})") from None
+        except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"not an interdependency graph JSON document ({exc})") from None

@@ -3,7 +3,9 @@
 * :class:`PlantAgent` (one per plant a worker serves): a sensor batch in, the plant's
   published flags out to ``<site>.flags``, its dead letters to the plant's own
   ``<site>.deadletter.<plant>`` (they hold raw bytes: plant-private), its detector state
-  to ``<site>.state.<plant>``;
+  to ``<site>.state.<plant>``; with ``drift.enabled`` the history rows and baselines its
+  re-baselining loop changed to the plant's own ``<site>.history.<plant>``, in the same
+  transaction, and an operator's pending command applied at the batch's start;
 * :class:`RCAAgent`: a flags batch in, verdicts out to ``<site>.verdicts``, dead letters
   (flags: published bits only) to ``<site>.deadletter``, the RCA state to
   ``<site>.state.rca``;
@@ -11,7 +13,8 @@
   new artifact to the runtimes (plants hot-swap Theta, the RCA rebuilds its graph and
   flag rates), between two batches; a refused artifact is counted, logged and
   dead-lettered (to the plant's own topic when it is addressed to a plant this worker
-  serves, else by the RCA to the site's).
+  serves, else by the RCA to the site's). With ``drift.enabled`` it also tails
+  ``<site>.control`` and hands each plant's newest operator command to the plant runtime.
 
 Each agent is what the loop (:mod:`fedrca.streams.loop`) drives; the work itself is in
 :mod:`fedrca.streams.runtime` and the pure cores.
@@ -34,14 +37,16 @@ from aiokafka.errors import KafkaError
 from fedrca.connectors.names import SiteNames
 from fedrca.contracts import (
     SERVER,
+    BaselineCommand,
     DeadLetterReason,
     DeadLetterStage,
-    deadletter_headers,
     decode_published_artifact,
     encode_flags,
 )
+from fedrca.contracts.bounds import short
+from fedrca.contracts.deadletter import deadletter_record
 from fedrca.exceptions import FedrcaError, MessageError
-from fedrca.streams.loop import InputRecord, Outgoing, Processed
+from fedrca.streams.loop import InputRecord, Outgoing, Processed, read_compacted
 from fedrca.streams.runtime import PlantRuntime, RCARuntime
 
 __all__ = ["ParamsFollower", "PlantAgent", "RCAAgent"]
@@ -85,6 +90,20 @@ def _finite(obj: Any) -> bool:
     return True
 
 
+def _dead_letter(raw: bytes, error: MessageError, stage: DeadLetterStage, source: str, topic: str) -> Outgoing:
+    """A refused record as a dead letter on ``topic`` (within one Kafka record, its reason in the headers)."""
+    value, headers = deadletter_record(raw, error, stage, source)
+    return Outgoing(topic, value, headers=tuple(headers))
+
+
+def _state_object(state: bytes) -> dict[str, Any]:
+    """A handler's state record as the object every handler writes (a list, null or a number is not one)."""
+    value = json.loads(state)
+    if not isinstance(value, dict):
+        raise MessageError(DeadLetterReason.BAD_STATE, f"a state is an object, got {type(value).__name__}")
+    return value
+
+
 class PlantAgent:
     """The handler of one plant's sensor partition (see the module docstring)."""
 
@@ -95,14 +114,35 @@ class PlantAgent:
         self.source = names.sensors(plant)
         self.flags_topic = names.config.topic("flags")
         self.deadletter_topic = names.plant_deadletter(plant)
+        self.history_topic = names.history(plant)
+        self._history: dict[bytes, bytes] = {}
+
+    @property
+    def keeper(self) -> Any:
+        """The plant's re-baselining loop (None without ``drift.enabled``)."""
+        return self.runtime.processors[self.plant].keeper
+
+    async def load(self, bootstrap: str, timeout: float, security: Mapping[str, Any] | None = None) -> None:
+        """Read the plant's history topic back (committed records): its rows and baselines (drift only)."""
+        self._history = {} if self.keeper is None else await read_compacted(bootstrap, self.history_topic, timeout,
+                                                                            security)  # fmt: skip
 
     def restore(self, state: bytes | None) -> None:
-        """The processor continues from the last committed batch (its initial state when there is none)."""
-        self.runtime.start_plant(self.plant, None if state is None else json.loads(state))
+        """The processor continues from the last committed batch (its initial state when there is none).
+
+        A state that is not the processor's (not an object of its keys) raises: the loop then
+        refuses the record and tries the one before it (:meth:`TransactionalLoop._own`).
+        """
+        saved = None if state is None else _state_object(state)
+        keeper = self.keeper
+        if keeper is not None:
+            keeper.restore_records(self._history, -1 if saved is None else int(saved["last_seq"]))
+        self.runtime.start_plant(self.plant, saved)
 
     def process(self, records: Sequence[InputRecord]) -> Processed:
         """Decode, detect, publish; messages not keyed by the plant are dead-lettered (wrong producer)."""
         runtime, key = self.runtime, self.key
+        runtime.apply_command(self.plant)
         keyed = [r.value for r in records if r.key == key]
         batch = runtime.decode_sensors(keyed, plant=self.plant)
         for r in records:
@@ -112,17 +152,19 @@ class PlantAgent:
                     f"sensor messages of plant '{self.plant}' must be keyed by the plant name, got {r.key!r}",
                 )
                 runtime.reject(batch, r.value, error)
-        out = runtime.process_plant(self.plant, batch.valid)
+        out = runtime.process_plant(self.plant, batch.valid, batch)
         flags = [Outgoing(self.flags_topic, value, key=key) for value in encode_flags(out.flags)]
         dead = [
-            Outgoing(
-                self.deadletter_topic, raw, headers=tuple(deadletter_headers(err, DeadLetterStage.PLANT, self.source))
-            )
+            _dead_letter(raw, err, DeadLetterStage.PLANT, self.source, self.deadletter_topic)
             for raw, err in batch.rejected
         ]
         runtime.metrics.record_messages_out("plant", self.flags_topic, len(flags))
+        keeper = self.keeper
+        history = [] if keeper is None else [
+            Outgoing(self.history_topic, value, key=k) for k, value in keeper.pending_records()
+        ]  # fmt: skip
         state = runtime.processors[self.plant].get_state(copy_state=False)
-        return Processed([*flags, *dead], _json(state))
+        return Processed([*flags, *dead, *history], _json(state))
 
 
 class RCAAgent:
@@ -141,7 +183,7 @@ class RCAAgent:
         if state is None:
             self.runtime.stage.reset()
         else:
-            self.runtime.stage.set_state(json.loads(state))
+            self.runtime.stage.set_state(_state_object(state))
 
     def process(self, records: Sequence[InputRecord]) -> Processed:
         """Align, judge, publish verdicts; invalid or late flags are dead-lettered."""
@@ -151,10 +193,7 @@ class RCAAgent:
             for v in verdicts
         ]
         out += [
-            Outgoing(
-                self.deadletter_topic, raw, headers=tuple(deadletter_headers(err, DeadLetterStage.RCA, self.source))
-            )
-            for raw, err in rejected
+            _dead_letter(raw, err, DeadLetterStage.RCA, self.source, self.deadletter_topic) for raw, err in rejected
         ]
         self.runtime.metrics.record_messages_out("rca", self.verdicts_topic, len(verdicts))
         return Processed(out, _json(self.runtime.stage.get_state()))
@@ -191,6 +230,7 @@ class ParamsFollower:
         self.topic = names.config.topic("params")
         self._stopping = asyncio.Event()
         self.caught_up = asyncio.Event()
+        self.refused = 0  # records of the params topic refused since the start
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish."""
@@ -211,15 +251,26 @@ class ParamsFollower:
         await producer.start()
         try:
             tp = TopicPartition(self.topic, 0)
-            consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
-            end = (await consumer.end_offsets([tp]))[tp]
+            # the operators' commands to the plants' loops (drift.enabled)
+            control = None
+            if self.plants is not None and any(p.keeper is not None for p in self.plants.processors.values()):
+                control = TopicPartition(self.names.control, 0)
+            partitions = [tp] if control is None else [tp, control]
+            consumer.assign(partitions)
+            for part in partitions:
+                await consumer.seek_to_beginning(part)
+            ends = await consumer.end_offsets(partitions)
+            end = ends[tp]
             while not self._stopping.is_set():
-                batches = await consumer.getmany(tp, timeout_ms=500)
+                batches = await consumer.getmany(*partitions, timeout_ms=500)
                 for record in batches.get(tp, []):
                     await self._offer(record.key, record.value, record.offset, producer, new=record.offset >= end)
-                if not self.caught_up.is_set() and await consumer.position(tp) >= end:
-                    self.caught_up.set()
+                for record in [] if control is None else batches.get(control, []):
+                    self._command(record.value, record.offset)
+                if not self.caught_up.is_set():
+                    positions = [await consumer.position(part) for part in partitions]
+                    if all(at >= ends[part] for at, part in zip(positions, partitions, strict=True)):
+                        self.caught_up.set()
         except KafkaError as exc:
             log.error("the parameter follower stopped (%s); artifacts published from now on are not applied", exc)
             raise
@@ -227,12 +278,30 @@ class ParamsFollower:
             await producer.stop()
             await consumer.stop()
 
+    def _command(self, raw: bytes, offset: int) -> None:
+        """Hand an operator's command to the plant runtime (applied at the plant's next batch)."""
+        assert self.plants is not None
+        try:
+            command = BaselineCommand.decode(raw, self.names.site, self.names.config.plant_names)
+        except MessageError as exc:
+            log.error("refused the command at offset %d of %s: %s", offset, self.names.control, exc)
+            self.plants.metrics.record_deadletter(DeadLetterStage.PARAMS, exc.reason)
+            return
+        if command.plant in self.plants.processors:
+            self.plants.offer_command(command)
+
     async def _offer(self, key: bytes | None, raw: bytes, offset: int, producer: AIOKafkaProducer, new: bool) -> None:
+        """Apply one record of the params topic; anything wrong with it is refused (:meth:`_refuse`), never raised.
+
+        The runtimes check an artifact whole before they swap it in (a plant's arrays against its
+        detector's, the RCA's engine built before it replaces the running one), so a refused record
+        changes nothing.
+        """
         plant = None if key is None else key.decode(errors="replace")
         mine = self.plants is not None and plant in self.plants.processors
         try:
             name, artifact = decode_published_artifact(raw)
-        except FedrcaError as exc:
+        except Exception as exc:  # decoding is total (MessageError/ArtifactError); anything else: the same
             await self._refuse(plant, raw, exc, offset, producer, new, mine)
             return
         async with self.lock:
@@ -241,20 +310,22 @@ class ParamsFollower:
                     self.plants.offer_parameters(name, artifact)
                 if self.rca is not None and (name == SERVER or name in self.names.config.plant_names):
                     self.rca.offer_artifact(name, artifact)
-            except FedrcaError as exc:
+            except Exception as exc:
                 await self._refuse(plant, raw, exc, offset, producer, new, mine)
 
     async def _refuse(
         self,
         plant: str | None,
         raw: bytes,
-        exc: FedrcaError,
+        exc: Exception,
         offset: int,
         producer: AIOKafkaProducer,
         new: bool,
         mine: bool,
     ) -> None:
-        log.error("refused the parameter artifact at offset %d of %s: %s", offset, self.topic, exc)
+        detail = str(exc) if isinstance(exc, FedrcaError) else f"it could not be applied ({type(exc).__name__}: {exc})"
+        log.error("refused the parameter artifact at offset %d of %s: %s", offset, self.topic, short(detail, 300))
+        self.refused += 1
         runtime = self.plants if mine or self.rca is None else self.rca
         if runtime is None:
             return
@@ -267,9 +338,9 @@ class ParamsFollower:
             topic = self.names.config.topic("deadletter")
         else:
             return  # addressed to a plant another worker serves: that worker dead-letters it
-        error = MessageError(DeadLetterReason.BAD_ARTIFACT, str(exc))
-        headers = deadletter_headers(error, DeadLetterStage.PARAMS, self.topic)
-        await (await producer.send(topic, raw, headers=headers))
+        error = MessageError(DeadLetterReason.BAD_ARTIFACT, detail)
+        value, headers = deadletter_record(raw, error, DeadLetterStage.PARAMS, self.topic)
+        await (await producer.send(topic, value, headers=headers))
 
 
 class Heartbeat:

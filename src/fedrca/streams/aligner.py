@@ -14,7 +14,14 @@ aligner releases rows strictly in seq order:
 * a second, different flag for a buffered (plant, seq) keeps the first one;
 * a *withheld* flag (the plant's privacy budget stopped it publishing) completes its
   row without evidence: the plant is absent from the row's flags, and the row lists it
-  in ``withheld``.
+  in ``withheld``;
+* a *degraded* flag (the plant's row had too few usable sensors to be scored) completes
+  its row the same way, listed in ``degraded``: no evidence, neither alarm nor clearance;
+* every flag but a withheld one carries the plant's sensor-fault bit, released with the row
+  (``sensor``);
+* a row's time is the median of its plants' times; with ``max_clock_skew`` a plant whose time
+  is further from it than that, while at least two plants agree with it, is judged without
+  (listed in ``clock``; its evidence and sensor bit left out): its row stands for another moment.
 
 So the released sequence depends only on the flags and the lateness, not on
 timing: the same input always yields the same rows and hence the same verdicts.
@@ -23,6 +30,7 @@ timing: the same input always yields the same rows and hence the same verdicts.
 from __future__ import annotations
 
 import base64
+import math
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -33,8 +41,11 @@ from fedrca.exceptions import ConfigError
 
 __all__ = ["AlignedRow", "FlagAligner"]
 
+#: How the buffer stores a flag without evidence (present for completeness).
+_WITHHELD = (-1, -1)
+_DEGRADED = (-2, -2)
 #: The memory's character of each stored pair (a row's code: one per plant, "-" when absent)
-_CHARS = {(zc, za): str(int(FlagState.of(zc, za))) for zc in (0, 1) for za in (0, 1)} | {(-1, -1): "w"}
+_CHARS = {(zc, za): str(int(FlagState.of(zc, za))) for zc in (0, 1) for za in (0, 1)} | {_WITHHELD: "w", _DEGRADED: "d"}
 
 
 @dataclass(frozen=True)
@@ -46,8 +57,20 @@ class AlignedRow:
     flags: dict[str, tuple[int, int]]
     complete: bool = True
     withheld: tuple[str, ...] = ()
+    degraded: tuple[str, ...] = ()
     #: published severity levels of the plants that publish them (FlagMessage.level)
     levels: dict[str, int] = field(default_factory=dict)
+    #: published sensor-fault bits of the plants present and not withheld (FlagMessage.sensor_fault)
+    sensor: dict[str, int] = field(default_factory=dict)
+    #: plants judged without because their time disagreed with the others' (``max_clock_skew``)
+    clock: tuple[str, ...] = ()
+    #: each present plant's time minus the row's time (seconds)
+    offsets: dict[str, float] = field(default_factory=dict)
+
+    def missing(self, plants: list[str]) -> tuple[str, ...]:
+        """Plants of ``plants`` whose flag had not come when the row was released (late or lost)."""
+        present = set(self.flags) | set(self.withheld) | set(self.degraded) | set(self.clock)
+        return tuple(p for p in plants if p not in present)
 
 
 class FlagAligner:
@@ -58,6 +81,8 @@ class FlagAligner:
     plants : every plant that publishes flags
     allowed_lateness : how many samples a row may wait for missing plants
     memory : how many released rows are remembered to recognise duplicates
+    max_clock_skew : seconds a plant's time may differ from its row's before the row is judged
+        without it (inf: never)
 
     Examples
     --------
@@ -70,14 +95,21 @@ class FlagAligner:
     ([(0, {'a': (1, 1), 'b': (0, 0)})], 'buffered')
     """
 
-    def __init__(self, plants: list[str], allowed_lateness: int = 5, memory: int = 10_000) -> None:
+    def __init__(
+        self, plants: list[str], allowed_lateness: int = 5, memory: int = 10_000, max_clock_skew: float = math.inf
+    ) -> None:
         if allowed_lateness < 0:
             raise ConfigError(f"allowed lateness must be >= 0 samples, got {allowed_lateness}")
+        if not max_clock_skew >= 0:
+            raise ConfigError(f"max clock skew must be >= 0 seconds, got {max_clock_skew}")
         self.plants = list(plants)
         self.allowed_lateness = allowed_lateness
         self.memory = memory
+        self.max_clock_skew = float(max_clock_skew)
         self._buffer: dict[int, dict[str, tuple[int, int]]] = {}
         self._ts: dict[int, float] = {}
+        self._plant_ts: dict[int, dict[str, float]] = {}  # a plant's time when it differs from _ts
+        self._sensor: dict[int, list[str]] = {}  # plants whose sensor-fault bit is 1
         self._levels: dict[int, dict[str, int]] = {}
         self._next_seq: int | None = None
         self._max_seq = -1
@@ -100,8 +132,8 @@ class FlagAligner:
             # Until the first row is released, the stream starts at the smallest seq seen.
             self._next_seq = seq
         next_seq = self._next_seq
-        # a withheld sample is stored as (-1, -1): present for completeness, no evidence
-        bits = (-1, -1) if flag.withheld else (flag.zc, flag.za)
+        # a withheld sample is stored as (-1, -1), a degraded one as (-2, -2): present for completeness, no evidence
+        bits = _WITHHELD if flag.withheld else _DEGRADED if flag.degraded else (flag.zc, flag.za)
         if seq < next_seq:
             for released, code in reversed(self._released):
                 if released == seq:
@@ -121,8 +153,12 @@ class FlagAligner:
             status = "duplicate" if row[plant] == bits else "conflict"
         else:
             row[plant] = bits
-            self._ts.setdefault(seq, flag.ts)
-            if flag.level is not None:
+            first_ts = self._ts.setdefault(seq, flag.ts)
+            if flag.ts != first_ts:
+                self._plant_ts.setdefault(seq, {})[plant] = flag.ts
+            if flag.sensor_fault and not flag.withheld:
+                self._sensor.setdefault(seq, []).append(plant)
+            if flag.level is not None and flag.evidence:
                 self._levels.setdefault(seq, {})[plant] = flag.level
         if seq > self._max_seq:
             self._max_seq = seq
@@ -151,21 +187,48 @@ class FlagAligner:
             if len(row) < n_plants and not overdue:
                 break
             del self._buffer[seq]
-            levels = self._levels.pop(seq, {})
-            if any(b[0] < 0 for b in row.values()):
-                evidence = {p: b for p, b in row.items() if b[0] >= 0}
-                withheld = tuple(p for p in self.plants if p in row and row[p][0] < 0)
-                levels = {p: v for p, v in levels.items() if p not in withheld}
-            else:  # every flag is evidence (the row's dict is no longer the buffer's)
-                evidence, withheld = row, ()
+            first_ts = self._ts.pop(seq)
+            times = {p: first_ts for p in row}
+            times.update(self._plant_ts.pop(seq, {}))
+            ts, offsets, off = self._clock(times)
+            evidence = {p: b for p, b in row.items() if b[0] >= 0 and p not in off}
+            withheld = tuple(p for p in self.plants if p in row and row[p] == _WITHHELD)
+            degraded = tuple(p for p in self.plants if p in row and row[p] == _DEGRADED and p not in off)
+            levels = {p: v for p, v in self._levels.pop(seq, {}).items() if p not in off}
+            faulty = set(self._sensor.pop(seq, ()))
+            sensor = {p: int(p in faulty) for p in row if row[p] != _WITHHELD and p not in off}
             out.append(
                 AlignedRow(
-                    seq, self._ts.pop(seq), evidence, complete=len(row) == n_plants, withheld=withheld, levels=levels
+                    seq,
+                    ts,
+                    evidence,
+                    complete=len(row) == n_plants,
+                    withheld=withheld,
+                    degraded=degraded,
+                    levels=levels,
+                    sensor=sensor,
+                    clock=tuple(p for p in self.plants if p in off),
+                    offsets=offsets,
                 )
             )
             self._remember(seq, self._code(row))
             self._next_seq = seq + 1
         return out
+
+    def _clock(self, times: dict[str, float]) -> tuple[float, dict[str, float], set[str]]:
+        """The row's time (median of its plants' times), each plant's offset from it, and the plants whose
+        time is further than ``max_clock_skew`` from it while at least two plants are within it."""
+        values = sorted(times.values())
+        n = len(values)
+        # the median: the row's time, whatever order the flags came in
+        ts = values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+        offsets = {p: t - ts for p, t in times.items()}
+        if math.isinf(self.max_clock_skew):
+            return ts, offsets, set()
+        off = {p for p, d in offsets.items() if abs(d) > self.max_clock_skew}
+        if n - len(off) < 2:
+            off = set()  # no two plants agree: nothing to tell which clock is wrong
+        return ts, offsets, off
 
     def _remember(self, seq: int, code: str) -> None:
         """Append a released row to the memory (and its serialised form), forgetting the oldest when full."""
@@ -189,7 +252,7 @@ class FlagAligner:
     @staticmethod
     def _char(bits: tuple[int, int]) -> str:
         char = _CHARS.get(bits)
-        return char if char is not None else "w" if bits[0] < 0 else str(int(FlagState.of(*bits)))
+        return char if char is not None else str(int(FlagState.of(*bits)))
 
     def _code(self, row: dict[str, tuple[int, int]]) -> str:
         chars = _CHARS
@@ -210,6 +273,8 @@ class FlagAligner:
         return {
             "buffer": {str(s): {p: list(b) for p, b in row.items()} for s, row in self._buffer.items()},
             "ts": {str(s): t for s, t in self._ts.items()},
+            "plant_ts": {str(s): dict(row) for s, row in self._plant_ts.items()},
+            "sensor": {str(s): list(plants) for s, plants in self._sensor.items()},
             "levels": {str(s): dict(row) for s, row in self._levels.items()},
             "next_seq": self._next_seq,
             "max_seq": self._max_seq,
@@ -223,6 +288,8 @@ class FlagAligner:
             int(s): {p: (int(b[0]), int(b[1])) for p, b in row.items()} for s, row in state["buffer"].items()
         }
         self._ts = {int(s): float(t) for s, t in state["ts"].items()}
+        self._plant_ts = {int(s): {p: float(t) for p, t in row.items()} for s, row in state.get("plant_ts", {}).items()}
+        self._sensor = {int(s): [str(p) for p in plants] for s, plants in state.get("sensor", {}).items()}
         self._levels = {int(s): {p: int(v) for p, v in row.items()} for s, row in state.get("levels", {}).items()}
         self._next_seq = state["next_seq"]
         self._max_seq = int(state["max_seq"])

@@ -37,6 +37,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from fedrca.connectors.names import SiteNames
+from fedrca.contracts import DeadLetterStage
 from fedrca.exceptions import ConfigError
 from fedrca.observability import Metrics
 from fedrca.streams.agents import Heartbeat, ParamsFollower, PlantAgent, RCAAgent
@@ -198,6 +199,11 @@ class Worker:
                     lambda tp: sites_of[tp.topic].transactional_id(tp.topic, tp.partition),
                     on_batch=self._on_plant_batch,
                     lock=self.lock,
+                    deadletter_topic_for=lambda tp: sites_of[tp.topic].plant_deadletter(
+                        sites_of[tp.topic].plant_of(tp.topic)
+                    ),
+                    stage=DeadLetterStage.PLANT,
+                    on_refused=lambda tp, stage, error: self._metrics[tp.topic].record_deadletter(stage, error.reason),
                 )
             )
         if first.rca is not None:
@@ -220,6 +226,9 @@ class Worker:
                     lambda tp: rca_sites[tp.topic].rca_transactional_id(tp.partition),
                     on_batch=self._on_rca_batch,
                     lock=self.lock,
+                    deadletter_topic_for=lambda tp: rca_sites[tp.topic].config.topic("deadletter"),
+                    stage=DeadLetterStage.RCA,
+                    on_refused=lambda tp, stage, error: self._metrics[tp.topic].record_deadletter(stage, error.reason),
                 )
             )
         for site in self.sites:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -20,7 +20,9 @@ import numpy as np
 from fedrca.config import SiteConfig
 from fedrca.connectors.replay import Pacer
 from fedrca.contracts import FlagMessage, SensorMessage, Verdict, encode_flags
+from fedrca.detectors.health import HealthResult
 from fedrca.detectors.plant import DetectionResult
+from fedrca.drift import RefreshReport
 from fedrca.streams.runtime import SiteRuntime
 
 __all__ = ["EmbeddedRun", "progress_bar", "replay_chunks", "replay_frame"]
@@ -30,16 +32,20 @@ __all__ = ["EmbeddedRun", "progress_bar", "replay_chunks", "replay_frame"]
 class EmbeddedRun:
     """What one replay produced (the same records the topics would hold).
 
-    ``results`` is each plant processor's local evidence (d2, flags), kept for the
-    operator report of the embedded default; it never reaches the RCA stage.
+    ``results`` is each plant processor's local evidence (d2, flags) and ``health`` its sensor
+    checks (which tag, which check), kept for the operator report of the embedded default; they
+    never reach the RCA stage. ``refreshes``: the plants' re-baselining loops' refreshes during
+    the replay (``drift.enabled``).
     """
 
     flags: list[FlagMessage] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     deadletters: list[tuple[bytes, str]] = field(default_factory=list)
     results: dict[str, DetectionResult] = field(default_factory=dict)
+    health: dict[str, HealthResult] = field(default_factory=dict)
     rows: int = 0
     seconds: float = 0.0
+    refreshes: list[RefreshReport] = field(default_factory=list)
 
 
 def replay_frame(
@@ -52,17 +58,24 @@ def replay_frame(
     pacer: Pacer | None = None,
     on_verdict: Callable[[Verdict], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    quality: Mapping[str, np.ndarray] | None = None,
 ) -> EmbeddedRun:
     """Replay per-plant arrays (T, D_m) through the runtime, ``chunk`` rows at a time.
 
     Each row becomes one sensors message per plant (bytes), each flag one flags
     message (bytes); verdicts are collected in order. With a ``pacer`` the rows are
     released at their sample time scaled by its speed (``Pacer.from_spec("x600")``).
+    ``quality``: per-plant (T, D_m) quality codes of the values (:class:`~fedrca.contracts.Quality`;
+    NaN values are missing without them).
     """
     plants = runtime.config.plant_names
     T = len(next(iter(plant_values.values())))
     arrays = {p: np.asarray(plant_values[p], dtype=np.float64) for p in plants}
-    chunks = ((lo, {p: arrays[p][lo : lo + chunk] for p in plants}) for lo in range(0, T, chunk))
+    codes = {p: np.asarray(q, dtype=np.uint8) for p, q in (quality or {}).items()}
+    chunks = (
+        (lo, {p: arrays[p][lo : lo + chunk] for p in plants}, {p: q[lo : lo + chunk] for p, q in codes.items()})
+        for lo in range(0, T, chunk)
+    )
     return replay_chunks(
         runtime,
         chunks,
@@ -77,7 +90,7 @@ def replay_frame(
 
 def replay_chunks(
     runtime: SiteRuntime,
-    chunks: Iterable[tuple[int, dict[str, np.ndarray]]],
+    chunks: Iterable[tuple[int, dict[str, np.ndarray]] | tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]],
     *,
     total: int,
     sample_seconds: float = 1.0,
@@ -88,8 +101,9 @@ def replay_chunks(
 ) -> EmbeddedRun:
     """Run consecutive chunks of rows through the runtime as they come (a live source: a generator).
 
-    Each chunk is ``(seq of its first row, {plant: (n, D_m) rows})``; row ``seq`` has the
-    timestamp ``start_ts + seq * sample_seconds``. ``total`` is the number of rows planned
+    Each chunk is ``(seq of its first row, {plant: (n, D_m) rows})``, optionally with a third
+    ``{plant: (n, D_m) quality codes}`` (NaN values are missing without them); row ``seq`` has
+    the timestamp ``start_ts + seq * sample_seconds``. ``total`` is the number of rows planned
     (for ``progress``; a live source may end earlier).
     """
     config: SiteConfig = runtime.config
@@ -97,6 +111,7 @@ def replay_chunks(
     out = EmbeddedRun(rows=0)
     started = time.perf_counter()
     parts: dict[str, list[DetectionResult]] = {p: [] for p in plants}
+    checks: dict[str, list[HealthResult]] = {p: [] for p in plants}
     if pacer is not None:
         pacer.begin(start_ts)
 
@@ -106,21 +121,30 @@ def replay_chunks(
             if on_verdict is not None:
                 on_verdict(v)
 
-    for lo, rows in chunks:
+    for lo, rows, *more in chunks:
+        codes = more[0] if more else {}
         hi = lo + len(rows[plants[0]])
         if pacer is not None:
             pacer.wait(start_ts + lo * sample_seconds)
         chunk_flags: list[FlagMessage] = []
         for plant in plants:
-            raws = [
-                SensorMessage(config.site, plant, start_ts + t * sample_seconds, t, rows[plant][t - lo]).encode()
+            q = codes.get(plant)
+            values = rows[plant]
+            messages = [
+                SensorMessage(config.site, plant, start_ts + t * sample_seconds, t, values[t - lo])
+                if q is None
+                else SensorMessage(config.site, plant, start_ts + t * sample_seconds, t, values[t - lo], q[t - lo])
                 for t in range(lo, hi)
             ]
+            raws = [m.encode() for m in messages]
             batch = runtime.plants.decode_sensors(raws, plant=plant)
+            result = runtime.plants.process_plant(plant, batch.valid, batch)
             out.deadletters += [(raw, err.reason) for raw, err in batch.rejected]
-            result = runtime.plants.process_plant(plant, batch.valid)
             if result.result is not None:
                 parts[plant].append(result.result)
+            if result.health is not None:
+                checks[plant].append(result.health)
+            out.refreshes += result.refreshes
             chunk_flags += result.flags
         # Flags reach the RCA sample by sample, as from processors that keep pace with the sensors.
         order = {p: i for i, p in enumerate(plants)}
@@ -134,13 +158,17 @@ def replay_chunks(
             progress(hi, total)
     emit(runtime.rca.flush())
     out.results = {p: DetectionResult.concat(parts[p]) for p in plants if parts[p]}
+    out.health = {p: HealthResult.concat(checks[p]) for p in plants if checks[p]}
     out.seconds = time.perf_counter() - started
     return out
 
 
-def progress_bar(label: str, stream: TextIO = sys.stderr, width: int = 30) -> Callable[[int, int], None]:
-    """A one-line progress display (carriage-return updated when ``stream`` is a terminal)."""
-    interactive = stream.isatty()
+def progress_bar(label: str, stream: TextIO | None = None, width: int = 30) -> Callable[[int, int], None]:
+    """A one-line progress display on ``stream`` (default: the standard error stream at the call, not at
+    import: ``tests/connectors/test_simulator.py`` runs the demo with the test's captured stream), carriage-return
+    updated when it is a terminal."""
+    out = sys.stderr if stream is None else stream
+    interactive = out.isatty()
     shown = [-1]
 
     def show(done: int, total: int) -> None:
@@ -150,7 +178,7 @@ def progress_bar(label: str, stream: TextIO = sys.stderr, width: int = 30) -> Ca
         shown[0] = percent
         filled = int(width * done / max(total, 1))
         end = "\n" if done >= total or not interactive else ""
-        stream.write(f"\r  {label:<14} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}{end}")
-        stream.flush()
+        out.write(f"\r  {label:<14} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}{end}")
+        out.flush()
 
     return show

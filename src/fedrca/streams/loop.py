@@ -36,6 +36,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,6 +47,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError, ProducerFenced
 
+from fedrca.contracts.bounds import parse_json, short
+from fedrca.contracts.deadletter import DeadLetterReason, DeadLetterStage, deadletter_record
+from fedrca.exceptions import MessageError
+
 __all__ = [
     "BatchTimes",
     "InputRecord",
@@ -53,7 +58,11 @@ __all__ = [
     "Outgoing",
     "PartitionHandler",
     "Processed",
+    "StateRecords",
+    "StateScan",
     "TransactionalLoop",
+    "parse_state_record",
+    "read_compacted",
     "read_state",
     "state_record",
 ]
@@ -113,6 +122,12 @@ class PartitionHandler(Protocol):
 
     def process(self, records: Sequence[InputRecord]) -> Processed:
         """Process a batch in offset order; return the outputs and the state after it."""
+
+
+# A handler may also have ``async def load(bootstrap, timeout, security) -> None``: the loop awaits it
+# after fencing the partition's producers and before ``restore``, so a handler whose state spans
+# more than one record (a plant's history, fedrca.streams.agents.PlantAgent) reads its other
+# committed records back exactly when it reads its state.
 
 
 @dataclass(frozen=True)
@@ -187,13 +202,104 @@ def state_record(offset: int, state: bytes) -> bytes:
     return b'{"offset":%d,"state":%s}' % (offset, state)
 
 
+#: The head of every state record a task writes (:func:`state_record`).
+_STATE_HEAD = re.compile(rb'\{"offset":([0-9]{1,18}),"state":')
+#: State records of a key kept as candidates while a state topic is read (newest last): when the newest
+#: cannot be restored, the one before it is tried.
+STATE_CANDIDATES = 16
+#: Deepest JSON nesting of a state record (a handler's state: detector, filter, scorers, window).
+STATE_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class StateRecords:
+    """What a partition's state topic holds for its key.
+
+    Attributes
+    ----------
+    candidates : (position, next offset, handler state JSON) of the newest records that have the
+        form of a state record, newest first (at most :data:`STATE_CANDIDATES`); position counts
+        the key's records from 0, oldest first
+    refused : (position, raw value, why) of the records under the key that are not state records
+    """
+
+    candidates: list[tuple[int, int, bytes]]
+    refused: list[tuple[int, bytes, MessageError]]
+
+    def refused_after(self, position: int) -> list[tuple[bytes, MessageError]]:
+        """The refused records newer than ``position`` (the state a task continues from, -1: none).
+
+        Older ones were refused when the task was taken over after them (a rebalance reads the
+        topic again): they are dead-lettered once, by the first owner that read them.
+        """
+        return [(raw, exc) for at, raw, exc in self.refused if at > position]
+
+
+def parse_state_record(raw: bytes) -> tuple[int, bytes]:
+    """``(next offset, handler state JSON)`` of a state record; :class:`MessageError` (``bad-state``, ...) otherwise.
+
+    Examples
+    --------
+    >>> parse_state_record(state_record(12, b'{"a":1}'))
+    (12, b'{"a":1}')
+    >>> parse_state_record(b'{"offset":"x"}')
+    Traceback (most recent call last):
+    ...
+    fedrca.exceptions.MessageError: bad-state: not a state record (it starts with b'{"offset":"x"}')
+    """
+    if not isinstance(raw, bytes) or not _STATE_HEAD.match(raw):
+        head = raw[:40] if isinstance(raw, bytes) else type(raw).__name__
+        raise MessageError(DeadLetterReason.BAD_STATE, f"not a state record (it starts with {head!r})")
+    doc = parse_json(raw, "a state record", max_depth=STATE_DEPTH)
+    if not isinstance(doc, dict) or set(doc) != {"offset", "state"} or type(doc["offset"]) is not int:
+        raise MessageError(DeadLetterReason.BAD_STATE, "a state record is an object of 'offset' and 'state' only")
+    return doc["offset"], json.dumps(doc["state"], separators=(",", ":")).encode()
+
+
+class StateScan:
+    """The state records of one key, read oldest first: :meth:`add` each, then :meth:`result`.
+
+    Memory stays bounded however long the topic is: a record of the state's form is only
+    kept among the newest :data:`STATE_CANDIDATES`; the newest are parsed whole at the end.
+    """
+
+    def __init__(self) -> None:
+        self._kept: deque[tuple[int, bytes]] = deque(maxlen=STATE_CANDIDATES)
+        self._refused: list[tuple[int, bytes, MessageError]] = []
+        self._position = -1
+
+    def add(self, value: bytes | None) -> None:
+        """One record under the key (a tombstone's value is None)."""
+        self._position += 1
+        if isinstance(value, bytes) and _STATE_HEAD.match(value):
+            self._kept.append((self._position, value))  # the form only (cheap); parsed whole in result()
+            return
+        try:
+            parse_state_record(value)  # type: ignore[arg-type]
+        except MessageError as exc:
+            self._refused.append((self._position, value or b"", exc))
+
+    def result(self) -> StateRecords:
+        """The candidates, newest first, and every refused record."""
+        candidates = []
+        refused = list(self._refused)
+        for position, raw in reversed(self._kept):
+            try:
+                candidates.append((position, *parse_state_record(raw)))
+            except MessageError as exc:
+                refused.append((position, raw, exc))
+        return StateRecords(candidates, sorted(refused, key=lambda r: r[0]))
+
+
 async def read_state(
     bootstrap: str, topic: str, key: bytes, timeout: float, security: Mapping[str, Any] | None = None
-) -> tuple[int, bytes] | None:
-    """The last committed ``(next offset, handler state)`` under ``key`` in partition 0 of ``topic``.
+) -> StateRecords:
+    """The committed state records under ``key`` in partition 0 of ``topic``: candidates and refused ones.
 
     Reads committed records only, up to the last stable offset, so a transaction that
-    was aborted (or fenced) never comes back as state.
+    was aborted (or fenced) never comes back as state. A record under the key that does
+    not have the form of a state record (:func:`parse_state_record`; anyone who can write
+    the topic can write one) is refused, never used: the one before it is.
 
     Raises
     ------
@@ -214,18 +320,55 @@ async def read_state(
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
         await consumer.seek_to_beginning(tp)
-        latest: bytes | None = None
+        scan = StateScan()
         deadline = time.monotonic() + timeout
         while await consumer.position(tp) < end:
             if time.monotonic() > deadline:
                 raise KafkaError(f"reading the state of {topic} took longer than {timeout:.0f} s")
             for record in (await consumer.getmany(tp, timeout_ms=200)).get(tp, []):
                 if record.key == key:
-                    latest = record.value
-        if latest is None:
-            return None
-        doc = json.loads(latest)
-        return int(doc["offset"]), json.dumps(doc["state"], separators=(",", ":")).encode()
+                    scan.add(record.value)
+        return scan.result()
+    finally:
+        await consumer.stop()
+
+
+async def read_compacted(
+    bootstrap: str, topic: str, timeout: float, security: Mapping[str, Any] | None = None
+) -> dict[bytes, bytes]:
+    """The last committed value of every key in partition 0 of a compacted ``topic`` (keys without one,
+    or whose last value is a tombstone, are left out).
+
+    Reads committed records only, up to the last stable offset.
+
+    Raises
+    ------
+    KafkaError
+        When the topic cannot be read within ``timeout`` seconds.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        **(security or {}),
+    )
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        await consumer.seek_to_beginning(tp)
+        latest: dict[bytes, bytes | None] = {}
+        deadline = time.monotonic() + timeout
+        while await consumer.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise KafkaError(f"reading {topic} took longer than {timeout:.0f} s")
+            for record in (await consumer.getmany(tp, timeout_ms=200)).get(tp, []):
+                if record.key is not None:
+                    latest[record.key] = record.value
+        return {key: value for key, value in latest.items() if value is not None}
     finally:
         await consumer.stop()
 
@@ -251,6 +394,9 @@ class _Task:
     offset_pending: bool = False  # next_offset is not yet the group's committed offset
     offset_committed: float = -math.inf  # time.monotonic() of the last offset commit
     inflight: deque[_Commit] = field(default_factory=deque)  # oldest first, at most one per producer
+    # the handler's state after the last batch handed to a transaction (None: never processed); a batch
+    # whose handler raised is processed again record by record from it (_isolate)
+    state: bytes | None = None
     broken: bool = False  # a transaction failed: the partition is taken over again, later ones give up
 
     def settle(self) -> None:
@@ -278,6 +424,15 @@ class TransactionalLoop:
     on_batch : called after every committed batch with (partition, records, :class:`BatchTimes`)
     lock : held while a batch is processed and committed and while partitions change hands
         (share it with anything that must not change the handlers inside a batch)
+    deadletter_topic_for : where a partition's refused records go: state records that are not the
+        task's (:func:`read_state`) and input records whose processing failed (None: logged only)
+    stage : the :class:`~fedrca.contracts.DeadLetterStage` of those dead letters
+    on_refused : called with (partition, stage, error) for every record refused here (metrics)
+
+    A batch whose handler raises is not the end of the worker: the handler is restored to the
+    state of the last committed batch and the batch is processed again record by record; a record
+    that still fails is dead-lettered (``unprocessable``, the exception named) and the others are
+    processed as they would have been (``tests/streams/test_loop.py``).
     """
 
     def __init__(
@@ -289,6 +444,9 @@ class TransactionalLoop:
         transactional_id_for: Callable[[TopicPartition], str],
         on_batch: Callable[[TopicPartition, Sequence[InputRecord], BatchTimes], None] | None = None,
         lock: asyncio.Lock | None = None,
+        deadletter_topic_for: Callable[[TopicPartition], str] | None = None,
+        stage: DeadLetterStage = DeadLetterStage.PLANT,
+        on_refused: Callable[[TopicPartition, DeadLetterStage, MessageError], None] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = list(topics)
@@ -296,6 +454,9 @@ class TransactionalLoop:
         self._state_topic_for = state_topic_for
         self._transactional_id_for = transactional_id_for
         self._on_batch = on_batch
+        self._deadletter_topic_for = deadletter_topic_for
+        self._stage = stage
+        self._on_refused = on_refused
         self._tasks: dict[TopicPartition, _Task] = {}
         self._commits: list[asyncio.Future[bool]] = []  # the transactions started and not yet looked at
         self._lock = lock or asyncio.Lock()
@@ -400,9 +561,31 @@ class TransactionalLoop:
                 started.append(producer)
             state_topic = self._state_topic_for(tp)
             key = _state_key(tp)
-            saved = await read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security)
+            found = await read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security)
             handler = self._handler_for(tp)
-            handler.restore(None if saved is None else saved[1])
+            load = getattr(handler, "load", None)
+            if load is not None:
+                # what the handler keeps beside its state (a plant's history topic) is read first
+                await load(s.bootstrap, s.restore_timeout, s.security)
+            failed: list[tuple[bytes, MessageError]] = []
+            saved = None
+            for position, offset, state in found.candidates:
+                try:
+                    handler.restore(state)
+                except Exception as exc:  # a record of the state's form the handler cannot continue from
+                    error = MessageError(
+                        DeadLetterReason.BAD_STATE, f"the handler cannot continue from it ({_described(exc)})"
+                    )
+                    failed.append((state_record(offset, state), error))
+                    continue
+                saved = (position, offset, state)
+                break
+            if saved is None:
+                handler.restore(None)
+            refused = [
+                (raw, exc, DeadLetterStage.STATE)
+                for raw, exc in [*found.refused_after(-1 if saved is None else saved[0]), *failed]
+            ]
         except BaseException:
             for producer in started:
                 await producer.stop()
@@ -412,11 +595,30 @@ class TransactionalLoop:
             committed = await self._consumer.committed(tp)
             offset = committed if committed is not None else await self._beginning(tp)
         else:
-            offset = saved[0]
+            offset = saved[1]
         self._consumer.seek(tp, offset)
         # offset_pending: the group's offset may lag the state's (an idle fetch commits it)
-        self._tasks[tp] = _Task(tp, handler, producers, state_topic, key, offset, offset_pending=True)
+        task = _Task(tp, handler, producers, state_topic, key, offset, offset_pending=True)
+        task.state = None if saved is None else saved[2]
+        self._tasks[tp] = task
         log.info("%s: resuming at offset %d (%s)", _name(tp), offset, "state restored" if saved else "no state yet")
+        if refused:
+            log.error("%s: %d record(s) of %s are not its state; skipped", _name(tp), len(refused), state_topic)
+            # the partition's first transaction (nothing is in flight yet): later ones follow it
+            self._schedule(task, self._dead_letters(tp, state_topic, refused), None, (), 0.0, 0.0)
+
+    def _dead_letters(
+        self, tp: TopicPartition, source: str, refused: Sequence[tuple[bytes, MessageError, DeadLetterStage]]
+    ) -> list[Outgoing]:
+        """The dead letters of records refused by the loop itself (counted by ``on_refused``)."""
+        out = []
+        for raw, error, stage in refused:
+            if self._on_refused is not None:
+                self._on_refused(tp, stage, error)
+            if self._deadletter_topic_for is not None:
+                value, headers = deadletter_record(raw, error, stage, source)
+                out.append(Outgoing(self._deadletter_topic_for(tp), value, headers=tuple(headers)))
+        return out
 
     async def _beginning(self, tp: TopicPartition) -> int:
         assert self._consumer is not None
@@ -478,7 +680,10 @@ class TransactionalLoop:
         if not batch:
             return
         next_offset = batch[-1].offset + 1
-        processed = task.handler.process(batch)
+        try:
+            processed = task.handler.process(batch)
+        except Exception as exc:
+            processed = self._isolate(task, batch, exc)
         done = time.time()
         outputs = [
             *processed.outputs,
@@ -486,6 +691,7 @@ class TransactionalLoop:
         ]
         with_offset = time.monotonic() - task.offset_committed >= self.settings.offset_interval
         task.next_offset = next_offset
+        task.state = processed.state
         self._schedule(task, outputs, next_offset if with_offset else None, batch, fetched, done)
 
     def _schedule(
@@ -533,6 +739,31 @@ class TransactionalLoop:
         pending = [c.done for task in tasks for c in task.inflight if not c.done.done()]
         if pending:
             await asyncio.wait(pending)
+
+    def _isolate(self, task: _Task, batch: Sequence[InputRecord], exc: Exception) -> Processed:
+        """Process a batch whose handler raised record by record, from the last committed state.
+
+        A record that raises on its own is dead-lettered (``unprocessable``) and the handler goes
+        back to the state before it; every other record is processed as in a batch of its own.
+        """
+        log.error("%s: the batch at offset %d failed (%s); processing it record by record",
+                  _name(task.tp), batch[0].offset, _described(exc))  # fmt: skip
+        handler, state = task.handler, task.state
+        handler.restore(state)
+        outputs: list[Outgoing] = []
+        refused: list[tuple[bytes, MessageError, DeadLetterStage]] = []
+        for record in batch:
+            try:
+                one = handler.process([record])
+            except Exception as failure:
+                handler.restore(state)
+                error = MessageError(DeadLetterReason.UNPROCESSABLE, f"processing it failed ({_described(failure)})")
+                refused.append((record.value, error, self._stage))
+                continue
+            outputs += one.outputs
+            state = one.state
+        outputs += self._dead_letters(task.tp, task.tp.topic, refused)
+        return Processed(outputs, handler.process([]).state if state is None else state)
 
     async def _commit_pending_offsets(self) -> None:
         """Commit the group offset of every partition whose batches left it behind (offsets only)."""
@@ -645,6 +876,11 @@ async def _send(producer: AIOKafkaProducer, outputs: Sequence[Outgoing]) -> list
 
 def _state_key(tp: TopicPartition) -> bytes:
     return f"{tp.topic}:{tp.partition}".encode()
+
+
+def _described(exc: BaseException) -> str:
+    """``TypeName: message`` of an exception, short enough for a log line or a dead letter's detail."""
+    return f"{type(exc).__name__}: {short(str(exc), 200)}"
 
 
 def _name(tp: TopicPartition) -> str:

@@ -7,11 +7,17 @@ fraction of the cost), whose verdicts are the verdicts-topic contract
 (:class:`fedrca.contracts.Verdict`). Verdict ids are deterministic (site, root
 cause, evidence window), and the stage remembers the ids it emitted, so a replayed
 or re-processed window never produces a second verdict.
+
+Each row's published sensor-fault bits go to :class:`~fedrca.rca.sensors.SensorEvents` first:
+a row's sensor events (a plant's sensor fault begins or ends) come before its process verdict,
+in ``fedrca replay`` as in the stream. The stage counts the rows judged without a plant
+because of time (``without``: ``late``, ``clock``) and keeps each plant's latest clock offset.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import math
+from collections import Counter, deque
 from typing import Any, Protocol
 
 import numpy as np
@@ -19,6 +25,7 @@ from numpy.typing import ArrayLike
 
 from fedrca.config.limits import MAX_REMEMBERED_VERDICTS
 from fedrca.contracts import FlagMessage, Verdict
+from fedrca.rca.sensors import SensorEvents
 from fedrca.streams.aligner import AlignedRow, FlagAligner
 
 __all__ = ["RCAStage", "StreamEngine"]
@@ -47,13 +54,29 @@ class RCAStage:
     plants : plant names
     engine : the RCA engine (``update_block(seqs, codes, ts, levels) -> verdicts``)
     allowed_lateness : samples a row may wait for missing plants
+    sensor_epsilon : budget of the plants' published sensor-fault bits (their flag epsilon)
+    max_clock_skew : seconds a plant's time may differ from its row's (:class:`FlagAligner`)
     """
 
-    def __init__(self, site: str, plants: list[str], engine: StreamEngine, allowed_lateness: int = 5) -> None:
+    def __init__(
+        self,
+        site: str,
+        plants: list[str],
+        engine: StreamEngine,
+        allowed_lateness: int = 5,
+        sensor_epsilon: float = math.inf,
+        max_clock_skew: float = math.inf,
+    ) -> None:
         self.site = site
         self.plants = list(plants)
         self.engine = engine
-        self.aligner = FlagAligner(plants, allowed_lateness=allowed_lateness)
+        self.aligner = FlagAligner(plants, allowed_lateness=allowed_lateness, max_clock_skew=max_clock_skew)
+        self.sensors = SensorEvents(site, plants, sensor_epsilon)
+        #: rows judged without a plant because of time, by (plant, reason), since the owner last drained
+        #: it (:meth:`fedrca.streams.runtime.RCARuntime.process_flags` exports and clears it); the
+        #: plants' clock offsets in their latest row
+        self.without: Counter[tuple[str, str]] = Counter()
+        self.offsets: dict[str, float] = {}
         self._index = {p: m for m, p in enumerate(self.plants)}
         # written with the state after every batch: as many as fit the state record (docs/limits.md)
         self._emitted: deque[str] = deque(maxlen=MAX_REMEMBERED_VERDICTS)
@@ -64,8 +87,12 @@ class RCAStage:
 
     def reset(self) -> None:
         """Forget the stream: alignment, engine evidence and emitted ids (a new recording)."""
-        self.aligner = FlagAligner(self.plants, allowed_lateness=self.aligner.allowed_lateness)
+        self.aligner = FlagAligner(
+            self.plants, allowed_lateness=self.aligner.allowed_lateness, max_clock_skew=self.aligner.max_clock_skew
+        )
         self.engine.reset()
+        self.sensors.reset()
+        self.offsets.clear()
         self._emitted.clear()
         self._emitted_set.clear()
         self.incomplete_rows = self.consumed = self.rows = 0
@@ -94,41 +121,60 @@ class RCAStage:
         return self.judge(self.aligner.flush())
 
     def judge(self, rows: list[AlignedRow]) -> list[Verdict]:
-        """Judge released rows, in order, in one engine block; the verdicts not emitted before."""
+        """Judge released rows, in order, in one engine block; the verdicts not emitted before.
+
+        Each row's sensor events come before its process verdict, as row by row: the engine's
+        verdicts of the block are placed after the sensor events of the row they were issued at."""
         if not rows:
             return []
         index, M = self._index, len(self.plants)
         codes = [[-1] * M for _ in rows]
         levels = [[-1] * M for _ in rows]
         published = False
+        events: list[list[Verdict]] = []
         for row, code, level in zip(rows, codes, levels, strict=True):
+            self.rows += 1
+            if not row.complete:
+                self.incomplete_rows += 1
+                for plant in row.missing(self.plants):
+                    self.without[(plant, "late")] += 1
+            for plant in row.clock:
+                self.without[(plant, "clock")] += 1
+            self.offsets.update(row.offsets)
+            # a plant's sensor fault begins or ends: its event comes before the row's process verdict
+            events.append(self.sensors.update(row.seq, row.sensor, row.ts))
             for plant, (zc, za) in row.flags.items():
                 code[index[plant]] = 2 * zc + za
             # severity levels only when the plants publish them (FlagMessage.level)
             for plant, value in row.levels.items():
                 level[index[plant]] = value
                 published = True
-        self.rows += len(rows)
-        self.incomplete_rows += sum(not row.complete for row in rows)
-        verdicts = self.engine.update_block(
+        process = self.engine.update_block(
             np.fromiter((row.seq for row in rows), dtype=np.int64, count=len(rows)),
             np.array(codes, dtype=np.int64),
             np.fromiter((row.ts for row in rows), dtype=np.float64, count=len(rows)),
             np.array(levels, dtype=np.int64) if published else None,
         )
-        new = []
-        for verdict in verdicts:
-            if verdict.id in self._emitted_set:
-                continue
-            self.remember([verdict.id])
-            new.append(verdict)
-        return new
+        verdicts = []
+        k = 0
+        for row, row_events in zip(rows, events, strict=True):
+            issued = list(row_events)
+            while k < len(process) and process[k].seq == row.seq:
+                issued.append(process[k])
+                k += 1
+            for verdict in issued:
+                if verdict.id in self._emitted_set:
+                    continue
+                self.remember([verdict.id])
+                verdicts.append(verdict)
+        return verdicts
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state."""
         return {
             "aligner": self.aligner.get_state(),
             "engine": self.engine.get_state(),
+            "sensors": self.sensors.get_state(),
             "emitted": list(self._emitted),
             "incomplete_rows": self.incomplete_rows,
             "consumed": self.consumed,
@@ -139,6 +185,7 @@ class RCAStage:
         """Restore :meth:`get_state` output."""
         self.aligner.set_state(state["aligner"])
         self.engine.set_state(state["engine"])
+        self.sensors.set_state(state.get("sensors"))
         self._emitted.clear()
         self._emitted_set.clear()
         self.remember(list(state["emitted"]))

@@ -32,7 +32,9 @@ from threadpoolctl import threadpool_limits
 from fedrca.config import SiteConfig, parameters_hash
 from fedrca.contracts import (
     PRIVACY_WITHHELD,
+    SENSOR_FAULT,
     SERVER,
+    BaselineCommand,
     DeadLetterReason,
     DeadLetterStage,
     ParameterArtifact,
@@ -42,9 +44,11 @@ from fedrca.contracts import (
     decode_flags,
     decode_sensors,
 )
+from fedrca.detectors.health import CHECKS, HealthResult, SensorHealth
 from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import Detector, PlantDetector
-from fedrca.exceptions import ArtifactError, ConfigError, MessageError
+from fedrca.drift import BaselineKeeper, RefreshReport
+from fedrca.exceptions import ArtifactError, ConfigError, DataError, MessageError, ModelError
 from fedrca.observability import Metrics
 from fedrca.privacy.accounting import gaussian_mu
 from fedrca.privacy.ledger import FlagWindow
@@ -57,9 +61,13 @@ from fedrca.streams.rca_stage import RCAStage
 __all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "SiteRuntime"]
 
 log = logging.getLogger("fedrca.streams")
+#: every refresh of a plant's baseline, one line (a refused one is a warning)
+refresh_log = logging.getLogger("fedrca.streams.drift")
 
 #: BLAS threads while a worker streams (:func:`streaming_threads`)
 STREAMING_BLAS_THREADS = 1
+#: Rows of one batch whose new sensor faults a plant worker logs (the metrics count every one).
+MAX_LOGGED_FAULTS = 5
 
 
 def streaming_threads() -> threadpool_limits:
@@ -114,6 +122,7 @@ class PlantRuntime:
     detectors : fitted detectors per plant (a worker may hold any subset of the site's plants)
     metrics : Prometheus metrics (a fresh registry by default)
     settings : runtime knobs
+    keepers : each plant's re-baselining loop (``drift.enabled``; :func:`fedrca.application.site.build_keepers`)
     """
 
     def __init__(
@@ -122,6 +131,8 @@ class PlantRuntime:
         detectors: Mapping[str, Detector],
         metrics: Metrics | None = None,
         settings: RuntimeSettings | None = None,
+        health: Mapping[str, SensorHealth] | None = None,
+        keepers: Mapping[str, BaselineKeeper] | None = None,
     ) -> None:
         if not config.resolved:
             raise ConfigError(
@@ -136,22 +147,28 @@ class PlantRuntime:
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         privacy = config.privacy
+        checks = dict(health or {})
+        keepers = dict(keepers or {})
         self.processors = {
             name: PlantProcessor(
                 config.site,
                 det,
                 FlagWindow(name, det.epsilon, privacy.window, privacy.delta, privacy.budget),
                 privacy.on_exhausted,
+                checks.get(name),
+                keepers.get(name),
             )
             for name, det in detectors.items()
         }
         self.sensor_counts = {p.name: len(p.sensors) for p in config.plants}
         self._latest: dict[str, ParameterArtifact] = {}
         self._exhausted: set[str] = set()
+        self.commands: dict[str, BaselineCommand] = {}  # each plant's newest operator command (control topic)
         self.refused_artifacts = 0
         for name, det in detectors.items():
             self.metrics.set_parameter_version(name, det.parameter_version)
             self._export_privacy(name)
+            self._export_baseline(name)
 
     def _export_privacy(self, plant: str) -> None:
         """Export the plant's spent epsilon (training, flags of the window, composed) and its budget."""
@@ -160,6 +177,49 @@ class PlantRuntime:
             return
         for mechanism in ("gaussian", "randomized_response", "all"):
             self.metrics.set_privacy(plant, window.epsilon(mechanism), window.budget, mechanism=mechanism)
+
+    def _export_baseline(self, plant: str, refreshes: list[RefreshReport] | None = None) -> None:
+        """Export the plant's baseline (version, age in samples, pin) and count its refreshes by outcome."""
+        keeper = self.processors[plant].keeper
+        if keeper is None:
+            return
+        for report in refreshes or []:
+            self.metrics.record_refresh(plant, report.outcome)
+            refresh_log.log(logging.WARNING if report.outcome == "refused" else logging.INFO, "%s", report.line())
+        processor = self.processors[plant]
+        # age: the samples scored since the baseline in force took effect, in sample time
+        age = max(0, processor.last_seq + 1 - keeper.baseline.seq) * self.config.dataset.sample_seconds
+        self.metrics.set_baseline(plant, keeper.version, age, keeper.pinned)
+
+    def offer_command(self, command: BaselineCommand) -> None:
+        """Keep an operator's command for its plant's next batch (:meth:`apply_command`)."""
+        self.commands[command.plant] = command
+
+    def apply_command(self, plant: str) -> RefreshReport | None:
+        """Apply the plant's newest operator command, once (its id is kept in the plant's state, committed with
+        the batch it took effect before); None when there is nothing new."""
+        command = self.commands.get(plant)
+        processor = self.processors[plant]
+        keeper = processor.keeper
+        if command is None or keeper is None or command.id == keeper.last_command:
+            return None
+        at = processor.last_seq + 1
+        report: RefreshReport | None = None
+        try:
+            if command.action == "pin":
+                report = keeper.pin(at)
+            elif command.action == "unpin":
+                report = keeper.unpin(at)
+            elif command.action == "rollback":
+                assert command.version is not None
+                report = keeper.rollback(command.version, at)
+            else:
+                report = keeper.refresh(at, force=True)
+        except ModelError as exc:
+            log.error("plant %s: command %s %s refused: %s", plant, command.action, command.id, exc)
+        keeper.last_command = command.id
+        self._export_baseline(plant, [] if report is None else [report])
+        return report
 
     def reset(self) -> None:
         """Start a new recording: the processors forget the stream (parameters and metrics are kept)."""
@@ -182,12 +242,31 @@ class PlantRuntime:
         batch.rejected.append((raw, error))
         self.metrics.record_deadletter(DeadLetterStage.PLANT, error.reason)
 
-    def process_plant(self, plant: str, messages: list[SensorMessage]) -> ProcessorOutput:
-        """Run one plant's batch."""
+    def process_plant(
+        self, plant: str, messages: list[SensorMessage], batch: SensorBatch | None = None
+    ) -> ProcessorOutput:
+        """Run one plant's batch; a late message (its row was published degraded when a later row came
+        first) is added to ``batch``'s dead letters with reason ``late``."""
         started = time.perf_counter()
         processor = self.processors[plant]
         out = processor.process(messages)
+        if processor.keeper is not None and out.result is not None:
+            self._export_baseline(plant, out.refreshes)
         self.metrics.record_messages_in("plant", plant, len(messages))
+        if out.health is not None:
+            self._record_health(processor, out.health)
+        if out.skipped:
+            self.metrics.record_rows_without(plant, "skipped", out.skipped)
+        for msg in out.late:
+            late = MessageError(
+                DeadLetterReason.LATE,
+                f"sensor row of plant '{plant}' seq {msg.seq} came after a later row; its row was judged without "
+                "this plant (published degraded)",
+            )
+            if batch is not None:
+                self.reject(batch, msg.encode(), late)
+            else:
+                self.metrics.record_deadletter(DeadLetterStage.PLANT, late.reason)
         if out.result is not None:
             self.metrics.record_detection(plant, out.result)
             window = processor.window
@@ -209,6 +288,24 @@ class PlantRuntime:
         self.metrics.record_latency("plant", time.perf_counter() - started)
         return out
 
+    def _record_health(self, processor: PlantProcessor, checked: HealthResult) -> None:
+        """Export a batch's sensor checks; log each new sensor fault with its tag (the plant's own log: the
+        tag never leaves the plant)."""
+        plant = processor.plant
+        if not len(checked):
+            return
+        faulty = checked.faulty_tags()[-1].tolist()
+        self.metrics.record_health(
+            plant, dict(zip(CHECKS, faulty, strict=True)), dict(zip(CHECKS, checked.started.tolist(), strict=True))
+        )
+        health = processor.health
+        if health is not None and len(checked.onsets):
+            begun = health.describe(checked)
+            for _, tag, check in begun[:MAX_LOGGED_FAULTS]:
+                log.warning("plant %s: sensor fault: %s %s; excluded until it recovers", plant, tag, check)
+            if len(begun) > MAX_LOGGED_FAULTS:
+                log.warning("plant %s: %d more sensor faults in this batch", plant, len(begun) - MAX_LOGGED_FAULTS)
+
     def start_plant(self, plant: str, state: dict[str, Any] | None) -> None:
         """Continue a plant from a saved state (after a restart or a rebalance), or from the start.
 
@@ -223,11 +320,16 @@ class PlantRuntime:
         if state is None:
             processor.reset()
         else:
-            processor.set_state(state)
+            try:
+                processor.set_state(state)
+            except DataError as exc:  # the history topic lost the baseline the state names
+                log.error("%s", exc)
+                processor.set_state({**state, "drift": None})
         latest = self._latest.get(plant)
-        if latest is not None and str(latest.version) != processor.model_version:
+        if latest is not None and str(latest.version) != processor.training_version:
             self._apply(plant, latest)
-        self.metrics.set_parameter_version(plant, processor.model_version)
+        self.metrics.set_parameter_version(plant, processor.training_version)
+        self._export_baseline(plant)
         detector = processor.detector
         saved = getattr(detector, "restored_parameters", None) if state is not None else None
         if saved is not None and isinstance(detector, PlantDetector):
@@ -257,7 +359,7 @@ class PlantRuntime:
             raise ArtifactError(f"artifact for unknown plant '{plant}'; plants are {', '.join(self.processors)}")
         check_binding(artifact, self._parameters_hash, self.config.plant(plant).data_schema(), fix=_REPUBLISH)
         self._latest[plant] = artifact
-        if str(artifact.version) == self.processors[plant].model_version:
+        if str(artifact.version) == self.processors[plant].training_version:
             return False
         self._apply(plant, artifact)
         return True
@@ -271,7 +373,9 @@ class PlantRuntime:
         if spent is not None and window is not None:
             # the training's releases as the ledger keeps them (mu^2, {eps: count}): they compose with the
             # flags exactly; an artifact without them had Gaussian releases only, recovered from its epsilon
-            privacy = artifact.manifest.get("privacy") or {}
+            # the plant's whole life: every training run's releases (an artifact of a refresh round says
+            # them all in its lifetime), else this run's
+            privacy = artifact.manifest.get("lifetime") or artifact.manifest.get("privacy") or {}
             delta = float(artifact.manifest.get("delta") or self.config.privacy.delta)
             eps = float(spent)
             if "mu2" in privacy:
@@ -317,7 +421,14 @@ class RCARuntime:
         self.settings = settings or RuntimeSettings()
         self.metrics = metrics or Metrics(plants=config.plant_names)
         self.engine = engine
-        self.stage = RCAStage(config.site, config.plant_names, engine, self.settings.allowed_lateness)
+        self.stage = RCAStage(
+            config.site,
+            config.plant_names,
+            engine,
+            self.settings.allowed_lateness,
+            sensor_epsilon=config.privacy.flag_epsilon,
+            max_clock_skew=config.rca.max_clock_skew_for(config.dataset.sample_seconds),
+        )
         self._plants = set(config.plant_names)
         self._artifacts: dict[str, ParameterArtifact] = dict(artifacts or {})
         self.reloads = 0
@@ -340,7 +451,13 @@ class RCARuntime:
             return False
         check_binding(artifact, parameters_hash(self.config), fix=_REPUBLISH)
         artifacts = {**self._artifacts, name: artifact}
-        engine = build_engine(self.config, artifacts=artifacts, settings=self.engine.settings, graph=self._graph)
+        engine = build_engine(
+            self.config,
+            artifacts=artifacts,
+            settings=self.engine.settings,
+            graph=self._graph,
+            calibration=self.engine.calibration,
+        )
         engine.set_state(self.engine.get_state())  # same plants: the stored rows are re-scored by the new model
         self._artifacts = artifacts
         self.engine = engine
@@ -362,7 +479,7 @@ class RCARuntime:
         """Validate flags, align, judge; returns (verdicts, rejected flags).
 
         The flags are aligned one by one, in order; the rows they complete are judged at
-        once (one engine block per batch: :meth:`RCAStage.judge`). A verdict reached at a
+        once (one engine block per batch: :meth:`RCAStage.judge`). A process verdict reached at a
         row released while a plant withheld its flags is marked ``privacy_withheld``, as if
         the rows were judged one by one.
         """
@@ -379,7 +496,9 @@ class RCARuntime:
                 self.metrics.record_deadletter(DeadLetterStage.RCA, flag.reason)
                 continue
             if levels is not None and flag.level is not None and flag.level >= levels:
-                error = MessageError(DeadLetterReason.BAD_FLAG, f"'level' must be below {levels}, got {flag.level}")
+                error = MessageError(
+                    DeadLetterReason.BAD_FLAG, f"'level' {flag.level} is beyond the site's {levels} severity levels"
+                )
                 rejected.append((raw, error))
                 self.metrics.record_deadletter(DeadLetterStage.RCA, error.reason)
                 continue
@@ -400,25 +519,43 @@ class RCARuntime:
                 if self.withheld:
                     marked.update(row.seq for row in released)
         verdicts = [
-            dataclasses.replace(v, outcome=PRIVACY_WITHHELD) if v.seq in marked else v for v in stage.judge(rows)
+            dataclasses.replace(v, outcome=PRIVACY_WITHHELD) if v.seq in marked and not v.is_sensor_event else v
+            for v in stage.judge(rows)
         ]
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
-        for v in verdicts:
-            self.metrics.record_verdict(v.root_cause)
+        self._record(verdicts)
+        if verdicts:
+            self.metrics.record_reason(next((v for v in reversed(verdicts) if not v.is_sensor_event), verdicts[-1]))
         self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
+    def _record(self, verdicts: list[Verdict]) -> None:
+        """Export the verdicts (a sensor event sets its plant's ``fedrca_sensor_fault``, never the root cause)
+        and the rows judged without a plant because of time since the last call."""
+        for v in verdicts:
+            if v.is_sensor_event:
+                for plant in v.sensor_plants:
+                    self.metrics.set_sensor_fault(plant, v.outcome == SENSOR_FAULT)
+            else:
+                self.metrics.record_verdict(v.root_cause)
+        for (plant, reason), n in self.stage.without.items():
+            self.metrics.record_rows_without(plant, reason, n=n)
+        self.stage.without.clear()
+        for plant, offset in self.stage.offsets.items():
+            self.metrics.set_clock_offset(plant, offset)
+
     def _mark_withheld(self, verdicts: list[Verdict]) -> list[Verdict]:
-        """Verdicts reached while a plant withholds its flags say so (outcome ``privacy_withheld``)."""
+        """Process verdicts reached while a plant withholds its flags say so (outcome ``privacy_withheld``)."""
         if not self.withheld:
             return verdicts
-        return [dataclasses.replace(v, outcome=PRIVACY_WITHHELD) for v in verdicts]
+        return [v if v.is_sensor_event else dataclasses.replace(v, outcome=PRIVACY_WITHHELD) for v in verdicts]
 
     def flush(self) -> list[Verdict]:
         """Judge every buffered row (end of a finite stream)."""
         verdicts = self._mark_withheld(self.stage.flush())
-        for v in verdicts:
-            self.metrics.record_verdict(v.root_cause)
+        self._record(verdicts)
+        if verdicts:
+            self.metrics.record_reason(next((v for v in reversed(verdicts) if not v.is_sensor_event), verdicts[-1]))
         return verdicts
 
 

@@ -54,7 +54,7 @@ from fedrca.config import MIN_NOMINAL_SAMPLES, TrainingSettings
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.detectors.augment import Augmentation, batched_jacobian, transition_jacobians
 from fedrca.detectors.identify import Standardizer
-from fedrca.detectors.plant import PlantDetector
+from fedrca.detectors.plant import PlantDetector, hold_last
 from fedrca.detectors.plugin import LinearModel, ProprietaryFilter, filter_batch
 from fedrca.exceptions import ConvergenceError, DataError, MessageError, ModelError
 from fedrca.privacy.accountant import PrivacyAccountant
@@ -160,11 +160,15 @@ def prepare_client_data(
 ) -> ClientData:
     """Run the fixed proprietary filter over the plant's data once (same conventions as the detector).
 
-    The detector is left reset.
+    Missing values (NaN, docs/missing.md): the filter corrects on the observed sensors, and
+    every training array that needs a value where one is missing (the augmentation's input
+    y(t-1), the reconstruction target y(t), the measurement states) takes the filter's own
+    estimate h(x̂_c(t)) there, as the detector's features do online; a missing input holds
+    its last value. The detector is left reset.
     """
     Y = np.asarray(Y, dtype=np.float64)
-    if Y.ndim != 2 or not np.all(np.isfinite(Y)):
-        raise DataError(f"plant '{detector.name}': training data must be finite (T, D), got shape {Y.shape}")
+    if Y.ndim != 2 or np.isinf(Y).any():
+        raise DataError(f"plant '{detector.name}': training data must be finite or NaN (T, D), got shape {Y.shape}")
     need = max(MIN_NOMINAL_SAMPLES, warm_up + 8)
     if len(Y) < need:
         raise DataError(f"plant '{detector.name}': {len(Y)} samples are too few to train on (need {need})")
@@ -178,10 +182,18 @@ def prepare_client_data(
         U_arr = np.asarray(U, dtype=np.float64).reshape(len(Y), -1)
         u_scaler = input_standardizer(detector, U_arr)
         Uz = U_arr if u_scaler is None else u_scaler.transform(U_arr)
+        if np.isnan(Uz).any():
+            Uz = hold_last(Uz, np.zeros(Uz.shape[1]))
         U_prev = np.vstack([np.zeros((1, Uz.shape[1])), Uz[:-1]])
     x0 = np.asarray(model.get_state()["x"], dtype=np.float64).reshape(model.state_dim)
     out = filter_batch(model, Ym, U_prev)
     detector.reset()
+    missing = np.isnan(Ym)
+    if missing.any():
+        # a missing value's stand-in: the filter's estimate h(x̂_c(t)) (from the observed sensors)
+        estimate = model.measure(out.x_est)
+        Ym = np.where(missing, estimate, Ym)
+        Yz = np.where(missing, estimate if identified is not None else detector.scaler.transform(estimate), Yz)
     xhat_prev = np.vstack([x0[None, :], out.x_est[:-1]])
     yz_prev = np.vstack([np.zeros((1, Y.shape[1])), Yz[:-1]])
     x_meas = measurement_states(model, out.x_pred, Ym)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -53,6 +54,7 @@ __all__ = [
     "Transport",
     "config_hash",
     "data_hash",
+    "lifetime_of",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -156,6 +158,36 @@ class TrainingResult:
         return pd.DataFrame(rows)
 
 
+def _add_pure(a: Mapping[float, int], b: Mapping[float, int]) -> dict[float, int]:
+    """Two sets of pure releases together (``{epsilon: count}``)."""
+    out = {float(e): int(k) for e, k in a.items()}
+    for e, k in b.items():
+        out[float(e)] = out.get(float(e), 0) + int(k)
+    return out
+
+
+def _lifetime(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A validated earlier spend ``{"mu2", "pure", "rounds"}`` (from an artifact's manifest)."""
+    try:
+        mu2 = float(value["mu2"])
+        pure = {float(e): int(k) for e, k in (value.get("pure") or {}).items()}
+        rounds = int(value.get("rounds", 1))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"an earlier training spend must be {{mu2, pure, rounds}}, got {value!r} ({exc})") from None
+    if not math.isfinite(mu2) or mu2 < 0 or any(k < 0 or e <= 0 for e, k in pure.items()):
+        raise ArtifactError(f"an earlier training spend is out of range: {value!r}")
+    return {"mu2": mu2, "pure": pure, "rounds": rounds}
+
+
+def lifetime_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A plant artifact's whole-life training spend: its ``lifetime`` (this run and the earlier ones), or for an
+    artifact of a single run its ``privacy`` ledger (one round)."""
+    if "lifetime" in manifest:
+        return _lifetime(manifest["lifetime"])
+    privacy = manifest.get("privacy") or {}
+    return _lifetime({"mu2": privacy.get("mu2", 0.0), "pure": privacy.get("pure") or {}, "rounds": 1})
+
+
 def _fmt_eps(value: float) -> str:
     return "0 (no noise)" if value == 0.0 else f"{value:.3g}"
 
@@ -171,6 +203,10 @@ class FederatedTraining:
         when None)
     settings : overrides the configuration's training settings
     transport : message bus (in-process by default)
+    prior : each plant's releases of its earlier training runs (``{"mu2", "pure": {epsilon: count},
+        "rounds"}``, the ``lifetime`` of its last artifact, :func:`lifetime_of`): this run is charged
+        on top of them against ``privacy.budget`` (the plant's whole life), and its artifacts carry
+        the sum (docs/drift.md, "What it costs")
     """
 
     def __init__(
@@ -181,8 +217,10 @@ class FederatedTraining:
         settings: TrainingSettings | None = None,
         transport: Transport | None = None,
         segments: Sequence[int] | None = None,
+        prior: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.config = config
+        self.prior = {p: _lifetime(v) for p, v in (prior or {}).items()}
         base = settings if settings is not None else config.training
         self.settings = base.model_copy(update={"client_bias": base.resolved_client_bias(config)})
         self.data = dict(data)
@@ -271,20 +309,27 @@ class FederatedTraining:
             )
 
     def _check_whole_life(self, rounds: int) -> None:
-        """Training spend + a full window of published flags must fit ``privacy.budget`` (the plant's whole life)."""
+        """Training spend + a full window of published flags must fit ``privacy.budget`` (the plant's whole life), and
+        the earlier runs' training releases with this run's ``drift.federated.budget``."""
+        self._check_training_life()
         site = self.config.privacy
         if math.isinf(site.budget):
             return
-        bits = 2  # Z_c and Z_a of a plant detector per sample
-        pure_flags = {} if math.isinf(site.flag_epsilon) else {site.flag_epsilon: bits * site.window}
         for plant, client in self.clients.items():
+            # Z_c and Z_a of a plant detector per sample, and its sensor-fault bit when it checks its sensors
+            bits = 2 + int(self.config.plant(plant).health.enabled)
+            pure_flags = {} if math.isinf(site.flag_epsilon) else {site.flag_epsilon: bits * site.window}
             if self.settings.estimator == "moments":
                 mu2, pure = client.moments_plan() if self.round == 0 else (0.0, {})
                 mu2 += client.ledger.mu2
-                pure = {**client.ledger.pure, **pure}
+                pure = _add_pure(client.ledger.pure, pure)
             else:
                 planned = sum(client.round_mu2(r) for r in range(self.round, rounds))
                 mu2, pure = float(client.accountant.total_mu2().max()) + planned, {}
+            earlier = self.prior.get(plant)
+            if earlier is not None:  # the plant's earlier training runs (its whole life)
+                mu2 += earlier["mu2"]
+                pure = _add_pure(pure, earlier["pure"])
             for eps, k in pure_flags.items():
                 pure[eps] = pure.get(eps, 0) + k
             refuse_past_budget(
@@ -300,6 +345,33 @@ class FederatedTraining:
                 fix=(
                     "spend less in training (training.privacy), publish fewer noisy bits (privacy.window, "
                     "privacy.flag_epsilon)"
+                ),
+            )
+
+    def _check_training_life(self) -> None:
+        """Every training run of the plant's life, this one included, must fit ``drift.federated.budget``."""
+        budget = self.config.drift.federated.budget
+        if math.isinf(budget) or self.settings.estimator != "moments" or self.round > 0:
+            return
+        delta = self.config.privacy.delta
+        for plant, client in self.clients.items():
+            mu2, pure = client.moments_plan()
+            earlier = self.prior.get(plant) or {"mu2": 0.0, "pure": {}, "rounds": 0}
+            mu2 += earlier["mu2"]
+            pure = _add_pure(pure, earlier["pure"])
+            earlier_spend = spent_epsilon(delta, earlier["mu2"], tuple(sorted(earlier["pure"].items())))
+            refuse_past_budget(
+                plant,
+                spent_epsilon(delta, mu2, tuple(sorted(pure.items()))),
+                budget,
+                delta=delta,
+                spent=earlier_spend,
+                what=f"this training round after {earlier['rounds']} earlier one(s)",
+                budget_key="drift.federated.budget",
+                fix=(
+                    "the budget of the plant's training releases is spent: it keeps its Theta and its local "
+                    "re-baselining goes on (docs/drift.md); spend less per round (drift.federated.state_epsilon, "
+                    "moment_epsilon)"
                 ),
             )
 
@@ -501,11 +573,28 @@ class FederatedTraining:
             raw_bytes={p: v / n for p, v in self._raw_bytes.items()},
         )
 
+    def _lifetime(self, plant: str, summary: Mapping[str, Any]) -> dict[str, Any]:
+        """The plant's whole-life training spend: its earlier runs' and this run's releases, composed."""
+        earlier = self.prior.get(plant) or {"mu2": 0.0, "pure": {}, "rounds": 0}
+        pure = _add_pure(earlier["pure"], {float(e): int(k) for e, k in (summary.get("pure") or {}).items()})
+        mu2 = float(earlier["mu2"]) + float(summary.get("mu2", 0.0))
+        delta = self.config.privacy.delta
+        return {
+            "mu2": mu2,
+            "pure": {str(e): k for e, k in sorted(pure.items())},
+            "epsilon": spent_epsilon(delta, mu2, tuple(sorted(pure.items()))),
+            "delta": delta,
+            "rounds": int(earlier["rounds"]) + 1,
+        }
+
     def finalize(self, version: int) -> dict[str, ParameterArtifact]:
         """Install the trained Theta in every detector, re-calibrate its augmented scorer, build the artifacts."""
         artifacts: dict[str, ParameterArtifact] = {}
         delta = self.settings.privacy.delta
         n = max(self.round, 1)
+        # one id for every artifact of this run: a plant's pair copied in from another run of the same
+        # configuration is refused by the loader (fedrca.application.params), its digest covers the id
+        run_id = uuid.uuid4().hex
         for plant, client in self.clients.items():
             det = self.detectors[plant]
             det.set_parameters(client.theta, version=f"v{version}")
@@ -521,7 +610,10 @@ class FederatedTraining:
                 stop = start + length
                 with det.detached():
                     nominal = det.step_batch(Y[start:stop], None if U is None else U[start:stop])
-                state_counts += np.bincount(flag_states(nominal.zc, nominal.za), minlength=N_FLAG_STATES)
+                scored = ~nominal.degraded  # a degraded row is no flag state (docs/missing.md)
+                state_counts += np.bincount(
+                    flag_states(nominal.zc[scored], nominal.za[scored]), minlength=N_FLAG_STATES
+                )
                 start = stop
             metrics = {
                 "rounds": self.round,
@@ -548,8 +640,10 @@ class FederatedTraining:
                 epsilon_spent=summary["epsilon"],
                 delta=delta,
                 extra={
+                    "run_id": run_id,
                     "model_fingerprint": model_fingerprint(det),
                     "privacy": summary,
+                    "lifetime": self._lifetime(plant, summary),
                     "schema": self.config.plant(plant).data_schema(),
                 },
             )
@@ -569,6 +663,7 @@ class FederatedTraining:
             epsilon_spent=max(eps) if eps else 0.0,
             delta=delta,
             extra={
+                "run_id": run_id,
                 "plants": list(self.clients),
                 "estimator": self.settings.estimator,
                 "features": self.server.features,

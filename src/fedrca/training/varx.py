@@ -12,7 +12,7 @@ states and inputs enter exactly and nothing about the row leaves it:
 
 1. **inputs, once** (optional, ``training.privacy.input_epsilon``): a plant may release its
    inputs ``u(t)`` clipped to L2 norm ``c_u`` with Laplace noise (pure epsilon, as its states,
-   :func:`~fedrca.training.moments.release_states`), so the other plants can condition on them;
+   :func:`~fedrca.privacy.mechanisms.release_states`), so the other plants can condition on them;
    without it each row includes only the plant's own inputs.
 2. **own moments, once** (:func:`own_moments`): the lag moments ``sum_t q_m(t) q_m(t-j)'``,
    j = 0..L, of the plant's own states and inputs. The state-state part is copied from the

@@ -45,10 +45,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fedrca.config import DatasetSettings
+from fedrca.config._base import Strict
+from fedrca.config._yaml import read_yaml
 from fedrca.config.limits import MAX_TOPIC_LENGTH, file_name_problem, name_fits_topic
 from fedrca.exceptions import ConfigError
 from fedrca.fleet.collabdict import FleetSettings
@@ -59,8 +60,8 @@ __all__ = ["FleetConfig", "ParticipantConfig", "SimulateSource", "load_fleet_con
 _NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
 
-class _Strict(BaseModel):
-    # no inf or nan anywhere: every number of a fleet is a finite setting
+class _Strict(Strict):
+    # no inf or nan anywhere: every number of a fleet is a finite setting (and no boolean is one: Strict)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -349,10 +350,5 @@ def load_fleet_config(path: str | Path) -> FleetConfig:
     file = Path(path)
     if not file.is_file():
         raise ConfigError("no such fleet configuration; see config/fleet-tep.yaml for an example", source=str(path))
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError(f"{where}not valid YAML ({getattr(exc, 'problem', exc)})", source=str(path)) from None
-    return parse_fleet_config(data, source=str(path))
+    # the site configuration's strict reader: a key given twice (in any style), alias bombs, deep nesting
+    return parse_fleet_config(read_yaml(file, str(path)), source=str(path))

@@ -15,6 +15,7 @@ whole fleet, one thread per participant, each with its own producer and consumer
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -27,7 +28,9 @@ from numpy.typing import ArrayLike
 
 from fedrca.connectors.kafka import KafkaOptions, ensure_topics
 from fedrca.contracts.binary import pack_arrays, unpack_arrays
+from fedrca.contracts.bounds import check_name, short
 from fedrca.contracts.deadletter import DeadLetterReason as R
+from fedrca.contracts.deadletter import DeadLetterStage, deadletter_record
 from fedrca.exceptions import DataError, MessageError
 from fedrca.fleet.collabdict import FleetSettings
 from fedrca.fleet.consensus import ConsensusMessage, MessageKey, PeerGraph
@@ -35,6 +38,7 @@ from fedrca.fleet.model import FleetParticipant, FleetRun, ParticipantResult, Pr
 
 __all__ = [
     "KafkaPeerTransport",
+    "dead_topic",
     "decode_consensus",
     "encode_consensus",
     "ensure_peer_topics",
@@ -43,12 +47,24 @@ __all__ = [
     "run_participant",
 ]
 
+log = logging.getLogger("fedrca.fleet")
+
 KIND = "fleet-consensus"
+#: Largest record on a peer topic (what a participant's consumer fetches from its partition at once).
+MAX_PEER_RECORD_BYTES = 16 * 1024 * 1024
+#: Largest consensus round number (``consensus.max_rounds`` is at most 10^6, docs/limits.md).
+MAX_ROUND = 10**9
 
 
 def peer_topic(fleet: str, participant: str) -> str:
     """The topic participant ``participant`` of ``fleet`` reads: ``<fleet>.peer.<participant>``."""
     return f"{fleet}.peer.{participant}"
+
+
+def dead_topic(fleet: str, participant: str) -> str:
+    """Where participant ``participant`` puts the records of its topic it refuses: ``<fleet>.dead.<participant>``
+    (as long as its peer topic, so every name that makes a peer topic makes this one)."""
+    return f"{fleet}.dead.{participant}"
 
 
 def encode_consensus(msg: ConsensusMessage) -> bytes:
@@ -72,34 +88,39 @@ def decode_consensus(raw: bytes) -> ConsensusMessage:
     >>> decode_consensus(encode_consensus(m)) == m
     True
     """
-    kind, meta, arrays = unpack_arrays(raw)
+    kind, meta, arrays = unpack_arrays(raw, max_bytes=MAX_PEER_RECORD_BYTES, max_depth=4)
     if kind != KIND:
-        raise MessageError(R.BAD_TYPE, f"expected a {KIND} message, got {kind!r}")
-    try:
-        return ConsensusMessage(
-            str(meta["session"]),
-            int(meta["round"]),
-            meta["phase"],
-            str(meta["sender"]),
-            str(meta["receiver"]),
-            arrays["value"],
-            arrays["flood"],
-        )
-    except KeyError as exc:
-        raise MessageError(R.BAD_HEADER, f"consensus message lacks {exc}") from None
+        raise MessageError(R.BAD_TYPE, f"expected a {KIND} message, got {short(kind)}")
+    for key in ("session", "round", "phase", "sender", "receiver"):
+        if key not in meta:
+            raise MessageError(R.BAD_HEADER, f"consensus message lacks '{key}'")
+    for key in ("value", "flood"):
+        array = arrays.get(key)
+        if array is None or array.ndim != 1 or array.dtype.kind not in "iuf":
+            raise MessageError(R.BAD_ARRAY, f"consensus message's '{key}' must be a 1-d array of numbers")
+    for key in ("session", "sender", "receiver"):
+        check_name(meta[key], key)
+    if type(meta["round"]) is not int or not 0 <= meta["round"] <= MAX_ROUND:
+        raise MessageError(R.BAD_FIELD, f"round must be an integer in 0..{MAX_ROUND}, got {short(meta['round'])}")
+    # ConsensusMessage checks the phase, the values and that sender and receiver differ
+    return ConsensusMessage(
+        meta["session"], meta["round"], meta["phase"], meta["sender"], meta["receiver"], arrays["value"],
+        arrays["flood"],
+    )  # fmt: skip
 
 
 def ensure_peer_topics(
     bootstrap: str, fleet: str, names: Iterable[str], timeout: float = 30.0, options: KafkaOptions | None = None
 ) -> list[str]:
-    """Create every participant's topic (one partition) if missing; returns their names.
+    """Create every participant's topic and dead-letter topic (one partition each) if missing; returns their names.
 
     Raises
     ------
     DataError
         When the broker cannot be reached or refuses a topic.
     """
-    specs = {peer_topic(fleet, n): {"num_partitions": 1, "replication_factor": 1} for n in names}
+    one = {"num_partitions": 1, "replication_factor": 1}
+    specs = {topic(fleet, n): one for n in names for topic in (peer_topic, dead_topic)}
     return ensure_topics(
         bootstrap, specs, f"topics of fleet '{fleet}'", timeout, options, client_id="fedrca-fleet-admin"
     )
@@ -118,6 +139,9 @@ class KafkaPeerTransport:
     Attributes
     ----------
     sent, received : messages produced and consumed; bytes : value + flood bytes produced
+    dead_letters : records of its topic refused (malformed, addressed to another participant, a
+        second message for one key): each goes to :func:`dead_topic` with its reason, and the
+        participant goes on waiting for the messages it needs
     """
 
     def __init__(self, bootstrap: str, fleet: str, me: str, timeout: float = 120.0) -> None:
@@ -127,6 +151,7 @@ class KafkaPeerTransport:
         self.sent = 0
         self.received = 0
         self.bytes = 0
+        self.dead_letters = 0
         self._buffer: dict[MessageKey, ConsensusMessage] = {}
         try:
             self._producer = KafkaProducer(
@@ -137,7 +162,7 @@ class KafkaPeerTransport:
                 group_id=None,
                 enable_auto_commit=False,
                 fetch_max_wait_ms=5,
-                max_partition_fetch_bytes=16 * 1024 * 1024,
+                max_partition_fetch_bytes=MAX_PEER_RECORD_BYTES,
                 fetch_max_bytes=64 * 1024 * 1024,
             )
         except KafkaError as exc:
@@ -165,12 +190,13 @@ class KafkaPeerTransport:
     def collect(self, expected: frozenset[MessageKey]) -> list[ConsensusMessage]:
         """Every expected message (consuming the own topic until they are all in).
 
+        A record that is malformed, addressed to someone else or a second message for one key
+        is refused: dead-lettered with its reason (:meth:`_refuse`), never taken.
+
         Raises
         ------
         DataError
             When they are not all in after ``timeout`` seconds (names what is missing).
-        MessageError
-            When a record is malformed, addressed to someone else, or duplicated.
         """
         deadline = time.monotonic() + self.timeout
         while not all(k in self._buffer for k in expected):
@@ -179,14 +205,25 @@ class KafkaPeerTransport:
                 raise DataError(f"{self.me}: waited {self.timeout:.0f} s for {missing}; is every participant running?")
             for records in self._consumer.poll(timeout_ms=50).values():
                 for r in records:
-                    m = decode_consensus(r.value)
-                    if m.receiver != self.me:
-                        raise MessageError(R.WRONG_RECEIVER, f"{self.me} got a message for {m.receiver}")
-                    if m.key in self._buffer:
-                        raise MessageError(R.DUPLICATE, f"{self.me} got {m.key} twice")
+                    try:
+                        m = decode_consensus(r.value)
+                        if m.receiver != self.me:
+                            raise MessageError(R.WRONG_RECEIVER, f"{self.me} got a message for {short(m.receiver)}")
+                        if m.key in self._buffer:
+                            raise MessageError(R.DUPLICATE, f"{self.me} got {short(m.key, 200)} twice")
+                    except MessageError as exc:
+                        self._refuse(r.value, exc)
+                        continue
                     self._buffer[m.key] = m
                     self.received += 1
         return [self._buffer.pop(k) for k in sorted(expected)]
+
+    def _refuse(self, raw: bytes, error: MessageError) -> None:
+        """Dead-letter a refused record of this participant's topic (its reason in the headers)."""
+        self.dead_letters += 1
+        log.warning("%s: refused a record of %s: %s", self.me, peer_topic(self.fleet, self.me), error)
+        value, headers = deadletter_record(raw, error, DeadLetterStage.FLEET, peer_topic(self.fleet, self.me))
+        self._producer.send(dead_topic(self.fleet, self.me), key=self._key, value=value, headers=headers)
 
     def close(self) -> None:
         """Close the producer and the consumer."""

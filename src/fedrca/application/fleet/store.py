@@ -19,7 +19,6 @@ Examples
 from __future__ import annotations
 
 import json
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from fedrca.application.outputs import write_file, write_with
-from fedrca.contracts.artifacts import arrays_sha256
-from fedrca.exceptions import ArtifactError, ConfigError, DataError, IntegrityError
+from fedrca.contracts.artifacts import arrays_sha256, read_npz
+from fedrca.contracts.bounds import parse_json
+from fedrca.exceptions import ArtifactError, ConfigError, DataError, IntegrityError, MessageError
 from fedrca.fleet.calibration import Calibration
 from fedrca.fleet.collabdict import FleetModel
 
@@ -79,16 +79,17 @@ def load_fleet_model(path: str | Path) -> FleetModel:
     if file.stat().st_size == 0:
         raise ArtifactError(f"{file} is empty (0 bytes): the model was cut short; {fix}")
     try:
-        with np.load(file, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise ArtifactError(f"{file}: not a readable .npz fleet model ({exc or 'cut short'}); {fix}") from None
+        arrays = read_npz(file)  # within the npz bound: 10 x the file's bytes, headers against the members
+    except ArtifactError as exc:
+        raise ArtifactError(f"{exc}; {fix}") from None
     meta = file.with_suffix(".json")
     info: dict[str, Any] = {}
     if meta.is_file():
         try:
-            info = dict(json.loads(meta.read_text(encoding="utf-8")))
-        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            info = dict(
+                parse_json(meta.read_bytes()[: 1 << 24], "the description", max_depth=16, max_bytes=(1 << 24) - 1)
+            )
+        except (MessageError, ValueError, TypeError, OSError) as exc:
             raise ArtifactError(f"{meta}: not a fleet model description ({exc}); {fix}") from None
     expected = info.pop("sha256", None)
     if expected is not None and expected != arrays_sha256(arrays):

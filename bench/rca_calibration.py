@@ -1,0 +1,374 @@
+"""Calibrated root probabilities and candidate sets on the fault library (issue 35): the figures of docs/faults.md.
+
+``bench/bench_faults.py`` runs fedrca on every library run in four settings (2,880 or 500 training
+rows, flag epsilon inf or 2) and keeps, for every verdict, the calibration features of the engine's
+evidence when it issued it (:func:`fedrca.rca.calibration.features`). This module
+
+1. **collects** the verdicts that name a root from the fault's onset on, in the runs a setting
+   detects (FDR >= 0.5) whose IDV has a unit truth (:func:`collect`); each run counts once (its
+   verdicts share a weight of 1);
+2. **cross-validates** the calibration map (:func:`cross_validate`): the runs are split by fault seed
+   and by IDV group (IDV mod 4), and every run's probabilities come from a map fitted on the runs of
+   the *other* seeds *and* the other IDV groups (one map per fold, the four settings pooled): no
+   figure is scored on a run, a seed or a disturbance its map has seen;
+3. **scores** probabilities (:func:`score`): the expected calibration error of the named root's
+   probability (10 equal bins, run-weighted), the reliability diagram, the candidate sets at the
+   configured level (the named root first, then the most likely plants until their probabilities
+   reach it: :func:`fedrca.rca.explain.candidate_set`) and, per run, the set an operator is shown
+   (the plants in at least half of its verdicts' sets): how often it holds a true root, its mean
+   size, on the stream-4 (IDV 2, 8) and kinetics (IDV 13) faults apart;
+4. makes the **peers** into sets on the same runs: the first-alarm peer's first k plants to alarm
+   (:func:`first_alarm_sets`), and the centralised RBC-PCA reference's k units of the largest
+   contribution per alarm row (:func:`ranking_sets`; its contributions, normalised per row, are its
+   probabilities); both at the smallest k that holds a true root as often as fedrca's sets;
+5. **fits** the map shipped for TEP (:func:`final_map`: every run of every setting).
+
+``python bench/bench_faults.py --calibration config/tep.calibration.json`` writes the shipped map.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedrca.rca.calibration import FEATURES, CalibrationMap, expected_calibration_error, fit, reliability
+from fedrca.rca.evidence import softmax
+from fedrca.rca.explain import candidate_set
+
+__all__ = [
+    "IDV_GROUPS",
+    "KINETICS",
+    "STREAM_4",
+    "Samples",
+    "collect",
+    "cross_validate",
+    "final_map",
+    "first_alarm_sets",
+    "ranking_sets",
+    "reliability_figure",
+    "score",
+]
+
+#: the stream-4 composition faults and the kinetics drift: the faults the published flags cannot separate
+STREAM_4, KINETICS = (2, 8), (13,)
+#: runs are held out by fault seed and by IDV group (IDV mod IDV_GROUPS)
+IDV_GROUPS = 4
+#: the L2 penalty of the fit (relative to the total weight)
+PENALTY = 1e-2
+
+
+@dataclass(frozen=True)
+class Samples:
+    """The scored verdicts of one or more settings, one row per verdict (N).
+
+    ``x`` (N, M, F) features, ``truth`` (N, M) the IDV's true units, ``root`` (N,) the named root's index,
+    ``weight`` (N,) 1 / verdicts of its run, ``run`` (N,) a run id, ``setting``/``idv``/``seed`` (N,).
+    """
+
+    x: np.ndarray
+    truth: np.ndarray
+    root: np.ndarray
+    weight: np.ndarray
+    run: np.ndarray
+    setting: np.ndarray
+    idv: np.ndarray
+    seed: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.root)
+
+    def where(self, mask: np.ndarray) -> Samples:
+        return Samples(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
+
+    @property
+    def engine(self) -> np.ndarray:
+        """(N, M) the engine's own root posterior (uncalibrated: the first feature is its log)."""
+        return softmax(self.x[:, :, 0])
+
+
+def collect(
+    outputs: Mapping[str, Mapping[tuple[int, int], Any]],
+    truth: Mapping[int, frozenset[str] | None],
+    onset: int,
+    detected: float = 0.5,
+) -> Samples:
+    """The verdicts naming a root from ``onset`` on, in the detected runs with a unit truth, of every setting
+    (``outputs[setting][(idv, seed)]`` a monitor output with ``features``)."""
+    rows: dict[str, list[Any]] = {k: [] for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")}
+    run_id = 0
+    for setting, runs in outputs.items():
+        for (idv, seed), out in sorted(runs.items()):
+            units = truth.get(idv)
+            if units is None or out.features is None or len(out.alarm) <= onset:
+                continue
+            if float(np.mean(out.alarm[onset:])) < detected:
+                continue
+            plants = list(out.plants)
+            picked = [i for i, v in enumerate(out.verdicts) if v.seq >= onset and v.root is not None]
+            if not picked:
+                continue
+            mask = np.array([p in units for p in plants])
+            for i in picked:
+                rows["x"].append(out.features[i])
+                rows["truth"].append(mask)
+                rows["root"].append(plants.index(out.verdicts[i].root))
+                rows["weight"].append(1.0 / len(picked))
+                rows["run"].append(run_id)
+                rows["setting"].append(setting)
+                rows["idv"].append(idv)
+                rows["seed"].append(seed)
+            run_id += 1
+    if not rows["x"]:
+        empty = np.zeros((0, 0, len(FEATURES)))
+        return Samples(empty, np.zeros((0, 0), bool), *(np.zeros(0, int) for _ in range(6)))  # type: ignore[arg-type]
+    return Samples(*(np.asarray(rows[k]) for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")))
+
+
+def _fit(samples: Samples, plants: Sequence[str], **metadata: Any) -> CalibrationMap:
+    return fit(samples.x, samples.truth, samples.weight, plants, penalty=PENALTY, **metadata)
+
+
+def cross_validate(samples: Samples, plants: Sequence[str]) -> np.ndarray:
+    """(N, M) the calibrated probabilities of every verdict from a map that saw neither its seed nor its
+    IDV group (the four settings pooled in every fit; with one fault seed, as in the smoke run, the IDV
+    groups alone)."""
+    probs = np.full(samples.truth.shape, np.nan)
+    group = samples.idv % IDV_GROUPS
+    one_seed = len(np.unique(samples.seed)) < 2
+    for s in np.unique(samples.seed):
+        for g in np.unique(group):
+            test = (samples.seed == s) & (group == g)
+            train = (group != g) & ((samples.seed != s) | one_seed)
+            if not test.any():
+                continue
+            if not train.any():
+                raise SystemExit("bench_faults: calibration needs runs of two IDV groups to cross-validate")
+            probs[test] = _fit(samples.where(train), plants).apply(samples.x[test])
+    return probs
+
+
+def final_map(
+    samples: Samples, plants: Sequence[str], scores: Mapping[str, Any], fitted_on: Mapping[str, Any]
+) -> CalibrationMap:
+    """The map fitted on every verdict of every setting (what ships for TEP)."""
+    return _fit(samples, plants, name="tep-library", scores=dict(scores), fitted_on=dict(fitted_on))
+
+
+def _run_sets(samples: Samples, probs: np.ndarray, level: float) -> dict[int, tuple[list[int], list[list[int]]]]:
+    """Per run: the set an operator is shown (plants in at least half of its verdicts' sets) and every set."""
+    out: dict[int, tuple[list[int], list[list[int]]]] = {}
+    for run in np.unique(samples.run):
+        idx = np.flatnonzero(samples.run == run)
+        sets = [candidate_set(probs[i], level, first=int(samples.root[i])) for i in idx]
+        shown = Counter(m for s in sets for m in s)
+        majority = sorted(m for m, n in shown.items() if 2 * n >= len(sets))
+        out[int(run)] = (majority, sets)
+    return out
+
+
+def score(samples: Samples, probs: np.ndarray, level: float) -> dict[str, Any]:
+    """ECE, reliability bins, top-1 and the candidate sets' coverage and size of one setting's verdicts."""
+    if not len(samples):
+        return {}
+    idx = np.arange(len(samples))
+    confidence = probs[idx, samples.root]
+    correct = samples.truth[idx, samples.root]
+    sets = _run_sets(samples, probs, level)
+    runs = sorted(sets)
+    first = {int(r): int(np.flatnonzero(samples.run == r)[0]) for r in runs}
+    holds = {r: bool(samples.truth[first[r]][sets[r][0]].any()) for r in runs}
+    size = {r: len(sets[r][0]) for r in runs}
+    per_verdict = np.array([bool(samples.truth[i][s].any()) for r in runs for i, s in zip(
+        np.flatnonzero(samples.run == r), sets[r][1], strict=True)])  # fmt: skip
+    verdict_w = np.concatenate([samples.weight[samples.run == r] for r in runs])
+    majority = {
+        r: Counter(samples.root[samples.run == r].tolist()).most_common(1)[0][0] for r in runs
+    }  # ties: the first named
+    top1 = {r: bool(samples.truth[first[r]][majority[r]]) for r in runs}
+
+    def share(kind: Iterable[int], what: Mapping[int, bool]) -> tuple[float, int]:
+        chosen = [r for r in runs if int(samples.idv[first[r]]) in set(kind)]
+        return (float(np.mean([what[r] for r in chosen])) if chosen else float("nan")), len(chosen)
+
+    stream4, n4 = share(STREAM_4, holds)
+    kinetics, nk = share(KINETICS, holds)
+    return {
+        "runs": len(runs),
+        "verdicts": len(samples),
+        "ece": expected_calibration_error(confidence, correct, samples.weight),
+        "reliability": reliability(confidence, correct, samples.weight),
+        "top1": float(np.mean(list(top1.values()))),
+        "coverage": float(np.mean(list(holds.values()))),
+        "size": float(np.mean(list(size.values()))),
+        "verdict coverage": float(np.average(per_verdict, weights=verdict_w)),
+        "stream-4": stream4,
+        "stream-4 runs": n4,
+        "kinetics": kinetics,
+        "kinetics runs": nk,
+        "mean confidence": float(np.average(confidence, weights=samples.weight)),
+    }
+
+
+def ece_interval(samples: Samples, probs: np.ndarray, draws: int = 400, seed: int = 0) -> tuple[float, float]:
+    """A 90 % bootstrap interval of the ECE over runs (runs drawn with replacement): how much a library of
+    this many runs can say."""
+    rng = np.random.default_rng(seed)
+    runs = np.unique(samples.run)
+    idx = np.arange(len(samples))
+    confidence, correct = probs[idx, samples.root], samples.truth[idx, samples.root]
+    members = {r: np.flatnonzero(samples.run == r) for r in runs}
+    values = []
+    for _ in range(draws):
+        picked = rng.choice(runs, size=len(runs), replace=True)
+        rows = np.concatenate([members[r] for r in picked])
+        values.append(expected_calibration_error(confidence[rows], correct[rows], samples.weight[rows]))
+    return float(np.quantile(values, 0.05)), float(np.quantile(values, 0.95))
+
+
+def first_alarm_sets(
+    outputs: Mapping[tuple[int, int], Any],
+    truth: Mapping[int, frozenset[str] | None],
+    onset: int,
+    order: Callable[[Any, int], list[int]],
+    detected: float = 0.5,
+) -> dict[int, dict[str, float]]:
+    """The first-alarm peer made into sets: for k = 1..M, the first k plants to alarm after the onset, on the
+    detected runs with a unit truth: how often the set holds a true unit and its mean size."""
+    orders = []
+    for (idv, _), out in sorted(outputs.items()):
+        units = truth.get(idv)
+        if units is None or len(out.alarm) <= onset or float(np.mean(out.alarm[onset:])) < detected:
+            continue
+        plants = list(out.plants)
+        orders.append(([plants[m] for m in order(out, onset)], units, idv))
+    if not orders:
+        return {}
+    M = max(len(out.plants) for out in outputs.values())
+    out_k = {}
+    for k in range(1, M + 1):
+        holds = [bool(units & set(o[:k])) for o, units, _ in orders]
+        out_k[k] = {
+            "coverage": float(np.mean(holds)),
+            "size": float(np.mean([len(o[:k]) for o, _, _ in orders])),
+            "runs": len(orders),
+            **_kinds(holds, [idv for *_, idv in orders]),
+        }
+    return out_k
+
+
+def _kinds(holds: Sequence[bool], idvs: Sequence[int]) -> dict[str, float]:
+    """Coverage on the stream-4 and the kinetics runs apart."""
+    out = {}
+    for name, kind in (("stream-4", STREAM_4), ("kinetics", KINETICS)):
+        chosen = [h for h, i in zip(holds, idvs, strict=True) if i in kind]
+        out[name] = float(np.mean(chosen)) if chosen else float("nan")
+    return out
+
+
+def ranking_sets(
+    outputs: Mapping[tuple[int, int], Any],
+    truth: Mapping[int, frozenset[str] | None],
+    onset: int,
+    detected: float = 0.5,
+) -> dict[int, dict[str, float]]:
+    """The centralised reference ranked by contribution, made into sets: for k = 1..M, per alarm row after the
+    onset its k units of the largest contribution, per run the units in at least half of those sets; and its
+    calibration error (each row's contributions normalised into probabilities, the top unit's scored)."""
+    per_run = []
+    confidence, correct, weight = [], [], []
+    for (idv, _), out in sorted(outputs.items()):
+        units = truth.get(idv)
+        if units is None or out.ranking is None or len(out.alarm) <= onset:
+            continue
+        if float(np.mean(out.alarm[onset:])) < detected:
+            continue
+        rows = onset + np.flatnonzero(out.alarm[onset:])
+        if not len(rows):
+            continue
+        contributions = np.maximum(out.ranking[rows], 0.0)
+        plants = list(out.plants)
+        mask = np.array([p in units for p in plants])
+        per_run.append((np.argsort(-contributions, axis=1, kind="stable"), mask, idv))
+        p = contributions / np.maximum(contributions.sum(axis=1, keepdims=True), 1e-300)
+        top = p.argmax(axis=1)
+        confidence.extend(p[np.arange(len(rows)), top].tolist())
+        correct.extend(mask[top].tolist())
+        weight.extend([1.0 / len(rows)] * len(rows))
+    if not per_run:
+        return {}
+    M = per_run[0][0].shape[1]
+    out_k: dict[int, dict[str, float]] = {}
+    for k in range(1, M + 1):
+        holds, sizes = [], []
+        for ranked, mask, _ in per_run:
+            shown = Counter(m for row in ranked[:, :k] for m in row.tolist())
+            majority = [m for m, n in shown.items() if 2 * n >= len(ranked)]
+            holds.append(bool(mask[majority].any()))
+            sizes.append(len(majority))
+        out_k[k] = {
+            "coverage": float(np.mean(holds)),
+            "size": float(np.mean(sizes)),
+            "runs": len(per_run),
+            **_kinds(holds, [idv for *_, idv in per_run]),
+        }
+    ece = expected_calibration_error(confidence, correct, weight)
+    for row in out_k.values():
+        row["ece"] = ece
+    return out_k
+
+
+def smallest_reaching(
+    sets: Mapping[int, Mapping[str, float]], coverage: float
+) -> tuple[int, Mapping[str, float]] | None:
+    """The smallest k whose sets hold a true unit at least as often as ``coverage`` (None: no k does)."""
+    for k in sorted(sets):
+        if sets[k]["coverage"] >= coverage - 1e-12:
+            return k, sets[k]
+    return None
+
+
+def reliability_figure(
+    path: str | Path, panels: Sequence[tuple[str, Sequence[Mapping[str, float]], Sequence[Mapping[str, float]]]]
+) -> Path:
+    """A PNG of reliability diagrams: per setting, the calibrated and the engine's bins (accuracy against
+    confidence, marker area by weight) next to the diagonal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.4), dpi=110, squeeze=False)
+    for ax, (title, calibrated, engine) in zip(axes[0], panels, strict=True):
+        ax.plot([0, 1], [0, 1], color="#888888", lw=0.8, ls="--")
+        for bins, color, label in ((engine, "#cc0000", "engine (uncalibrated)"), (calibrated, "#3465a4", "calibrated")):
+            if not bins:
+                continue
+            total = sum(b["weight"] for b in bins)
+            x = [b["confidence"] for b in bins]
+            y = [b["accuracy"] for b in bins]
+            size = [400 * b["weight"] / total + 8 for b in bins]
+            ax.plot(x, y, color=color, lw=0.8)
+            ax.scatter(x, y, s=size, color=color, alpha=0.6, label=label)
+        ax.set_xlim(0, 1.02)
+        ax.set_ylim(0, 1.02)
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("probability of the named root", fontsize=7)
+        ax.tick_params(labelsize=7)
+    axes[0, 0].set_ylabel("share of verdicts whose named root is right", fontsize=7)
+    axes[0, 0].legend(fontsize=6, loc="upper left", frameon=False)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out
+
+
+def fmt_interval(low: float, high: float) -> str:
+    return f"{low:.3f}-{high:.3f}" if math.isfinite(low) else "-"

@@ -1,0 +1,277 @@
+"""The refresh maths: a plant's statistics re-fitted on its recent nominal evidence, moved a bounded step.
+
+A plant's *baseline* is what its scores are measured against: the means and covariances
+(:class:`~fedrca.detectors.statistics.Moments`) of its statistic family, for the proprietary
+model and for the augmented one (:class:`~fedrca.detectors.statistics.FamilyState`; the
+residual scorer's :class:`~fedrca.detectors.scoring.ScorerState` likewise). A refresh keeps
+everything else: the fixed filter, Theta, and the scales and threshold, which are quantiles
+of *normalised* statistics and keep their meaning when the moments follow the plant
+(re-estimating a 0.3 % tail on a few days of rows with the alarms cut out would bias it low,
+and the next refresh lower still).
+
+:func:`refit_family` re-fits the moments on the evidence (r, x̂, e) of the rows a refresh may
+read (the MEWMA's moments, set by the residual's autocorrelation, are kept);
+:func:`limit_moments` moves each moment from the old baseline toward the re-fitted one
+by at most ``max_shift`` standard deviations of the old distribution (the mean) and
+``max_scale`` in log-eigenvalue (the covariance, along the geodesic of positive-definite
+matrices); :func:`transfer_memory` carries the streaming EWMA vectors into the new
+whitening exactly, so a refresh between two samples changes no statistic but through the
+new moments.
+
+Examples
+--------
+>>> import numpy as np
+>>> rng = np.random.default_rng(0)
+>>> old = Moments.fit(rng.normal(size=(2000, 3)))
+>>> new = Moments.fit(rng.normal(size=(2000, 3)) + [3.0, 0.0, 0.0])
+>>> step = limit_moments(old, new, max_shift=0.5, max_scale=0.2)
+>>> round(step.shift, 1), round(step.applied, 2) <= 0.5
+(3.1, True)
+>>> round(float(mean_shift(old, step.moments)), 2)
+0.5
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+from numpy.typing import NDArray
+
+from fedrca.detectors.scoring import ScorerState
+from fedrca.detectors.statistics import FamilyState, Moments
+from fedrca.exceptions import DataError
+
+__all__ = [
+    "FamilyStep",
+    "MomentStep",
+    "covariance",
+    "covariance_change",
+    "limit_family",
+    "limit_moments",
+    "mean_shift",
+    "refit_family",
+    "refit_residual",
+    "transfer_memory",
+]
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+
+def covariance(m: Moments) -> FloatArray:
+    """The covariance ``S = L L'`` behind a whitening ``L⁻¹`` (D, D)."""
+    L = scipy.linalg.solve_triangular(m.whitening, np.eye(len(m.whitening)), lower=True)
+    return np.asarray(L @ L.T)
+
+
+def mean_shift(old: Moments, new: Moments) -> float:
+    """How far the mean moved, in standard deviations of the old distribution: ``||L_old⁻¹ (mu_new - mu_old)||``."""
+    return float(np.linalg.norm(old.whitening @ (new.mean - old.mean)))
+
+
+def _relative_eigen(old: Moments, new: Moments) -> tuple[FloatArray, FloatArray]:
+    """Eigen-decomposition of ``M = L_old⁻¹ S_new L_old⁻ᵀ`` (the new covariance in the old whitened units)."""
+    M = old.whitening @ covariance(new) @ old.whitening.T
+    lam, V = np.linalg.eigh((M + M.T) / 2.0)
+    return np.maximum(lam, 1e-300), V
+
+
+def covariance_change(old: Moments, new: Moments) -> float:
+    """How much the covariance changed: ``max_i |log lambda_i|`` of ``L_old⁻¹ S_new L_old⁻ᵀ`` (0 = the same)."""
+    lam, _ = _relative_eigen(old, new)
+    return float(np.max(np.abs(np.log(lam)))) if len(lam) else 0.0
+
+
+@dataclass(frozen=True)
+class MomentStep:
+    """One moment's step: the moments it ends at, the re-fit's full move and the share applied.
+
+    Attributes
+    ----------
+    moments : the moments after the step
+    shift : the re-fit mean's distance from the old one (old standard deviations)
+    scale : the re-fit covariance's change, ``max |log eigenvalue|``
+    applied : t in [0, 1], the share of the way from old to re-fit the step went (1: all of it)
+    """
+
+    moments: Moments
+    shift: float
+    scale: float
+    applied: float
+
+
+def _moments_between(old: Moments, new: Moments, t: float) -> Moments:
+    """The point ``t`` of the way from ``old`` to ``new``: the mean on the straight line, the covariance on
+    the geodesic of positive-definite matrices ``S(t) = L_old V diag(lambda^t) V' L_old'``."""
+    if t >= 1.0:
+        return new
+    if t <= 0.0:
+        return old
+    lam, V = _relative_eigen(old, new)
+    L_old = scipy.linalg.solve_triangular(old.whitening, np.eye(len(old.whitening)), lower=True)
+    # S(t) = L_old V diag(lambda^t) V' L_old'
+    root = L_old @ V * np.sqrt(lam**t)
+    S = root @ root.T
+    L = np.linalg.cholesky((S + S.T) / 2.0)
+    # mu(t) = mu_old + t (mu_new - mu_old)
+    mean = old.mean + t * (new.mean - old.mean)
+    return Moments(mean, scipy.linalg.solve_triangular(L, np.eye(len(L)), lower=True))
+
+
+def limit_moments(old: Moments, new: Moments, max_shift: float, max_scale: float) -> MomentStep:
+    """Move from ``old`` toward ``new`` by at most ``max_shift`` (mean) and ``max_scale`` (covariance).
+
+    One share ``t = min(1, max_shift / shift, max_scale / scale)`` of the way for the mean and the
+    covariance together, so a limited step is a point of the same path whatever bound binds.
+    """
+    shift, scale = mean_shift(old, new), covariance_change(old, new)
+    t = 1.0
+    if shift > max_shift:
+        t = min(t, max_shift / shift)
+    if scale > max_scale:
+        t = min(t, max_scale / scale)
+    return MomentStep(_moments_between(old, new, t), shift, scale, t)
+
+
+def refit_family(
+    state: FamilyState,
+    r: FloatArray,
+    x: FloatArray,
+    e: FloatArray,
+    use: BoolArray,
+    segments: Sequence[int] | None = None,
+    covariances: bool = True,
+) -> FamilyState:
+    """The family's moments re-fitted on the rows ``use`` of the evidence; scales and threshold kept.
+
+    Parameters
+    ----------
+    state : the baseline in use (its statistics, smoothing constants, scales and threshold are kept)
+    r, x, e : (T, D), (T, P), (T, D) prediction residuals, state estimates and reconstruction residuals of
+        the history's rows under the fixed filter (each contiguous run a stream of its own)
+    use : (T,) rows the refresh may read (no alarm near them, the filter's start-up left out)
+    segments : lengths of the contiguous runs the rows are made of (None: one); unused, the moments are
+        those of single rows
+    covariances : re-fit the covariances too (else only the means move: the spreads stay those of
+        commissioning)
+
+    The smoothed (MEWMA) moments are kept: they describe the EWMA of the residual *whitened by the
+    innovation moments*, whose mean is zero once the innovation mean is re-fitted and whose spread is
+    set by the residual's autocorrelation, a property of the plant's dynamics and the filter. A few
+    days of rows hold too few independent EWMA values (about ``T lambda``) to re-estimate it.
+    """
+    use = np.asarray(use, dtype=bool)
+    if int(use.sum()) < 2:
+        raise DataError(f"a refresh needs at least 2 usable rows, got {int(use.sum())}")
+
+    def refit(old: Moments, rows: FloatArray) -> Moments:
+        if covariances:
+            return Moments.fit(rows)
+        # mu = the rows' mean; the old whitening (spread) kept
+        return Moments(rows.mean(axis=0), old.whitening)
+
+    return FamilyState(
+        state.statistics,
+        state.lambdas,
+        refit(state.innovation, r[use]),
+        refit(state.level, x[use]),
+        refit(state.reconstruction, e[use]),
+        state.smoothed,
+        state.scale,
+        state.threshold,
+        state.dispersion,
+        state.dispersion_start,
+    )
+
+
+@dataclass(frozen=True)
+class FamilyStep:
+    """A family's bounded step: the baseline it ends at and each moment's step (innovation, level,
+    reconstruction; the smoothed moments follow the innovation's whitening)."""
+
+    state: FamilyState
+    steps: dict[str, MomentStep]
+
+    @property
+    def shift(self) -> float:
+        """The largest re-fit mean shift over the moments (old standard deviations)."""
+        return max((s.shift for s in self.steps.values()), default=0.0)
+
+    @property
+    def scale(self) -> float:
+        """The largest re-fit covariance change over the moments."""
+        return max((s.scale for s in self.steps.values()), default=0.0)
+
+    @property
+    def limited(self) -> bool:
+        """Whether a bound held any moment back."""
+        return any(s.applied < 1.0 for s in self.steps.values())
+
+
+def limit_family(old: FamilyState, refit: FamilyState, max_shift: float, max_scale: float) -> FamilyStep:
+    """Step from ``old`` toward ``refit`` within the bounds (:func:`limit_moments` per moment).
+
+    The innovation, level and reconstruction moments each take their own bounded step; the smoothed
+    (MEWMA) moments are the re-fit's (the old ones, :func:`refit_family`): when the innovation mean is
+    held back, the MEWMA of the residual whitened by the stepped moments keeps seeing the part of the
+    shift that was not absorbed.
+    """
+    steps = {
+        "innovation": limit_moments(old.innovation, refit.innovation, max_shift, max_scale),
+        "level": limit_moments(old.level, refit.level, max_shift, max_scale),
+        "reconstruction": limit_moments(old.reconstruction, refit.reconstruction, max_shift, max_scale),
+    }
+    state = FamilyState(
+        old.statistics,
+        old.lambdas,
+        steps["innovation"].moments,
+        steps["level"].moments,
+        steps["reconstruction"].moments,
+        refit.smoothed,
+        old.scale,
+        old.threshold,
+        old.dispersion,
+        old.dispersion_start,
+    )
+    return FamilyStep(state, steps)
+
+
+def refit_residual(state: ScorerState, r: FloatArray, use: BoolArray) -> ScorerState:
+    """The residual scorer's mean and whitening re-fitted on the rows ``use`` of ``r``; threshold kept."""
+    use = np.asarray(use, dtype=bool)
+    m = Moments.fit(r[use])
+    return ScorerState(m.mean, m.whitening, state.threshold, state.ewma_start)
+
+
+def transfer_memory(
+    old: FamilyState, new: FamilyState, memory: Sequence[FloatArray | None] | None
+) -> list[FloatArray | None] | None:
+    """The streaming memory of ``old`` as ``new`` would have it: exact for the MEWMA vectors.
+
+    ``w = L_old⁻¹ (EWMA(r) - mu_old)``, so ``w_new = L_new⁻¹ (L_old w_old + mu_old - mu_new)``: the
+    recursion then continues as if the stream had always been whitened by ``new``
+    (``tests/drift/test_baseline.py::test_transferred_memory_continues_the_stream``). The dispersion
+    statistic's memory (an EWMA of d2, not linear in the whitening) is kept as it is: it forgets in
+    a few rows.
+    """
+    if memory is None:
+        return None
+    L_old = scipy.linalg.solve_triangular(old.innovation.whitening, np.eye(len(old.innovation.whitening)), lower=True)
+    out: list[FloatArray | None] = list(memory)
+    for i in range(len(old.lambdas)):
+        w = out[i]
+        if w is None:
+            continue
+        # w_new = L_new⁻¹ (L_old w_old + mu_old - mu_new)
+        raw = L_old @ np.asarray(w, dtype=np.float64) + old.innovation.mean - new.innovation.mean
+        out[i] = np.asarray(new.innovation.whitening @ raw)
+    return out
+
+
+def finite_or(value: float, default: float) -> float:
+    """``value`` when finite, else ``default`` (a report never carries NaN)."""
+    return value if math.isfinite(value) else default

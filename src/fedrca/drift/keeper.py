@@ -1,0 +1,606 @@
+"""One plant's re-baselining loop: its history, its schedule, its versioned baselines (pure, no I/O).
+
+A :class:`BaselineKeeper` wraps a plant's fitted
+:class:`~fedrca.detectors.plant.PlantDetector`. Every batch goes through
+:meth:`BaselineKeeper.process`, which
+
+1. runs the detector on the rows up to the next scheduled refresh (a refresh falls between two
+   rows, at a seq: the schedule counts samples, so every path through the same rows, a Kafka
+   worker killed and restarted or the in-process replay, refreshes at the same row),
+2. records each row with its alarm state (``Z_c or Z_a``) in the plant's bounded
+   :class:`~fedrca.drift.history.RowHistory`,
+3. at a refresh, re-fits the scorers' moments on the usable rows of the last ``window`` seqs
+   (:mod:`fedrca.drift.guard`, :mod:`fedrca.drift.baseline`), steps toward them within the bounds,
+   installs the result as baseline ``b<n+1>`` and carries on with the rest of the batch.
+
+Every refresh, applied or refused, is a :class:`RefreshReport`. An operator may
+:meth:`~BaselineKeeper.pin` the baseline (scheduled refreshes are skipped and reported), roll
+back to any of the last ``keep`` baselines (:meth:`~BaselineKeeper.rollback`) or take a
+refresh the guards refused (:meth:`~BaselineKeeper.refresh` with ``force``).
+
+What persists, and how (the shell writes it: :mod:`fedrca.streams`): :meth:`get_state` is small
+(version, schedule, pin: it rides in the plant's state record with every batch); the history's
+chunks and each baseline (:meth:`baseline_record`, its moments as float64 bytes) go to the
+plant's private history topic. Nothing here leaves the plant.
+
+Examples
+--------
+>>> import numpy as np
+>>> from fedrca.detectors.plant import PlantDetector
+>>> rng = np.random.default_rng(0)
+>>> nominal = rng.normal(size=(600, 3))
+>>> det = PlantDetector(n_states=1, method="family", alpha=0.01, seed=0).fit(nominal)
+>>> keeper = BaselineKeeper(det, KeeperSettings(every=300, window=300, history=600, min_rows=100))
+>>> _ = keeper.process(rng.normal(size=(700, 3)) + 0.3, seqs=np.arange(700))
+>>> [(r.seq, r.outcome, r.version) for r in keeper.reports]
+[(300, 'applied', 1), (600, 'applied', 2)]
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from threadpoolctl import threadpool_limits
+
+from fedrca.config import DriftSettings
+from fedrca.detectors.plant import DetectionResult, Evidence, PlantDetector
+from fedrca.detectors.scoring import ScorerState
+from fedrca.detectors.statistics import FamilyState, Moments
+from fedrca.drift.baseline import limit_family, limit_moments, refit_family, refit_residual, transfer_memory
+from fedrca.drift.guard import alarm_limit, ongoing_alarm, usable_rows
+from fedrca.drift.history import RowHistory
+from fedrca.exceptions import DataError, ModelError
+
+__all__ = ["OUTCOMES", "Baseline", "BaselineKeeper", "KeeperSettings", "RefreshReport", "baseline_record_bytes"]
+
+FloatArray = NDArray[np.float64]
+Calibration = FamilyState | ScorerState
+
+#: What a refresh can end in: applied (the whole re-fit), limited (a bound held it back), refused (a
+#: guard stopped it), pinned (the operator holds the baseline); and the operator's actions: pinned,
+#: unpinned, rollback, forced (a refresh past the guards and bounds).
+OUTCOMES = ("applied", "limited", "refused", "pinned", "unpinned", "rollback", "forced")
+
+
+def baseline_record_bytes(n_sensors: int, n_lambdas: int = 2, n_states: int | None = None) -> int:
+    """Bytes of one baseline's record at most (:meth:`BaselineKeeper.baseline_record`): both families' moments,
+    ``2 ((3 + L) (D + D^2) + P + P^2)`` floats as base64 float64 (``P`` states, at most ``D``), and 4 kB of names.
+
+    It must fit one Kafka record (1 MiB): a plant of more than about 100 sensors cannot persist its baselines.
+
+    Examples
+    --------
+    >>> baseline_record_bytes(12), baseline_record_bytes(100) > 1 << 20
+    (21078, True)
+    """
+    D, P, L = n_sensors, n_sensors if n_states is None else n_states, n_lambdas
+    floats = 2 * ((2 + L) * (D + D * D) + P + P * P + 16)
+    return 4096 + (8 * floats * 4 + 2) // 3
+
+
+@dataclass(frozen=True)
+class KeeperSettings:
+    """The loop's knobs in samples (:class:`fedrca.config.DriftSettings` resolved at the site's sample time).
+
+    Attributes
+    ----------
+    every : samples between two scheduled refreshes (the first at seq ``every``)
+    window : the most recent seqs a refresh reads
+    history : seqs the plant keeps
+    guard : rows left out on either side of an alarm
+    recent : the last rows whose alarms stop a refresh
+    min_rows : fewest usable rows a refresh needs
+    max_shift : most a mean moves per refresh, in standard deviations of its old distribution
+    max_scale : most a covariance's eigenvalues change per refresh, in log
+    keep : baselines kept for a rollback
+    covariances : re-fit the covariances (else only the means: the spreads of commissioning stay)
+    """
+
+    every: int
+    window: int
+    history: int
+    guard: int = 20
+    recent: int = 60
+    min_rows: int = 240
+    max_shift: float = 0.5
+    max_scale: float = 0.25
+    keep: int = 8
+    covariances: bool = True
+
+    def __post_init__(self) -> None:
+        if min(self.every, self.window, self.history, self.recent, self.min_rows, self.keep) < 1 or self.guard < 0:
+            raise ModelError("the loop's sample counts must be positive (guard >= 0)")
+        if self.window > self.history:
+            raise ModelError(f"window ({self.window}) must be at most history ({self.history})")
+
+    @classmethod
+    def from_config(cls, settings: DriftSettings, sample_seconds: float) -> KeeperSettings:
+        """The settings of a site's ``drift:`` section at its sample time."""
+        return cls(
+            every=settings.rows("every", sample_seconds),
+            window=settings.rows("window", sample_seconds),
+            history=settings.rows("history", sample_seconds),
+            guard=settings.guard,
+            recent=settings.recent,
+            min_rows=settings.min_rows,
+            max_shift=settings.max_shift,
+            max_scale=settings.max_scale,
+            keep=settings.keep,
+            covariances=settings.covariances,
+        )
+
+
+@dataclass(frozen=True)
+class RefreshReport:
+    """What one refresh (or operator action) did.
+
+    Attributes
+    ----------
+    plant : the plant
+    seq : the refresh took effect before this row
+    outcome : one of :data:`OUTCOMES`
+    reason : why, in words (empty for an applied refresh)
+    version : the baseline in force afterwards (0: the one the detector was fitted with)
+    rows : usable rows the re-fit read (0 when none was made)
+    alarms : rows with an alarm in the window read
+    shift, scale : the re-fit's full move (largest over the moments; see :mod:`fedrca.drift.baseline`)
+    applied : the smallest share of it a moment took (1: all of it)
+    """
+
+    plant: str
+    seq: int
+    outcome: str
+    reason: str
+    version: int
+    rows: int = 0
+    alarms: int = 0
+    shift: float = 0.0
+    scale: float = 0.0
+    applied: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return asdict(self)
+
+    def line(self) -> str:
+        """One line for an operator's log."""
+        head = f"plant {self.plant}: baseline refresh at seq {self.seq}: {self.outcome}"
+        if self.outcome in ("applied", "limited", "forced"):
+            detail = (
+                f" -> b{self.version} ({self.rows} rows; mean moved {self.shift:.2f} sd, covariance {self.scale:.2f}; "
+                f"{100 * self.applied:.0f}% of the re-fit applied)"
+            )
+        else:
+            detail = f" (baseline b{self.version} kept)"
+        return head + detail + (f": {self.reason}" if self.reason else "")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A versioned baseline: both scorers' states, the training version they go with, where it came from."""
+
+    version: int
+    training: str
+    state_c: Calibration
+    state_a: Calibration
+    seq: int
+    outcome: str
+
+    def digest(self) -> str:
+        """sha256 (hex, 32) of the states' arrays: names a baseline in the plant's state record."""
+        h = hashlib.sha256()
+        for name, a in sorted(_arrays(self.state_c, "c").items()) + sorted(_arrays(self.state_a, "a").items()):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+        return h.hexdigest()[:32]
+
+
+def _arrays(state: Calibration, prefix: str) -> dict[str, np.ndarray]:
+    if isinstance(state, FamilyState):
+        return state.to_arrays(prefix)
+    return {
+        f"{prefix}.mean": state.mean,
+        f"{prefix}.whitening": state.whitening,
+        f"{prefix}.threshold": np.asarray(state.threshold),
+        f"{prefix}.ewma_start": np.asarray(state.ewma_start),
+    }
+
+
+def _from_arrays(arrays: dict[str, np.ndarray], prefix: str, family: bool) -> Calibration:
+    if family:
+        return FamilyState.from_arrays(arrays, prefix)
+    return ScorerState(
+        np.asarray(arrays[f"{prefix}.mean"], dtype=np.float64),
+        np.asarray(arrays[f"{prefix}.whitening"], dtype=np.float64),
+        float(arrays[f"{prefix}.threshold"]),
+        float(arrays[f"{prefix}.ewma_start"]),
+    )
+
+
+def _pack(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    return {
+        name: [list(a.shape), base64.b64encode(np.ascontiguousarray(a, dtype=np.float64).tobytes()).decode("ascii")]
+        for name, a in sorted(arrays.items())
+    }
+
+
+def _unpack(packed: dict[str, Any]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, (shape, data) in packed.items():
+        flat = np.frombuffer(base64.b64decode(data.encode("ascii"), validate=True), dtype=np.float64)
+        out[name] = flat.reshape(tuple(int(v) for v in shape)).copy()
+    return out
+
+
+@dataclass
+class BaselineKeeper:
+    """One plant's re-baselining loop around its fitted detector (see the module docstring).
+
+    Parameters
+    ----------
+    detector : the plant's fitted detector (its scorers' states are baseline 0)
+    settings : the loop's knobs in samples
+    rate : the plant's nominal alarm rate per sample (the guard's "alarms now" test); None = the
+        detector's ``alpha``
+    """
+
+    detector: PlantDetector
+    settings: KeeperSettings
+    rate: float | None = None
+    reports: list[RefreshReport] = field(default_factory=list)
+    pinned: bool = False
+
+    def __post_init__(self) -> None:
+        det = self.detector
+        n_inputs = 0
+        identified = det.identified_model
+        if det.use_inputs and identified is not None and identified.u_scaler is not None:
+            n_inputs = len(identified.u_scaler.mean)
+        self.history = RowHistory(len(det.scaler.mean), self.settings.history, n_inputs)
+        state_c, state_a = det.baseline
+        self._baselines: dict[int, Baseline] = {
+            0: Baseline(0, det.parameter_version, state_c, state_a, 0, "fitted")
+        }
+        self.version = 0
+        self._counter = 0  # the newest version ever made (versions are never reused)
+        self.next_due = self.settings.every
+        self.last_command: str | None = None
+        self._new_baselines: list[int] = []
+        self._recent: list[RefreshReport] = []  # the last reports, persisted for `fedrca baseline status`
+        self._reports_changed = False
+        if self.rate is None:
+            # the detector's designed false-alarm rate per sample (both flags)
+            percentile = det.method == "residual" and det.threshold == "percentile"
+            self.rate = 1.0 - det.percentile / 100.0 if percentile else float(det.alpha)
+
+    # -- versions -----------------------------------------------------------------------------
+    @property
+    def baseline(self) -> Baseline:
+        """The baseline in force."""
+        return self._baselines[self.version]
+
+    @property
+    def versions(self) -> list[int]:
+        """The baselines held (for a rollback), oldest first."""
+        return sorted(self._baselines)
+
+    def version_label(self) -> str:
+        """``b<n>`` of the baseline in force."""
+        return f"b{self.version}"
+
+    def take_new_baselines(self) -> list[int]:
+        """Baselines made since the last call (their records are to be written)."""
+        made, self._new_baselines = self._new_baselines, []
+        return made
+
+    # -- processing ---------------------------------------------------------------------------
+    def process(self, Y: ArrayLike, U: ArrayLike | None = None, *, seqs: ArrayLike) -> DetectionResult:
+        """Run the detector over a batch (increasing ``seqs``), refreshing the baseline at every due seq."""
+        Y_arr = np.asarray(Y, dtype=np.float64)
+        U_arr = None if U is None else np.asarray(U, dtype=np.float64).reshape(len(Y_arr), -1)
+        seq_arr = np.asarray(seqs, dtype=np.int64).reshape(len(Y_arr))
+        parts: list[DetectionResult] = []
+        i = 0
+        while i < len(Y_arr):
+            # rows before the next due seq are scored with the baseline in force
+            j = i + int(np.searchsorted(seq_arr[i:], self.next_due, side="left"))
+            if j > i:
+                U_part = None if U_arr is None else U_arr[i:j]
+                out = self.detector.step_batch(Y_arr[i:j], U_part)
+                self.history.add(seq_arr[i:j], Y_arr[i:j], U_part, out.zc | out.za)
+                parts.append(out)
+                i = j
+            if i < len(Y_arr):
+                # seq_arr[i] >= next_due: refresh between the previous row and this one
+                self.refresh(at=int(seq_arr[i]))
+                while self.next_due <= seq_arr[i]:
+                    self.next_due += self.settings.every
+        if not parts:
+            return self.detector.step_batch(Y_arr, U_arr)
+        return parts[0] if len(parts) == 1 else DetectionResult.concat(parts)
+
+    def reset(self) -> None:
+        """A new recording starts at seq 0: the history is forgotten and the schedule restarts (the
+        baseline in force is kept)."""
+        self.history.clear()
+        self.next_due = self.settings.every
+
+    def restart(self) -> None:
+        """Back to the plant as fitted: :meth:`reset`, the fitted baseline b0 installed again, no pin, the
+        other versions and the reports forgotten (a replay of a new file starts from the fitted site)."""
+        self.reset()
+        fitted = self._baselines[0]
+        if self.version != 0:
+            self.detector.set_baseline(fitted.state_c, fitted.state_a)
+        self._baselines = {0: fitted}
+        self.version = self._counter = 0
+        self.pinned = False
+        self.last_command = None
+        self.reports.clear()
+        self._recent.clear()
+        self._new_baselines.clear()
+
+    # -- the refresh ---------------------------------------------------------------------------
+    def refresh(self, at: int, force: bool = False) -> RefreshReport:
+        """Re-baseline on the history before seq ``at`` (scheduled, or an operator's ``force``).
+
+        The re-fit's matrices are D x D: one BLAS thread (a second spins on a busy machine and makes a
+        4 x 4 triangular solve take tens of milliseconds).
+        """
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._refresh(at, force)
+
+    def _refresh(self, at: int, force: bool) -> RefreshReport:
+        s = self.settings
+        plant = self.detector.name
+        if self.pinned and not force:
+            return self._report(RefreshReport(plant, at, "pinned", "the baseline is pinned by an operator",
+                                              self.version))  # fmt: skip
+        seqs, Y, U, alarm = self.history.window(at, s.window)
+        alarms = int(np.count_nonzero(alarm))
+        if not force and ongoing_alarm(alarm, s.recent, self.rate or 0.0):
+            recent = int(np.count_nonzero(alarm[-s.recent :]))
+            limit = alarm_limit(min(s.recent, len(alarm)), self.rate or 0.0)
+            reason = (
+                f"the plant alarms now: {recent} alarms in its last {min(s.recent, len(alarm))} rows, at most {limit} "
+                "are nominal; a refresh would learn the alarm as normal"
+            )
+            return self._report(RefreshReport(plant, at, "refused", reason, self.version, 0, alarms))
+        # a row with a missing value (NaN) was not scored by the detector (a degraded row): left out, and the
+        # rows go through the filter as the live stream did, one stream without it (the window's first rows are
+        # the filter's start-up)
+        observed = np.isfinite(Y).all(axis=1)
+        if U is not None:
+            observed &= np.isfinite(U).all(axis=1)
+        if not observed.all():
+            seqs, Y, alarm = seqs[observed], Y[observed], alarm[observed]
+            U = None if U is None else U[observed]
+        lengths = [len(seqs)] if len(seqs) else []
+        use = usable_rows(alarm, 0 if force else s.guard)
+        skip = max(self.detector.warmup, 10)
+        start = 0
+        for n in lengths:
+            use[start : start + min(skip, n)] = False  # the filter's start-up
+            start += n
+        usable = int(use.sum())
+        if usable < s.min_rows:
+            reason = (
+                f"only {usable} usable rows in the last {s.window} seqs ({len(seqs)} held, {alarms} with an alarm, "
+                f"guard {s.guard}); a refresh needs {s.min_rows}"
+            )
+            return self._report(RefreshReport(plant, at, "refused", reason, self.version, usable, alarms))
+        det = self.detector
+        try:
+            ev = det.baseline_evidence(Y, U, segments=lengths)
+            old_c, old_a = det.baseline
+            bounds = (math.inf, math.inf) if force else (s.max_shift, s.max_scale)
+            new_c, new_a, shift, scale, applied = self._step(old_c, old_a, ev, use, lengths, *bounds,
+                                                             s.covariances)  # fmt: skip
+        except (DataError, ModelError, np.linalg.LinAlgError) as exc:
+            reason = f"the re-fit failed ({exc})"
+            return self._report(RefreshReport(plant, at, "refused", reason, self.version, usable, alarms))
+        outcome = "forced" if force else ("applied" if applied >= 1.0 else "limited")
+        reason = "" if outcome != "limited" else "a bound held the step back (max_shift / max_scale)"
+        self._install(new_c, new_a, at, outcome)
+        return self._report(RefreshReport(plant, at, outcome, reason, self.version, usable, alarms, shift, scale,
+                                          applied))  # fmt: skip
+
+    @staticmethod
+    def _step(
+        old_c: Calibration,
+        old_a: Calibration,
+        ev: Evidence,
+        use: NDArray[np.bool_],
+        lengths: Sequence[int],
+        max_shift: float,
+        max_scale: float,
+        covariances: bool = True,
+    ) -> tuple[Calibration, Calibration, float, float, float]:
+        """Both scorers' bounded steps: (state_c, state_a, largest shift, largest scale, smallest share applied)."""
+        if isinstance(old_c, FamilyState) and isinstance(old_a, FamilyState):
+            refit_c = refit_family(old_c, ev.r_c, ev.xh_c, ev.e_c, use, lengths, covariances)
+            refit_a = refit_family(old_a, ev.r_a, ev.xh_a, ev.e_a, use, lengths, covariances)
+            step_c = limit_family(old_c, refit_c, max_shift, max_scale)
+            step_a = limit_family(old_a, refit_a, max_shift, max_scale)
+            applied = min(min(x.applied for x in step.steps.values()) for step in (step_c, step_a))
+            return (
+                step_c.state,
+                step_a.state,
+                max(step_c.shift, step_a.shift),
+                max(step_c.scale, step_a.scale),
+                applied,
+            )
+        assert isinstance(old_c, ScorerState) and isinstance(old_a, ScorerState)
+        out = []
+        for old, r in ((old_c, ev.r_c), (old_a, ev.r_a)):
+            refit = refit_residual(old, r, use)
+            step = limit_moments(Moments(old.mean, old.whitening), Moments(refit.mean, refit.whitening),
+                                 max_shift, max_scale)  # fmt: skip
+            out.append((ScorerState(step.moments.mean, step.moments.whitening, old.threshold, old.ewma_start), step))
+        (new_c, sc), (new_a, sa) = out
+        return new_c, new_a, max(sc.shift, sa.shift), max(sc.scale, sa.scale), min(sc.applied, sa.applied)
+
+    def _install(self, state_c: Calibration, state_a: Calibration, seq: int, outcome: str) -> None:
+        det = self.detector
+        old_c, old_a = det.baseline
+        memory_c = memory_a = None
+        sc, sa = det.scorers
+        if isinstance(old_c, FamilyState) and isinstance(state_c, FamilyState):
+            memory_c = transfer_memory(old_c, state_c, getattr(sc, "memory", None))
+        if isinstance(old_a, FamilyState) and isinstance(state_a, FamilyState):
+            memory_a = transfer_memory(old_a, state_a, getattr(sa, "memory", None))
+        det.set_baseline(state_c, state_a, memory_c, memory_a)
+        self._counter += 1
+        self.version = self._counter
+        self._baselines[self.version] = Baseline(self.version, det.parameter_version, state_c, state_a, seq, outcome)
+        self._new_baselines.append(self.version)
+        # the fitted baseline (0) stays; the oldest others go beyond keep
+        extra = [v for v in sorted(self._baselines) if v not in (0, self.version)]
+        for v in extra[: max(0, len(extra) - (self.settings.keep - 1))]:
+            del self._baselines[v]
+
+    def _report(self, report: RefreshReport) -> RefreshReport:
+        self.reports.append(report)
+        self._recent.append(report)
+        del self._recent[: -self.settings.keep * 2]
+        self._reports_changed = True
+        return report
+
+    # -- operator actions ----------------------------------------------------------------------
+    def pin(self, at: int) -> RefreshReport:
+        """Hold the baseline in force: scheduled refreshes are skipped (and reported) until :meth:`unpin`."""
+        self.pinned = True
+        return self._report(RefreshReport(self.detector.name, at, "pinned", "pinned by an operator", self.version))
+
+    def unpin(self, at: int) -> RefreshReport:
+        """Let scheduled refreshes run again."""
+        self.pinned = False
+        return self._report(RefreshReport(self.detector.name, at, "unpinned", "unpinned by an operator", self.version))
+
+    def rollback(self, version: int, at: int) -> RefreshReport:
+        """Install baseline ``version`` again (one of :attr:`versions`) as a new version; pins the baseline, so
+        the next scheduled refresh does not undo the operator's choice."""
+        if version not in self._baselines:
+            held = ", ".join(f"b{v}" for v in self.versions)
+            raise ModelError(f"plant '{self.detector.name}': baseline b{version} is not held; held: {held}")
+        target = self._baselines[version]
+        self._install(target.state_c, target.state_a, at, "rollback")
+        self.pinned = True
+        return self._report(RefreshReport(self.detector.name, at, "rollback", f"rolled back to b{version} and pinned",
+                                          self.version))  # fmt: skip
+
+    # -- persistence ---------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """Small JSON state (rides in the plant's state record): version, its digest, schedule, pin."""
+        return {
+            "version": self.version,
+            "digest": self.baseline.digest(),
+            "counter": self._counter,
+            "next_due": self.next_due,
+            "pinned": self.pinned,
+            "command": self.last_command,
+            "held": self.versions,
+        }
+
+    def set_state(self, state: dict[str, Any] | None) -> None:
+        """Continue from :meth:`get_state` output; the baselines must have been loaded first
+        (:meth:`load_baseline`). The baseline in force is installed in the detector."""
+        if not state:
+            return
+        self.next_due = int(state["next_due"])
+        self.pinned = bool(state["pinned"])
+        self.last_command = state.get("command")
+        self._counter = int(state.get("counter", state["version"]))
+        version = int(state["version"])
+        for v in [v for v in self._baselines if v not in state.get("held", self._baselines) and v != 0]:
+            del self._baselines[v]
+        base = self._baselines.get(version)
+        if base is None or base.digest() != state.get("digest"):
+            raise DataError(
+                f"plant '{self.detector.name}': baseline b{version} of the saved state is not in the plant's history "
+                "topic (or differs); it continues with the fitted baseline b0"
+            )
+        if version != self.version:
+            self.detector.set_baseline(base.state_c, base.state_a)
+            self.version = version
+
+    # -- the plant's history topic (records the shell writes with each batch, reads back at a restart) ----
+    def baseline_key(self, version: int) -> bytes:
+        """The record key of baseline ``version``: one of ``keep + 1`` slots (compaction keeps the newest)."""
+        return f"baseline/{version % (self.settings.keep + 1)}".encode()
+
+    def pending_records(self) -> list[tuple[bytes, bytes]]:
+        """``(key, value)`` records for the history topic: every chunk and baseline changed since the last call."""
+        history = self.history
+        out = [(f"rows/{history.slot(c)}".encode(), history.record(c)) for c in sorted(history.take_dirty())]
+        made = [v for v in self.take_new_baselines() if v in self._baselines]
+        out += [(self.baseline_key(v), self.baseline_record(v)) for v in made]
+        if self._reports_changed:
+            self._reports_changed = False
+            out.append((b"reports", json.dumps([r.as_dict() for r in self._recent], separators=(",", ":")).encode()))
+        return out
+
+    def restore_records(self, records: dict[bytes, bytes], newest: int) -> None:
+        """Rebuild the history and the baselines from the topic's records (``newest``: the last committed seq,
+        -1 for none). Call before :meth:`set_state`."""
+        det = self.detector
+        self.history = RowHistory(self.history.n_sensors, self.history.capacity, self.history.n_inputs)
+        fitted = self._baselines[0]
+        self._baselines = {0: fitted}
+        self._recent = []
+        for key, value in sorted(records.items()):
+            if key.startswith(b"rows/"):
+                self.history.load(value, newest=newest)
+            elif key.startswith(b"baseline/"):
+                self.load_baseline(value)
+            elif key == b"reports":
+                self._recent = [RefreshReport(**r) for r in json.loads(value)]
+        self._reports_changed = False
+        self.history.settle(newest)
+        self._new_baselines.clear()
+        if self.version != 0:  # the state names the baseline to run; until then, the fitted one
+            det.set_baseline(fitted.state_c, fitted.state_a)
+            self.version = 0
+
+    def baseline_record(self, version: int) -> bytes:
+        """A baseline as one JSON record (its states' arrays as float64 bytes)."""
+        b = self._baselines[version]
+        doc = {
+            "kind": "baseline",
+            "plant": self.detector.name,
+            "version": b.version,
+            "training": b.training,
+            "seq": b.seq,
+            "outcome": b.outcome,
+            "family": isinstance(b.state_c, FamilyState),
+            "arrays": _pack({**_arrays(b.state_c, "c"), **_arrays(b.state_a, "a")}),
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def load_baseline(self, raw: bytes) -> int:
+        """Take a baseline back from its record; returns its version."""
+        try:
+            doc = json.loads(raw)
+            arrays = _unpack(doc["arrays"])
+            family = bool(doc["family"])
+            base = Baseline(
+                int(doc["version"]),
+                str(doc["training"]),
+                _from_arrays(arrays, "c", family),
+                _from_arrays(arrays, "a", family),
+                int(doc["seq"]),
+                str(doc["outcome"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"plant '{self.detector.name}': not a baseline record ({exc})") from None
+        if base.version > 0:
+            self._baselines[base.version] = base
+        return base.version

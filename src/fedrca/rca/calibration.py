@@ -1,0 +1,339 @@
+"""Calibrated root probabilities: a map from the engine's evidence to P(the root is plant k).
+
+The engine's posterior is a product of per-row likelihoods that treats the rows of a window as
+independent; smoothed flags come in runs, so it is over-confident (0.99 where it is right 90 % of
+the time, and 1.00 on faults its flags cannot separate: TEP's stream-4 composition faults). A
+**calibration map** corrects that. For a verdict with evidence ``e`` (:class:`~fedrca.rca.evidence.Evidence`)
+every plant k gets a feature vector ``x_k(e)`` (:data:`FEATURES`, none of which names a plant: the map
+carries to another site of the same process), and::
+
+    P(root = k | e) = exp(w . x_k) / sum_j exp(w . x_j)        (a conditional logit)
+
+The weights ``w`` are fitted by maximum likelihood (L2-penalised) on verdicts of a fault library
+whose true roots are known (:func:`fit`; TEP: ``bench/bench_faults.py`` on the simulated library,
+cross-validated over seeds and disturbances before a figure is reported), and shipped as a JSON
+artifact the RCA worker loads (:class:`CalibrationMap`; ``rca.calibration.path``). The first feature
+is the engine's own log posterior, so ``w[0]`` is an inverse temperature; the others let the map move
+probability to what the flags cannot see, e.g. to a declared unmeasured entry
+(``rca.unobserved_entry``) when the unit the engine names is one its disturbance enters.
+
+Without a map the verdicts carry the engine's root posterior and say so (``calibration: null``).
+:func:`expected_calibration_error` and :func:`reliability` measure a set of probabilities against
+the truth.
+
+Examples
+--------
+>>> import numpy as np
+>>> x = np.zeros((2, 3, len(FEATURES))); x[:, :, 0] = np.log([[0.8, 0.1, 0.1], [0.3, 0.6, 0.1]])
+>>> truth = np.array([[True, False, False], [False, True, False]])
+>>> m = fit(x, truth, np.ones(2), ("a", "b", "c"), penalty=0.0)
+>>> p = m.apply(x)
+>>> bool(np.allclose(p.sum(axis=1), 1.0)), bool(p[0, 0] > 0.5)
+(True, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.optimize
+from numpy.typing import ArrayLike, NDArray
+
+from fedrca.config import RCASettings
+from fedrca.exceptions import ArtifactError
+from fedrca.rca.evidence import Evidence, softmax
+from fedrca.rca.graph import InterdependencyGraph
+
+__all__ = [
+    "FEATURES",
+    "FORMAT",
+    "CalibrationMap",
+    "expected_calibration_error",
+    "features",
+    "fit",
+    "reliability",
+]
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+#: The artifact's format tag.
+FORMAT = "fedrca-calibration/1"
+#: Floor of the engine's log root posterior in the first feature (nats): beyond it the engine's
+#: evidence against a plant says nothing the other features do not.
+LOG_FLOOR = -30.0
+
+#: The features of a plant k at a verdict (none names a plant; "the named root" is the engine's most
+#: likely root):
+#:
+#: * ``log_posterior``: the engine's log posterior of "root k" among the roots, floored at LOG_FLOOR;
+#: * ``log_flags``: the same without the onset-order evidence (what the window's flags alone say);
+#: * ``named``: k is the named root;
+#: * ``named_entry``: k is the named root and a declared unmeasured entry (``rca.unobserved_entry``);
+#: * ``named_breadth``: k is the named root, times the share of the other plants that alarm (a root
+#:   named while every unit alarms is named on thinner evidence);
+#: * ``share``: share of the window's rows in which k's true proprietary flag is on;
+#: * ``first``: k is among the first plants to alarm in the incident;
+#: * ``entry``: k is a declared unmeasured entry whose direct successors include the named root, which
+#:   is not itself a declared entry (the disturbance may have entered unseen through k);
+#: * ``entry_alarming``: ``entry`` and k alarms now.
+FEATURES: tuple[str, ...] = (
+    "log_posterior",
+    "log_flags",
+    "named",
+    "named_entry",
+    "named_breadth",
+    "share",
+    "first",
+    "entry",
+    "entry_alarming",
+)
+
+
+def features(evidence: Evidence, graph: InterdependencyGraph, settings: RCASettings) -> FloatArray:
+    """The feature matrix (M, F) of every plant at a verdict (:data:`FEATURES`, in order)."""
+    M = evidence.n_plants
+    log_post = np.log(np.maximum(evidence.root_posterior(), 1e-300))
+    log_flags = np.log(np.maximum(softmax(evidence.unordered[1 : M + 1]), 1e-300))
+    top = int(np.argmax(evidence.roots))
+    named = np.zeros(M)
+    named[top] = 1.0
+    first = evidence.first
+    began = first >= 0
+    earliest = first[began].min() if began.any() else -1
+    is_first = began & (first == earliest)
+    declared = np.array([p in settings.unobserved_entry for p in evidence.plants], dtype=bool)
+    others = np.delete(evidence.alarming, top)
+    breadth = float(others.mean()) if others.size else 0.0
+    entry = declared & graph.adjacency[:, top] & (np.arange(M) != top) & (not declared[top])
+    return np.column_stack(
+        [
+            np.maximum(log_post, LOG_FLOOR),
+            np.maximum(log_flags, LOG_FLOOR),
+            named,
+            named * declared,
+            named * breadth,
+            evidence.share.astype(np.float64),
+            is_first.astype(np.float64),
+            entry.astype(np.float64),
+            (entry & evidence.alarming).astype(np.float64),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class CalibrationMap:
+    """The fitted weights of the conditional logit over :data:`FEATURES`, and where they come from.
+
+    Attributes
+    ----------
+    weights : (F,) one weight per feature
+    plants : the plants of the site it was fitted for (a site with other plants is refused)
+    fitted_on : what the fit saw (library, settings, runs, verdicts), for the record
+    scores : the cross-validated figures of the fit (e.g. the expected calibration error per setting)
+    features : the feature names, in order (must be :data:`FEATURES`)
+    id : ``<name>-<digest>``: the digest of the weights and plants; verdicts name it
+    """
+
+    weights: tuple[float, ...]
+    plants: tuple[str, ...]
+    fitted_on: Mapping[str, Any] = field(default_factory=dict)
+    scores: Mapping[str, Any] = field(default_factory=dict)
+    features: tuple[str, ...] = FEATURES
+    name: str = "calibration"
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if tuple(self.features) != FEATURES:
+            raise ArtifactError(
+                f"calibration map of features {list(self.features)}; this fedrca computes {list(FEATURES)}: "
+                "fit it again (python bench/bench_faults.py --calibration PATH)"
+            )
+        w = tuple(float(x) for x in self.weights)
+        if len(w) != len(FEATURES) or not all(math.isfinite(x) for x in w):
+            raise ArtifactError(f"calibration weights must be {len(FEATURES)} finite numbers, got {list(self.weights)}")
+        object.__setattr__(self, "weights", w)
+        object.__setattr__(self, "plants", tuple(self.plants))
+        digest = hashlib.sha256(json.dumps([w, list(self.plants)]).encode()).hexdigest()[:12]
+        object.__setattr__(self, "id", f"{self.name}-{digest}")
+
+    def check(self, plants: Sequence[str]) -> None:
+        """Refuse a site whose plants differ from the ones the map was fitted for."""
+        if tuple(plants) != self.plants:
+            raise ArtifactError(
+                f"calibration map {self.id} was fitted for plants {list(self.plants)}, the site has {list(plants)}: "
+                "fit one for this site, or remove rca.calibration (verdicts are then uncalibrated)"
+            )
+
+    def apply(self, x: ArrayLike) -> FloatArray:
+        """Probabilities (..., M) from features (..., M, F): softmax over the plants of ``x @ w``."""
+        return softmax(np.asarray(x, dtype=np.float64) @ np.asarray(self.weights))
+
+    def probabilities(self, evidence: Evidence, graph: InterdependencyGraph, settings: RCASettings) -> FloatArray:
+        """Calibrated P(root = k) (M,) at a verdict."""
+        return self.apply(features(evidence, graph, settings))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON artifact."""
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "id": self.id,
+            "features": list(self.features),
+            "weights": list(self.weights),
+            "plants": list(self.plants),
+            "fitted_on": dict(self.fitted_on),
+            "scores": dict(self.scores),
+        }
+
+    def to_json(self) -> str:
+        """The artifact as indented JSON text."""
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CalibrationMap:
+        """Validate an artifact (:class:`ArtifactError` naming what is wrong)."""
+        if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+            raise ArtifactError(f"not a calibration map (format {FORMAT})")
+        try:
+            weights = data["weights"]
+            plants = data["plants"]
+            if not isinstance(weights, list) or not isinstance(plants, list):
+                raise ArtifactError("calibration weights and plants must be lists")
+            if not all(isinstance(p, str) for p in plants) or not all(
+                isinstance(x, int | float) and not isinstance(x, bool) for x in weights
+            ):
+                raise ArtifactError("calibration plants must be names and weights numbers")
+            made = cls(
+                tuple(weights),
+                tuple(plants),
+                dict(data.get("fitted_on", {})),
+                dict(data.get("scores", {})),
+                tuple(data.get("features", ())),
+                str(data.get("name", "calibration")),
+            )
+        except KeyError as exc:
+            raise ArtifactError(f"calibration map without {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ArtifactError(f"calibration map field of the wrong type ({exc})") from None
+        if "id" in data and data["id"] != made.id:
+            raise ArtifactError(
+                f"calibration map id {data['id']!r} does not match its weights ({made.id}): edited by hand?"
+            )
+        return made
+
+    @classmethod
+    def from_json(cls, text: str) -> CalibrationMap:
+        """Parse an artifact's JSON text."""
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ArtifactError(f"calibration map is not JSON ({exc})") from None
+        return cls.from_dict(data)
+
+
+def fit(
+    x: ArrayLike,
+    truth: ArrayLike,
+    weight: ArrayLike,
+    plants: Sequence[str],
+    penalty: float = 1e-2,
+    **metadata: Any,
+) -> CalibrationMap:
+    """Fit the map on verdicts with known roots.
+
+    Parameters
+    ----------
+    x : (N, M, F) features of N verdicts (:func:`features`)
+    truth : (N, M) bool, the true roots of each verdict's incident (a set: any of them counts)
+    weight : (N,) weight of each verdict (e.g. 1 / verdicts of its run, so every run counts once)
+    plants : the site's plants (M)
+    penalty : L2 penalty on the weights, relative to the total weight
+    metadata : ``fitted_on``, ``scores``, ``name`` of the map
+
+    The loss is ``-sum_n weight_n log sum_{k in truth_n} P(root = k | x_n) + penalty W ||w||^2``
+    (W = sum of the weights), convex in ``w``; scipy's L-BFGS with the exact gradient.
+    """
+    X = np.asarray(x, dtype=np.float64)
+    T = np.asarray(truth, dtype=bool)
+    v = np.asarray(weight, dtype=np.float64)
+    if X.ndim != 3 or X.shape[2] != len(FEATURES) or T.shape != X.shape[:2] or v.shape != X.shape[:1]:
+        raise ValueError(f"features (N, M, {len(FEATURES)}), truth (N, M) and weight (N,) expected")
+    keep = T.any(axis=1)
+    X, T, v = X[keep], T[keep], v[keep]
+    total = float(v.sum()) or 1.0
+
+    def loss(w: FloatArray) -> tuple[float, FloatArray]:
+        # logits z (N, M); log P(k) = z_k - logsumexp(z); log P(truth) = logsumexp over the truth set
+        z = X @ w
+        top = z.max(axis=1, keepdims=True)
+        ez = np.exp(z - top)
+        p = ez / ez.sum(axis=1, keepdims=True)
+        pt = np.where(T, p, 0.0)
+        held = pt.sum(axis=1)
+        nll = -float(np.sum(v * np.log(np.maximum(held, 1e-300)))) + penalty * total * float(w @ w)
+        # d/dw -log sum_T p = sum_k (p_k - p_k 1[k in T] / held) x_k
+        r = p - pt / np.maximum(held, 1e-300)[:, None]
+        grad = np.einsum("n,nm,nmf->f", v, r, X) + 2.0 * penalty * total * w
+        return nll, grad
+
+    w0 = np.zeros(len(FEATURES))
+    w0[0] = 1.0  # start at the engine's own posterior
+    result = scipy.optimize.minimize(loss, w0, jac=True, method="L-BFGS-B")
+    return CalibrationMap(
+        tuple(result.x.tolist()),
+        tuple(plants),
+        metadata.get("fitted_on", {}),
+        metadata.get("scores", {}),
+        name=metadata.get("name", "calibration"),
+    )
+
+
+def expected_calibration_error(confidence: ArrayLike, correct: ArrayLike, weight: ArrayLike | None = None,
+                               bins: int = 10) -> float:  # fmt: skip
+    """ECE = sum over equal-width confidence bins of (bin weight share) x |accuracy - mean confidence|.
+
+    Examples
+    --------
+    >>> expected_calibration_error([0.9, 0.9, 0.6, 0.6], [1, 1, 1, 0])
+    0.1
+    """
+    table = reliability(confidence, correct, weight, bins)
+    total = sum(row["weight"] for row in table)
+    if not total:
+        return float("nan")
+    return float(sum(row["weight"] / total * abs(row["accuracy"] - row["confidence"]) for row in table))
+
+
+def reliability(
+    confidence: ArrayLike, correct: ArrayLike, weight: ArrayLike | None = None, bins: int = 10
+) -> list[dict[str, float]]:
+    """The reliability diagram's bins: for each non-empty bin of equal width in [0, 1], its lower and
+    upper edge, the (weighted) mean confidence, the share correct and the weight in it."""
+    c = np.asarray(confidence, dtype=np.float64)
+    y = np.asarray(correct, dtype=np.float64)
+    w = np.ones_like(c) if weight is None else np.asarray(weight, dtype=np.float64)
+    # bin b holds (b/bins, (b+1)/bins]; a confidence of exactly 0 goes to the first bin
+    b = np.clip(np.ceil(c * bins).astype(np.int64) - 1, 0, bins - 1)
+    rows = []
+    for k in range(bins):
+        sel = b == k
+        total = float(w[sel].sum())
+        if total <= 0:
+            continue
+        rows.append(
+            {
+                "low": k / bins,
+                "high": (k + 1) / bins,
+                "confidence": float(np.sum(w[sel] * c[sel]) / total),
+                "accuracy": float(np.sum(w[sel] * y[sel]) / total),
+                "weight": total,
+            }
+        )
+    return rows

@@ -1,0 +1,176 @@
+"""The verdict as issued: its candidate set, probabilities and reason (rca/explain.py, rca/calibration.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedrca.config import RCASettings
+from fedrca.contracts import Verdict
+from fedrca.contracts.reason import MAX_CANDIDATES
+from fedrca.exceptions import ArtifactError
+from fedrca.rca import InterdependencyGraph, engine_for
+from fedrca.rca.calibration import FEATURES, CalibrationMap, expected_calibration_error, features, fit, reliability
+from fedrca.rca.explain import candidate_set, describe, link, shortest_path
+
+CHAIN = ["p1", "p2", "p3"]
+
+
+def chain_graph() -> InterdependencyGraph:
+    return InterdependencyGraph.from_edges(CHAIN, [("p1", "p2"), ("p2", "p3")])
+
+
+def incident(engine, first: str = "p1", others: tuple[str, ...] = ("p2",), rows: int = 20) -> list[Verdict]:
+    """Quiet rows, then ``first`` alarms, the ``others`` 3 rows later (untrained plants: (1, 1))."""
+    out = []
+    for t in range(5 + rows):
+        on = {first} if 5 <= t < 8 else ({first, *others} if t >= 8 else set())
+        v = engine.update(t, {p: (1, 1) if p in on else (0, 0) for p in CHAIN})
+        out += [v] if v else []
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30), st.floats(0.05, 1.0))
+def test_the_candidate_set_is_the_smallest_that_reaches_the_level(weights, level):
+    p = np.array(weights)
+    if p.sum() > 0:
+        p = p / p.sum()
+    chosen = candidate_set(p, level)
+    held = p[chosen].sum()
+    assert len(chosen) <= MAX_CANDIDATES and len(set(chosen)) == len(chosen)
+    if len(chosen) < min(MAX_CANDIDATES, int((p > 0).sum())):
+        assert held >= level - 1e-9
+    # no smaller set reaches the level: the largest probabilities of one fewer plant do not
+    if chosen:
+        best = np.sort(p)[::-1][: len(chosen) - 1].sum()
+        assert best < level - 1e-9 or len(chosen) == 1
+
+
+def test_the_named_root_leads_its_set_even_when_another_plant_is_likelier():
+    assert candidate_set(np.array([0.3, 0.6, 0.1]), 0.9, first=0) == [0, 1]
+
+
+def test_an_issued_verdict_carries_its_set_and_reason():
+    engine = engine_for(CHAIN, chain_graph())
+    v = incident(engine)[-1]
+    assert v.root_cause == "p1" and v.candidates[0] == "p1" and v.calibration is None
+    assert len(v.probabilities) == len(v.candidates) and sum(v.probabilities) >= 0.9 - 1e-9
+    assert v.level == 0.9
+    reason = v.reason
+    assert [p.plant for p in reason.plants][:2] == ["p1", "p2"]
+    root, effect = reason.plant("p1"), reason.plant("p2")
+    assert root.onset == 0 and effect.onset == 3  # rows after the incident's first alarm
+    assert root.pair == (1, 1) and root.state == "root_candidate" and root.table == "" and root.link == ""
+    # P1's table on (1, 1) next to (1, 1) cannot tell: two root candidates
+    assert effect.table == "multiple_roots" and effect.link == "config path p1 > p2"
+    assert reason.plant("p3").onset is None and reason.plant("p3").share == 0.0
+    assert reason.runner_up in {"p2", "p3"} and reason.margin > 0
+    assert Verdict.decode(v.encode()) == v
+
+
+def test_the_reason_says_when_the_onset_order_decides():
+    v = incident(engine_for(CHAIN, InterdependencyGraph.complete(CHAIN)))[-1]
+    reason = v.reason
+    assert v.root_cause == "p1" and reason.runner_up == "p2"
+    assert "onset order decides" in reason.change and "p2 would be named had it alarmed first" in reason.change
+
+
+def test_the_reason_says_when_the_flags_decide():
+    engine = engine_for(["a", "b"], InterdependencyGraph.complete(["a", "b"]))
+    verdicts = []
+    for t in range(30):  # both from the same row; b comes and goes
+        row = {"a": (1, 1), "b": (1, 1) if t % 3 == 0 else (0, 0)}
+        verdicts += [v] if (v := engine.update(t, row)) else []
+    reason = verdicts[-1].reason
+    assert verdicts[-1].root_cause == "a" and "flags decide" in reason.change
+    assert reason.plant("b").link == "complete graph: every unit may affect every other"
+
+
+def test_a_declared_entry_is_explained_as_one():
+    plants = ["src", "a", "b"]
+    graph = InterdependencyGraph.from_edges(plants, [("src", "a"), ("a", "b")])
+    engine = engine_for(plants, graph, settings=RCASettings(unobserved_entry=["src"]))
+    rows = [{"src": (0, 0), "a": (1, 1) if t >= 5 else (0, 0), "b": (0, 0)} for t in range(20)]
+    v = [v for t, row in enumerate(rows) if (v := engine.update(t, row))][-1]
+    assert v.root_cause == "a"
+    assert v.reason.plant("src").link.startswith("declared unmeasured entry into a")
+
+
+def test_paths_and_links():
+    g = chain_graph()
+    assert shortest_path(g, 0, 2) == [0, 1, 2] and shortest_path(g, 2, 0) is None
+    assert link(g, 2, 0) == "no path from p3 in the config graph"
+
+
+def test_describe_reads_like_a_sentence():
+    v = incident(engine_for(CHAIN, chain_graph()))[-1]
+    text = describe(v, entries={"p2"})
+    first = text.splitlines()[0]
+    assert first.startswith("root cause p1 (p 1.00, uncalibrated); candidates at 0.90: p1 1.00")
+    assert "  p2: +3 rows" in text and "would change:" in text
+
+
+def calibrated_engine(weights: tuple[float, ...]) -> tuple:
+    engine = engine_for(CHAIN, chain_graph())
+    engine.calibration = CalibrationMap(weights, tuple(CHAIN), name="test")
+    return engine, incident(engine)
+
+
+def test_a_calibrated_verdict_names_its_map_and_its_probabilities_come_from_it():
+    tempered = (0.05,) + (0.0,) * (len(FEATURES) - 1)  # a high temperature: the engine's certainty cut down
+    engine, verdicts = calibrated_engine(tempered)
+    v = verdicts[-1]
+    assert v.calibration == engine.calibration.id and v.calibration.startswith("test-")
+    assert v.probabilities[0] < 0.9 and len(v.candidates) >= 2  # the set grows to reach the level
+    now = engine.explain()  # the current decision, annotated from the current evidence
+    expected = engine.calibration.apply(features(engine.snapshot(), engine.graph, engine.settings))
+    assert now.probabilities[0] == pytest.approx(expected[0], abs=1e-4)
+
+
+def test_the_map_is_an_artifact_that_refuses_what_it_was_not_made_for(tmp_path):
+    m = CalibrationMap((1.0,) + (0.5,) * (len(FEATURES) - 1), ("a", "b"), {"runs": 3}, {"ece": 0.02}, name="tep")
+    again = CalibrationMap.from_json(m.to_json())
+    assert again == m and again.id == m.id
+    with pytest.raises(ArtifactError, match="fitted for plants"):
+        m.check(["a", "c"])
+    data = json.loads(m.to_json())
+    data["weights"][0] = 2.0
+    with pytest.raises(ArtifactError, match="does not match"):
+        CalibrationMap.from_dict(data)
+    with pytest.raises(ArtifactError, match="features"):
+        CalibrationMap.from_dict({**json.loads(m.to_json()), "features": ["x"], "id": None} | {"id": m.id})
+    for bad in ("[1]", '{"format": "other"}', "{", '{"format": "fedrca-calibration/1", "weights": "x", "plants": []}'):
+        with pytest.raises(ArtifactError):
+            CalibrationMap.from_json(bad)
+
+
+def test_fitting_recovers_a_temperature():
+    """Verdicts whose engine posterior is over-confident: the fit finds the temperature that calibrates them."""
+    rng = np.random.default_rng(0)
+    n, M = 4000, 3
+    x = np.zeros((n, M, len(FEATURES)))
+    logits = rng.normal(0.0, 6.0, (n, M))  # the engine's log posteriors, 3x too sharp
+    x[:, :, 0] = logits - logits.max(axis=1, keepdims=True)
+    p_true = np.exp(logits / 3.0)
+    p_true /= p_true.sum(axis=1, keepdims=True)
+    root = np.array([rng.choice(M, p=row) for row in p_true])
+    truth = np.eye(M, dtype=bool)[root]
+    m = fit(x, truth, np.ones(n), ("a", "b", "c"), penalty=0.0)
+    assert m.weights[0] == pytest.approx(1 / 3, rel=0.15)
+    p = m.apply(x)
+    top = p.max(axis=1)
+    correct = p.argmax(axis=1) == root
+    assert expected_calibration_error(top, correct) < 0.03
+    raw = np.exp(x[:, :, 0]) / np.exp(x[:, :, 0]).sum(axis=1, keepdims=True)
+    assert expected_calibration_error(raw.max(axis=1), raw.argmax(axis=1) == root) > 0.1
+
+
+def test_reliability_bins():
+    rows = reliability([0.05, 0.15, 0.95, 0.95], [0, 1, 1, 0], bins=10)
+    assert [(r["low"], r["accuracy"], r["weight"]) for r in rows] == [(0.0, 0.0, 1.0), (0.1, 1.0, 1.0), (0.9, 0.5, 2.0)]
+    assert expected_calibration_error([0.95, 0.95], [1, 0], weight=[3, 1]) == pytest.approx(abs(0.75 - 0.95))

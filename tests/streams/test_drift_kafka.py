@@ -1,0 +1,158 @@
+"""Issue 36, acceptance 4: Kafka workers and ``fedrca replay`` give the same flags and verdicts across a refresh.
+
+A site with the re-baselining loop on (a refresh every 240 samples) streams the nominal TEP test
+file through a ``fedrca run`` worker (plant processors and the RCA, whose engine is then fitted on
+the nominal data as ``fedrca replay``'s) on the repository's broker. The worker is killed with
+SIGKILL after the first refresh and restarted: it reads the plants' history and baselines back from
+their history topics. Every flag (bits and parameter version) and every
+verdict must be those of ``fedrca replay`` on the same rows, and the history topics hold the
+plants' raw rows, so they must be read by nobody but the plant worker.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, site_config
+
+from fedrca.config import load_config
+from fedrca.connectors.kafka import ensure_site_topics, read_topic
+from fedrca.datasets.loader import load_frame
+from tests.kafka_broker import unique_name, wait_until
+from tests.streams.test_kafka_pipeline import _replay
+
+# a minute of an idle machine's time: make exhaustive; tests/streams/test_drift_agent.py is its fast twin in make test
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.exhaustive]
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "data" / "tep" / "d00.dat"
+STREAM = REPO / "data" / "tep" / "d00_te.dat"
+EVERY = 240
+#: a refresh every 240 samples: seqs 240, 480 and 720 of the 960-row file
+DRIFT = {"enabled": True, "every": EVERY, "window": EVERY, "history": 960, "min_rows": 100}
+
+
+def with_drift(path: Path, drift: dict[str, Any]) -> Path:
+    """The configuration file at ``path`` with its ``drift:`` section replaced by ``drift``."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["drift"] = drift
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+#: a refresh line of ``fedrca replay`` (stderr): plant, seq, outcome, version
+REFRESH = re.compile(r"plant (\S+): baseline refresh at seq (\d+): (\w+)(?: -> b(\d+))?")
+
+
+@pytest.fixture(scope="module")
+def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("drift")
+    bootstrap = kafka_broker.bootstrap
+    config_path = with_drift(site_config(tmp, unique_name("drift")), DRIFT)
+    config = load_config(config_path)
+    ensure_site_topics(bootstrap, config)
+    cluster = Cluster(config_path, bootstrap, TRAIN, tmp)
+    try:
+        # one worker with both roles (its RCA engine is fitted on the nominal data, as fedrca replay's); it fits its
+        # detectors while fedrca replay runs
+        cluster.add("w1", "plants,params,rca", ["--allowed-lateness", "2000"])
+        flags_out, verdicts_out = tmp / "flags.jsonl", tmp / "verdicts.jsonl"
+        replay = subprocess.run(
+            [sys.executable, "-m", "fedrca.cli", "replay", "--config", str(config_path), "--train", str(TRAIN),
+             "--input", str(STREAM), "--flags-out", str(flags_out), "--verdicts-out", str(verdicts_out)],
+            check=True, capture_output=True, text=True, cwd=REPO,
+        )  # fmt: skip
+        refreshes = [
+            (m.group(1), int(m.group(2)), m.group(3), None if m.group(4) is None else int(m.group(4)))
+            for m in REFRESH.finditer(replay.stdout + replay.stderr)
+        ]
+        site_name = config.site
+        wait_until(lambda: group_assignment(bootstrap, f"fedrca-{site_name}-plants") is not None, 300, "plant worker")
+        wait_until(lambda: group_assignment(bootstrap, f"fedrca-{site_name}-rca") is not None, 300, "RCA worker")
+        feeder = threading.Thread(target=_replay, args=(config, bootstrap, STREAM, "x9000"))
+        feeder.start()
+        flags_topic = config.topic("flags")
+        # past the first refresh (seq 240) of every plant: kill the plant worker, start it again
+        wait_until(lambda: count(bootstrap, flags_topic) >= 5 * 330, 180, "flags past the first refresh", interval=0.2)
+        flags_at_kill = count(bootstrap, flags_topic)
+        cluster.workers["w1"].kill9()
+        cluster.workers["w1"].start()
+        feeder.join(timeout=300)
+        want = {json.loads(line)["id"] for line in verdicts_out.read_text().splitlines()}
+        verdicts_topic = config.topic("verdicts")
+        wait_until(lambda: want <= {v["id"] for v in json_records(bootstrap, verdicts_topic)}, 300, "every verdict",
+                   interval=1.0)  # fmt: skip
+        wait_until(lambda: count(bootstrap, flags_topic) >= 5 * 960, 120, "every flag", interval=0.5)
+        wait_until(lambda: consumed_everything(bootstrap, f"fedrca-{site_name}-rca", flags_topic), 120, "the RCA")
+        rca_topics = {t for member in group_assignment(bootstrap, f"fedrca-{site_name}-rca") or [] for t in member}
+        history = {p: list(read_topic(bootstrap, config.topic("history", plant=p), timeout=30))
+                   for p in config.plant_names}  # fmt: skip
+        return {
+            "config": config,
+            "flags_at_kill": flags_at_kill,
+            "flags": json_records(bootstrap, flags_topic),
+            "verdicts": json_records(bootstrap, verdicts_topic),
+            "replay_flags": [json.loads(line) for line in flags_out.read_text().splitlines()],
+            "replay_verdicts": [json.loads(line) for line in verdicts_out.read_text().splitlines()],
+            "refreshes": refreshes,
+            "history": history,
+            "rca_topics": rca_topics,
+        }
+    except BaseException:
+        print(cluster.diagnostics())
+        raise
+    finally:
+        cluster.stop_all()
+
+
+def test_the_workers_refresh_where_replay_does_with_the_same_flags_and_verdicts(drift_run: dict[str, Any]) -> None:
+    run = drift_run
+    assert 5 * EVERY < run["flags_at_kill"] < 5 * 960, "the plant worker was killed after the first refresh"
+    # replay refreshed: plants changed their baselines at 240, 480 and 720
+    changed = [(plant, seq, version) for plant, seq, outcome, version in run["refreshes"]
+               if outcome in ("applied", "limited")]  # fmt: skip
+    assert {seq for _, seq, _ in changed} == {240, 480, 720}
+    seen: dict[tuple[str, int], tuple[int, int, str]] = {}
+    for f in run["flags"]:  # redeliveries must be identical
+        key, value = (f["plant"], f["seq"]), (f["zc"], f["za"], f["model_version"])
+        assert seen.setdefault(key, value) == value, f"a redelivered flag changed: {key}"
+    replayed = {(f["plant"], f["seq"]): (f["zc_pub"], f["za_pub"]) for f in run["replay_flags"]}
+    assert {k: v[:2] for k, v in seen.items()} == replayed
+    # the version each flag carries is the baseline it was scored with, as in the replay
+    for plant, seq, version in changed:
+        before = "proprietary" if version == 1 else f"proprietary+b{version - 1}"
+        assert seen[(plant, seq - 1)][2] == before
+        assert seen[(plant, seq)][2] == f"proprietary+b{version}"
+    by_id = {v["id"]: v for v in run["verdicts"]}
+    assert len(by_id) == len(run["verdicts"]), "a verdict was emitted twice"
+    assert by_id == {v["id"]: v for v in run["replay_verdicts"]}
+
+
+def test_the_history_topics_hold_the_plants_rows_and_only_their_worker_reads_them(drift_run: dict[str, Any]) -> None:
+    run = drift_run
+    config = run["config"]
+    frame = load_frame(config, STREAM)
+    for plant, records in run["history"].items():
+        latest = {r.key: r.value for r in records}
+        assert any(k.startswith(b"baseline/") for k in latest), plant
+        rows = [json.loads(v) for k, v in latest.items() if k.startswith(b"rows/")]
+        # bounded: one record per slot of 64 seqs (compaction keeps the newest of each)
+        assert 0 < len(rows) <= 960 // 64 + 2, plant
+        # what the plant kept is the rows it saw, exactly (the last chunk: seqs 896..959)
+        last = next(r for r in rows if r["chunk"] == 959 // 64)
+        sensors = config.plant(plant).sensors
+        values = np.frombuffer(base64.b64decode(last["y"]), dtype=np.float64).reshape(-1, len(sensors))
+        np.testing.assert_array_equal(values, frame[sensors].to_numpy()[896:960])
+    # the RCA worker's consumer group never subscribed to a history topic (taken while it ran)
+    history_topics = {config.topic("history", plant=p) for p in config.plant_names}
+    assert run["rca_topics"] and not run["rca_topics"] & history_topics
