@@ -109,6 +109,16 @@ def test_flag_epsilon_accepts_inf_spellings():
     assert parse_config({**base, "privacy": {"flag_epsilon": 2}}).privacy.flag_epsilon == 2.0
 
 
+def test_drift_durations_count_only_when_the_loop_runs():
+    """A fast site (0.2 s samples, an OPC UA plant) loads with the drift defaults while the loop is off; turned
+    on, its default 2-week history is refused naming the key."""
+    plants = [{"name": "p", "sensors": ["a"]}]
+    base = {"site": "s", "dataset": {"columns": ["a"], "sample_seconds": 0.2}, "plants": plants}
+    assert not parse_config(base).drift.enabled
+    with pytest.raises(ConfigError, match=r"drift: history .* must be at most"):
+        parse_config({**base, "drift": {"enabled": True}})
+
+
 def test_compress_columns_handles_gaps():
     assert compress_columns(["a1", "a2", "a4", "b"]) == "a1..a2, a4, b"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from fedrca.config.edge import TagAddress
@@ -23,6 +24,12 @@ class RecordingSink:
 
     def update(self, update: TagUpdate) -> None:
         self.all.append(tuple(update))  # type: ignore[arg-type]
+
+    def update_many(
+        self, tags: Sequence[int], values: Sequence[float], quality: Sequence[int], source_ts: Sequence[float]
+    ) -> None:
+        for tag, value, q, ts in zip(tags, values, quality, source_ts, strict=True):
+            self.update(TagUpdate(tag, None if math.isnan(value) else value, q, ts))
 
     def alive(self, tags: Sequence[int]) -> None:
         self.alive_calls.append(list(tags))

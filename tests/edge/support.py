@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,10 @@ class ListSink:
 
     def update(self, update: TagUpdate) -> None:
         self.updates.append(update)
+
+    def update_many(self, tags: Any, values: Any, quality: Any, source_ts: Any) -> None:
+        for tag, value, q, ts in zip(tags, values, quality, source_ts, strict=True):
+            self.update(TagUpdate(tag, None if math.isnan(value) else value, q, ts))
 
     def alive(self, tags: Any) -> None:
         self.alive_calls += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
+import threading
 import time
 
 import numpy as np
@@ -173,11 +174,13 @@ def test_simulate_to_mqtt_publishes_the_simulated_samples(mqtt_broker: MqttBroke
         else:
             seen.setdefault(message.topic.rsplit("/", 1)[1], []).append(orjson.loads(message.payload)["value"])
 
+    subscribed = threading.Event()
     sub.on_message = on_message
+    sub.on_subscribe = lambda *_: subscribed.set()
     sub.connect(host, int(port))
     sub.subscribe("spBv1.0/fedrca/+/+" if sparkplug else f"{base.site}/sim/+", qos=1)
     sub.loop_start()
-    time.sleep(0.3)
+    assert subscribed.wait(20), "the subscriber's SUBACK"
     try:
         argv = ["simulate", "--hours", "0.1", "--seed", "2", "--speed", "x3600", "--to", mqtt_broker.url]
         assert main(argv + (["--sparkplug"] if sparkplug else [])) == 0

@@ -18,7 +18,7 @@ from asyncua import ua
 from fedrca.edge.opcua import OpcuaSource
 from fedrca.edge.opcua_server import TagServer
 from fedrca.edge.runtime import EdgeRuntime
-from fedrca.edge.tags import Quality, TagMap
+from fedrca.edge.tags import Quality, TagMap, TagUpdate
 from tests.edge.support import site, wait_for
 
 G, B, M = int(Quality.GOOD), int(Quality.BAD), int(Quality.MISSING)
@@ -80,13 +80,14 @@ def test_hostile_values_one_line_and_a_metric_each_nothing_valid_lost(caplog):
             tags = TagMap(config, ["p"])
             index = {t.name: t.index for t in tags.tags}
             seen: dict[int, list] = {}
-            original = runtime.update
+            original_many = runtime.update_many
 
-            def update(u):
-                seen.setdefault(u.tag, []).append(u)
-                original(u)
+            def update_many(tags, values, quality, source_ts):  # what the source hands the runtime
+                for tag, value, q, ts in zip(tags, values, quality, source_ts, strict=True):
+                    seen.setdefault(tag, []).append(TagUpdate(tag, None if math.isnan(value) else value, q, ts))
+                original_many(tags, values, quality, source_ts)
 
-            runtime.update = update  # type: ignore[method-assign]
+            runtime.update_many = update_many  # type: ignore[method-assign]
             source = runtime.sources[0]
             assert isinstance(source, OpcuaSource)
             done = asyncio.Event()
@@ -164,6 +165,9 @@ def test_a_server_that_is_not_there_is_retried_with_one_line(caplog, bad_url_key
 
 class _NullSink:
     def update(self, update):
+        pass
+
+    def update_many(self, tags, values, quality, source_ts):
         pass
 
     def alive(self, tags):

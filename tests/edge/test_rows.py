@@ -143,3 +143,35 @@ def test_memory_is_bounded_and_rows_are_the_as_of_values(updates):
 def test_memory_is_bounded_and_rows_are_the_as_of_values_exhaustive(updates):
     """make exhaustive: the property above over many more examples."""
     test_memory_is_bounded_and_rows_are_the_as_of_values.hypothesis.inner_test(updates)
+
+
+_BATCH = st.lists(
+    st.tuples(
+        st.integers(0, 2),  # column
+        st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([math.nan, math.inf, -math.inf])),
+        st.sampled_from([G, B, S, M]),
+        st.one_of(st.floats(0, 30, allow_nan=False), st.just(math.nan)),  # source time (NaN: none)
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(_BATCH, st.floats(0, 30, allow_nan=False)), max_size=6), st.floats(0.1, 3.0))
+def test_update_many_is_update_one_by_one(batches, period):
+    """The batch path (the sources' hot path) keeps the same entries, counts and rows as one update at a time,
+    whatever the values, qualities, times (late, out of order, NaN) and periods."""
+    one, many = (RowAssembler(3, period=period, staleness=5.0, grace=0.1, anchor=0.3) for _ in range(2))
+    one.start(now=4.0)
+    many.start(now=4.0)
+    for batch, heard in sorted(batches, key=lambda b: b[1]):
+        for c, v, q, t in batch:
+            one.update(c, v, q, t, heard)
+        if batch:
+            c, v, q, t = (np.array(x) for x in zip(*batch, strict=True))
+            many.update_many(c.astype(np.intp), v.astype(float), q.astype(np.uint8), t.astype(float), heard)
+        assert repr(many._entries) == repr(one._entries) and many._heard == one._heard
+        assert (many.late, many.superseded) == (one.late, one.superseded)
+    for a, b in zip(one.due(40.0), many.due(40.0), strict=True):
+        assert (a.seq, a.ts, a.quality.tolist()) == (b.seq, b.ts, b.quality.tolist())
+        np.testing.assert_array_equal(a.values, b.values)

@@ -132,8 +132,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def _on_sigterm() -> Any:
-    """Make SIGTERM end the command as SIGINT does (``tests/cli/test_outputs.py``); the previous handler, or None
-    off the main thread (where Python cannot set one)."""
+    """Make SIGTERM end the command as SIGINT does (``tests/cli/test_signals_and_locks.py``); the previous
+    handler, or None off the main thread (where Python cannot set one)."""
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, _terminate)

@@ -301,7 +301,7 @@ def check_demo_options(args: argparse.Namespace) -> SimulationSpec:
 def _quiet_refresh_log() -> None:
     """The demo prints each file's refreshes itself (indented, after the file); the runtime's log lines of
     them (a worker's log) would say it twice."""
-    logging.getLogger("fedrca.streams.drift").setLevel(logging.ERROR)
+    logging.getLogger("fedrca.drift").setLevel(logging.ERROR)
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from fedrca.connectors.kafka import KafkaOptions, bootstrap_of, ensure_site_topi
 from fedrca.connectors.replay import Pacer
 from fedrca.edge.metrics import EdgeMetrics
 from fedrca.edge.publisher import RowPublisher
-from fedrca.edge.runtime import EdgeRuntime
+from fedrca.edge.runtime import EdgeRuntime, run_loop
 from fedrca.exceptions import ConfigError
 
 __all__ = ["edge_plants", "register", "with_source_urls"]
@@ -132,7 +132,7 @@ def _edge(args: argparse.Namespace) -> int:
         await runtime.run(until=ended)
 
     try:
-        asyncio.run(main())
+        run_loop(main())
     finally:
         publisher.close(timeout=10.0)
         metrics.close()

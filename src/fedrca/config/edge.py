@@ -194,9 +194,10 @@ class OpcuaSource(Strict):
     ``queue_size``: changes a monitored item keeps between two publishes (so a change and
     its return within one interval are both seen); ``timestamps``: which time orders a
     tag's values (``source``: the device's, ``server``: the server's, ``receive``: the
-    edge's clock when it arrives; a value stamped later than it arrived counts from its
-    arrival). ``username`` with the password from the environment variable
-    ``password_env`` (never from the file), or ``user_certificate`` + ``user_private_key``.
+    edge's clock when it arrives; only that timestamp is asked of the server, and a value
+    without it, or stamped later than it arrived, counts from its arrival). ``username`` with
+    the password from the environment variable ``password_env`` (never from the file), or
+    ``user_certificate`` + ``user_private_key``.
     ``watchdog_interval``: how often the session's health is probed; a session or
     subscription silent for ``watchdog_interval`` x 3 is torn down and created again.
     """

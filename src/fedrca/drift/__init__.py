@@ -7,7 +7,8 @@ that are far from any alarm (:mod:`fedrca.drift.guard`), moving the baseline a b
 step (:mod:`fedrca.drift.baseline`); :class:`BaselineKeeper` (:mod:`fedrca.drift.keeper`)
 is that loop around one plant's detector, with versioned baselines, pin and rollback.
 The cross-plant part's refresh is a federated training round whose releases the plant's
-whole-life ledger counts (:mod:`fedrca.drift.budget`).
+whole-life ledger counts (``drift.federated``: ``fedrca train --previous``,
+:func:`fedrca.training.federated.lifetime_of`).
 
 The streaming runtime (:mod:`fedrca.streams`) drives a keeper per plant and persists its
 history and baselines in the plant-private ``<site>.history.<plant>`` topic; ``fedrca

@@ -40,7 +40,7 @@ import math
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -92,7 +92,9 @@ class Reporter:
 
     A refusal is counted, handed to the sink (its metric) and logged once per tag and reason
     (a flood of one problem is one line and a count). What happens before :meth:`bind` (no
-    sink yet) is counted and not delivered.
+    sink yet) is counted and not delivered. Inside :meth:`batch` the updates are collected and
+    handed over in one :meth:`~fedrca.edge.source.TagSink.update_many` call when it ends (a batch
+    of messages is one call of the sink, not one per value).
     """
 
     def __init__(self, counters: SourceCounters, name: str, labels: dict[int, str] | None = None) -> None:
@@ -101,14 +103,39 @@ class Reporter:
         self.labels = labels or {}
         self.sink: TagSink | None = None
         self._reported: set[tuple[int, str]] = set()
+        self._open = False
+        self._tags: list[int] = []
+        self._values: list[float] = []
+        self._quality: list[int] = []
+        self._times: list[float] = []
 
     def bind(self, sink: TagSink) -> None:
         self.sink = sink
 
     def update(self, tag: int, value: float | None, quality: int, source_ts: float) -> None:
         self.counters.updates += 1
-        if self.sink is not None:
+        if self.sink is None:
+            return
+        if not self._open:
             self.sink.update(TagUpdate(tag, value, quality, source_ts))
+            return
+        self._tags.append(tag)
+        self._values.append(math.nan if value is None else value)
+        self._quality.append(quality)
+        self._times.append(source_ts)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Collect the updates made inside, hand them to the sink in one call at the end (in order)."""
+        self._open = True
+        try:
+            yield
+        finally:
+            self._open = False
+            if self._tags and self.sink is not None:
+                batch = self._tags, self._values, self._quality, self._times
+                self._tags, self._values, self._quality, self._times = [], [], [], []
+                self.sink.update_many(*batch)
 
     def alive(self, tags: Sequence[int]) -> None:
         if self.sink is not None and tags:
@@ -581,15 +608,18 @@ class MqttReader:
                 await vouch
 
     def handle(self, messages: list[Any]) -> None:
-        """Turn a batch of messages into tag updates (never raises for bad input)."""
+        """Turn a batch of messages into tag updates, handed to the sink as one batch (never raises for
+        bad input)."""
         now = self._clock()
-        for message in messages:
-            self.stats.messages += 1
-            topic = message.topic.value
-            routes = self.routes.get(topic)
-            if routes is None:
-                continue  # a retained message of a filter we no longer hold
-            self.on_payload(topic, message.payload, routes, now)
+        self.stats.messages += len(messages)
+        routes_of = self.routes
+        with self.report.batch():
+            for message in messages:
+                topic = message.topic.value
+                routes = routes_of.get(topic)
+                if routes is None:
+                    continue  # a retained message of a filter we no longer hold
+                self.on_payload(topic, message.payload, routes, now)
 
     def on_payload(self, topic: str, payload: Any, routes: list[JsonRoute], now: float) -> None:
         """One message of ``topic`` (its tags' ``routes``) arrived at ``now``."""
@@ -738,9 +768,10 @@ class SparkplugReader:
         """Hand a batch of messages to the host (never raises for bad input)."""
         now = self._clock()
         host = self.host
-        for message in messages:
-            self.stats.messages += 1
-            payload = message.payload
-            if not isinstance(payload, bytes | bytearray):
-                payload = b"" if payload is None else str(payload).encode()
-            host.on_message(message.topic.value, bytes(payload), now)
+        with self.report.batch():
+            for message in messages:
+                self.stats.messages += 1
+                payload = message.payload
+                if not isinstance(payload, bytes | bytearray):
+                    payload = b"" if payload is None else str(payload).encode()
+                host.on_message(message.topic.value, bytes(payload), now)

@@ -9,9 +9,11 @@ asyncua server started in the test process):
 * one subscription with a data-change filter on **status and value** (``StatusValue``): a
   status change without a value change is notified (``test_status_only_change``), a value
   stamped again with the same status and value is not (no flood);
-* each notification becomes a :class:`~fedrca.edge.tags.TagUpdate`: the value scaled into the
-  column's unit, the quality from the status code (Good -> good; Uncertain and Bad -> bad),
-  the time per ``timestamps`` (source, server or arrival); a value that is not a finite
+* each publish's changes go to the sink as one batch (:meth:`~fedrca.edge.source.TagSink.update_many`):
+  the value scaled into the column's unit, the quality from the status code (Good -> good;
+  Uncertain and Bad -> bad), the time per ``timestamps`` (source, server or arrival; only that
+  timestamp is asked of the server, and a value without it counts from its arrival; every
+  timestamp is a date asyncua decodes per change); a value that is not a finite
   number (a string, an array, NaN) is bad, reported once per tag and reason
   (``test_tag_of_the_wrong_type``);
 * every publish of the subscription (a change or a keep-alive) vouches for all its tags
@@ -47,7 +49,7 @@ from asyncua.crypto import security_policies
 from fedrca.config.edge import OpcuaSource as OpcuaSettings
 from fedrca.config.edge import OpcuaTag, parse_node_id
 from fedrca.edge.source import SourceCounters, TagSink
-from fedrca.edge.tags import Quality, Tag, TagUpdate
+from fedrca.edge.tags import Quality, Tag
 from fedrca.exceptions import ConfigError
 
 __all__ = ["OpcuaSource", "quality_of"]
@@ -362,7 +364,7 @@ class OpcuaSource:
                     RequestedParameters=parameters,
                 )
             )
-        results = await sub.create_monitored_items(requests) if requests else []
+        results = await self._create_items(client, sub, requests) if requests else []
         monitored = []
         for (tag, node), result in zip(found, results, strict=True):
             if isinstance(result, ua.StatusCode):
@@ -380,6 +382,21 @@ class OpcuaSource:
                 self._report(None, "unknown-node", problem)
         self._monitored = monitored
         self._keepalive_seconds = keepalive * s.publishing_interval
+
+    async def _create_items(
+        self, client: Client, sub: Subscription, requests: list[ua.MonitoredItemCreateRequest]
+    ) -> list[int | ua.StatusCode]:
+        """Create the monitored items asking only for the timestamp ``timestamps`` uses (Neither for
+        ``receive``): asyncua's ``Subscription.create_monitored_items`` asks for both, and each
+        timestamp is a date decoded per notification. The subscription's publishes come to
+        :meth:`_published` whatever its own item registry holds."""
+        params = ua.CreateMonitoredItemsParameters(
+            SubscriptionId=sub.subscription_id,
+            TimestampsToReturn=_TIMESTAMPS[self._stamp],
+            ItemsToCreate=requests,
+        )
+        results = await client.uaclient.create_monitored_items(params)
+        return [r.MonitoredItemId if r.StatusCode.is_good() else r.StatusCode for r in results]
 
     async def _watch(self, client: Client) -> None:
         """Return (raise _Lost) when the session or the subscription is gone."""
@@ -410,10 +427,16 @@ class OpcuaSource:
         sink.alive(self._monitored)
 
     def _changes(self, items: list[ua.MonitoredItemNotification], sink: TagSink) -> None:
+        """One notification's changes to ``sink`` as one batch (:meth:`TagSink.update_many`)."""
         handles = self._handles
         now = self._clock()
-        stamp = self._stamp
-        counters = self.counters
+        server_time = self._stamp == "server"
+        receive = self._stamp == "receive"
+        numeric = _NUMERIC
+        tags: list[int] = []
+        values: list[float] = []
+        qualities: list[int] = []
+        times: list[float] = []
         for item in items:
             tag = handles.get(item.ClientHandle)
             if tag is None:
@@ -427,36 +450,36 @@ class OpcuaSource:
             quality = _GOOD if status & _SEVERITY == 0 else _BAD
             variant = dv.Value
             raw = None if variant is None else variant.Value
-            value: float | None = None
+            value = math.nan
             if raw is not None:
-                vtype = variant.VariantType
-                if vtype in _NUMERIC and not isinstance(raw, list):
+                if variant.VariantType in numeric and not isinstance(raw, list):
                     number = float(raw)
                     if math.isfinite(number):
                         value = tag.scaled(number)
                         if not math.isfinite(value):
-                            value = None
+                            value = math.nan
                             self._report(tag.index, "out-of-range", f"{number!r} x scale overflows")
                     else:
                         self._report(tag.index, "non-finite", f"value {number!r}")
                 else:
-                    self._report(tag.index, "wrong-type", f"a {vtype.name}{'[]' if isinstance(raw, list) else ''}")
-                if value is None:
+                    what = f"a {variant.VariantType.name}{'[]' if isinstance(raw, list) else ''}"
+                    self._report(tag.index, "wrong-type", what)
+                if value != value:
                     quality = _BAD
             elif quality == _GOOD:
                 quality = _MISSING
-            if stamp == "source":
-                when = dv.SourceTimestamp or dv.ServerTimestamp
-            elif stamp == "server":
-                when = dv.ServerTimestamp or dv.SourceTimestamp
-            else:
-                when = None
+            # only the timestamp in use is asked of the server (_create_items); none: the arrival time
+            when = None if receive else (dv.ServerTimestamp if server_time else dv.SourceTimestamp)
             try:
                 ts = when.timestamp() if when is not None else now
             except (OverflowError, ValueError, OSError):  # a date outside what the platform converts
                 ts = now
-            counters.updates += 1
-            sink.update(TagUpdate(tag.index, value, quality, ts))
+            tags.append(tag.index)
+            values.append(value)
+            qualities.append(quality)
+            times.append(ts)
+        self.counters.updates += len(tags)
+        sink.update_many(tags, values, qualities, times)
 
     def _report(self, tag: int | None, reason: str, detail: str) -> None:
         self.counters.rejected += 1
@@ -469,6 +492,13 @@ class OpcuaSource:
             where = f"{self._by_index[tag].describe()}: " if tag is not None else ""
             log.warning("%s: %s%s (%s; logged once per tag and reason)", self.name, where, detail, reason)
 
+
+#: What each ``timestamps`` setting asks of the server with the monitored items.
+_TIMESTAMPS = {
+    "source": ua.TimestampsToReturn.Source,
+    "server": ua.TimestampsToReturn.Server,
+    "receive": ua.TimestampsToReturn.Neither,
+}
 
 #: The Objects folder (i=85), where browse paths start.
 _OBJECTS = ua.NodeId.from_string(f"i={ua.ObjectIds.ObjectsFolder}")

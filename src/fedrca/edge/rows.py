@@ -178,7 +178,7 @@ class RowAssembler:
 
         ``heard`` is when it arrived; the value holds from ``min(source_ts, heard)``.
         A value of None, or one that is not a finite number, is MISSING unless the quality
-        already says why it is unusable.
+        already says why it is unusable. :meth:`update_many` is the same for a batch.
         """
         if value is None or not math.isfinite(value):
             value = math.nan
@@ -190,12 +190,67 @@ class RowAssembler:
         if t != t:  # NaN source time: the arrival time
             t = heard
         bucket = self.seq_at(t)
-        entries = self._entries[column]
         if heard > self._heard[column]:
             self._heard[column] = heard
         if self._next is not None and bucket < self._next:
             self.late += 1
             bucket = self._next - 1  # it holds from the last closed row on
+        self._place(self._entries[column], bucket, t, value, quality)
+
+    def update_many(
+        self,
+        columns: NDArray[np.intp],
+        values: NDArray[np.float64],
+        quality: NDArray[np.uint8],
+        source_ts: NDArray[np.float64],
+        heard: float,
+    ) -> None:
+        """A batch of updates that arrived together at ``heard``: the same as :meth:`update` on each
+        in order (``tests/edge/test_rows.py::test_update_many_is_update_one_by_one``).
+
+        Parameters
+        ----------
+        columns : (n,) int, the column of each update
+        values : (n,) float64, in the columns' units (NaN: no value)
+        quality : (n,) uint8 quality codes
+        source_ts : (n,) float64, s: the time each value holds from (NaN: the arrival time)
+        heard : arrival time of the batch, s
+        """
+        n = len(columns)
+        if n == 0:
+            return
+        values = np.asarray(values, dtype=np.float64)
+        quality = np.array(quality, dtype=np.uint8)
+        # no finite value: MISSING unless the quality already says why; a value that is not good: NaN
+        void = ~np.isfinite(values)
+        quality[void & (quality == _GOOD)] = _MISSING
+        values = np.where(void | (quality != _GOOD), np.nan, values)
+        # t = min(source_ts, heard), NaN -> heard
+        ts = np.asarray(source_ts, dtype=np.float64)
+        t = np.where(ts <= heard, ts, heard)
+        # bucket = seq_at(t), exact against time_of as seq_at: k = ceil((t - anchor) / period), then
+        # one step down when t_(k-1) >= t, one up when t_k < t (the products in time_of's order)
+        k = np.ceil((t - self.anchor) / self.period)
+        k = np.where(self.anchor + (k - 1.0) * self.period >= t, k - 1.0, k)
+        k = np.where(self.anchor + k * self.period < t, k + 1.0, k)
+        buckets = k.astype(np.int64)
+        if self._next is not None:
+            late = buckets < self._next
+            if late.any():
+                self.late += int(late.sum())
+                buckets[late] = self._next - 1  # they hold from the last closed row on
+        heard_at = self._heard
+        entries = self._entries
+        place = self._place
+        for c, bucket, tc, value, q in zip(
+            columns.tolist(), buckets.tolist(), t.tolist(), values.tolist(), quality.tolist(), strict=True
+        ):
+            if heard > heard_at[c]:
+                heard_at[c] = heard
+            place(entries[c], bucket, tc, value, q)
+
+    def _place(self, entries: list[list[float]], bucket: int, t: float, value: float, quality: int) -> None:
+        """Keep the update in its column's ``entries`` (one per sample interval, the latest of each)."""
         if entries and entries[-1][0] >= bucket:
             last = entries[-1]
             if last[0] == bucket and last[1] <= t:

@@ -17,8 +17,9 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -35,9 +36,26 @@ from fedrca.edge.source import TagSource
 from fedrca.edge.tags import TagMap, TagUpdate
 from fedrca.exceptions import ConfigError
 
-__all__ = ["EdgeRuntime", "EdgeTiming", "build_sources"]
+__all__ = ["EdgeRuntime", "EdgeTiming", "build_sources", "run_loop"]
 
 log = logging.getLogger("fedrca.edge")
+
+T = TypeVar("T")
+#: batches of fewer updates go one by one (EdgeRuntime.updates)
+_SMALL_BATCH = 16
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` to completion on uvloop when it is installed (a dependency on POSIX), else on asyncio.
+
+    The edge's loop wakes for every protocol packet read (paho reads one MQTT packet per wake-up);
+    uvloop's wake-up is C where asyncio's is Python (``bench/bench_edge.py`` measures the edge on it).
+    """
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows: uvloop is not built there
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 @dataclass(frozen=True)
@@ -148,10 +166,16 @@ class EdgeRuntime:
         self._slots = [(p, c) for p in self.tags.plants for c in classes[p]]
         slot_of = {pc: i for i, pc in enumerate(self._slots)}
         self._route = [(self.assemblers[t.plant], t.column, slot_of[(t.plant, t.tag_class)]) for t in self.tags.tags]
+        # the same routes as arrays, for batches (update_many()): tag index -> plant number, column, counter slot
+        plant_number = {p: i for i, p in enumerate(self.tags.plants)}
+        self._by_number = [self.assemblers[p] for p in self.tags.plants]
+        self._tag_plant = np.array([plant_number[t.plant] for t in self.tags.tags], dtype=np.intp)
+        self._tag_column = np.array([t.column for t in self.tags.tags], dtype=np.intp)
+        self._tag_slot = np.array([slot_of[(t.plant, t.tag_class)] for t in self.tags.tags], dtype=np.intp)
         self._class_columns = {
             (p, c): np.array([t.column for t in self.tags.of_plant(p) if t.tag_class == c]) for p, c in self._slots
         }
-        self._counts = [0] * len(self._slots)
+        self._counts = np.zeros(len(self._slots), dtype=np.int64)
         self._late_seen = dict.fromkeys(self.tags.plants, 0)
         self._skipped_seen = dict.fromkeys(self.tags.plants, 0)
         self._dropped_seen = dict.fromkeys(self.tags.plants, 0)
@@ -173,6 +197,31 @@ class EdgeRuntime:
         assembler, column, slot = self._route[update.tag]
         assembler.update(column, update.value, update.quality, update.source_ts, self.clock())
         self._counts[slot] += 1
+
+    def update_many(
+        self, tags: Sequence[int], values: Sequence[float], quality: Sequence[int], source_ts: Sequence[float]
+    ) -> None:
+        """A source's batch of updates (parallel sequences; NaN: no value): into their plants' assemblers,
+        arrival time now, one call per plant (:meth:`~fedrca.edge.rows.RowAssembler.update_many`)."""
+        n = len(tags)
+        if n < _SMALL_BATCH:  # below it, numpy's fixed cost per call is more than the loop's
+            for tag, value, q, t in zip(tags, values, quality, source_ts, strict=True):
+                self.update(TagUpdate(tag, None if value != value else value, q, t))
+            return
+        now = self.clock()
+        index = np.asarray(tags, dtype=np.intp)
+        values_ = np.asarray(values, dtype=np.float64)
+        quality_ = np.asarray(quality, dtype=np.uint8)
+        ts = np.asarray(source_ts, dtype=np.float64)
+        columns = self._tag_column[index]
+        self._counts += np.bincount(self._tag_slot[index], minlength=len(self._counts))
+        if len(self._by_number) == 1:
+            self._by_number[0].update_many(columns, values_, quality_, ts, now)
+            return
+        plants = self._tag_plant[index]
+        for number in np.unique(plants).tolist():
+            mine = plants == number
+            self._by_number[number].update_many(columns[mine], values_[mine], quality_[mine], ts[mine], now)
 
     def alive(self, tags: Sequence[int]) -> None:
         """A source's keep-alive for ``tags``."""
@@ -244,7 +293,7 @@ class EdgeRuntime:
         m = self.metrics
         for i, (plant, tag_class) in enumerate(self._slots):
             if self._counts[i]:
-                m.edge_updates.labels(plant, tag_class).inc(self._counts[i])
+                m.edge_updates.labels(plant, tag_class).inc(int(self._counts[i]))
                 self._counts[i] = 0
         for plant, assembler in self.assemblers.items():
             if assembler.late > self._late_seen[plant]:

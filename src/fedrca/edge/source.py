@@ -30,6 +30,13 @@ class TagSink(Protocol):
     def update(self, update: TagUpdate) -> None:
         """One value of one tag (called from the event loop's thread, never blocks)."""
 
+    def update_many(
+        self, tags: Sequence[int], values: Sequence[float], quality: Sequence[int], source_ts: Sequence[float]
+    ) -> None:
+        """Values of several tags that arrived together, as parallel sequences (a value NaN when there
+        is none): the same as :meth:`update` on each in order, one call per notification or batch of
+        messages instead of one per value (the hot path of a subscription)."""
+
     def alive(self, tags: Sequence[int]) -> None:
         """The connection vouches now that the last values of ``tags`` still hold.
 

@@ -62,7 +62,7 @@ __all__ = ["PlantRuntime", "RCARuntime", "RuntimeSettings", "SensorBatch", "Site
 
 log = logging.getLogger("fedrca.streams")
 #: every refresh of a plant's baseline, one line (a refused one is a warning)
-refresh_log = logging.getLogger("fedrca.streams.drift")
+refresh_log = logging.getLogger("fedrca.drift")
 
 #: BLAS threads while a worker streams (:func:`streaming_threads`)
 STREAMING_BLAS_THREADS = 1
