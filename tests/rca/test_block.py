@@ -5,7 +5,9 @@
 blocks, with restarts from the saved state in between, over the settings that change the
 engine's path: horizon, heartbeat, onset slack, unseen entries, flag and level privacy,
 trained or untrained detectors (impossible pairs), fleet plants (no Z_a), severity levels,
-graphs, thresholds. Then on real flags: the recorded TEP files and the simulated fault library.
+graphs, thresholds, the incident's memory (gap, rows: quiet entry roots and the incident-order
+penalty, stepped row by row inside a block only while an incident is open) and a calibration map
+(the issued verdicts' probabilities, candidate sets and reasons are compared too). Then on real flags: the recorded TEP files and the simulated fault library.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from hypothesis import strategies as st
 from fedrca.config import RCASettings
 from fedrca.rca import InterdependencyGraph
 from fedrca.rca.block import cusum_block
+from fedrca.rca.calibration import FEATURES, CalibrationMap
 from fedrca.rca.engine import RCAEngine, default_state_rates, flag_model, severity_model
 from fedrca.rca.flagmodel import encode_states
 
@@ -94,7 +97,13 @@ def make_engine(M: int, options: dict) -> RCAEngine:
     augmented = [m not in options["fleet"] for m in range(M)]
     model = flag_model(s, nominal, options["eps"], options["trained"], augmented)
     severity = severity_model(s, options["levels"], options["level_eps"]) if options["levels"] else None
-    return RCAEngine(graphs[options["graph"]], model, s, site="s", severity=severity)
+    # a calibration map changes what an issued verdict carries (probabilities, candidate set), never when
+    calibration = (
+        CalibrationMap((1.0,) + (0.5,) * (len(FEATURES) - 1), tuple(plants), name="t")
+        if options["calibrated"]
+        else None
+    )
+    return RCAEngine(graphs[options["graph"]], model, s, site="s", severity=severity, calibration=calibration)
 
 
 options_strategy = st.fixed_dictionaries(
@@ -113,6 +122,7 @@ options_strategy = st.fixed_dictionaries(
         "graph": st.sampled_from(["complete", "chain", "empty"]),
         # the incident's memory (gap, rows): the default, and incidents that end and start within a stream
         "incident": st.sampled_from([(240, 10), (4, 1), (9, 3)]),
+        "calibrated": st.booleans(),
     }
 )
 
@@ -208,6 +218,7 @@ BASE = {
     "level_eps": math.inf,
     "graph": "complete",
     "incident": (240, 10),
+    "calibrated": False,
 }
 
 
