@@ -50,6 +50,7 @@ class Figure:
     extract: Callable[[str], str]
     files: tuple[str, ...]
     writes_file: bool = False  # the command writes its file itself (no block to replace)
+    fenced: bool = True  # False: the figure is Markdown (a table), set in the file as it is
 
 
 def demo_table(output: str) -> str:
@@ -83,6 +84,15 @@ def _whole(output: str) -> str:
     return output
 
 
+def soak_table(output: str) -> str:
+    """The Markdown table ``tools/soak.py`` prints at its end (from the line quoting its command)."""
+    lines = output.splitlines()
+    start = next((k for k, line in enumerate(lines) if line.startswith("`tools/soak.py")), None)
+    if start is None:
+        raise ValueError("tools/soak.py printed no table")
+    return "\n".join(line.rstrip() for line in lines[start:] if not line.startswith("soak: "))
+
+
 PYTHON = sys.executable
 FIGURES: dict[str, Figure] = {
     "demo-table": Figure(("fedrca", "demo", "--metrics-port", "0", "--out", "{tmp}/demo"), demo_table, ("README.md",)),
@@ -95,6 +105,10 @@ FIGURES: dict[str, Figure] = {
     ),
     "rca-candidates": Figure(
         (PYTHON, "bench/run.py", "rca_candidates"), bench_section("rca_candidates"), ("docs/rca.md",)
+    ),
+    "bench-sites": Figure((PYTHON, "bench/run.py", "sites"), bench_section("sites"), ("docs/sizing.md",), fenced=False),
+    "soak": Figure(
+        (PYTHON, "tools/soak.py", "--minutes", "60", "--rate", "1000"), soak_table, ("docs/streams.md",), fenced=False
     ),
     "faults": Figure((PYTHON, "bench/bench_faults.py"), _whole, ("docs/faults.md",), writes_file=True),
     "imperfect": Figure(
@@ -133,8 +147,8 @@ def _unfence(body: str) -> str:
     return "\n".join(lines)
 
 
-def replace(text: str, name: str, figure: str) -> str:
-    """``text`` with the body of figure ``name`` set to ``figure`` (fenced)."""
+def replace(text: str, name: str, figure: str, fenced: bool = True) -> str:
+    """``text`` with the body of figure ``name`` set to ``figure`` (fenced, unless ``fenced`` is False)."""
     found = False
 
     def sub(match: re.Match[str]) -> str:
@@ -142,7 +156,8 @@ def replace(text: str, name: str, figure: str) -> str:
         if match.group("name") != name:
             return match.group(0)
         found = True
-        return f"{match.group('open')}```\n{figure}\n```\n{match.group('close')}"
+        body = f"```\n{figure}\n```" if fenced else figure
+        return f"{match.group('open')}{body}\n{match.group('close')}"
 
     out = BLOCK.sub(sub, text)
     if not found:
@@ -179,7 +194,7 @@ def main(argv: list[str]) -> int:
                 continue
             differ.append(f"{rel}: {name}")
             if not args.check:
-                path.write_text(replace(text, name, fresh), encoding="utf-8")
+                path.write_text(replace(text, name, fresh, figure.fenced), encoding="utf-8")
     if differ:
         print(("differs: " if args.check else "updated: ") + "; ".join(differ))
     return 1 if differ and args.check else 0

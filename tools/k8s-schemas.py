@@ -7,14 +7,18 @@ access to Maven Central); ``make test`` only reads the files this writes, offlin
 * Strimzi ``KafkaTopic`` / ``KafkaUser`` CRDs: produced by Strimzi's own generator
   (``io.strimzi:crd-generator``) from its API model (``io.strimzi:api``) with the arguments of
   Strimzi's ``api/pom.xml``, so the files are the CRDs Strimzi installs (Apache-2.0).
+* KEDA ``ScaledObject`` / ``TriggerAuthentication`` CRDs: copied as they are from KEDA's Go module
+  (``github.com/kedacore/keda/v2``, its CRD bases, Apache-2.0) fetched with ``go mod download``
+  from the Go module proxy: the CRDs KEDA installs.
 * Prometheus Operator ``ServiceMonitor`` / ``PrometheusRule``: no registry ships those CRDs, so
   the JSON schema of fabric8's Java model of them (``io.fabric8:openshift-model-monitoring``,
   Apache-2.0) is converted to a strict JSON schema: unknown fields are refused (what
   ``kubectl apply --validate=strict`` does against the real CRD), int-or-string fields accept
   both, the Java-only annotations are dropped.
 
-Usage: ``tools/k8s-schemas.py`` (writes k8s/schemas/strimzi/*.yaml and
-k8s/schemas/prometheus-operator/monitoring.coreos.com_v1.json).
+Usage: ``tools/k8s-schemas.py`` (writes k8s/schemas/strimzi/*.yaml, k8s/schemas/keda/*.yaml and
+k8s/schemas/prometheus-operator/monitoring.coreos.com_v1.json); ``tools/k8s-schemas.py keda`` writes
+the KEDA CRDs alone (needs ``go`` only).
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "k8s" / "schemas"
 STRIMZI_VERSION = "0.45.0"
 FABRIC8_VERSION = "6.13.4"
+KEDA_MODULE = "github.com/kedacore/keda/v2"
+KEDA_VERSION = "v2.16.1"
+#: The CRDs of the resources k8s/components/keda uses
+KEDA_CRDS = ("keda.sh_scaledobjects.yaml", "keda.sh_triggerauthentications.yaml")
 
 POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -124,7 +132,24 @@ def monitoring_schema(jar: Path) -> None:
     (out / "monitoring.coreos.com_v1.json").write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n")
 
 
-def main() -> int:
+def keda_crds() -> None:
+    """KEDA's CRDs as its Go module ships them (``go mod download`` from the Go module proxy)."""
+    found = subprocess.run(
+        ["go", "mod", "download", "-json", f"{KEDA_MODULE}@{KEDA_VERSION}"], check=True, capture_output=True, text=True
+    )
+    module = Path(json.loads(found.stdout)["Dir"])
+    out = OUT / "keda"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in KEDA_CRDS:
+        (out / name).write_text((module / "config" / "crd" / "bases" / name).read_text(encoding="utf-8"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    which = (sys.argv[1:] if argv is None else argv) or ["all"]
+    keda_crds()
+    if which == ["keda"]:
+        print(f"k8s-schemas: wrote {OUT.relative_to(REPO)}/keda/*.yaml")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "pom.xml").write_text(POM.format(strimzi=STRIMZI_VERSION, fabric8=FABRIC8_VERSION))
@@ -134,7 +159,7 @@ def main() -> int:
         )
         strimzi_crds(work / "lib")
         monitoring_schema(work / "lib" / f"openshift-model-monitoring-{FABRIC8_VERSION}.jar")
-    print(f"k8s-schemas: wrote {OUT.relative_to(REPO)}/strimzi/*.yaml and prometheus-operator/*.json")
+    print(f"k8s-schemas: wrote {OUT.relative_to(REPO)}/strimzi/*.yaml, keda/*.yaml and prometheus-operator/*.json")
     return 0
 
 

@@ -7,23 +7,27 @@ Starts (or reuses, under a lease) the broker of ``tools/kafka/broker.py``, a fre
 (``--roles rca``), then replays the TEP fault files 01, 04, 05, 06 over and over (``seq``
 continuing, so the RCA sees one fault episode after the other and keeps issuing
 verdicts) into the sensors topics at ``--rate`` sensor messages per second (5 plants per
-row) on an absolute schedule, for ``--minutes``. Every ``--every`` seconds it prints and
-records one line:
+row) on an absolute schedule, for ``--minutes``. Every ``--kill-every`` minutes one worker
+(the plant worker and the RCA worker in turn) is killed with ``kill -9`` and started again
+at once with the same name and state directory, as a supervisor would. Every ``--every``
+seconds it samples:
 
 * **RSS** of each worker process (``/proc/<pid>/status`` VmRSS, MiB);
 * **consumer lag** of each worker's group: end offsets of its input topics minus the
-  group's committed offsets (records), and how many records behind the sensor stream the
-  plants' committed flags are;
-* **latency** of the interval: p50 / p99 of produce -> verdict (a ``read_committed``
-  consumer's receive time minus the send time of the last sensor message of the row the
-  verdict was issued at) and of produce -> flag committed (the flag's create time);
-* the messages sent and verdicts received in the interval.
+  group's committed offsets (records);
+* **latency**: produce -> verdict (a ``read_committed`` consumer's receive time minus the
+  send time of the last sensor message of the row the verdict was issued at) and produce ->
+  flag committed (the flag's create time).
 
-At the end: the first and last quarter's medians side by side and the slope of RSS per
-hour (least squares), so "flat or not" is one line. ``--json FILE`` writes every interval.
+Every ``--window`` minutes it prints a row; at the end, the table of docs/streams.md in
+markdown: per window the messages sent, verdicts, verdict p50 / p99, flag p99, each worker's
+RSS at the window's end, the most lag of each group and the kills; then each worker's RSS
+slope in MiB per 10 minutes (least squares with one intercept per process life, each life's
+first window left out) and every window's verdict p99 against the first window's.
+``--markdown FILE`` also writes the table, ``--json FILE`` every sample and window.
 
-    tools/soak.py --minutes 60 --rate 1000 --json soak.json     # the hour of docs/streams.md
-    tools/soak.py --minutes 2 --rate 1000 --every 10            # a quick look
+    tools/soak.py --minutes 60 --rate 1000 --markdown soak.md    # the hour of docs/streams.md
+    tools/soak.py --minutes 6 --window 1 --kill-every 2          # a short check of the tool
 
 Exit status 0 when the run completed (a worker that died or a lag that never came back
 is reported, and gives 1), 2 on a setup error.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -54,12 +59,13 @@ PLANTS_PER_ROW = 5  # config/tep.yaml
 
 
 class Worker:
-    """One ``fedrca run`` process (log in the work directory)."""
+    """One ``fedrca run`` process (log in the work directory); restartable with the same name and state."""
 
     def __init__(self, name: str, config: Path, bootstrap: str, roles: str, workdir: Path) -> None:
         self.name = name
         self.log = workdir / f"{name}.log"
-        command = [
+        self.starts = 0
+        self.command = [
             sys.executable,
             "-m",
             "fedrca.cli",
@@ -77,8 +83,18 @@ class Worker:
             "--data-dir",
             str(workdir / "state"),
         ]
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        self.start()
+
+    def start(self) -> None:
+        self.starts += 1
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        self.started = time.monotonic()
+
+    def kill9(self) -> None:
+        """SIGKILL (no shutdown, no final commit), then wait for the process to be gone."""
+        self.proc.kill()
+        self.proc.wait(timeout=60)
 
     def rss_mib(self) -> float:
         """Resident memory (MiB), NaN once the process is gone."""
@@ -222,12 +238,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="how long to stream (default 60)")
     parser.add_argument("--rate", type=float, default=1000.0, help="sensor messages per second (default 1000)")
-    parser.add_argument("--every", type=float, default=60.0, help="seconds per reported interval (default 60)")
-    parser.add_argument("--json", type=Path, default=None, help="write every interval to this file (JSON lines)")
+    parser.add_argument("--window", type=float, default=5.0, help="minutes per row of the table (default 5)")
+    parser.add_argument(
+        "--kill-every",
+        type=float,
+        default=10.0,
+        help="minutes between two kill -9 of a worker, plant and RCA worker in turn, each restarted at once "
+        "(default 10; 0: none)",
+    )
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between two samples (default 10)")
+    parser.add_argument("--json", type=Path, default=None, help="write every sample and window to this file")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the table to this file")
     parser.add_argument("--keep", type=Path, default=None, help="copy the workers' logs to this directory")
     args = parser.parse_args(argv)
-    if args.minutes <= 0 or args.rate <= 0 or args.every <= 0:
-        print("soak: --minutes, --rate and --every must be positive", file=sys.stderr)
+    if args.minutes <= 0 or args.rate <= 0 or args.every <= 0 or args.window <= 0 or args.kill_every < 0:
+        print(
+            "soak: --minutes, --rate, --window and --every must be positive, --kill-every not negative", file=sys.stderr
+        )
         return 2
     sys.path.insert(0, str(REPO / "src"))
     import logging
@@ -242,8 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     workers: list[Worker] = []
     readers: list[Reader] = []
     lags: list[Lag] = []
-    intervals: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []
+    windows: list[dict[str, Any]] = []
+    kills: list[dict[str, Any]] = []
     problem = None
+    began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     try:
         with tempfile.TemporaryDirectory(prefix="fedrca-soak-") as tmp:
             workdir = Path(tmp)
@@ -272,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=64 * 1024)
             print(
                 f"soak: broker {bootstrap}, site {site}, {args.rate:,.0f} sensor messages/s for {args.minutes:g} min, "
-                f"a line every {args.every:g} s; waiting for the workers to start",
+                f"a row every {args.window:g} min, a kill -9 every {args.kill_every:g} min; waiting for the workers",
                 flush=True,
             )
             # the workers fit their detectors and join their groups: send nothing until both read
@@ -293,23 +323,27 @@ def main(argv: list[str] | None = None) -> int:
             seq = 1
             t0 = time.monotonic()
             end = t0 + 60.0 * args.minutes
-            next_report = t0 + args.every
-            header = (
-                f"{'minute':>7}{'sent':>8}{'verdicts':>9}{'verdict p50':>12}{'p99 ms':>8}{'flag p50':>9}{'p99 ms':>8}"
-                f"{'plants RSS':>11}{'rca RSS':>9}{'plant lag':>10}{'rca lag':>8}"
-            )
-            print(header, flush=True)
+            next_sample = t0 + args.every
+            next_kill = t0 + 60.0 * args.kill_every if args.kill_every > 0 else math.inf
+            print(WINDOW_HEADER, flush=True)
+            window = Window(0.0)
             sent_in = 0
-            out = None if args.json is None else args.json.open("w", encoding="utf-8")
             while True:
                 now = time.monotonic()
-                if now >= next_report or now >= end:
-                    verdict_ms = [
+                if now >= next_kill:
+                    victim = workers[len(kills) % len(workers)]
+                    victim.kill9()
+                    victim.start()
+                    kills.append({"minute": (now - t0) / 60.0, "worker": victim.name})
+                    window.kills.append(victim.name)
+                    next_kill += 60.0 * args.kill_every
+                if now >= next_sample or now >= end:
+                    window.verdict_ms += [
                         (rcv - int(sent_ns[v["seq"]])) / 1e6
                         for rcv, _, v in readers[0].take()
                         if 0 < v["seq"] < len(sent_ns) and sent_ns[v["seq"]]
                     ]
-                    flag_ms = [
+                    window.flag_ms += [
                         ts - int(sent_ns[f["seq"]]) / 1e6
                         for _, ts, f in readers[1].take()
                         if 0 < f["seq"] < len(sent_ns) and sent_ns[f["seq"]]
@@ -317,26 +351,19 @@ def main(argv: list[str] | None = None) -> int:
                     point = {
                         "minute": (now - t0) / 60.0,
                         "sent": sent_in,
-                        "verdicts": len(verdict_ms),
-                        "verdict_ms": quantiles(verdict_ms),
-                        "flag_ms": quantiles(flag_ms),
                         "rss_mib": {w.name: w.rss_mib() for w in workers},
+                        "life": {w.name: w.starts for w in workers},
                         "lag": {"plants": lags[0].records(), "rca": lags[1].records()},
                         "load": os.getloadavg()[0],
                     }
-                    intervals.append(point)
-                    if out is not None:
-                        out.write(json.dumps(point) + "\n")
-                        out.flush()
-                    print(
-                        f"{point['minute']:>7.1f}{sent_in:>8}{len(verdict_ms):>9}{point['verdict_ms'][0]:>12.1f}"
-                        f"{point['verdict_ms'][1]:>8.1f}{point['flag_ms'][0]:>9.1f}{point['flag_ms'][1]:>8.1f}"
-                        f"{point['rss_mib']['plants']:>11.1f}{point['rss_mib']['rca']:>9.1f}"
-                        f"{point['lag']['plants']:>10}{point['lag']['rca']:>8}",
-                        flush=True,
-                    )
+                    samples.append(point)
+                    window.samples.append(point)
                     sent_in = 0
-                    next_report += args.every
+                    next_sample += args.every
+                    if point["minute"] >= window.start + args.window - 1e-9 or now >= end:
+                        windows.append(window.close(point["minute"]))
+                        print(window_line(windows[-1]), flush=True)
+                        window = Window(point["minute"])
                     if not all(w.alive() for w in workers):
                         problem = "a worker exited: " + ", ".join(w.name for w in workers if not w.alive())
                         break
@@ -344,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
                 delay = t0 + (seq - 1) * period - time.monotonic()
                 if delay > 0:
-                    time.sleep(min(delay, max(0.0, next_report - time.monotonic())))
+                    time.sleep(min(delay, max(0.0, min(next_sample, next_kill) - time.monotonic())))
                     continue
                 if seq >= len(sent_ns):
                     break  # the rows of the planned duration are sent
@@ -358,8 +385,6 @@ def main(argv: list[str] | None = None) -> int:
                 seq += 1
             producer.flush()
             producer.close()
-            if out is not None:
-                out.close()
             if args.keep is not None:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 for w in workers:
@@ -372,43 +397,125 @@ def main(argv: list[str] | None = None) -> int:
         for w in workers:
             w.stop()
         release_broker()
-    print(summary(intervals))
-    if problem is None and intervals and intervals[-1]["lag"]["plants"] > args.rate * args.every:
-        problem = "the plant worker's lag at the end is more than an interval's input"
+    command = "tools/soak.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    table = markdown(windows, samples, args, command, began)
+    print(table)
+    if args.markdown is not None:
+        args.markdown.write_text(table + "\n", encoding="utf-8")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"samples": samples, "windows": windows, "kills": kills}, indent=1))
+    if problem is None and samples and samples[-1]["lag"]["plants"] > args.rate * args.every:
+        problem = "the plant worker's lag at the end is more than a sample interval's input"
     if problem:
         print(f"soak: {problem}")
         return 1
     return 0
 
 
-def summary(intervals: list[dict[str, Any]]) -> str:
-    """First quarter against last quarter (medians over their intervals) and the RSS slope per hour."""
-    if len(intervals) < 4:
-        return "soak: too few intervals for a summary"
-    q = len(intervals) // 4
-    first, last = intervals[:q], intervals[-q:]
-    lines = ["soak summary (median over the first and the last quarter of the intervals):"]
+WINDOW_HEADER = (
+    f"{'minutes':>9}{'sent':>9}{'verdicts':>9}{'verdict p50':>12}{'p99 ms':>9}{'flag p99 ms':>12}"
+    f"{'plants RSS':>11}{'rca RSS':>9}{'plant lag':>10}{'rca lag':>9}  kills"
+)
 
-    def med(points: list[dict[str, Any]], get: Any) -> float:
-        values = [get(p) for p in points]
-        return float(np.nanmedian(values)) if np.isfinite(values).any() else float("nan")
 
-    for label, get in (
-        ("verdict p99 ms", lambda p: p["verdict_ms"][1]),
-        ("verdict p50 ms", lambda p: p["verdict_ms"][0]),
-        ("flag p99 ms", lambda p: p["flag_ms"][1]),
-        ("plant worker RSS MiB", lambda p: p["rss_mib"]["plants"]),
-        ("RCA worker RSS MiB", lambda p: p["rss_mib"]["rca"]),
-        ("plant group lag", lambda p: p["lag"]["plants"]),
-        ("RCA group lag", lambda p: p["lag"]["rca"]),
-    ):
-        lines.append(f"  {label:<24}{med(first, get):>10.1f}{med(last, get):>10.1f}")
-    # the first quarter is the warm-up (imports, the first batches, the RCA's memory filling)
-    minutes = np.array([p["minute"] for p in intervals[q:]])
+class Window:
+    """The samples and latencies of one row of the table."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.samples: list[dict[str, Any]] = []
+        self.verdict_ms: list[float] = []
+        self.flag_ms: list[float] = []
+        self.kills: list[str] = []
+
+    def close(self, end: float) -> dict[str, Any]:
+        last = self.samples[-1]
+
+        def most(group: str) -> int:
+            return max(p["lag"][group] for p in self.samples)
+
+        return {
+            "start": self.start,
+            "end": end,
+            "sent": sum(p["sent"] for p in self.samples),
+            "verdicts": len(self.verdict_ms),
+            "verdict_ms": quantiles(self.verdict_ms),
+            "flag_ms": quantiles(self.flag_ms),
+            "rss_mib": last["rss_mib"],
+            "lag_max": {"plants": most("plants"), "rca": most("rca")},
+            "kills": self.kills,
+            "load": float(np.mean([p["load"] for p in self.samples])),
+        }
+
+
+def window_line(w: dict[str, Any]) -> str:
+    return (
+        f"{w['start']:>4.0f}-{w['end']:<4.0f}{w['sent']:>9}{w['verdicts']:>9}{w['verdict_ms'][0]:>12.1f}"
+        f"{w['verdict_ms'][1]:>9.1f}{w['flag_ms'][1]:>12.1f}{w['rss_mib']['plants']:>11.1f}{w['rss_mib']['rca']:>9.1f}"
+        f"{w['lag_max']['plants']:>10}{w['lag_max']['rca']:>9}  {', '.join(w['kills']) or '-'}"
+    )
+
+
+def rss_slope(samples: list[dict[str, Any]], worker: str, warmup: float) -> float:
+    """MiB per 10 minutes: least squares of RSS on time with one intercept per life of the worker (a kill -9
+    starts a new process), each life's first ``warmup`` minutes left out (imports, first batches, the
+    RCA's memory of released rows filling). NaN without two kept samples in one life."""
+    lives: dict[int, list[tuple[float, float]]] = {}
+    for p in samples:
+        lives.setdefault(p["life"][worker], []).append((p["minute"], p["rss_mib"][worker]))
+    kept = {
+        life: [(t, r) for t, r in points if t - points[0][0] >= warmup and math.isfinite(r)]
+        for life, points in lives.items()
+    }
+    kept = {life: points for life, points in kept.items() if len(points) >= 2}
+    if not kept:
+        return float("nan")
+    rows, values = [], []
+    for k, points in enumerate(kept.values()):
+        for t, r in points:
+            rows.append([t] + [1.0 if j == k else 0.0 for j in range(len(kept))])
+            values.append(r)
+    coef = np.linalg.lstsq(np.array(rows), np.array(values), rcond=None)[0]
+    return float(coef[0]) * 10.0
+
+
+def markdown(windows: list[dict[str, Any]], samples: list[dict[str, Any]], args: Any, command: str, began: str) -> str:
+    """The table of docs/streams.md: one row per window, then the RSS slopes and the p99 against the first window."""
+    lines = [
+        f"`{command}` ({began}, load average {np.mean([w['load'] for w in windows]) if windows else float('nan'):.2f} "
+        f"over the run; RSS in MiB, lag in records (the most in the window), latency in ms):",
+        "",
+        "| minutes | sent | verdicts | verdict p50 / p99 | flag p99 | RSS plant / RCA | lag plant / RCA | kill -9 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for w in windows:
+        lines.append(
+            f"| {w['start']:.0f}-{w['end']:.0f} | {w['sent']:,} | {w['verdicts']} | "
+            f"{w['verdict_ms'][0]:,.0f} / {w['verdict_ms'][1]:,.0f} | {w['flag_ms'][1]:,.0f} | "
+            f"{w['rss_mib']['plants']:.0f} / {w['rss_mib']['rca']:.0f} | "
+            f"{w['lag_max']['plants']:,} / {w['lag_max']['rca']:,} | {', '.join(w['kills']) or '-'} |"
+        )
+    warmup = args.window
+    lines.append("")
     for name in ("plants", "rca"):
-        rss = np.array([p["rss_mib"][name] for p in intervals[q:]])
-        slope = float(np.polyfit(minutes, rss, 1)[0]) * 60.0
-        lines.append(f"  {name} RSS slope: {slope:+.1f} MiB per hour (least squares after the first quarter)")
+        slope = rss_slope(samples, name, warmup)
+        lines.append(
+            f"* RSS slope of the {'plant' if name == 'plants' else 'RCA'} worker: {slope:+.2f} MiB per 10 min "
+            f"(least squares, one intercept per process life, each life's first {warmup:g} min left out)"
+        )
+    if windows:
+        first = windows[0]["verdict_ms"][1]
+        calm = [w["verdict_ms"][1] / first for w in windows[1:] if not w["kills"] and math.isfinite(w["verdict_ms"][1])]
+        killed = [w["verdict_ms"][1] / first for w in windows if w["kills"] and math.isfinite(w["verdict_ms"][1])]
+
+        def most(ratios: list[float]) -> str:
+            return f"{max(ratios):.2f}x" if ratios else "n/a"
+
+        lines.append(
+            f"* verdict p99 per window against the first ({first:,.0f} ms): at most {most(calm)} in the windows "
+            f"without a kill, {most(killed)} in those with one (the killed worker's restart and its group's "
+            "rebalance)"
+        )
     return "\n".join(lines)
 
 

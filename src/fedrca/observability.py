@@ -101,6 +101,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, make_wsgi_app
 from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.metrics_core import Metric as PrometheusMetric
 from prometheus_client.utils import floatToGoString
 
 from fedrca.exceptions import ConfigError, FedrcaError
@@ -139,6 +140,7 @@ __all__ = [
     "TIME_REASONS",
     "DetectionLike",
     "Metrics",
+    "SiteMetrics",
     "numeric_version",
 ]
 
@@ -321,7 +323,89 @@ class _BatchHistogram:
         yield family
 
 
-class Metrics:
+class _Exposition:
+    """``/metrics`` of a registry and the ``/healthz`` / ``/readyz`` probes over HTTP (:meth:`serve`)."""
+
+    registry: CollectorRegistry
+
+    def __init__(self) -> None:
+        self._server: Any = None
+        self._server_thread: threading.Thread | None = None
+        self._probes: dict[str, Probe | None] = {}
+
+    def set_probes(self, live: Probe | None = None, ready: Probe | None = None) -> None:
+        """The checks behind ``/healthz`` (liveness) and ``/readyz`` (readiness) of :meth:`serve`.
+
+        A probe returns ``(ok, detail)``; without one the endpoint answers 200 while the
+        server runs.
+        """
+        self._probes = {"/healthz": live, "/readyz": ready}
+
+    def serve(self, port: int = 0, addr: str = "127.0.0.1") -> int:
+        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` over HTTP from a daemon thread.
+
+        ``/metrics`` is ``prometheus_client``'s exposition of this registry; the probes
+        answer 200 or 503 with a one-line reason (:meth:`set_probes`), for a
+        Kubernetes liveness and readiness check on the same port.
+
+        Parameters
+        ----------
+        port : int, default 0
+            TCP port; 0 picks a free one.
+        addr : str, default "127.0.0.1"
+            Address to bind (``"0.0.0.0"`` for every interface, e.g. in a pod).
+
+        Returns
+        -------
+        int
+            The port actually bound.
+
+        Raises
+        ------
+        FedrcaError
+            If this object is already serving.
+        OSError
+            If the address cannot be bound.
+        """
+        if self._server is not None:
+            raise FedrcaError(f"metrics already served on port {self.port}; call close() first")
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "/")
+            if path in ("/healthz", "/readyz"):
+                probe = self._probes.get(path)
+                ok, detail = (True, "ok") if probe is None else probe()
+                start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [detail.encode() + b"\n"]
+            if path in ("/", "/metrics"):
+                return list(metrics_app(environ, start_response))
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: /metrics, /healthz, /readyz\n"]
+
+        server = make_server(addr, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
+        thread = threading.Thread(target=server.serve_forever, name="fedrca-metrics", daemon=True)
+        thread.start()
+        self._server, self._server_thread = server, thread
+        return int(server.server_port)
+
+    @property
+    def port(self) -> int | None:
+        """Port served by :meth:`serve`, or None when not serving."""
+        return None if self._server is None else int(self._server.server_port)
+
+    def close(self) -> None:
+        """Stop the HTTP server started by :meth:`serve` (no-op when not serving)."""
+        server, thread = self._server, self._server_thread
+        self._server, self._server_thread = None, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+
+class Metrics(_Exposition):
     """The Prometheus metrics of one fedrca worker, in a registry of its own.
 
     Parameters
@@ -350,15 +434,13 @@ class Metrics:
     """
 
     def __init__(self, plants: Iterable[str] = (), registry: CollectorRegistry | None = None) -> None:
+        super().__init__()
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self._lock = threading.Lock()
         self._plants: dict[str, None] = {}  # insertion-ordered set
         self._versions: dict[str, str] = {}
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
-        self._server: Any = None
-        self._server_thread: threading.Thread | None = None
-        self._probes: dict[str, Probe | None] = {}
 
         self.messages_in = Counter(
             "fedrca_messages_in_total",
@@ -1006,73 +1088,51 @@ class Metrics:
         """
         return self.registry.get_sample_value(name, labels)
 
-    def set_probes(self, live: Probe | None = None, ready: Probe | None = None) -> None:
-        """The checks behind ``/healthz`` (liveness) and ``/readyz`` (readiness) of :meth:`serve`.
 
-        A probe returns ``(ok, detail)``; without one the endpoint answers 200 while the
-        server runs.
-        """
-        self._probes = {"/healthz": live, "/readyz": ready}
+class SiteMetrics(_Exposition):
+    """The metrics of a worker of several sites on one endpoint: each site's series with a ``site`` label.
 
-    def serve(self, port: int = 0, addr: str = "127.0.0.1") -> int:
-        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` over HTTP from a daemon thread.
+    Every site keeps its own :class:`Metrics` (its runtimes record into it); :meth:`serve`
+    exposes the union, one family per metric name, each sample labelled with its site.
 
-        ``/metrics`` is ``prometheus_client``'s exposition of this registry; the probes
-        answer 200 or 503 with a one-line reason (:meth:`set_probes`), for a
-        Kubernetes liveness and readiness check on the same port.
+    Examples
+    --------
+    >>> a, b = Metrics(plants=["p"]), Metrics(plants=["p"])
+    >>> a.record_messages_in("plant", "p", 2)
+    >>> b.record_messages_in("plant", "p", 5)
+    >>> text = SiteMetrics({"north": a, "south": b}).exposition()
+    >>> for line in text.splitlines():
+    ...     if line.startswith("fedrca_messages_in_total"):
+    ...         print(line)
+    fedrca_messages_in_total{plant="p",site="north",stage="plant"} 2.0
+    fedrca_messages_in_total{plant="p",site="south",stage="plant"} 5.0
+    """
 
-        Parameters
-        ----------
-        port : int, default 0
-            TCP port; 0 picks a free one.
-        addr : str, default "127.0.0.1"
-            Address to bind (``"0.0.0.0"`` for every interface, e.g. in a pod).
+    def __init__(self, sites: Mapping[str, Metrics]) -> None:
+        super().__init__()
+        self.sites = dict(sites)
+        self.registry = CollectorRegistry()
+        self.registry.register(_SitesCollector(self.sites))
 
-        Returns
-        -------
-        int
-            The port actually bound.
+    def exposition(self) -> str:
+        """The text ``/metrics`` serves."""
+        return generate_latest(self.registry).decode()
 
-        Raises
-        ------
-        FedrcaError
-            If this object is already serving.
-        OSError
-            If the address cannot be bound.
-        """
-        if self._server is not None:
-            raise FedrcaError(f"metrics already served on port {self.port}; call close() first")
-        metrics_app = make_wsgi_app(self.registry)
 
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            path = environ.get("PATH_INFO", "/")
-            if path in ("/healthz", "/readyz"):
-                probe = self._probes.get(path)
-                ok, detail = (True, "ok") if probe is None else probe()
-                start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-                return [detail.encode() + b"\n"]
-            if path in ("/", "/metrics"):
-                return list(metrics_app(environ, start_response))
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"not found: /metrics, /healthz, /readyz\n"]
+class _SitesCollector:
+    """Collects every site's registry, one family per name, each sample labelled with its site."""
 
-        server = make_server(addr, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
-        thread = threading.Thread(target=server.serve_forever, name="fedrca-metrics", daemon=True)
-        thread.start()
-        self._server, self._server_thread = server, thread
-        return int(server.server_port)
+    def __init__(self, sites: Mapping[str, Metrics]) -> None:
+        self._sites = sites
 
-    @property
-    def port(self) -> int | None:
-        """Port served by :meth:`serve`, or None when not serving."""
-        return None if self._server is None else int(self._server.server_port)
-
-    def close(self) -> None:
-        """Stop the HTTP server started by :meth:`serve` (no-op when not serving)."""
-        server, thread = self._server, self._server_thread
-        self._server, self._server_thread = None, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
+    def collect(self) -> Iterator[PrometheusMetric]:
+        merged: dict[str, PrometheusMetric] = {}
+        for site, metrics in self._sites.items():
+            for family in metrics.registry.collect():
+                out = merged.get(family.name)
+                if out is None:
+                    out = merged[family.name] = PrometheusMetric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
+                out.samples += [sample._replace(labels={**sample.labels, "site": site}) for sample in family.samples]
+        return iter(merged.values())

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrca.contracts import FlagMessage, decode_sensor, decode_sensors, encode, encode_flags
+from fedrca.contracts import FlagMessage, decode_flag, decode_flags, decode_sensor, decode_sensors, encode, encode_flags
 from fedrca.exceptions import MessageError
 
 COUNTS = {"feed": 3, "reactor": 2}
@@ -175,3 +175,91 @@ flags = st.builds(
 @given(st.lists(flags, max_size=8))
 def test_flag_encoding_is_byte_identical_to_the_contract(batch):
     assert encode_flags(batch) == [encode(f.to_dict()) for f in batch]
+
+
+# -- the RCA worker's flag decoder ------------------------------------------------------------------
+PLANTS = {"feed", "reactor"}
+
+
+def flag_one_by_one(raws):
+    out = []
+    for raw in raws:
+        try:
+            out.append(decode_flag(raw, "tep", PLANTS, now=NOW))
+        except MessageError as err:
+            out.append(err)
+    return out
+
+
+def same_flags(batch, single):
+    assert len(batch) == len(single)
+    for b, s in zip(batch, single, strict=True):
+        if isinstance(s, MessageError):
+            assert isinstance(b, MessageError) and (b.reason, b.detail) == (s.reason, s.detail)
+        else:
+            assert b == s and [type(getattr(b, f)) for f in ("ts", "eps", "level_eps")] == [float, float, float]
+
+
+def flag_raw(**changes):
+    doc = {"site": "tep", "plant": "feed", "ts": 540.0, "seq": 3, "zc": 1, "za": 0, "eps": None, "model_version": "v"}
+    doc.update(changes)
+    return json.dumps({k: v for k, v in doc.items() if v is not DROP}).encode()
+
+
+DROP = object()
+FLAG_CASES = [
+    flag_raw(),
+    flag_raw(level=2, level_eps=None),
+    flag_raw(level=0, level_eps=1.5),
+    flag_raw(level=None, level_eps=None),
+    flag_raw(eps=2),
+    flag_raw(eps="2.5"),
+    flag_raw(withheld=True, zc=0, za=0),
+    flag_raw(withheld=True),
+    flag_raw(zc=True),
+    flag_raw(zc=2),
+    flag_raw(za=0.0),
+    flag_raw(seq=True),
+    flag_raw(seq=-1),
+    flag_raw(ts=-1),
+    flag_raw(ts=NOW + 2 * 86_400),
+    flag_raw(level=-1, level_eps=None),
+    flag_raw(level=True, level_eps=None),
+    flag_raw(model_version=7),
+    flag_raw(model_version=DROP),
+    flag_raw(site="other"),
+    flag_raw(plant="boiler"),
+    flag_raw(extra=1),
+    b'{"site":"tep","plant":"feed","ts":1,"seq":1,"zc":1,"za":1,"eps":1' + b"0" * 30 + b',"model_version":"v"}',
+    b'{"site":"tep","plant":"feed","ts":1,"seq":1' + b"0" * 30 + b',"zc":1,"za":1,"eps":null,"model_version":"v"}',
+    b'{"site":"tep","plant":"feed","ts":NaN,"seq":1,"zc":1,"za":1,"eps":null,"model_version":"v"}',
+    b'{"site":"tep","plant":"feed","ts":1,"seq":1,"zc":1,"za":1,"eps":NaN,"model_version":"v"}',
+    b'{"site":"tep","plant":"feed","ts":1,"seq":1,"zc":1,"za":1,"eps":1' + b"0" * 400 + b',"model_version":"v"}',
+    b'{"site":"tep","plant":"feed","plant":"reactor","ts":1,"seq":1,"zc":1,"za":1,"eps":null,"model_version":"v"}',
+    b"[1]",
+    b"{",
+    b"\xef\xbb\xbf" + flag_raw(),
+    flag_raw().decode().encode("utf-16"),
+]
+
+
+def test_every_flag_case_decodes_as_one_by_one():
+    same_flags(decode_flags(FLAG_CASES, "tep", PLANTS, now=NOW), flag_one_by_one(FLAG_CASES))
+    assert decode_flags([], "tep", PLANTS) == []
+
+
+flag_docs = st.dictionaries(
+    st.sampled_from(
+        ["site", "plant", "ts", "seq", "zc", "za", "eps", "model_version", "level", "level_eps", "withheld"]
+    ),
+    st.one_of(
+        numbers, st.sampled_from(["tep", "feed", "reactor", "v", "1.5"]), st.integers(0, 3), st.integers(2**62, 2**70)
+    ),
+).map(lambda extra: {**json.loads(flag_raw()), **extra})
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.lists(flag_docs, max_size=10))
+def test_random_flag_batches_decode_exactly_as_one_by_one(docs):
+    raws = [json.dumps(d).encode() for d in docs]
+    same_flags(decode_flags(raws, "tep", PLANTS, now=NOW), flag_one_by_one(raws))

@@ -2,8 +2,8 @@
 
 Built-in kinds are validated with the Kubernetes JSON schemas of ``kubernetes-validate`` (strict:
 unknown fields are errors); the custom resources with the schemas vendored under ``k8s/schemas/``
-(see its README for their sources): Strimzi's CRDs (openAPIV3Schema converted to JSON schema,
-unknown fields refused like ``kubectl --validate=strict`` does) and the Prometheus Operator
+(see its README for their sources): Strimzi's and KEDA's CRDs (openAPIV3Schema converted to JSON
+schema, unknown fields refused like ``kubectl --validate=strict`` does) and the Prometheus Operator
 resources' JSON schema.
 """
 
@@ -28,7 +28,12 @@ from referencing import Registry, Resource
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
 SCHEMAS = K8S / "schemas"
-KUSTOMIZATIONS = {"base": K8S / "base", "example-site": K8S / "overlays" / "example-site"}
+KUSTOMIZATIONS = {
+    "base": K8S / "base",
+    "example-site": K8S / "overlays" / "example-site",
+    # the example site with its worker groups scaled on consumer lag by KEDA (k8s/components/keda)
+    "example-site-keda": K8S / "overlays" / "example-site-keda",
+}
 
 #: Oldest Kubernetes the manifests support (autoscaling/v2, policy/v1, CronJob timeZone are GA).
 MIN_KUBERNETES = "1.27"
@@ -176,7 +181,7 @@ def _openapi_to_jsonschema(node: Any) -> Any:
 @functools.cache
 def _custom_validators() -> dict[tuple[str, str], jsonschema.protocols.Validator]:
     validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
-    for path in sorted((SCHEMAS / "strimzi").glob("*.yaml")):
+    for path in sorted([*(SCHEMAS / "strimzi").glob("*.yaml"), *(SCHEMAS / "keda").glob("*.yaml")]):
         crd = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:

@@ -60,8 +60,8 @@ def test_every_container_runs_a_real_fedrca_command(rendered, site_config, kusto
         args = build_parser().parse_args(argv)  # exits (fails the test) on an unknown option
         seen.add(args.command)
         mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
-        config_dir = str(Path(args.config).parent)
-        assert config_dir in mounts, f"{name}: --config {args.config} is not on a mounted volume"
+        for config in args.config if isinstance(args.config, list) else [args.config]:  # run: once per site
+            assert str(Path(config).parent) in mounts, f"{name}: --config {config} is not on a mounted volume"
         if args.command == "run":
             ports = {p["name"]: p["containerPort"] for p in container["ports"]}
             assert args.metrics_addr == "0.0.0.0", f"{name}: a pod's metrics must be reachable"

@@ -66,6 +66,16 @@ def test_trained_run_uses_the_configured_graph_and_trained_parameters(trained_si
     assert trained_site.engine.model.separation != (0.0,)
 
 
+@pytest.mark.parametrize(("which", "fault"), [("trained_site", "01"), ("untrained_site", "05")])
+def test_blocks_equal_rows_on_the_recorded_faults(request, repo, which, fault):
+    """The RCA worker's engine on blocks gives the per-row engine's verdicts on the recorded files (issue 32;
+    every file at both flag epsilons: tests/rca/test_block.py, make exhaustive)."""
+    from tests.rca.test_block import blocks_equal_rows_on
+
+    site = request.getfixturevalue(which)
+    assert blocks_equal_rows_on(site, run_pipeline(site, repo / f"data/tep/d{fault}_te.dat"), seed=int(fault)) > 20
+
+
 @pytest.mark.xfail(
     strict=True, reason="known miss: fault 01 is named the stripper, the feed is only a candidate (docs/rca.md)"
 )

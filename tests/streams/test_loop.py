@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -67,23 +66,38 @@ class Crash(BaseException):
 
 @dataclass
 class Txn:
-    records: list[tuple[str, int, bytes | None, bytes]] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
     dead: list[tuple[int, bytes, Any]] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+@dataclass
+class Entry:
+    """A record in a log: its place is taken when it is sent; it is visible once its transaction commits."""
+
+    key: bytes | None
+    value: bytes
+    status: str = "open"  # open, committed, aborted
 
 
 class Model:
     """The broker: committed logs, transactional ids with epochs, the group's offsets, the fault script."""
 
     def __init__(
-        self, inputs: dict[int, list[int | str]], commits: list[str], fetches: list[str], starts: list[str]
+        self,
+        inputs: dict[int, list[int | str]],
+        commits: list[str],
+        fetches: list[str],
+        starts: list[str],
+        delays: list[int] | None = None,
     ):
         self.inputs = {TopicPartition(INPUT, p): values for p, values in inputs.items()}
-        self.logs: dict[tuple[str, int], list[tuple[bytes | None, bytes]]] = {}
+        self.logs: dict[tuple[str, int], list[Entry]] = {}
         self.epochs: dict[str, int] = {}
         self.open: dict[str, Txn] = {}
         self.group_offsets: dict[TopicPartition, int] = {}
         self.commits, self.fetches, self.starts = list(commits), list(fetches), list(starts)
+        self.delays = list(delays or [])  # event-loop turns each Produce / EndTxn round trip takes, in turn
         self.generation = 0  # the live worker; clients of earlier generations were killed
         self.dead: dict[int, list[tuple[bytes, Any]]] = {}  # input partition -> committed dead letters
         self.commits_applied = 0
@@ -92,6 +106,12 @@ class Model:
     def _next(script: list[str]) -> str:
         return script.pop(0) if script else "ok"
 
+    async def round_trip(self, client: Any) -> None:
+        """A request's round trip: the worker goes on meanwhile, the next scripted number of turns (default 1)."""
+        for _ in range(self.delays.pop(0) if self.delays else 1):
+            await asyncio.sleep(0)
+            client._alive()
+
     def kill(self) -> None:
         self.generation += 1
         raise Crash
@@ -99,8 +119,13 @@ class Model:
     # -- producer side ---------------------------------------------------------------------------
     def init_producer(self, tid: str) -> int:
         self.epochs[tid] = self.epochs.get(tid, 0) + 1
-        self.open.pop(tid, None)  # the open transaction of the fenced producer is aborted
+        self.abort(tid)  # the open transaction of the fenced producer is aborted
         return self.epochs[tid]
+
+    def abort(self, tid: str) -> None:
+        txn = self.open.pop(tid, None)
+        for entry in [] if txn is None else txn.entries:
+            entry.status = "aborted"
 
     def check_epoch(self, tid: str, epoch: int) -> None:
         if self.epochs[tid] != epoch:
@@ -108,15 +133,21 @@ class Model:
 
     def commit(self, tid: str) -> None:
         txn = self.open.pop(tid)
-        for topic, partition, key, value in txn.records:
-            self.logs.setdefault((topic, partition), []).append((key, value))
+        for entry in txn.entries:
+            entry.status = "committed"
         self.group_offsets.update(txn.offsets)
         for partition, value, headers in txn.dead:
             self.dead.setdefault(partition, []).append((value, headers))
         self.commits_applied += 1
 
+    def append(self, tid: str, topic: str, partition: int, key: bytes | None, value: bytes) -> None:
+        entry = Entry(key, value)
+        self.logs.setdefault((topic, partition), []).append(entry)
+        self.open[tid].entries.append(entry)
+
     def committed_log(self, topic: str, partition: int) -> list[tuple[bytes | None, bytes]]:
-        return list(self.logs.get((topic, partition), []))
+        """What a read_committed reader sees, in log order (a record's place is where it was sent)."""
+        return [(e.key, e.value) for e in self.logs.get((topic, partition), []) if e.status == "committed"]
 
 
 class FakeBatch:
@@ -151,24 +182,27 @@ class FakeProducer:
     async def stop(self) -> None:
         return None  # a killed worker's producer simply vanishes; a live one has nothing open here
 
-    @asynccontextmanager
-    async def transaction(self) -> Any:
+    async def begin_transaction(self) -> None:
         self._alive()
         self.model.check_epoch(self.tid, self.epoch)
+        assert self.tid not in self.model.open, "a producer holds one transaction at a time"
         self.model.open[self.tid] = Txn()
-        try:
-            yield
-        except BaseException:
-            if self.generation == self.model.generation and self.model.epochs[self.tid] == self.epoch:
-                self.model.open.pop(self.tid, None)  # abort
-            raise
+
+    async def abort_transaction(self) -> None:
         self._alive()
+        self.model.check_epoch(self.tid, self.epoch)
+        self.model.abort(self.tid)
+
+    async def commit_transaction(self) -> None:
+        self._alive()
+        self.model.check_epoch(self.tid, self.epoch)
+        await self.model.round_trip(self)  # EndTxn
         self.model.check_epoch(self.tid, self.epoch)
         fault = Model._next(self.model.commits)
         if fault == "crash-before":
             self.model.kill()
         if fault == "fail":
-            self.model.open.pop(self.tid, None)
+            self.model.abort(self.tid)
             raise KafkaError("EndTxn failed: the transaction was aborted")
         self.model.commit(self.tid)
         if fault == "crash-after":
@@ -182,11 +216,13 @@ class FakeProducer:
     async def send_batch(self, batch: FakeBatch, topic: str, partition: int) -> asyncio.Future[None]:
         self._alive()
         self.model.check_epoch(self.tid, self.epoch)
-        txn = self.model.open[self.tid]
+        await self.model.round_trip(self)  # Produce
+        self.model.check_epoch(self.tid, self.epoch)
         if topic.startswith(DEAD):
-            txn.dead.extend((int(topic[len(DEAD) :]), v, h) for _, v, h in batch.items)
+            self.model.open[self.tid].dead.extend((int(topic[len(DEAD) :]), v, h) for _, v, h in batch.items)
         else:
-            txn.records.extend((topic, partition, k, v) for k, v, _ in batch.items)
+            for key, value, _ in batch.items:
+                self.model.append(self.tid, topic, partition, key, value)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
@@ -388,8 +424,9 @@ def check(
     batch: int,
     offset_interval: float = 0.0,
     producers: int = 2,
+    delays: list[int] | None = None,
 ) -> None:
-    model = Model(inputs, commits, fetches, starts)
+    model = Model(inputs, commits, fetches, starts, delays)
     asyncio.run(drive(model, batch, offset_interval, producers))
     for partition, values in inputs.items():
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
@@ -409,11 +446,12 @@ def check(
     batch=st.integers(1, 5),
     offset_interval=st.sampled_from(OFFSET_INTERVALS),
     producers=st.integers(1, 2),
+    delays=st.lists(st.integers(0, 6), max_size=16),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails(
-    inputs, commits, fetches, starts, batch, offset_interval, producers
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays)
 
 
 @pytest.mark.slow
@@ -427,11 +465,19 @@ def test_every_input_record_is_output_exactly_once_whatever_fails(
     batch=st.integers(1, 8),
     offset_interval=st.sampled_from(OFFSET_INTERVALS),
     producers=st.integers(1, 2),
+    delays=st.lists(st.integers(0, 6), max_size=40),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails_many_examples(
-    inputs, commits, fetches, starts, batch, offset_interval, producers
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays)
+
+
+@pytest.mark.parametrize("commits", [["ok", "fail"], ["lost"]])
+def test_a_batch_commits_only_after_the_batch_before_it(commits):
+    # Batch n + 1's transaction is sent while batch n's commit is slow (6 turns); n's fails or its
+    # answer is lost: n + 1 must not commit on its own (its state would skip or repeat n's outputs).
+    check({0: [1, 2, 3, 4, 5]}, commits, [], [], batch=1, delays=[1, 1, 6, 0, 0, 0])
 
 
 def test_records_that_are_not_the_state_are_dead_lettered_and_the_state_before_them_used():
@@ -450,8 +496,9 @@ def test_records_that_are_not_the_state_are_dead_lettered_and_the_state_before_t
         b'{"offset":1,"state":"' + b"x" * 1_000_000 + b'"}',
     ]
     model = Model({0: [1, 2, 3]}, [], [], [])
-    model.logs[(STATE, 0)] = [(key, valid), *((key, p) for p in poison)]
-    model.logs[(OUTPUT, 0)] = [(b"k", json.dumps([0, 1, 1]).encode())]  # what the valid state's batch wrote
+    model.logs[(STATE, 0)] = [Entry(key, valid, "committed"), *(Entry(key, p, "committed") for p in poison)]
+    # what the valid state's batch wrote
+    model.logs[(OUTPUT, 0)] = [Entry(b"k", json.dumps([0, 1, 1]).encode(), "committed")]
     asyncio.run(drive(model, 3))
     assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
     dead = dead_letters(model, 0)
@@ -462,7 +509,7 @@ def test_records_that_are_not_the_state_are_dead_lettered_and_the_state_before_t
 
 def test_without_a_valid_state_a_partition_starts_from_the_beginning():
     model = Model({0: [4, 5]}, [], [], [])
-    model.logs[(STATE, 0)] = [(b"in:0", b'{"offset":9,"state":{"nested":' * 3)]
+    model.logs[(STATE, 0)] = [Entry(b"in:0", b'{"offset":9,"state":{"nested":' * 3, "committed")]
     asyncio.run(drive(model, 1))
     assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([4, 5])
     assert [reason for _, reason in dead_letters(model, 0)] == ["malformed-json"]

@@ -12,10 +12,12 @@ RCA engine sees only the published flags (and the graph).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -494,10 +496,15 @@ def plant_runtime(
     params_dir: str | Path | None = None,
     metrics: Metrics | None = None,
     settings: RuntimeSettings | None = None,
+    fitted: dict[Any, Detector] | None = None,
 ) -> PlantRuntime:
     """The plant runtime of a worker serving ``plants`` (default all): only their detectors are fitted.
 
     A worker of one plant needs only that plant's nominal data (and its own artifact).
+    ``fitted``: a memo shared by the sites of a worker of several sites. A plant whose
+    configuration (everything but the site's name) and nominal file equal those of a plant
+    fitted before takes a copy of that detector as it was fitted: the fit is deterministic
+    (seeded), so the copy is what fitting again would give, at the cost of a copy.
     """
     source = str(train) if isinstance(train, str | Path) else "nominal data"
     frame = load_frame(config, train) if isinstance(train, str | Path) else train
@@ -509,13 +516,19 @@ def plant_runtime(
         if plant_config.name in served:
             check_nominal_plant(config, plant_config, nominal[plant_config.name], source)
     models, rules = fleet_models(config), fleet_calibrations(config)
-    detectors = {
-        p.name: build_detector(config, p, fleet_model=models.get(p.name), calibration=rules.get(p.name)).fit(
-            nominal[p.name].Y, nominal[p.name].U
-        )
-        for p in config.plants
-        if p.name in served
-    }
+    design = config.model_dump_json(exclude={"site"})
+
+    def fit(plant: PlantConfig) -> Detector:
+        key = (source if isinstance(train, str | Path) else id(train), design, plant.name)
+        if fitted is not None and key in fitted:
+            return copy.deepcopy(fitted[key])
+        detector = build_detector(config, plant, fleet_model=models.get(plant.name), calibration=rules.get(plant.name))
+        detector = detector.fit(nominal[plant.name].Y, nominal[plant.name].U)
+        if fitted is not None:
+            fitted[key] = copy.deepcopy(detector)  # as fitted, before any stream moves it
+        return detector
+
+    detectors = {p.name: fit(p) for p in config.plants if p.name in served}
     health = fit_health(config, nominal, segments=frame_segments(frame), plants=served)
     artifacts = None if params_dir is None else load_params(params_dir, config, plants=served)
     if artifacts is not None:

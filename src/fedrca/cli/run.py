@@ -62,65 +62,96 @@ def _run(args: argparse.Namespace) -> int:
     # every other command).
     import faust
 
-    from fedrca.streams.app import StreamSettings, Worker, create_app, parse_roles, use_uvloop
+    from fedrca.observability import SiteMetrics
+    from fedrca.streams.app import SiteRoles, StreamSettings, Worker, create_app, parse_roles, use_uvloop
 
     use_uvloop()
-    inputs = {"--config": args.config, "--train": args.train}
+    paths, trains = list(args.config), list(args.train or [])
+    many = len(paths) > 1
+    if len(trains) not in (0, 1, len(paths)):
+        raise ConfigError(
+            f"give --train once (for every site) or once per --config ({len(paths)}), not {len(trains)} times",
+            key="--train",
+        )
+    if many and (args.plants or args.params):
+        raise ConfigError(
+            "--plants and --params are for a worker of one site; a worker of several sites serves every plant "
+            "of each and reads each site's parameters from its params topic",
+            key="--plants" if args.plants else "--params",
+        )
+    if many and not args.group:
+        raise ConfigError("a worker of several sites (--config more than once) needs --group NAME", key="--group")
+    if args.group is not None and (not TOPIC_CHARACTERS.match(args.group) or args.group in (".", "..")):
+        raise ConfigError(
+            f"'{args.group}' names the worker's consumer groups: give letters, digits, '.', '_' or '-'", key="--group"
+        )
+    inputs: dict[str, Any] = {"--config": paths[0], "--train": trains[0] if trains else None}
+    if many or len(trains) > 1:
+        inputs = {f"--config {path}": path for path in paths} | {f"--train {path}": path for path in trains}
     Outputs.plan(inputs, folders={"--data-dir": args.data_dir}, input_folders={"--params": args.params})
-    config = load_config(args.config)
+    configs = [load_config(path) for path in paths]
+    trains = trains * len(paths) if len(trains) == 1 else trains
     roles = parse_roles(args.roles)
     bootstrap = bootstrap_of(args.broker)
-    options = KafkaOptions.from_settings(config.kafka)
-    if args.train is None and "plants" in roles:
+    if not trains and "plants" in roles:
         raise ConfigError(
             "--train is required for the plants role: the plant detectors are fitted on the plant's nominal data; "
             "a worker with --roles rca alone needs no plant data (give --params DIR, or let it read the artifacts "
             "published on the params topic)"
         )
-    served = _served_plants(config, args.plants)
-    check_run_options(args, config, roles, served)
-    if args.train is not None and "plants" in roles:
-        check_file(args.train, "nominal data (--train)")
-    if args.params is not None:
-        # the artifacts before the broker: a wrong folder is refused at once, not after connecting
-        load_params(args.params, config, plants=served if "rca" not in roles else None)
-    needed = SiteNames(config)
-    ensure_site_topics(
-        bootstrap,
-        config,
-        options=options,
-        only={
-            *(needed.plant_topics(served) if "plants" in roles else []),
-            *(needed.rca_topics() if "rca" in roles else []),
-        },
-    )
     runtime_settings = RuntimeSettings(
         allowed_lateness=args.allowed_lateness, batch_size=args.batch_size, batch_within=args.batch_within
     )
-    plants = rca = None
-    if "plants" in roles and "rca" not in roles:
-        plants = plant_runtime(config, args.train, params_dir=args.params, plants=served, settings=runtime_settings)
-        config = plants.config  # plants given by match rules now list their columns
-    elif "plants" in roles:
-        site = site_runtime(config, args.train, params_dir=args.params, settings=runtime_settings)
-        plants, rca = site.plants, site.rca
-        config = site.config
-    else:
-        params_dir = args.params or _published_params(
-            bootstrap, config, Path(args.data_dir) / args.worker_name / "published-params", options
+    fitted: dict[Any, Any] = {}  # sites of the same design fit each plant model once
+    sites = []
+    for k, config in enumerate(configs):
+        options = KafkaOptions.from_settings(config.kafka)
+        served = _served_plants(config, args.plants)
+        check_run_options(args, config, roles, served)
+        train = trains[k] if trains else None
+        if train is not None and "plants" in roles:
+            check_file(train, "nominal data (--train)")
+        if args.params is not None:
+            # the artifacts before the broker: a wrong folder is refused at once, not after connecting
+            load_params(args.params, config, plants=served if "rca" not in roles else None)
+        needed = SiteNames(config)
+        ensure_site_topics(
+            bootstrap,
+            config,
+            options=options,
+            only={
+                *(needed.plant_topics(served) if "plants" in roles else []),
+                *(needed.rca_topics() if "rca" in roles else []),
+            },
         )
-        try:
-            rca = rca_runtime(config, params_dir=params_dir, settings=runtime_settings)
-        except Exception as exc:
-            if args.params is not None:
-                raise
-            # published artifacts that decode and bind, yet do not make an engine: the defaults, said once
-            print(f"fedrca run: the published parameters do not make an RCA engine ({type(exc).__name__}: "
-                  f"{short(str(exc), 200)}); RCA engine with defaults", file=sys.stderr)  # fmt: skip
-            rca = rca_runtime(config, params_dir=None, settings=runtime_settings)
-    names = SiteNames(config)
+        plants = rca = None
+        if "plants" in roles and "rca" not in roles:
+            plants = plant_runtime(
+                config, train, params_dir=args.params, plants=served, settings=runtime_settings, fitted=fitted
+            )
+            config = plants.config  # plants given by match rules now list their columns
+        elif "plants" in roles:
+            site = site_runtime(config, train, params_dir=args.params, settings=runtime_settings)
+            plants, rca = site.plants, site.rca
+            config = site.config
+        else:
+            local = Path(args.data_dir) / args.worker_name
+            published = local / "published-params" if not many else local / "published-params" / config.site
+            params_dir = args.params or _published_params(bootstrap, config, published, options)
+            try:
+                rca = rca_runtime(config, params_dir=params_dir, settings=runtime_settings)
+            except Exception as exc:
+                if args.params is not None:
+                    raise
+                # published artifacts that decode and bind, yet do not make an engine: the defaults, said once
+                print(f"fedrca run: site {config.site}: the published parameters do not make an RCA engine "
+                      f"({type(exc).__name__}: {short(str(exc), 200)}); RCA engine with defaults",
+                      file=sys.stderr)  # fmt: skip
+                rca = rca_runtime(config, params_dir=None, settings=runtime_settings)
+        sites.append(SiteRoles(SiteNames(config), plants, rca))
     local = Path(args.data_dir) / args.worker_name
     local.mkdir(parents=True, exist_ok=True)
+    security = tuple(KafkaOptions.from_settings(configs[0].kafka).aiokafka().items())
     settings = StreamSettings(
         bootstrap=bootstrap,
         worker_name=args.worker_name,
@@ -128,11 +159,13 @@ def _run(args: argparse.Namespace) -> int:
         session_timeout=args.session_timeout,
         batch_size=args.batch_size,
         batch_within=args.batch_within,
-        security=tuple(options.aiokafka().items()),
+        security=security,
     )
-    worker = Worker(names, settings, plants, rca)
-    app = create_app(names, settings, worker)
-    metrics = (plants or rca).metrics  # type: ignore[union-attr]
+    worker = Worker(sites, settings, group=args.group)
+    app = create_app(args.group or sites[0].names.site, settings, worker)
+    site_metrics = {s.names.site: (s.plants or s.rca).metrics for s in sites}  # type: ignore[union-attr]
+    metrics = next(iter(site_metrics.values())) if not many else SiteMetrics(site_metrics)
+    metrics.set_probes(live=worker.live, ready=worker.ready)
     if args.metrics_port is not None:
         port = metrics.serve(args.metrics_port, addr=args.metrics_addr)
         print(
@@ -140,11 +173,13 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    if plants is not None:
-        privacy_notice("run", config, now=True)
+    for site_roles in sites:
+        if site_roles.plants is not None:
+            privacy_notice("run", site_roles.plants.config, now=True)
     groups = [loop.settings.group_id for loop in worker.loops]
+    what = f"site {sites[0].names.site}" if not many else f"{len(sites)} sites"
     print(
-        f"fedrca run: worker '{args.worker_name}' (roles {', '.join(roles)}; "
+        f"fedrca run: worker '{args.worker_name}' ({what}; roles {', '.join(roles)}; "
         f"groups {', '.join(groups)}) on {bootstrap}",
         file=sys.stderr,
         flush=True,
@@ -390,9 +425,24 @@ def register(sub: Any) -> None:
     run = sub.add_parser(
         "run", help="run a worker of the live system (plant processors and/or the RCA) against a Kafka broker"
     )
-    run.add_argument("--config", required=True)
+    run.add_argument(
+        "--config",
+        required=True,
+        action="append",
+        help="the site's configuration; once per site for a worker of several sites (with --group)",
+    )
     run.add_argument("--broker", required=True, help="kafka://host:port")
-    run.add_argument("--train", help="nominal data the plant detectors are fitted on (required for the plants role)")
+    run.add_argument(
+        "--train",
+        action="append",
+        help="nominal data the plant detectors are fitted on (required for the plants role; once for every site, "
+        "or once per --config)",
+    )
+    run.add_argument(
+        "--group",
+        help="consumer-group name of a worker of several sites: its roles' groups are fedrca-GROUP-plants and "
+        "fedrca-GROUP-rca, shared by every worker of the same sites (required with several --config)",
+    )
     run.add_argument(
         "--params",
         help="directory of training artifacts to start from (an RCA-only worker without it reads the params topic)",

@@ -34,11 +34,12 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 
 import numpy as np
+import orjson
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.contracts.bounds import (
@@ -69,6 +70,7 @@ __all__ = [
     "SensorMessage",
     "Verdict",
     "decode_flag",
+    "decode_flags",
     "decode_sensor",
     "decode_sensors",
     "encode",
@@ -530,9 +532,7 @@ def decode_sensors(
                 if good:
                     decoded[i] = SensorMessage(site, plant, ts, seq, values)
                 elif (
-                    nulls
-                    and not (np.abs(values) > MAX_ABS_VALUE).any()
-                    and np.count_nonzero(np.isnan(values)) == nulls
+                    nulls and not (np.abs(values) > MAX_ABS_VALUE).any() and np.count_nonzero(np.isnan(values)) == nulls
                 ):
                     # every value out of the bound is a null (no NaN literal, no inf, none huge)
                     decoded[i] = SensorMessage(site, plant, ts, seq, values)
@@ -651,6 +651,94 @@ def _json_list(data: Mapping[str, Any], key: str, required: bool = False) -> tup
     if not isinstance(value, list | tuple):
         raise MessageError(R.BAD_FIELD, f"verdict field '{key}' must be a list, got {type(value).__name__}")
     return tuple(value)
+
+
+#: The fields of a flag message :func:`decode_flags` decodes on its fast path (with or without the levels'):
+#: any other field (``withheld``, ``degraded``, ``sensor_fault``, ...) takes :func:`decode_flag`.
+_PLAIN_FLAG = frozenset(("site", "plant", "ts", "seq", "zc", "za", "eps", "model_version"))
+_LEVEL_FLAG = _PLAIN_FLAG | {"level", "level_eps"}
+#: The defaults of FlagMessage's optional fields (what :func:`decode_flags` sets before the message's own).
+_FLAG_DEFAULTS = {f.name: f.default for f in fields(FlagMessage) if f.default is not MISSING}
+
+
+def decode_flags(
+    raws: list[bytes], site: str, plants: set[str] | dict[str, Any], now: float | None = None
+) -> list[FlagMessage | MessageError]:
+    """:func:`decode_flag` over a batch: per raw message, in order, its flag or the error that refuses it.
+
+    The RCA worker's hot path: a message with only the contract's plain fields (and the
+    levels) of the expected types is parsed by orjson (strict JSON: whatever it accepts,
+    ``json.loads`` reads the same) and checked with a few type tests; anything else, or
+    anything that fails a test, is decoded by :func:`decode_flag`, which names the problem.
+    The result is exactly :func:`decode_flag`'s, message by message
+    (``tests/contracts/test_batch_codecs.py``).
+
+    Examples
+    --------
+    >>> raw = b'{"site":"s","plant":"p","ts":1,"seq":0,"zc":1,"za":0,"eps":null,"model_version":"v1"}'
+    >>> [type(m).__name__ for m in decode_flags([raw, b"{"], "s", {"p"})]
+    ['FlagMessage', 'MessageError']
+    """
+    horizon = (time.time() if now is None else now) + MAX_FUTURE_SECONDS
+    out: list[FlagMessage | MessageError] = []
+    inf = math.inf
+    # the fast path's values are checked: its messages are built without the frozen dataclass's
+    # per-field __init__ (half its cost), every field set, each default from the class's
+    new, defaults = object.__new__, _FLAG_DEFAULTS
+    for raw in raws:
+        try:
+            # parse_json's size bound first; a message of the plain fields' scalar types nests 1 deep
+            data: Any = orjson.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
+            keys = data.keys()
+            plain = keys == _PLAIN_FLAG
+            plant, ts, seq, zc, za, eps, version = (
+                data["plant"], data["ts"], data["seq"], data["zc"], data["za"], data["eps"], data["model_version"]
+            )  # fmt: skip
+            level, level_eps = (None, None) if plain else (data["level"], data["level_eps"])
+            ok = (
+                (plain or keys == _LEVEL_FLAG)
+                and data["site"] == site
+                and type(plant) is str
+                and plant in plants
+                and type(seq) is int
+                and 0 <= seq <= MAX_SEQ
+                and (type(ts) is float or type(ts) is int)
+                and 0 <= ts <= horizon
+                and type(zc) is int
+                and type(za) is int
+                and 0 <= zc <= 1
+                and 0 <= za <= 1
+                and (eps is None or ((type(eps) is float or type(eps) is int) and eps > 0))
+                and type(version) is str
+                and len(version) <= MAX_TEXT_CHARS
+                and (level is None or (type(level) is int and 0 <= level < MAX_LEVELS))
+                and (level_eps is None or ((type(level_eps) is float or type(level_eps) is int) and level_eps > 0))
+            )
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):  # not JSON, not an object, ...
+            ok = False
+        if ok:
+            flag = new(FlagMessage)
+            attrs = flag.__dict__
+            attrs.update(defaults)
+            attrs.update(
+                site=site,
+                plant=plant,
+                ts=float(ts),
+                seq=seq,
+                zc=zc,
+                za=za,
+                eps=inf if eps is None else float(eps),
+                model_version=version,
+                level=level,
+                level_eps=inf if level_eps is None else float(level_eps),
+            )
+            out.append(flag)
+            continue
+        try:
+            out.append(decode_flag(raw, site, plants, now))  # type: ignore[arg-type]
+        except MessageError as err:
+            out.append(err)
+    return out
 
 
 def verdict_id(site: str, root_cause: str | None, window: tuple[int, int], sensor: str | None = None) -> str:
@@ -783,9 +871,7 @@ class Verdict:
         if self.calibration is not None and not (
             isinstance(self.calibration, str) and 0 < len(self.calibration) <= MAX_VERDICT_NAME_CHARS
         ):
-            raise MessageError(
-                R.BAD_FIELD, f"calibration must be an id of at most {MAX_VERDICT_NAME_CHARS} characters"
-            )
+            raise MessageError(R.BAD_FIELD, f"calibration must be an id of at most {MAX_VERDICT_NAME_CHARS} characters")
         if self.reason is not None and not isinstance(self.reason, Reason):
             raise MessageError(R.BAD_FIELD, "reason must be a Reason")
 

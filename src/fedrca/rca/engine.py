@@ -60,7 +60,8 @@ decision equals the look-up table :func:`fedrca.rca.table.lookup`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,7 @@ from fedrca.config import RCASettings, SiteConfig
 from fedrca.contracts import NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, Verdict, flag_states
 from fedrca.contracts.reason import MAX_PROPAGATED
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
+from fedrca.rca.block import cusum_block, episode_bounds, state_counts, window_counts
 from fedrca.rca.calibration import CalibrationMap
 from fedrca.rca.evidence import Evidence
 from fedrca.rca.explain import annotate
@@ -84,7 +86,7 @@ from fedrca.rca.flagmodel import (
     state_rates_from_counts,
 )
 from fedrca.rca.graph import InterdependencyGraph
-from fedrca.rca.memory import IncidentMemory
+from fedrca.rca.memory import IncidentMemory, MemoryRows, penalty_rows, started_rows
 from fedrca.rca.table import EXTERNAL_ROOT, NO_ANOMALY, ROOT_CAUSE, UNEXPLAINED, classify_pattern
 
 __all__ = [
@@ -99,6 +101,9 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+
+#: Most elements of an intermediate array of one pass of :meth:`RCAEngine.update_block` (rows x M x max(M, K))
+_BLOCK_ELEMENTS = 1 << 17
 
 
 def _logsumexp(a: FloatArray, axis: int) -> FloatArray:
@@ -204,14 +209,12 @@ class RCAEngine:
         M, H = len(self.plants), self.horizon
         self._buf_seq = np.full(H, -1, dtype=np.int64)
         self._buf_codes = np.full((H, M), -1, dtype=np.int64)
-        self._buf_lp = np.zeros((H, M, self.model.n_components))
         self._buf_valid = np.zeros(H, dtype=bool)
         self._n_rows = 0
         self._cusum = np.zeros(M)
         self._rise = np.full(M, -1, dtype=np.int64)
         self._onset = np.full(M, -1, dtype=np.int64)
         self._alarmed = np.zeros(M, dtype=bool)
-        self._penalty_memo: tuple[bytes, FloatArray, FloatArray | None] | None = None
         J = 0 if self.severity is None else self.severity.n_tracked
         # per plant and severity level j >= 2 (column j - 2): the same CUSUM machinery on "level >= j"
         self._lcusum = np.zeros((M, J))
@@ -225,11 +228,11 @@ class RCAEngine:
         self._last_key: tuple[str, str | None, tuple[str, ...]] | None = None
         self._last_emit = -1
         self._memory.reset()
-        self._evidence: tuple[NDArray[np.bool_], FloatArray, FloatArray] | None = None
+        self._last_moment: _Moment | None = None
         self.decision: Verdict | None = None
 
     def get_state(self) -> dict[str, Any]:
-        """JSON-friendly streaming state (the log evidence is recomputed from the stored flags)."""
+        """JSON-friendly streaming state (the evidence is recomputed from the stored flags)."""
         order = self._ordered_rows()
         return {
             "version": 1,
@@ -261,15 +264,11 @@ class RCAEngine:
             raise DataError(f"RCA state is for plants {state.get('plants')}, this engine has {list(self.plants)}")
         self.reset()
         rows = state["rows"]
-        if rows:
-            codes = np.asarray([r[1] for r in rows], dtype=np.int64)
-            lp = self._row_logprob(codes)
-            for j, (seq, _) in enumerate(rows):
-                slot = self._slot_for(j + int(state["n_rows"]) - len(rows))
-                self._buf_seq[slot] = int(seq)
-                self._buf_codes[slot] = codes[j]
-                self._buf_lp[slot] = lp[j]
-                self._buf_valid[slot] = True
+        for j, (seq, codes) in enumerate(rows):
+            slot = self._slot_for(j + int(state["n_rows"]) - len(rows))
+            self._buf_seq[slot] = int(seq)
+            self._buf_codes[slot] = np.asarray(codes, dtype=np.int64)
+            self._buf_valid[slot] = True
         self._n_rows = int(state["n_rows"])
         self._cusum = np.asarray(state["cusum"], dtype=np.float64)
         self._rise = np.asarray(state["rise"], dtype=np.int64)
@@ -315,50 +314,60 @@ class RCAEngine:
             codes[m] = int(flag_states(zc, za))
         return codes
 
-    def _row_logprob(self, codes: IntArray) -> FloatArray:
-        """log P(published pair | component) of rows (T, M) -> (T, M, K); 0 for absent plants. Vectorised."""
-        codes = np.atleast_2d(codes)
-        M = len(self.plants)
-        observed = np.where(codes < 0, 0, codes)
-        # log_emission[m, k, o(t, m)] for every row t, plant m, component k -> (T, M, K)
-        lp = self.model.log_emission[np.arange(M)[None, :], :, observed]
-        return np.asarray(np.where((codes < 0)[:, :, None], 0.0, lp))
+    def _window_sums(self, counts: IntArray) -> FloatArray:
+        """Log evidence (T, M, K) of each plant's window rows per component, from their state counts (T, M, 4).
 
-    def _hypothesis_evidence(
+        ``S[t, m, k] = sum_o n[t, m, o] log P(o | k)``: the sum over the window's rows of
+        the rows' log-likelihoods, with the four terms added in a fixed order (the same
+        floats whatever the block); a state not seen adds nothing (even where it is
+        impossible, log P = -inf).
+        """
+        L = self.model.log_emission  # (M, K, 4)
+        n = counts.astype(np.float64)
+        with np.errstate(invalid="ignore"):  # 0 x -inf, masked
+            terms = [np.where(counts[:, :, None, o] > 0, n[:, :, None, o] * L[None, :, :, o], 0.0) for o in range(4)]
+        return np.asarray(((terms[0] + terms[1]) + terms[2]) + terms[3])
+
+    def _log_evidence(
         self,
         S: FloatArray,
         order: FloatArray,
-        order_unseen: FloatArray | None = None,
-        unseen_roots: NDArray[np.bool_] | None = None,
+        order_unseen: FloatArray | None,
+        unseen_roots: NDArray[np.bool_],
         quiet_roots: NDArray[np.bool_] | None = None,
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Log evidence (M + 3,) of the hypotheses from window sums S (M, K) and order penalties (M, M).
+        """Log evidence (T, M + 3) of the hypotheses from window sums S (T, M, K) and order penalties (T, M, M).
 
-        ``order_unseen`` (M, M): the order penalties timed from the entry (see
-        :meth:`_order_penalty`) of the unseen-entry variant of the roots in
-        ``unseen_roots`` (M,) (plants of ``rca.unobserved_entry`` that are alarming:
-        a root seen late must be seen); None = no such variant. ``quiet_roots`` (M,): the
-        entries that started the incident (:meth:`_started_incident`): their variant holds
-        also while they are quiet, and their rows are root-like or normal (an entry's sensors
-        see its disturbance in bursts, or not at all).
+        ``order_unseen`` (T, M, M): the order penalties timed from the entry (see
+        :meth:`_order_penalties`) of the unseen-entry variant of the roots in
+        ``unseen_roots`` (T, M) (plants of ``rca.unobserved_entry`` that are alarming:
+        a root seen late must be seen); rows without such a root have no variant. ``quiet_roots``
+        (T, M): the entries that started the incident (:meth:`_incident_terms`): their variant holds
+        also while they are quiet, and their rows are root-like or normal (an entry's sensors see
+        its disturbance in bursts, or not at all).
 
-        Also returns, per root hypothesis k and plant j, the log evidence of "j affected"
-        and "j not affected" (M, M) (for the propagated list).
+        Also returns, per row, root hypothesis k and plant j, the log evidence of
+        "j affected" and "j not affected" (T, M, M) (for the propagated list).
         """
-        S_N, S_A = S[:, NORMAL], S[:, AUGMENTED]
+        M = len(self.plants)
+        diagonal = np.arange(M)
+        S_N, S_A = S[..., NORMAL], S[..., AUGMENTED]
         # the root and the propagated roles mix over their components, chosen once per window
-        S_R = _logsumexp(S[:, self.model.root] + self._log_root_weight, axis=1)
-        P_mix = _logsumexp(S[:, self.model.propagated] + self._log_prop_weight, axis=1)
-        affected = self._log_affected + P_mix[None, :] + order  # [k, j]
-        unaffected = self._log_unaffected + S_N[None, :]
+        S_R = _logsumexp(S[..., self.model.root] + self._log_root_weight, axis=-1)
+        P_mix = _logsumexp(S[..., self.model.propagated] + self._log_prop_weight, axis=-1)
+        affected = self._log_affected + P_mix[:, None, :] + order  # [t, k, j]
+        unaffected = self._log_unaffected + S_N[:, None, :]
         per_plant = np.logaddexp(affected, unaffected)
-        np.fill_diagonal(per_plant, 0.0)
-        roots = S_R + per_plant.sum(axis=1)
-        if order_unseen is not None and unseen_roots is not None:
+        per_plant[:, diagonal, diagonal] = 0.0
+        roots = S_R + per_plant.sum(axis=-1)
+        if quiet_roots is not None and quiet_roots.any():
+            unseen_roots = unseen_roots | quiet_roots
+        if order_unseen is not None and unseen_roots.any():
             # "k is the root and its disturbance entered unseen": the same flags, effects timed from the entry
-            affected_u = self._log_affected + P_mix[None, :] + order_unseen
+            rows = np.any(unseen_roots, axis=1)
+            affected_u = self._log_affected + P_mix[:, None, :] + order_unseen
             per_u = np.logaddexp(affected_u, unaffected)
-            np.fill_diagonal(per_u, 0.0)
+            per_u[:, diagonal, diagonal] = 0.0
             seen = roots + self._log_seen
             own = S_R
             if quiet_roots is not None and quiet_roots.any():
@@ -367,28 +376,208 @@ class RCAEngine:
                 n = self.model.n_root
                 quiet = np.logaddexp(S_R + math.log(n / (n + 1)), S_N - math.log(n + 1))
                 own = np.where(quiet_roots, quiet, S_R)
-                unseen_roots = unseen_roots | quiet_roots
-            unseen = np.where(unseen_roots, own + self._log_unseen + per_u.sum(axis=1), -np.inf)
-            roots = np.logaddexp(seen, unseen)
-            affected = np.where((unseen > seen)[:, None], affected_u, affected)
+            unseen = np.where(unseen_roots, own + self._log_unseen + per_u.sum(axis=-1), -np.inf)
+            affected = np.where((rows[:, None] & (unseen > seen))[:, :, None], affected_u, affected)
+            roots = np.where(rows[:, None], np.logaddexp(seen, unseen), roots)
         half = math.log(0.5)
-        external = float(np.logaddexp(half + P_mix, half + S_N).sum())
+        external = np.logaddexp(half + P_mix, half + S_N).sum(axis=-1)
         # every plant on its own: mostly normal or an effect, rarely a second root or augmented-only
-        free = _logsumexp(np.stack([S_N, S_R, S_A, P_mix]) + self._log_free_weights[:, None], axis=0)
-        evidence = np.concatenate([[S_N.sum()], roots, [external, float(free.sum())]])
+        free = _logsumexp(np.stack([S_N, S_R, S_A, P_mix], axis=-1) + self._log_free_weights, axis=-1).sum(axis=-1)
+        evidence = np.concatenate([S_N.sum(axis=-1)[:, None], roots, external[:, None], free[:, None]], axis=1)
         return evidence + self._log_prior, affected, unaffected
 
     def evidence(self, flags: ArrayLike) -> FloatArray:
         """Log evidence (M + 3,) of [none, root 1..M, external, unexplained] for a block of rows
         (T, M, 2) taken as one window, without onset-order evidence (negative pair = absent)."""
-        S = self._row_logprob(encode_states(flags)).sum(axis=0)
+        counts = state_counts(np.atleast_2d(encode_states(flags)))
         M = len(self.plants)
-        return self._hypothesis_evidence(S, np.zeros((M, M)))[0]
+        S = self._window_sums(counts[None])
+        return self._log_evidence(S, np.zeros((1, M, M)), None, np.zeros((1, M), dtype=bool))[0][0]
 
     @property
     def hypotheses(self) -> list[str]:
         """Hypothesis labels in scoring order."""
         return ["none", *[f"root:{p}" for p in self.plants], "external", "unexplained"]
+
+    def _order_penalties(
+        self, alarmed: NDArray[np.bool_], onset: IntArray, lalarmed: NDArray[np.bool_], lonset: IntArray, unseen: bool
+    ) -> FloatArray:
+        """Log evidence (T, M, M) of the onset order per row, from the plants' alarm states (T, M):
+        [t, k, j] = log order_violation when plant j started alarming more than ``onset_slack``
+        rows before plant k (or k is not alarming), plus the severity evidence (levels (T, M, J));
+        0 in a row where no plant alarms.
+
+        ``unseen``: for a root whose disturbance may enter unseen, time its effects from
+        the **entry** instead: the earliest onset among k and its direct successors in
+        the graph (where the disturbance enters), which are then never early themselves;
+        any other plant that started before the entry still contradicts the hypothesis.
+        """
+        M = len(self.plants)
+        diagonal = np.arange(M)
+        slack = self.settings.onset_slack
+        onset_f = np.where(alarmed, onset.astype(np.float64), np.inf)
+        start = onset_f
+        if unseen:
+            start = np.where(self._entry[None, :, :], onset_f[:, None, :], np.inf).min(axis=2)
+        early = alarmed[:, None, :] & (onset_f[:, None, :] < start[:, :, None] - slack)
+        if unseen:
+            early &= ~self._entry
+        early[:, diagonal, diagonal] = False
+        penalty = np.where(early, self._log_violation, 0.0) + self._severity_penalties(lalarmed, lonset)
+        return np.where(np.any(alarmed, axis=1)[:, None, None], penalty, 0.0)
+
+    def _severity_penalties(self, lalarmed: NDArray[np.bool_], lonset: IntArray) -> FloatArray:
+        """Log evidence (T, M, M) of the severity order: [t, k, i] sums ``log severity_violation`` over the
+        levels i reached more than ``onset_slack`` rows before k reached them (or that k has not
+        reached): an effect is weaker than its cause, and reaches each severity after it."""
+        T, M, J = lalarmed.shape
+        if J == 0:
+            return np.zeros((T, M, M))
+        diagonal = np.arange(M)
+        onset = np.where(lalarmed, lonset.astype(np.float64), np.inf)  # (T, M, J)
+        # early[t, k, i, j] = i at level j more than slack rows before k
+        early = lalarmed[:, None, :, :] & (onset[:, None, :, :] < onset[:, :, None, :] - self.settings.onset_slack)
+        count = early.sum(axis=3).astype(np.float64)
+        count[:, diagonal, diagonal] = 0.0
+        return count * self._log_severity_violation
+
+    def _judge(
+        self,
+        counts: IntArray,
+        alarmed: NDArray[np.bool_],
+        onset: IntArray,
+        lalarmed: NDArray[np.bool_],
+        lonset: IntArray,
+        memory: MemoryRows,
+    ) -> _Judged:
+        """The decision of T rows from their windows' state counts (T, M, 4), the plants' alarm
+        states after each row (T, M; levels (T, M, J)) and the incident's memory after each row;
+        both engine paths decide through it."""
+        M = len(self.plants)
+        S = self._window_sums(counts)
+        quiet_roots, incident = self._incident_terms(alarmed, onset, memory)
+        order = self._order_penalties(alarmed, onset, lalarmed, lonset, unseen=False)
+        unseen_roots = self._unseen[None, :] & alarmed
+        variant = unseen_roots if quiet_roots is None else unseen_roots | quiet_roots
+        order_u = self._order_penalties(alarmed, onset, lalarmed, lonset, unseen=True) if variant.any() else None
+        evidence, affected, unaffected = self._log_evidence(S, order, order_u, unseen_roots, quiet_roots)
+        if incident is not None:
+            evidence[:, 1 : M + 1] = np.where(
+                memory.active[:, None], evidence[:, 1 : M + 1] + incident, evidence[:, 1 : M + 1]
+            )
+        top = evidence.max(axis=1)
+        # a row where every hypothesis deems a pair of its window impossible (e.g. (1, 0) from untrained
+        # detectors, whose Z_a equals Z_c) has no finite evidence: it is decided "unexplained", with no confidence
+        finite = np.isfinite(top)
+        with np.errstate(invalid="ignore"):
+            weights = np.exp(evidence - np.where(finite, top, 0.0)[:, None])
+            posterior = weights / weights.sum(axis=1, keepdims=True)
+        best = np.argmax(np.where(finite[:, None], posterior, 0.0), axis=1)
+        n = counts.astype(np.float64)
+        # channel-inverted share of window rows in which each plant's Z_c is on, and its most likely true state
+        ap, sp = self.model.alarm_posterior, self.model.state_posterior
+        alarm = ((n[..., 0] * ap[0] + n[..., 1] * ap[1]) + n[..., 2] * ap[2]) + n[..., 3] * ap[3]
+        share = alarm / np.maximum(counts.sum(axis=2), 1)
+        alarming = share >= 0.5
+        states = ((n[..., 0, None] * sp[0] + n[..., 1, None] * sp[1]) + n[..., 2, None] * sp[2]) + n[..., 3, None] * sp[
+            3
+        ]
+        # the plants the best root hypothesis says show its effect: alarming, and "affected" beats "not affected"
+        k = np.clip(best - 1, 0, M - 1)
+        pick = k[:, None, None]
+        a_k, u_k = np.take_along_axis(affected, pick, axis=1)[:, 0], np.take_along_axis(unaffected, pick, axis=1)[:, 0]
+        effect = a_k > u_k
+        with np.errstate(invalid="ignore"):  # -inf - -inf: a plant no hypothesis lets alarm
+            margin = np.nan_to_num(a_k - u_k, nan=-np.inf)
+        is_root = finite & (best >= 1) & (best <= M)
+        shown = np.where(is_root[:, None], alarming & effect & (np.arange(M)[None, :] != k[:, None]), False)
+        shown = np.where((finite & (best == M + 1))[:, None], alarming, shown)
+        return _Judged(posterior, best, finite, shown, np.argmax(states, axis=2), evidence, share, margin, quiet_roots)
+
+    def _incident_terms(
+        self, alarmed: NDArray[np.bool_], onset: IntArray, memory: MemoryRows
+    ) -> tuple[NDArray[np.bool_] | None, FloatArray | None]:
+        """Per row (T rows), the declared unseen entries that started the incident (T, M) and the incident
+        order's log evidence of the roots (T, M) (None when no row has them); zero outside an incident.
+
+        Quiet roots: first to alarm, more than ``onset_slack`` rows before any other plant, for at
+        least ``incident_rows`` rows. The penalty (:meth:`IncidentMemory.penalty`): a plant that
+        started earlier in the incident and that the root cannot reach contradicts it, also while
+        quiet. Computed only on the rows of an open incident; both are counts and comparisons per
+        row, the same whatever the block (``tests/rca/test_block.py::test_blocks_equal_rows``).
+        """
+        T, M = alarmed.shape
+        rows = np.flatnonzero(memory.active)
+        if not rows.size:
+            return None, None
+        s = self.settings
+        min_rows = self._memory.min_rows
+        quiet: NDArray[np.bool_] | None = None
+        if self._unseen.any():
+            quiet = np.zeros((T, M), dtype=bool)
+            quiet[rows] = self._unseen & started_rows(memory.first[rows], memory.rows[rows], min_rows, s.onset_slack)
+        penalty: FloatArray | None = None
+        if self._memory_counts:
+            onset_f = np.where(alarmed[rows], onset[rows].astype(np.float64), np.inf)
+            # the window's order evidence already counts j against k: j alarms now and started before k
+            covered = alarmed[rows][:, None, :] & (onset_f[:, None, :] < onset_f[:, :, None] - s.onset_slack)
+            penalty = np.zeros((T, M))
+            penalty[rows] = penalty_rows(
+                memory.first[rows],
+                memory.episode_rows[rows],
+                min_rows,
+                self._reach,
+                s.onset_slack,
+                self._log_violation,
+                covered,
+            )
+        return quiet, penalty
+
+    def _verdict_at(self, judged: _Judged, i: int, seq: int, ts: float, window: tuple[int, int]) -> Verdict:
+        """The decision of row i of a judged block as a verdict (before :meth:`_issue` annotates it)."""
+        if not judged.finite[i]:
+            return self._verdict(ts, seq, None, (), 0.0, window, UNEXPLAINED)
+        M = len(self.plants)
+        posterior = judged.posterior[i]
+        h = int(judged.best[i])
+        prob = float(posterior[h])
+        if h == 0:
+            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY)
+        if h <= M:
+            return self._verdict(ts, seq, self.plants[h - 1], self._clearest(judged, i), prob, window, ROOT_CAUSE)
+        if h == M + 1:
+            return self._verdict(ts, seq, None, self._clearest(judged, i), prob, window, EXTERNAL_ROOT)
+        return self._verdict(ts, seq, None, (), prob, window, self._pattern(judged.dominant[i]))
+
+    def _clearest(self, judged: _Judged, i: int) -> tuple[str, ...]:
+        """The plants row i lists as showing the propagated effect, in plant order, at most
+        :data:`~fedrca.contracts.reason.MAX_PROPAGATED`: the ones the root's hypothesis deems most
+        affected (an external root: the largest alarm shares); a verdict's size is bounded whatever the site."""
+        chosen = np.flatnonzero(judged.shown[i])
+        if len(chosen) > MAX_PROPAGATED:
+            strength = judged.margin[i] if judged.best[i] <= len(self.plants) else judged.share[i]
+            chosen = np.sort(chosen[np.argsort(-strength[chosen], kind="stable")[:MAX_PROPAGATED]])
+        return tuple(self.plants[j] for j in chosen)
+
+    def _moment_at(
+        self, judged: _Judged, i: int, counts: IntArray, alarmed: NDArray[np.bool_], memory: MemoryRows, n_rows: int
+    ) -> _Moment:
+        """What :meth:`snapshot` reads of row i of a judged block."""
+        quiet = None if judged.quiet is None else judged.quiet[i]
+        return _Moment(
+            counts[i],
+            judged.evidence[i],
+            alarmed[i],
+            quiet,
+            memory.first[i],
+            memory.rows[i],
+            judged.dominant[i],
+            n_rows,
+        )
+
+    def _pattern(self, dominant: IntArray) -> str:
+        """The outcome of the catch-all hypothesis: the pattern of the plants' dominant states (M,)."""
+        return classify_pattern([(int(c) >> 1, int(c) & 1) for c in dominant]).outcome
 
     # -- streaming -------------------------------------------------------------------------
     def update(
@@ -402,15 +591,16 @@ class RCAEngine:
         and, when the plants publish them, their severity levels (see :class:`SeverityModel`).
 
         Returns the verdict issued at this row (stamped with the row's time ``ts``), if
-        any; :attr:`decision` always holds the current decision.
+        any; :attr:`decision` always holds the current decision. This is the per-row
+        reference of :meth:`update_block`, which takes many rows at once and gives the same
+        verdicts and state.
 
         Raises
         ------
         DataError
             When seq does not increase, a plant is unknown or a flag is not 0/1.
         """
-        codes = self.encode(flags)
-        return self._step(int(seq), float(ts), codes, self._row_logprob(codes[None, :])[0], self._encode_levels(levels))
+        return self._step(int(seq), float(ts), self.encode(flags), self._encode_levels(levels))
 
     def _encode_levels(self, levels: Mapping[str, int] | None) -> IntArray:
         """Published levels of one row (M,), -1 where absent (or when no severity model is set)."""
@@ -428,36 +618,218 @@ class RCAEngine:
             out[m] = int(level)
         return out
 
+    def _block_arrays(
+        self, seqs: ArrayLike, codes: ArrayLike, ts: ArrayLike | None, levels: ArrayLike | None
+    ) -> tuple[IntArray, IntArray, FloatArray, IntArray]:
+        """Validated arrays of a block: seqs (T,), codes (T, M), ts (T,), levels (T, M)."""
+        seq_arr = np.asarray(seqs, dtype=np.int64).reshape(-1)
+        T, M = len(seq_arr), len(self.plants)
+        code_arr = np.asarray(codes, dtype=np.int64)
+        if code_arr.shape != (T, M):
+            raise DataError(f"codes must be (T, {M}) for {T} seqs, got shape {code_arr.shape}")
+        if np.any((code_arr < -1) | (code_arr > 3)):
+            raise DataError("state codes must be -1 (absent) or 0..3 (2 zc + za)")
+        ts_arr = np.zeros(T) if ts is None else np.asarray(ts, dtype=np.float64).reshape(T)
+        lev = np.full((T, M), -1, dtype=np.int64)
+        if levels is not None and self.severity is not None:
+            lev = np.asarray(levels, dtype=np.int64).reshape(T, M)
+            if np.any(lev >= self.severity.n_levels):
+                raise DataError(f"levels must be below {self.severity.n_levels}")
+            lev = np.where(lev < 0, -1, lev)
+        return seq_arr, code_arr, ts_arr, lev
+
     def run(
         self, seqs: ArrayLike, flags: ArrayLike, ts: ArrayLike | None = None, levels: ArrayLike | None = None
     ) -> list[Verdict]:
         """Process many rows at once: seqs (T,), flags (T, M, 2) in plant order (negative = absent),
         row times ts (T,) in seconds (default 0), published severity levels (T, M) (negative = absent).
 
-        The likelihoods of all rows are computed in one vectorised pass; the
-        result equals calling :meth:`update` row by row.
+        The result (verdicts and state) equals calling :meth:`update` row by row
+        (:meth:`run_per_row`); the rows go through :meth:`update_block`.
         """
-        seq_arr = np.asarray(seqs, dtype=np.int64)
-        ts_arr = np.zeros(len(seq_arr)) if ts is None else np.asarray(ts, dtype=np.float64).reshape(len(seq_arr))
         codes = encode_states(flags)
-        if codes.ndim != 2 or codes.shape != (len(seq_arr), len(self.plants)):
-            raise DataError(f"flags must be (T, {len(self.plants)}, 2) for {len(seq_arr)} seqs, got {np.shape(flags)}")
-        lev = np.full(codes.shape, -1, dtype=np.int64)
-        if levels is not None and self.severity is not None:
-            lev = np.asarray(levels, dtype=np.int64).reshape(codes.shape)
-            if np.any(lev >= self.severity.n_levels):
-                raise DataError(f"levels must be below {self.severity.n_levels}")
-        lp = self._row_logprob(codes)
+        if codes.ndim != 2 or codes.shape[1] != len(self.plants):
+            raise DataError(f"flags must be (T, {len(self.plants)}, 2), got {np.shape(flags)}")
+        return self.update_block(seqs, codes, ts, levels)
+
+    def run_per_row(
+        self, seqs: ArrayLike, flags: ArrayLike, ts: ArrayLike | None = None, levels: ArrayLike | None = None
+    ) -> list[Verdict]:
+        """:meth:`run` through :meth:`update`'s per-row path (the reference :meth:`update_block` is checked against)."""
+        codes = encode_states(flags)
+        if codes.ndim != 2 or codes.shape[1] != len(self.plants):
+            raise DataError(f"flags must be (T, {len(self.plants)}, 2), got {np.shape(flags)}")
+        seq_arr, code_arr, ts_arr, lev = self._block_arrays(seqs, codes, ts, levels)
         out = []
         for t in range(len(seq_arr)):
-            verdict = self._step(int(seq_arr[t]), float(ts_arr[t]), codes[t], lp[t], lev[t])
+            verdict = self._step(int(seq_arr[t]), float(ts_arr[t]), code_arr[t], lev[t])
             if verdict is not None:
                 out.append(verdict)
         return out
 
-    def _step(
-        self, seq: int, ts: float, codes: IntArray, lp: FloatArray, levels: IntArray | None = None
-    ) -> Verdict | None:
+    def update_block(
+        self, seqs: ArrayLike, codes: ArrayLike, ts: ArrayLike | None = None, levels: ArrayLike | None = None
+    ) -> list[Verdict]:
+        """Add T rows at once; the verdicts they issue, in order.
+
+        Parameters
+        ----------
+        seqs : (T,) increasing seqs (above every seq seen)
+        codes : (T, M) published states ``2 zc + za`` in plant order, -1 where a plant is absent
+        ts : (T,) row times in seconds (default 0)
+        levels : (T, M) published severity levels, -1 where absent
+
+        The verdicts and the state after the block equal those of :meth:`update` called row by
+        row (``tests/rca/test_block.py::test_blocks_equal_rows``): the CUSUMs and episodes
+        are stepped in plain floats (:mod:`fedrca.rca.block`), and the windows' evidence and
+        the decisions of all rows are computed in one vectorised pass, O(M^2) per row whatever
+        the window's length.
+
+        Raises
+        ------
+        DataError
+            When the seqs do not increase (the rows before the offending one are processed)
+            or an array has the wrong shape or values.
+        """
+        seq_arr, code_arr, ts_arr, lev = self._block_arrays(seqs, codes, ts, levels)
+        if len(seq_arr) and self._last_seq is not None and seq_arr[0] <= self._last_seq:
+            stop = 0
+        else:
+            wrong = np.flatnonzero(np.diff(seq_arr) <= 0)
+            stop = int(wrong[0]) + 1 if len(wrong) else len(seq_arr)
+        M = len(self.plants)
+        K = self.model.n_components
+        # rows per pass: the (rows, M, M) and (rows, M, K) intermediates stay small
+        step = max(1, _BLOCK_ELEMENTS // max(M * M, M * K, 1))
+        out: list[Verdict] = []
+        for lo in range(0, stop, step):
+            hi = min(stop, lo + step)
+            out += self._block(seq_arr[lo:hi], ts_arr[lo:hi], code_arr[lo:hi], lev[lo:hi])
+        if stop < len(seq_arr):
+            raise DataError(
+                f"rows must arrive in increasing seq order: got {int(seq_arr[stop])} after {self._last_seq}"
+            )
+        return out
+
+    def _block(self, seqs: IntArray, ts: FloatArray, codes: IntArray, levels: IntArray) -> list[Verdict]:
+        T, M = codes.shape
+        if T == 0:
+            return []
+        s = self.settings
+        present = codes >= 0
+        # the CUSUM increments: llr(o) of each present plant's published state
+        inc = np.where(present, self.model.alarm_llr[np.arange(M)[None, :], np.where(present, codes, 0)], 0.0)
+        plants = cusum_block(
+            self._cusum, self._rise, self._alarmed, self._onset, inc, seqs, s.cusum_threshold, self._cusum_max
+        )
+        J = self._lcusum.shape[1]
+        if J:
+            assert self.severity is not None
+            shown = levels >= 0
+            linc = np.where(shown[:, :, None], self.severity.llr.T[np.where(shown, levels, 0)], 0.0)  # (T, M, J)
+            lev = cusum_block(
+                self._lcusum.ravel(),
+                self._lrise.ravel(),
+                self._lalarmed.ravel(),
+                self._lonset.ravel(),
+                linc.reshape(T, M * J),
+                seqs,
+                s.cusum_threshold,
+                self._cusum_max,
+            )
+            lalarmed, lonset = lev.alarmed.reshape(T, M, J), lev.onset.reshape(T, M, J)
+        else:
+            lalarmed, lonset = np.zeros((T, M, 0), dtype=bool), np.zeros((T, M, 0), dtype=np.int64)
+        bounds, episode_start, episode_end = episode_bounds(
+            plants.alarmed, plants.onset, seqs, self._episode_start, self._episode_end
+        )
+        # the rows before the block a window can reach: at most horizon - 1
+        ordered = self._ordered_rows()
+        past = ordered[len(ordered) - min(self._n_rows, self.horizon - 1) :]
+        counts, first, n_rows = window_counts(
+            self._buf_seq[past], self._buf_codes[past], seqs, codes, bounds, self.horizon
+        )
+        # the incident's memory is stepped row by row only where an incident is open (IncidentMemory.run)
+        memory = self._memory.run(seqs, plants.alarmed, plants.onset)
+        judged = self._judge(counts, plants.alarmed, plants.onset, lalarmed, lonset, memory)
+        emitted = self._emit_block(judged, seqs)
+        seq_list, ts_list, first_list, rows_list = seqs.tolist(), ts.tolist(), first.tolist(), n_rows.tolist()
+        out = []
+        for i in emitted:
+            decision = self._verdict_at(judged, i, seq_list[i], ts_list[i], (first_list[i], seq_list[i]))
+            moment = self._moment_at(judged, i, counts, plants.alarmed, memory, rows_list[i])
+            out.append(self._issue(decision, moment))
+        last = T - 1
+        if emitted and emitted[-1] == last:
+            self.decision = out[-1]
+        else:
+            self.decision = self._verdict_at(
+                judged, last, seq_list[last], ts_list[last], (first_list[last], seq_list[last])
+            )
+        self._last_moment = self._moment_at(judged, last, counts, plants.alarmed, memory, rows_list[last])
+        # the state after the block's last row
+        self._cusum, self._rise, self._alarmed, self._onset = (
+            plants.level[last].copy(),
+            plants.rise,
+            plants.alarmed[last].copy(),
+            plants.onset[last].copy(),
+        )
+        if J:
+            self._lcusum = lev.level[last].reshape(M, J).copy()
+            self._lrise = lev.rise.reshape(M, J)
+            self._lalarmed = lalarmed[last].copy()
+            self._lonset = lonset[last].copy()
+        self._episode_start, self._episode_end = episode_start, episode_end
+        self._last_seq = seq_list[last]
+        kept = np.arange(max(0, T - self.horizon), T)
+        slots = (self._n_rows + kept) % self.horizon
+        self._buf_seq[slots] = seqs[kept]
+        self._buf_codes[slots] = codes[kept]
+        self._buf_valid[slots] = True
+        self._n_rows += T
+        return out
+
+    def _emit_block(self, judged: _Judged, seqs: IntArray) -> list[int]:
+        """The rows of a judged block at which a verdict is issued (:meth:`_emit` row by row, on keys)."""
+        M = len(self.plants)
+        s = self.settings
+        # the posterior a verdict carries (clipped into [0, 1], 6 digits: Verdict) decides the confidence
+        best = judged.best
+        prob = np.take_along_axis(judged.posterior, best[:, None], axis=1)[:, 0]
+        confident = [
+            ok and round(min(max(p, 0.0), 1.0), 6) >= s.min_posterior
+            for ok, p in zip(judged.finite.tolist(), prob.tolist(), strict=True)
+        ]
+        shown_keys = _row_keys(judged.shown)
+        propagated: dict[Any, tuple[str, ...]] = {}
+        heartbeat = s.heartbeat
+        active, last_key, last_emit = self._active, self._last_key, self._last_emit
+        emitted = []
+        for i, (ok, h, seq) in enumerate(zip(confident, best.tolist(), seqs.tolist(), strict=True)):
+            if not ok:
+                continue
+            if h == 0:
+                # a confident "no anomaly" clears an issued verdict
+                if active:
+                    active, last_key, last_emit = False, None, seq
+                    emitted.append(i)
+                continue
+            if h <= M or h == M + 1:
+                names = propagated.get(shown_keys[i])
+                if names is None:
+                    names = self._clearest(judged, i)
+                    if len(names) < MAX_PROPAGATED:  # a longer list may be cut by strength, row by row
+                        propagated[shown_keys[i]] = names
+                key = (ROOT_CAUSE, self.plants[h - 1], names) if h <= M else (EXTERNAL_ROOT, None, names)
+            else:
+                key = (self._pattern(judged.dominant[i]), None, ())
+            if key != last_key or (heartbeat > 0 and seq - last_emit >= heartbeat):
+                active, last_key, last_emit = True, key, seq
+                emitted.append(i)
+        self._active, self._last_key, self._last_emit = active, last_key, last_emit
+        return emitted
+
+    def _step(self, seq: int, ts: float, codes: IntArray, levels: IntArray | None = None) -> Verdict | None:
         if self._last_seq is not None and seq <= self._last_seq:
             raise DataError(f"rows must arrive in increasing seq order: got {seq} after {self._last_seq}")
         self._last_seq = seq
@@ -467,12 +839,23 @@ class RCAEngine:
         slot = self._slot_for(self._n_rows)
         self._buf_seq[slot] = seq
         self._buf_codes[slot] = codes
-        self._buf_lp[slot] = lp
         self._buf_valid[slot] = True
         self._n_rows += 1
-        decision = self._decide(seq, ts)
+        m = self._memory
+        m.update(seq, self._alarmed, self._onset)
+        memory = MemoryRows(m.first[None], m.rows[None], m.episode_rows[None], np.array([m.active]))
+        mask = self._window(seq)
+        counts = state_counts(self._buf_codes[mask])[None]
+        judged = self._judge(
+            counts, self._alarmed[None], self._onset[None], self._lalarmed[None], self._lonset[None], memory
+        )
+        seqs = self._buf_seq[mask]
+        decision = self._verdict_at(judged, 0, seq, ts, (int(seqs.min()), int(seqs.max())))
         self.decision = decision
-        return self._emit(decision)
+        moment = self._moment_at(judged, 0, counts, self._alarmed[None], memory, int(mask.sum()))
+        self._last_moment = moment
+        issued = self._emit(decision)
+        return None if issued is None else self._issue(issued, moment)
 
     def _update_level_onsets(self, seq: int, levels: IntArray) -> None:
         """Per plant and level j >= 2, the CUSUM of "published level >= j" (as :meth:`_update_onsets`)."""
@@ -508,7 +891,6 @@ class RCAEngine:
         elif self._episode_start is not None:
             self._episode_start = None
             self._episode_end = seq
-        self._memory.update(seq, self._alarmed, self._onset)
 
     def _window(self, seq: int) -> NDArray[np.bool_]:
         """The evidence rows: the last ``horizon`` rows, from the current episode's start, or
@@ -519,147 +901,6 @@ class RCAEngine:
         elif self._episode_end is not None:
             mask &= self._buf_seq >= self._episode_end
         return mask
-
-    def _order_penalty(self, unseen: bool = False) -> FloatArray:
-        """log-evidence (M, M) of the onset order: [k, j] = log order_violation when plant j
-        started alarming more than ``onset_slack`` rows before plant k (or k is not alarming),
-        plus the severity evidence.
-
-        ``unseen``: for a root whose disturbance may enter unseen, time its effects from
-        the **entry** instead: the earliest onset among k and its direct successors in
-        the graph (where the disturbance enters), which are then never early themselves;
-        any other plant that started before the entry still contradicts the hypothesis.
-        """
-        M = len(self.plants)
-        if not self._alarmed.any():
-            return np.zeros((M, M))
-        onset = np.where(self._alarmed, self._onset.astype(np.float64), np.inf)
-        start = onset
-        if unseen:
-            start = np.where(self._entry, onset[None, :], np.inf).min(axis=1)
-        early = self._alarmed[None, :] & (onset[None, :] < start[:, None] - self.settings.onset_slack)
-        if unseen:
-            early &= ~self._entry
-        np.fill_diagonal(early, False)
-        return np.where(early, self._log_violation, 0.0) + self._severity_penalty()
-
-    def _severity_penalty(self) -> FloatArray:
-        """log-evidence (M, M) of the severity order: [k, j] sums ``log severity_violation`` over the
-        levels j reached more than ``onset_slack`` rows before k reached them (or that k has not
-        reached): an effect is weaker than its cause, and reaches each severity after it."""
-        M = len(self.plants)
-        if not self._lalarmed.any():
-            return np.zeros((M, M))
-        onset = np.where(self._lalarmed, self._lonset.astype(np.float64), np.inf)  # (M, J)
-        # early[k, i, j] = i at level j more than slack rows before k
-        early = self._lalarmed[None, :, :] & (onset[None, :, :] < onset[:, None, :] - self.settings.onset_slack)
-        count = early.sum(axis=2).astype(np.float64)
-        np.fill_diagonal(count, 0.0)
-        return count * self._log_severity_violation
-
-    def _penalties(self, unseen_roots: NDArray[np.bool_]) -> tuple[FloatArray, FloatArray | None]:
-        """The order evidence of both root variants, recomputed only when an onset changed (they are a
-        function of the onsets alone; most rows change none)."""
-        key = b"".join(a.tobytes() for a in (self._alarmed, self._onset, self._lalarmed, self._lonset))
-        if self._penalty_memo is None or self._penalty_memo[0] != key:
-            unseen = self._order_penalty(unseen=True) if unseen_roots.any() else None
-            self._penalty_memo = (key, self._order_penalty(), unseen)
-        return self._penalty_memo[1], self._penalty_memo[2]
-
-    def _decide(self, seq: int, ts: float) -> Verdict:
-        mask = self._window(seq)
-        M = len(self.plants)
-        S = self._buf_lp[mask].sum(axis=0)
-        unseen_roots = self._unseen & self._alarmed
-        quiet_roots = self._started_incident()
-        order, order_unseen = self._penalties(unseen_roots | quiet_roots)
-        evidence, affected, unaffected = self._hypothesis_evidence(S, order, order_unseen, unseen_roots, quiet_roots)
-        if self._memory_counts and self._memory.active:
-            evidence[1 : M + 1] += self._incident_penalty()
-        # what the verdict's calibration and reason read, should this decision be issued
-        self._evidence = (mask, S, evidence)
-        top = float(np.max(evidence))
-        seqs = self._buf_seq[mask]
-        window = (int(seqs.min()), int(seqs.max()))
-        if not math.isfinite(top):
-            # every hypothesis deems a pair of the window impossible (e.g. (1, 0) from untrained
-            # detectors, whose Z_a equals Z_c): no hypothesis explains the flags, with no confidence
-            # (tests/rca/test_engine.py::test_batch_equals_streaming_and_state_survives_a_restart)
-            return self._verdict(ts, seq, None, (), 0.0, window, UNEXPLAINED)
-        weights = np.exp(evidence - top)
-        posterior = weights / weights.sum()
-        h = int(np.argmax(posterior))
-        codes = self._buf_codes[mask]
-        prob = float(posterior[h])
-        if h == 0:
-            return self._verdict(ts, seq, None, (), prob, window, NO_ANOMALY)
-        alarming = self._alarm_share(codes) >= 0.5
-        if h <= M:
-            k = h - 1
-            shown = alarming & (affected[k] > unaffected[k])
-            shown[k] = False
-            propagated = self._clearest(shown, lambda: affected[k] - unaffected[k])
-            return self._verdict(ts, seq, self.plants[k], propagated, prob, window, ROOT_CAUSE)
-        if h == M + 1:
-            propagated = self._clearest(alarming, lambda: self._alarm_share(codes))
-            return self._verdict(ts, seq, None, propagated, prob, window, EXTERNAL_ROOT)
-        dominant = self._dominant_states(codes)
-        pattern = classify_pattern([(int(c) >> 1, int(c) & 1) for c in dominant])
-        return self._verdict(ts, seq, None, (), prob, window, pattern.outcome)
-
-    def _started_incident(self) -> NDArray[np.bool_]:
-        """(M,) the declared unseen entries that started the current incident: first to alarm, more than
-        ``onset_slack`` rows before any other plant, for at least ``incident_rows`` rows."""
-        if not self._unseen.any() or not self._memory.active:
-            return np.zeros(len(self.plants), dtype=bool)
-        return self._unseen & self._memory.started(self.settings.onset_slack)
-
-    def _incident_penalty(self) -> FloatArray:
-        """Log evidence (M,) of the roots from the incident's order (:meth:`IncidentMemory.penalty`): a plant
-        that started earlier in the incident and that the root cannot reach contradicts it, also while quiet."""
-        s = self.settings
-        onset = np.where(self._alarmed, self._onset.astype(np.float64), np.inf)
-        # the window's order evidence already counts j against k: j alarms now and started before k
-        covered = self._alarmed[None, :] & (onset[None, :] < onset[:, None] - s.onset_slack)
-        return self._memory.penalty(self._reach, s.onset_slack, self._log_violation, covered)
-
-    def snapshot(self) -> Evidence | None:
-        """The evidence of the current decision (:class:`~fedrca.rca.evidence.Evidence`), None before any row.
-
-        Taken only when a verdict is issued: the per-row path keeps references, this copies and
-        scores the window once more without the onset order."""
-        if self._evidence is None or self.decision is None:
-            return None
-        mask, S, evidence = self._evidence
-        M = len(self.plants)
-        unseen_roots, quiet_roots = self._unseen & self._alarmed, self._started_incident()
-        zero = np.zeros((M, M))
-        variant = zero if (unseen_roots | quiet_roots).any() else None
-        unordered = self._hypothesis_evidence(S, zero, variant, unseen_roots, quiet_roots)[0]
-        codes = self._buf_codes[mask]
-        return Evidence(
-            plants=self.plants,
-            seq=self.decision.seq,
-            window=self.decision.evidence_window,
-            rows=int(mask.sum()),
-            log_evidence=evidence.copy(),
-            unordered=unordered,
-            alarming=self._alarmed.copy(),
-            first=self._memory.first.copy(),
-            alarm_rows=self._memory.rows.copy(),
-            share=self._true_share(codes),
-            pairs=self._dominant_states(codes),
-        )
-
-    def _clearest(self, shown: NDArray[np.bool_], strength: Callable[[], FloatArray]) -> tuple[str, ...]:
-        """The plants of ``shown`` in plant order, at most :data:`~fedrca.contracts.reason.MAX_PROPAGATED`: the
-        ones of the largest ``strength()`` (a verdict's size is bounded whatever the site)."""
-        chosen = np.flatnonzero(shown)
-        if len(chosen) > MAX_PROPAGATED:
-            with np.errstate(invalid="ignore"):  # -inf - -inf: a plant no hypothesis lets alarm
-                by = np.nan_to_num(strength()[chosen], nan=-np.inf)
-            chosen = np.sort(chosen[np.argsort(-by, kind="stable")[:MAX_PROPAGATED]])
-        return tuple(self.plants[j] for j in chosen)
 
     def _verdict(
         self,
@@ -675,29 +916,6 @@ class RCAEngine:
         posterior = min(max(posterior, 0.0), 1.0)
         return Verdict(self.site, ts, seq, root, propagated, posterior, window, outcome)
 
-    def _alarm_share(self, codes: IntArray) -> FloatArray:
-        """Channel-inverted share of window rows in which each plant's Z_c is on (M,)."""
-        post = self.model.alarm_posterior[np.where(codes < 0, 0, codes)]
-        present = codes >= 0
-        return np.asarray(np.where(present, post, 0.0).sum(axis=0) / np.maximum(present.sum(axis=0), 1))
-
-    def _true_share(self, codes: IntArray) -> FloatArray:
-        """Unbiased share of window rows in which each plant's true Z_c is on (M,), in [0, 1]: the published
-        rate r of the Z_c bit with the randomized response taken out, (r - (1 - p)) / (2 p - 1)."""
-        present = codes >= 0
-        rate = np.where(present, codes >> 1, 0).sum(axis=0) / np.maximum(present.sum(axis=0), 1)
-        eps = self.model.epsilon
-        if math.isinf(eps):
-            return np.asarray(rate, dtype=np.float64)
-        p = 1.0 / (1.0 + math.exp(-eps))
-        return np.asarray(np.clip((rate - (1.0 - p)) / (2.0 * p - 1.0), 0.0, 1.0))
-
-    def _dominant_states(self, codes: IntArray) -> IntArray:
-        """Most likely true state per plant over the window (channel-inverted, flat prior)."""
-        post = self.model.state_posterior[np.where(codes < 0, 0, codes)]  # (n, M, 4)
-        post = np.where((codes < 0)[..., None], 0.0, post)
-        return np.asarray(np.argmax(post.sum(axis=0), axis=1))
-
     def _emit(self, decision: Verdict) -> Verdict | None:
         confident = decision.posterior >= self.settings.min_posterior
         if decision.outcome == NO_ANOMALY:
@@ -705,7 +923,7 @@ class RCAEngine:
                 self._active = False
                 self._last_key = None
                 self._last_emit = decision.seq
-                return self._issue(decision)
+                return decision
             return None
         if not confident:
             return None
@@ -716,8 +934,50 @@ class RCAEngine:
             self._active = True
             self._last_key = key
             self._last_emit = decision.seq
-            return self._issue(decision)
+            return decision
         return None
+
+    def snapshot(self) -> Evidence | None:
+        """The evidence of the current decision (:class:`~fedrca.rca.evidence.Evidence`), None before any row.
+
+        Built only when a verdict is issued (or asked for): it scores the window once more without
+        the onset order."""
+        if self._last_moment is None or self.decision is None:
+            return None
+        return self._evidence_of(self._last_moment, self.decision)
+
+    def _evidence_of(self, moment: _Moment, decision: Verdict) -> Evidence:
+        M = len(self.plants)
+        counts = moment.counts[None]
+        unseen_roots = (self._unseen & moment.alarmed)[None]
+        quiet = None if moment.quiet is None else moment.quiet[None]
+        zero = np.zeros((1, M, M))
+        variant = zero if (unseen_roots.any() or (quiet is not None and quiet.any())) else None
+        unordered = self._log_evidence(self._window_sums(counts), zero, variant, unseen_roots, quiet)[0][0]
+        return Evidence(
+            plants=self.plants,
+            seq=decision.seq,
+            window=decision.evidence_window,
+            rows=moment.rows,
+            log_evidence=moment.evidence.copy(),
+            unordered=unordered,
+            alarming=moment.alarmed.copy(),
+            first=moment.first.copy(),
+            alarm_rows=moment.alarm_rows.copy(),
+            share=self._true_share(moment.counts),
+            pairs=moment.dominant.copy(),
+        )
+
+    def _true_share(self, counts: IntArray) -> FloatArray:
+        """Unbiased share of window rows in which each plant's true Z_c is on (M,), in [0, 1], from the
+        window's state counts (M, 4): the published rate r of the Z_c bit with the randomized response
+        taken out, (r - (1 - p)) / (2 p - 1)."""
+        rate = (counts[:, 2] + counts[:, 3]) / np.maximum(counts.sum(axis=1), 1)
+        eps = self.model.epsilon
+        if math.isinf(eps):
+            return np.asarray(rate, dtype=np.float64)
+        p = 1.0 / (1.0 + math.exp(-eps))
+        return np.asarray(np.clip((rate - (1.0 - p)) / (2.0 * p - 1.0), 0.0, 1.0))
 
     def explain(self) -> Verdict | None:
         """The current decision with its candidate set, probabilities and reason, as it would be issued
@@ -727,16 +987,66 @@ class RCAEngine:
             return self.decision
         return annotate(self.decision, evidence, self.graph, self.settings, self.calibration)
 
-    def _issue(self, decision: Verdict) -> Verdict:
+    def _issue(self, decision: Verdict, moment: _Moment) -> Verdict:
         """The decision as issued: with its candidate set, probabilities and reason
-        (:func:`fedrca.rca.explain.annotate`)."""
-        evidence = self.snapshot()
-        if evidence is None:
-            return decision
+        (:func:`fedrca.rca.explain.annotate`); at the block's or the row's decision it is also :attr:`decision`."""
+        evidence = self._evidence_of(moment, decision)
         if self.evidence_log is not None:
             self.evidence_log.append(evidence)
-        self.decision = annotate(decision, evidence, self.graph, self.settings, self.calibration)
-        return self.decision
+        issued = annotate(decision, evidence, self.graph, self.settings, self.calibration)
+        if self.decision is not None and self.decision.seq == decision.seq:
+            self.decision = issued
+        return issued
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """The decisions of T rows (:meth:`RCAEngine._judge`).
+
+    Attributes
+    ----------
+    posterior : (T, M + 3) posterior of [none, root 1..M, external, unexplained]
+    best : (T,) the best hypothesis
+    finite : (T,) False where no hypothesis has finite evidence (decided "unexplained", no confidence)
+    shown : (T, M) the plants the best hypothesis lists as showing the propagated effect
+    dominant : (T, M) each plant's most likely true state over the window (the catch-all's pattern)
+    evidence : (T, M + 3) log evidence + log prior of the hypotheses
+    share : (T, M) channel-inverted share of the window's rows with Z_c on
+    margin : (T, M) log evidence of "j affected" minus "j not affected" under the best root
+    quiet : (T, M) the declared unseen entries that started the incident (None: none in any row)
+    """
+
+    posterior: FloatArray
+    best: IntArray
+    finite: NDArray[np.bool_]
+    shown: NDArray[np.bool_]
+    dominant: IntArray
+    evidence: FloatArray
+    share: FloatArray
+    margin: FloatArray
+    quiet: NDArray[np.bool_] | None
+
+
+@dataclass(frozen=True)
+class _Moment:
+    """What the engine keeps of one row's decision for its :class:`Evidence` (arrays (M,) unless said)."""
+
+    counts: IntArray  # (M, 4) the window's state counts
+    evidence: FloatArray  # (M + 3,)
+    alarmed: NDArray[np.bool_]
+    quiet: NDArray[np.bool_] | None
+    first: IntArray
+    alarm_rows: IntArray
+    dominant: IntArray
+    rows: int
+
+
+def _row_keys(mask: NDArray[np.bool_]) -> list[Any]:
+    """A hashable key per row of a boolean matrix (T, M): its bits as an int (or bytes when M > 62)."""
+    _T, M = mask.shape
+    if M <= 62:
+        return (mask.astype(np.int64) @ (np.int64(1) << np.arange(M, dtype=np.int64))).tolist()
+    return [row.tobytes() for row in np.packbits(mask, axis=1)]
 
 
 def resolve_graph(

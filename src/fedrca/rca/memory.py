@@ -33,12 +33,13 @@ Examples
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["IncidentMemory"]
+__all__ = ["IncidentMemory", "MemoryRows", "penalty_rows", "started_rows"]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -111,18 +112,41 @@ class IncidentMemory:
         if stale.any():
             self.first[stale], self.rows[stale], self.last[stale] = -1, 0, -1
 
+    def run(self, seqs: IntArray, alarmed: BoolArray, onset: IntArray) -> MemoryRows:
+        """:meth:`update` over T rows (``seqs`` (T,), ``alarmed`` and ``onset`` (T, M)); the memory after each.
+
+        The memory is a row-by-row state machine (its gap, its forgetting): it is stepped row by row
+        only from the first alarm on while an incident is open; a row with no incident open and no
+        alarm changes nothing, so the runs of such rows (nearly every nominal row) are filled in
+        one assignment (``tests/rca/test_block.py::test_blocks_equal_rows``).
+        """
+        T, M = alarmed.shape
+        first = np.empty((T, M), dtype=np.int64)
+        rows = np.empty((T, M), dtype=np.int64)
+        episode_rows = np.empty((T, M), dtype=np.int64)
+        active = np.zeros(T, dtype=bool)
+        alarm_rows = np.flatnonzero(alarmed.any(axis=1))
+        seq_list = seqs.tolist()
+        t = 0
+        while t < T:
+            if self.last_alarm is None:
+                # quiet and no incident: nothing changes until the next row with an alarm
+                i = int(np.searchsorted(alarm_rows, t))
+                stop = int(alarm_rows[i]) if i < len(alarm_rows) else T
+                if stop > t:
+                    first[t:stop], rows[t:stop], episode_rows[t:stop] = self.first, self.rows, self.episode_rows
+                    t = stop
+                    continue
+            self.update(seq_list[t], alarmed[t], onset[t])
+            first[t], rows[t], episode_rows[t] = self.first, self.rows, self.episode_rows
+            active[t] = self.last_alarm is not None
+            t += 1
+        return MemoryRows(first, rows, episode_rows, active)
+
     def started(self, slack: int) -> BoolArray:
         """(M,) the plant that started the incident: it first alarmed more than ``slack`` rows before every
         other plant of the incident and has alarmed for at least ``min_rows`` rows (all False when none)."""
-        out = np.zeros(self.n_plants, dtype=bool)
-        began = np.flatnonzero(self.first >= 0)
-        if not began.size:
-            return out
-        k = began[np.argmin(self.first[began])]
-        others = self.first[began[began != k]]
-        if self.rows[k] >= self.min_rows and (not others.size or others.min() > self.first[k] + slack):
-            out[k] = True
-        return out
+        return started_rows(self.first[None], self.rows[None], self.min_rows, slack)[0]
 
     def penalty(
         self,
@@ -139,14 +163,9 @@ class IncidentMemory:
         whose order the window's evidence does not already count (``covered[k, j]``: j alarms now and
         started before k in the current episode).
         """
-        first = np.where(self.first >= 0, self.first.astype(np.float64), np.inf)
-        began = self.first >= 0
-        # earlier[k, j] = j first alarmed more than slack rows before k
-        earlier = began[None, :] & (first[None, :] < first[:, None] - slack)
-        present = self.episode_rows >= self.min_rows
-        early = earlier & present[None, :] & ~reach & ~covered
-        np.fill_diagonal(early, False)
-        return np.asarray(early.sum(axis=1) * log_violation, dtype=np.float64)
+        return penalty_rows(
+            self.first[None], self.episode_rows[None], self.min_rows, reach, slack, log_violation, covered[None]
+        )[0]
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state."""
@@ -169,3 +188,63 @@ class IncidentMemory:
         self.episode_rows = np.asarray(state["episode_rows"], dtype=np.int64).reshape(M)
         self.last = np.asarray(state["last"], dtype=np.int64).reshape(M)
         self.last_alarm = None if state["last_alarm"] is None else int(state["last_alarm"])
+
+
+@dataclass(frozen=True)
+class MemoryRows:
+    """The memory after each row of a block (:meth:`IncidentMemory.run`).
+
+    Attributes
+    ----------
+    first, rows, episode_rows : (T, M) as :class:`IncidentMemory`'s attributes after the row
+    active : (T,) an incident is open after the row
+    """
+
+    first: IntArray
+    rows: IntArray
+    episode_rows: IntArray
+    active: BoolArray
+
+
+def started_rows(first: IntArray, rows: IntArray, min_rows: int, slack: int) -> BoolArray:
+    """:meth:`IncidentMemory.started` of T memories at once (``first``, ``rows`` (T, M)) -> (T, M).
+
+    Examples
+    --------
+    >>> started_rows(np.array([[3, 9], [3, 4], [-1, -1]]), np.array([[5, 1], [5, 1], [0, 0]]), 2, 2).tolist()
+    [[True, False], [False, False], [False, False]]
+    """
+    T, M = first.shape
+    began = first >= 0
+    at = np.where(began, first.astype(np.float64), np.inf)
+    # the earliest (the lowest index among ties), and the earliest of the others
+    k = np.argmin(at, axis=1)
+    t = np.arange(T)
+    others = np.where(np.arange(M)[None, :] == k[:, None], np.inf, at).min(axis=1)
+    ok = began.any(axis=1) & (rows[t, k] >= min_rows) & (others > at[t, k] + slack)
+    out = np.zeros((T, M), dtype=bool)
+    out[t, k] = ok
+    return out
+
+
+def penalty_rows(
+    first: IntArray,
+    episode_rows: IntArray,
+    min_rows: int,
+    reach: BoolArray,
+    slack: int,
+    log_violation: float,
+    covered: BoolArray,
+) -> FloatArray:
+    """:meth:`IncidentMemory.penalty` of T memories at once (``first``, ``episode_rows`` (T, M); ``covered``
+    (T, M, M)) -> (T, M): a count of violations times ``log_violation``, the same float whatever T."""
+    M = first.shape[1]
+    began = first >= 0
+    at = np.where(began, first.astype(np.float64), np.inf)
+    # earlier[t, k, j] = j first alarmed more than slack rows before k
+    earlier = began[:, None, :] & (at[:, None, :] < at[:, :, None] - slack)
+    present = episode_rows >= min_rows
+    early = earlier & present[:, None, :] & ~reach[None] & ~covered
+    diagonal = np.arange(M)
+    early[:, diagonal, diagonal] = False
+    return np.asarray(early.sum(axis=2) * log_violation, dtype=np.float64)

@@ -44,6 +44,8 @@ __all__ = ["AlignedRow", "FlagAligner"]
 #: How the buffer stores a flag without evidence (present for completeness).
 _WITHHELD = (-1, -1)
 _DEGRADED = (-2, -2)
+#: The memory's character of each stored pair (a row's code: one per plant, "-" when absent)
+_CHARS = {(zc, za): str(int(FlagState.of(zc, za))) for zc in (0, 1) for za in (0, 1)} | {_WITHHELD: "w", _DEGRADED: "d"}
 
 
 @dataclass(frozen=True)
@@ -125,34 +127,44 @@ class FlagAligner:
         Status is ``buffered``, ``duplicate`` (ignored), ``conflict`` (a different
         flag for a buffered (plant, seq); first kept) or ``late`` (dead-letter it).
         """
-        if self._next_seq is None or (not self._released and flag.seq < self._next_seq):
+        seq = flag.seq
+        if self._next_seq is None or (not self._released and seq < self._next_seq):
             # Until the first row is released, the stream starts at the smallest seq seen.
-            self._next_seq = flag.seq
+            self._next_seq = seq
+        next_seq = self._next_seq
         # a withheld sample is stored as (-1, -1), a degraded one as (-2, -2): present for completeness, no evidence
         bits = _WITHHELD if flag.withheld else _DEGRADED if flag.degraded else (flag.zc, flag.za)
-        if flag.seq < self._next_seq:
-            for seq, code in reversed(self._released):
-                if seq == flag.seq:
+        if seq < next_seq:
+            for released, code in reversed(self._released):
+                if released == seq:
                     index = self._index.get(flag.plant)
                     same = index is not None and code[index] == self._char(bits)
                     return [], "duplicate" if same else "late"
-                if seq < flag.seq:
+                if released < seq:
                     break
             return [], "late"
-        row = self._buffer.setdefault(flag.seq, {})
+        buffer = self._buffer
+        row = buffer.get(seq)
+        if row is None:
+            row = buffer[seq] = {}
         status = "buffered"
-        if flag.plant in row:
-            status = "duplicate" if row[flag.plant] == bits else "conflict"
+        plant = flag.plant
+        if plant in row:
+            status = "duplicate" if row[plant] == bits else "conflict"
         else:
-            row[flag.plant] = bits
-            first_ts = self._ts.setdefault(flag.seq, flag.ts)
+            row[plant] = bits
+            first_ts = self._ts.setdefault(seq, flag.ts)
             if flag.ts != first_ts:
-                self._plant_ts.setdefault(flag.seq, {})[flag.plant] = flag.ts
+                self._plant_ts.setdefault(seq, {})[plant] = flag.ts
             if flag.sensor_fault and not flag.withheld:
-                self._sensor.setdefault(flag.seq, []).append(flag.plant)
+                self._sensor.setdefault(seq, []).append(plant)
             if flag.level is not None and flag.evidence:
-                self._levels.setdefault(flag.seq, {})[flag.plant] = flag.level
-        self._max_seq = max(self._max_seq, flag.seq)
+                self._levels.setdefault(seq, {})[plant] = flag.level
+        if seq > self._max_seq:
+            self._max_seq = seq
+        head = buffer.get(next_seq)
+        if head is not None and len(head) < len(self.plants) and self._max_seq - next_seq <= self.allowed_lateness:
+            return [], status  # the next row waits for its plants (what _release finds first)
         return self._release(), status
 
     def flush(self) -> list[AlignedRow]:
@@ -239,10 +251,14 @@ class FlagAligner:
 
     @staticmethod
     def _char(bits: tuple[int, int]) -> str:
-        return "w" if bits == _WITHHELD else "d" if bits == _DEGRADED else str(int(FlagState.of(*bits)))
+        char = _CHARS.get(bits)
+        return char if char is not None else str(int(FlagState.of(*bits)))
 
     def _code(self, row: dict[str, tuple[int, int]]) -> str:
-        return "".join(self._char(row[p]) if p in row else "-" for p in self.plants)
+        chars = _CHARS
+        return "".join(
+            [chars.get(bits) or self._char(bits) if (bits := row.get(p)) is not None else "-" for p in self.plants]
+        )
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state.

@@ -16,6 +16,14 @@ workers with the same configuration to share the plants::
 
     fedrca run --config config/tep.yaml --broker kafka://host:9092 --train data/tep/d00.dat --roles plants
     fedrca run --config config/tep.yaml --broker kafka://host:9092 --roles rca
+
+A worker may serve several sites (``--config`` once per site, ``--group NAME``): one loop per
+role over all of them, in the groups ``fedrca-<NAME>-plants`` and ``fedrca-<NAME>-rca``, so the
+sites' plants spread over the plant workers and the sites over the RCA workers
+(:class:`Worker`; ``docs/sizing.md``, "Many sites")::
+
+    fedrca run --config a.yaml --config b.yaml --group fleet --broker kafka://host:9092 --train d.dat --roles plants
+    fedrca run --config a.yaml --config b.yaml --group fleet --broker kafka://host:9092 --roles rca
 """
 
 from __future__ import annotations
@@ -31,12 +39,13 @@ from aiokafka import TopicPartition
 from fedrca.connectors.names import SiteNames
 from fedrca.contracts import DeadLetterStage
 from fedrca.exceptions import ConfigError
+from fedrca.observability import Metrics
 from fedrca.streams.agents import Heartbeat, ParamsFollower, PlantAgent, RCAAgent
 from fedrca.streams.compat import FedrcaApp
 from fedrca.streams.loop import BatchTimes, InputRecord, LoopSettings, TransactionalLoop
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, streaming_threads
 
-__all__ = ["ROLES", "StreamSettings", "Worker", "create_app", "parse_roles", "use_uvloop"]
+__all__ = ["ROLES", "SiteRoles", "StreamSettings", "Worker", "create_app", "parse_roles", "use_uvloop"]
 
 log = logging.getLogger("fedrca.streams")
 
@@ -110,74 +119,143 @@ def use_uvloop() -> bool:
     return True
 
 
-class Worker:
-    """The roles of one worker process, wired to their runtimes (see the module docstring).
+@dataclass(frozen=True)
+class SiteRoles:
+    """One site a worker serves: its Kafka names and the runtimes of the roles the worker takes there.
 
-    Parameters
+    Attributes
     ----------
     names : the site's Kafka names
-    settings : connection and batching settings
     plants : the plant runtime (None: no plant role)
     rca : the RCA runtime (None: no RCA role)
     """
 
-    def __init__(
-        self, names: SiteNames, settings: StreamSettings, plants: PlantRuntime | None, rca: RCARuntime | None
-    ) -> None:
-        if plants is None and rca is None:
-            raise ConfigError("a worker needs the plants or the rca role")
-        self.names = names
+    names: SiteNames
+    plants: PlantRuntime | None = None
+    rca: RCARuntime | None = None
+
+
+class Worker:
+    """The roles of one worker process over one site or several, wired to their runtimes.
+
+    A worker of several sites runs one transactional loop per role over all of them, in one
+    consumer group per role (``fedrca-<group>-plants``, ``fedrca-<group>-rca``): the group's
+    workers share every site's partitions, and a site's RCA is the worker that holds its flags
+    partition (sites spread over the RCA workers, moved by the group's rebalances). Each site
+    keeps its own topics, state, transactional ids, parameter follower and metrics.
+
+    Parameters
+    ----------
+    sites : the sites and their runtimes (every site with the same roles)
+    settings : connection and batching settings
+    group : names the consumer groups of a worker of several sites (required then); None: the
+        site's own groups (``fedrca-<site>-plants...``, ``fedrca-<site>-rca``)
+    """
+
+    def __init__(self, sites: Sequence[SiteRoles], settings: StreamSettings, group: str | None = None) -> None:
+        if not sites:
+            raise ConfigError("a worker needs at least one site")
+        roles = {(s.plants is not None, s.rca is not None) for s in sites}
+        if len(roles) != 1 or roles == {(False, False)}:
+            raise ConfigError("a worker needs the plants or the rca role, the same on every site it serves")
+        if len({s.names.site for s in sites}) != len(sites):
+            raise ConfigError("a worker serves each site once: two configurations name the same site")
+        if group is None and len(sites) > 1:
+            raise ConfigError("a worker of several sites needs a consumer group name", key="--group")
+        self.sites = list(sites)
         self.settings = settings
-        self.plants = plants
-        self.rca = rca
+        self.group = group
         self.heartbeat = Heartbeat()
-        # the loops and the follower hold one lock: a parameter switch never falls inside a batch
+        # the loops and the followers hold one lock: a parameter switch never falls inside a batch
         self.lock = asyncio.Lock()
         security = dict(settings.security)
-        self.follower = ParamsFollower(settings.bootstrap, names, plants, rca, self.lock, security)
+        self.followers = [
+            ParamsFollower(settings.bootstrap, s.names, s.plants, s.rca, self.lock, security) for s in self.sites
+        ]
+        self._metrics: dict[str, Metrics] = {}  # input topic -> the metrics of its site
         self.loops: list[TransactionalLoop] = []
-        if plants is not None:
-            served = list(plants.processors)
-            agents = {names.sensors(p): PlantAgent(plants, p, names) for p in served}
+        first = self.sites[0]
+        if first.plants is not None:
+            agents: dict[str, PlantAgent] = {}
+            sites_of: dict[str, SiteNames] = {}
+            for site in self.sites:
+                assert site.plants is not None
+                for plant in site.plants.processors:
+                    topic = site.names.sensors(plant)
+                    agents[topic] = PlantAgent(site.plants, plant, site.names)
+                    sites_of[topic] = site.names
+                    self._metrics[topic] = site.plants.metrics
+            plants_group = (
+                f"fedrca-{group}-plants"
+                if group is not None
+                else first.names.processor_group(list(first.plants.processors))
+            )
             self.loops.append(
                 TransactionalLoop(
-                    self._loop_settings(names.processor_group(served), security),
+                    self._loop_settings(plants_group, security),
                     sorted(agents),
                     lambda tp: agents[tp.topic],
-                    lambda tp: names.state(names.plant_of(tp.topic)),
-                    lambda tp: names.transactional_id(tp.topic, tp.partition),
+                    lambda tp: sites_of[tp.topic].state(sites_of[tp.topic].plant_of(tp.topic)),
+                    lambda tp: sites_of[tp.topic].transactional_id(tp.topic, tp.partition),
                     on_batch=self._on_plant_batch,
                     lock=self.lock,
-                    deadletter_topic_for=lambda tp: names.plant_deadletter(names.plant_of(tp.topic)),
+                    deadletter_topic_for=lambda tp: sites_of[tp.topic].plant_deadletter(
+                        sites_of[tp.topic].plant_of(tp.topic)
+                    ),
                     stage=DeadLetterStage.PLANT,
-                    on_refused=lambda tp, stage, error: plants.metrics.record_deadletter(stage, error.reason),
+                    on_refused=lambda tp, stage, error: self._metrics[tp.topic].record_deadletter(stage, error.reason),
                 )
             )
-        if rca is not None:
-            agent = RCAAgent(rca, names)
+        if first.rca is not None:
+            rca_agents: dict[str, RCAAgent] = {}
+            rca_sites: dict[str, SiteNames] = {}
+            for site in self.sites:
+                assert site.rca is not None
+                topic = site.names.config.topic("flags")
+                rca_agents[topic] = RCAAgent(site.rca, site.names)
+                rca_sites[topic] = site.names
+                self._metrics[topic] = site.rca.metrics
             self.loops.append(
                 TransactionalLoop(
-                    self._loop_settings(names.rca_group, security),
-                    [names.config.topic("flags")],
-                    lambda tp: agent,
-                    lambda tp: names.config.topic("rca_state"),
-                    lambda tp: names.rca_transactional_id(tp.partition),
+                    self._loop_settings(
+                        f"fedrca-{group}-rca" if group is not None else first.names.rca_group, security
+                    ),
+                    sorted(rca_agents),
+                    lambda tp: rca_agents[tp.topic],
+                    lambda tp: rca_sites[tp.topic].config.topic("rca_state"),
+                    lambda tp: rca_sites[tp.topic].rca_transactional_id(tp.partition),
                     on_batch=self._on_rca_batch,
                     lock=self.lock,
-                    deadletter_topic_for=lambda tp: names.config.topic("deadletter"),
+                    deadletter_topic_for=lambda tp: rca_sites[tp.topic].config.topic("deadletter"),
                     stage=DeadLetterStage.RCA,
-                    on_refused=lambda tp, stage, error: rca.metrics.record_deadletter(stage, error.reason),
+                    on_refused=lambda tp, stage, error: self._metrics[tp.topic].record_deadletter(stage, error.reason),
                 )
             )
-        metrics = (plants or rca).metrics  # type: ignore[union-attr]
-        metrics.set_probes(live=self.live, ready=self.ready)
+        for site in self.sites:
+            metrics = (site.plants or site.rca).metrics  # type: ignore[union-attr]
+            metrics.set_probes(live=self.live, ready=self.ready)
+
+    @property
+    def names(self) -> SiteNames:
+        """The names of the worker's (first) site."""
+        return self.sites[0].names
+
+    @property
+    def plants(self) -> PlantRuntime | None:
+        """The plant runtime of the worker's (first) site."""
+        return self.sites[0].plants
+
+    @property
+    def rca(self) -> RCARuntime | None:
+        """The RCA runtime of the worker's (first) site."""
+        return self.sites[0].rca
 
     def _loop_settings(self, group: str, security: dict[str, Any]) -> LoopSettings:
         s = self.settings
         return LoopSettings(
             bootstrap=s.bootstrap,
             group_id=group,
-            client_id=f"fedrca-{self.names.site}-{s.worker_name}",
+            client_id=f"fedrca-{self.group or self.names.site}-{s.worker_name}",
             max_records=s.batch_size,
             fetch_wait=s.batch_within,
             session_timeout=s.session_timeout,
@@ -185,15 +263,13 @@ class Worker:
         )
 
     def _on_plant_batch(self, tp: TopicPartition, records: Sequence[InputRecord], times: BatchTimes) -> None:
-        assert self.plants is not None
-        metrics = self.plants.metrics
+        metrics = self._metrics[tp.topic]
         metrics.record_stage_latency("consume", records, now=times.fetched)
         metrics.record_stage_latency("flags", records, now=times.committed)
         metrics.record_latency("plant_batch", times.committed - times.fetched)
 
     def _on_rca_batch(self, tp: TopicPartition, records: Sequence[InputRecord], times: BatchTimes) -> None:
-        assert self.rca is not None
-        metrics = self.rca.metrics
+        metrics = self._metrics[tp.topic]
         metrics.record_stage_latency("aligned", records, now=times.processed)
         metrics.record_stage_latency("verdict", records, now=times.committed)
         metrics.record_latency("rca_batch", times.committed - times.fetched)
@@ -206,8 +282,9 @@ class Worker:
 
     def ready(self) -> tuple[bool, str]:
         """Readiness: the published parameters are read and every loop has joined its group."""
-        if not self.follower.caught_up.is_set():
-            return False, "reading the published parameters"
+        reading = [f.names.site for f in self.followers if not f.caught_up.is_set()]
+        if reading:
+            return False, f"reading the published parameters ({', '.join(reading)})"
         waiting = [loop.settings.group_id for loop in self.loops if not loop.ready]
         if waiting:
             return False, f"joining {', '.join(waiting)}"
@@ -217,29 +294,31 @@ class Worker:
     async def run(self) -> None:
         """Follow the parameters, then run every loop until cancelled (the Faust worker stops it)."""
         beat = asyncio.ensure_future(self.heartbeat.run())
-        follow = asyncio.ensure_future(self.follower.run())
+        follow = [asyncio.ensure_future(f.run()) for f in self.followers]
         blas = streaming_threads()  # the detectors are fitted: stream with one BLAS thread
         try:
+            caught_up = asyncio.gather(*(f.caught_up.wait() for f in self.followers))
             try:
-                await asyncio.wait_for(asyncio.shield(self.follower.caught_up.wait()), PARAMS_CATCH_UP)
+                await asyncio.wait_for(asyncio.shield(caught_up), PARAMS_CATCH_UP)
             except TimeoutError:
                 log.error(
                     "the params topic was not read within %.0f s; starting with the parameters at hand", PARAMS_CATCH_UP
                 )
-            await asyncio.gather(*(loop.run() for loop in self.loops), follow)
+            await asyncio.gather(*(loop.run() for loop in self.loops), *follow)
         finally:
             for loop in self.loops:
                 loop.stop()
-            self.follower.stop()
-            for task in (beat, follow):
+            for follower in self.followers:
+                follower.stop()
+            for task in (beat, *follow):
                 task.cancel()
             blas.restore_original_limits()
 
 
-def create_app(names: SiteNames, settings: StreamSettings, worker: Worker) -> FedrcaApp:
-    """The Faust app hosting ``worker``: one task that runs it; no Kafka I/O of Faust's own."""
+def create_app(name: str, settings: StreamSettings, worker: Worker) -> FedrcaApp:
+    """The Faust app hosting ``worker`` (``name``: its site or group): a task that runs it, no Kafka I/O of its own."""
     app = FedrcaApp(
-        f"fedrca-{names.site}-{settings.worker_name}",
+        f"fedrca-{name}-{settings.worker_name}",
         broker=f"kafka://{settings.bootstrap}",
         store="memory://",
         datadir=settings.data_dir,

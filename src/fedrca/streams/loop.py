@@ -41,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
@@ -70,9 +70,8 @@ __all__ = [
 log = logging.getLogger("fedrca.streams")
 
 
-@dataclass(frozen=True)
-class InputRecord:
-    """One consumed record, as a handler sees it."""
+class InputRecord(NamedTuple):
+    """One consumed record, as a handler sees it (a named tuple: one is built per record of every batch)."""
 
     offset: int
     key: bytes | None
@@ -375,22 +374,41 @@ async def read_compacted(
 
 
 @dataclass
+class _Commit:
+    """One batch's transaction in flight: ``sent`` resolves when its records are in the logs (or it gave
+    up before), ``done`` with whether it committed."""
+
+    sent: asyncio.Future[bool]
+    done: asyncio.Future[bool]
+
+
+@dataclass
 class _Task:
     tp: TopicPartition
     handler: PartitionHandler
     producers: list[AIOKafkaProducer]
     state_topic: str
     state_key: bytes
-    next_offset: int
+    next_offset: int  # the next input offset to process: everything below is committed or in flight
     turn: int = 0  # the producer of the next transaction
     offset_pending: bool = False  # next_offset is not yet the group's committed offset
     offset_committed: float = -math.inf  # time.monotonic() of the last offset commit
-    state: bytes | None = None  # the handler's state after the last committed batch (None: never processed)
+    inflight: deque[_Commit] = field(default_factory=deque)  # oldest first, at most one per producer
+    # the handler's state after the last batch handed to a transaction (None: never processed); a batch
+    # whose handler raised is processed again record by record from it (_isolate)
+    state: bytes | None = None
+    broken: bool = False  # a transaction failed: the partition is taken over again, later ones give up
+
+    def settle(self) -> None:
+        """Forget the commits that are over."""
+        while self.inflight and self.inflight[0].done.done():
+            self.inflight.popleft()
 
     @property
-    def producer(self) -> AIOKafkaProducer:
-        """The producer whose turn it is."""
-        return self.producers[self.turn]
+    def busy(self) -> bool:
+        """Every producer holds a transaction in flight."""
+        self.settle()
+        return len(self.inflight) >= len(self.producers)
 
 
 class TransactionalLoop:
@@ -440,6 +458,7 @@ class TransactionalLoop:
         self._stage = stage
         self._on_refused = on_refused
         self._tasks: dict[TopicPartition, _Task] = {}
+        self._commits: list[asyncio.Future[bool]] = []  # the transactions started and not yet looked at
         self._lock = lock or asyncio.Lock()
         self._stopping = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
@@ -472,26 +491,34 @@ class TransactionalLoop:
         await self._consumer.start()
         try:
             while not self._stopping.is_set():
+                self._raise_failed_commits()
                 batch = await self._consumer.getmany(
                     timeout_ms=max(1, int(s.fetch_wait * 1000)), max_records=s.max_records
                 )
+                # the tasks the records were fetched for (a task taken over again seeks: its records come anew)
+                owners = {tp: self._tasks.get(tp) for tp in batch}
                 if not batch:
                     # nothing arrived for fetch_wait: commit the offsets the batches left pending
-                    async with self._lock:
-                        await self._commit_pending_offsets()
+                    await self._commit_pending_offsets()
                     continue
                 fetched = time.time()
+                # a partition whose producers all hold a transaction in flight takes its next batch when
+                # the oldest of them is over (the transactions of a partition commit in input order)
+                for task in owners.values():
+                    while task is not None and task.busy:
+                        await asyncio.wait([task.inflight[0].done])
                 async with self._lock:
-                    # one task per partition: the handlers run one after the other (they are
-                    # synchronous), the transactions' round trips overlap
-                    outcomes = await asyncio.gather(
-                        *(self._process(tp, records, fetched) for tp, records in batch.items()),
-                        return_exceptions=True,
-                    )
-                for outcome in outcomes:
-                    if isinstance(outcome, BaseException):
-                        raise outcome
+                    # the handlers run one after the other (they are synchronous); each batch's
+                    # transaction goes on in the background while the next fetch is processed
+                    for tp, records in batch.items():
+                        task = owners[tp]
+                        if task is not None and self._tasks.get(tp) is task and not task.broken and not task.busy:
+                            self._start(task, records, fetched)
         finally:
+            await self._settle(list(self._tasks.values()))
+            for commit in self._commits:  # what ended the run was raised; the rest is over with it
+                if commit.done() and not commit.cancelled():
+                    commit.exception()
             async with self._lock:
                 await self._drop(list(self._tasks))
             await self._consumer.stop()
@@ -577,7 +604,8 @@ class TransactionalLoop:
         log.info("%s: resuming at offset %d (%s)", _name(tp), offset, "state restored" if saved else "no state yet")
         if refused:
             log.error("%s: %d record(s) of %s are not its state; skipped", _name(tp), len(refused), state_topic)
-            await self._commit(task, self._dead_letters(tp, state_topic, refused), None, offset)
+            # the partition's first transaction (nothing is in flight yet): later ones follow it
+            self._schedule(task, self._dead_letters(tp, state_topic, refused), None, (), 0.0, 0.0)
 
     def _dead_letters(
         self, tp: TopicPartition, source: str, refused: Sequence[tuple[bytes, MessageError, DeadLetterStage]]
@@ -607,16 +635,20 @@ class TransactionalLoop:
 
     async def on_assigned(self, tps: Iterable[TopicPartition]) -> None:
         """Own every assigned partition (the rebalance waits for this)."""
+        assigned = sorted(tps)
+        await self._settle([task for tp in assigned if (task := self._tasks.get(tp)) is not None])
         async with self._lock:
-            for tp in sorted(tps):
+            for tp in assigned:
                 await self._drop([tp])
                 await self._take(tp)
             self.ready = True
 
     async def on_revoked(self, tps: Iterable[TopicPartition]) -> None:
-        """Let go of revoked partitions after the batch in progress (their state is committed)."""
+        """Let go of revoked partitions once their transactions in flight are over (committed or not)."""
+        revoked = list(tps)
+        await self._settle([task for tp in revoked if (task := self._tasks.get(tp)) is not None])
         async with self._lock:
-            await self._drop(tps)
+            await self._drop(revoked)
 
     async def _take(self, tp: TopicPartition) -> None:
         """Own ``tp``, retrying on a broker that does not answer yet (restart, pause)."""
@@ -641,11 +673,9 @@ class TransactionalLoop:
                     return
 
     # -- processing ---------------------------------------------------------------------------
-    async def _process(self, tp: TopicPartition, records: list[ConsumerRecord], fetched: float) -> None:
-        task = self._tasks.get(tp)
-        if task is None:
-            return  # revoked or fenced meanwhile: the next owner reads it from its committed state
-        # a record below the cursor was processed and committed already (a fetch that raced a seek)
+    def _start(self, task: _Task, records: list[ConsumerRecord], fetched: float) -> None:
+        """Process a batch (synchronously) and start its transaction on the partition's next producer."""
+        # a record below the cursor was processed already (a fetch that raced a seek)
         batch = [InputRecord(r.offset, r.key, r.value, r.timestamp) for r in records if r.offset >= task.next_offset]
         if not batch:
             return
@@ -660,14 +690,55 @@ class TransactionalLoop:
             Outgoing(task.state_topic, state_record(next_offset, processed.state), key=task.state_key),
         ]
         with_offset = time.monotonic() - task.offset_committed >= self.settings.offset_interval
-        if not await self._commit(task, outputs, next_offset if with_offset else None, batch[0].offset):
-            return
         task.next_offset = next_offset
         task.state = processed.state
-        task.offset_pending = not with_offset
+        self._schedule(task, outputs, next_offset if with_offset else None, batch, fetched, done)
+
+    def _schedule(
+        self,
+        task: _Task,
+        outputs: Sequence[Outgoing],
+        offset: int | None,
+        batch: Sequence[InputRecord],
+        fetched: float,
+        done: float,
+    ) -> None:
+        """Start a transaction of ``task`` after the ones in flight (its producer must be free: not ``busy``)."""
+        previous = task.inflight[-1] if task.inflight else None
+        producer = task.producers[task.turn]
+        task.turn = (task.turn + 1) % len(task.producers)
+        sent: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        first = batch[0].offset if batch else offset if offset is not None else task.next_offset
+        commit = asyncio.ensure_future(self._commit(task, producer, previous, sent, outputs, offset, first))
+        task.inflight.append(_Commit(sent, commit))
+        self._commits.append(commit)
+        if batch:
+            commit.add_done_callback(lambda f: self._committed(task, f, batch, BatchTimes(fetched, done, time.time())))
+
+    def _committed(
+        self, task: _Task, commit: asyncio.Future[bool], batch: Sequence[InputRecord], times: BatchTimes
+    ) -> None:
+        if commit.cancelled() or commit.exception() is not None or not commit.result():
+            return
         self.committed_batches += 1
         if self._on_batch is not None:
-            self._on_batch(tp, batch, BatchTimes(fetched, done, time.time()))
+            self._on_batch(task.tp, batch, times)
+
+    def _raise_failed_commits(self) -> None:
+        """A transaction that ended with an exception no recovery handles (a bug, a cancelled worker) ends the run."""
+        running = []
+        for commit in self._commits:
+            if not commit.done():
+                running.append(commit)
+            elif not commit.cancelled() and commit.exception() is not None:
+                raise commit.exception()  # type: ignore[misc]
+        self._commits = running
+
+    async def _settle(self, tasks: Sequence[_Task]) -> None:
+        """Wait until the transactions in flight of ``tasks`` are over."""
+        pending = [c.done for task in tasks for c in task.inflight if not c.done.done()]
+        if pending:
+            await asyncio.wait(pending)
 
     def _isolate(self, task: _Task, batch: Sequence[InputRecord], exc: Exception) -> Processed:
         """Process a batch whose handler raised record by record, from the last committed state.
@@ -696,46 +767,82 @@ class TransactionalLoop:
 
     async def _commit_pending_offsets(self) -> None:
         """Commit the group offset of every partition whose batches left it behind (offsets only)."""
-        tasks = [task for task in self._tasks.values() if task.offset_pending]
-        outcomes = await asyncio.gather(*(self._commit(t, [], t.next_offset, t.next_offset) for t in tasks))
-        for task, ok in zip(tasks, outcomes, strict=True):
-            if ok:
-                task.offset_pending = False
+        tasks = [task for task in self._tasks.values() if task.offset_pending or task.inflight]
+        await self._settle(tasks)
+        async with self._lock:
+            for task in tasks:
+                if self._tasks.get(task.tp) is task and task.offset_pending and not task.broken and not task.busy:
+                    self._schedule(task, [], task.next_offset, (), 0.0, 0.0)
+        await self._settle(tasks)
 
-    async def _commit(self, task: _Task, outputs: Sequence[Outgoing], offset: int | None, first: int) -> bool:
-        """Produce ``outputs`` (and commit the group offset ``offset``, unless None) in one transaction.
+    async def _commit(
+        self,
+        task: _Task,
+        producer: AIOKafkaProducer,
+        previous: _Commit | None,
+        sent: asyncio.Future[bool],
+        outputs: Sequence[Outgoing],
+        offset: int | None,
+        first: int,
+    ) -> bool:
+        """Produce ``outputs`` (and commit the group offset ``offset``, unless None) in one transaction,
+        after the partition's transaction before it (``previous``).
 
-        Transactions of a partition go to its producers in turn. A producer's next transaction
+        A partition's transactions alternate between its producers. A producer's next transaction
         would otherwise wait for the broker to finish writing the markers of its last one (the
-        coordinator answers ``CONCURRENT_TRANSACTIONS`` until then, and the client backs off
-        20 ms: KAFKA-5477); the other producer's transaction starts at once. They never overlap:
-        the next one begins after this one committed, so the partition's transactions still
-        commit one after the other, in input order. False when the partition was let go (fenced)
-        or taken over again (a transaction whose outcome is unknown).
+        coordinator answers ``CONCURRENT_TRANSACTIONS`` until then, and the client backs off:
+        KAFKA-5477); the other producer's starts at once. They are pipelined, never reordered:
+        a transaction sends its records once the previous one's are in the logs (so the outputs
+        and the state records keep the input order), and commits once the previous one committed
+        (so the committed outputs, state and offset always describe a prefix of the input); when
+        the previous one did not commit, this one gives up uncommitted (the partition is being
+        taken over again from what is committed, which fences this producer and aborts its
+        transaction). False when it did not commit: the partition was let go (fenced) or is taken
+        over again (a transaction whose outcome is unknown).
         """
-        tp, producer = task.tp, task.producer
+        tp = task.tp
+        began = False
         try:
-            async with producer.transaction():
+            try:
+                if previous is not None and not await previous.sent:
+                    return False
+                await producer.begin_transaction()
+                began = True
                 futures = await _send(producer, outputs)
-                if offset is not None:
-                    await producer.send_offsets_to_transaction({tp: offset}, self.settings.group_id)
                 await asyncio.gather(*futures)
-        except ProducerFenced:
-            log.warning("%s: fenced (another worker took it over); letting go", _name(tp))
-            await self._drop([tp])
-            return False
-        except KafkaError as exc:
+            finally:
+                if not sent.done():
+                    sent.set_result(began and not task.broken)
+            if previous is not None and not await previous.done:
+                return False  # not committed: the partition is taken over again from what is
+            if offset is not None:
+                await producer.send_offsets_to_transaction({tp: offset}, self.settings.group_id)
+            await producer.commit_transaction()
+        except Exception as exc:
+            if task.broken or self._tasks.get(tp) is not task:
+                return False  # a transaction before this one failed, or the partition was let go: nothing to do
+            task.broken = True
+            if isinstance(exc, ProducerFenced):
+                log.warning("%s: fenced (another worker took it over); letting go", _name(tp))
+                async with self._lock:
+                    if self._tasks.get(tp) is task:
+                        await self._drop([tp])
+                return False
+            if not isinstance(exc, KafkaError):
+                raise
             # The outcome of the transaction may be unknown (a commit whose answer was lost):
             # take the partition again from what is committed, exactly as a new owner would.
             self.recoveries += 1
             log.warning("%s: batch at offset %d not committed (%s); taking it over again", _name(tp), first, exc)
-            await self._drop([tp])
-            if self._consumer is not None and tp in self._consumer.assignment():
-                await self._take(tp)
+            async with self._lock:
+                if self._tasks.get(tp) is task:
+                    await self._drop([tp])
+                    if self._consumer is not None and tp in self._consumer.assignment():
+                        await self._take(tp)
             return False
-        task.turn = (task.turn + 1) % len(task.producers)
         if offset is not None:
             task.offset_committed = time.monotonic()
+        task.offset_pending = offset is None
         return True
 
 

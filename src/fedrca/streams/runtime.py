@@ -41,7 +41,7 @@ from fedrca.contracts import (
     SensorMessage,
     Verdict,
     check_binding,
-    decode_flag,
+    decode_flags,
     decode_sensors,
 )
 from fedrca.detectors.base import Detector
@@ -55,6 +55,7 @@ from fedrca.privacy.accounting import gaussian_mu
 from fedrca.privacy.ledger import FlagWindow
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
+from fedrca.streams.aligner import AlignedRow
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
 from fedrca.streams.rca_stage import RCAStage
 
@@ -476,29 +477,37 @@ class RCARuntime:
         self.stage.reset()
 
     def process_flags(self, raws: list[bytes]) -> tuple[list[Verdict], list[tuple[bytes, MessageError]]]:
-        """Validate flags, align, judge; returns (verdicts, rejected flags)."""
+        """Validate flags, align, judge; returns (verdicts, rejected flags).
+
+        The flags are aligned one by one, in order; the rows they complete are judged at
+        once (one engine block per batch: :meth:`RCAStage.judge`). A process verdict reached at a
+        row released while a plant withheld its flags is marked ``privacy_withheld``, as if
+        the rows were judged one by one.
+        """
         started = time.perf_counter()
-        verdicts: list[Verdict] = []
         rejected: list[tuple[bytes, MessageError]] = []
-        now = time.time()
-        for raw in raws:
-            try:
-                flag = decode_flag(raw, self.config.site, self._plants, now)
-                severity = self.engine.severity
-                if flag.level is not None and severity is not None and flag.level >= severity.n_levels:
-                    raise MessageError(
-                        DeadLetterReason.BAD_FLAG,
-                        f"'level' {flag.level} is beyond the site's {severity.n_levels} severity levels",
-                    )
-            except MessageError as err:
-                rejected.append((raw, err))
-                self.metrics.record_deadletter(DeadLetterStage.RCA, err.reason)
+        rows: list[AlignedRow] = []
+        marked: set[int] = set()  # seqs of the rows released while a plant withheld
+        severity = self.engine.severity
+        levels = None if severity is None else severity.n_levels
+        stage = self.stage
+        for raw, flag in zip(raws, decode_flags(raws, self.config.site, self._plants, time.time()), strict=True):
+            if isinstance(flag, MessageError):
+                rejected.append((raw, flag))
+                self.metrics.record_deadletter(DeadLetterStage.RCA, flag.reason)
+                continue
+            if levels is not None and flag.level is not None and flag.level >= levels:
+                error = MessageError(
+                    DeadLetterReason.BAD_FLAG, f"'level' {flag.level} is beyond the site's {levels} severity levels"
+                )
+                rejected.append((raw, error))
+                self.metrics.record_deadletter(DeadLetterStage.RCA, error.reason)
                 continue
             if flag.withheld:
                 self.withheld.add(flag.plant)
             else:
                 self.withheld.discard(flag.plant)
-            new, status = self.stage.add(flag)
+            released, status = stage.align(flag)
             if status == "late":
                 late = MessageError(
                     DeadLetterReason.LATE,
@@ -506,7 +515,14 @@ class RCARuntime:
                 )
                 rejected.append((raw, late))
                 self.metrics.record_deadletter(DeadLetterStage.RCA, DeadLetterReason.LATE)
-            verdicts.extend(self._mark_withheld(new))
+            if released:
+                rows += released
+                if self.withheld:
+                    marked.update(row.seq for row in released)
+        verdicts = [
+            dataclasses.replace(v, outcome=PRIVACY_WITHHELD) if v.seq in marked and not v.is_sensor_event else v
+            for v in stage.judge(rows)
+        ]
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
         self._record(verdicts)
         if verdicts:
