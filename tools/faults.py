@@ -70,7 +70,7 @@ FAULT = REPO / "data" / "tep" / "d04_te.dat"
 NOMINAL = REPO / "data" / "tep" / "d00_te.dat"
 #: the drift scenario's loop: a refresh every 240 samples (seqs 240, 480, 720 of a 960-row file)
 DRIFT = {"enabled": True, "every": 240, "window": 240, "history": 960, "min_rows": 100}
-LATENESS = 2000  # rows wait for a killed worker's plants longer than any outage here
+LATENESS = 1400  # rows wait for a killed worker's plants longer than any outage here (bound of five plants: 1,483)
 SPEED = "x9000"  # 3-minute samples at 9000x: 50 rows/s, 960 rows in about 19 s
 FEDRCA = [sys.executable, "-m", "fedrca.cli"]
 

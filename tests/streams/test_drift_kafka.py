@@ -65,7 +65,7 @@ def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> di
     try:
         # one worker with both roles (its RCA engine is fitted on the nominal data, as fedrca replay's); it fits its
         # detectors while fedrca replay runs
-        cluster.add("w1", "plants,params,rca", ["--allowed-lateness", "2000"])
+        cluster.add("w1", "plants,params,rca", ["--allowed-lateness", "1400"])
         flags_out, verdicts_out = tmp / "flags.jsonl", tmp / "verdicts.jsonl"
         replay = subprocess.run(
             [sys.executable, "-m", "fedrca.cli", "replay", "--config", str(config_path), "--train", str(TRAIN),

@@ -153,7 +153,7 @@ def live(kafka_broker, tmp_path_factory):
     ensure_site_topics(bootstrap, config)
     port = _free_port()
     cluster = Cluster(config_path, bootstrap, TRAIN, tmp)
-    cluster.add("all", "plants,rca,params", ["--metrics-port", str(port), "--allowed-lateness", "2000"])
+    cluster.add("all", "plants,rca,params", ["--metrics-port", str(port), "--allowed-lateness", "1400"])
     try:
         for group in (f"fedrca-{config.site}-plants", f"fedrca-{config.site}-rca"):
             wait_until(lambda g=group: group_assignment(bootstrap, g) is not None, 180, f"the worker in {group}")

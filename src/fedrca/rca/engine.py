@@ -1177,8 +1177,10 @@ def engine_for(
     settings: RCASettings | None = None,
     severity_levels: int = 0,
     level_epsilon: float = math.inf,
+    site: str = "local",
 ) -> RCAEngine:
-    """An engine without a site configuration (tests, benchmarks, notebooks)."""
+    """An engine without a site configuration (tests, benchmarks, notebooks); its verdicts name ``site``
+    (a verdict's site is a name: the wire contract refuses an empty one)."""
     s = settings or RCASettings()
     q_N = (
         default_state_rates(len(plants), max(s.false_alarm_rate, s.min_false_alarm), coupled=not trained)
@@ -1189,6 +1191,7 @@ def engine_for(
         graph or InterdependencyGraph.complete(list(plants)),
         flag_model(s, q_N, epsilon, trained),
         s,
+        site=site,
         severity=severity_model(s, severity_levels, level_epsilon),
     )
 
