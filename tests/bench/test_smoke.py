@@ -48,7 +48,7 @@ def smoke_output(kafka_broker: KafkaBroker) -> str:
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=2400,  # a bound on a hang, not on speed (make bench measures speed): every smoke in one process
         check=False,
     )
     return proc.stdout + proc.stderr
@@ -62,6 +62,7 @@ def _section(output: str, name: str) -> str:
 
 @pytest.mark.kafka
 @pytest.mark.slow
+@pytest.mark.timeout(2500)  # the module's fixture runs every smoke in this test's setup
 @pytest.mark.parametrize("name", SMOKED)
 def test_benchmark_runs_at_smoke_sizes(smoke_output: str, name: str) -> None:
     section = _section(smoke_output, name)
