@@ -358,7 +358,10 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
                                "refreshes refused in window": refused.get(name, Counter()).get("refused", "-")
                                if refused else "-"})  # fmt: skip
     del still
-    fault_table = pd.DataFrame(fault_rows)
+    # the columns stated: a short run (the smoke's) has no fault in it and no row
+    columns = ["monitor", "fault", "kind", "onset h", "delay with drift", "delay without drift", "ratio",
+               "FDR in window", "refreshes refused in window"]  # fmt: skip
+    fault_table = pd.DataFrame(fault_rows, columns=columns)
     sections.append("## Faults: detection delay (rows) with drift vs without\n\n" + _md(fault_table))
     # refreshes
     refresh_rows = []
