@@ -96,7 +96,7 @@ def test_the_health_section_site_wide_limits_per_plant_and_clear_errors() -> Non
     config = parse_config(_site())
     assert config.plant("p").health.limits == {"a": (0.0, 10.0)}
     assert config.plant("q").health.limits == {"c": (None, 5.0)}
-    assert config.plant("p").health.range_margin == 10.0
+    assert config.plant("p").health.range_margin == 100.0  # the default (docs/sensors.md: 100 nominal spans)
     with pytest.raises(ConfigError, match=r"plants\[0\].*health.limits names \['c'\]"):
         parse_config(_site(health={"limits": {"c": [0, 1]}}))
     with pytest.raises(ConfigError, match=r"low < high"):

@@ -50,13 +50,15 @@ def test_site_topics_are_created_once_with_their_partitions_and_cleanup(kafka_br
     cfg = site_config(site)
     names = ensure_site_topics(kafka_broker.bootstrap, cfg)
     plants = cfg.plant_names
-    per_plant = [f"{site}.{kind}.{p}" for p in plants for kind in ("sensors", "deadletter", "state")]
-    shared = [f"{site}.{k}" for k in ("flags", "verdicts", "deadletter", "params", "state.rca")]
+    assert cfg.drift.enabled  # config/tep.yaml re-baselines: each plant's history and the operators' control topic
+    per_plant = [f"{site}.{kind}.{p}" for p in plants for kind in ("sensors", "deadletter", "state", "history")]
+    shared = [f"{site}.{k}" for k in ("flags", "verdicts", "deadletter", "params", "state.rca", "control")]
     assert names == sorted(per_plant + shared)
     partitions, policy = describe(kafka_broker.bootstrap, names)
     assert set(partitions.values()) == {1}  # a plant's stream is one ordered partition; the RCA sees one order
     compacted = {t for t, p in policy.items() if p == "compact"}
-    assert compacted == {f"{site}.params", f"{site}.state.rca"} | {f"{site}.state.{p}" for p in plants}
+    kept = {f"{site}.{kind}.{p}" for p in plants for kind in ("state", "history")}
+    assert compacted == {f"{site}.params", f"{site}.state.rca", f"{site}.control"} | kept
     # idempotent: a second call changes nothing
     assert ensure_site_topics(kafka_broker.bootstrap, cfg) == names
     assert describe(kafka_broker.bootstrap, names) == (partitions, policy)
