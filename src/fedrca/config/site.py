@@ -626,7 +626,7 @@ def _defaults_for(defaults: dict[str, Any], plant: dict[str, Any]) -> dict[str, 
     out = {k: defaults.get(k, {}) for k in _SECTIONS}
     health, sensors = out.get("health"), plant.get("sensors")
     if isinstance(health, dict) and isinstance(health.get("limits"), dict) and isinstance(sensors, list):
-        own = set(sensors)
+        own = {s for s in sensors if isinstance(s, str)}  # a malformed entry is reported by the plant's own check
         out["health"] = {**health, "limits": {t: v for t, v in health["limits"].items() if t in own}}
     return out
 
