@@ -203,6 +203,12 @@ def test_no_flag_lost_and_redeliveries_are_identical(crash_run):
     assert seen == expected
 
 
+#: Numbers a verdict computes from the published flags alone (its reason's log-evidence margin and the
+#: plants' shares, the probabilities): the RCA reads no plant topic (asserted by the test), and with
+#: hundreds of verdicts their two-decimal values meet a four-digit TEP reading by chance.
+FLAG_DERIVED = ("margin", "share", "probabilities", "posterior")
+
+
 def _numbers(raw: bytes) -> set[float]:
     try:
         doc = json.loads(raw)
@@ -213,7 +219,9 @@ def _numbers(raw: bytes) -> set[float]:
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            stack.extend(item.values())
+            # a verdict, its reason, or a plant of the reason
+            verdict = bool({"evidence_window", "runner_up", "onset"} & item.keys())
+            stack.extend(v for k, v in item.items() if not (verdict and k in FLAG_DERIVED))
         elif isinstance(item, list):
             stack.extend(item)
         elif isinstance(item, float):

@@ -301,7 +301,7 @@ def expected_calibration_error(confidence: ArrayLike, correct: ArrayLike, weight
 
     Examples
     --------
-    >>> expected_calibration_error([0.9, 0.9, 0.6, 0.6], [1, 1, 1, 0])
+    >>> round(expected_calibration_error([0.9, 0.9, 0.6, 0.6], [1, 1, 1, 0]), 12)
     0.1
     """
     table = reliability(confidence, correct, weight, bins)
