@@ -222,6 +222,19 @@ def test_replay_and_the_streaming_runtime_agree_with_sensor_faults(tep):
     assert m.value("fedrca_sensor_fault", plant="separator") == 1.0
     assert m.value("fedrca_sensor_faulty_tags", plant="separator", check="stuck") == 1.0
     assert m.value("fedrca_sensor_fault_episodes_total", plant="compressor", check="bad") == 1.0
+    # the reason metrics say why the latest process verdict names its root; a later batch of sensor events
+    # alone (no reason of its own) leaves them
+    margin = m.value("fedrca_verdict_margin_nats")
+    assert margin > 0  # d04: the latest process verdict names the reactor with its margin
+    event = next(v for v in live.verdicts if v.is_sensor_event)
+    latest = next(v for v in reversed(live.verdicts) if not v.is_sensor_event)
+    runtime.rca._record([event])
+    assert m.value("fedrca_verdict_margin_nats") == margin
+    assert margin == latest.reason.margin
+    m.record_reason(event)  # a verdict without a reason clears them
+    assert m.value("fedrca_verdict_margin_nats") == 0.0
+    runtime.rca._record([latest, event])  # the batch's latest process verdict, whatever follows it
+    assert m.value("fedrca_verdict_margin_nats") == latest.reason.margin
 
 
 def test_a_flag_past_the_lateness_is_judged_without_its_plant_counted_and_dead_lettered():

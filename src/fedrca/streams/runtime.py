@@ -525,20 +525,23 @@ class RCARuntime:
         ]
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
         self._record(verdicts)
-        if verdicts:
-            self.metrics.record_reason(next((v for v in reversed(verdicts) if not v.is_sensor_event), verdicts[-1]))
         self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
     def _record(self, verdicts: list[Verdict]) -> None:
-        """Export the verdicts (a sensor event sets its plant's ``fedrca_sensor_fault``, never the root cause)
-        and the rows judged without a plant because of time since the last call."""
+        """Export the verdicts (a sensor event sets its plant's ``fedrca_sensor_fault``, never the root cause),
+        the latest process verdict's reason, and the rows judged without a plant because of time since the
+        last call."""
+        latest = None
         for v in verdicts:
             if v.is_sensor_event:
                 for plant in v.sensor_plants:
                     self.metrics.set_sensor_fault(plant, v.outcome == SENSOR_FAULT)
             else:
                 self.metrics.record_verdict(v.root_cause)
+                latest = v
+        if latest is not None:  # why the latest process verdict says what it says; a sensor event has no reason
+            self.metrics.record_reason(latest)
         for (plant, reason), n in self.stage.without.items():
             self.metrics.record_rows_without(plant, reason, n=n)
         self.stage.without.clear()
@@ -555,8 +558,6 @@ class RCARuntime:
         """Judge every buffered row (end of a finite stream)."""
         verdicts = self._mark_withheld(self.stage.flush())
         self._record(verdicts)
-        if verdicts:
-            self.metrics.record_reason(next((v for v in reversed(verdicts) if not v.is_sensor_event), verdicts[-1]))
         return verdicts
 
 
