@@ -942,6 +942,83 @@ def units_of(config: SiteConfig) -> dict[str, str | None]:
     return owner
 
 
+def measure_all(
+    args: argparse.Namespace, library: Library, config: SiteConfig
+) -> tuple[dict[str, Measured], list[tuple[str, pd.DataFrame]], dict[str, Any]]:
+    """Run every monitor on the library (and the recorded files): (outputs by monitor key, diagnosis tables, what
+    was run: the ``run`` record :func:`save_outputs` keeps)."""
+    started = time.perf_counter()
+    train, far_frames, fault_frames = load_library(library, generate=not args.no_generate, available=args.available)
+    print(
+        f"library: {len(train)} training rows ({len(library.train_seeds)} nominal seeds), "
+        f"{len(far_frames)} FAR runs, {len(fault_frames)} fault runs ({time.perf_counter() - started:.1f} s)",
+        flush=True,
+    )
+    recorded = None if args.no_recorded else load_recorded()
+    rows = [len(train) if int(r) == 0 else int(r) for r in args.rows.split(",")]
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    results: dict[str, Measured] = {}
+    for v in variants(rows, epsilons):
+        if v.kind == "first":
+            continue
+        t0 = time.perf_counter()
+        nominal = train if v.rows == len(train) else short_history(train, v.rows or len(train))
+        # the recorded files are fitted on d00.dat (500 rows) whatever the library's training rows
+        rec = recorded if v.rows == len(train) else None
+        if v.kind == "central":
+            factory: MonitorFactory = CentralReference(units_of(config))
+        else:
+            cfg = {"off": cross_plant_off, "learned-graph": learned_graph_only}.get(v.kind, lambda c: c)(config)
+            trained = v.kind in ("fedrca", "learned-graph")
+            factory = fedrca_factory(cfg, trained=trained, epsilon=v.epsilon or math.inf)
+        results[v.key] = measure(factory, nominal, far_frames, fault_frames, rec)
+        if v.kind == "fedrca":
+            e = "inf" if math.isinf(v.epsilon or math.inf) else f"{v.epsilon:g}"
+            results[f"first-{v.rows}-{e}"] = results[v.key].derived(first_alarm)
+        print(f"  {v.label}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    diagnosis = diagnose(results[f"fedrca-{rows[0]}-inf"], train, far_frames, fault_frames, config, args.smoke)
+    run = {
+        "rows": rows,
+        "epsilons": epsilons,
+        "recorded": recorded is not None,
+        "fault runs": sorted(fault_frames),
+        "train rows": len(train),
+        "fault seeds": list(library.fault_seeds),
+        "train seeds": list(library.train_seeds),
+        "far seeds": list(library.far_seeds),
+    }
+    return results, diagnosis, run
+
+
+#: the format of a --save-outputs file
+OUTPUTS_FORMAT = "fedrca-bench-faults-outputs/1"
+
+
+def save_outputs(
+    path: str | Path, results: dict[str, Measured], diagnosis: list[tuple[str, pd.DataFrame]], run: dict[str, Any]
+) -> Path:
+    """Pickle every monitor's outputs (without the trained sites, which hold open resources) for
+    :func:`load_outputs`: a local cache of this bench's own work, read back only by it."""
+    import pickle
+
+    slim = {k: Measured(m.far, m.faults, m.recorded) for k, m in results.items()}
+    out = Path(path)
+    with out.open("wb") as f:
+        pickle.dump({"format": OUTPUTS_FORMAT, "results": slim, "diagnosis": diagnosis, "run": run}, f, protocol=5)
+    return out
+
+
+def load_outputs(path: str | Path) -> dict[str, Any]:
+    """What :func:`save_outputs` wrote (a pickle: read only files this bench wrote itself)."""
+    import pickle
+
+    with Path(path).open("rb") as f:
+        data = pickle.load(f)  # noqa: S301 - the bench's own cache file
+    if not isinstance(data, dict) or data.get("format") != OUTPUTS_FORMAT:
+        raise SystemExit(f"bench_faults: {path} is not a --save-outputs file ({OUTPUTS_FORMAT})")
+    return data
+
+
 #: bench/run.py --smoke: the smoke run's library (16-h runs, IDV 4 and 6, one seed of each kind)
 SMOKE: dict[str, Any] = {}
 
@@ -965,6 +1042,16 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         "is the shipped one)",
     )  # fmt: skip
     parser.add_argument(
+        "--save-outputs", default=None, metavar="PATH",
+        help="also write every monitor's outputs (verdicts, the engine's evidence, flags) and the diagnosis tables "
+        "to PATH (a pickle): --load-outputs then scores them again in seconds, e.g. to refit the calibration map",
+    )  # fmt: skip
+    parser.add_argument(
+        "--load-outputs", default=None, metavar="PATH",
+        help="score the outputs a --save-outputs run wrote instead of running the monitors (the library's runs are "
+        "not read; the same monitors, the fedrca of this checkout's outputs as they were when saved)",
+    )  # fmt: skip
+    parser.add_argument(
         "--smoke", action="store_true", help="tiny run (IDV 4 and 6, one seed of each kind, 16-h runs, eps inf): "
         "the same code path, no figure to keep (bench/run.py --smoke)"
     )  # fmt: skip
@@ -982,38 +1069,22 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     if min((*library.fault_seeds, *library.train_seeds, *library.far_seeds)) < 100:
         print("bench_faults: note: seeds below 100 are the independent check's; use them only for that check")
     started = time.perf_counter()
-    train, far_frames, fault_frames = load_library(library, generate=not args.no_generate, available=args.available)
-    print(
-        f"library: {len(train)} training rows ({len(library.train_seeds)} nominal seeds), "
-        f"{len(far_frames)} FAR runs, {len(fault_frames)} fault runs ({time.perf_counter() - started:.1f} s)",
-        flush=True,
-    )
     config = load_config(args.config)
-    recorded = None if args.no_recorded else load_recorded()
-    rows = [len(train) if int(r) == 0 else int(r) for r in args.rows.split(",")]
-    epsilons = [float(e) for e in args.epsilons.split(",")]
-    vs = variants(rows, epsilons)
-    results: dict[str, Measured] = {}
-    for v in vs:
-        if v.kind == "first":
-            continue
-        t0 = time.perf_counter()
-        nominal = train if v.rows == len(train) else short_history(train, v.rows or len(train))
-        # the recorded files are fitted on d00.dat (500 rows) whatever the library's training rows
-        rec = recorded if v.rows == len(train) else None
-        if v.kind == "central":
-            factory: MonitorFactory = CentralReference(units_of(config))
-        else:
-            cfg = {"off": cross_plant_off, "learned-graph": learned_graph_only}.get(v.kind, lambda c: c)(config)
-            trained = v.kind in ("fedrca", "learned-graph")
-            factory = fedrca_factory(cfg, trained=trained, epsilon=v.epsilon or math.inf)
-        results[v.key] = measure(factory, nominal, far_frames, fault_frames, rec)
-        if v.kind == "fedrca":
-            e = "inf" if math.isinf(v.epsilon or math.inf) else f"{v.epsilon:g}"
-            results[f"first-{v.rows}-{e}"] = results[v.key].derived(first_alarm)
-        print(f"  {v.label}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-
-    idvs = sorted({i for i, _ in fault_frames})
+    if args.load_outputs:
+        saved = load_outputs(args.load_outputs)
+        results, diagnosis, run = saved["results"], saved["diagnosis"], saved["run"]
+        print(f"outputs of {len(results)} monitors read from {args.load_outputs} (saved by: {run['command']})")
+    else:
+        results, diagnosis, run = measure_all(args, library, config)
+        run["command"] = ("python bench/bench_faults.py " + " ".join(argv)).strip()
+        run["seconds"] = time.perf_counter() - started
+        if args.save_outputs:
+            save_outputs(args.save_outputs, results, diagnosis, run)
+            print(f"wrote the monitors' outputs to {args.save_outputs}", flush=True)
+    rows, epsilons, vs = run["rows"], run["epsilons"], variants(run["rows"], run["epsilons"])
+    has_recorded = run["recorded"]
+    fault_keys, train_rows = run["fault runs"], run["train rows"]
+    idvs = sorted({i for i, _ in fault_keys})
     summary = summary_table(results, vs)
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
@@ -1024,10 +1095,10 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         for eps in epsilons:
             tables[(n, eps)] = idv_table(results, n, eps, idvs)
             print(f"\nPer IDV, {n} training rows, flag epsilon {eps:g}\n" + tables[(n, eps)].to_string(index=False))
-    if recorded is not None:
+    if has_recorded:
         rec_rows = []
         for v in vs:
-            if v.rows != len(train):
+            if v.rows != train_rows:
                 continue
             for r in recorded_rows(results[v.key]):
                 rec_rows.append({"monitor": v.label, **{k: r.get(k) for k in (
@@ -1041,13 +1112,12 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     bars = [] if args.smoke else acceptance(results, rows)
     section = calibration_section(results, vs, config.rca.coverage)
     print(f"\nCandidate sets and calibration ({section.counts})\n" + section.table.to_string(index=False))
-    if recorded is not None:
+    if has_recorded:
         rec_sets = recorded_sets(results, vs, section.calibration, config.rca.coverage)
         print("\nRecorded files with the library's map\n" + rec_sets.to_string(index=False))
     if args.calibration:
         Path(args.calibration).write_text(section.calibration.to_json())
         print(f"\nwrote the calibration map {section.calibration.id} to {args.calibration}")
-    diagnosis = diagnose(results[f"fedrca-{rows[0]}-inf"], train, far_frames, fault_frames, config, args.smoke)
     for title, table in diagnosis:
         print(f"\n{title}\n" + table.to_string(index=False))
     if bars:
@@ -1055,7 +1125,9 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         print("\nIssue-35 bars on this library:\n  " + "\n  ".join(section.bars))
     elapsed = time.perf_counter() - started
     if args.out != "-":
-        cmd = "python bench/bench_faults.py " + " ".join(argv)
+        cmd = ("python bench/bench_faults.py " + " ".join(argv)).strip()
+        if args.load_outputs:  # the figures are the saving run's; its time is the monitors'
+            cmd, elapsed = run["command"], run["seconds"]
         parts = [
             "# Fault library: detection and root cause on every TEP disturbance",
             "",
@@ -1064,9 +1136,9 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
             "",
             f"Library: revised TEP (tep-studio {_version()}) under its decentralised control at the design rate "
             f"(0.0005 h), mode 1, 48 h, 3-minute samples, IDV on from 8 h (row {ONSET_SAMPLE}); fault seeds "
-            f"{list(library.fault_seeds)} ({len(fault_frames)} fault runs), training seeds {list(library.train_seeds)} "
-            f"(every monitor calibrated on nominal rows only: all {len(train)} rows, or the first {SHORT_ROWS}), FAR "
-            f"seeds {list(library.far_seeds)}. Alarm = any plant, any flag (Z_c or Z_a); detected = FDR >= "
+            f"{run['fault seeds']} ({len(fault_keys)} fault runs), training seeds {run['train seeds']} "
+            f"(every monitor calibrated on nominal rows only: all {train_rows} rows, or the first {SHORT_ROWS}), FAR "
+            f"seeds {run['far seeds']}. Alarm = any plant, any flag (Z_c or Z_a); detected = FDR >= "
             f"{DETECTED}; root = majority among the verdicts naming a root from the onset on; candidates = the plants "
             "shown next to it in at least half of those verdicts; RCA delay = rows to the first verdict naming a true "
             "root. The monitors and peers are described in the module docstring of `bench/bench_faults.py`.",
@@ -1094,7 +1166,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         ]
         for setting, table in section.reliability.items():
             parts += [f"#### {setting}", "", _md(table), ""]
-        if recorded is not None:
+        if has_recorded:
             parts += [
                 "### The recorded files with the library's map",
                 "",
@@ -1116,7 +1188,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         ]
         for (n, eps), table in tables.items():
             parts += [f"## Per IDV: {n} training rows, flag epsilon {eps:g}", "", _md(table), ""]
-        if recorded is not None:
+        if has_recorded:
             parts += ["## Recorded Braatz files (fitted on d00.dat)", "", _md(rec_table), ""]
         parts += ["## Diagnosis: what the learned cross-plant part does", "", DIAGNOSIS_TEXT, ""]
         for title, table in diagnosis:
@@ -1141,4 +1213,8 @@ def _version() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # run as the module bench_faults (not __main__), so that --save-outputs pickles name its classes by a module
+    # --load-outputs and other scripts can import
+    import bench_faults
+
+    sys.exit(bench_faults.main(sys.argv[1:]))
