@@ -44,6 +44,9 @@ equals 2 %.
     python bench/bench_faults.py --out -            # print only
     python bench/bench_faults.py --idvs 1,4 --fault-seeds 100 --rows 2880 --out -     # quick
     python bench/bench_faults.py --smoke            # tiny: 2 IDVs, 1 seed, short runs (make test)
+    python bench/bench_faults.py --save-outputs out.pkl                 # also keep every monitor's outputs
+    python bench/bench_faults.py --load-outputs out.pkl --calibration config/tep.calibration.json
+                                                    # fit, score and write again from them (about a minute)
 
 Runs missing from the cache are generated first (one process, about 15 s of CPU per
 48-h run). The bench reports; the acceptance bars of issue 22 are printed next to the
@@ -890,14 +893,19 @@ def recorded_sets(results: dict[str, Measured], vs: Sequence[Variant], calibrati
 
 
 CALIBRATION_TEXT = (
-    "Every fedrca verdict carries the smallest set of plants whose root probabilities reach the configured level "
-    "(`rca.coverage`, 0.9; the named root first). The probabilities below are **calibrated** by a map fitted on the "
-    "library (`bench/rca_calibration.py`) and **cross-validated**: every run's probabilities come from a map fitted "
-    "on the runs of the other fault seeds and the other IDV groups (IDV mod 4), the four settings pooled. "
+    "Every fedrca verdict carries the smallest set of plants, the named root first, whose root probabilities reach "
+    "the calibration map's threshold for the configured coverage (`rca.coverage`, 0.9): the smallest threshold at "
+    "which the sets of the map's fitting runs held a true root on 0.9 of the verdicts in every setting. The "
+    "probabilities below are **calibrated** by a map fitted on the library (`bench/rca_calibration.py`) and "
+    "**cross-validated**: every run's probabilities come from a map fitted on the runs of the other fault seeds and "
+    "the other IDV groups (IDV mod 4), the four settings pooled, and its threshold (`sets reach`: the mean over the "
+    "runs) from a cross-validation inside those runs. "
     "`holds a true root` = share of the detected runs with a unit truth whose set (the plants in at least half of "
     "the run's verdicts' sets) holds a true unit; `ECE` = expected calibration error of the named root's "
     "probability over the verdicts from the onset on (10 bins, every run weighing one; in brackets a 90 % bootstrap "
-    "interval over the runs: how much this many runs can say). The peers on the same runs: the first-alarm peer's "
+    "interval over the runs: how much this many runs can say; `exactly calibrated`: the mean ECE these probabilities "
+    "would show were each run's truth drawn with its mean probability, a run right or wrong as a whole: the ECE's "
+    "floor at this many runs). The peers on the same runs: the first-alarm peer's "
     "first k plants to alarm (its ECE: it names one plant for sure, so 1 - top-1), the centralised reference's k "
     "units of the largest contribution per alarm row (its contributions normalised as probabilities), each at "
     "k = 1 and at the smallest k that holds a true root as often as fedrca's sets. "
@@ -1137,7 +1145,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         if args.load_outputs:  # the monitors' outputs are a saved run's: the command without the cache, no time
             kept = [
                 a
-                for a, b in zip(argv, ["", *argv], strict=True)
+                for a, b in zip(argv, ["", *argv[:-1]], strict=True)
                 if a not in ("--load-outputs", "--save-outputs") and b not in ("--load-outputs", "--save-outputs")
             ]
             cmd, timing = ("python bench/bench_faults.py " + " ".join(kept)).strip(), "TODO(lead: time alone)"

@@ -9,19 +9,22 @@ evidence when it issued it (:func:`fedrca.rca.calibration.features`). This modul
    verdicts share a weight of 1);
 2. **cross-validates** the calibration map (:func:`cross_validate`): the runs are split by fault seed
    and by IDV group (IDV mod 4), and every run's probabilities come from a map fitted on the runs of
-   the *other* seeds *and* the other IDV groups (one map per fold, the four settings pooled): no
-   figure is scored on a run, a seed or a disturbance its map has seen;
+   the *other* seeds *and* the other IDV groups (one map per fold, the four settings pooled), its set
+   thresholds (:func:`fedrca.rca.calibration.fit_thresholds`) from the same cross-validation inside
+   the fold's runs: no figure is scored on a run, a seed or a disturbance its map has seen;
 3. **scores** probabilities (:func:`score`): the expected calibration error of the named root's
-   probability (10 equal bins, run-weighted), the reliability diagram, the candidate sets at the
-   configured level (the named root first, then the most likely plants until their probabilities
-   reach it: :func:`fedrca.rca.explain.candidate_set`) and, per run, the set an operator is shown
+   probability (10 equal bins, run-weighted) and what it would be were the probabilities exactly
+   calibrated (:func:`ece_floor`), the reliability diagram, the candidate sets at the configured level
+   (the named root first, then the most likely plants until their probabilities reach the map's
+   threshold for it: :func:`fedrca.rca.explain.candidate_set`) and, per run, the set an operator is shown
    (the plants in at least half of its verdicts' sets): how often it holds a true root, its mean
    size, on the stream-4 (IDV 2, 8) and kinetics (IDV 13) faults apart;
 4. makes the **peers** into sets on the same runs: the first-alarm peer's first k plants to alarm
    (:func:`first_alarm_sets`), and the centralised RBC-PCA reference's k units of the largest
    contribution per alarm row (:func:`ranking_sets`; its contributions, normalised per row, are its
    probabilities); both at the smallest k that holds a true root as often as fedrca's sets;
-5. **fits** the map shipped for TEP (:func:`final_map`: every run of every setting).
+5. **fits** the map shipped for TEP (:func:`final_map`: every run of every setting; its thresholds on
+   the cross-validated probabilities of every run).
 
 ``python bench/bench_faults.py --calibration config/tep.calibration.json`` writes the shipped map.
 """
