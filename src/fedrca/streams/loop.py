@@ -308,31 +308,14 @@ async def read_state(
     KafkaError
         When the topic cannot be read within ``timeout`` seconds.
     """
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-        **(security or {}),
-    )
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
-        scan = StateScan()
-        deadline = time.monotonic() + timeout
-        while await consumer.position(tp) < end:
-            if time.monotonic() > deadline:
-                raise KafkaError(f"reading the state of {topic} took longer than {timeout:.0f} s")
-            for record in (await consumer.getmany(tp, timeout_ms=200)).get(tp, []):
-                if record.key == key:
-                    scan.add(record.value)
-        return scan.result()
-    finally:
-        await consumer.stop()
+    scan = StateScan()
+
+    def visit(record: ConsumerRecord) -> None:
+        if record.key == key:
+            scan.add(record.value)
+
+    await _scan_committed(bootstrap, topic, timeout, security, visit, f"the state of {topic}")
+    return scan.result()
 
 
 async def read_compacted(
@@ -348,6 +331,26 @@ async def read_compacted(
     KafkaError
         When the topic cannot be read within ``timeout`` seconds.
     """
+    latest: dict[bytes, bytes | None] = {}
+
+    def visit(record: ConsumerRecord) -> None:
+        if record.key is not None:
+            latest[record.key] = record.value
+
+    await _scan_committed(bootstrap, topic, timeout, security, visit, topic)
+    return {key: value for key, value in latest.items() if value is not None}
+
+
+async def _scan_committed(
+    bootstrap: str,
+    topic: str,
+    timeout: float,
+    security: Mapping[str, Any] | None,
+    visit: Callable[[ConsumerRecord], None],
+    what: str,
+) -> None:
+    """Hand every committed record of partition 0 of ``topic``, oldest first up to the last stable
+    offset, to ``visit``; :class:`KafkaError` naming ``what`` after ``timeout`` seconds."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -362,15 +365,12 @@ async def read_compacted(
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
         await consumer.seek_to_beginning(tp)
-        latest: dict[bytes, bytes | None] = {}
         deadline = time.monotonic() + timeout
         while await consumer.position(tp) < end:
             if time.monotonic() > deadline:
-                raise KafkaError(f"reading {topic} took longer than {timeout:.0f} s")
+                raise KafkaError(f"reading {what} took longer than {timeout:.0f} s")
             for record in (await consumer.getmany(tp, timeout_ms=200)).get(tp, []):
-                if record.key is not None:
-                    latest[record.key] = record.value
-        return {key: value for key, value in latest.items() if value is not None}
+                visit(record)
     finally:
         await consumer.stop()
 
