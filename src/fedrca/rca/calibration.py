@@ -22,10 +22,10 @@ probabilities are calibrated on average over kinds of evidence the flags cannot 
 right on a reactor fault looks like a reactor named wrong on a stream-4 fault), and a true root *set* (TEP's
 stream 4: the feed or the stripper) holds the truth with the mass of several plants. So a map also carries,
 per coverage level c, the **threshold** t(c) the set's probabilities must reach so that the sets hold a true
-root on at least c of the fitting library's runs in each of its settings, measured on probabilities of maps
-that did not see those runs (:func:`fit_thresholds`; split-conformal calibration of the set size). A verdict's
-set is the smallest set, the named root first, whose calibrated probabilities reach ``t(rca.coverage)``
-(:meth:`CalibrationMap.threshold`).
+root on at least c of the fitting library's verdicts (every run weighing one) in each of its settings,
+measured on probabilities of maps that did not see those runs (:func:`fit_thresholds`; split-conformal
+calibration of the set size). A verdict's set is the smallest set, the named root first, whose calibrated
+probabilities reach ``t(rca.coverage)`` (:meth:`CalibrationMap.threshold`).
 
 Without a map the verdicts carry the engine's root posterior and say so (``calibration: null``).
 :func:`expected_calibration_error` and :func:`reliability` measure a set of probabilities against
@@ -56,6 +56,7 @@ import scipy.optimize
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config import RCASettings
+from fedrca.contracts.reason import MAX_CANDIDATES
 from fedrca.exceptions import ArtifactError
 from fedrca.rca.evidence import Evidence, softmax
 from fedrca.rca.graph import InterdependencyGraph
@@ -429,7 +430,8 @@ def fit_thresholds(
     rest = np.where(np.arange(P.shape[1])[None, :] == root[:, None], np.inf, P)
     order = np.concatenate([root[:, None], np.argsort(-rest, axis=1, kind="stable")[:, 1:]], axis=1)
     ranked = P[n[:, None], order]
-    true_ranked = T[n[:, None], order]
+    # a set never holds more than MAX_CANDIDATES plants (fedrca.rca.explain.candidate_set)
+    true_ranked = T[n[:, None], order] & (np.arange(P.shape[1]) < MAX_CANDIDATES)[None, :]
     before = np.cumsum(ranked, axis=1) - ranked
     # mass before the first true plant (inf when no plant of positive probability is true: never held)
     held_from = np.where(true_ranked & (ranked > 0), before, np.inf).min(axis=1)
