@@ -46,7 +46,7 @@ equals 2 %.
     python bench/bench_faults.py --smoke            # tiny: 2 IDVs, 1 seed, short runs (make test)
     python bench/bench_faults.py --save-outputs out.pkl                 # also keep every monitor's outputs
     python bench/bench_faults.py --load-outputs out.pkl --calibration config/tep.calibration.json
-                                                    # fit, score and write again from them (about a minute)
+                                                    # fit, score and write again from them (no monitor run)
 
 Runs missing from the cache are generated first (one process, about 15 s of CPU per
 48-h run). The bench reports; the acceptance bars of issue 22 are printed next to the
@@ -1059,7 +1059,8 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     parser.add_argument(
         "--save-outputs", default=None, metavar="PATH",
         help="also write every monitor's outputs (verdicts, the engine's evidence, flags) and the diagnosis tables "
-        "to PATH (a pickle): --load-outputs then scores them again in seconds, e.g. to refit the calibration map",
+        "to PATH (a pickle): --load-outputs then scores them again without running the monitors, e.g. to refit the "
+        "calibration map",
     )  # fmt: skip
     parser.add_argument(
         "--load-outputs", default=None, metavar="PATH",
