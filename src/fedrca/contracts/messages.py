@@ -507,6 +507,9 @@ def decode_sensors(
                 and 0 < n == len(values)
                 and types <= numbers
                 and "quality" not in data  # quality codes: decode_sensor checks them
+                # any other key (its nesting, e.g. ``"extra": [[1]]``, is bounded there): decode_sensor decides
+                # (tests/contracts/test_fuzz_decoders.py: the batch decoder agrees with the one-message decoder)
+                and len(data) == 5
             )
         except (ValueError, KeyError, TypeError, RecursionError):  # not JSON, not an object, a field missing, ...
             ok = False

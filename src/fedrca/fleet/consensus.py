@@ -59,6 +59,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedrca.contracts.bounds import short
 from fedrca.contracts.deadletter import DeadLetterReason as R
 from fedrca.exceptions import ConfigError, ConvergenceError, MessageError
 
@@ -308,17 +309,17 @@ class ConsensusMessage:
         for name in ("session", "sender", "receiver"):
             v = getattr(self, name)
             if not isinstance(v, str) or not v:
-                raise MessageError(R.BAD_FIELD, f"{name} must be a non-empty string, got {v!r}")
+                raise MessageError(R.BAD_FIELD, f"{name} must be a non-empty string, got {short(v)}")
         if self.sender == self.receiver:
-            raise MessageError(R.BAD_FIELD, f"sender and receiver are both {self.sender!r}")
+            raise MessageError(R.BAD_FIELD, f"sender and receiver are both {short(self.sender)}")
         if type(self.round) is not int:
             if isinstance(self.round, bool) or not isinstance(self.round, np.integer):
-                raise MessageError(R.BAD_FIELD, f"round must be a non-negative integer, got {self.round!r}")
+                raise MessageError(R.BAD_FIELD, f"round must be a non-negative integer, got {short(self.round)}")
             object.__setattr__(self, "round", int(self.round))
         if self.round < 0:
-            raise MessageError(R.BAD_FIELD, f"round must be a non-negative integer, got {self.round!r}")
+            raise MessageError(R.BAD_FIELD, f"round must be a non-negative integer, got {short(self.round)}")
         if self.phase not in ("average", "agree"):
-            raise MessageError(R.BAD_FIELD, f"phase must be 'average' or 'agree', got {self.phase!r}")
+            raise MessageError(R.BAD_FIELD, f"phase must be 'average' or 'agree', got {short(self.phase)}")
         value = _frozen(self.value, "value")
         if not np.isfinite(value).all():
             raise MessageError(R.BAD_ARRAY, "value contains NaN or inf")
