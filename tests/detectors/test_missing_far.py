@@ -127,10 +127,10 @@ def test_a_dead_collinear_sensor_raises_no_reconstruction_alarm(collinear, dead_
     still measured): the reconstruction statistic alarms no more often than on the complete rows.
 
     The observed entries of the reconstruction residual come from an estimate that saw one sensor
-    fewer and leave the nominal relations between the sensors; scored on them, the statistic alarmed
-    on about 200 of these 4,000 rows against 14 complete (the fault library's feed valves XMV(1) and XMV(2) made
-    three false root-cause verdicts so). Its conditional mean given the observed prediction residuals
-    (``FamilyState.coupling``, detectors/statistics.py ``reconstruction_distance``) does not.
+    fewer and leave the nominal relations between the sensors; scored on the complete rows' moments
+    they alarmed on about 200 of these 4,000 rows against 14 complete (the fault library's feed valves
+    XMV(1) and XMV(2) made three false root-cause verdicts so). The reconstruction scores complete rows
+    only (detectors/statistics.py ``complete_rows_distance``).
     """
     Y = collinear_plant(4000, seed=2)
     holes = Y.copy()

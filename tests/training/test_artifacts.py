@@ -252,32 +252,6 @@ def test_apply_artifact_refuses_a_tampered_or_foreign_artifact(trained):
     assert det.augmentation.is_zero  # nothing was applied
 
 
-def test_an_artifact_without_the_reconstruction_coupling_applies_and_scores_gaps_as_it_was_trained():
-    """An artifact trained before the family stored the reconstruction's coupling (FamilyState.coupling) is
-    applied: its augmented family scores a row with gaps on the observed entries' distance."""
-    from fedrca.datasets import linear_multiplant
-    from fedrca.detectors import PlantDetector
-    from fedrca.detectors.parameters import scorer_arrays
-
-    Y = linear_multiplant(n_samples=1200, n_plants=1, seed=1).Y
-    det = PlantDetector("p", n_states=2, method="family", alpha=0.05, seed=0, min_sensors=1).fit(Y)
-    arrays = scorer_arrays(det.scorers[1].state)
-    assert any(k.endswith(".coupling") for k in arrays)
-    theta = np.zeros_like(det.augmentation.theta)
-    current = make_artifact("p", 2, {"theta": theta, **arrays}, config_hash="x")
-    older = make_artifact(
-        "p", 3, {"theta": theta, **{k: a for k, a in arrays.items() if not k.endswith(".coupling")}}, config_hash="x"
-    )
-    apply_artifact(det, current)
-    assert det.scorers[1].state.coupling is not None
-    apply_artifact(det, older)
-    assert det.scorers[1].state.coupling is None and det.scorers[0].state.coupling is not None
-    gaps = Y[:200].copy()
-    gaps[50:, 0] = np.nan
-    det.reset()
-    assert np.isfinite(det.step_batch(gaps).stats_a).all()
-
-
 def test_versions_increase_per_run_in_a_directory(tmp_path):
     config, _, frames, settings = linear_setup(n_samples=300, rounds=1)
     run_training(FederatedTraining(config, frames, settings=settings), tmp_path)

@@ -69,9 +69,6 @@ def _check_scorer_arrays(detector: PlantDetector, artifact: ParameterArtifact) -
         own = scorer_arrays(detector.scorers[1].state)
     except NotFittedError:
         return
-    # an artifact trained before the reconstruction's coupling was part of the family scores rows with gaps on
-    # the observed entries' distance (FamilyState.coupling None): accepted
-    own = {k: a for k, a in own.items() if not k.endswith(".coupling") or k in given}
     shapes = {k: (a.shape, a.dtype.kind) for k, a in given.items()}
     if shapes != {k: (a.shape, a.dtype.kind) for k, a in own.items()}:
         raise ArtifactError(

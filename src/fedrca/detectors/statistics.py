@@ -33,13 +33,16 @@ Each statistic looks at one of them and has its own blind spot:
                               random variation grown larger) that single samples do not show.
 ============================  =======================================================================
 
-**Missing values** (NaN entries of ``r`` and ``e``, docs/missing.md): every distance is
+**Missing values** (NaN entries of ``r`` and ``e``, docs/missing.md): the innovation is
 the distance of the observed entries, put on the complete-data scale
 (:func:`fedrca.detectors.missing.observed_distance`), and the whitened prediction residual
 the MEWMA and the dispersion smooth is its conditional mean given the observed entries
 (:func:`fedrca.detectors.missing.conditional_fill`), so every threshold calibrated on
 complete nominal data holds: the innovation's rate exactly for Gaussian residuals, the
-smoothed statistics' at most (``tests/detectors/test_missing_far.py``).
+smoothed statistics' at most (``tests/detectors/test_missing_far.py``). The level needs no
+change (the estimate always exists). The reconstruction scores complete rows only
+(:func:`complete_rows_distance`: a row with gaps has no complete-data reconstruction
+residual, and what it has adds nothing to its observed prediction residual).
 
 **Joint calibration.** Each statistic ``s_k`` is divided by its scale ``c_k``, its
 ``base_quantile`` on held-out nominal data; the family's score is
@@ -87,11 +90,10 @@ __all__ = [
     "Moments",
     "StatisticFamily",
     "calibrate_family",
+    "complete_rows_distance",
     "family_statistics",
-    "fit_coupling",
     "fit_family",
     "keep_mask",
-    "reconstruction_distance",
     "score_of",
     "segment_lengths",
     "segment_statistics",
@@ -187,10 +189,6 @@ class FamilyState:
     threshold : tau on ``max_k s_k / scale_k``
     dispersion : smoothing constant of the ``dispersion`` statistic (0 when unused)
     dispersion_start : nominal mean of ``d2(r)``, where its EWMA starts
-    coupling : (D, D) the nominal linear relation of the reconstruction residual to the prediction
-        residual, ``e - μ_e ≈ B (r - μ_r)`` (least squares on the nominal rows): how a row with missing
-        entries gets its reconstruction statistic (:func:`reconstruction_distance`); None: a family
-        fitted without it, whose rows with gaps get the observed entries' distance
     """
 
     statistics: tuple[str, ...]
@@ -203,7 +201,6 @@ class FamilyState:
     threshold: float
     dispersion: float = 0.0
     dispersion_start: float = 0.0
-    coupling: FloatArray | None = None
 
     @property
     def n_statistics(self) -> int:
@@ -223,7 +220,6 @@ class FamilyState:
             float(threshold),
             self.dispersion,
             self.dispersion_start,
-            self.coupling,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -238,7 +234,6 @@ class FamilyState:
             "scale": self.scale.tolist(),
             "threshold": self.threshold,
             "dispersion": [self.dispersion, self.dispersion_start],
-            **({} if self.coupling is None else {"coupling": self.coupling.tolist()}),
         }
 
     @classmethod
@@ -254,7 +249,6 @@ class FamilyState:
             np.asarray(data["scale"], dtype=np.float64),
             float(data["threshold"]),
             *(float(v) for v in data.get("dispersion", (0.0, 0.0))),
-            _coupling(data.get("coupling")),
         )
 
     def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
@@ -272,8 +266,6 @@ class FamilyState:
         for name, m in named:
             out[f"{prefix}.{name}.mean"] = np.asarray(m.mean, dtype=np.float64)
             out[f"{prefix}.{name}.whitening"] = np.asarray(m.whitening, dtype=np.float64)
-        if self.coupling is not None:
-            out[f"{prefix}.coupling"] = np.asarray(self.coupling, dtype=np.float64)
         return out
 
     @classmethod
@@ -299,75 +291,7 @@ class FamilyState:
             np.asarray(arrays[f"{prefix}.scale"], dtype=np.float64).copy(),
             float(arrays[f"{prefix}.threshold"]),
             *(float(v) for v in np.asarray(arrays.get(f"{prefix}.dispersion", (0.0, 0.0))).reshape(2)),
-            _coupling(arrays.get(f"{prefix}.coupling")),
         )
-
-
-def _coupling(value: Any) -> FloatArray | None:
-    """A stored coupling matrix (square), or None when the artifact has none."""
-    if value is None:
-        return None
-    B = np.asarray(value, dtype=np.float64).copy()
-    side = math.isqrt(B.size)
-    return B.reshape(side, side)
-
-
-def fit_coupling(r: FloatArray, e: FloatArray) -> FloatArray:
-    """The nominal linear relation ``e - μ_e ≈ B (r - μ_r)`` (D, D), least squares on the complete rows of
-    prediction residuals ``r`` (T, D) and reconstruction residuals ``e`` (T, D).
-
-    For a linear Kalman filter in steady state it is exact, ``e = (I - C K) r``: the estimate is the
-    prediction corrected by the gain, ``x̂ = x + K r``, so ``e = y - C x - C K r``. Then
-    ``E[e | r_o] = B E[r | r_o]``, the reconstruction residual the complete row would have had given what
-    is observed (:func:`reconstruction_distance`).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> rng = np.random.default_rng(0)
-    >>> r = rng.normal(size=(500, 3))
-    >>> M = np.array([[0.5, -0.2, 0.0], [0.1, 0.4, 0.0], [0.0, 0.0, 0.9]])
-    >>> bool(np.allclose(fit_coupling(r, r @ M.T + 2.0), M))
-    True
-    """
-    r, e = np.asarray(r, dtype=np.float64), np.asarray(e, dtype=np.float64)
-    complete = ~(np.isnan(r).any(axis=1) | np.isnan(e).any(axis=1))
-    r, e = r[complete], e[complete]
-    if len(r) < 2:
-        raise DataError(f"need complete nominal rows to fit the reconstruction's coupling, got {len(r)}")
-    # min_B || (e - μ_e) - (r - μ_r) B' ||²
-    Bt, *_ = scipy.linalg.lstsq(r - r.mean(axis=0), e - e.mean(axis=0), lapack_driver="gelsd")
-    return np.asarray(Bt.T)
-
-
-def reconstruction_distance(state: FamilyState, e: FloatArray, W: FloatArray) -> FloatArray:
-    """The ``reconstruction`` statistic ``d2(e)`` (T,) of reconstruction residuals ``e`` (T, D), given ``W``
-    (T, D) the whitened prediction residuals (:func:`_innovation`: for a row with missing entries, the
-    conditional mean ``z* = E[L⁻¹ (r - μ_r) | r_o]``).
-
-    A row with missing entries is scored on ``e* = μ_e + B (r* - μ_r)``, ``r*`` = the conditional fill of
-    ``r`` (``r* - μ_r = L_r z*``), ``B`` = :attr:`FamilyState.coupling`: the conditional mean of the
-    complete row's reconstruction residual given the observed prediction residuals. Not the observed
-    entries of ``e`` itself: they come from an estimate that saw fewer sensors, whose residuals have
-    other moments than the complete rows' (a dead valve of two collinear tags, a valve and its flow,
-    left the flow's residual off the nominal relations and raised false alarms on the fault library's
-    nominal runs; ``tests/detectors/test_missing_far.py::test_a_dead_collinear_sensor_raises_no_reconstruction_alarm``).
-    ``e*`` is a conditional mean, with at most the spread of ``e``: its distance on the complete-data
-    moments passes the threshold at most as often as a complete row's (as the MEWMA's smoothed ``z*``).
-    """
-    B = state.coupling
-    partial = np.isnan(e).any(axis=1)
-    if B is None or not partial.any():
-        # reconstruction = d2(y - h(x̂))
-        return state.reconstruction.distance(e)
-    out = np.empty(len(e))
-    out[~partial] = state.reconstruction.distance(e[~partial])
-    innovation = state.innovation
-    # r* - μ_r = L_r z*  ;  e* - μ_e = B (r* - μ_r)
-    centred = np.linalg.solve(innovation.whitening, W[partial].T).T
-    filled = state.reconstruction.mean + centred @ B.T
-    out[partial] = state.reconstruction.distance(filled)
-    return out
 
 
 def _kind(label: str) -> str:
@@ -480,7 +404,6 @@ def fit_family(
         math.inf,
         float(dispersion) if use_dispersion else 0.0,
         float(d2[keep].mean()) if use_dispersion else 0.0,
-        fit_coupling(r[keep], e[keep]) if "reconstruction" in statistics else None,
     )
 
 
@@ -540,10 +463,41 @@ def family_statistics(
         # level = d2(x̂)
         cols["level"] = state.level.distance(x)
     if "reconstruction" in state.statistics:
-        # reconstruction = d2(y - h(x̂)) ; a row with gaps: d2(E[e | r_o])
-        cols["reconstruction"] = reconstruction_distance(state, e, W)
+        # reconstruction = d2(y - h(x̂)), on the complete rows (a row with gaps: 0)
+        cols["reconstruction"] = complete_rows_distance(state.reconstruction, e)
     stats = np.column_stack([cols[s] for s in state.statistics]) if T else np.empty((0, state.n_statistics))
     return np.asarray(stats, dtype=np.float64), last
+
+
+def complete_rows_distance(moments: Moments, e: FloatArray) -> FloatArray:
+    """The ``reconstruction`` statistic ``d2(e)`` (T,) of reconstruction residuals ``e`` (T, D): the distance
+    of a complete row, 0 for a row with missing entries (it raises no alarm; the row is scored by the
+    other statistics).
+
+    A row with gaps has no reconstruction residual of the complete-data kind: its estimate ``x̂`` saw
+    fewer sensors, so ``e_o = y_o - h_o(x̂)`` has other moments than the complete rows' ``e_o``, and no
+    rule on the complete-data moments puts it on their scale. Scored on them anyway it raised false
+    alarms: one dead tag of two collinear ones (a valve and its flow: the fault library's feed valves
+    XMV(1) and XMV(2)) left the other's residual off the nominal relations between the sensors, and the
+    plant was named a process root cause while its sensor fault was reported
+    (``tests/detectors/test_missing_far.py::test_a_dead_collinear_sensor_raises_no_reconstruction_alarm``).
+    Nothing of the row is lost: for a linear filter ``x̂ = x + K_o r_o``, so ``e_o = (I - C_o K_o) r_o`` is
+    a function of the observed prediction residual ``r_o``, which the innovation statistic scores exactly
+    and the MEWMA and the dispersion smooth.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = Moments(np.zeros(2), np.eye(2))
+    >>> complete_rows_distance(m, np.array([[3.0, 4.0], [3.0, np.nan]])).tolist()
+    [25.0, 0.0]
+    """
+    complete = ~np.isnan(e).any(axis=1)
+    if complete.all():
+        return moments.distance(e)
+    out = np.zeros(len(e))
+    out[complete] = moments.distance(e[complete])
+    return out
 
 
 def _innovation(state: FamilyState, r: FloatArray) -> tuple[FloatArray, FloatArray]:

@@ -162,9 +162,7 @@ def refit_family(
     The smoothed (MEWMA) moments are kept: they describe the EWMA of the residual *whitened by the
     innovation moments*, whose mean is zero once the innovation mean is re-fitted and whose spread is
     set by the residual's autocorrelation, a property of the plant's dynamics and the filter. A few
-    days of rows hold too few independent EWMA values (about ``T lambda``) to re-estimate it. So is the
-    reconstruction's coupling to the prediction residual (``FamilyState.coupling``): a property of the
-    filter's gain, not of where the plant operates.
+    days of rows hold too few independent EWMA values (about ``T lambda``) to re-estimate it.
     """
     use = np.asarray(use, dtype=bool)
     if int(use.sum()) < 2:
@@ -187,7 +185,6 @@ def refit_family(
         state.threshold,
         state.dispersion,
         state.dispersion_start,
-        state.coupling,
     )
 
 
@@ -239,7 +236,6 @@ def limit_family(old: FamilyState, refit: FamilyState, max_shift: float, max_sca
         old.threshold,
         old.dispersion,
         old.dispersion_start,
-        old.coupling,
     )
     return FamilyStep(state, steps)
 
