@@ -39,13 +39,13 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
 
 from fedrca.contracts.bounds import parse_json, short
 from fedrca.contracts.deadletter import DeadLetterReason, DeadLetterStage, deadletter_record
@@ -68,6 +68,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("fedrca.streams")
+
+_T = TypeVar("_T")
 
 
 class InputRecord(NamedTuple):
@@ -306,31 +308,14 @@ async def read_state(
     KafkaError
         When the topic cannot be read within ``timeout`` seconds.
     """
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-        **(security or {}),
-    )
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
-        scan = StateScan()
-        deadline = time.monotonic() + timeout
-        while await consumer.position(tp) < end:
-            if time.monotonic() > deadline:
-                raise KafkaError(f"reading the state of {topic} took longer than {timeout:.0f} s")
-            for record in (await consumer.getmany(tp, timeout_ms=200)).get(tp, []):
-                if record.key == key:
-                    scan.add(record.value)
-        return scan.result()
-    finally:
-        await consumer.stop()
+    scan = StateScan()
+
+    def visit(record: ConsumerRecord) -> None:
+        if record.key == key:
+            scan.add(record.value)
+
+    await _scan_committed(bootstrap, topic, timeout, security, visit, f"the state of {topic}")
+    return scan.result()
 
 
 async def read_compacted(
@@ -346,6 +331,26 @@ async def read_compacted(
     KafkaError
         When the topic cannot be read within ``timeout`` seconds.
     """
+    latest: dict[bytes, bytes | None] = {}
+
+    def visit(record: ConsumerRecord) -> None:
+        if record.key is not None:
+            latest[record.key] = record.value
+
+    await _scan_committed(bootstrap, topic, timeout, security, visit, topic)
+    return {key: value for key, value in latest.items() if value is not None}
+
+
+async def _scan_committed(
+    bootstrap: str,
+    topic: str,
+    timeout: float,
+    security: Mapping[str, Any] | None,
+    visit: Callable[[ConsumerRecord], None],
+    what: str,
+) -> None:
+    """Hand every committed record of partition 0 of ``topic``, oldest first up to the last stable
+    offset, to ``visit``; :class:`KafkaError` naming ``what`` after ``timeout`` seconds."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -360,15 +365,12 @@ async def read_compacted(
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
         await consumer.seek_to_beginning(tp)
-        latest: dict[bytes, bytes | None] = {}
         deadline = time.monotonic() + timeout
         while await consumer.position(tp) < end:
             if time.monotonic() > deadline:
-                raise KafkaError(f"reading {topic} took longer than {timeout:.0f} s")
+                raise KafkaError(f"reading {what} took longer than {timeout:.0f} s")
             for record in (await consumer.getmany(tp, timeout_ms=200)).get(tp, []):
-                if record.key is not None:
-                    latest[record.key] = record.value
-        return {key: value for key, value in latest.items() if value is not None}
+                visit(record)
     finally:
         await consumer.stop()
 
@@ -629,7 +631,7 @@ class TransactionalLoop:
             task = self._tasks.pop(tp, None)
             for producer in [] if task is None else task.producers:
                 try:
-                    await producer.stop()
+                    await _bounded(producer.stop(), self.settings.request_timeout, "closing its producer")
                 except KafkaError as exc:  # a producer that cannot say goodbye is gone anyway
                     log.warning("%s: closing a producer failed (%s)", _name(tp), exc)
 
@@ -801,23 +803,31 @@ class TransactionalLoop:
         over again (a transaction whose outcome is unknown).
         """
         tp = task.tp
+        # Every step with the broker is bounded by the transaction timeout: the broker aborts a
+        # transaction open longer than that, so a step still waiting then waits for an answer about
+        # a transaction that no longer exists. aiokafka's steps can wait forever after a broker
+        # pause (send_offsets_to_transaction, as KAFKA-10309 fixed in the Java client); the step
+        # that times out is a failed transaction of unknown outcome, handled below like any other
+        # (tests/streams/test_loop.py::test_a_transaction_step_that_never_answers_is_given_up).
+        bound = self.settings.transaction_timeout
         began = False
         try:
             try:
                 if previous is not None and not await previous.sent:
                     return False
-                await producer.begin_transaction()
+                await _bounded(producer.begin_transaction(), bound, "BeginTxn")
                 began = True
-                futures = await _send(producer, outputs)
-                await asyncio.gather(*futures)
+                futures = await _bounded(_send(producer, outputs), bound, "appending the records")
+                await _bounded(asyncio.gather(*futures), bound, "Produce")
             finally:
                 if not sent.done():
                     sent.set_result(began and not task.broken)
             if previous is not None and not await previous.done:
                 return False  # not committed: the partition is taken over again from what is
             if offset is not None:
-                await producer.send_offsets_to_transaction({tp: offset}, self.settings.group_id)
-            await producer.commit_transaction()
+                offsets = producer.send_offsets_to_transaction({tp: offset}, self.settings.group_id)
+                await _bounded(offsets, bound, "TxnOffsetCommit")
+            await _bounded(producer.commit_transaction(), bound, "EndTxn")
         except Exception as exc:
             if task.broken or self._tasks.get(tp) is not task:
                 return False  # a transaction before this one failed, or the partition was let go: nothing to do
@@ -855,6 +865,14 @@ class _Listener(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         await self._loop.on_assigned(assigned)
+
+
+async def _bounded(step: Awaitable[_T], seconds: float, what: str) -> _T:
+    """Await a step with the broker for at most ``seconds``; :class:`KafkaTimeoutError` names it after that."""
+    try:
+        return await asyncio.wait_for(step, seconds)
+    except TimeoutError:
+        raise KafkaTimeoutError(f"{what} had no answer within {seconds:g} s") from None
 
 
 async def _send(producer: AIOKafkaProducer, outputs: Sequence[Outgoing]) -> list[asyncio.Future[Any]]:
