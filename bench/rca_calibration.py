@@ -9,25 +9,29 @@ evidence when it issued it (:func:`fedrca.rca.calibration.features`). This modul
    verdicts share a weight of 1);
 2. **cross-validates** the calibration map (:func:`cross_validate`): the runs are split by fault seed
    and by IDV group (IDV mod 4), and every run's probabilities come from a map fitted on the runs of
-   the *other* seeds *and* the other IDV groups (one map per fold, the four settings pooled): no
-   figure is scored on a run, a seed or a disturbance its map has seen;
+   the *other* seeds *and* the other IDV groups (one map per fold, the four settings pooled), its set
+   thresholds (:func:`fedrca.rca.calibration.fit_thresholds`) from the same cross-validation inside
+   the fold's runs: no figure is scored on a run, a seed or a disturbance its map has seen;
 3. **scores** probabilities (:func:`score`): the expected calibration error of the named root's
-   probability (10 equal bins, run-weighted), the reliability diagram, the candidate sets at the
-   configured level (the named root first, then the most likely plants until their probabilities
-   reach it: :func:`fedrca.rca.explain.candidate_set`) and, per run, the set an operator is shown
+   probability (10 equal bins, run-weighted) and what it would be were the probabilities exactly
+   calibrated (:func:`ece_floor`), the reliability diagram, the candidate sets at the configured level
+   (the named root first, then the most likely plants until their probabilities reach the map's
+   threshold for it: :func:`fedrca.rca.explain.candidate_set`) and, per run, the set an operator is shown
    (the plants in at least half of its verdicts' sets): how often it holds a true root, its mean
    size, on the stream-4 (IDV 2, 8) and kinetics (IDV 13) faults apart;
 4. makes the **peers** into sets on the same runs: the first-alarm peer's first k plants to alarm
    (:func:`first_alarm_sets`), and the centralised RBC-PCA reference's k units of the largest
    contribution per alarm row (:func:`ranking_sets`; its contributions, normalised per row, are its
    probabilities); both at the smallest k that holds a true root as often as fedrca's sets;
-5. **fits** the map shipped for TEP (:func:`final_map`: every run of every setting).
+5. **fits** the map shipped for TEP (:func:`final_map`: every run of every setting; its thresholds on
+   the cross-validated probabilities of every run).
 
 ``python bench/bench_faults.py --calibration config/tep.calibration.json`` writes the shipped map.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,7 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from fedrca.rca.calibration import FEATURES, CalibrationMap, expected_calibration_error, fit, reliability
+from fedrca.rca.calibration import (
+    FEATURES,
+    CalibrationMap,
+    expected_calibration_error,
+    fit,
+    fit_thresholds,
+    reliability,
+)
 from fedrca.rca.evidence import softmax
 from fedrca.rca.explain import candidate_set
 
@@ -61,6 +72,8 @@ STREAM_4, KINETICS = (2, 8), (13,)
 IDV_GROUPS = 4
 #: the L2 penalty of the fit (relative to the total weight)
 PENALTY = 1e-2
+#: the coverage levels a map's set thresholds are fitted for (rca.coverage must be one of them, or between two)
+LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 
 @dataclass(frozen=True)
@@ -130,56 +143,100 @@ def collect(
     return Samples(*(np.asarray(rows[k]) for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")))
 
 
-def _fit(samples: Samples, plants: Sequence[str], **metadata: Any) -> CalibrationMap:
-    return fit(samples.x, samples.truth, samples.weight, plants, penalty=PENALTY, **metadata)
+def _fit(
+    samples: Samples, plants: Sequence[str], thresholds: tuple[tuple[float, float], ...] = (), **metadata: Any
+) -> CalibrationMap:
+    m = fit(samples.x, samples.truth, samples.weight, plants, penalty=PENALTY, **metadata)
+    return dataclasses.replace(m, thresholds=thresholds) if thresholds else m
 
 
-def cross_validate(samples: Samples, plants: Sequence[str]) -> np.ndarray:
-    """(N, M) the calibrated probabilities of every verdict from a map that saw neither its seed nor its
-    IDV group (the four settings pooled in every fit; with one fault seed, as in the smoke run, the IDV
-    groups alone)."""
-    probs = np.full(samples.truth.shape, np.nan)
+def _folds(samples: Samples) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) masks: every fault seed x IDV group held out in turn; train = the other seeds and the other
+    groups (with one fault seed, as in the smoke run, the other groups alone)."""
     group = samples.idv % IDV_GROUPS
     one_seed = len(np.unique(samples.seed)) < 2
     for s in np.unique(samples.seed):
         for g in np.unique(group):
             test = (samples.seed == s) & (group == g)
             train = (group != g) & ((samples.seed != s) | one_seed)
-            if not test.any():
-                continue
-            if not train.any():
-                raise SystemExit("bench_faults: calibration needs runs of two IDV groups to cross-validate")
+            if test.any():
+                yield train, test
+
+
+def _out_of_fold(samples: Samples, plants: Sequence[str]) -> np.ndarray:
+    """(N, M) every verdict's probabilities from the logit of a map that saw neither its seed nor its IDV group
+    (NaN where no such map exists)."""
+    probs = np.full(samples.truth.shape, np.nan)
+    for train, test in _folds(samples):
+        if train.any():
             probs[test] = _fit(samples.where(train), plants).apply(samples.x[test])
     return probs
 
 
+def _thresholds(samples: Samples, probs: np.ndarray) -> tuple[tuple[float, float], ...]:
+    """The set thresholds (:func:`fedrca.rca.calibration.fit_thresholds`) of out-of-fold probabilities: the
+    coverage must hold in every setting of the library."""
+    known = ~np.isnan(probs).any(axis=1)
+    if not known.any():
+        return ()
+    part = samples.where(known)
+    return fit_thresholds(probs[known], part.truth, part.root, part.weight, groups=part.setting, levels=LEVELS)
+
+
+def cross_validate(samples: Samples, plants: Sequence[str]) -> tuple[np.ndarray, list[CalibrationMap]]:
+    """(N, M) the calibrated probabilities of every verdict from a map that saw neither its seed nor its IDV
+    group (the four settings pooled in every fit; with one fault seed, as in the smoke run, the IDV groups
+    alone), and the map of each verdict's fold (its set thresholds fitted by the same cross-validation inside
+    the fold's runs: no threshold has seen the runs it is scored on)."""
+    probs = np.full(samples.truth.shape, np.nan)
+    maps: list[CalibrationMap | None] = [None] * len(samples)
+    for train, test in _folds(samples):
+        if not train.any():
+            raise SystemExit("bench_faults: calibration needs runs of two IDV groups to cross-validate")
+        inside = samples.where(train)
+        m = _fit(inside, plants, thresholds=_thresholds(inside, _out_of_fold(inside, plants)))
+        probs[test] = m.apply(samples.x[test])
+        for i in np.flatnonzero(test):
+            maps[i] = m
+    return probs, maps  # type: ignore[return-value]
+
+
 def final_map(
-    samples: Samples, plants: Sequence[str], scores: Mapping[str, Any], fitted_on: Mapping[str, Any]
-) -> CalibrationMap:
-    """The map fitted on every verdict of every setting (what ships for TEP)."""
-    return _fit(samples, plants, name="tep-library", scores=dict(scores), fitted_on=dict(fitted_on))
+    samples: Samples, plants: Sequence[str], scores: Mapping[str, Any], fitted_on: Mapping[str, Any],
+    probs: np.ndarray,
+) -> CalibrationMap:  # fmt: skip
+    """The map fitted on every verdict of every setting (what ships for TEP), its set thresholds fitted on the
+    cross-validated probabilities ``probs`` of every verdict."""
+    return _fit(samples, plants, name="tep-library", scores=dict(scores), fitted_on=dict(fitted_on),
+                thresholds=_thresholds(samples, probs))  # fmt: skip
 
 
-def _run_sets(samples: Samples, probs: np.ndarray, level: float) -> dict[int, tuple[list[int], list[list[int]]]]:
-    """Per run: the set an operator is shown (plants in at least half of its verdicts' sets) and every set."""
+def _run_sets(samples: Samples, probs: np.ndarray, reach: np.ndarray) -> dict[int, tuple[list[int], list[list[int]]]]:
+    """Per run: the set an operator is shown (plants in at least half of its verdicts' sets) and every set (each
+    verdict's set reaching ``reach`` (N,))."""
     out: dict[int, tuple[list[int], list[list[int]]]] = {}
     for run in np.unique(samples.run):
         idx = np.flatnonzero(samples.run == run)
-        sets = [candidate_set(probs[i], level, first=int(samples.root[i])) for i in idx]
+        sets = [candidate_set(probs[i], float(reach[i]), first=int(samples.root[i])) for i in idx]
         shown = Counter(m for s in sets for m in s)
         majority = sorted(m for m, n in shown.items() if 2 * n >= len(sets))
         out[int(run)] = (majority, sets)
     return out
 
 
-def score(samples: Samples, probs: np.ndarray, level: float) -> dict[str, Any]:
-    """ECE, reliability bins, top-1 and the candidate sets' coverage and size of one setting's verdicts."""
+def score(
+    samples: Samples, probs: np.ndarray, level: float, maps: Sequence[CalibrationMap] | None = None
+) -> dict[str, Any]:
+    """ECE, reliability bins, top-1 and the candidate sets' coverage and size of one setting's verdicts (each
+    set reaching its map's threshold for ``level``, :meth:`CalibrationMap.threshold`; ``level`` itself without
+    maps)."""
     if not len(samples):
         return {}
     idx = np.arange(len(samples))
     confidence = probs[idx, samples.root]
     correct = samples.truth[idx, samples.root]
-    sets = _run_sets(samples, probs, level)
+    reach = np.array([level if maps is None else maps[i].threshold(level) for i in idx])
+    sets = _run_sets(samples, probs, reach)
     runs = sorted(sets)
     first = {int(r): int(np.flatnonzero(samples.run == r)[0]) for r in runs}
     holds = {r: bool(samples.truth[first[r]][sets[r][0]].any()) for r in runs}
@@ -212,6 +269,7 @@ def score(samples: Samples, probs: np.ndarray, level: float) -> dict[str, Any]:
         "kinetics": kinetics,
         "kinetics runs": nk,
         "mean confidence": float(np.average(confidence, weights=samples.weight)),
+        "threshold": float(np.average(reach, weights=samples.weight)),
     }
 
 
@@ -229,6 +287,23 @@ def ece_interval(samples: Samples, probs: np.ndarray, draws: int = 400, seed: in
         rows = np.concatenate([members[r] for r in picked])
         values.append(expected_calibration_error(confidence[rows], correct[rows], samples.weight[rows]))
     return float(np.quantile(values, 0.05)), float(np.quantile(values, 0.95))
+
+
+def ece_floor(samples: Samples, probs: np.ndarray, draws: int = 400, seed: int = 0) -> tuple[float, float, float]:
+    """What the ECE of these probabilities would be were they exactly calibrated: the truth of every run drawn
+    once (its verdicts share their evidence, so a run is right or wrong as a whole) with the run's mean
+    probability of its named root; (mean, 5 %, 95 %) over ``draws``. An ECE at this floor is as calibrated as
+    this many runs can show; a lower ECE needs sharper probabilities (more runs near 0 or 1), not a better map."""
+    rng = np.random.default_rng(seed)
+    idx = np.arange(len(samples))
+    confidence = probs[idx, samples.root]
+    runs, inverse = np.unique(samples.run, return_inverse=True)
+    mean = np.bincount(inverse, samples.weight * confidence) / np.maximum(np.bincount(inverse, samples.weight), 1e-300)
+    values = [
+        expected_calibration_error(confidence, (rng.random(len(runs)) < mean)[inverse], samples.weight)
+        for _ in range(draws)
+    ]
+    return float(np.mean(values)), float(np.quantile(values, 0.05)), float(np.quantile(values, 0.95))
 
 
 def first_alarm_sets(

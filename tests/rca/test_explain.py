@@ -14,7 +14,15 @@ from fedrca.contracts import Verdict
 from fedrca.contracts.reason import MAX_CANDIDATES
 from fedrca.exceptions import ArtifactError
 from fedrca.rca import InterdependencyGraph, engine_for
-from fedrca.rca.calibration import FEATURES, CalibrationMap, expected_calibration_error, features, fit, reliability
+from fedrca.rca.calibration import (
+    FEATURES,
+    CalibrationMap,
+    expected_calibration_error,
+    features,
+    fit,
+    fit_thresholds,
+    reliability,
+)
 from fedrca.rca.explain import candidate_set, describe, link, shortest_path
 
 CHAIN = ["p1", "p2", "p3"]
@@ -130,6 +138,56 @@ def test_a_calibrated_verdict_names_its_map_and_its_probabilities_come_from_it()
     now = engine.explain()  # the current decision, annotated from the current evidence
     expected = engine.calibration.apply(features(engine.snapshot(), engine.graph, engine.settings))
     assert now.probabilities[0] == pytest.approx(expected[0], abs=1e-4)
+
+
+def test_the_set_reaches_the_maps_threshold_for_its_coverage():
+    """A map whose sets held a true root at the configured coverage with the named root alone (threshold 0.05)
+    shows the named root alone where the probabilities' sum would add plants."""
+    tempered = (0.05,) + (0.0,) * (len(FEATURES) - 1)
+    plain = calibrated_engine(tempered)[1][-1]
+    engine = engine_for(CHAIN, chain_graph())
+    engine.calibration = CalibrationMap(tempered, tuple(CHAIN), name="test", thresholds=((0.9, 0.05),))
+    v = incident(engine)[-1]
+    assert len(plain.candidates) >= 2 and v.candidates == (v.root_cause,)
+    assert v.probabilities == plain.probabilities[:1] and v.level == 0.9
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fitted_thresholds_are_the_smallest_that_hold_the_coverage_in_every_group(seed):
+    rng = np.random.default_rng(seed)
+    n, M = 60, 4
+    p = rng.dirichlet(np.full(M, 0.7), size=n)
+    truth = rng.random((n, M)) < 0.35
+    named, w, groups = rng.integers(0, M, n), rng.random(n) + 0.1, rng.integers(0, 3, n)
+
+    def held(t: float) -> np.ndarray:
+        return np.array([truth[i][candidate_set(p[i], t, first=int(named[i]))].any() for i in range(n)])
+
+    table = fit_thresholds(p, truth, named, w, groups, levels=(0.3, 0.5, 0.7), grid=50)
+    assert [c for c, _ in table] == [0.3, 0.5, 0.7] and [t for _, t in table] == sorted(t for _, t in table)
+    for level, t in table:
+        if t == 1.0:  # no threshold holds it: the whole set
+            continue
+        ok = held(t)
+        assert all(np.sum(w[(groups == g) & ok]) >= level * np.sum(w[groups == g]) - 1e-9 for g in range(3))
+        if t > 1 / 50:
+            less = held(t - 1 / 50)
+            assert any(np.sum(w[(groups == g) & less]) < level * np.sum(w[groups == g]) for g in range(3))
+
+
+def test_a_map_without_thresholds_reaches_the_coverage_and_keeps_its_id():
+    w = (1.0,) + (0.5,) * (len(FEATURES) - 1)
+    old = CalibrationMap(w, ("a", "b"), name="tep")
+    assert old.threshold(0.9) == 0.9 and old.id.startswith("tep-")
+    data = json.loads(old.to_json()) | {"format": "fedrca-calibration/1"}
+    del data["thresholds"]
+    assert CalibrationMap.from_dict(data).id == old.id  # a map written before thresholds is still read
+    new = CalibrationMap(w, ("a", "b"), name="tep", thresholds=((0.8, 0.5), (0.9, 0.7)))
+    assert new.id != old.id and CalibrationMap.from_json(new.to_json()) == new
+    assert new.threshold(0.9) == 0.7 and new.threshold(0.85) == pytest.approx(0.6) and new.threshold(0.99) == 0.99
+    for bad in ([[0.9, 0.7], [0.8, 0.5]], [[0.8, 0.7], [0.9, 0.5]], [[0.9, 1.5]], [[0.9]], "x"):
+        with pytest.raises(ArtifactError, match="thresholds"):
+            CalibrationMap.from_dict(json.loads(new.to_json()) | {"thresholds": bad, "id": None} | {"id": new.id})
 
 
 def test_the_map_is_an_artifact_that_refuses_what_it_was_not_made_for(tmp_path):

@@ -17,6 +17,16 @@ is the engine's own log posterior, so ``w[0]`` is an inverse temperature; the ot
 probability to what the flags cannot see, e.g. to a declared unmeasured entry
 (``rca.unobserved_entry``) when the unit the engine names is one its disturbance enters.
 
+**Candidate sets.** Summing calibrated probabilities to the configured coverage overshoots it: the
+probabilities are calibrated on average over kinds of evidence the flags cannot tell apart (a reactor named
+right on a reactor fault looks like a reactor named wrong on a stream-4 fault), and a true root *set* (TEP's
+stream 4: the feed or the stripper) holds the truth with the mass of several plants. So a map also carries,
+per coverage level c, the **threshold** t(c) the set's probabilities must reach so that the sets hold a true
+root on at least c of the fitting library's verdicts (every run weighing one) in each of its settings,
+measured on probabilities of maps that did not see those runs (:func:`fit_thresholds`; split-conformal
+calibration of the set size). A verdict's set is the smallest set, the named root first, whose calibrated
+probabilities reach ``t(rca.coverage)`` (:meth:`CalibrationMap.threshold`).
+
 Without a map the verdicts carry the engine's root posterior and say so (``calibration: null``).
 :func:`expected_calibration_error` and :func:`reliability` measure a set of probabilities against
 the truth.
@@ -46,6 +56,7 @@ import scipy.optimize
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config import RCASettings
+from fedrca.contracts.reason import MAX_CANDIDATES
 from fedrca.exceptions import ArtifactError
 from fedrca.rca.evidence import Evidence, softmax
 from fedrca.rca.graph import InterdependencyGraph
@@ -63,8 +74,9 @@ __all__ = [
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
-#: The artifact's format tag.
-FORMAT = "fedrca-calibration/1"
+#: The artifact's format tag (a ``fedrca-calibration/1`` map, without set thresholds, is still read).
+FORMAT = "fedrca-calibration/2"
+FORMATS = ("fedrca-calibration/1", FORMAT)
 #: Floor of the engine's log root posterior in the first feature (nats): beyond it the engine's
 #: evidence against a plant says nothing the other features do not.
 LOG_FLOOR = -30.0
@@ -137,6 +149,8 @@ class CalibrationMap:
     plants : the plants of the site it was fitted for (a site with other plants is refused)
     fitted_on : what the fit saw (library, settings, runs, verdicts), for the record
     scores : the cross-validated figures of the fit (e.g. the expected calibration error per setting)
+    thresholds : ``((coverage, threshold), ...)`` increasing in both: the probability a candidate set must reach to
+        hold a true root on ``coverage`` of the fitting runs (:func:`fit_thresholds`); empty: the coverage itself
     features : the feature names, in order (must be :data:`FEATURES`)
     id : ``<name>-<digest>``: the digest of the weights and plants; verdicts name it
     """
@@ -147,6 +161,7 @@ class CalibrationMap:
     scores: Mapping[str, Any] = field(default_factory=dict)
     features: tuple[str, ...] = FEATURES
     name: str = "calibration"
+    thresholds: tuple[tuple[float, float], ...] = ()
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -160,7 +175,17 @@ class CalibrationMap:
             raise ArtifactError(f"calibration weights must be {len(FEATURES)} finite numbers, got {list(self.weights)}")
         object.__setattr__(self, "weights", w)
         object.__setattr__(self, "plants", tuple(self.plants))
-        digest = hashlib.sha256(json.dumps([w, list(self.plants)]).encode()).hexdigest()[:12]
+        table = tuple((float(c), float(t)) for c, t in self.thresholds)
+        levels, limits = [c for c, _ in table], [t for _, t in table]
+        ordered = levels == sorted(set(levels)) and limits == sorted(limits)
+        if not ordered or not all(0.0 < x <= 1.0 for x in levels + limits):
+            raise ArtifactError(
+                f"calibration thresholds must be (coverage, threshold) pairs in (0, 1], increasing, got {list(table)}"
+            )
+        object.__setattr__(self, "thresholds", table)
+        # a map without thresholds keeps the id it had before thresholds existed
+        key: list[Any] = [w, list(self.plants)] + ([[list(x) for x in table]] if table else [])
+        digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:12]
         object.__setattr__(self, "id", f"{self.name}-{digest}")
 
     def check(self, plants: Sequence[str]) -> None:
@@ -170,6 +195,23 @@ class CalibrationMap:
                 f"calibration map {self.id} was fitted for plants {list(self.plants)}, the site has {list(plants)}: "
                 "fit one for this site, or remove rca.calibration (verdicts are then uncalibrated)"
             )
+
+    def threshold(self, coverage: float) -> float:
+        """The probability a candidate set must reach to hold a true root with ``coverage``: the fitted threshold
+        (linear between fitted levels), the coverage itself outside them or without thresholds.
+
+        Examples
+        --------
+        >>> m = CalibrationMap((1.0,) + (0.0,) * (len(FEATURES) - 1), ("a", "b"), thresholds=((0.8, 0.6), (0.9, 0.8)))
+        >>> m.threshold(0.9), round(m.threshold(0.85), 6), m.threshold(0.95)
+        (0.8, 0.7, 0.95)
+        """
+        if not self.thresholds:
+            return float(coverage)
+        levels = [c for c, _ in self.thresholds]
+        if not levels[0] - 1e-12 <= coverage <= levels[-1] + 1e-12:
+            return float(coverage)
+        return float(np.interp(coverage, levels, [t for _, t in self.thresholds]))
 
     def apply(self, x: ArrayLike) -> FloatArray:
         """Probabilities (..., M) from features (..., M, F): softmax over the plants of ``x @ w``."""
@@ -190,6 +232,7 @@ class CalibrationMap:
             "plants": list(self.plants),
             "fitted_on": dict(self.fitted_on),
             "scores": dict(self.scores),
+            "thresholds": [list(x) for x in self.thresholds],
         }
 
     def to_json(self) -> str:
@@ -199,7 +242,7 @@ class CalibrationMap:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CalibrationMap:
         """Validate an artifact (:class:`ArtifactError` naming what is wrong)."""
-        if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+        if not isinstance(data, Mapping) or data.get("format") not in FORMATS:
             raise ArtifactError(f"not a calibration map (format {FORMAT})")
         try:
             weights = data["weights"]
@@ -210,6 +253,12 @@ class CalibrationMap:
                 isinstance(x, int | float) and not isinstance(x, bool) for x in weights
             ):
                 raise ArtifactError("calibration plants must be names and weights numbers")
+            table = data.get("thresholds", [])
+            if not isinstance(table, list) or not all(
+                isinstance(row, list) and len(row) == 2 and all(
+                    isinstance(x, int | float) and not isinstance(x, bool) for x in row) for row in table
+            ):  # fmt: skip
+                raise ArtifactError("calibration thresholds must be a list of [coverage, threshold] pairs")
             made = cls(
                 tuple(weights),
                 tuple(plants),
@@ -217,6 +266,7 @@ class CalibrationMap:
                 dict(data.get("scores", {})),
                 tuple(data.get("features", ())),
                 str(data.get("name", "calibration")),
+                tuple((row[0], row[1]) for row in table),
             )
         except KeyError as exc:
             raise ArtifactError(f"calibration map without {exc}") from None
@@ -337,3 +387,62 @@ def reliability(
             }
         )
     return rows
+
+
+def fit_thresholds(
+    probabilities: ArrayLike,
+    truth: ArrayLike,
+    named: ArrayLike,
+    weight: ArrayLike,
+    groups: ArrayLike | None = None,
+    levels: Sequence[float] = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
+    grid: int = 100,
+) -> tuple[tuple[float, float], ...]:
+    """The set thresholds of a map (:attr:`CalibrationMap.thresholds`): for each coverage level c, the smallest
+    threshold t on a grid of ``grid`` steps in (0, 1] such that the candidate sets built to reach t (the named
+    root first, then the most probable plants) hold a true root on at least c of the verdicts, by weight, in
+    every group (split-conformal calibration of the set; every run weighing one when ``weight`` = 1 / its
+    verdicts).
+
+    Parameters
+    ----------
+    probabilities : (N, M) calibrated probabilities of N verdicts, from maps that did not see them
+    truth : (N, M) bool, the true roots of each verdict's incident
+    named : (N,) index of each verdict's named root
+    weight : (N,) weight of each verdict
+    groups : (N,) a label per verdict (e.g. the library's setting): the coverage must hold in each; None: one group
+    levels : the coverage levels (increasing)
+
+    Examples
+    --------
+    >>> p = np.array([[0.6, 0.3, 0.1]] * 10); truth = np.zeros((10, 3), bool); truth[:, 0] = True
+    >>> fit_thresholds(p, truth, np.zeros(10, int), np.ones(10), levels=(0.9,))
+    ((0.9, 0.01),)
+    """
+    P = np.asarray(probabilities, dtype=np.float64)
+    T = np.asarray(truth, dtype=bool)
+    root = np.asarray(named, dtype=np.int64)
+    w = np.asarray(weight, dtype=np.float64)
+    g = np.zeros(len(P), dtype=np.int64) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
+    n = np.arange(len(P))
+    # the set reaching t holds a true root iff the mass taken before the first true plant is below t: order the
+    # plants as the set does (named first, then by probability) and find the mass before the first true one
+    rest = np.where(np.arange(P.shape[1])[None, :] == root[:, None], np.inf, P)
+    order = np.concatenate([root[:, None], np.argsort(-rest, axis=1, kind="stable")[:, 1:]], axis=1)
+    ranked = P[n[:, None], order]
+    # a set never holds more than MAX_CANDIDATES plants (fedrca.rca.explain.candidate_set)
+    true_ranked = T[n[:, None], order] & (np.arange(P.shape[1]) < MAX_CANDIDATES)[None, :]
+    before = np.cumsum(ranked, axis=1) - ranked
+    # mass before the first true plant (inf when no plant of positive probability is true: never held)
+    held_from = np.where(true_ranked & (ranked > 0), before, np.inf).min(axis=1)
+    out = []
+    for level in levels:
+        chosen = 1.0
+        for t in np.arange(1, grid + 1) / grid:
+            ok = held_from < t - 1e-9
+            if all(np.sum(w[(g == k) & ok]) >= level * np.sum(w[g == k]) - 1e-12 for k in np.unique(g)):
+                chosen = float(t)
+                break
+        out.append((float(level), round(chosen, 6)))
+    # thresholds increase with the level by construction; ties kept
+    return tuple(out)

@@ -262,7 +262,10 @@ def annotate(
         probabilities, map_id = evidence.root_posterior(), None
     plants = evidence.plants
     root = None if decision.root_cause is None else plants.index(decision.root_cause)
-    shown = candidate_set(probabilities, settings.coverage, first=root)
+    # the set reaches the map's threshold for the configured coverage (CalibrationMap.threshold; the coverage
+    # itself without a map): tests/rca/test_explain.py::test_the_set_reaches_the_maps_threshold_for_its_coverage
+    reach = settings.coverage if calibration is None else calibration.threshold(settings.coverage)
+    shown = candidate_set(probabilities, reach, first=root)
     reason = _reason(decision, evidence, graph, settings, shown)
     return dataclasses.replace(
         decision,
