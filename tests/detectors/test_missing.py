@@ -249,3 +249,19 @@ def test_a_plugin_without_missing_support_never_sees_nan_and_agrees_with_one_tha
     assert filled.zc[160:][~filled.degraded[160:]].mean() > 0.8
     assert native.zc[160:][~native.degraded[160:]].mean() > 0.8
     assert isinstance(plugins.damped_filter(), ExtendedKalmanFilter) and ExtendedKalmanFilter.handles_missing
+
+
+def test_the_reconstruction_scores_complete_rows_only_and_the_other_statistics_score_the_rest():
+    """A row with gaps has no complete-data reconstruction residual: its reconstruction statistic is 0 (no
+    alarm) while the innovation still scores it; a complete row's is d2(e) as without gaps."""
+    from fedrca.detectors.statistics import family_statistics, fit_family
+
+    rng = np.random.default_rng(3)
+    r, x, e = rng.normal(size=(600, 4)), rng.normal(size=(600, 2)), rng.normal(size=(600, 4))
+    state = fit_family(r, x, e, statistics=("innovation", "reconstruction"))
+    r_gap, e_gap = r[:20].copy() * 5.0, e[:20].copy() * 5.0
+    r_gap[::2, 1] = e_gap[::2, 1] = np.nan
+    stats = family_statistics(state, r_gap, x[:20], e_gap)[0]
+    k, i = state.statistics.index("reconstruction"), state.statistics.index("innovation")
+    assert np.all(stats[::2, k] == 0.0) and np.all(stats[::2, i] > 0.0)
+    assert np.allclose(stats[1::2, k], state.reconstruction.distance(e_gap[1::2]))

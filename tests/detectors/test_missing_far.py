@@ -93,3 +93,49 @@ def test_false_alarm_rates_hold_over_missing_patterns(fitted, seed, rate, dead):
 def test_false_alarm_rates_hold_over_missing_patterns_long(fitted, seed, rate, dead, data_seed):
     Y = linear_multiplant(n_samples=12000, n_plants=1, n_events=0, seed=data_seed).Y
     check(fitted, Y, gaps(Y, seed, rate, dead))
+
+
+def collinear_plant(n_samples: int, seed: int) -> np.ndarray:
+    """Eight sensors of a four-state plant, sensor 1 the image of sensor 0 (a valve and the flow through
+    it), with little noise on both: a detector of two states fits it only approximately, as the
+    identified models fit TEP."""
+    system = np.random.default_rng(100)
+    A = np.diag(system.uniform(0.8, 0.97, 4))
+    C = system.normal(size=(8, 4))
+    C[1] = 1.5 * C[0]
+    noise = np.full(8, 0.1)
+    noise[:2] = 0.02
+    rng = np.random.default_rng(seed)
+    w, v = rng.normal(scale=0.3, size=(n_samples, 4)), rng.normal(size=(n_samples, 8)) * noise
+    X = np.empty((n_samples, 4))
+    x = np.zeros(4)
+    for t in range(n_samples):
+        x = A @ x + w[t]
+        X[t] = x
+    return X @ C.T + v
+
+
+@pytest.fixture(scope="module")
+def collinear():
+    train = collinear_plant(3000, seed=1)
+    return PlantDetector("p", n_states=2, method="family", alpha=0.01, seed=0, min_sensors=1).fit(train)
+
+
+@pytest.mark.parametrize("dead_sensor", [0, 1])
+def test_a_dead_collinear_sensor_raises_no_reconstruction_alarm(collinear, dead_sensor):
+    """One of two collinear tags dead for the whole run (a valve whose transmitter failed, its flow
+    still measured): the reconstruction statistic alarms no more often than on the complete rows.
+
+    The observed entries of the reconstruction residual come from an estimate that saw one sensor
+    fewer and leave the nominal relations between the sensors; scored on the complete rows' moments
+    they alarmed on about 200 of these 4,000 rows against 14 complete (the fault library's feed valves
+    XMV(1) and XMV(2) made three false root-cause verdicts so). The reconstruction scores complete rows
+    only (detectors/statistics.py ``complete_rows_distance``).
+    """
+    Y = collinear_plant(4000, seed=2)
+    holes = Y.copy()
+    holes[:, dead_sensor] = np.nan
+    k = collinear.statistics.index("reconstruction")
+    (full, _), (part, _) = exceedances(collinear, Y), exceedances(collinear, holes)
+    c, c_gap = int(full[:, k].sum()), int(part[:, k].sum())
+    assert c_gap <= 1.5 * c + 4 * math.sqrt(c) + 5, (c, c_gap)

@@ -33,13 +33,16 @@ Each statistic looks at one of them and has its own blind spot:
                               random variation grown larger) that single samples do not show.
 ============================  =======================================================================
 
-**Missing values** (NaN entries of ``r`` and ``e``, docs/missing.md): every distance is
+**Missing values** (NaN entries of ``r`` and ``e``, docs/missing.md): the innovation is
 the distance of the observed entries, put on the complete-data scale
 (:func:`fedrca.detectors.missing.observed_distance`), and the whitened prediction residual
 the MEWMA and the dispersion smooth is its conditional mean given the observed entries
 (:func:`fedrca.detectors.missing.conditional_fill`), so every threshold calibrated on
 complete nominal data holds: the innovation's rate exactly for Gaussian residuals, the
-smoothed statistics' at most (``tests/detectors/test_missing_far.py``).
+smoothed statistics' at most (``tests/detectors/test_missing_far.py``). The level needs no
+change (the estimate always exists). The reconstruction scores complete rows only
+(:func:`complete_rows_distance`: a row with gaps has no complete-data reconstruction
+residual, and what it has adds nothing to its observed prediction residual).
 
 **Joint calibration.** Each statistic ``s_k`` is divided by its scale ``c_k``, its
 ``base_quantile`` on held-out nominal data; the family's score is
@@ -87,6 +90,7 @@ __all__ = [
     "Moments",
     "StatisticFamily",
     "calibrate_family",
+    "complete_rows_distance",
     "family_statistics",
     "fit_family",
     "keep_mask",
@@ -459,10 +463,41 @@ def family_statistics(
         # level = d2(x̂)
         cols["level"] = state.level.distance(x)
     if "reconstruction" in state.statistics:
-        # reconstruction = d2(y - h(x̂))
-        cols["reconstruction"] = state.reconstruction.distance(e)
+        # reconstruction = d2(y - h(x̂)), on the complete rows (a row with gaps: 0)
+        cols["reconstruction"] = complete_rows_distance(state.reconstruction, e)
     stats = np.column_stack([cols[s] for s in state.statistics]) if T else np.empty((0, state.n_statistics))
     return np.asarray(stats, dtype=np.float64), last
+
+
+def complete_rows_distance(moments: Moments, e: FloatArray) -> FloatArray:
+    """The ``reconstruction`` statistic ``d2(e)`` (T,) of reconstruction residuals ``e`` (T, D): the distance
+    of a complete row, 0 for a row with missing entries (it raises no alarm; the row is scored by the
+    other statistics).
+
+    A row with gaps has no reconstruction residual of the complete-data kind: its estimate ``x̂`` saw
+    fewer sensors, so ``e_o = y_o - h_o(x̂)`` has other moments than the complete rows' ``e_o``, and no
+    rule on the complete-data moments puts it on their scale. Scored on them anyway it raised false
+    alarms: one dead tag of two collinear ones (a valve and its flow: the fault library's feed valves
+    XMV(1) and XMV(2)) left the other's residual off the nominal relations between the sensors, and the
+    plant was named a process root cause while its sensor fault was reported
+    (``tests/detectors/test_missing_far.py::test_a_dead_collinear_sensor_raises_no_reconstruction_alarm``).
+    Nothing of the row is lost: for a linear filter ``x̂ = x + K_o r_o``, so ``e_o = (I - C_o K_o) r_o`` is
+    a function of the observed prediction residual ``r_o``, which the innovation statistic scores exactly
+    and the MEWMA and the dispersion smooth.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = Moments(np.zeros(2), np.eye(2))
+    >>> complete_rows_distance(m, np.array([[3.0, 4.0], [3.0, np.nan]])).tolist()
+    [25.0, 0.0]
+    """
+    complete = ~np.isnan(e).any(axis=1)
+    if complete.all():
+        return moments.distance(e)
+    out = np.zeros(len(e))
+    out[complete] = moments.distance(e[complete])
+    return out
 
 
 def _innovation(state: FamilyState, r: FloatArray) -> tuple[FloatArray, FloatArray]:
