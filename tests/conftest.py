@@ -24,6 +24,29 @@ settings.register_profile("fedrca", deadline=None, database=None)
 settings.load_profile("fedrca")
 
 
+#: marks of tests that start servers, workers or long runs: their modules are the long ones
+HEAVY_MARKS = frozenset({"slow", "kafka", "mqtt", "modbus"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules with more heavy tests first, each module's tests together and in their order.
+
+    ``make test`` runs on two processes with ``--dist loadfile`` (one module on one process, handed
+    out in this order): the long modules start first and the short ones fill in around them, so no
+    process ends with a long module alone while the other is idle (longest first, by the count of
+    tests that start servers, workers or long runs).
+    """
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    heavy: dict[str, int] = {}
+    for item in items:
+        heavy[module(item)] = heavy.get(module(item), 0) + bool(HEAVY_MARKS & {m.name for m in item.iter_markers()})
+    first = {name: i for i, name in enumerate(dict.fromkeys(map(module, items)))}
+    items.sort(key=lambda item: (-heavy[module(item)], first[module(item)]))
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

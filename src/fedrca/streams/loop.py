@@ -808,7 +808,8 @@ class TransactionalLoop:
         # a transaction that no longer exists. aiokafka's steps can wait forever after a broker
         # pause (send_offsets_to_transaction, as KAFKA-10309 fixed in the Java client); the step
         # that times out is a failed transaction of unknown outcome, handled below like any other
-        # (tests/streams/test_loop.py::test_a_transaction_step_that_never_answers_is_given_up).
+        # (tests/streams/test_loop.py:
+        # test_a_transaction_step_that_never_answers_is_given_up_and_the_partition_taken_again).
         bound = self.settings.transaction_timeout
         began = False
         try:
