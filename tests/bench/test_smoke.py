@@ -77,3 +77,14 @@ def test_every_benchmark_is_smoked_or_listed() -> None:
         text = (BENCH / f"{name}.py").read_text(encoding="utf-8")
         # a smoke run shrinks the module's sizes (SMOKE) or the module handles smoke itself (main(smoke=...))
         assert re.search(r"^SMOKE = ", text, re.M) or "smoke" in text, f"{name} has no SMOKE sizes"
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(2500)
+def test_streams_reports_the_rca_workers_memory(smoke_output: str) -> None:
+    """The RCA worker's resident memory is read while it works (a stopped worker has none: it read nan)."""
+    section = _section(smoke_output, "bench_streams")
+    found = re.search(r"resident memory at most (\S+) MiB while it worked", section)
+    assert found, f"bench_streams printed no RCA worker memory:\n{section[-3000:]}"
+    assert float(found.group(1)) > 0, f"the RCA worker's resident memory read {found.group(1)} MiB"
