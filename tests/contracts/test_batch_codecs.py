@@ -168,6 +168,9 @@ flags = st.builds(
     model_version=st.text(max_size=12),
     withheld=st.booleans(),
     degraded=st.booleans(),
+    sensor_fault=st.booleans(),
+    level=st.one_of(st.none(), st.integers(0, 3), st.booleans()),
+    level_eps=st.one_of(st.just(math.inf), st.floats(0.01, 50), st.integers(1, 5)),
 )
 
 

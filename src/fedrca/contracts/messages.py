@@ -561,27 +561,35 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
     True
     """
     out = []
-    parts: dict[tuple[str, str, float, str], tuple[str, str]] = {}
+    parts: dict[tuple[str, str, float, str, float | None], tuple[str, str, str]] = {}
     for f in flags:
+        level = f.level
         if (
             f.withheld
             or f.degraded
             or f.sensor_fault
-            or f.level is not None
             or not (type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int)
+            or not (level is None or type(level) is int)
         ):
-            out.append(encode(f.to_dict()))  # levels or anything unusual: json decides
+            out.append(encode(f.to_dict()))  # anything unusual: json decides
             continue
-        shared = (f.site, f.plant, f.eps, f.model_version)
-        head_tail = parts.get(shared)
-        if head_tail is None:
+        # what follows za (eps, model_version, and with a level its level_eps) is shared by a plant's batch
+        shared = (f.site, f.plant, f.eps, f.model_version, None if level is None else f.level_eps)
+        found = parts.get(shared)
+        if found is None:
             whole = f.to_dict()
             head = encode({"site": whole["site"], "plant": whole["plant"]}).decode()[:-1] + ',"ts":'
-            tail = "," + encode({"eps": whole["eps"], "model_version": whole["model_version"]}).decode()[1:]
-            head_tail = parts[shared] = (head, tail)
-        head, tail = head_tail
+            rest = {"eps": whole["eps"], "model_version": whole["model_version"]}
+            if level is not None:
+                rest |= {"level": 0, "level_eps": whole["level_eps"]}
+            tail = "," + encode(rest).decode()[1:]
+            # with a level: the tail up to '"level":' and after the level's digits
+            before, _, after = tail.partition('"level":0') if level is not None else (tail, "", "")
+            found = parts[shared] = (head, before, after)
+        head, before, after = found
         # json writes a finite float as float.__repr__ and an int as int.__repr__
-        out.append(f'{head}{float.__repr__(f.ts)},"seq":{int.__repr__(f.seq)},"zc":{f.zc},"za":{f.za}{tail}'.encode())
+        text = f'{head}{float.__repr__(f.ts)},"seq":{int.__repr__(f.seq)},"zc":{f.zc},"za":{f.za}{before}'
+        out.append((text if level is None else f'{text}"level":{int.__repr__(level)}{after}').encode())
     return out
 
 
