@@ -72,6 +72,10 @@ log = logging.getLogger("fedrca.streams")
 _T = TypeVar("_T")
 
 
+#: Turns of the event loop between the handlers of two partitions of a fetch (see TransactionalLoop.run)
+IO_TURNS = 4
+
+
 class InputRecord(NamedTuple):
     """One consumed record, as a handler sees it (a named tuple: one is built per record of every batch)."""
 
@@ -500,8 +504,10 @@ class TransactionalLoop:
                 # the tasks the records were fetched for (a task taken over again seeks: its records come anew)
                 owners = {tp: self._tasks.get(tp) for tp in batch}
                 if not batch:
-                    # nothing arrived for fetch_wait: commit the offsets the batches left pending
-                    await self._commit_pending_offsets()
+                    # nothing arrived for fetch_wait: commit the offsets the batches left pending (in
+                    # the background: the next fetch does not wait for it)
+                    async with self._lock:
+                        self._commit_pending_offsets()
                     continue
                 fetched = time.time()
                 # a partition whose producers all hold a transaction in flight takes its next batch when
@@ -511,11 +517,16 @@ class TransactionalLoop:
                         await asyncio.wait([task.inflight[0].done])
                 async with self._lock:
                     # the handlers run one after the other (they are synchronous); each batch's
-                    # transaction goes on in the background while the next fetch is processed
+                    # transaction goes on in the background while the next fetch is processed. Between
+                    # two partitions the event loop takes a few turns: the transactions in flight make
+                    # their next step with the broker (each answer is a few turns from the socket to the
+                    # next request), rather than each step waiting for every partition of the fetch
                     for tp, records in batch.items():
                         task = owners[tp]
                         if task is not None and self._tasks.get(tp) is task and not task.broken and not task.busy:
                             self._start(task, records, fetched)
+                            for _ in range(IO_TURNS):
+                                await asyncio.sleep(0)
         finally:
             await self._settle(list(self._tasks.values()))
             for commit in self._commits:  # what ended the run was raised; the rest is over with it
@@ -767,15 +778,18 @@ class TransactionalLoop:
         outputs += self._dead_letters(task.tp, task.tp.topic, refused)
         return Processed(outputs, handler.process([]).state if state is None else state)
 
-    async def _commit_pending_offsets(self) -> None:
-        """Commit the group offset of every partition whose batches left it behind (offsets only)."""
-        tasks = [task for task in self._tasks.values() if task.offset_pending or task.inflight]
-        await self._settle(tasks)
-        async with self._lock:
-            for task in tasks:
-                if self._tasks.get(task.tp) is task and task.offset_pending and not task.broken and not task.busy:
-                    self._schedule(task, [], task.next_offset, (), 0.0, 0.0)
-        await self._settle(tasks)
+    def _commit_pending_offsets(self) -> None:
+        """Start an offsets-only transaction for every partition whose batches left its group offset behind.
+
+        Only a partition with no transaction in flight is looked at (whether its offset is pending is
+        known once its transactions are over; a later idle fetch looks again), and nothing is awaited:
+        the fetch loop goes on at once, so records that arrive meanwhile are not held up behind the
+        offsets (a batch that comes takes the partition's other producer, pipelined after it).
+        """
+        for task in list(self._tasks.values()):
+            task.settle()
+            if task.offset_pending and not task.inflight and not task.broken:
+                self._schedule(task, [], task.next_offset, (), 0.0, 0.0)
 
     async def _commit(
         self,
