@@ -609,3 +609,56 @@ async def _drive_patched(model: Model) -> None:
             break
     got = [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)]
     assert got == expected_outputs(model.inputs[TopicPartition(INPUT, 0)]), "outputs lost"
+
+
+def test_an_idle_fetch_does_not_wait_for_the_offsets_it_commits():
+    # The group offset goes with the first batch, then only with an idle fetch. After the second
+    # batch the input runs dry: the idle fetch starts an offsets-only transaction whose EndTxn takes
+    # 500 turns. A record that arrives meanwhile is processed and sent on the partition's other
+    # producer long before that answer, and commits after it (in input order). A loop that waited
+    # for the offsets before its next fetch would process it only after those 500 turns.
+    model = Model({0: [1]}, [], [], [], delays=[1] * 6 + [500])
+    tp = TopicPartition(INPUT, 0)
+    real_sleep = asyncio.sleep
+
+    async def run() -> tuple[int, int]:
+        loop = TransactionalLoop(
+            LoopSettings(bootstrap="model:9092", group_id=GROUP, offset_interval=1e9, producers=2),
+            [INPUT],
+            handler_for=Summer,
+            state_topic_for=lambda tp: STATE,
+            transactional_id_for=lambda tp: f"t-{tp.partition}",
+        )
+        task = asyncio.ensure_future(loop.run())
+        turns = 0
+
+        async def until(condition: Any) -> None:
+            nonlocal turns
+            while not condition():
+                assert not task.done(), task.exception()
+                await real_sleep(0)
+                turns += 1
+                assert turns < 5_000, f"no progress: {model.commits_applied} commits, offsets {model.group_offsets}"
+
+        await until(lambda: loop.committed_batches == 1)  # the first batch, with its offset
+        model.inputs[tp].append(2)
+        await until(lambda: loop.committed_batches == 2 and model.open)  # the second; the offsets' transaction open
+        assert model.group_offsets[tp] == 1
+        model.inputs[tp].append(3)
+        await until(lambda: len(model.logs[(OUTPUT, 0)]) == 3)  # record 3 processed and sent
+        sent_at, committed_then = turns, model.commits_applied
+        await until(lambda: model.group_offsets[tp] == 3 and not model.open)
+        loop.stop()
+        await task
+        return sent_at, committed_then
+
+    with (
+        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
+        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: FakeProducer(model, **kw)),
+        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
+        mock.patch.object(asyncio, "sleep", lambda d, r=None: real_sleep(0, r)),
+    ):
+        sent_at, committed_then = asyncio.run(run())
+    assert committed_then == 2, "record 3 was processed only after the offsets' transaction committed"
+    assert sent_at < 500
+    assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
