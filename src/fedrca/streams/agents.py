@@ -73,15 +73,16 @@ def _json(state: Any) -> bytes:
 
 
 def _finite(obj: Any) -> bool:
-    """No NaN or inf anywhere in a JSON-like value (a list of floats is checked by its sum: a finite
-    sum has finite terms; a sum that overflows is reported as not finite, which only costs speed)."""
+    """No NaN or inf anywhere in a JSON-like value (a list of numbers is checked by its sum: a finite
+    sum has finite terms; a sum that overflows, or NaN from inf - inf, sends the list to the check of
+    each item, which only costs speed)."""
     kind = type(obj)
     if kind is list:
-        if obj and type(obj[0]) is float:
-            try:
-                return math.isfinite(sum(obj))
-            except TypeError:  # not all numbers
-                pass
+        try:
+            if math.isfinite(sum(obj)):
+                return True
+        except (TypeError, OverflowError):  # not all numbers; an integer beyond the floats
+            pass
         return all(map(_finite, obj))
     if kind is dict:
         return all(map(_finite, obj.values()))
