@@ -71,8 +71,10 @@ def test_any_arrival_order_within_lateness_gives_the_same_rows(seed, n):
     rng = random.Random(seed)
     flags = [flag(p, s, rng.randint(0, 1), rng.randint(0, 1)) for s in range(n) for p in PLANTS]
     in_order, _ = feed(FlagAligner(PLANTS, allowed_lateness=3), flags)
-    # shuffle locally: every flag moves at most 2 samples from its place
-    shuffled = sorted(flags, key=lambda f: f.seq + rng.uniform(0, 2))
+    # shuffle locally: every flag moves at most 2 samples from its place, after the stream's first row (the
+    # start is the first row released: test_a_row_older_than_the_first_released_is_late)
+    start = [f for f in flags if f.seq == 0]
+    shuffled = start + sorted((f for f in flags if f.seq > 0), key=lambda f: f.seq + rng.uniform(0, 2))
     shuffled_rows, statuses = feed(FlagAligner(PLANTS, allowed_lateness=3), shuffled)
     assert "late" not in statuses
     assert [(r.seq, r.flags) for r in shuffled_rows] == [(r.seq, r.flags) for r in in_order]
@@ -83,6 +85,16 @@ def test_any_arrival_order_within_lateness_gives_the_same_rows(seed, n):
     for f in flags:
         again += al.add(f)[0]
     assert again == []
+
+
+def test_a_row_older_than_the_first_released_is_late():
+    """The stream starts at its first released row: a complete row 1 goes out at once (no wait for a row 0
+    nobody announced), and row 0's flags coming after it are late, whatever the lateness."""
+    al = FlagAligner(PLANTS, allowed_lateness=3)
+    assert [al.add(flag(p, 1))[1] for p in PLANTS] == ["buffered"] * 3
+    assert al.add(flag("a", 0))[1] == "late"
+    rows, _ = feed(al, [flag(p, 2) for p in PLANTS])
+    assert [r.seq for r in rows] == [2]
 
 
 def test_state_round_trip_mid_stream():

@@ -23,8 +23,11 @@ aligner releases rows strictly in seq order:
   is further from it than that, while at least two plants agree with it, is judged without
   (listed in ``clock``; its evidence and sensor bit left out): its row stands for another moment.
 
-So the released sequence depends only on the flags and the lateness, not on
-timing: the same input always yields the same rows and hence the same verdicts.
+The stream starts at the first row released (before it, at the smallest seq seen): a
+flag older than that row that arrives after it is *late*. Past its start, the released
+sequence depends only on the flags and the lateness, not on timing: the same input
+always yields the same rows and hence the same verdicts
+(tests/streams/test_aligner.py::test_any_arrival_order_within_lateness_gives_the_same_rows).
 """
 
 from __future__ import annotations
