@@ -26,7 +26,7 @@ import yaml
 from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, site_config
 
 from fedrca.config import load_config
-from fedrca.connectors.kafka import ensure_site_topics, read_topic
+from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.datasets.loader import load_frame
 from tests.kafka_broker import unique_name, wait_until
 from tests.streams.test_kafka_pipeline import _replay
@@ -79,6 +79,12 @@ def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> di
         site_name = config.site
         wait_until(lambda: group_assignment(bootstrap, f"fedrca-{site_name}-plants") is not None, 300, "plant worker")
         wait_until(lambda: group_assignment(bootstrap, f"fedrca-{site_name}-rca") is not None, 300, "RCA worker")
+        # poison on the control topic while the worker runs (issue 34): dead-lettered once, never a crash
+        control = hostile_commands(site_name, config.plant_names)
+        with KafkaSink(bootstrap, config) as sink:
+            for key, value in control:
+                sink.send_raw(config.topic("control"), key, value)
+            sink.flush()
         feeder = threading.Thread(target=_replay, args=(config, bootstrap, STREAM, "x9000"))
         feeder.start()
         flags_topic = config.topic("flags")
@@ -86,6 +92,16 @@ def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> di
         wait_until(lambda: count(bootstrap, flags_topic) >= 5 * 330, 180, "flags past the first refresh", interval=0.2)
         flags_at_kill = count(bootstrap, flags_topic)
         cluster.workers["w1"].kill9()
+        # poison on every plant's history topic, under the keys the restarted worker reads back (issue 34): it
+        # must take the valid records before them, dead-letter them once and compute what replay computes
+        history_poison = {}
+        with KafkaSink(bootstrap, config) as sink:
+            for p in config.plant_names:
+                topic = config.topic("history", plant=p)
+                history_poison[p] = hostile_history(p, {r.key: r.value for r in read_topic(bootstrap, topic)})
+                for key, value in history_poison[p]:
+                    sink.send_raw(topic, key, value)
+            sink.flush()
         cluster.workers["w1"].start()
         feeder.join(timeout=300)
         want = {json.loads(line)["id"] for line in verdicts_out.read_text().splitlines()}
@@ -97,6 +113,9 @@ def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> di
         rca_topics = {t for member in group_assignment(bootstrap, f"fedrca-{site_name}-rca") or [] for t in member}
         history = {p: list(read_topic(bootstrap, config.topic("history", plant=p), timeout=30))
                    for p in config.plant_names}  # fmt: skip
+        dead = {p: list(read_topic(bootstrap, config.topic("plant_deadletter", plant=p), timeout=30))
+                for p in config.plant_names}  # fmt: skip
+        worker = cluster.workers["w1"]
         return {
             "config": config,
             "flags_at_kill": flags_at_kill,
@@ -107,6 +126,11 @@ def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> di
             "refreshes": refreshes,
             "history": history,
             "rca_topics": rca_topics,
+            "control_poison": control,
+            "history_poison": history_poison,
+            "dead": dead,
+            "alive": worker.alive,
+            "log": worker.log_tail(100_000),
         }
     except BaseException:
         print(cluster.diagnostics())
@@ -138,12 +162,34 @@ def test_the_workers_refresh_where_replay_does_with_the_same_flags_and_verdicts(
     assert by_id == {v["id"]: v for v in run["replay_verdicts"]}
 
 
+def test_poison_on_the_history_and_control_topics_is_dead_lettered_once_and_changes_nothing(
+    drift_run: dict[str, Any],
+) -> None:
+    """Issue 34 acceptance 1 for the drift topics: the flags and verdicts above equal replay's with the poison in."""
+    run = drift_run
+    config = run["config"]
+    assert run["alive"] and "Traceback" not in run["log"], run["log"][-3000:]
+    control_dead: list[Any] = []
+    for plant in config.plant_names:
+        records = run["dead"][plant]
+        stages = [r.headers["fedrca-stage"] for r in records]
+        # every history record refused once (the first batch after the restart dead-letters and re-writes them)
+        history = [r for r, stage in zip(records, stages, strict=True) if stage == b"state"]
+        assert sorted(r.value for r in history) == sorted(v[:1_000_000] for _, v in run["history_poison"][plant])
+        assert all(r.headers["fedrca-reason"] and r.headers["fedrca-source-topic"] ==
+                   config.topic("history", plant=plant).encode() for r in history)  # fmt: skip
+        control_dead += [r for r, stage in zip(records, stages, strict=True) if stage == b"control"]
+    # every control record refused once (the restarted worker reads them back and counts them, no second letter)
+    assert sorted(r.value for r in control_dead) == sorted(v[:1_000_000] for _, v in run["control_poison"])
+    assert len(run["control_poison"]) >= 10 and all(len(v) >= 10 for v in run["history_poison"].values())
+
+
 def test_the_history_topics_hold_the_plants_rows_and_only_their_worker_reads_them(drift_run: dict[str, Any]) -> None:
     run = drift_run
     config = run["config"]
     frame = load_frame(config, STREAM)
     for plant, records in run["history"].items():
-        latest = {r.key: r.value for r in records}
+        latest = {r.key: r.value for r in records if r.value is not None}  # a refused key's repair may be a tombstone
         assert any(k.startswith(b"baseline/") for k in latest), plant
         rows = [json.loads(v) for k, v in latest.items() if k.startswith(b"rows/")]
         # bounded: one record per slot of 64 seqs (compaction keeps the newest of each)
@@ -156,3 +202,55 @@ def test_the_history_topics_hold_the_plants_rows_and_only_their_worker_reads_the
     # the RCA worker's consumer group never subscribed to a history topic (taken while it ran)
     history_topics = {config.topic("history", plant=p) for p in config.plant_names}
     assert run["rca_topics"] and not run["rca_topics"] & history_topics
+
+
+def hostile_commands(site: str, plants: list[str]) -> list[tuple[bytes, bytes]]:
+    """(key, value) of control records that are not commands of this site (>= 10; issue 34)."""
+    plant = plants[1]
+    good = {"site": site, "plant": plant, "action": "pin", "version": None, "id": "c1", "ts": 1.0}
+
+    def cmd(**change: Any) -> bytes:
+        return json.dumps({**good, **change}).encode()
+
+    return [
+        (plant.encode(), b"[" * 100_000),  # deep nesting
+        (plant.encode(), b'{"site":' * 50_000),
+        (plant.encode(), cmd(plant=[plant])),  # a plant that is a list
+        (plant.encode(), cmd(ts=int("9" * 400))),  # a ts beyond any float
+        (plant.encode(), cmd(ts="1")),
+        (plant.encode(), cmd(action="explode")),
+        (plant.encode(), cmd(id="x" * 1_000_000)),  # a string of a million characters
+        (plant.encode(), cmd(version=3)),  # a version for a pin
+        (plant.encode(), cmd(site="elsewhere")),
+        (plant.encode(), cmd(extra=1)),
+        (plant.encode(), cmd()[:20]),  # truncated
+        (b"nobody", b"\xff\xfe garbage"),  # keyed by no plant: the first plant's worker dead-letters it
+        (plants[0].encode(), b""),
+    ]
+
+
+def hostile_history(plant: str, latest: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+    """(key, value) of history records the plant's loop cannot take back, under the keys it reads (>= 10)."""
+    rows = json.loads(latest[b"rows/1"])
+    baseline = json.loads(latest[b"baseline/1"])
+
+    def with_(doc: dict[str, Any], **change: Any) -> bytes:
+        return json.dumps({**doc, **change}).encode()
+
+    narrow = {**baseline, "arrays": {k: [[1], v[1]] for k, v in baseline["arrays"].items()}}
+    return [
+        (b"rows/1", b"[" * 100_000),  # deep nesting
+        (b"rows/1", with_(rows, chunk=-17)),  # a negative chunk under slot 1 would hold rows before seq 0
+        (b"rows/1", with_(rows, chunk=2**70)),
+        (b"rows/1", with_(rows, chunk=0)),  # chunk 0 is kept under rows/0
+        (b"rows/1", with_(rows, y=base64.b64encode(b"\x00" * 24).decode())),  # not this plant's width
+        (b"rows/1", latest[b"rows/1"][: len(latest[b"rows/1"]) // 2]),  # truncated
+        (b"rows/0", with_(rows, present="x" * 1_000_000)),  # a string of a million characters
+        (b"baseline/1", json.dumps(narrow).encode()),  # arrays of other shapes
+        (b"baseline/1", with_(baseline, version=0)),
+        (b"baseline/1", b"garbage"),
+        (b"reports", b'{"not": "a list"}'),
+        (b"reports", b'[{"plant": "x"}]'),
+        (b"reports", json.dumps([["x"] * 3] * 2).encode()),
+        (b"junk", b"{}"),  # a key the loop never writes
+    ]
