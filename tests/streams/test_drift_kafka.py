@@ -122,6 +122,18 @@ def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> di
         dead = {p: list(read_topic(bootstrap, config.topic("plant_deadletter", plant=p), timeout=30))
                 for p in config.plant_names}  # fmt: skip
         worker = cluster.workers["w1"]
+        # an operator's status over topics with poison on them: the newest valid state, the loop's records only
+        plant = config.plant_names[0]
+        with KafkaSink(bootstrap, config) as sink:
+            sink.send_raw(config.topic("state", plant=plant), f"{config.topic('sensors', plant=plant)}:0".encode(),
+                          b'{"offset":0,"state":' + b"[" * 100_000)  # fmt: skip
+            sink.send_raw(config.topic("history", plant=plant), b"baseline/3", b"garbage")
+            sink.send_raw(config.topic("history", plant=plant), b"reports", b'[{"seq": [[1]]}]')
+            sink.flush()
+        status = subprocess.run(
+            [sys.executable, "-m", "fedrca.cli", "baseline", "status", "--config", str(config_path), "--broker",
+             f"kafka://{bootstrap}"], capture_output=True, text=True, cwd=REPO, timeout=300,
+        )  # fmt: skip
         return {
             "config": config,
             "flags_at_kill": flags_at_kill,
@@ -137,6 +149,7 @@ def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> di
             "dead": dead,
             "alive": worker.alive,
             "log": worker.log_tail(100_000),
+            "status": status,
         }
     except BaseException:
         print(cluster.diagnostics())
@@ -188,6 +201,11 @@ def test_poison_on_the_history_and_control_topics_is_dead_lettered_once_and_chan
     # every control record refused once (the restarted worker reads them back and counts them, no second letter)
     assert sorted(r.value for r in control_dead) == sorted(v[:1_000_000] for _, v in run["control_poison"])
     assert len(run["control_poison"]) >= 10 and all(len(v) >= 10 for v in run["history_poison"].values())
+    # fedrca baseline status reads past the poison too: every plant's baseline, one line on what it left out
+    status = run["status"]
+    assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr[-2000:]
+    assert all(f"{p}: baseline b" in status.stdout for p in config.plant_names), status.stdout
+    assert "2 record(s) of" in status.stdout, status.stdout
 
 
 def test_the_history_topics_hold_the_plants_rows_and_only_their_worker_reads_them(drift_run: dict[str, Any]) -> None:
