@@ -312,7 +312,7 @@ class ParamsFollower:
         and, when it arrives while the worker runs, dead-lettered once (``control`` stage) to
         the dead-letter topic of the plant it is keyed by, by the worker serving that plant; a
         record keyed by no plant of the site, by the worker serving the site's first plant
-        (``tests/streams/test_kafka_poison.py``).
+        (``tests/streams/test_drift_kafka.py``).
         """
         plants = self.plants
         assert plants is not None
