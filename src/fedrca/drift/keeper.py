@@ -568,13 +568,7 @@ class BaselineKeeper:
         doc = parse_json(value, what, max_depth=4)  # a baseline: {"arrays": {name: [[shape], data]}}
         try:
             if key.startswith(b"rows/"):
-                scratch = RowHistory(self.history.n_sensors, self.history.capacity, self.history.n_inputs)
-                chunk = doc["chunk"] if isinstance(doc, dict) else None
-                if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
-                    raise ValueError("its chunk is not an index >= 0")
-                if key != f"rows/{scratch.slot(chunk)}".encode():
-                    raise ValueError(f"chunk {chunk} is kept under rows/{scratch.slot(chunk)}")
-                scratch.load(value)
+                self.history.check_record(key, doc, value)
             elif key.startswith(b"baseline/"):
                 base = self._parse_baseline(value)
                 if base.version < 1 or key != self.baseline_key(base.version):
