@@ -557,7 +557,7 @@ class BaselineKeeper:
         non-negative index, under its own slot; a baseline of a positive version under its own
         slot with the arrays (names, shapes) of the fitted one; reports of their fields. The
         plant worker reads its history through it (:func:`fedrca.streams.loop.read_compacted_checked`;
-        ``tests/drift/test_keeper.py``, ``tests/streams/test_kafka_poison.py``).
+        ``tests/drift/test_keeper.py``, ``tests/streams/test_drift_kafka.py``).
 
         Raises
         ------

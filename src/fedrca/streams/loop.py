@@ -371,7 +371,7 @@ async def read_compacted_checked(
     taken: the newest accepted value before it is, read in a second pass over the refused
     keys only (memory: one value per key, not every version). Returns the values and one
     :class:`Repair` per key with refused values, oldest first
-    (``tests/streams/test_kafka_poison.py``: a history topic's poison).
+    (``tests/streams/test_drift_kafka.py``: a history topic's poison).
 
     Raises
     ------
