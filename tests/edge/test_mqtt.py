@@ -192,26 +192,21 @@ def test_json_value_fields() -> None:
 
 
 def test_pending_queue_is_bounded_and_conflates_per_topic() -> None:
-    class Msg:
-        def __init__(self, topic: str, payload: bytes) -> None:
-            self.topic = type("T", (), {"value": topic})()
-            self.payload = payload
-
     async def main() -> None:
         counters = ReaderStats()
         refused: list[tuple[int | None, str, str]] = []
         queue = PendingQueue(hard=100, soft=10, max_bytes=10_000, conflate=True, stats=counters,
                              reject=lambda *r: refused.append(r))  # fmt: skip
         for i in range(10):
-            queue.put_nowait(Msg(f"t{i}", b"x"))  # under the soft bound: all kept
+            queue.put_nowait((f"t{i}", b"x"))  # under the soft bound: all kept
         for i in range(1000):
-            queue.put_nowait(Msg("t3", b"%d" % i))  # a flood on one topic: only its newest kept
-        queue.put_nowait(Msg("new", b"y" * 20_000))  # over max_bytes: dropped
+            queue.put_nowait(("t3", b"%d" % i))  # a flood on one topic: only its newest kept
+        queue.put_nowait(("new", b"y" * 20_000))  # over max_bytes: dropped
         for i in range(200):
-            queue.put_nowait(Msg(f"u{i}", b"z"))  # 90 fit under the hard bound, 110 dropped
+            queue.put_nowait((f"u{i}", b"z"))  # 90 fit under the hard bound, 110 dropped
         assert queue.qsize() == 100 and counters.conflated == 1000 and counters.dropped == 111
         assert len(refused) == 111 and {r[:2] for r in refused} == {(None, "queue-full")}
-        got = [(m.topic.value, m.payload) for m in queue.drain(1000)]
+        got = queue.drain(1000)
         assert got[3] == ("t3", b"999") and len(got) == 100 and queue.bytes == 0
 
     asyncio.run(main())

@@ -158,9 +158,10 @@ class Reporter:
 class PendingQueue(asyncio.Queue[Any]):
     """aiomqtt's incoming queue, bounded in messages and payload bytes (see the module docstring).
 
-    ``put_nowait`` never raises: past ``soft`` messages it conflates per topic when
-    ``conflate``; at ``hard`` messages or ``max_bytes`` it drops the message and refuses it
-    as ``queue-full``. Built through :meth:`factory` (aiomqtt instantiates its ``queue_type``).
+    Its items are ``(topic, payload)`` pairs (:class:`_Client` queues those instead of
+    aiomqtt's messages). ``put_nowait`` never raises: past ``soft`` messages it conflates per
+    topic when ``conflate``; at ``hard`` messages or ``max_bytes`` it drops the pair and refuses
+    it as ``queue-full``. Built through :meth:`factory` (aiomqtt instantiates its ``queue_type``).
     """
 
     def __init__(
@@ -193,30 +194,30 @@ class PendingQueue(asyncio.Queue[Any]):
 
         return make
 
-    # asyncio.Queue keeps its items through _init / _put / _get: entries are [topic, message]
+    # asyncio.Queue keeps its items through _init / _put / _get: entries are [topic, payload]
     def _init(self, maxsize: int) -> None:
         self._queue: collections.deque[list[Any]] = collections.deque()
 
     def _put(self, item: list[Any]) -> None:
         self._queue.append(item)
 
-    def _get(self) -> Any:
+    def _get(self) -> tuple[str, Any]:
         entry = self._queue.popleft()
-        topic, message = entry
+        topic, payload = entry
         if self._latest.get(topic) is entry:
             del self._latest[topic]
-        self.bytes -= len(message.payload)
-        return message
+        self.bytes -= len(payload)
+        return topic, payload
 
-    def put_nowait(self, item: Any) -> None:
-        size = len(item.payload) if isinstance(item.payload, bytes | bytearray) else 0
-        topic = item.topic.value
-        pending = self.qsize()
+    def put_nowait(self, item: tuple[str, Any]) -> None:
+        topic, payload = item
+        size = len(payload)
+        pending = len(self._queue)
         if self.conflate and pending >= self.soft:
             entry = self._latest.get(topic)
             if entry is not None:
-                self.bytes += size - len(entry[1].payload)
-                entry[1] = item
+                self.bytes += size - len(entry[1])
+                entry[1] = payload
                 self.stats.conflated += 1
                 return
         if pending >= self.hard or self.bytes + size > self.max_bytes:
@@ -224,17 +225,43 @@ class PendingQueue(asyncio.Queue[Any]):
             if self.reject is not None:
                 self.reject(None, "queue-full", f"{pending} messages ({self.bytes} bytes) wait to be read: dropped one")
             return
-        entry = [topic, item]
+        entry = [topic, payload]
         self._latest[topic] = entry
         self.bytes += size
-        super().put_nowait(entry)
+        # asyncio.Queue.put_nowait without its bound check (there is none: maxsize 0) and its
+        # join() bookkeeping (nothing joins this queue): one append and a getter woken, per message
+        self._queue.append(entry)
+        if self._getters:  # type: ignore[attr-defined]
+            self._wakeup_next(self._getters)  # type: ignore[attr-defined]
 
-    def drain(self, most: int) -> list[Any]:
-        """Up to ``most`` waiting messages, without waiting."""
-        out: list[Any] = []
-        while len(out) < most and not self.empty():
-            out.append(self.get_nowait())
+    def drain(self, most: int) -> list[tuple[str, Any]]:
+        """Up to ``most`` waiting ``(topic, payload)`` pairs, without waiting."""
+        out: list[tuple[str, Any]] = []
+        while len(out) < most and self._queue:
+            out.append(self._get())
         return out
+
+
+class _Client(aiomqtt.Client):
+    """aiomqtt's client, queueing each incoming message as a ``(topic, payload)`` pair.
+
+    aiomqtt turns every paho message into its own ``Message`` (a topic object, properties)
+    before queueing it; the edge reads the topic and the payload only, and that conversion
+    was a tenth of its CPU at full rate (``python bench/run.py edge``, the MQTT figures).
+    aiomqtt is pinned below 3 in pyproject.toml; ``tests/edge/test_mqtt.py`` runs this
+    class against a real mosquitto.
+    """
+
+    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
+        try:
+            topic = message.topic
+        except UnicodeDecodeError:  # MQTT requires UTF-8 topics; a broker that let one through
+            queue: PendingQueue = self._queue  # type: ignore[assignment]
+            if queue.reject is not None:
+                queue.reject(None, "malformed", "a message whose topic is not UTF-8: dropped")
+            return
+        payload = message.payload
+        self._queue.put_nowait((topic, payload if isinstance(payload, bytes) else bytes(payload)))  # type: ignore[arg-type]
 
 
 # -- the connection loop -----------------------------------------------------------------------
@@ -317,8 +344,8 @@ class MqttLink:
         self._tls = _tls(settings)
         self._client_id = settings.client_id or f"fedrca-edge-{name}-{os.getpid()}"
 
-    def _client(self, host: str, port: int) -> aiomqtt.Client:
-        return aiomqtt.Client(
+    def _client(self, host: str, port: int) -> _Client:
+        return _Client(
             host, port,
             identifier=self._client_id,
             username=self.settings.username, password=self._password,
@@ -362,7 +389,7 @@ class MqttLink:
                     if self.on_connect is not None:
                         await self.on_connect(client)
                     try:
-                        async for message in client.messages:
+                        async for message in client.messages:  # a (topic, payload) pair (_Client)
                             if queue.qsize() < self.BATCH - 1:
                                 await asyncio.sleep(self.LINGER)
                             batch = [message, *queue.drain(self.BATCH - 1)]
@@ -607,19 +634,18 @@ class MqttReader:
             with contextlib.suppress(asyncio.CancelledError):
                 await vouch
 
-    def handle(self, messages: list[Any]) -> None:
-        """Turn a batch of messages into tag updates, handed to the sink as one batch (never raises for
-        bad input)."""
+    def handle(self, messages: list[tuple[str, bytes]]) -> None:
+        """Turn a batch of ``(topic, payload)`` messages into tag updates, handed to the sink as one batch
+        (never raises for bad input)."""
         now = self._clock()
         self.stats.messages += len(messages)
         routes_of = self.routes
         with self.report.batch():
-            for message in messages:
-                topic = message.topic.value
+            for topic, payload in messages:
                 routes = routes_of.get(topic)
                 if routes is None:
                     continue  # a retained message of a filter we no longer hold
-                self.on_payload(topic, message.payload, routes, now)
+                self.on_payload(topic, payload, routes, now)
 
     def on_payload(self, topic: str, payload: Any, routes: list[JsonRoute], now: float) -> None:
         """One message of ``topic`` (its tags' ``routes``) arrived at ``now``."""
@@ -764,14 +790,11 @@ class SparkplugReader:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    def handle(self, messages: list[Any]) -> None:
-        """Hand a batch of messages to the host (never raises for bad input)."""
+    def handle(self, messages: list[tuple[str, bytes]]) -> None:
+        """Hand a batch of ``(topic, payload)`` messages to the host (never raises for bad input)."""
         now = self._clock()
         host = self.host
         with self.report.batch():
-            for message in messages:
+            for topic, payload in messages:
                 self.stats.messages += 1
-                payload = message.payload
-                if not isinstance(payload, bytes | bytearray):
-                    payload = b"" if payload is None else str(payload).encode()
-                host.on_message(message.topic.value, bytes(payload), now)
+                host.on_message(topic, payload, now)
