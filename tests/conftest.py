@@ -28,6 +28,10 @@ settings.load_profile("fedrca")
 HEAVY_MARKS = frozenset({"slow", "kafka", "mqtt", "modbus"})
 
 
+#: The hang guard of a ``make exhaustive`` test that names none (seconds).
+EXHAUSTIVE_TIMEOUT = 3600
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules with more heavy tests first, each module's tests together and in their order.
 
@@ -45,6 +49,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         heavy[module(item)] = heavy.get(module(item), 0) + bool(HEAVY_MARKS & {m.name for m in item.iter_markers()})
     first = {name: i for i, name in enumerate(dict.fromkeys(map(module, items)))}
     items.sort(key=lambda item: (-heavy[module(item)], first[module(item)]))
+    # the suite's hang guard (pyproject's timeout, 600 s) is for make test; a many-example run of make exhaustive
+    # outlasts it on a loaded machine with no example failing (10,000 configurations: 41 s per 300 at a load of 12),
+    # so an exhaustive test without a guard of its own gets an hour
+    for item in items:
+        if item.get_closest_marker("exhaustive") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(EXHAUSTIVE_TIMEOUT))
 
 
 @pytest.fixture(scope="session")

@@ -1854,6 +1854,12 @@ ISSUE34_CASES = [
         setup=_both(_params_under(lambda t: t), _mixed_run("params", "other", "plant1", "edited")),
     ),
     Case(
+        "evaluate-params-pair-from-another-run",
+        EVALUATE + " --params {ws}/edited",
+        r"artifacts of different training runs \(run ids .*plant1",
+        setup=_both(_params_under(lambda t: t), _mixed_run("params", "other", "plant1", "edited")),
+    ),
+    Case(
         "publish-params-pair-from-another-run",
         EDITED_P,
         r"artifacts of different training runs \(run ids",

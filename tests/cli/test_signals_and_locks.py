@@ -30,6 +30,13 @@ FEDRCA = [sys.executable, "-m", "fedrca.cli"]
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _interruptible() -> None:
+    """The child meets Ctrl-C as a command started from a terminal does: a test run started in the background
+    (``nohup``, ``make exhaustive &``) hands its children SIGINT ignored, and Python then leaves it ignored (the
+    demo never ended after SIGINT there)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _left(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.name.startswith(".fedrca-"))
 
@@ -47,7 +54,7 @@ def test_a_signal_ends_the_demo_without_a_trace_and_its_folder_is_locked_meanwhi
     out = tmp_path / "demo"
     demo = subprocess.Popen(
         [*FEDRCA, "demo", "--out", str(out), "--faults", "01", "--speed", "realtime", "--metrics-port", "0"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible,
     )  # fmt: skip
     try:
         wait_until(lambda: lock_path(out).exists() and bool(list(tmp_path.glob(".fedrca-stage-*"))), 120,

@@ -1,8 +1,9 @@
 """Every decoder a worker reads through, fuzzed: a value of its contract or the project's own error, nothing else.
 
 The decoders of every record a worker reads (issue 34): sensor messages, flags, verdicts,
-parameter artifacts of the params topic, the fleet's consensus messages, and the workers'
-own state records. Each is fed valid records mutated at the field level (a field set to a
+parameter artifacts of the params topic, the fleet's consensus messages, the workers'
+own state records and the operators' commands of the control topic (a plant's history
+records: ``tests/drift/test_keeper.py``). Each is fed valid records mutated at the field level (a field set to a
 hostile value: nested thousands deep, a string of a million characters, a huge or negative
 number, NaN, a wrong type, a shape of 2^70, an unknown dtype) and at the byte level
 (truncated, spliced, bytes replaced), and arbitrary bytes. The property, for every example:
@@ -30,6 +31,7 @@ from hypothesis import strategies as st
 
 from fedrca.application.fleet.kafka import decode_consensus, encode_consensus
 from fedrca.contracts import (
+    BaselineCommand,
     DeadLetterReason,
     FlagMessage,
     Verdict,
@@ -232,6 +234,13 @@ def state_records(draw: st.DrawFn) -> bytes:
     return _mangle(draw, STATE)
 
 
+COMMAND = {"site": SITE, "plant": "reactor", "action": "rollback", "version": 2, "id": "c1", "ts": 1.0}
+
+
+def _command(raw: bytes) -> BaselineCommand:
+    return BaselineCommand.decode(raw, SITE, COUNTS)
+
+
 DECODERS: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], Any], type]] = {
     "sensor": (json_records(SENSOR), _sensor_or_refused, object),
     "flag": (json_records(FLAG), _flag, FlagMessage),
@@ -239,6 +248,7 @@ DECODERS: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], Any], type]] =
     "params": (binary_records(ARTIFACT), lambda raw: decode_published_artifact(raw)[1], object),
     "fleet": (binary_records(CONSENSUS), decode_consensus, ConsensusMessage),
     "state": (state_records(), parse_state_record, tuple),
+    "command": (json_records(COMMAND), _command, BaselineCommand),
 }
 
 

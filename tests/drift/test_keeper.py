@@ -113,6 +113,64 @@ def test_a_restart_from_the_records_continues_exactly(fitted: PlantDetector, set
     assert reference.version == 3
 
 
+def _hostile_history(topic: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+    import base64
+    import json
+
+    rows, baseline = json.loads(topic[b"rows/1"]), json.loads(topic[b"baseline/1"])
+
+    def with_(doc: dict, **change: object) -> bytes:
+        return json.dumps({**doc, **change}).encode()
+
+    narrow = {**baseline, "arrays": {k: [[1], v[1]] for k, v in baseline["arrays"].items()}}
+    return [
+        (b"rows/1", b"[" * 100_000),
+        (b"rows/1", b'{"chunk":' * 50_000),
+        (b"rows/1", with_(rows, chunk=-17)),
+        (b"rows/1", with_(rows, chunk=2**70)),
+        (b"rows/1", with_(rows, chunk=True)),
+        (b"rows/1", with_(rows, chunk=0)),  # chunk 0 is kept under rows/0
+        (b"rows/1", with_(rows, y=base64.b64encode(b"\x00" * 24).decode())),
+        (b"rows/1", with_(rows, alarm="")),
+        (b"rows/1", with_(rows, present=[1])),
+        (b"rows/1", topic[b"rows/1"][:100]),
+        (b"rows/0", with_(rows, present="x" * 1_100_000)),
+        (b"baseline/1", json.dumps(narrow).encode()),
+        (b"baseline/1", with_(baseline, version=0)),
+        (b"baseline/2", with_(baseline, version=1)),  # baseline 1 under the slot of 2
+        (b"baseline/1", with_(baseline, arrays={})),
+        (b"baseline/1", b"garbage"),
+        (b"reports", b'{"not": "a list"}'),
+        (b"reports", b'[{"plant": "x"}]'),
+        (b"reports", b"[[1, 2]]"),
+        (b"junk", b"{}"),
+    ]
+
+
+def test_history_records_the_loop_cannot_take_back_are_refused_before_any_is_taken(
+    fitted: PlantDetector, settings: KeeperSettings
+) -> None:
+    """Issue 34: a hostile record on a plant's history topic is a MessageError (the worker dead-letters it and
+    takes the record before it, tests/streams/test_drift_kafka.py), never another exception nor taken."""
+    from fedrca.contracts import DeadLetterReason
+    from fedrca.exceptions import MessageError
+
+    keeper = BaselineKeeper(copy.deepcopy(fitted), settings)
+    keeper.process(plant_rows(8, 450, drift_per_row=0.0001), seqs=np.arange(450))
+    topic = dict(keeper.pending_records())
+    assert keeper.version == 1 and {b"rows/1", b"baseline/1", b"reports"} <= set(topic)
+    for key, value in topic.items():  # what the loop writes passes
+        keeper.check_record(key, value)
+    for key, value in _hostile_history(topic):
+        with pytest.raises(MessageError) as refused:
+            keeper.check_record(key, value)
+        assert DeadLetterReason(refused.value.reason) in (
+            DeadLetterReason.BAD_STATE, DeadLetterReason.TOO_DEEP, DeadLetterReason.TOO_LARGE,
+            DeadLetterReason.MALFORMED_JSON,
+        ), (key, refused.value)  # fmt: skip
+        assert len(str(refused.value)) < 600 and "\n" not in str(refused.value)
+
+
 def test_pin_rollback_and_force(fitted: PlantDetector, settings: KeeperSettings) -> None:
     rows = plant_rows(7, 2000, drift_per_row=0.0001)
     keeper = BaselineKeeper(fitted, settings)
@@ -171,3 +229,47 @@ def test_rows_with_missing_values_are_left_out_of_a_refresh(fitted: PlantDetecto
     assert report.outcome in ("applied", "limited"), report.line()
     state_c, _ = keeper.detector.baseline
     assert np.isfinite(state_c.innovation.mean).all() and np.isfinite(state_c.level.whitening).all()
+
+
+def _history_fuzz(fitted: PlantDetector, settings: KeeperSettings, examples: int) -> dict:
+    """Records of a history topic, mutated (tests/contracts/test_fuzz_decoders.py's strategies): a record the
+    check accepts is one the loop takes back without an exception."""
+    from hypothesis import strategies as st
+
+    from tests.contracts.test_fuzz_decoders import _fuzz, _mangle, json_records
+
+    keeper = BaselineKeeper(copy.deepcopy(fitted), settings)
+    keeper.process(plant_rows(8, 450, drift_per_row=0.0001), seqs=np.arange(450))
+    topic = dict(keeper.pending_records())
+    import json
+
+    valid = {key: json.loads(value) for key, value in topic.items() if key != b"reports"}
+    scratch = BaselineKeeper(copy.deepcopy(fitted), settings)
+
+    @st.composite
+    def records(draw: st.DrawFn) -> tuple[bytes, bytes]:
+        key = draw(st.sampled_from([*valid, b"reports", b"rows/0", b"baseline/0", b"junk"]))
+        if key in valid and draw(st.booleans()):
+            return key, draw(json_records(valid[key]))
+        return key, _mangle(draw, topic.get(key, topic[b"rows/1"]))
+
+    def take(record: tuple[bytes, bytes]) -> bool:
+        keeper.check_record(*record)
+        scratch.restore_records({record[0]: record[1]}, 449)  # accepted: taken back without an exception
+        return True
+
+    return _fuzz(records(), take, bool, examples)
+
+
+def test_history_records_fuzzed_are_taken_back_or_refused(fitted: PlantDetector, settings: KeeperSettings) -> None:
+    counts = _history_fuzz(fitted, settings, 100)
+    assert counts["ok"] > 0 and counts["refused"] > 0, counts
+
+
+@pytest.mark.slow
+@pytest.mark.exhaustive
+def test_history_records_fuzzed_are_taken_back_or_refused_slow(fitted: PlantDetector, settings: KeeperSettings) -> None:
+    """Issue 34 acceptance 2 for the history topic's records: 10,000 examples (``make exhaustive``)."""
+    counts = _history_fuzz(fitted, settings, 10_000)
+    print(f"\nfuzz history: {sum(counts.values())} examples, {counts['ok']} decoded, {counts['refused']} refused")
+    assert sum(counts.values()) >= 10_000

@@ -72,3 +72,15 @@ def test_rows_reach_the_topic_in_order_and_the_last_seq_is_read_back(kafka_broke
     assert [r["seq"] for r in records] == list(range(100, 120))
     assert records[5]["values"][0] is None and records[5]["quality"] == [1, 0]
     assert last_published(kafka_broker.bootstrap, topic, "p") == 119
+    # poison at the end of the topic (issue 34): passed over, never a crash nor a seq out of the contract
+    from kafka import KafkaProducer
+
+    raw = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all", max_request_size=2 << 20)
+    for value in (b"[" * 100_000, b'{"plant":"p","seq":' * 30_000, b'["p"]', b'{"plant":"p","seq":true}',
+                  b'{"plant":"p","seq":' + b"9" * 5_000 + b"}", b'{"plant":"p","seq":1e300}',
+                  b'{"plant":"p","seq":-4}', b'{"plant":"p","seq":9007199254740993}', b"\xff\xfe",
+                  b'{"plant":"' + b"x" * 1_000_000 + b'","seq":500}'):  # fmt: skip
+        raw.send(topic, key=b"p", value=value)
+    raw.flush(timeout=60)
+    raw.close()
+    assert last_published(kafka_broker.bootstrap, topic, "p") == 119

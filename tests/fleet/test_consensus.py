@@ -161,8 +161,12 @@ def test_labellings_never_keep_a_peer_next_to_anyone_in_every_chunk_session(n, c
 
 def test_labellings_refuse_a_graph_where_chunking_cannot_hide():
     complete = PeerGraph([[j for j in range(4) if j != i] for i in range(4)])
-    with pytest.raises(ConfigError, match="more chunks"):
+    # more chunks never help on a complete graph: the fix named is the one that can work
+    with pytest.raises(ConfigError, match=r"is complete.*add participants or set chunks to 1") as refused:
         session_labellings(complete, 3, seed=0, key="x", max_tries=50)
+    assert "more chunks" not in str(refused.value)
+    with pytest.raises(ConfigError, match="use more chunks"):
+        session_labellings(PeerGraph.default(4), 2, seed=0, key="x", max_tries=50)
 
 
 def _msg(**kw):

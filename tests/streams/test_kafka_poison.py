@@ -19,7 +19,8 @@ types, truncated records, strings of a million characters):
 Every hostile record lands on a dead-letter topic with its reason and stage, every valid
 flag and verdict appears exactly once and equals the in-process pipeline's on the same
 data, and neither worker restarts. The fleet's peer topics are covered by
-``test_a_fleet_run_over_kafka_dead_letters_poison_and_ends_as_in_process``.
+``tests/application/test_fleet_kafka.py::test_poison_records_on_a_peer_topic_are_dead_lettered_and_the_fleet_ends_as_in_process``,
+the control and history topics of a site with ``drift.enabled`` by ``tests/streams/test_drift_kafka.py``.
 """
 
 from __future__ import annotations

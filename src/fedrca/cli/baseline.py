@@ -25,7 +25,9 @@ from fedrca.config import SiteConfig, load_config
 from fedrca.connectors.kafka import KafkaOptions, KafkaSink, bootstrap_of, ensure_site_topics, read_topic
 from fedrca.connectors.names import SiteNames
 from fedrca.contracts import BaselineCommand
-from fedrca.exceptions import ConfigError
+from fedrca.contracts.bounds import parse_json
+from fedrca.exceptions import ConfigError, MessageError
+from fedrca.streams.loop import StateScan
 
 __all__ = ["register"]
 
@@ -76,39 +78,71 @@ def _latest(bootstrap: str, topic: str, options: KafkaOptions) -> dict[bytes, by
     return latest
 
 
+def _newest_state(bootstrap: str, topic: str, key: bytes, options: KafkaOptions) -> dict[str, Any] | None:
+    """The newest record under ``key`` of a state topic that is a state (a hostile one is passed over, as the
+    worker passes over it: :class:`fedrca.streams.loop.StateScan`)."""
+    scan = StateScan()
+    for record in read_topic(bootstrap, topic, timeout=30, options=options):
+        if record.key == key and record.value is not None:
+            scan.add(record.value)
+    for _, _, state in scan.result().candidates:
+        doc = json.loads(state)
+        if isinstance(doc, dict):
+            return doc
+    return None
+
+
+def _history_doc(value: bytes) -> Any:
+    """A history record's JSON, or None for a record the plant's worker refuses (it dead-letters it)."""
+    try:
+        return parse_json(value, "a history record", max_depth=4)
+    except MessageError:
+        return None
+
+
 def _status(args: argparse.Namespace) -> int:
     config = _config(args)
     bootstrap = bootstrap_of(args.broker)
     options = KafkaOptions.from_settings(config.kafka)
     names = SiteNames(config)
     for plant in [args.plant] if args.plant else config.plant_names:
-        states = _latest(bootstrap, names.state(plant), options)
-        key = f"{names.sensors(plant)}:0".encode()
-        drift: dict[str, Any] | None = None
-        last_seq = -1
-        if key in states:
-            state = json.loads(states[key])["state"]
-            drift, last_seq = state.get("drift"), int(state.get("last_seq", -1))
+        state = _newest_state(bootstrap, names.state(plant), f"{names.sensors(plant)}:0".encode(), options)
+        drift: Any = None
+        last_seq: Any = -1
+        if state is not None:
+            drift, last_seq = state.get("drift"), state.get("last_seq", -1)
         history = _latest(bootstrap, names.history(plant), options)
-        if drift is None:
+        if not isinstance(drift, dict) or not isinstance(last_seq, int) or not {"version", "next_due"} <= set(drift):
             print(f"{plant}: no state yet (no worker has processed this plant with the loop on)")
             continue
         pinned = " (pinned)" if drift.get("pinned") else ""
         print(f"{plant}: baseline b{drift['version']}{pinned}; {last_seq + 1} samples processed; next scheduled "
               f"refresh at seq {drift['next_due']}")  # fmt: skip
         made = []
+        skipped = 0
         for k, value in history.items():
             if k.startswith(b"baseline/"):
-                doc = json.loads(value)
-                made.append((int(doc["version"]), int(doc["seq"]), str(doc["outcome"])))
-        held = set(drift.get("held", []))
+                doc = _history_doc(value)
+                try:
+                    made.append((int(doc["version"]), int(doc["seq"]), str(doc["outcome"])[:80]))
+                except (KeyError, TypeError, ValueError, OverflowError):
+                    skipped += 1
+        held = drift.get("held", [])
+        held = set(held) if isinstance(held, list) and all(isinstance(v, int) for v in held) else set()
         for version, seq, outcome in sorted(made):
             if version in held:
                 print(f"  b{version}: made at seq {seq} ({outcome})")
-        reports = json.loads(history.get(b"reports", b"[]"))
+        reports = _history_doc(history.get(b"reports", b"[]"))
+        if not isinstance(reports, list) or not all(
+            isinstance(r, dict) and {"seq", "outcome", "version"} <= set(r) for r in reports
+        ):
+            reports, skipped = [], skipped + 1
         for report in reports[-args.last :]:
-            reason = f": {report['reason']}" if report.get("reason") else ""
+            reason = f": {str(report['reason'])[:200]}" if report.get("reason") else ""
             print(f"  seq {report['seq']}: {report['outcome']} -> b{report['version']}{reason}")
+        if skipped:
+            print(f"  ({skipped} record(s) of {names.history(plant)} are not the loop's: not shown; the plant's "
+                  "worker dead-letters them)")  # fmt: skip
     return 0
 
 

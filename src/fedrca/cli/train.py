@@ -46,6 +46,7 @@ from fedrca.config.limits import (
 )
 from fedrca.connectors.kafka import KafkaOptions, bootstrap_of, read_topic
 from fedrca.connectors.names import SiteNames
+from fedrca.contracts.bounds import parse_json, short
 from fedrca.datasets.loader import PlantData, load_frame, plant_frames
 from fedrca.datasets.synthetic import SyntheticData, linear_multiplant, nonlinear_two_plant
 from fedrca.drift import RowHistory, usable_rows
@@ -130,7 +131,16 @@ def history_frame(config: SiteConfig, broker: str) -> pd.DataFrame:
         for record in read_topic(bootstrap, names.history(plant.name), timeout=60, options=options):
             if record.key is not None and record.key.startswith(b"rows/") and record.value is not None:
                 records[record.key] = record.value
-        for value in records.values():
+        for key, value in sorted(records.items()):
+            # a record the plant's loop would refuse is left out, as its worker leaves it out (and writes the
+            # record before it again when it next takes the plant): bounded, its own slot, the plant's width
+            try:
+                history.check_record(key, parse_json(value, "a history record", max_depth=1), value)
+            except Exception as exc:  # whatever a hostile record makes the readers raise
+                what = f"the record under {short(key)} is not a history chunk of plant {plant.name}"
+                print(f"fedrca train: {names.history(plant.name)}: {what} ({short(str(exc), 200)}): left out",
+                      file=sys.stderr)  # fmt: skip
+                continue
             history.load(value)
         seqs, Y, _, alarm = history.window(history.newest + 1, capacity)
         use = usable_rows(alarm, drift.guard)

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from fedrca.contracts.bounds import check_name, parse_json, short
 from fedrca.contracts.deadletter import DeadLetterReason
 from fedrca.exceptions import MessageError
 
@@ -71,25 +72,31 @@ class BaselineCommand:
         Raises
         ------
         MessageError
-            Malformed, another site's, an unknown plant, or a field out of its contract.
+            Malformed (larger than a record, nested, not JSON), another site's, an unknown
+            plant, a field it does not have, or a field out of its contract: never another
+            exception (``tests/contracts/test_fuzz_decoders.py``, decoder ``command``).
         """
-        try:
-            doc: Any = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise MessageError(DeadLetterReason.MALFORMED_JSON, "a command is a JSON object") from None
+        doc: Any = parse_json(raw, "a command", max_depth=1)
         if not isinstance(doc, dict):
             raise MessageError(DeadLetterReason.MALFORMED_JSON, "a command is a JSON object")
         missing = [k for k in ("site", "plant", "action", "id", "ts") if k not in doc]
         if missing:
             raise MessageError(DeadLetterReason.MISSING_FIELD, f"a command needs {', '.join(missing)}")
+        extra = sorted(set(doc) - {"site", "plant", "action", "version", "id", "ts"})
+        if extra:
+            raise MessageError(DeadLetterReason.BAD_FIELD, f"a command has no field {short(extra[0])}")
         if doc["site"] != site:
-            raise MessageError(DeadLetterReason.WRONG_SITE, f"a command for site {doc['site']!r}, not {site!r}")
-        if doc["plant"] not in set(plants):
-            raise MessageError(DeadLetterReason.UNKNOWN_PLANT, f"no plant {doc['plant']!r} at site {site!r}")
+            raise MessageError(DeadLetterReason.WRONG_SITE, f"a command for site {short(doc['site'])}, not {site!r}")
+        plant = check_name(doc["plant"], "plant", DeadLetterReason.UNKNOWN_PLANT)
+        if plant not in set(plants):
+            raise MessageError(DeadLetterReason.UNKNOWN_PLANT, f"no plant {short(plant)} at site {site!r}")
+        action = check_name(doc["action"], "action")
+        command_id = check_name(doc["id"], "id", limit=64)
         version = doc.get("version")
         if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
             raise MessageError(DeadLetterReason.BAD_FIELD, "version is an integer")
         ts = doc["ts"]
-        if isinstance(ts, bool) or not isinstance(ts, int | float):
-            raise MessageError(DeadLetterReason.BAD_FIELD, "ts is a number")
-        return cls(str(doc["site"]), str(doc["plant"]), str(doc["action"]), version, str(doc["id"]), float(ts))
+        # an integer of hundreds of digits has no float: compared exactly, before float()
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or not abs(ts) < 1e300:
+            raise MessageError(DeadLetterReason.BAD_FIELD, "ts is a finite number of seconds")
+        return cls(site, plant, action, version, command_id, float(ts))

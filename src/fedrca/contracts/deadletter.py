@@ -94,6 +94,7 @@ class DeadLetterStage(StrEnum):
     PARAMS = "params"
     STATE = "state"
     FLEET = "fleet"
+    CONTROL = "control"
 
 
 def deadletter_headers(error: MessageError, stage: DeadLetterStage, source_topic: str) -> list[tuple[str, bytes]]:

@@ -215,6 +215,18 @@ class RowHistory:
         }
         return json.dumps(doc, separators=(",", ":")).encode()
 
+    def check_record(self, key: bytes, doc: Any, raw: bytes) -> None:
+        """Raise (any exception) unless ``raw`` (parsed: ``doc``) is a chunk record of this history kept
+        under ``key``: a chunk index >= 0 under its own slot, of this plant's width
+        (:meth:`fedrca.drift.keeper.BaselineKeeper.check_record` and ``fedrca train --history`` turn
+        the exception into a refusal)."""
+        chunk = doc["chunk"] if isinstance(doc, dict) else None
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+            raise ValueError("its chunk is not an index >= 0")
+        if key != f"rows/{self.slot(chunk)}".encode():
+            raise ValueError(f"chunk {chunk} is kept under rows/{self.slot(chunk)}")
+        RowHistory(self.n_sensors, self.capacity, self.n_inputs).load(raw)
+
     def load(self, raw: bytes, newest: int | None = None) -> None:
         """Take a chunk back from its record (rows above ``newest`` are left out: they were not committed).
 

@@ -51,6 +51,8 @@ from numpy.typing import ArrayLike, NDArray
 from threadpoolctl import threadpool_limits
 
 from fedrca.config import DriftSettings
+from fedrca.contracts.bounds import parse_json, short
+from fedrca.contracts.deadletter import DeadLetterReason
 from fedrca.detectors.base import DetectionResult
 from fedrca.detectors.plant import Evidence, PlantDetector
 from fedrca.detectors.scoring import ScorerState
@@ -58,7 +60,7 @@ from fedrca.detectors.statistics import FamilyState, Moments
 from fedrca.drift.baseline import limit_family, limit_moments, refit_family, refit_residual, transfer_memory
 from fedrca.drift.guard import alarm_limit, ongoing_alarm, usable_rows
 from fedrca.drift.history import RowHistory
-from fedrca.exceptions import DataError, ModelError
+from fedrca.exceptions import DataError, MessageError, ModelError
 
 __all__ = ["OUTCOMES", "Baseline", "BaselineKeeper", "KeeperSettings", "RefreshReport", "baseline_record_bytes"]
 
@@ -267,9 +269,7 @@ class BaselineKeeper:
             n_inputs = len(identified.u_scaler.mean)
         self.history = RowHistory(len(det.scaler.mean), self.settings.history, n_inputs)
         state_c, state_a = det.baseline
-        self._baselines: dict[int, Baseline] = {
-            0: Baseline(0, det.parameter_version, state_c, state_a, 0, "fitted")
-        }
+        self._baselines: dict[int, Baseline] = {0: Baseline(0, det.parameter_version, state_c, state_a, 0, "fitted")}
         self.version = 0
         self._counter = 0  # the newest version ever made (versions are never reused)
         self.next_due = self.settings.every
@@ -549,6 +549,47 @@ class BaselineKeeper:
             out.append((b"reports", json.dumps([r.as_dict() for r in self._recent], separators=(",", ":")).encode()))
         return out
 
+    def check_record(self, key: bytes, value: bytes) -> None:
+        """Refuse a record of the history topic this loop could not take back, before any is taken.
+
+        Checked: JSON within one record's size and nesting; a key of the slots this loop writes
+        (``rows/<slot>``, ``baseline/<slot>``, ``reports``); a chunk of this plant's width, at a
+        non-negative index, under its own slot; a baseline of a positive version under its own
+        slot with the arrays (names, shapes) of the fitted one; reports of their fields. The
+        plant worker reads its history through it (:func:`fedrca.streams.loop.read_compacted_checked`;
+        ``tests/drift/test_keeper.py``, ``tests/streams/test_drift_kafka.py``).
+
+        Raises
+        ------
+        MessageError
+            ``bad-state`` (or ``too-large`` / ``too-deep`` / ``malformed-json``) naming what is wrong.
+        """
+        what = f"plant '{self.detector.name}': history record {short(key)}"
+        doc = parse_json(value, what, max_depth=4)  # a baseline: {"arrays": {name: [[shape], data]}}
+        try:
+            if key.startswith(b"rows/"):
+                self.history.check_record(key, doc, value)
+            elif key.startswith(b"baseline/"):
+                base = self._parse_baseline(value)
+                if base.version < 1 or key != self.baseline_key(base.version):
+                    raise ValueError(f"baseline {base.version} is not kept under this key")
+                fitted = self._baselines[0]
+                want = {**_arrays(fitted.state_c, "c"), **_arrays(fitted.state_a, "a")}
+                got = {**_arrays(base.state_c, "c"), **_arrays(base.state_a, "a")}
+                if {k: np.shape(a) for k, a in got.items()} != {k: np.shape(a) for k, a in want.items()}:
+                    raise ValueError("its arrays are not the fitted baseline's (names, shapes)")
+            elif key == b"reports":
+                if not isinstance(doc, list):
+                    raise ValueError("reports are a list")
+                for r in doc:
+                    RefreshReport(**r)
+            else:
+                raise ValueError("no record of this loop has this key")
+        except MessageError:
+            raise
+        except Exception as exc:  # whatever a hostile record makes the readers raise
+            raise MessageError(DeadLetterReason.BAD_STATE, f"{what}: {short(str(exc), 200)}") from None
+
     def restore_records(self, records: dict[bytes, bytes], newest: int) -> None:
         """Rebuild the history and the baselines from the topic's records (``newest``: the last committed seq,
         -1 for none). Call before :meth:`set_state`."""
@@ -588,6 +629,13 @@ class BaselineKeeper:
 
     def load_baseline(self, raw: bytes) -> int:
         """Take a baseline back from its record; returns its version."""
+        base = self._parse_baseline(raw)
+        if base.version > 0:
+            self._baselines[base.version] = base
+        return base.version
+
+    def _parse_baseline(self, raw: bytes) -> Baseline:
+        """A baseline from its record (:meth:`baseline_record`)."""
         try:
             doc = json.loads(raw)
             arrays = _unpack(doc["arrays"])
@@ -602,6 +650,4 @@ class BaselineKeeper:
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise DataError(f"plant '{self.detector.name}': not a baseline record ({exc})") from None
-        if base.version > 0:
-            self._baselines[base.version] = base
-        return base.version
+        return base

@@ -419,9 +419,15 @@ def session_labellings(graph: PeerGraph, n_chunks: int, seed: int, key: str, max
         labels = np.stack([rng.permutation(S) for _ in range(n_chunks)]).astype(np.int64)
         if not _shared_peer(labels, nbr_sets):
             return labels
-    complete = " (it is complete: every peer sees every chunk)" if graph.max_degree == S - 1 else ""
+    if graph.max_degree == S - 1:
+        # more chunks cannot help on a complete graph: every peer is a neighbour in every session
+        raise ConfigError(
+            f"chunks: this {S}-participant graph is complete (every peer sees every chunk), so no re-labelling "
+            f"keeps a peer from seeing all {n_chunks} chunks of a neighbour; add participants or set chunks to 1 "
+            f"(no chunking)"
+        )
     raise ConfigError(
-        f"chunks: no re-labelling of this {S}-participant graph{complete} keeps every peer from seeing all "
+        f"chunks: no re-labelling of this {S}-participant graph keeps every peer from seeing all "
         f"{n_chunks} chunks of a neighbour; use more chunks, a sparser graph or a larger fleet"
     )
 

@@ -46,7 +46,7 @@ from fedrca.contracts import (
 from fedrca.contracts.bounds import short
 from fedrca.contracts.deadletter import deadletter_record
 from fedrca.exceptions import FedrcaError, MessageError
-from fedrca.streams.loop import InputRecord, Outgoing, Processed, read_compacted
+from fedrca.streams.loop import InputRecord, Outgoing, Processed, read_compacted_checked
 from fedrca.streams.runtime import PlantRuntime, RCARuntime
 
 __all__ = ["ParamsFollower", "PlantAgent", "RCAAgent"]
@@ -117,6 +117,7 @@ class PlantAgent:
         self.deadletter_topic = names.plant_deadletter(plant)
         self.history_topic = names.history(plant)
         self._history: dict[bytes, bytes] = {}
+        self._repairs: list[Outgoing] = []  # a refused history record's dead letter and re-write (load)
 
     @property
     def keeper(self) -> Any:
@@ -124,9 +125,31 @@ class PlantAgent:
         return self.runtime.processors[self.plant].keeper
 
     async def load(self, bootstrap: str, timeout: float, security: Mapping[str, Any] | None = None) -> None:
-        """Read the plant's history topic back (committed records): its rows and baselines (drift only)."""
-        self._history = {} if self.keeper is None else await read_compacted(bootstrap, self.history_topic, timeout,
-                                                                            security)  # fmt: skip
+        """Read the plant's history topic back (committed records): its rows and baselines (drift only).
+
+        A record the loop could not take back (:meth:`~fedrca.drift.keeper.BaselineKeeper.check_record`)
+        is never taken: the newest valid record under its key before it is (or none), and the
+        plant's first batch dead-letters it (``bad-state``, stage ``state``) and writes that
+        record again, so the refused one is dead-lettered once and compacted away.
+        """
+        keeper = self.keeper
+        self._repairs = []
+        if keeper is None:
+            self._history = {}
+            return
+        self._history, repairs = await read_compacted_checked(
+            bootstrap, self.history_topic, timeout, keeper.check_record, security
+        )
+        for repair in repairs:
+            for _, error in repair.refused:
+                self.runtime.metrics.record_deadletter(DeadLetterStage.STATE, error.reason)
+            log.error("%s: %d record(s) under %s refused: %s", self.history_topic, len(repair.refused),
+                      short(repair.key), short(str(repair.refused[-1][1]), 300))  # fmt: skip
+            self._repairs += [
+                _dead_letter(raw, error, DeadLetterStage.STATE, self.history_topic, self.deadletter_topic)
+                for raw, error in repair.refused
+            ]
+            self._repairs.append(Outgoing(self.history_topic, repair.value, key=repair.key))
 
     def restore(self, state: bytes | None) -> None:
         """The processor continues from the last committed batch (its initial state when there is none).
@@ -165,7 +188,9 @@ class PlantAgent:
             Outgoing(self.history_topic, value, key=k) for k, value in keeper.pending_records()
         ]  # fmt: skip
         state = runtime.processors[self.plant].get_state(copy_state=False)
-        return Processed([*flags, *dead, *history], _json(state))
+        # the repairs go before this batch's history records (a chunk re-written by the batch wins)
+        repairs, self._repairs = self._repairs, []
+        return Processed([*flags, *dead, *repairs, *history], _json(state))
 
 
 class RCAAgent:
@@ -267,7 +292,9 @@ class ParamsFollower:
                 for record in batches.get(tp, []):
                     await self._offer(record.key, record.value, record.offset, producer, new=record.offset >= end)
                 for record in [] if control is None else batches.get(control, []):
-                    self._command(record.value, record.offset)
+                    await self._command(
+                        record.key, record.value, record.offset, producer, new=record.offset >= ends[control]
+                    )
                 if not self.caught_up.is_set():
                     positions = [await consumer.position(part) for part in partitions]
                     if all(at >= ends[part] for at, part in zip(positions, partitions, strict=True)):
@@ -279,17 +306,36 @@ class ParamsFollower:
             await producer.stop()
             await consumer.stop()
 
-    def _command(self, raw: bytes, offset: int) -> None:
-        """Hand an operator's command to the plant runtime (applied at the plant's next batch)."""
-        assert self.plants is not None
+    async def _command(self, key: bytes | None, raw: bytes, offset: int, producer: AIOKafkaProducer, new: bool) -> None:
+        """Hand an operator's command to the plant runtime (applied at the plant's next batch).
+
+        A record that is not a command of this site is refused, never raised: counted, logged
+        and, when it arrives while the worker runs, dead-lettered once (``control`` stage) to
+        the dead-letter topic of the plant it is keyed by, by the worker serving that plant; a
+        record keyed by no plant of the site, by the worker serving the site's first plant
+        (``tests/streams/test_drift_kafka.py``).
+        """
+        plants = self.plants
+        assert plants is not None
         try:
             command = BaselineCommand.decode(raw, self.names.site, self.names.config.plant_names)
-        except MessageError as exc:
-            log.error("refused the command at offset %d of %s: %s", offset, self.names.control, exc)
-            self.plants.metrics.record_deadletter(DeadLetterStage.PARAMS, exc.reason)
+        except Exception as exc:  # decoding is total (MessageError); anything else: the same
+            error = exc if isinstance(exc, MessageError) else MessageError(
+                DeadLetterReason.UNPROCESSABLE, f"not a command ({type(exc).__name__}: {short(str(exc), 200)})"
+            )  # fmt: skip
+            log.error("refused the command at offset %d of %s: %s", offset, self.names.control, short(str(error), 300))
+            plant = None if key is None else key.decode(errors="replace")
+            if plant not in self.names.config.plant_names:
+                plant = self.names.config.plant_names[0]
+            if plant not in plants.processors:
+                return  # another worker serves that plant: it counts and dead-letters the record
+            plants.metrics.record_deadletter(DeadLetterStage.CONTROL, error.reason)
+            if new:  # the ones read back at start were dead-lettered when they were new
+                value, headers = deadletter_record(raw, error, DeadLetterStage.CONTROL, self.names.control)
+                await (await producer.send(self.names.plant_deadletter(plant), value, headers=headers))
             return
-        if command.plant in self.plants.processors:
-            self.plants.offer_command(command)
+        if command.plant in plants.processors:
+            plants.offer_command(command)
 
     async def _offer(self, key: bytes | None, raw: bytes, offset: int, producer: AIOKafkaProducer, new: bool) -> None:
         """Apply one record of the params topic; anything wrong with it is refused (:meth:`_refuse`), never raised.

@@ -58,11 +58,13 @@ __all__ = [
     "Outgoing",
     "PartitionHandler",
     "Processed",
+    "Repair",
     "StateRecords",
     "StateScan",
     "TransactionalLoop",
     "parse_state_record",
     "read_compacted",
+    "read_compacted_checked",
     "read_state",
     "state_record",
 ]
@@ -90,7 +92,7 @@ class Outgoing:
     """One record to produce in the batch's transaction (partition 0 unless given)."""
 
     topic: str
-    value: bytes
+    value: bytes | None  # None: a tombstone (a compacted topic's key deleted)
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
     partition: int = 0
@@ -343,6 +345,96 @@ async def read_compacted(
 
     await _scan_committed(bootstrap, topic, timeout, security, visit, topic)
     return {key: value for key, value in latest.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class Repair:
+    """A key of a compacted topic whose newest value(s) a reader refused: what to dead-letter and re-write.
+
+    ``value`` is the newest value before them that the reader takes (None: none, the key is
+    deleted); writing it under ``key`` again makes it the newest, so the refused records are
+    dead-lettered once and compaction removes them.
+    """
+
+    key: bytes
+    value: bytes | None
+    refused: tuple[tuple[bytes, MessageError], ...]
+
+
+async def read_compacted_checked(
+    bootstrap: str,
+    topic: str,
+    timeout: float,
+    check: Callable[[bytes, bytes], None],
+    security: Mapping[str, Any] | None = None,
+) -> tuple[dict[bytes, bytes], list[Repair]]:
+    """The newest committed value of every key of a compacted ``topic`` that ``check(key, value)`` accepts.
+
+    Like :func:`read_compacted`, but a value ``check`` refuses (it raises
+    :class:`~fedrca.exceptions.MessageError`; any other exception counts the same) is never
+    taken: the newest accepted value before it is, read in a second pass over the refused
+    keys only (memory: one value per key, not every version). Returns the values and one
+    :class:`Repair` per key with refused values, oldest first
+    (``tests/streams/test_drift_kafka.py``: a history topic's poison).
+
+    Raises
+    ------
+    KafkaError
+        When the topic cannot be read within ``timeout`` seconds.
+    """
+
+    def judged(key: bytes, value: bytes) -> MessageError | None:
+        try:
+            check(key, value)
+        except MessageError as exc:
+            return exc
+        except Exception as exc:  # a check is total by contract; anything else refuses the record as well
+            return MessageError(DeadLetterReason.UNPROCESSABLE, f"it cannot be read ({_described(exc)})")
+        return None
+
+    newest: dict[bytes, tuple[int, bytes | None]] = {}
+
+    def first(record: ConsumerRecord) -> None:
+        if record.key is not None:
+            newest[record.key] = (record.offset, record.value)
+
+    await _scan_committed(bootstrap, topic, timeout, security, first, topic)
+    values: dict[bytes, bytes] = {}
+    bad: dict[bytes, int] = {}
+    for key, (offset, value) in newest.items():
+        if value is None:
+            continue
+        if judged(key, value) is None:
+            values[key] = value
+        else:
+            bad[key] = offset
+    if not bad:
+        return values, []
+    # per refused key: the newest accepted value below its newest offset, and every refused one after it
+    taken: dict[bytes, bytes | None] = dict.fromkeys(bad)
+    since: dict[bytes, list[tuple[bytes, MessageError]]] = {key: [] for key in bad}
+
+    def second(record: ConsumerRecord) -> None:
+        key = record.key
+        if key not in bad or record.offset > bad[key]:
+            return
+        if record.value is None:
+            taken[key], since[key] = None, []
+            return
+        error = judged(key, record.value)
+        if error is None:
+            taken[key], since[key] = record.value, []
+        else:
+            since[key].append((record.value, error))
+
+    await _scan_committed(bootstrap, topic, timeout, security, second, topic)
+    repairs = []
+    for key in sorted(bad):
+        value = taken[key]
+        if value is not None:
+            values[key] = value
+        repairs.append(Repair(key, value, tuple(since[key])))
+    return values, repairs
 
 
 async def _scan_committed(
