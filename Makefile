@@ -26,7 +26,7 @@ test: $(STAMP) system-deps kafka-jars
 	$(BIN)/ruff check src tests $(wildcard bench)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -m "not exhaustive" -n 2 --dist loadfile --durations=30
+	$(BIN)/pytest -m "not exhaustive" -n 3 --dist loadfile --durations=30
 
 ## make exhaustive: the many-example runs of the property and fuzz tests (tens of minutes)
 exhaustive: $(STAMP) system-deps kafka-jars
