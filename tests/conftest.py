@@ -35,9 +35,9 @@ EXHAUSTIVE_TIMEOUT = 3600
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules with more heavy tests first, each module's tests together and in their order.
 
-    ``make test`` runs on two processes with ``--dist loadfile`` (one module on one process, handed
+    ``make test`` runs on three processes with ``--dist loadfile`` (one module on one process, handed
     out in this order): the long modules start first and the short ones fill in around them, so no
-    process ends with a long module alone while the other is idle (longest first, by the count of
+    process ends with a long module alone while the others are idle (longest first, by the count of
     tests that start servers, workers or long runs).
     """
 
