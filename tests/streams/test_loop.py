@@ -371,6 +371,18 @@ def done(model: Model) -> bool:
     )
 
 
+def model_loop(**settings: Any) -> TransactionalLoop:
+    """A loop on the scripted broker: :class:`Summer` over :data:`INPUT`, its state and dead letters."""
+    return TransactionalLoop(
+        LoopSettings(bootstrap="model:9092", group_id=GROUP, **settings),
+        [INPUT],
+        handler_for=Summer,
+        state_topic_for=lambda tp: STATE,
+        transactional_id_for=lambda tp: f"t-{tp.partition}",
+        deadletter_topic_for=lambda tp: f"{DEAD}{tp.partition}",
+    )
+
+
 async def drive(
     model: Model, max_records: int, offset_interval: float = 0.0, producers: int = 2, transaction_timeout: float = 60.0
 ) -> int:
@@ -381,21 +393,8 @@ async def drive(
         return await real_sleep(0, result)
 
     def loop_for(generation: int) -> TransactionalLoop:
-        return TransactionalLoop(
-            LoopSettings(
-                bootstrap="model:9092",
-                group_id=GROUP,
-                max_records=max_records,
-                offset_interval=offset_interval,
-                producers=producers,
-                transaction_timeout=transaction_timeout,
-            ),
-            [INPUT],
-            handler_for=Summer,
-            state_topic_for=lambda tp: STATE,
-            transactional_id_for=lambda tp: f"t-{tp.partition}",
-            deadletter_topic_for=lambda tp: f"{DEAD}{tp.partition}",
-        )
+        return model_loop(max_records=max_records, offset_interval=offset_interval, producers=producers,
+                          transaction_timeout=transaction_timeout)  # fmt: skip
 
     workers = 0
     with (
@@ -586,13 +585,7 @@ async def _drive_patched(model: Model) -> None:
         while not done(model):
             workers += 1
             assert workers <= 20, "the workers never finished the input"
-            worker = TransactionalLoop(
-                LoopSettings(bootstrap="model:9092", group_id=GROUP, max_records=3),
-                [INPUT],
-                handler_for=Summer,
-                state_topic_for=lambda tp: STATE,
-                transactional_id_for=lambda tp: f"t-{tp.partition}",
-            )
+            worker = model_loop(max_records=3)
             task = asyncio.ensure_future(worker.run())
             steps = 0
             while not task.done():
@@ -622,13 +615,7 @@ def test_an_idle_fetch_does_not_wait_for_the_offsets_it_commits():
     real_sleep = asyncio.sleep
 
     async def run() -> tuple[int, int]:
-        loop = TransactionalLoop(
-            LoopSettings(bootstrap="model:9092", group_id=GROUP, offset_interval=1e9, producers=2),
-            [INPUT],
-            handler_for=Summer,
-            state_topic_for=lambda tp: STATE,
-            transactional_id_for=lambda tp: f"t-{tp.partition}",
-        )
+        loop = model_loop(offset_interval=1e9, producers=2)
         task = asyncio.ensure_future(loop.run())
         turns = 0
 
