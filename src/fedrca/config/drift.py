@@ -135,12 +135,24 @@ class DriftSettings(Strict):
     max_scale: float = Field(0.25, gt=0.0, le=10.0, description="most log-eigenvalue change per refresh")
     keep: int = Field(8, ge=1, le=64, description="baselines kept for a rollback")
     covariances: bool = Field(True, description="re-fit the covariances too (false: only the means move)")
+    per: int | str | None = Field(
+        None, description="the time max_shift and max_scale are per (a rate); None = per refresh (every)"
+    )
+    trend: bool = Field(False, description="a mean is its window's linear trend at the refresh (false: the average)")
+    explain: bool = Field(
+        False, description="while the plant alarms, take a refresh whose means explain the alarms within the rate"
+    )
     federated: FederatedRefresh = FederatedRefresh()
 
     _durations = field_validator("every", "window", "history", mode="before")(_duration)
 
+    @field_validator("per", mode="before")
+    @classmethod
+    def _per(cls, value: Any) -> Any:
+        return None if value is None else _duration(value)
+
     def rows(self, name: str, sample_seconds: float) -> int:
-        """The duration ``name`` (``every``, ``window``, ``history``) in samples."""
+        """The duration ``name`` (``every``, ``window``, ``history``, ``per``) in samples."""
         return to_rows(getattr(self, name), sample_seconds)
 
     @model_validator(mode="after")

@@ -56,6 +56,7 @@ __all__ = [
     "refit_family",
     "refit_residual",
     "transfer_memory",
+    "trend_mean",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -137,6 +138,35 @@ def limit_moments(old: Moments, new: Moments, max_shift: float, max_scale: float
     return MomentStep(_moments_between(old, new, t), shift, scale, t)
 
 
+def trend_mean(rows: FloatArray, times: FloatArray | None, end: float | None = None) -> tuple[FloatArray, FloatArray]:
+    """The rows' mean now, and the rows about their mean or trend: ``(mu (D,), rows - fit (T, D))``.
+
+    Without ``times`` ``mu`` is the rows' average. With them (T,) it is the value at ``end`` of the
+    least-squares line ``mu + b (t - end)`` through the rows: a window's average lags a drift by half
+    the window (a mean moving ``v`` per row is ``v W / 2`` behind at the end of a ``W``-row window),
+    the line's value at the end does not (``tests/drift/test_baseline.py::test_a_trend_removes_the_lag``).
+
+    Examples
+    --------
+    >>> t = np.arange(100.0)
+    >>> rows = np.column_stack([0.01 * t, np.ones(100)])
+    >>> [round(float(v), 3) for v in trend_mean(rows, None)[0]]
+    [0.495, 1.0]
+    >>> [round(float(v), 3) for v in trend_mean(rows, t, 100.0)[0]]
+    [1.0, 1.0]
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    if times is None or len(rows) < 3:
+        mean = rows.mean(axis=0)
+        return mean, rows - mean
+    t = np.asarray(times, dtype=np.float64)
+    t = t - (t[-1] if end is None else float(end))
+    # [mu, b] = argmin || rows - (mu + b t) ||^2, per column
+    design = np.column_stack([np.ones_like(t), t])
+    coef, *_ = np.linalg.lstsq(design, rows, rcond=None)
+    return coef[0], rows - design @ coef
+
+
 def refit_family(
     state: FamilyState,
     r: FloatArray,
@@ -145,6 +175,8 @@ def refit_family(
     use: BoolArray,
     segments: Sequence[int] | None = None,
     covariances: bool = True,
+    times: FloatArray | None = None,
+    end: float | None = None,
 ) -> FamilyState:
     """The family's moments re-fitted on the rows ``use`` of the evidence; scales and threshold kept.
 
@@ -158,6 +190,8 @@ def refit_family(
         those of single rows
     covariances : re-fit the covariances too (else only the means move: the spreads stay those of
         commissioning)
+    times : (T,) the rows' seqs, for a trend (None: each mean is the rows' average)
+    end : the seq the trend is evaluated at (the refresh's); None with ``times``: the last row's
 
     The smoothed (MEWMA) moments are kept: they describe the EWMA of the residual *whitened by the
     innovation moments*, whose mean is zero once the innovation mean is re-fitted and whose spread is
@@ -167,12 +201,14 @@ def refit_family(
     use = np.asarray(use, dtype=bool)
     if int(use.sum()) < 2:
         raise DataError(f"a refresh needs at least 2 usable rows, got {int(use.sum())}")
+    at = None if times is None else np.asarray(times, dtype=np.float64)[use]
 
     def refit(old: Moments, rows: FloatArray) -> Moments:
+        mean, centred = trend_mean(rows, at, end)
         if covariances:
-            return Moments.fit(rows)
-        # mu = the rows' mean; the old whitening (spread) kept
-        return Moments(rows.mean(axis=0), old.whitening)
+            return Moments.fit(centred + mean)
+        # mu = the rows' mean (or the trend's value at the end); the old whitening (spread) kept
+        return Moments(mean, old.whitening)
 
     return FamilyState(
         state.statistics,

@@ -56,8 +56,15 @@ from fedrca.contracts.deadletter import DeadLetterReason
 from fedrca.detectors.base import DetectionResult
 from fedrca.detectors.plant import Evidence, PlantDetector
 from fedrca.detectors.scoring import ScorerState
-from fedrca.detectors.statistics import FamilyState, Moments
-from fedrca.drift.baseline import limit_family, limit_moments, refit_family, refit_residual, transfer_memory
+from fedrca.detectors.statistics import FamilyState, Moments, family_statistics, score_of
+from fedrca.drift.baseline import (
+    limit_family,
+    limit_moments,
+    mean_shift,
+    refit_family,
+    refit_residual,
+    transfer_memory,
+)
 from fedrca.drift.guard import alarm_limit, ongoing_alarm, usable_rows
 from fedrca.drift.history import RowHistory
 from fedrca.exceptions import DataError, MessageError, ModelError
@@ -117,6 +124,9 @@ class KeeperSettings:
     max_scale: float = 0.25
     keep: int = 8
     covariances: bool = True
+    per: int | None = None
+    trend: bool = False
+    explain: bool = False
 
     def __post_init__(self) -> None:
         if min(self.every, self.window, self.history, self.recent, self.min_rows, self.keep) < 1 or self.guard < 0:
@@ -138,7 +148,17 @@ class KeeperSettings:
             max_scale=settings.max_scale,
             keep=settings.keep,
             covariances=settings.covariances,
+            per=settings.rows("per", sample_seconds) if settings.per is not None else None,
+            trend=settings.trend,
+            explain=settings.explain,
         )
+
+    def bounds(self, elapsed: int) -> tuple[float, float]:
+        """The step bounds ``(shift, scale)`` of a refresh ``elapsed`` seqs after the baseline in force took
+        effect: ``max_shift`` and ``max_scale`` per ``per`` seqs (a rate), so a refresh after refused ones
+        may move as far as the plant may have drifted since (``per`` None: per ``every``)."""
+        share = max(elapsed, 0) / float(self.per or self.every)
+        return self.max_shift * share, self.max_scale * share
 
 
 @dataclass(frozen=True)
@@ -367,14 +387,16 @@ class BaselineKeeper:
                                               self.version))  # fmt: skip
         seqs, Y, U, alarm = self.history.window(at, s.window)
         alarms = int(np.count_nonzero(alarm))
-        if not force and ongoing_alarm(alarm, s.recent, self.rate or 0.0):
+        alarming = not force and ongoing_alarm(alarm, s.recent, self.rate or 0.0)
+        if alarming:
             recent = int(np.count_nonzero(alarm[-s.recent :]))
             limit = alarm_limit(min(s.recent, len(alarm)), self.rate or 0.0)
             reason = (
                 f"the plant alarms now: {recent} alarms in its last {min(s.recent, len(alarm))} rows, at most {limit} "
                 "are nominal; a refresh would learn the alarm as normal"
             )
-            return self._report(RefreshReport(plant, at, "refused", reason, self.version, 0, alarms))
+            if not (s.explain and isinstance(self.detector.baseline[0], FamilyState)):
+                return self._report(RefreshReport(plant, at, "refused", reason, self.version, 0, alarms))
         # a row with a missing value (NaN) was not scored by the detector (a degraded row): left out, and the
         # rows go through the filter as the live stream did, one stream without it (the window's first rows are
         # the filter's start-up)
@@ -385,13 +407,16 @@ class BaselineKeeper:
             seqs, Y, alarm = seqs[observed], Y[observed], alarm[observed]
             U = None if U is None else U[observed]
         lengths = [len(seqs)] if len(seqs) else []
-        use = usable_rows(alarm, 0 if force else s.guard)
+        # explaining an alarm reads every row (the alarms are what it must explain); else no row near one
+        use = np.ones(len(alarm), dtype=bool) if alarming else usable_rows(alarm, 0 if force else s.guard)
         skip = max(self.detector.warmup, 10)
         start = 0
         for n in lengths:
             use[start : start + min(skip, n)] = False  # the filter's start-up
             start += n
         usable = int(use.sum())
+        if alarming:
+            return self._explain(at, seqs, Y, U, use, lengths, alarms, reason)
         if usable < s.min_rows:
             reason = (
                 f"only {usable} usable rows in the last {s.window} seqs ({len(seqs)} held, {alarms} with an alarm, "
@@ -402,9 +427,10 @@ class BaselineKeeper:
         try:
             ev = det.baseline_evidence(Y, U, segments=lengths)
             old_c, old_a = det.baseline
-            bounds = (math.inf, math.inf) if force else (s.max_shift, s.max_scale)
+            bounds = (math.inf, math.inf) if force else s.bounds(at - self.baseline.seq)
+            times = seqs.astype(np.float64) if s.trend else None
             new_c, new_a, shift, scale, applied = self._step(old_c, old_a, ev, use, lengths, *bounds,
-                                                             s.covariances)  # fmt: skip
+                                                             s.covariances, times, float(at))  # fmt: skip
         except (DataError, ModelError, np.linalg.LinAlgError) as exc:
             reason = f"the re-fit failed ({exc})"
             return self._report(RefreshReport(plant, at, "refused", reason, self.version, usable, alarms))
@@ -413,6 +439,75 @@ class BaselineKeeper:
         self._install(new_c, new_a, at, outcome)
         return self._report(RefreshReport(plant, at, outcome, reason, self.version, usable, alarms, shift, scale,
                                           applied))  # fmt: skip
+
+    def _explain(
+        self,
+        at: int,
+        seqs: NDArray[np.int64],
+        Y: FloatArray,
+        U: FloatArray | None,
+        use: NDArray[np.bool_],
+        lengths: Sequence[int],
+        alarms: int,
+        alarming: str,
+    ) -> RefreshReport:
+        """While the plant alarms: take the means re-fitted on every row of the window (alarms included) only
+        when they *explain* the alarms as drift, else refuse.
+
+        Drift: the re-fit's means moved no further from the baseline in force than the rate bounds allow
+        for the time since it took effect (all or nothing: no bounded step toward an alarm), and
+        measured against them (the spreads kept: a fault that changes a spread or the dynamics is never
+        explained by a mean) the last ``recent`` rows hold no more alarms than the nominal rate explains.
+        A fault moves faster than a season (``max_shift`` per ``per`` is set on nominal drift) or is not a
+        shift of the means: it stays an alarm and the refresh is refused
+        (``tests/drift/test_keeper.py::test_a_refresh_is_refused_while_a_slow_fault_alarms``); a loop that
+        fell behind slow drift, after a fault or a pin, catches up
+        (``tests/drift/test_keeper.py::test_a_loop_behind_drift_catches_up_while_it_alarms``).
+        """
+        s = self.settings
+        plant = self.detector.name
+        usable = int(use.sum())
+        if usable < s.min_rows:
+            return self._report(RefreshReport(plant, at, "refused", alarming, self.version, 0, alarms))
+        det = self.detector
+        old_c, old_a = det.baseline
+        assert isinstance(old_c, FamilyState) and isinstance(old_a, FamilyState)
+        max_shift, _ = s.bounds(at - self.baseline.seq)
+        times = seqs.astype(np.float64) if s.trend else None
+        try:
+            ev = det.baseline_evidence(Y, U, segments=lengths)
+            new_c = refit_family(old_c, ev.r_c, ev.xh_c, ev.e_c, use, lengths, False, times, float(at))
+            new_a = refit_family(old_a, ev.r_a, ev.xh_a, ev.e_a, use, lengths, False, times, float(at))
+        except (DataError, ModelError, np.linalg.LinAlgError) as exc:
+            return self._report(RefreshReport(plant, at, "refused", f"{alarming} (the re-fit failed: {exc})",
+                                              self.version, usable, alarms))  # fmt: skip
+        shift = max(
+            mean_shift(getattr(old, k), getattr(new, k))
+            for old, new in ((old_c, new_c), (old_a, new_a))
+            for k in ("innovation", "level", "reconstruction")
+        )
+        recent = min(s.recent, len(seqs))
+        # the alarms the re-fit's means leave in the last recent rows (the stream scored from the window's start)
+        left = 0
+        for state, r, x, e in ((new_c, ev.r_c, ev.xh_c, ev.e_c), (new_a, ev.r_a, ev.xh_a, ev.e_a)):
+            stats, _ = family_statistics(state, r, x, e)
+            left = max(left, int(np.count_nonzero(score_of(stats[-recent:] / state.scale) > state.threshold)))
+        limit = alarm_limit(recent, self.rate or 0.0)
+        if shift > max_shift or left > limit:
+            if shift > max_shift:
+                why = f"the means moved {shift:.2f} sd, more than the {max_shift:.2f} the drift rate allows since "
+                why += f"b{self.version}"
+            else:
+                why = f"measured against the re-fit's means {left} of the last {recent} rows still alarm "
+                why += f"(at most {limit})"
+            return self._report(RefreshReport(plant, at, "refused", f"{alarming}; not drift: {why}", self.version,
+                                              usable, alarms, shift))  # fmt: skip
+        reason = (
+            f"the alarms are drift: the means moved {shift:.2f} sd (at most {max_shift:.2f} since b{self.version}) and "
+            f"explain them ({left} of the last {recent} rows alarm against them)"
+        )
+        self._install(new_c, new_a, at, "applied")
+        return self._report(RefreshReport(plant, at, "applied", reason, self.version, usable, alarms, shift, 0.0, 1.0))
 
     @staticmethod
     def _step(
@@ -424,11 +519,13 @@ class BaselineKeeper:
         max_shift: float,
         max_scale: float,
         covariances: bool = True,
+        times: FloatArray | None = None,
+        end: float | None = None,
     ) -> tuple[Calibration, Calibration, float, float, float]:
         """Both scorers' bounded steps: (state_c, state_a, largest shift, largest scale, smallest share applied)."""
         if isinstance(old_c, FamilyState) and isinstance(old_a, FamilyState):
-            refit_c = refit_family(old_c, ev.r_c, ev.xh_c, ev.e_c, use, lengths, covariances)
-            refit_a = refit_family(old_a, ev.r_a, ev.xh_a, ev.e_a, use, lengths, covariances)
+            refit_c = refit_family(old_c, ev.r_c, ev.xh_c, ev.e_c, use, lengths, covariances, times, end)
+            refit_a = refit_family(old_a, ev.r_a, ev.xh_a, ev.e_a, use, lengths, covariances, times, end)
             step_c = limit_family(old_c, refit_c, max_shift, max_scale)
             step_a = limit_family(old_a, refit_a, max_shift, max_scale)
             applied = min(min(x.applied for x in step.steps.values()) for step in (step_c, step_a))
