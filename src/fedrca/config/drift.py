@@ -119,9 +119,12 @@ class DriftSettings(Strict):
     rows of one. A refresh is refused (and reported) when the plant alarms now (more
     alarms in the last ``recent`` rows than its nominal rate explains), or fewer than
     ``min_rows`` rows are usable; a mean moves at most ``max_shift`` of the statistic's
-    standard deviations per refresh and a covariance's eigenvalues at most by a factor
-    ``exp(max_scale)``. The plant keeps ``history`` rows (plant-private) and the last
-    ``keep`` baselines for a rollback.
+    standard deviations per ``per`` (since the baseline in force took effect; unset: per
+    refresh) and a covariance's eigenvalues at most by a factor ``exp(max_scale)``. With
+    ``trend`` a mean is its window's linear trend at the refresh; with ``explain`` a refresh
+    that falls due while the plant alarms takes the means of the last ``min_rows`` rows when
+    they moved within that rate and explain the alarms. The plant keeps ``history`` rows
+    (plant-private) and the last ``keep`` baselines for a rollback.
     """
 
     enabled: bool = False

@@ -10,8 +10,10 @@ A :class:`BaselineKeeper` wraps a plant's fitted
 2. records each row with its alarm state (``Z_c or Z_a``) in the plant's bounded
    :class:`~fedrca.drift.history.RowHistory`,
 3. at a refresh, re-fits the scorers' moments on the usable rows of the last ``window`` seqs
-   (:mod:`fedrca.drift.guard`, :mod:`fedrca.drift.baseline`), steps toward them within the bounds,
-   installs the result as baseline ``b<n+1>`` and carries on with the rest of the batch.
+   (:mod:`fedrca.drift.guard`, :mod:`fedrca.drift.baseline`), steps toward them within the bounds
+   (a rate: :meth:`KeeperSettings.bounds`), installs the result as baseline ``b<n+1>`` and carries
+   on with the rest of the batch; while the plant alarms, only means that explain the alarms as
+   drift are taken (``explain``), else the refresh is refused.
 
 Every refresh, applied or refused, is a :class:`RefreshReport`. An operator may
 :meth:`~BaselineKeeper.pin` the baseline (scheduled refreshes are skipped and reported), roll
@@ -108,10 +110,16 @@ class KeeperSettings:
     guard : rows left out on either side of an alarm
     recent : the last rows whose alarms stop a refresh
     min_rows : fewest usable rows a refresh needs
-    max_shift : most a mean moves per refresh, in standard deviations of its old distribution
-    max_scale : most a covariance's eigenvalues change per refresh, in log
+    max_shift : most a mean moves per ``per`` seqs, in standard deviations of its old distribution
+    max_scale : most a covariance's eigenvalues change per ``per`` seqs, in log
     keep : baselines kept for a rollback
     covariances : re-fit the covariances (else only the means: the spreads of commissioning stay)
+    per : the seqs the bounds are per, counted since the baseline in force took effect (a rate;
+        None: per ``every``, i.e. per refresh while every refresh is taken) (:meth:`bounds`)
+    trend : each mean is the value at the refresh of its window's least-squares line (else the
+        window's average, half a window behind a drift) (:func:`fedrca.drift.baseline.trend_mean`)
+    explain : while the plant alarms, take the means of the last ``min_rows`` rows when they moved
+        within the rate and explain the alarms (else every refresh is refused while it alarms)
     """
 
     every: int
@@ -451,7 +459,7 @@ class BaselineKeeper:
         alarms: int,
         alarming: str,
     ) -> RefreshReport:
-        """While the plant alarms: take the means re-fitted on every row of the window (alarms included) only
+        """While the plant alarms: take the means of the window's last ``min_rows`` rows (alarms included) only
         when they *explain* the alarms as drift, else refuse.
 
         Drift: the re-fit's means moved no further from the baseline in force than the rate bounds allow
@@ -466,18 +474,20 @@ class BaselineKeeper:
         """
         s = self.settings
         plant = self.detector.name
+        # the means now: the average of the last min_rows rows (a fault that ended earlier in the window, whose
+        # rows a trend through the whole window would read, is not now)
+        use = use & (np.arange(len(use)) >= len(use) - s.min_rows)
         usable = int(use.sum())
-        if usable < s.min_rows:
+        if usable < s.min_rows // 2:
             return self._report(RefreshReport(plant, at, "refused", alarming, self.version, 0, alarms))
         det = self.detector
         old_c, old_a = det.baseline
         assert isinstance(old_c, FamilyState) and isinstance(old_a, FamilyState)
         max_shift, _ = s.bounds(at - self.baseline.seq)
-        times = seqs.astype(np.float64) if s.trend else None
         try:
             ev = det.baseline_evidence(Y, U, segments=lengths)
-            new_c = refit_family(old_c, ev.r_c, ev.xh_c, ev.e_c, use, lengths, False, times, float(at))
-            new_a = refit_family(old_a, ev.r_a, ev.xh_a, ev.e_a, use, lengths, False, times, float(at))
+            new_c = refit_family(old_c, ev.r_c, ev.xh_c, ev.e_c, use, lengths, False)
+            new_a = refit_family(old_a, ev.r_a, ev.xh_a, ev.e_a, use, lengths, False)
         except (DataError, ModelError, np.linalg.LinAlgError) as exc:
             return self._report(RefreshReport(plant, at, "refused", f"{alarming} (the re-fit failed: {exc})",
                                               self.version, usable, alarms))  # fmt: skip
