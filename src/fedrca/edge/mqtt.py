@@ -289,11 +289,11 @@ class MqttLink:
     will : the MQTT will of the connection (Sparkplug's STATE)
     """
 
-    #: most messages handed to ``handle`` at once. A batch takes what the client read while the
-    #: last one was handled and while it waited (a read brings up to 8 KiB: hundreds of small
-    #: messages, and a batch's wait spans a few passes of the event loop); with fewer, a steady
-    #: stream the process keeps up with piles up in the queue until it conflates
-    #: (``tests/edge/test_mqtt.py::test_a_burst_is_delivered_whole_with_nothing_after_it``)
+    #: most messages handed to ``handle`` at once. A batch must take what the client reads while
+    #: the last one was handled and while it waits (a read brings up to 8 KiB: hundreds of small
+    #: messages, and a batch's wait spans a few passes of the event loop); at 512 a stream the
+    #: process keeps up with piled up in the queue until it conflated (``python bench/bench_edge.py
+    #: --source mqtt --part throughput``: its publisher offers more than one core takes)
     BATCH = 4096
     #: how long a batch waits for more messages after its first, s: one wake-up of the reader for
     #: many messages instead of one each (as Kafka's linger.ms); small beside any sample period
