@@ -58,6 +58,7 @@ class Wired:
     peer: socket.socket
     got: list[tuple[bytes, bytes, str]] = field(default_factory=list)
     codes: list[paho.MQTTErrorCode] = field(default_factory=list)
+    written_back: bytes = b""  # what it wrote to the peer, read by :func:`both`
 
     def send(self, data: bytes) -> None:
         self.peer.sendall(data)
@@ -90,7 +91,7 @@ def wired(cls: type[paho.Client], **options: Any) -> Iterator[Wired]:
     client._sock = ours
     w = Wired(client, theirs)
     client.on_message = lambda c, u, m: w.got.append((m._topic, bytes(m.payload), "paho"))
-    if cls is _PahoClient:
+    if isinstance(client, _PahoClient):
         client.deliver = lambda topic, payload: w.got.append((topic, payload, "direct"))
     try:
         yield w
@@ -105,7 +106,7 @@ def both(chunks: list[bytes], **options: Any) -> tuple[Wired, Wired]:
         for chunk in chunks:
             ours.send(chunk)
             reference.send(chunk)
-        ours.written_back, reference.written_back = ours.written(), reference.written()  # type: ignore[attr-defined]
+        ours.written_back, reference.written_back = ours.written(), reference.written()
         return ours, reference
 
 
@@ -125,8 +126,8 @@ def test_one_read_delivers_every_buffered_packet() -> None:
     ours, reference = both([burst])
     assert ours.delivered() == reference.delivered()
     assert [p for _, p in ours.delivered()] == [b"1", b"3", b"4", b"2", b"5"]  # QoS 2: on its PUBREL
-    assert ours.written_back == reference.written_back  # type: ignore[attr-defined]
-    assert ours.client.buffered() == 0  # type: ignore[attr-defined]
+    assert ours.written_back == reference.written_back
+    assert isinstance(ours.client, _PahoClient) and ours.client.buffered() == 0
 
 
 def test_one_call_reads_a_bounded_amount() -> None:
@@ -153,16 +154,16 @@ def test_a_packet_split_across_reads() -> None:
 
 def test_qos_1_is_acknowledged_after_delivery() -> None:
     ours, reference = both([publish(b"t", b"1", qos=1, mid=0x1234) + publish(b"t", b"2", qos=1, mid=0x0102)])
-    assert ours.written_back == reference.written_back == b"\x40\x02\x12\x34\x40\x02\x01\x02"  # type: ignore[attr-defined]
+    assert ours.written_back == reference.written_back == b"\x40\x02\x12\x34\x40\x02\x01\x02"
     ours, reference = both([publish(b"t", b"1", qos=1, mid=9)], manual_ack=True)
     assert ours.delivered() == reference.delivered() == [(b"t", b"1")]
-    assert ours.written_back == reference.written_back == b""  # type: ignore[attr-defined]
+    assert ours.written_back == reference.written_back == b""
 
 
 def test_qos_2_and_filtered_callbacks_take_pahos_path() -> None:
     with wired(_PahoClient) as ours:
         filtered: list[bytes] = []
-        ours.client.message_callback_add("f/#", lambda c, u, m: filtered.append(m.payload))
+        ours.client.message_callback_add("f/#", lambda c, u, m: filtered.append(bytes(m.payload)))
         ours.send(publish(b"f/x", b"1") + publish(b"g", b"2") + publish(b"f/y", b"3", qos=1, mid=4))
         assert filtered == [b"1", b"3"]
         assert ours.got == [(b"g", b"2", "paho")]  # paho's on_message for what no filter takes
@@ -219,7 +220,7 @@ def test_random_streams_cut_anywhere_read_as_paho_reads_them(seed: int) -> None:
     chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
     ours, reference = both(chunks)
     assert len(ours.delivered()) > 200 and ours.delivered() == reference.delivered()
-    assert ours.written_back == reference.written_back  # type: ignore[attr-defined]
+    assert ours.written_back == reference.written_back
     assert set(ours.codes) == set(reference.codes) == {SUCCESS}
 
 
@@ -228,11 +229,12 @@ def test_the_edge_client_queues_topic_and_payload_and_refuses_topics_that_are_no
 
     async def main() -> list[tuple[str, bytes]]:
         queue = PendingQueue.factory(reject=lambda *r: refused.append(r))
-        client = EdgeMqttClient("127.0.0.1", 1, queue_type=queue)  # type: ignore[arg-type]  # never connected
-        assert isinstance(client._client, _PahoClient)
-        client._client.deliver(b"plant/\xff", b"1")  # type: ignore[attr-defined]
-        client._client.deliver("plant/τ".encode(), b"2")  # type: ignore[attr-defined]
-        return client._queue.drain(10)  # type: ignore[attr-defined,no-any-return]
+        client = EdgeMqttClient("127.0.0.1", 1, queue_type=queue)  # never connected
+        paho_client = client._client
+        assert isinstance(paho_client, _PahoClient) and paho_client.deliver is not None
+        paho_client.deliver(b"plant/\xff", b"1")
+        paho_client.deliver("plant/τ".encode(), b"2")
+        return client._queue.drain(10)  # type: ignore[attr-defined]
 
     assert asyncio.run(main()) == [("plant/τ", b"2")]
     assert [(tag, reason) for tag, reason, _ in refused] == [(None, "malformed")]

@@ -26,8 +26,9 @@ replaces the read path on three methods of paho-mqtt 2's client (:class:`_PahoCl
   again, so without this the packets behind one that paho read would wait for the next message to
   arrive (``test_one_read_delivers_every_buffered_packet``; on mosquitto,
   ``tests/edge/test_mqtt.py::test_a_burst_is_delivered_whole_with_nothing_after_it``). One call
-  reads the socket for at most ``READ`` bytes and the rest of one packet, so a flood cannot hold
-  the event loop (``test_one_call_reads_a_bounded_amount``).
+  reads the socket for at most ``READ`` bytes and the rest of one packet per packet paho's
+  ``loop_read`` asks for (one, unless messages of ours await their acknowledgement), so a flood
+  cannot hold the event loop (``test_one_call_reads_a_bounded_amount``).
 
 aiomqtt's ``_on_message`` (paho's path) queues the same ``(topic, payload)`` pair as ``_deliver``.
 The incoming queue (aiomqtt's ``queue_type``) receives those pairs and may carry a
@@ -54,7 +55,7 @@ class _PahoClient(paho.Client):
     """paho-mqtt's client with a buffered read and a direct hand-over of PUBLISH (module docstring)."""
 
     #: most bytes read from the socket at once: a burst costs one system call per this many bytes,
-    #: and one call of :meth:`loop_read` handles at most this much beyond one packet
+    #: and one call of :meth:`loop_read` reads about this much at most (module docstring)
     READ = 8 * 1024
 
     _buffer: bytes = b""
