@@ -8,7 +8,7 @@ and abrupt faults along the way. Every monitor is calibrated on the commissionin
 Monitors, measured in the same run on the same rows:
 
 * **fedrca, loop on**: ``config/tep-sim.yaml`` as shipped, its ``drift:`` section on (each plant
-  re-baselines daily from its own history, docs/drift.md);
+  re-baselines every 8 h from its own history, docs/drift.md);
 * **fedrca, loop off**: the same site with ``drift.enabled: false`` (the baseline of commissioning);
 * **PCA, retrained** (the peer): PCA T^2 + SPE at 99 % limits on all 52 variables (the centralised
   reference of ``bench/bench_faults.py``), re-fitted on the same schedule from the same window of its

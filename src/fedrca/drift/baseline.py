@@ -144,7 +144,8 @@ def trend_mean(rows: FloatArray, times: FloatArray | None, end: float | None = N
     Without ``times`` ``mu`` is the rows' average. With them (T,) it is the value at ``end`` of the
     least-squares line ``mu + b (t - end)`` through the rows: a window's average lags a drift by half
     the window (a mean moving ``v`` per row is ``v W / 2`` behind at the end of a ``W``-row window),
-    the line's value at the end does not (``tests/drift/test_baseline.py::test_a_trend_removes_the_lag``).
+    the line's value at the end does not
+    (``tests/drift/test_follow.py::test_a_trend_follows_drift_closer_than_an_average``).
 
     Examples
     --------

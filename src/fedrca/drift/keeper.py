@@ -468,9 +468,9 @@ class BaselineKeeper:
         explained by a mean) the last ``recent`` rows hold no more alarms than the nominal rate explains.
         A fault moves faster than a season (``max_shift`` per ``per`` is set on nominal drift) or is not a
         shift of the means: it stays an alarm and the refresh is refused
-        (``tests/drift/test_keeper.py::test_a_refresh_is_refused_while_a_slow_fault_alarms``); a loop that
+        (``tests/drift/test_follow.py::test_a_slow_fault_is_refused_by_the_explaining_refresh``); a loop that
         fell behind slow drift, after a fault or a pin, catches up
-        (``tests/drift/test_keeper.py::test_a_loop_behind_drift_catches_up_while_it_alarms``).
+        (``tests/drift/test_follow.py::test_a_loop_behind_drift_catches_up_while_it_alarms``).
         """
         s = self.settings
         plant = self.detector.name
