@@ -61,6 +61,8 @@ FETCH_FAULTS = ("ok", "redeliver", "rebalance", "crash")
 START_FAULTS = ("ok", "fail", "crash")
 # the group offset with every batch, or only when the input runs dry (a fetch that finds nothing)
 OFFSET_INTERVALS = (0.0, 1e9)
+# fetches as they come, or a plant worker's: partitions kept in step (LoopSettings.in_step)
+IN_STEPS = (None, 1, 3)
 
 
 class Crash(BaseException):
@@ -393,7 +395,12 @@ def model_loop(**settings: Any) -> TransactionalLoop:
 
 
 async def drive(
-    model: Model, max_records: int, offset_interval: float = 0.0, producers: int = 2, transaction_timeout: float = 60.0
+    model: Model,
+    max_records: int,
+    offset_interval: float = 0.0,
+    producers: int = 2,
+    transaction_timeout: float = 60.0,
+    in_step: int | None = None,
 ) -> int:
     """Run worker generations until every input is committed; returns how many workers were started."""
     real_sleep = asyncio.sleep
@@ -403,7 +410,7 @@ async def drive(
 
     def loop_for(generation: int) -> TransactionalLoop:
         return model_loop(max_records=max_records, offset_interval=offset_interval, producers=producers,
-                          transaction_timeout=transaction_timeout)  # fmt: skip
+                          transaction_timeout=transaction_timeout, in_step=in_step)  # fmt: skip
 
     workers = 0
     with (
@@ -450,9 +457,10 @@ def check(
     producers: int = 2,
     delays: list[int] | None = None,
     transaction_timeout: float = 60.0,
+    in_step: int | None = None,
 ) -> Model:
     model = Model(inputs, commits, fetches, starts, delays)
-    asyncio.run(drive(model, batch, offset_interval, producers, transaction_timeout))
+    asyncio.run(drive(model, batch, offset_interval, producers, transaction_timeout, in_step))
     for partition, values in inputs.items():
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
         assert got == expected_outputs(values), f"partition {partition}"
@@ -473,11 +481,12 @@ def check(
     offset_interval=st.sampled_from(OFFSET_INTERVALS),
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=16),
+    in_step=st.sampled_from(IN_STEPS),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, in_step
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, in_step=in_step)
 
 
 @pytest.mark.slow
@@ -492,11 +501,12 @@ def test_every_input_record_is_output_exactly_once_whatever_fails(
     offset_interval=st.sampled_from(OFFSET_INTERVALS),
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=40),
+    in_step=st.sampled_from(IN_STEPS),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails_many_examples(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, in_step
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, in_step=in_step)
 
 
 @pytest.mark.parametrize("commits", [["ok", "fail"], ["lost"]])
@@ -660,13 +670,15 @@ def test_an_idle_fetch_does_not_wait_for_the_offsets_it_commits():
     assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
 
 
-class Recorder(Summer):
-    """A :class:`Summer` that notes the order it processes records in, over every partition."""
+#: (partition, offset) of every record a :class:`Recorder` processed, in order, over every partition
+PROCESSED: list[tuple[int, int]] = []
 
-    order: list[tuple[int, int]] = []
+
+class Recorder(Summer):
+    """A :class:`Summer` that notes the order it processes records in (:data:`PROCESSED`)."""
 
     def process(self, records: Sequence[InputRecord]) -> Processed:
-        Recorder.order += [(self.partition, r.offset) for r in records]
+        PROCESSED.extend((self.partition, r.offset) for r in records)
         return super().process(records)
 
 
@@ -688,7 +700,7 @@ def test_a_backlog_of_several_partitions_is_worked_through_in_step(in_step):
     # are merely behind: bench/bench_streams.py lost verdicts so). With in_step, no partition takes
     # more than a step per fetch or gets more than a step ahead of the one furthest behind.
     model = Model({p: [1] * 60 for p in range(3)}, [], [], [])
-    Recorder.order = []
+    PROCESSED.clear()
     real_sleep = asyncio.sleep
 
     async def run() -> None:
@@ -718,7 +730,7 @@ def test_a_backlog_of_several_partitions_is_worked_through_in_step(in_step):
     for partition in range(3):
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
         assert got == expected_outputs([1] * 60), f"partition {partition}"
-    lead = largest_lead(Recorder.order)
+    lead = largest_lead(PROCESSED)
     if in_step is None:
         assert lead == 59  # the first partition's whole backlog before any other's
     else:

@@ -78,6 +78,9 @@ _K = TypeVar("_K")
 
 #: Turns of the event loop between the handlers of two partitions of a fetch (see TransactionalLoop.run)
 IO_TURNS = 4
+#: Seconds a partition behind its end may find nothing to fetch before it stops holding the others back
+#: (LoopSettings.in_step): a fetch's answer takes milliseconds, records it never returns take forever
+STARVED_SECONDS = 5.0
 
 
 def ahead_of_step(lags: Mapping[_K, int | None], step: int) -> set[_K]:
@@ -592,7 +595,8 @@ class TransactionalLoop:
         self._lock = lock or asyncio.Lock()
         self._stopping = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
-        self._stalled = False  # the last in-step fetch found nothing while it held partitions back
+        # with in_step: since when a partition behind its end found nothing when it was asked for records
+        self._starved: dict[TopicPartition, float] = {}
         self.committed_batches = 0
         self.recoveries = 0
         self.ready = False
@@ -668,32 +672,42 @@ class TransactionalLoop:
         if s.in_step is None or len(self._tasks) < 2:
             return await self._consumer.getmany(timeout_ms=wait, max_records=s.max_records)
         step = max(1, s.in_step)
+        now = time.monotonic()
+        starved = self._starved
+        for tp in set(starved) - set(self._tasks):
+            del starved[tp]
         lags: dict[TopicPartition, int | None] = {}
         for tp, task in self._tasks.items():
             end = self._consumer.highwater(tp)
-            lags[tp] = None if end is None else end - task.next_offset
-        # a partition furthest behind that had nothing to give for a whole fetch_wait (its lag may be records
-        # it will never return: an aborted transaction's) holds nobody back in the next fetch
-        held = set() if self._stalled else ahead_of_step(lags, step)
-        # the partitions in turn, each taking what it has (at most a step): a fetch waits only when
-        # none has anything, and never drains one partition's backlog before the next one's
+            lag = None if end is None else end - task.next_offset
+            if lag is not None and lag <= 0:
+                starved.pop(tp, None)
+            elif now - starved.get(tp, now) > STARVED_SECONDS:
+                # behind, asked, and nothing for that long (records it will never return, such as an
+                # aborted transaction's): it holds nobody back until it gives records again
+                lag = None
+            lags[tp] = lag
+        held = ahead_of_step(lags, step)
+        # the partitions in turn, furthest behind first, each taking what it has (at most a step): a fetch
+        # waits only when none has anything, and never drains one partition's backlog before the next one's
         batch: dict[TopicPartition, list[ConsumerRecord]] = {}
         budget = s.max_records
         for tp in sorted(self._tasks, key=lambda tp: -(lags[tp] or 0)):
             if tp in held or budget <= 0:
                 continue
-            got = await self._consumer.getmany(tp, timeout_ms=0, max_records=min(step, budget))
-            records = got.get(tp, [])
+            records = (await self._consumer.getmany(tp, timeout_ms=0, max_records=min(step, budget))).get(tp, [])
             if records:
                 batch[tp] = records
                 budget -= len(records)
-        if batch:
-            self._stalled = False
-            return batch
-        active = [tp for tp in self._tasks if tp not in held]
-        got = await self._consumer.getmany(*active, timeout_ms=wait, max_records=min(step, s.max_records))
-        self._stalled = not got and bool(held)
-        return got
+                starved.pop(tp, None)
+            elif lags[tp]:
+                starved.setdefault(tp, now)
+        if not batch:
+            active = [tp for tp in self._tasks if tp not in held]
+            batch = await self._consumer.getmany(*active, timeout_ms=wait, max_records=min(step, s.max_records))
+            for tp in batch:
+                starved.pop(tp, None)
+        return batch
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish after the batch in progress."""
