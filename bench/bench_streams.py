@@ -660,6 +660,10 @@ def rca_throughput(bootstrap: str, workdir: Path) -> dict[str, Any]:
             f"verdicts: {len(want - set(ids))} expected missing, {len(set(ids) - want)} unexpected, "
             f"{len(ids) - len(set(ids))} committed twice"
         )
+    dead = read_deadletters(bootstrap, config.topic("deadletter"))
+    if problem is None and dead:
+        reasons = sorted({h.get("fedrca-reason", "?") for _, h in dead})
+        problem = f"{len(dead)} flags dead-lettered by the RCA worker ({', '.join(reasons)})"
     progress = sorted(_state_progress(bootstrap, config.topic("rca_state")))  # (next offset, create time s)
     n = len(flags)
     offsets = np.array([o for o, _ in progress], dtype=np.float64)
@@ -1003,13 +1007,14 @@ def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
         f"median of {n} run(s); load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
         f"on {os.cpu_count()} CPUs"
     )
+    number = [run.get("number", k + 1) for k, run in enumerate(runs)]  # a run that failed has no figures
     failed = frozenset(k for k, run in enumerate(runs) if problems(run))
     for k in sorted(failed):
-        print(f"RUN {k + 1} INCOMPLETE (marked * below): " + "; ".join(problems(runs[k])))
+        print(f"RUN {number[k]} INCOMPLETE (marked * below): " + "; ".join(problems(runs[k])))
         for text in runs[k]["lat"].get("explained", []):
             print(f"    missing {text}")
     lat0 = runs[0]["lat"]
-    exact = [k + 1 for k in range(n) if k not in failed]
+    exact = [number[k] for k in range(n) if k not in failed]
     print(
         f"checked first, run(s) {', '.join(map(str, exact)) or 'none'}: all {runs[0]['tp']['messages']:,} "
         f"(plant, seq) flags of the backlog and all {lat0['messages']:,} of the latency run committed exactly "
@@ -1107,7 +1112,7 @@ def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
         q = [med([v[i] for v in peer]) for i in range(3)]
         print(line(f"peer:   kafka-python produce -> consume at {offered:,.0f} msgs/s", q))
     if failed:
-        print(f"* run(s) {', '.join(str(k + 1) for k in sorted(failed))} had a problem (listed above)")
+        print(f"* run(s) {', '.join(str(number[k]) for k in sorted(failed))} had a problem (listed above)")
     rss = {name: med([r["lat"]["rss"][name] for r in runs]) for name in ("plants", "rca")}
     print(
         f"resident memory at the end: plant worker (5 plants) {rss['plants']:.0f} MiB, RCA worker {rss['rca']:.0f} MiB"
@@ -1144,6 +1149,7 @@ def main(argv: list[str] | None = None, repeat: int | None = None) -> int:
                     crashed.append(f"run {k + 1}: {exc}")
                     print(f"  run {k + 1}/{repeat}: FAILED: {exc}", file=sys.stderr, flush=True)
                     continue
+                run["number"] = k + 1
                 runs.append(run)
                 first = run["lat"]["rates"][0]
                 print(  # each run's headline as it ends (a long session on a shared machine may be cut short)
