@@ -27,8 +27,10 @@ test: $(STAMP) system-deps kafka-jars
 	$(BIN)/lint-imports
 	@# mypy (a minute on a fresh clone) beside the suite, whose three processes leave a fifth of two cores idle
 	@# on waits; its report follows the suite's, and either failing fails make test
+	@# one BLAS thread per process (the suite's and every process a test starts): three processes of two
+	@# spinning OpenBLAS threads each on two cores spent five times the CPU of one thread (tests/conftest.py)
 	$(BIN)/mypy > $(VENV)/mypy.log 2>&1 & typing=$$!; \
-	$(BIN)/pytest -m "not exhaustive" -n 3 --dist loadfile --durations=30; tests=$$?; \
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/pytest -m "not exhaustive" -n 3 --dist loadfile --durations=30; tests=$$?; \
 	wait $$typing; typed=$$?; echo "mypy:"; cat $(VENV)/mypy.log; \
 	test $$tests -eq 0 && test $$typed -eq 0
 

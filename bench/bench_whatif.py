@@ -61,6 +61,8 @@ SMOKE = {  # bench/run.py --smoke
     "TEP_SEEDS": (0,),
     "TEP_FAULTS": {"04": "reactor"},
     "FIGURE_VARIANTS": (("trained", True),),
+    "PRIVATE_SAMPLES": (2_000,),
+    "PRIVATE_SEEDS": (0,),
 }
 PLOT = REPO / "docs" / "whatif_transfer.png"
 
@@ -401,12 +403,13 @@ def cost_table() -> bool:
         rows.append(
             {
                 "learner": "P2 (no inputs)" if not with_inputs else f"P3 inputs, xi = {xi:g}",
-                "ms per round (T = 10000, 2 plants)": round(1000 * per_round, 1),
+                f"ms per round (T = {SAMPLES}, 2 plants)": round(1000 * per_round, 1),
             }
         )
-    base = rows[0]["ms per round (T = 10000, 2 plants)"]
+    column = f"ms per round (T = {SAMPLES}, 2 plants)"
+    base = rows[0][column]
     for row in rows:
-        row["x the P2 learner"] = round(row["ms per round (T = 10000, 2 plants)"] / base, 2)
+        row["x the P2 learner"] = round(row[column] / base, 2)
     print("\n[4] Cost per round after the fit (informational)")
     print(pd.DataFrame(rows).to_string(index=False))
     return True

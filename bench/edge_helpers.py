@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import sys
 import time
@@ -130,7 +131,9 @@ async def peer(url: str, names: list[str], bootstrap: str, topic: str, status: P
         sub = await client.create_subscription(100, Handler())
         await sub.subscribe_data_change(nodes, queuesize=10)
         while True:
-            status.write_text(str(count[0]))
+            # written whole, then renamed: the bench never reads a half-written (empty) count
+            status.with_suffix(".tmp").write_text(str(count[0]))
+            os.replace(status.with_suffix(".tmp"), status)
             await asyncio.sleep(0.5)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import struct
 import sys
@@ -100,7 +101,9 @@ def peer(broker: str, names: list[str], kafka: str, topic: str, status: Path) ->
 
     def report() -> None:
         while True:
-            status.write_text(str(count[0]))
+            # written whole, then renamed: the bench never reads a half-written (empty) count
+            status.with_suffix(".tmp").write_text(str(count[0]))
+            os.replace(status.with_suffix(".tmp"), status)
             time.sleep(0.5)
 
     threading.Thread(target=report, daemon=True).start()

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import settings
+from threadpoolctl import threadpool_limits
+
+# One BLAS thread in every test process and every process a test starts (workers, commands, benchmarks),
+# whether or not `make test` set it: the suite runs three processes on two cores, where OpenBLAS's
+# spinning threads multiply the CPU a numpy solve takes (a 270-sensor training on a busy 2-core machine:
+# 49 s of CPU with OpenBLAS's default threads, 8 s with one). threadpoolctl for this process (numpy is
+# loaded), the variables for the processes it starts.
+_ONE_BLAS_THREAD = threadpool_limits(1)
+for _blas in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_blas, "1")
 
 REPO = Path(__file__).resolve().parents[1]
 

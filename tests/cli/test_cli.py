@@ -80,3 +80,37 @@ def test_bad_config_is_reported_with_its_key(repo, tmp_path):
     result = run_cli("detect", "--config", str(cfg), "--train", "x", "--input", "y", "--out", "z")
     assert result.returncode == 2
     assert "plants[2].sensors[3]: unknown column 'XMEAS(44)'" in result.stderr
+
+
+def test_the_command_table_is_every_command():
+    import argparse
+
+    from fedrca.cli import COMMANDS, build_parser
+
+    def names(parser):
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return set(sub.choices)
+
+    assert names(build_parser()) == set(COMMANDS)
+    for command, module in COMMANDS.items():
+        # each command's own parser holds it (and the other commands of its module only)
+        assert command in names(build_parser(command)), (command, module)
+        assert names(build_parser(command)) == {c for c, m in COMMANDS.items() if m == module}
+
+
+def test_a_command_imports_only_its_own_module():
+    # start-up cost of every worker and command: `fedrca baseline status` does not load the OPC UA and Modbus
+    # servers, the fleet's learner (scikit-learn) nor the other commands' modules
+    code = (
+        "import sys\nfrom fedrca.cli import build_parser\n"
+        "build_parser(sys.argv[1]).parse_args(sys.argv[1:])\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in {'asyncua', 'pymodbus', 'sklearn'}"
+        " or m in {'fedrca.cli.demo', 'fedrca.cli.fleet', 'fedrca.cli.edge'})))\n"
+    )
+    argv = ["baseline", "status", "--config", "c.yaml", "--broker", "kafka://h:1"]
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
+    everything = subprocess.run([sys.executable, "-c", code.replace("sys.argv[1]", "None"), *argv],
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "fedrca.cli.demo" in everything.stdout.split()  # the check sees what a full parser imports

@@ -113,3 +113,12 @@ def test_the_stream_bounds_values_as_the_data_files_do():
     from fedrca.datasets.nominal import MAX_ABS_VALUE as FILES
 
     assert MAX_ABS_VALUE == FILES  # one bound: a value a file may not hold may not arrive on a sensors topic either
+
+
+def test_a_record_holds_every_name_a_topic_can():
+    # contracts and config are independent cores (pyproject.toml's import contracts): each states Kafka's
+    # topic-name length, and a name the configuration accepts must fit in every record that carries it
+    from fedrca.config.limits import MAX_TOPIC_LENGTH
+    from fedrca.contracts.bounds import MAX_NAME_CHARS
+
+    assert MAX_NAME_CHARS == MAX_TOPIC_LENGTH

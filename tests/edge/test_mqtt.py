@@ -362,6 +362,32 @@ def test_sparkplug_gap_asks_a_rebirth_that_the_node_answers(mqtt_broker: MqttBro
 
 
 # -- a flood ------------------------------------------------------------------------------------------
+def test_a_burst_is_delivered_whole_with_nothing_after_it(mqtt_broker: MqttBroker) -> None:
+    # EdgeMqttClient reads many packets per socket read (fedrca/edge/mqtt_client.py; packet by packet:
+    # tests/edge/test_mqtt_client.py): the burst's last messages arrive with no later message to wake
+    # the reader, every one in order, QoS 1 ones acknowledged
+    prefix = f"b{os.getpid()}{time.monotonic_ns()}"
+    reader, updates = json_reader(mqtt_broker, MqttTag(topic=f"{prefix}/a"), MqttTag(topic=f"{prefix}/b"))
+    qos0 = set(range(0, 400, 3))  # a: QoS 0, b: QoS 1 (a broker keeps the order of one topic and QoS)
+
+    async def body() -> None:
+        client = publisher(mqtt_broker.address)
+        try:
+            infos = [client.publish(f"{prefix}/{'a' if i in qos0 else 'b'}", b"%d" % i, qos=0 if i in qos0 else 1)
+                     for i in range(400)]  # fmt: skip
+            for info in infos:
+                info.wait_for_publish(timeout=10)
+            await until(lambda: len(updates.all) == 400, 10, "the burst's 400 updates")
+        finally:
+            client.loop_stop()
+            client.disconnect()
+
+    run_with(reader, body)
+    assert [v for v, _ in updates.of(0)] == [float(i) for i in sorted(qos0)]  # all, in order
+    assert [v for v, _ in updates.of(1)] == [float(i) for i in range(400) if i not in qos0]
+    assert reader.stats.conflated == reader.stats.dropped == 0 and updates.refused == []
+
+
 def test_flood_of_updates_memory_bounded_nothing_valid_lost(mqtt_broker: MqttBroker) -> None:
     prefix = f"f{os.getpid()}{time.monotonic_ns()}"
     reader, updates = json_reader(mqtt_broker, MqttTag(topic=f"{prefix}/flood"), MqttTag(topic=f"{prefix}/valid"))

@@ -79,8 +79,8 @@ def test_rows_reach_the_topic_in_order_and_the_last_seq_is_read_back(kafka_broke
     for value in (b"[" * 100_000, b'{"plant":"p","seq":' * 30_000, b'["p"]', b'{"plant":"p","seq":true}',
                   b'{"plant":"p","seq":' + b"9" * 5_000 + b"}", b'{"plant":"p","seq":1e300}',
                   b'{"plant":"p","seq":-4}', b'{"plant":"p","seq":9007199254740993}', b"\xff\xfe",
-                  b'{"plant":"' + b"x" * 1_000_000 + b'","seq":500}'):  # fmt: skip
-        raw.send(topic, key=b"p", value=value)
+                  b'{"plant":"' + b"x" * 1_000_000 + b'","seq":500}', *[b'{"plant":"q","seq":900}'] * 20):  # fmt: skip
+        raw.send(topic, key=b"p", value=value)  # 30 records after the last row: more than the first window
     raw.flush(timeout=60)
     raw.close()
     assert last_published(kafka_broker.bootstrap, topic, "p") == 119

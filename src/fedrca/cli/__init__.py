@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROKEN_PIPE",
+    "COMMANDS",
     "COMMAND_MODULES",
     "MAX_ERROR_LINE",
     "TERMINATED",
@@ -47,21 +48,29 @@ BROKEN_PIPE = 141
 #: Longest error line printed (a few terminal lines: room for two paths, the problem and the fix).
 MAX_ERROR_LINE = 600
 
-#: The modules of the sub-commands; each has ``register(subparsers)``. They are imported when the
-#: parser is built (start-up cost: a command imports only what the CLI needs to list them).
-COMMAND_MODULES = (
-    "fedrca.cli.detect",
-    "fedrca.cli.train",
-    "fedrca.cli.replay",
-    "fedrca.cli.demo",
-    "fedrca.cli.run",
-    "fedrca.cli.simulate",
-    "fedrca.cli.edge",
-    "fedrca.cli.graph",
-    "fedrca.cli.fleet",
-    "fedrca.cli.whatif",
-    "fedrca.cli.baseline",
-)
+#: Every sub-command and the module whose ``register(subparsers)`` adds it. A command line that names
+#: one imports only that module (start-up cost: a worker does not load the OPC UA server nor the fleet's
+#: learner, ``tests/cli/test_cli.py::test_a_command_imports_only_its_own_module``); ``fedrca --help`` and
+#: anything else imports them all. ``tests/cli/test_cli.py::test_the_command_table_is_every_command``
+#: keeps the table and the modules in step.
+COMMANDS: dict[str, str] = {
+    "detect": "fedrca.cli.detect",
+    "train": "fedrca.cli.train",
+    "replay": "fedrca.cli.replay",
+    "evaluate": "fedrca.cli.replay",
+    "demo": "fedrca.cli.demo",
+    "run": "fedrca.cli.run",
+    "publish-params": "fedrca.cli.run",
+    "replay-to-kafka": "fedrca.cli.run",
+    "simulate": "fedrca.cli.simulate",
+    "edge": "fedrca.cli.edge",
+    "graph": "fedrca.cli.graph",
+    "fleet": "fedrca.cli.fleet",
+    "whatif": "fedrca.cli.whatif",
+    "baseline": "fedrca.cli.baseline",
+}
+#: The modules of the sub-commands, in the order ``fedrca --help`` lists them.
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,14 +80,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, " ".join(f"{self.prog}: error: {message}; see {self.prog} --help".split()) + "\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every sub-command."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every sub-command, or only ``command``'s module's when it is one of
+    :data:`COMMANDS` (what :func:`main` does when the command line starts with it)."""
     parser = _Parser(
         prog="fedrca", description="Federated, privacy-preserving root cause analysis for interdependent plants."
     )
     parser.add_argument("--version", action="version", version=f"fedrca {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
+    modules = (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
+    for module_name in modules:
         importlib.import_module(module_name).register(sub)
     return parser
 
@@ -141,7 +152,8 @@ def _on_sigterm() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedrca`` console script."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     _PENDING.clear()

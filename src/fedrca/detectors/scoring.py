@@ -20,7 +20,6 @@ import scipy.linalg
 import scipy.signal
 import scipy.stats
 from numpy.typing import NDArray
-from sklearn.covariance import ledoit_wolf
 
 from fedrca.detectors.missing import conditional_fill, observed_distance
 from fedrca.exceptions import DataError, ModelError, NotFittedError
@@ -157,6 +156,8 @@ class ResidualScorer:
         mean = R.mean(axis=0)
         centered = R - mean
         if isinstance(self.shrinkage, str):
+            from sklearn.covariance import ledoit_wolf  # when fitting only (start-up of a scoring worker)
+
             cov, _ = ledoit_wolf(centered, assume_centered=True)
         else:
             sample = centered.T @ centered / len(R)

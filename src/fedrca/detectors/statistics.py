@@ -79,7 +79,6 @@ import scipy.linalg
 import scipy.signal
 import scipy.stats
 from numpy.typing import NDArray
-from sklearn.covariance import ledoit_wolf
 
 from fedrca.detectors.missing import complete_scale, conditional_fill, observed_distance
 from fedrca.exceptions import DataError, ModelError, NotFittedError
@@ -130,6 +129,9 @@ class Moments:
             X = X[~np.isnan(X).any(axis=1)]
         if X.ndim != 2 or len(X) < 2:
             raise DataError(f"need complete nominal rows of shape (T >= 2, D) to fit moments, got {X.shape}")
+        # scikit-learn when fitting only: a worker that scores with loaded parameters starts without it
+        from sklearn.covariance import ledoit_wolf
+
         mean = X.mean(axis=0)
         cov, _ = ledoit_wolf(X - mean, assume_centered=True)
         cov = np.atleast_2d(cov)

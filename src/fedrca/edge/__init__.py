@@ -10,6 +10,9 @@ A transport-level package (docs/architecture.md), beside the streaming runtime:
 * :mod:`~fedrca.edge.source`: the :class:`TagSource` protocol every protocol client
   implements, the :class:`TagSink` it reports to, and its counters;
 * :mod:`~fedrca.edge.opcua`: the OPC UA client (asyncua);
+* :mod:`~fedrca.edge.mqtt`: the MQTT clients (JSON per tag, Sparkplug B) on
+  :mod:`~fedrca.edge.mqtt_client` (aiomqtt with a read path that hands PUBLISH packets over
+  in bulk);
 * :mod:`~fedrca.edge.publisher`: the Kafka side (bounded outage buffer, the last published
   ``seq`` read back at start);
 * :mod:`~fedrca.edge.runtime`: the process: sources -> assembler -> publisher, metrics.

@@ -49,6 +49,7 @@ import aiomqtt
 import orjson
 
 from fedrca.config.edge_protocols import MqttConnection, MqttSource, MqttTag, SparkplugSource, SparkplugTag
+from fedrca.edge.mqtt_client import EdgeMqttClient
 from fedrca.edge.source import SourceCounters, TagSink
 from fedrca.edge.sparkplug import SparkplugHost, Target
 from fedrca.edge.tags import Tag, TagUpdate
@@ -158,10 +159,11 @@ class Reporter:
 class PendingQueue(asyncio.Queue[Any]):
     """aiomqtt's incoming queue, bounded in messages and payload bytes (see the module docstring).
 
-    Its items are ``(topic, payload)`` pairs (:class:`_Client` queues those instead of
-    aiomqtt's messages). ``put_nowait`` never raises: past ``soft`` messages it conflates per
-    topic when ``conflate``; at ``hard`` messages or ``max_bytes`` it drops the pair and refuses
-    it as ``queue-full``. Built through :meth:`factory` (aiomqtt instantiates its ``queue_type``).
+    Its items are ``(topic, payload)`` pairs (:class:`~fedrca.edge.mqtt_client.EdgeMqttClient`
+    queues those instead of aiomqtt's messages). ``put_nowait`` never raises: past ``soft``
+    messages it conflates per topic when ``conflate``; at ``hard`` messages or ``max_bytes`` it
+    drops the pair and refuses it as ``queue-full``. Built through :meth:`factory` (aiomqtt
+    instantiates its ``queue_type``).
     """
 
     def __init__(
@@ -242,28 +244,6 @@ class PendingQueue(asyncio.Queue[Any]):
         return out
 
 
-class _Client(aiomqtt.Client):
-    """aiomqtt's client, queueing each incoming message as a ``(topic, payload)`` pair.
-
-    aiomqtt turns every paho message into its own ``Message`` (a topic object, properties)
-    before queueing it; the edge reads the topic and the payload only, and that conversion
-    was a tenth of its CPU at full rate (``python bench/run.py edge``, the MQTT figures).
-    aiomqtt is pinned below 3 in pyproject.toml; ``tests/edge/test_mqtt.py`` runs this
-    class against a real mosquitto.
-    """
-
-    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
-        try:
-            topic = message.topic
-        except UnicodeDecodeError:  # MQTT requires UTF-8 topics; a broker that let one through
-            queue: PendingQueue = self._queue  # type: ignore[assignment]
-            if queue.reject is not None:
-                queue.reject(None, "malformed", "a message whose topic is not UTF-8: dropped")
-            return
-        payload = message.payload
-        self._queue.put_nowait((topic, payload if isinstance(payload, bytes) else bytes(payload)))  # type: ignore[arg-type]
-
-
 # -- the connection loop -----------------------------------------------------------------------
 def _password(settings: MqttConnection, name: str) -> str | None:
     if settings.username is None:
@@ -309,8 +289,12 @@ class MqttLink:
     will : the MQTT will of the connection (Sparkplug's STATE)
     """
 
-    #: most messages handed to ``handle`` at once
-    BATCH = 512
+    #: most messages handed to ``handle`` at once. A batch must take what the client reads while
+    #: the last one was handled and while it waits (a read brings up to 8 KiB: hundreds of small
+    #: messages, and a batch's wait spans a few passes of the event loop); at 512 a stream the
+    #: process keeps up with piled up in the queue until it conflated (``python bench/bench_edge.py
+    #: --source mqtt --part throughput``: its publisher offers more than one core takes)
+    BATCH = 4096
     #: how long a batch waits for more messages after its first, s: one wake-up of the reader for
     #: many messages instead of one each (as Kafka's linger.ms); small beside any sample period
     LINGER = 0.005
@@ -344,8 +328,8 @@ class MqttLink:
         self._tls = _tls(settings)
         self._client_id = settings.client_id or f"fedrca-edge-{name}-{os.getpid()}"
 
-    def _client(self, host: str, port: int) -> _Client:
-        return _Client(
+    def _client(self, host: str, port: int) -> EdgeMqttClient:
+        return EdgeMqttClient(
             host, port,
             identifier=self._client_id,
             username=self.settings.username, password=self._password,
@@ -353,7 +337,7 @@ class MqttLink:
             tls_context=self._tls,
             will=self.will,
             clean_session=True,
-            queue_type=PendingQueue.factory(**self._queue_options),  # type: ignore[arg-type]
+            queue_type=PendingQueue.factory(**self._queue_options),
             timeout=10.0,
         )  # fmt: skip
 
@@ -389,7 +373,7 @@ class MqttLink:
                     if self.on_connect is not None:
                         await self.on_connect(client)
                     try:
-                        async for message in client.messages:  # a (topic, payload) pair (_Client)
+                        async for message in client.messages:  # a (topic, payload) pair (EdgeMqttClient)
                             if queue.qsize() < self.BATCH - 1:
                                 await asyncio.sleep(self.LINGER)
                             batch = [message, *queue.drain(self.BATCH - 1)]

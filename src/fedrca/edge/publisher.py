@@ -59,8 +59,9 @@ def last_published(
 ) -> int | None:
     """The highest ``seq`` of ``plant``'s messages at the end of ``topic`` (None: none there).
 
-    Reads the last records of every partition (a row the edge published is at the end of its
-    plant's partition).
+    Reads every partition backwards from its end, in growing windows, until one holds a row of
+    ``plant`` (a row the edge published is at the end of its plant's partition, unless other
+    writers' records or poison follow it), at most 5,120 records back.
 
     Raises
     ------
@@ -82,35 +83,53 @@ def last_published(
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         if not tps:
             return None
-        consumer.assign(tps)
         ends = consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout
         best: int | None = None
         for tp in tps:
-            if ends[tp] == 0:
-                continue
-            consumer.seek(tp, max(0, ends[tp] - 20))
-        remaining = {tp for tp in tps if ends[tp] > 0}
-        deadline = time.monotonic() + timeout
-        while remaining and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                for record in records:
-                    # anyone who can write the topic wrote these: bounded, and only a seq of the contract counts
-                    # (a record nested 100,000 deep was a RecursionError; tests/edge/test_publisher.py)
-                    try:
-                        data = parse_json(record.value, "a sensor message", max_depth=2)
-                    except MessageError:
-                        continue
-                    if not isinstance(data, dict) or data.get("plant") != plant:
-                        continue
-                    seq = data.get("seq")
-                    if type(seq) is int and 0 <= seq <= MAX_SEQ:
-                        best = seq if best is None else max(best, seq)
-            remaining = {tp for tp in remaining if consumer.position(tp) < ends[tp]}
-        if remaining:
+            seq = _last_seq_in(consumer, tp, ends[tp], plant, deadline)
+            if seq is not None:
+                best = seq if best is None else max(best, seq)
+        if time.monotonic() > deadline:
             raise DataError(f"reading the end of {topic} timed out after {timeout:.0f} s; is the broker up?")
         return best
     finally:
         consumer.close()
+
+
+#: Records read back from a partition's end at first, and at most, for :func:`last_published` (a window
+#: grows fourfold while it holds no row of the plant: records of other writers or poison at the end).
+_LAST_SEQ_WINDOW, _LAST_SEQ_LOOKBACK = 20, 5_120
+
+
+def _last_seq_in(consumer: KafkaConsumer, tp: TopicPartition, end: int, plant: str, deadline: float) -> int | None:
+    """The highest valid ``seq`` of ``plant`` in the newest window of ``tp`` that holds one (None: none in the
+    last :data:`_LAST_SEQ_LOOKBACK` records; ``tests/edge/test_publisher.py``: 30 poison records at the end)."""
+    consumer.assign([tp])
+    stop, window = end, _LAST_SEQ_WINDOW
+    while stop > 0 and end - stop < _LAST_SEQ_LOOKBACK and time.monotonic() < deadline:
+        begin = max(0, stop - window, end - _LAST_SEQ_LOOKBACK)
+        consumer.seek(tp, begin)
+        best: int | None = None
+        while consumer.position(tp) < stop and time.monotonic() < deadline:
+            for record in consumer.poll(timeout_ms=200).get(tp, ()):
+                if record.offset >= stop:
+                    continue
+                # anyone who can write the topic wrote these: bounded, and only a seq of the contract counts
+                # (a record nested 100,000 deep was a RecursionError; tests/edge/test_publisher.py)
+                try:
+                    data = parse_json(record.value, "a sensor message", max_depth=2)
+                except MessageError:
+                    continue
+                if not isinstance(data, dict) or data.get("plant") != plant:
+                    continue
+                seq = data.get("seq")
+                if type(seq) is int and 0 <= seq <= MAX_SEQ:
+                    best = seq if best is None else max(best, seq)
+        if best is not None:
+            return best
+        stop, window = begin, window * 4
+    return None
 
 
 @dataclass

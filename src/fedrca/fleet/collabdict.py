@@ -65,8 +65,6 @@ import numpy as np
 import scipy.linalg
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
-from sklearn.covariance import graphical_lasso
-from sklearn.exceptions import ConvergenceWarning
 
 from fedrca.detectors.identify import Standardizer
 from fedrca.exceptions import ConfigError, ConvergenceError, DataError, PrivacyWarning
@@ -488,6 +486,10 @@ def _glasso(emp: FloatArray, alpha: float, tol: float, max_iter: int) -> FloatAr
     # matrices with small variances (tests/detectors/test_contract.py, fleet-ggm); c = M / Tr(S)
     # gives it unit mean variance
     c = emp.shape[0] / float(np.trace(emp))
+    # scikit-learn when learning only: every command and worker that assembles a site imports this module
+    from sklearn.covariance import graphical_lasso
+    from sklearn.exceptions import ConvergenceWarning
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         try:

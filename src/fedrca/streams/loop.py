@@ -64,7 +64,6 @@ __all__ = [
     "TransactionalLoop",
     "ahead_of_step",
     "parse_state_record",
-    "read_compacted",
     "read_compacted_checked",
     "read_state",
     "state_record",
@@ -356,29 +355,6 @@ async def read_state(
     return scan.result()
 
 
-async def read_compacted(
-    bootstrap: str, topic: str, timeout: float, security: Mapping[str, Any] | None = None
-) -> dict[bytes, bytes]:
-    """The last committed value of every key in partition 0 of a compacted ``topic`` (keys without one,
-    or whose last value is a tombstone, are left out).
-
-    Reads committed records only, up to the last stable offset.
-
-    Raises
-    ------
-    KafkaError
-        When the topic cannot be read within ``timeout`` seconds.
-    """
-    latest: dict[bytes, bytes | None] = {}
-
-    def visit(record: ConsumerRecord) -> None:
-        if record.key is not None:
-            latest[record.key] = record.value
-
-    await _scan_committed(bootstrap, topic, timeout, security, visit, topic)
-    return {key: value for key, value in latest.items() if value is not None}
-
-
 @dataclass(frozen=True)
 class Repair:
     """A key of a compacted topic whose newest value(s) a reader refused: what to dead-letter and re-write.
@@ -402,7 +378,8 @@ async def read_compacted_checked(
 ) -> tuple[dict[bytes, bytes], list[Repair]]:
     """The newest committed value of every key of a compacted ``topic`` that ``check(key, value)`` accepts.
 
-    Like :func:`read_compacted`, but a value ``check`` refuses (it raises
+    Reads committed records only, up to the last stable offset (keys without a value, or whose
+    newest value is a tombstone, are left out). A value ``check`` refuses (it raises
     :class:`~fedrca.exceptions.MessageError`; any other exception counts the same) is never
     taken: the newest accepted value before it is, read in a second pass over the refused
     keys only (memory: one value per key, not every version). Returns the values and one
