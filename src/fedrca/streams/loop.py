@@ -172,9 +172,9 @@ class LoopSettings:
     1), and a partition's outputs leave in one transaction as soon as its batch is
     processed (producer ``linger.ms`` 0: the batch *is* the linger). A batch is what
     one fetch returned, up to ``max_records`` over all partitions and
-    ``max_partition_bytes`` per partition, so batches grow with the backlog (fewer
-    transactions per message under load) and stay small when records trickle in
-    (each is committed at once). The transactions of the partitions of one fetch are
+    ``max_partition_bytes`` (and ``in_step`` records, when set) per partition, so batches grow
+    with the backlog (fewer transactions per message under load) and stay small when records
+    trickle in (each is committed at once). The transactions of the partitions of one fetch are
     committed concurrently (each partition has its own producer), so a fetch costs
     about one transaction's round trips however many partitions it holds.
 
@@ -660,8 +660,8 @@ class TransactionalLoop:
                 # behind, asked, and nothing for as long as a request may take (records it will never
                 # return, such as an aborted transaction's): it holds nobody back until it gives records
                 # again. Not sooner: in a bench_streams run under load two partitions of a plant worker
-                # gave nothing for 7.5 s though their records were there, and a 5 s bound let the others
-                # run 1,180 rows ahead
+                # gave nothing for 7.5 s (their records had been produced 5 s before), and with a 5 s
+                # bound the others ran 1,180 rows ahead
                 lag = None
             lags[tp] = lag
         held = ahead_of_step(lags, step)
