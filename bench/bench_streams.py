@@ -324,6 +324,104 @@ def check_flags(records: list[tuple[dict[str, Any], int, int]], plants: list[str
     return None
 
 
+# -- why an expected verdict is missing -----------------------------------------------------------
+def read_deadletters(bootstrap: str, topic: str) -> list[tuple[dict[str, Any] | None, dict[str, str]]]:
+    """Every committed dead letter of ``topic``: (the refused flag decoded, or None; its headers)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, isolation_level="read_committed", enable_auto_commit=False
+    )
+    out: list[tuple[dict[str, Any] | None, dict[str, str]]] = []
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < end[tp] for tp in tps) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200, max_records=10_000).values():
+                for r in records:
+                    try:
+                        value = json.loads(r.value)
+                    except ValueError:
+                        value = None
+                    headers = {k: v.decode(errors="replace") for k, v in r.headers or ()}
+                    out.append((value if isinstance(value, dict) else None, headers))
+    finally:
+        consumer.close()
+    return out
+
+
+def flag_leads(records: list[tuple[dict[str, Any], int, int]]) -> dict[tuple[str, int], int]:
+    """(plant, seq) -> how many rows the newest flag committed before it is ahead of it, in the flags
+    topic's order: the RCA's aligner judges a row without a plant once a flag more than its allowed
+    lateness newer came first (:class:`fedrca.streams.aligner.FlagAligner`)."""
+    lead: dict[tuple[str, int], int] = {}
+    newest = -1
+    for flag, _, _ in sorted(records, key=lambda r: r[2]):
+        seq = int(flag["seq"])
+        lead[(flag["plant"], seq)] = max(newest - seq, 0)
+        newest = max(newest, seq)
+    return lead
+
+
+def explain_missing(
+    missing: list[Any],
+    committed: list[dict[str, Any]],
+    received: set[str],
+    flags: list[tuple[dict[str, Any], int, int]],
+    expected_flags: list[Any],
+    dead: list[tuple[dict[str, Any] | None, dict[str, str]]],
+    lateness: int,
+) -> list[str]:
+    """One line per missing expected verdict: where it was lost and what differed on its way.
+
+    * committed to the verdicts topic but not received by the bench's consumer (the bench's wait), or
+      never committed;
+    * the committed verdicts at the same seq (the RCA judged the row differently);
+    * its evidence window's flags that differ from the in-process ones (the plant worker);
+    * its window's flags dead-lettered by the RCA (late: judged before they came) and the largest
+      lead of a newer flag over them in the flags topic (a lead above the allowed lateness releases
+      the row without the plant).
+    """
+    committed_ids = {v["id"] for v in committed}
+    by_seq: dict[int, list[dict[str, Any]]] = {}
+    for v in committed:
+        by_seq.setdefault(int(v["seq"]), []).append(v)
+    want = {(f.plant, f.seq): (f.zc, f.za, f.withheld, f.degraded) for f in expected_flags}
+    got = {
+        (f["plant"], int(f["seq"])): (f["zc"], f["za"], bool(f.get("withheld")), bool(f.get("degraded")))
+        for f, _, _ in flags
+    }
+    lead = flag_leads(flags)
+    late = [
+        (f["plant"], int(f["seq"]), h.get("fedrca-reason", "?"))
+        for f, h in dead
+        if f is not None and "plant" in f and "seq" in f
+    ]
+    lines = []
+    for v in sorted(missing, key=lambda v: v.seq):
+        lo, hi = v.evidence_window
+        where = (
+            "committed, not received by the bench's consumer"
+            if v.id in committed_ids
+            else "never committed by the RCA worker"
+        )
+        others = [f"{o['root_cause']} {tuple(o['evidence_window'])} {o['outcome']}" for o in by_seq.get(v.seq, ())]
+        differ = sorted(k for k in want if lo <= k[1] <= v.seq and got.get(k) != want[k])
+        window_dead = sorted((p, s, r) for p, s, r in late if lo - lateness <= s <= v.seq)
+        window_lead = max(((n, k) for k, n in lead.items() if lo <= k[1] <= v.seq), default=(0, ("-", -1)))
+        lines.append(
+            f"verdict {v.id} seq {v.seq} ({v.root_cause}, {v.outcome}, evidence {lo}..{hi}): {where}; "
+            f"committed at that seq: {others or 'none'}; flags different from in-process: {len(differ)} "
+            f"{differ[:3]}; dead-lettered flags near it: {len(window_dead)} {window_dead[:3]}; "
+            f"largest lead over its window's flags: {window_lead[0]} rows at {window_lead[1]} "
+            f"(allowed lateness {lateness})"
+        )
+    return lines
+
+
 # -- histograms of the workers -----------------------------------------------------------------
 def scrape_stages(url: str) -> dict[str, tuple[list[float], np.ndarray]]:
     """``fedrca_stage_latency_seconds`` of a worker: stage -> (upper bounds, cumulative counts).
@@ -562,6 +660,10 @@ def rca_throughput(bootstrap: str, workdir: Path) -> dict[str, Any]:
             f"verdicts: {len(want - set(ids))} expected missing, {len(set(ids) - want)} unexpected, "
             f"{len(ids) - len(set(ids))} committed twice"
         )
+    dead = read_deadletters(bootstrap, config.topic("deadletter"))
+    if problem is None and dead:
+        reasons = sorted({h.get("fedrca-reason", "?") for _, h in dead})
+        problem = f"{len(dead)} flags dead-lettered by the RCA worker ({', '.join(reasons)})"
     progress = sorted(_state_progress(bootstrap, config.topic("rca_state")))  # (next offset, create time s)
     n = len(flags)
     offsets = np.array([o for o, _ in progress], dtype=np.float64)
@@ -689,9 +791,10 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
         settings = RuntimeSettings(allowed_lateness=1000)
         plant_side = plant_runtime(config, TRAIN, settings=settings)
         runtime = SiteRuntime(plant_side, rca_runtime(plant_side.config, settings=settings))
-        expected = replay_frame(
+        replay = replay_frame(
             runtime, {p: frame[cols].round(5).to_numpy() for p, cols in plants.items()}, sample_seconds=180.0
-        ).verdicts
+        )
+        expected = replay.verdicts
         sensor_topics = {config.topic("sensors", plant=p) for p in plants}
         wait_for(
             lambda: group_covers(bootstrap, f"fedrca-{site}-plants", sensor_topics),
@@ -790,10 +893,27 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
     problem = check_flags(flags, list(plants), total)
     ids = [vid for vid, _, _, _ in got]
     want = {v.id for v in expected}
+    leads = flag_leads(flags)
+    lead = max(leads.values(), default=0)
+    dead = read_deadletters(bootstrap, config.topic("deadletter"))
+    explained: list[str] = []
+    if set(ids) != want:
+        committed = CommittedReader(bootstrap, config.topic("verdicts"))
+        try:
+            verdicts = [v for v, _, _ in committed.read_to_end()]
+        finally:
+            committed.close()
+        missing = [v for v in expected if v.id not in set(ids)]
+        explained = explain_missing(missing, verdicts, set(ids), flags, replay.flags, dead, settings.allowed_lateness)
+        for text in explained:
+            print(f"    missing {text}", file=sys.stderr, flush=True)
     if problem is None and set(ids) != want:
         problem = f"{len(want - set(ids))} expected verdicts missing, {len(set(ids) - want)} unexpected"
     if problem is None and len(ids) != len(set(ids)):
         problem = f"{len(ids) - len(set(ids))} verdicts were committed twice"
+    if problem is None and dead:
+        reasons = sorted({h.get("fedrca-reason", "?") for _, h in dead})
+        problem = f"{len(dead)} flags dead-lettered by the RCA worker ({', '.join(reasons)}; largest lead {lead} rows)"
     if problem is None and not ids:
         problem = "no verdict was issued"
     per_rate = []
@@ -816,6 +936,9 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
         "messages": total * len(plants),
         "verdicts": len(ids),
         "problem": problem,
+        "explained": explained,
+        "lead": lead,
+        "deadletters": len(dead),
         "rates": per_rate,
         "rss": rss,
     }
@@ -860,12 +983,23 @@ def med(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-def spread(values: list[float], fmt: str = ",.0f") -> str:
-    return "runs: " + ", ".join(format(v, fmt) for v in values)
+def runs_spread(values: list[float], fmt: str = ",.0f", failed: frozenset[int] = frozenset()) -> str:
+    """``runs: a, b, c``; the runs at the indices in ``failed`` marked ``*`` (a run with a problem)."""
+    return "runs: " + ", ".join(format(v, fmt) + ("*" if k in failed else "") for k, v in enumerate(values))
+
+
+def problems(run: dict[str, Any]) -> list[str]:
+    """What went wrong in a run (phase: problem), empty when every flag and verdict came exactly once."""
+    return [f"{name}: {run[name]['problem']}" for name in ("tp", "rca", "lat") if run[name]["problem"]]
 
 
 def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
-    """Print the table of medians; True when both targets are met."""
+    """Print the table of medians; True when both targets are met.
+
+    A run with a problem (an expected flag or verdict missing, twice or dead-lettered) is in the
+    medians too, so its figures are never lost: it is listed first with what went wrong, and its
+    figures are marked ``*`` in the runs' spreads.
+    """
     n = len(runs)
     load = os.getloadavg()
     print(
@@ -873,12 +1007,26 @@ def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
         f"median of {n} run(s); load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
         f"on {os.cpu_count()} CPUs"
     )
+    number = [run.get("number", k + 1) for k, run in enumerate(runs)]  # a run that failed has no figures
+    failed = frozenset(k for k, run in enumerate(runs) if problems(run))
+    for k in sorted(failed):
+        print(f"RUN {number[k]} INCOMPLETE (marked * below): " + "; ".join(problems(runs[k])))
+        for text in runs[k]["lat"].get("explained", []):
+            print(f"    missing {text}")
     lat0 = runs[0]["lat"]
+    exact = [number[k] for k in range(n) if k not in failed]
     print(
-        f"checked first, every run: all {runs[0]['tp']['messages']:,} (plant, seq) flags of the backlog and all "
-        f"{lat0['messages']:,} of the latency run committed exactly once (read_committed); all "
-        f"{lat0['verdicts']} verdicts the in-process cores issue on the same data, each exactly once"
+        f"checked first, run(s) {', '.join(map(str, exact)) or 'none'}: all {runs[0]['tp']['messages']:,} "
+        f"(plant, seq) flags of the backlog and all {lat0['messages']:,} of the latency run committed exactly "
+        f"once (read_committed), none dead-lettered; all {lat0['verdicts']} verdicts the in-process cores issue "
+        f"on the same data, each exactly once; flags of two plants at most "
+        + ", ".join(str(r["lat"]["lead"]) for r in runs)
+        + " rows apart on the flags topic (the RCA's allowed lateness: 1,000)"
     )
+
+    def spread(values: list[float], fmt: str = ",.0f") -> str:
+        return runs_spread(values, fmt, failed)
+
     ratios = [r["ratio"] for r in runs]
     steady = [r["tp"]["steady"] for r in runs]
     peer_tp = [r["peer"].throughput for r in runs]
@@ -963,6 +1111,8 @@ def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
         peer = [r["peer_lat"][k] for r in runs]
         q = [med([v[i] for v in peer]) for i in range(3)]
         print(line(f"peer:   kafka-python produce -> consume at {offered:,.0f} msgs/s", q))
+    if failed:
+        print(f"* run(s) {', '.join(str(number[k]) for k in sorted(failed))} had a problem (listed above)")
     rss = {name: med([r["lat"]["rss"][name] for r in runs]) for name in ("plants", "rca")}
     print(
         f"resident memory at the end: plant worker (5 plants) {rss['plants']:.0f} MiB, RCA worker {rss['rca']:.0f} MiB"
@@ -989,29 +1139,38 @@ def main(argv: list[str] | None = None, repeat: int | None = None) -> int:
     bootstrap, state, took = start_broker()
     how = "reused" if state["reused"] else f"started in {took:.1f} s"
     runs = []
+    crashed: list[str] = []
     try:
         with tempfile.TemporaryDirectory(prefix="fedrca-bench-streams-") as tmp:
             for k in range(repeat):
-                runs.append(one_run(bootstrap, Path(tmp), k, repeat))
-                run = runs[-1]
+                try:
+                    run = one_run(bootstrap, Path(tmp), k, repeat)
+                except RuntimeError as exc:  # a worker died or a wait timed out: the other runs still count
+                    crashed.append(f"run {k + 1}: {exc}")
+                    print(f"  run {k + 1}/{repeat}: FAILED: {exc}", file=sys.stderr, flush=True)
+                    continue
+                run["number"] = k + 1
+                runs.append(run)
                 first = run["lat"]["rates"][0]
                 print(  # each run's headline as it ends (a long session on a shared machine may be cut short)
                     f"  run {k + 1}/{repeat}: {run['tp']['steady']:,.0f} msgs/s = {run['ratio']:.2f}x the peer; "
                     f"verdict p50/p99/p99.9 at {first['offered']:,.0f} msgs/s: "
                     + "/".join(f"{v:.0f}" for v in first["verdict"])
                     + f" ms; RCA worker {run['rca']['steady']:,.0f} flags/s; problems: "
-                    + (run["tp"]["problem"] or run["rca"]["problem"] or run["lat"]["problem"] or "none"),
+                    + ("; ".join(problems(run)) or "none"),
                     file=sys.stderr,
                     flush=True,
                 )
     finally:
         release_broker()
-    for k, run in enumerate(runs):
-        for name in ("tp", "rca", "lat"):
-            if run[name]["problem"]:
-                print(f"bench_streams: run {k + 1}, {name}: incomplete: {run[name]['problem']}")
-                return 1
-    return 0 if report(runs, bootstrap, how) else 1
+    met = bool(runs) and report(runs, bootstrap, how)
+    for text in crashed:
+        print(f"bench_streams: FAILED {text}")
+    incomplete = sum(1 for run in runs if problems(run))
+    if incomplete or crashed:
+        print(f"bench_streams: {incomplete + len(crashed)} of {repeat} run(s) incomplete or failed (exit 1)")
+        return 1
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
