@@ -7,7 +7,7 @@ the modules whose ``main`` takes a ``repeat`` (they report the median of N runs;
 ``make bench`` passes 3).
 
 ``--smoke`` runs each benchmark at tiny sizes through the same code path, to show that it
-still runs (``tests/bench/test_smoke.py`` does it in ``make test``): a module's ``SMOKE``
+still runs (``tests/bench/test_smoke*.py`` do it in ``make test``): a module's ``SMOKE``
 dict replaces its module-level sizes, and a ``main`` that takes ``smoke`` is told. Missed
 targets are printed, not counted (tiny sizes say nothing about speed or accuracy); an
 exception fails the run.

@@ -1,0 +1,38 @@
+"""The benchmarks that talk to a Kafka broker still run: ``bench/run.py --smoke`` over
+:data:`tests.bench.smoke.BROKER` against the session's broker (``tests/bench/test_smoke.py`` runs the
+others, on another of ``make test``'s processes)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.bench.smoke import BROKER, check_section, run_smoke
+from tests.kafka_broker import KafkaBroker
+
+
+@pytest.fixture(scope="module")
+def smoke_output(kafka_broker: KafkaBroker) -> str:
+    """The output of ``bench/run.py --smoke`` over :data:`~tests.bench.smoke.BROKER` (the benchmarks lease
+    the session's broker through ``tools/kafka/broker.py``)."""
+    return run_smoke(list(BROKER))
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(2500)  # the module's fixture runs every smoke in this test's setup
+@pytest.mark.parametrize("name", BROKER)
+def test_benchmark_runs_at_smoke_sizes(smoke_output: str, name: str) -> None:
+    check_section(smoke_output, name)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(2500)
+def test_streams_reports_the_rca_workers_memory(smoke_output: str) -> None:
+    """The RCA worker's resident memory is read while it works (a stopped worker has none: it read nan)."""
+    section = check_section(smoke_output, "bench_streams")
+    found = re.search(r"resident memory at most (\S+) MiB while it worked", section)
+    assert found, f"bench_streams printed no RCA worker memory:\n{section[-3000:]}"
+    assert float(found.group(1)) > 0, f"the RCA worker's resident memory read {found.group(1)} MiB"
