@@ -45,7 +45,6 @@ from fedrca.streams.loop import (
     StateRecords,
     StateScan,
     TransactionalLoop,
-    ahead_of_step,
 )
 
 INPUT = "in"
@@ -61,8 +60,6 @@ FETCH_FAULTS = ("ok", "redeliver", "rebalance", "crash")
 START_FAULTS = ("ok", "fail", "crash")
 # the group offset with every batch, or only when the input runs dry (a fetch that finds nothing)
 OFFSET_INTERVALS = (0.0, 1e9)
-# fetches as they come, or a plant worker's: partitions kept in step (LoopSettings.in_step)
-IN_STEPS = (None, 1, 3)
 
 
 class Crash(BaseException):
@@ -294,12 +291,7 @@ class FakeConsumer:
     async def beginning_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return dict.fromkeys(tps, 0)
 
-    def highwater(self, tp: TopicPartition) -> int | None:
-        return len(self.model.inputs[tp])
-
-    async def getmany(
-        self, *partitions: TopicPartition, timeout_ms: int, max_records: int
-    ) -> dict[TopicPartition, list[FakeRecord]]:
+    async def getmany(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[FakeRecord]]:
         await asyncio.sleep(0)
         self._alive()
         fault = Model._next(self.model.fetches)
@@ -312,10 +304,7 @@ class FakeConsumer:
             return {}
         out: dict[TopicPartition, list[FakeRecord]] = {}
         budget = max_records
-        # like aiokafka's: the partitions asked for (all by default) in a fixed order, the first ones drained first
         for tp in sorted(self.positions):
-            if partitions and tp not in partitions:
-                continue
             values = self.model.inputs[tp]
             start = self.positions[tp]
             if fault == "redeliver":
@@ -395,12 +384,7 @@ def model_loop(**settings: Any) -> TransactionalLoop:
 
 
 async def drive(
-    model: Model,
-    max_records: int,
-    offset_interval: float = 0.0,
-    producers: int = 2,
-    transaction_timeout: float = 60.0,
-    in_step: int | None = None,
+    model: Model, max_records: int, offset_interval: float = 0.0, producers: int = 2, transaction_timeout: float = 60.0
 ) -> int:
     """Run worker generations until every input is committed; returns how many workers were started."""
     real_sleep = asyncio.sleep
@@ -410,7 +394,7 @@ async def drive(
 
     def loop_for(generation: int) -> TransactionalLoop:
         return model_loop(max_records=max_records, offset_interval=offset_interval, producers=producers,
-                          transaction_timeout=transaction_timeout, in_step=in_step)  # fmt: skip
+                          transaction_timeout=transaction_timeout)  # fmt: skip
 
     workers = 0
     with (
@@ -457,10 +441,9 @@ def check(
     producers: int = 2,
     delays: list[int] | None = None,
     transaction_timeout: float = 60.0,
-    in_step: int | None = None,
 ) -> Model:
     model = Model(inputs, commits, fetches, starts, delays)
-    asyncio.run(drive(model, batch, offset_interval, producers, transaction_timeout, in_step))
+    asyncio.run(drive(model, batch, offset_interval, producers, transaction_timeout))
     for partition, values in inputs.items():
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
         assert got == expected_outputs(values), f"partition {partition}"
@@ -481,12 +464,11 @@ def check(
     offset_interval=st.sampled_from(OFFSET_INTERVALS),
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=16),
-    in_step=st.sampled_from(IN_STEPS),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, in_step
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, in_step=in_step)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays)
 
 
 @pytest.mark.slow
@@ -501,12 +483,11 @@ def test_every_input_record_is_output_exactly_once_whatever_fails(
     offset_interval=st.sampled_from(OFFSET_INTERVALS),
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=40),
-    in_step=st.sampled_from(IN_STEPS),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails_many_examples(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, in_step
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, in_step=in_step)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays)
 
 
 @pytest.mark.parametrize("commits", [["ok", "fail"], ["lost"]])
@@ -668,84 +649,3 @@ def test_an_idle_fetch_does_not_wait_for_the_offsets_it_commits():
     assert committed_then == 2, "record 3 was processed only after the offsets' transaction committed"
     assert sent_at < 500
     assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
-
-
-#: (partition, offset) of every record a :class:`Recorder` processed, in order, over every partition
-PROCESSED: list[tuple[int, int]] = []
-
-
-class Recorder(Summer):
-    """A :class:`Summer` that notes the order it processes records in (:data:`PROCESSED`)."""
-
-    def process(self, records: Sequence[InputRecord]) -> Processed:
-        PROCESSED.extend((self.partition, r.offset) for r in records)
-        return super().process(records)
-
-
-def largest_lead(order: list[tuple[int, int]]) -> int:
-    """How far the newest record processed before a record is ahead of it (offsets stand for seqs here)."""
-    newest, lead = -1, 0
-    for _, offset in order:
-        lead = max(lead, newest - offset)
-        newest = max(newest, offset)
-    return lead
-
-
-@pytest.mark.parametrize("in_step", [None, 4])
-def test_a_backlog_of_several_partitions_is_worked_through_in_step(in_step):
-    # Three partitions of 60 records each (a plant worker's sensor topics after an outage: row k of every
-    # plant at offset k). A fetch drains the partitions in a fixed order, so without a bound the loop
-    # works through the first partition's whole backlog before the others' (the plants' flags then
-    # reach the RCA more than its allowed lateness apart, and it judges rows without the plants that
-    # are merely behind: bench/bench_streams.py lost verdicts so). With in_step, no partition takes
-    # more than a step per fetch or gets more than a step ahead of the one furthest behind.
-    model = Model({p: [1] * 60 for p in range(3)}, [], [], [])
-    PROCESSED.clear()
-    real_sleep = asyncio.sleep
-
-    async def run() -> None:
-        loop = TransactionalLoop(
-            LoopSettings(bootstrap="model:9092", group_id=GROUP, max_records=1000, in_step=in_step),
-            [INPUT],
-            handler_for=Recorder,
-            state_topic_for=lambda tp: STATE,
-            transactional_id_for=lambda tp: f"t-{tp.partition}",
-        )
-        task = asyncio.ensure_future(loop.run())
-        for _ in range(20_000):
-            if done(model):
-                break
-            assert not task.done(), task.exception()
-            await real_sleep(0)
-        loop.stop()
-        await task
-
-    with (
-        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
-        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: FakeProducer(model, **kw)),
-        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
-        mock.patch.object(asyncio, "sleep", lambda d, r=None: real_sleep(0, r)),
-    ):
-        asyncio.run(run())
-    for partition in range(3):
-        got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
-        assert got == expected_outputs([1] * 60), f"partition {partition}"
-    lead = largest_lead(PROCESSED)
-    if in_step is None:
-        assert lead == 59  # the first partition's whole backlog before any other's
-    else:
-        assert lead <= 2 * in_step, f"a partition ran {lead} records ahead of another"
-
-
-def test_the_partition_furthest_behind_is_never_held_back():
-    assert ahead_of_step({"a": 500, "b": 10, "c": 400, "d": 499}, 100) == {"b"}
-    assert ahead_of_step({"a": 0, "b": 0, "c": None}, 0) == set()
-    assert ahead_of_step({"a": None}, 5) == set()
-    # whatever the lags, the one furthest behind takes its records
-    lags = {k: (k * 37) % 101 for k in range(20)}
-    furthest = max(lags, key=lambda k: lags[k])
-    for step in (0, 1, 10, 100):
-        held = ahead_of_step(lags, step)
-        assert furthest not in held
-        assert all(lags[k] < lags[furthest] - step for k in held)
-        assert all(lags[k] >= lags[furthest] - step for k in set(lags) - held)

@@ -159,7 +159,6 @@ def _run(args: argparse.Namespace) -> int:
         session_timeout=args.session_timeout,
         batch_size=args.batch_size,
         batch_within=args.batch_within,
-        allowed_lateness=args.allowed_lateness,
         security=security,
     )
     worker = Worker(sites, settings, group=args.group)
@@ -468,8 +467,7 @@ def register(sub: Any) -> None:
         type=int,
         default=1000,
         help="samples a row waits for missing plants' flags before the RCA judges it without them (default 1000; "
-        "at least the batch size, and longer than the processor outages to ride through); a plant worker keeps "
-        "its plants within an eighth of it of each other when it works through a backlog",
+        "at least the batch size, and longer than the processor outages to ride through)",
     )
     run.add_argument("--batch-size", type=int, default=2000, help="most records taken per fetch (default 2000)")
     run.add_argument(

@@ -71,8 +71,6 @@ class StreamSettings:
         hands its partitions to the others
     batch_size : most records taken per fetch
     batch_within : seconds a fetch waits for records: the batching latency
-    allowed_lateness : the RCA's allowed lateness (samples); a plant worker keeps its plants within an
-        eighth of it of each other through a backlog (:class:`~fedrca.streams.loop.LoopSettings` ``in_step``)
     security : aiokafka keyword arguments (SASL / TLS; :class:`fedrca.connectors.kafka.KafkaOptions`)
     data_dir : the worker's local directory (Faust's, and the RCA's copy of the published artifacts)
     """
@@ -83,25 +81,7 @@ class StreamSettings:
     session_timeout: float = 10.0
     batch_size: int = 2000
     batch_within: float = 0.02
-    allowed_lateness: int = 1000
     security: tuple[tuple[str, Any], ...] = ()
-
-
-def plant_step(allowed_lateness: int) -> int:
-    """Records a plant worker's partition takes per fetch, and gets ahead of its others, in a backlog.
-
-    The plants' flags then stay within about half the RCA's allowed lateness of each other on the
-    flags topic (four steps: :class:`~fedrca.streams.loop.LoopSettings` ``in_step``), so the RCA
-    judges no row before a plant that is merely behind reported it.
-
-    Examples
-    --------
-    >>> plant_step(1000)
-    125
-    >>> plant_step(0)
-    1
-    """
-    return max(1, allowed_lateness // 8)
 
 
 def parse_roles(text: str) -> tuple[str, ...]:
@@ -212,7 +192,7 @@ class Worker:
             )
             self.loops.append(
                 TransactionalLoop(
-                    self._loop_settings(plants_group, security, in_step=plant_step(self.settings.allowed_lateness)),
+                    self._loop_settings(plants_group, security),
                     sorted(agents),
                     lambda tp: agents[tp.topic],
                     lambda tp: sites_of[tp.topic].state(sites_of[tp.topic].plant_of(tp.topic)),
@@ -270,10 +250,9 @@ class Worker:
         """The RCA runtime of the worker's (first) site."""
         return self.sites[0].rca
 
-    def _loop_settings(self, group: str, security: dict[str, Any], in_step: int | None = None) -> LoopSettings:
+    def _loop_settings(self, group: str, security: dict[str, Any]) -> LoopSettings:
         s = self.settings
         return LoopSettings(
-            in_step=in_step,
             bootstrap=s.bootstrap,
             group_id=group,
             client_id=f"fedrca-{self.group or self.names.site}-{s.worker_name}",

@@ -62,7 +62,6 @@ __all__ = [
     "StateRecords",
     "StateScan",
     "TransactionalLoop",
-    "ahead_of_step",
     "parse_state_record",
     "read_compacted_checked",
     "read_state",
@@ -72,35 +71,10 @@ __all__ = [
 log = logging.getLogger("fedrca.streams")
 
 _T = TypeVar("_T")
-_K = TypeVar("_K")
 
 
 #: Turns of the event loop between the handlers of two partitions of a fetch (see TransactionalLoop.run)
 IO_TURNS = 4
-
-
-def ahead_of_step(lags: Mapping[_K, int | None], step: int) -> set[_K]:
-    """The partitions to leave alone in this fetch: those more than ``step`` records less behind their
-    ends than the partition furthest behind (``lags``: high watermark less the next offset to process;
-    None when not known yet, never held back and holding none back).
-
-    The partition furthest behind is never held back, so every backlog is worked through; the
-    others wait for it. A plant worker works through a backlog of its plants' sensor records
-    this way, and its plants' flags reach the flags topic in step
-    (``tests/streams/test_loop.py::test_a_backlog_of_several_partitions_is_worked_through_in_step``).
-
-    Examples
-    --------
-    >>> sorted(ahead_of_step({"a": 900, "b": 100, "c": 850, "d": None}, 100))
-    ['b']
-    >>> ahead_of_step({"a": 0, "b": 0}, 0)
-    set()
-    """
-    known = [lag for lag in lags.values() if lag is not None]
-    if not known:
-        return set()
-    furthest = max(known)
-    return {key for key, lag in lags.items() if lag is not None and lag < furthest - step}
 
 
 class InputRecord(NamedTuple):
@@ -172,9 +146,9 @@ class LoopSettings:
     1), and a partition's outputs leave in one transaction as soon as its batch is
     processed (producer ``linger.ms`` 0: the batch *is* the linger). A batch is what
     one fetch returned, up to ``max_records`` over all partitions and
-    ``max_partition_bytes`` (and ``in_step`` records, when set) per partition, so batches grow
-    with the backlog (fewer transactions per message under load) and stay small when records
-    trickle in (each is committed at once). The transactions of the partitions of one fetch are
+    ``max_partition_bytes`` per partition, so batches grow with the backlog (fewer
+    transactions per message under load) and stay small when records trickle in
+    (each is committed at once). The transactions of the partitions of one fetch are
     committed concurrently (each partition has its own producer), so a fetch costs
     about one transaction's round trips however many partitions it holds.
 
@@ -184,15 +158,10 @@ class LoopSettings:
     group_id : the consumer group (offsets are committed for it inside the transactions)
     client_id : names the worker in the broker's logs and the group
     max_records : most records taken per fetch (over all partitions)
-    max_partition_bytes : most bytes a fetch takes from one partition (``max.partition.fetch.bytes``)
-    in_step : with several partitions, most records a partition takes per fetch and most records it may
-        get ahead of the partition furthest behind (by lag: :func:`ahead_of_step`); None: no bound. A
-        plant worker keeps its plants in step by it: the RCA judges a row without a plant once a flag
-        more than its allowed lateness newer came first, and a backlog worked through without it put one
-        plant's flags 2,395 rows ahead of another's on the flags topic (the fetch drains one partition
-        before the next, and the transactions of different partitions reach the log in any order). The
-        lead stays within about four times ``in_step``: a held-back step, a batch, and the two
-        transactions in flight of a partition
+    max_partition_bytes : most bytes a fetch takes from one partition (``max.partition.fetch.bytes``);
+        it bounds how far one plant's flags run ahead of the others' in a backlog: keep a plant's batch
+        (about 1.2 kB per TEP message, so 1 MiB is about 850 rows) below the RCA's allowed lateness
+        (1,000 samples by default), or rows are judged before the slower plants reported them
     fetch_wait : seconds a fetch may wait when no record is there (``getmany`` and the broker's
         ``fetch.max.wait.ms``); it bounds the idle polling, not the latency of a record that is there
     linger : seconds a producer waits to fill a record batch (``linger.ms``; 0: the batch is sent
@@ -226,7 +195,6 @@ class LoopSettings:
     restore_timeout: float = 60.0
     offset_interval: float = 1.0
     producers: int = 2
-    in_step: int | None = None
     security: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -569,8 +537,6 @@ class TransactionalLoop:
         self._lock = lock or asyncio.Lock()
         self._stopping = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
-        # with in_step: since when a partition behind its end found nothing when it was asked for records
-        self._starved: dict[TopicPartition, float] = {}
         self.committed_batches = 0
         self.recoveries = 0
         self.ready = False
@@ -601,7 +567,9 @@ class TransactionalLoop:
         try:
             while not self._stopping.is_set():
                 self._raise_failed_commits()
-                batch = await self._fetch()
+                batch = await self._consumer.getmany(
+                    timeout_ms=max(1, int(s.fetch_wait * 1000)), max_records=s.max_records
+                )
                 # the tasks the records were fetched for (a task taken over again seeks: its records come anew)
                 owners = {tp: self._tasks.get(tp) for tp in batch}
                 if not batch:
@@ -636,55 +604,6 @@ class TransactionalLoop:
             async with self._lock:
                 await self._drop(list(self._tasks))
             await self._consumer.stop()
-
-    async def _fetch(self) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """The records of the next batch: whatever is there, up to ``max_records``; with ``in_step``, at most
-        that many per partition and none from a partition ahead of the others (:func:`ahead_of_step`)."""
-        assert self._consumer is not None
-        s = self.settings
-        wait = max(1, int(s.fetch_wait * 1000))
-        if s.in_step is None or len(self._tasks) < 2:
-            return await self._consumer.getmany(timeout_ms=wait, max_records=s.max_records)
-        step = max(1, s.in_step)
-        now = time.monotonic()
-        starved = self._starved
-        for tp in set(starved) - set(self._tasks):
-            del starved[tp]
-        lags: dict[TopicPartition, int | None] = {}
-        for tp, task in self._tasks.items():
-            end = self._consumer.highwater(tp)
-            lag = None if end is None else end - task.next_offset
-            if lag is not None and lag <= 0:
-                starved.pop(tp, None)
-            elif now - starved.get(tp, now) > s.request_timeout:
-                # behind, asked, and nothing for as long as a request may take (records it will never
-                # return, such as an aborted transaction's): it holds nobody back until it gives records
-                # again. Not sooner: in a bench_streams run under load two partitions of a plant worker
-                # gave nothing for 7.5 s (their records had been produced 5 s before), and with a 5 s
-                # bound the others ran 1,180 rows ahead
-                lag = None
-            lags[tp] = lag
-        held = ahead_of_step(lags, step)
-        # the partitions in turn, furthest behind first, each taking what it has (at most a step): a fetch
-        # waits only when none has anything, and never drains one partition's backlog before the next one's
-        batch: dict[TopicPartition, list[ConsumerRecord]] = {}
-        budget = s.max_records
-        for tp in sorted(self._tasks, key=lambda tp: -(lags[tp] or 0)):
-            if tp in held or budget <= 0:
-                continue
-            records = (await self._consumer.getmany(tp, timeout_ms=0, max_records=min(step, budget))).get(tp, [])
-            if records:
-                batch[tp] = records
-                budget -= len(records)
-                starved.pop(tp, None)
-            elif lags[tp]:
-                starved.setdefault(tp, now)
-        if not batch:
-            active = [tp for tp in self._tasks if tp not in held]
-            batch = await self._consumer.getmany(*active, timeout_ms=wait, max_records=min(step, s.max_records))
-            for tp in batch:
-                starved.pop(tp, None)
-        return batch
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish after the batch in progress."""
