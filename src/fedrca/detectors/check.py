@@ -60,6 +60,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fedrca.detectors.base import DetectionResult, Detector
 from fedrca.exceptions import ContractError, DataError, NotFittedError
+from fedrca.privacy import keep_probability
 
 __all__ = ["CHECKS", "check_detector", "contract_data"]
 
@@ -349,7 +350,7 @@ class _Suite:
                 "draw every random number from a generator seeded by 'seed'",
             )
         eps = float(a.epsilon)
-        flip = 1.0 / (1.0 + math.exp(eps)) if eps < 700 else 0.0
+        flip = 1.0 - keep_probability(eps)
         bits = len(self.test) * (2 if a.has_augmented else 1)
         if bits * 2 * flip * (1 - flip) < _MIN_EXPECTED_FLIPS:
             return
