@@ -668,9 +668,9 @@ class TransactionalLoop:
         try:
             while not self._stopping.is_set():
                 self._raise_failed_commits()
-                batch = await self._fetch()
+                batch, drawn = await self._fetch()
                 # the tasks the records were fetched for (a task taken over again seeks: its records come anew)
-                owners = {tp: self._tasks.get(tp) for tp in batch}
+                owners = {tp: drawn[tp] if tp in drawn else self._tasks.get(tp) for tp in batch}
                 if not batch:
                     # nothing arrived for fetch_wait: commit the offsets the batches left pending (in
                     # the background: the next fetch does not wait for it)
@@ -704,14 +704,19 @@ class TransactionalLoop:
                 await self._drop(list(self._tasks))
             await self._consumer.stop()
 
-    async def _fetch(self) -> dict[TopicPartition, list[ConsumerRecord]]:
+    async def _fetch(
+        self,
+    ) -> tuple[dict[TopicPartition, list[ConsumerRecord]], dict[TopicPartition, _Task | None]]:
         """The next batch: whatever the fetcher has, up to ``max_records``; in step, within each partition's
-        allowance (see the class docstring, "In step")."""
+        allowance (see the class docstring, "In step"). With it, the task each partition's records were
+        drawn for, taken right after its draw: a later draw can wait for a rebalance, which takes the
+        partitions over again and seeks them, and the records drawn before are then not the new task's
+        (it is not their owner: they are left, and come again from where it seeked)."""
         assert self._consumer is not None
         consumer, s = self._consumer, self.settings
         wait = max(1, int(s.fetch_wait * 1000))
         if s.in_step is None:
-            return await consumer.getmany(timeout_ms=wait, max_records=s.max_records)
+            return await consumer.getmany(timeout_ms=wait, max_records=s.max_records), {}
         window = max(1, s.in_step)
         allowance, left = await self._allowances(window)
         # pause what has no allowance, resume what is half a window inside it again (hysteresis: a
@@ -729,10 +734,11 @@ class TransactionalLoop:
         bounded = {tp: a for tp, a in allowance.items() if a is not None and tp not in held}
         if not held and all((n := left[tp]) is not None and n <= a for tp, a in bounded.items()):
             # the live stream: every partition has less to read than it may take
-            return await consumer.getmany(timeout_ms=wait, max_records=s.max_records)
+            return await consumer.getmany(timeout_ms=wait, max_records=s.max_records), {}
         # a backlog: each partition takes what it has within its allowance, furthest behind first (one
         # call per partition: the fetcher keeps the rest buffered), and the fetch waits only when none has any
         batch: dict[TopicPartition, list[ConsumerRecord]] = {}
+        drawn: dict[TopicPartition, _Task | None] = {}
         budget = s.max_records
         for tp in sorted(active, key=lambda tp: -(bounded.get(tp) or 0)):
             if budget <= 0:
@@ -741,13 +747,14 @@ class TransactionalLoop:
             records = (await consumer.getmany(tp, timeout_ms=0, max_records=take)).get(tp)
             if records:
                 batch[tp] = records
+                drawn[tp] = self._tasks.get(tp)
                 budget -= len(records)
         if batch or not active:
             if not batch:
                 await asyncio.sleep(s.fetch_wait)  # everything is held or idle: the next turn decides again
-            return batch
+            return batch, drawn
         most = min([s.max_records, *bounded.values()])
-        return await consumer.getmany(*active, timeout_ms=wait, max_records=max(1, most))
+        return await consumer.getmany(*active, timeout_ms=wait, max_records=max(1, most)), {}
 
     async def _allowances(
         self, window: int
