@@ -27,7 +27,10 @@ from fedrca.streams.app import plant_window
 from fedrca.streams.loop import InputRecord, LoopSettings, Outgoing, Processed, TransactionalLoop
 from tests.kafka_broker import unique_name
 
-pytestmark = [pytest.mark.kafka]
+# seconds of a real broker's time, and make test has no second to spare: make exhaustive; its fast twins in
+# make test are step_allowances' doctests (src/fedrca/streams/loop.py) and bench/run.py --smoke, whose
+# streams phase counts any RCA dead letter as a problem
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.exhaustive]
 
 #: the RCA's allowed lateness in this test (rows); far below a fetch's ``max_records`` (2,000), as the
 #: default 1,000 is below what one partition's fetch buffer held in bench_streams' backlog
