@@ -659,6 +659,14 @@ class RCAEngine:
         codes = encode_states(flags)
         if codes.ndim != 2 or codes.shape[1] != len(self.plants):
             raise DataError(f"flags must be (T, {len(self.plants)}, 2), got {np.shape(flags)}")
+        return self.update_rows(seqs, codes, ts, levels)
+
+    def update_rows(
+        self, seqs: ArrayLike, codes: ArrayLike, ts: ArrayLike | None = None, levels: ArrayLike | None = None
+    ) -> list[Verdict]:
+        """:meth:`update_block`'s arguments through :meth:`update`'s per-row path, one row at a time: the
+        reference :meth:`update_block` is checked against, and the peer its cost is measured against
+        (``bench/bench_streams.py``, the RCA handler alone)."""
         seq_arr, code_arr, ts_arr, lev = self._block_arrays(seqs, codes, ts, levels)
         out = []
         for t in range(len(seq_arr)):
@@ -949,9 +957,7 @@ class RCAEngine:
             return None
         return self._evidence_of(self._last_moment, self.decision)
 
-    def _unordered(
-        self, counts: IntArray, alarmed: NDArray[np.bool_], quiet: NDArray[np.bool_] | None
-    ) -> FloatArray:
+    def _unordered(self, counts: IntArray, alarmed: NDArray[np.bool_], quiet: NDArray[np.bool_] | None) -> FloatArray:
         """Log evidence (E, M + 3) of E rows without the onset order, from their windows' state counts
         (E, M, 4), alarm states (E, M) and quiet entry roots (E, M) (None: none).
 

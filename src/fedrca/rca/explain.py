@@ -29,10 +29,9 @@ Examples
 
 from __future__ import annotations
 
-import math
-
 import dataclasses
 import itertools
+import math
 from collections import deque
 
 import numpy as np

@@ -122,8 +122,10 @@ class IncidentMemory:
         ``tests/rca/test_block.py::test_blocks_equal_rows``).
         """
         T, M = alarmed.shape
-        seq_list, alarm_list, onset_list = seqs.tolist(), alarmed.tolist(), onset.tolist()
-        any_alarm = alarmed.any(axis=1).tolist()
+        seq_list: list[int] = seqs.tolist()
+        alarm_list: list[list[bool]] = alarmed.tolist()
+        onset_list: list[list[int]] = onset.tolist()
+        any_alarm: list[bool] = np.asarray(alarmed.any(axis=1)).tolist()
         first, rows, episode_rows, last = (
             self.first.tolist(), self.rows.tolist(), self.episode_rows.tolist(), self.last.tolist()
         )  # fmt: skip
