@@ -20,9 +20,12 @@ import pytest
 
 from fedrca.config.edge_protocols import MqttSource, MqttTag, SparkplugSource, SparkplugTag
 from fedrca.edge.mqtt import JsonRoute, MqttReader, PendingQueue, ReaderStats, SparkplugReader, json_value
+from fedrca.edge.runtime import EdgeRuntime
+from fedrca.edge.source import SourceCounters
 from fedrca.edge.sparkplug import SparkplugNode, Target, decode_payload
 from fedrca.exceptions import ConfigError
 from tests.edge.recording import RecordingSink, tags
+from tests.edge.support import site
 from tests.mqtt_broker import MqttBroker, private_mosquitto
 
 pytestmark = pytest.mark.mqtt
@@ -193,9 +196,9 @@ def test_json_value_fields() -> None:
 
 def test_pending_queue_is_bounded_and_conflates_per_topic() -> None:
     async def main() -> None:
-        counters = ReaderStats()
+        stats, counters = ReaderStats(), SourceCounters()
         refused: list[tuple[int | None, str, str]] = []
-        queue = PendingQueue(hard=100, soft=10, max_bytes=10_000, conflate=True, stats=counters,
+        queue = PendingQueue(hard=100, soft=10, max_bytes=10_000, conflate=True, stats=stats, counters=counters,
                              reject=lambda *r: refused.append(r))  # fmt: skip
         for i in range(10):
             queue.put_nowait((f"t{i}", b"x"))  # under the soft bound: all kept
@@ -204,12 +207,28 @@ def test_pending_queue_is_bounded_and_conflates_per_topic() -> None:
         queue.put_nowait(("new", b"y" * 20_000))  # over max_bytes: dropped
         for i in range(200):
             queue.put_nowait((f"u{i}", b"z"))  # 90 fit under the hard bound, 110 dropped
-        assert queue.qsize() == 100 and counters.conflated == 1000 and counters.dropped == 111
+        assert queue.qsize() == 100 and counters.conflated == 1000 and stats.dropped == 111
         assert len(refused) == 111 and {r[:2] for r in refused} == {(None, "queue-full")}
         got = queue.drain(1000)
         assert got[3] == ("t3", b"999") and len(got) == 100 and queue.bytes == 0
 
     asyncio.run(main())
+
+
+def test_conflated_updates_are_counted_per_source_on_metrics() -> None:
+    """A conflated flood is not silent: the runtime exports each source's count as fedrca_edge_conflated_total."""
+    config = site("opc.tcp://127.0.0.1:4840", ["a"])
+    runtime = EdgeRuntime(config, ["p"])  # its sources are not run: no connection is made
+    runtime.start()
+    source = runtime.sources[0]
+    assert runtime.metrics.value("fedrca_edge_conflated_total", source=source.name) is None
+    source.counters.conflated = 7
+    runtime.tick()
+    assert runtime.metrics.value("fedrca_edge_conflated_total", source=source.name) == 7
+    source.counters.conflated = 9
+    runtime.tick()
+    runtime.tick()  # a count is exported once
+    assert runtime.metrics.value("fedrca_edge_conflated_total", source=source.name) == 9
 
 
 # -- the broker goes away ---------------------------------------------------------------------------
@@ -385,7 +404,7 @@ def test_a_burst_is_delivered_whole_with_nothing_after_it(mqtt_broker: MqttBroke
     run_with(reader, body)
     assert [v for v, _ in updates.of(0)] == [float(i) for i in sorted(qos0)]  # all, in order
     assert [v for v, _ in updates.of(1)] == [float(i) for i in range(400) if i not in qos0]
-    assert reader.stats.conflated == reader.stats.dropped == 0 and updates.refused == []
+    assert reader.counters.conflated == reader.stats.dropped == 0 and updates.refused == []
 
 
 def test_flood_of_updates_memory_bounded_nothing_valid_lost(mqtt_broker: MqttBroker) -> None:
@@ -419,7 +438,7 @@ def test_flood_of_updates_memory_bounded_nothing_valid_lost(mqtt_broker: MqttBro
     flood = [v for v, _ in updates.of(0)]
     # what passed is in order and good; what the bound held back was superseded by a newer value
     assert flood and flood == sorted(flood) and not any(v is None or math.isnan(v) for v in flood)
-    assert reader.stats.messages + reader.stats.conflated + reader.stats.dropped <= 4001
+    assert reader.stats.messages + reader.counters.conflated + reader.stats.dropped <= 4001
 
 
 def test_sparkplug_primary_host_state_is_retained_online_then_offline(mqtt_broker: MqttBroker) -> None:

@@ -387,6 +387,14 @@ def run_demo(args: argparse.Namespace) -> int:
         # 2. the live pipeline on the embedded default
         _say("\n2/3 plant processors + RCA stream (embedded; same cores as the Kafka workers)")
         runtime = site_runtime(config, nominal_path, params_dir=stage / "params", metrics=metrics)
+        # the protocol path is compared with the files path on a twin built the same way, which replays every
+        # file as the runtime does: state carried from file to file (the plants' re-baselined means, their
+        # privacy windows) is then the same on both sides when a file's verdicts are compared
+        files_path = (
+            site_runtime(config, nominal_path, params_dir=stage / "params", metrics=Metrics(plants=config.plant_names))
+            if protocol
+            else None
+        )
         _say(
             f"  parameters {runtime.plants.processors[config.plant_names[0]].model_version}, graph "
             f"{runtime.rca.engine.graph.source}, flag epsilon {config.privacy.flag_epsilon}, replay speed {pacer_spec}"
@@ -401,9 +409,9 @@ def run_demo(args: argparse.Namespace) -> int:
             runtime.reset()  # each file is a new recording
             what = "nominal operation" if root is None else f"fault from sample {TEP_FAULT_ONSET}, true root {root}"
             _say(f"\n  replaying {name} ({len(frame)} samples; {what})")
-            if protocol:
-                expected = replay_frame(runtime, values, sample_seconds=TEP_SAMPLE_SECONDS)  # the files path
-                runtime.reset()
+            if files_path is not None:
+                files_path.reset()
+                expected = replay_frame(files_path, values, sample_seconds=TEP_SAMPLE_SECONDS)
                 over = path_of[args.source].split(" at ")[0]
                 _say(f"  serving it over {over}, a row every {period:g} s ({len(frame) * period:.0f} s) ...")
                 table = frame[list(TEP_COLUMNS)].to_numpy(dtype=np.float64)

@@ -9,6 +9,7 @@ name                                           type       labels
                                                           good, bad, stale, missing)
 ``fedrca_edge_late_updates_total``             counter    plant
 ``fedrca_edge_reconnects_total``               counter    source
+``fedrca_edge_conflated_total``                counter    source (updates superseded unread in a flood)
 ``fedrca_edge_source_connected``               gauge      source (1 connected, 0 not)
 ``fedrca_edge_rows_published_total``           counter    plant (acknowledged by the broker)
 ``fedrca_edge_rows_missed_total``              counter    plant, reason (restart, buffer-full,
@@ -62,6 +63,12 @@ class EdgeMetrics(Metrics):
         )
         self.edge_reconnects = Counter(
             "fedrca_edge_reconnects_total", "Sessions created again after a loss, by source.", ["source"], registry=r
+        )
+        self.edge_conflated = Counter(
+            "fedrca_edge_conflated_total",
+            "Updates superseded by a newer one of the same tag before they were read (a flood conflated), by source.",
+            ["source"],
+            registry=r,
         )
         self.edge_connected = Gauge(
             "fedrca_edge_source_connected", "1 while the source's session is up, by source.", ["source"], registry=r

@@ -9,10 +9,10 @@ no update arrives: the row assembler turns the tags stale after its bound.
 Incoming messages wait in a :class:`PendingQueue` bounded in messages and bytes, so a
 flood cannot grow the process: past ``soft`` pending messages a JSON source keeps only the
 newest pending message of each topic (a tag's older value would be superseded anyway;
-counted in ``conflated``), and at the hard bound a message is dropped (refused as
-``queue-full``). A Sparkplug source never conflates (its messages are
-numbered): a drop shows as a sequence gap, and the rebirth it triggers brings every value
-back.
+counted in the source's ``counters.conflated``, exported as ``fedrca_edge_conflated_total``),
+and at the hard bound a message is dropped (refused as ``queue-full``). A Sparkplug source
+never conflates (its messages are numbered): a drop shows as a sequence gap, and the rebirth
+it triggers brings every value back.
 
 Both implement :class:`~fedrca.edge.source.TagSource`: updates, keep-alives and refused
 input go to the :class:`~fedrca.edge.source.TagSink` (which logs one line per tag and
@@ -84,7 +84,6 @@ class ReaderStats:
 
     messages: int = 0
     dropped: int = 0
-    conflated: int = 0
     connects: int = 0
 
 
@@ -176,6 +175,7 @@ class PendingQueue(asyncio.Queue[Any]):
         conflate: bool = False,
         stats: ReaderStats | None = None,
         reject: Reject | None = None,
+        counters: SourceCounters | None = None,
     ) -> None:
         super().__init__(maxsize=0)
         self.hard = hard
@@ -183,6 +183,7 @@ class PendingQueue(asyncio.Queue[Any]):
         self.max_bytes = max_bytes
         self.conflate = conflate
         self.stats = stats if stats is not None else ReaderStats()
+        self.counters = counters if counters is not None else SourceCounters()
         self.reject = reject
         self.bytes = 0
         self._latest: dict[str, list[Any]] = {}
@@ -220,7 +221,7 @@ class PendingQueue(asyncio.Queue[Any]):
             if entry is not None:
                 self.bytes += size - len(entry[1])
                 entry[1] = payload
-                self.stats.conflated += 1
+                self.counters.conflated += 1
                 return
         if pending >= self.hard or self.bytes + size > self.max_bytes:
             self.stats.dropped += 1
@@ -323,7 +324,7 @@ class MqttLink:
         self.on_connect = on_connect
         self.will = will
         self.client: aiomqtt.Client | None = None
-        self._queue_options = {"stats": stats, "reject": reject, **(queue or {})}
+        self._queue_options = {"stats": stats, "counters": counters, "reject": reject, **(queue or {})}
         self._password = _password(settings, name)
         self._tls = _tls(settings)
         self._client_id = settings.client_id or f"fedrca-edge-{name}-{os.getpid()}"

@@ -181,6 +181,7 @@ class EdgeRuntime:
         self._dropped_seen = dict.fromkeys(self.tags.plants, 0)
         self._published_seen = dict.fromkeys(self.tags.plants, 0)
         self._reconnects_seen: dict[str, int] = {}
+        self._conflated_seen: dict[str, int] = {}
         self.sources: list[TagSource] = (
             list(sources) if sources is not None else build_sources(self.tags, clock, self.timing)
         )
@@ -317,6 +318,10 @@ class EdgeRuntime:
             if source.counters.reconnects > seen:
                 m.edge_reconnects.labels(source.name).inc(source.counters.reconnects - seen)
                 self._reconnects_seen[source.name] = source.counters.reconnects
+            seen = self._conflated_seen.get(source.name, 0)
+            if source.counters.conflated > seen:
+                m.edge_conflated.labels(source.name).inc(source.counters.conflated - seen)
+                self._conflated_seen[source.name] = source.counters.conflated
             m.edge_connected.labels(source.name).set(1 if source.counters.connected else 0)
 
     def ready(self) -> tuple[bool, str]:

@@ -58,6 +58,9 @@ class SourceCounters:
     reconnects: int = 0
     connected: bool = False
     last_error: str = ""
+    #: updates superseded by a newer one of the same tag before they were read (a flood conflated: an MQTT
+    #: JSON source past its queue's soft bound)
+    conflated: int = 0
     #: reason -> count of refused inputs
     reasons: dict[str, int] = field(default_factory=dict)
 
