@@ -95,6 +95,7 @@ SMOKE = {
     "THROUGHPUT_ROWS": 400,
     "RCA_ROWS": 600,
     "HANDLER_REPEAT": 1,
+    "HANDLER_FLAGS": 1_000,
     "RATES": (200.0,),
     "WARMUP_ROWS": 200,
     "PEER_MESSAGES": 2_000,

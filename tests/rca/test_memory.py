@@ -155,7 +155,7 @@ def test_the_engine_state_carries_the_memory():
     assert [v.to_dict() for v in head + tail] == [v.to_dict() for v in whole]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
 @given(
     rows=st.lists(st.lists(st.booleans(), min_size=3, max_size=3), min_size=0, max_size=50),
     shape=st.tuples(st.integers(1, 8), st.integers(1, 4), st.integers(1, 6)),

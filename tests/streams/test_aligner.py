@@ -158,7 +158,7 @@ def test_severity_levels_travel_with_their_row_and_survive_a_restart():
     assert [r.levels for r in rows] == [{}]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
 @given(
     times=st.lists(
         st.lists(st.sampled_from([0.0, 180.0, 180.5, 359.0, 1e9, 1e9 + 0.25]), min_size=1, max_size=3),
