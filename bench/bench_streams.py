@@ -21,7 +21,11 @@ read).
    then ONE ``fedrca run --roles rca`` worker works through the backlog. Its progress is read
    off its state records (one per committed batch: next input offset, create time): flags per
    second over the middle 80 % of them, and its CPU per flag over the same span. Every verdict
-   the same cores issue in-process on the same flags must be committed exactly once.
+   the same cores issue in-process on the same flags must be committed exactly once. Then the
+   worker's handler alone, in process, on the first ``HANDLER_FLAGS`` of the same flags in batches
+   of 2,000 (decode, align, judge, verdicts, state record: the worker's CPU besides its Kafka
+   client), with the block engine and, as its peer in the same run, the per-row engine
+   (:meth:`fedrca.rca.RCAEngine.update_rows`): CPU per flag and their ratio, the same verdicts.
 3. **end-to-end latency**: a plant worker and an RCA worker (``--roles rca``) running;
    10,000 unpaced warm-up rows (the RCA's memory of released rows fills, as after
    minutes of operation), then TEP fault files 01, 04, 05, 06 (``data/tep/dNN_te.dat``)
@@ -79,6 +83,9 @@ FAULTS = ("01", "04", "05", "06")
 
 THROUGHPUT_ROWS = 12_000  # x 5 plants = 60,000 sensor messages
 RCA_ROWS = 40_000  # x 5 plants = 200,000 flags preloaded for the RCA worker
+HANDLER_FLAGS = 20_000  # of them, through the RCA handler in process (block and per-row engine)
+HANDLER_REPEAT = 3
+HANDLER_BATCH = 2_000  # records per batch: fedrca run's --batch-size default
 RATES = (200.0, 1000.0)  # rows/s x 5 plants = 1,000 and 5,000 sensor messages/s offered
 WARMUP_ROWS = 10_000  # rows before the paced ones: fills the RCA's memory of released rows (10,000)
 PEER_MESSAGES = 50_000
@@ -87,6 +94,8 @@ TARGET_RATIO = 1.2
 SMOKE = {
     "THROUGHPUT_ROWS": 400,
     "RCA_ROWS": 600,
+    "HANDLER_REPEAT": 1,
+    "HANDLER_FLAGS": 1_000,
     "RATES": (200.0,),
     "WARMUP_ROWS": 200,
     "PEER_MESSAGES": 2_000,
@@ -609,6 +618,65 @@ def rca_flags(config: Any, rows: int) -> tuple[list[tuple[str, bytes]], list[Any
     return [(f.plant, raw) for f, raw in zip(run.flags, encode_flags(run.flags), strict=True)], run.verdicts
 
 
+class PerRowEngine:
+    """The peer of the RCA handler's cost: the same engine behind the stage's block interface, row by row
+    (:meth:`fedrca.rca.RCAEngine.update_rows`, the per-row path the block path is checked against)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.update_block = engine.update_rows
+        self.get_state, self.set_state, self.reset = engine.get_state, engine.set_state, engine.reset
+
+
+def handler_cost(config: Any, flags: list[tuple[str, bytes]], per_row: bool = False) -> tuple[float, list[bytes]]:
+    """CPU microseconds per flag of the RCA worker's handler alone (:class:`fedrca.streams.agents.RCAAgent`:
+    decode, align, judge, verdicts and the state record), in process over ``flags`` cut into batches of the
+    worker's ``--batch-size`` (no broker: the CPU the worker spends besides its Kafka client), and the verdicts
+    it issues. ``per_row``: its engine row by row (:class:`PerRowEngine`)."""
+    from fedrca.application.site import rca_runtime
+    from fedrca.connectors.names import SiteNames
+    from fedrca.streams.agents import RCAAgent
+    from fedrca.streams.loop import InputRecord
+    from fedrca.streams.runtime import RuntimeSettings
+
+    runtime = rca_runtime(config, settings=RuntimeSettings(allowed_lateness=1000))
+    if per_row:
+        runtime.stage.engine = PerRowEngine(runtime.engine)  # type: ignore[assignment]
+    agent = RCAAgent(runtime, SiteNames(config))
+    agent.restore(None)
+    records = [InputRecord(i, plant.encode(), raw, 0) for i, (plant, raw) in enumerate(flags)]
+    verdicts: list[bytes] = []
+    started = time.process_time()
+    for lo in range(0, len(records), HANDLER_BATCH):
+        processed = agent.process(records[lo : lo + HANDLER_BATCH])
+        verdicts += [o.value for o in processed.outputs if o.topic == agent.verdicts_topic]
+    return 1e6 * (time.process_time() - started) / max(len(records), 1), verdicts
+
+
+def handler_costs(config: Any, flags: list[tuple[str, bytes]]) -> dict[str, Any]:
+    """The handler's CPU per flag with the block engine and with the per-row engine, on the first
+    ``HANDLER_FLAGS`` flags, alternated ``HANDLER_REPEAT`` times (medians): a ratio taken in one run, on one
+    machine, whatever its load. Both must publish the same verdicts, byte for byte."""
+    part = flags[:HANDLER_FLAGS]
+    block, rows, problem = [], [], None
+    for _ in range(HANDLER_REPEAT):
+        us, by_block = handler_cost(config, part)
+        block.append(us)
+        us, by_rows = handler_cost(config, part, per_row=True)
+        rows.append(us)
+        if by_block != by_rows:
+            problem = (
+                f"the block engine published {len(by_block)} verdicts, the per-row engine {len(by_rows)}, "
+                "not the same ones"
+            )
+    return {
+        "handler_flags": len(part),
+        "handler_us": statistics.median(block),
+        "handler_rows_us": statistics.median(rows),
+        "handler_problem": problem,
+    }
+
+
 def rca_throughput(bootstrap: str, workdir: Path) -> dict[str, Any]:
     """One RCA worker (``--roles rca``) through a preloaded backlog of ``RCA_ROWS`` rows of flags (5 plants).
 
@@ -625,6 +693,7 @@ def rca_throughput(bootstrap: str, workdir: Path) -> dict[str, Any]:
     config = load_config(config_path)
     ensure_site_topics(bootstrap, config)
     flags, expected = rca_flags(config, RCA_ROWS)
+    costs = handler_costs(config, flags)
     topic = config.topic("flags")
     prod = producer(bootstrap)
     futures = [prod.send(topic, key=plant.encode(), value=raw) for plant, raw in flags]
@@ -664,6 +733,7 @@ def rca_throughput(bootstrap: str, workdir: Path) -> dict[str, Any]:
     if problem is None and dead:
         reasons = sorted({h.get("fedrca-reason", "?") for _, h in dead})
         problem = f"{len(dead)} flags dead-lettered by the RCA worker ({', '.join(reasons)})"
+    problem = problem or costs["handler_problem"]
     progress = sorted(_state_progress(bootstrap, config.topic("rca_state")))  # (next offset, create time s)
     n = len(flags)
     offsets = np.array([o for o, _ in progress], dtype=np.float64)
@@ -679,6 +749,7 @@ def rca_throughput(bootstrap: str, workdir: Path) -> dict[str, Any]:
         "cpu_us": 1e6 * (cpu[1] - cpu[0]) / (0.8 * n),
         "batches": len(progress),
         "rss": max((m for m in rss if not math.isnan(m)), default=float("nan")),
+        **costs,
     }
 
 
@@ -1075,6 +1146,14 @@ def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
         + ", ".join(f"{v:.1f}" for v in rca_cpu)
         + f"); {runs[0]['rca']['batches']} batches, {runs[0]['rca']['verdicts']} verdicts, "
         f"resident memory at most {med([r['rca']['rss'] for r in runs]):.0f} MiB while it worked"
+    )
+    handler = [r["rca"]["handler_us"] for r in runs]
+    per_row = [r["rca"]["handler_rows_us"] for r in runs]
+    speedup = [r["rca"]["handler_rows_us"] / r["rca"]["handler_us"] for r in runs]
+    print(
+        f"        RCA handler alone, in process ({runs[0]['rca']['handler_flags']:,} of the flags, "
+        f"{HANDLER_BATCH:,}-flag batches, CPU): {med(handler):.1f} us per flag; the same with the per-row "
+        f"engine {med(per_row):.1f} us ({med(speedup):.2f}x; {spread(speedup, '.2f')}); the same verdicts"
     )
     print()
     print(f"{'':<64}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>9}  target")

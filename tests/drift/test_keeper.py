@@ -72,6 +72,23 @@ def test_a_large_move_is_limited(fitted: PlantDetector) -> None:
         assert report.shift > 0.3 and report.applied < 1.0
 
 
+def test_a_new_recording_counts_the_drift_allowance_from_its_start(fitted: PlantDetector) -> None:
+    """After :meth:`reset` (a new recording, seqs from 0 again) the baseline in force is kept and its drift
+    allowance (``per``: a rate) accrues from the recording's start. Counted from the seq it took in the previous
+    recording (800), the first refresh of the next one (seq 400) would be allowed no step at all."""
+    settings = KeeperSettings(every=400, window=800, history=1600, guard=20, recent=60, min_rows=200,
+                              max_shift=0.5, max_scale=0.25, per=400)  # fmt: skip
+    keeper = BaselineKeeper(fitted, settings)
+    keeper.process(plant_rows(5, 900, drift_per_row=0.0002), seqs=np.arange(900))
+    assert keeper.version == 2 and keeper.baseline.seq == 800
+    keeper.reset()
+    assert keeper.version == 2 and keeper.baseline.seq == 0
+    keeper.process(plant_rows(6, 401, drift_per_row=0.0002, start=900), seqs=np.arange(401))
+    report = keeper.reports[-1]
+    assert report.seq == 400 and report.outcome in ("applied", "limited"), report.line()
+    assert report.applied > 0.0, report.line()
+
+
 @pytest.mark.parametrize("batch", [1, 7, 500])
 def test_any_chunking_gives_the_same_flags_and_baselines(fitted: PlantDetector, settings: KeeperSettings,
                                                          batch: int) -> None:  # fmt: skip

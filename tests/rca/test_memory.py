@@ -10,6 +10,7 @@ earlier at the intake.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -152,3 +153,34 @@ def test_the_engine_state_carries_the_memory():
     second.set_state(first.get_state())
     tail = second.run(np.arange(LATE + 50, T), flags[LATE + 50 :])
     assert [v.to_dict() for v in head + tail] == [v.to_dict() for v in whole]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(
+    rows=st.lists(st.lists(st.booleans(), min_size=3, max_size=3), min_size=0, max_size=50),
+    shape=st.tuples(st.integers(1, 8), st.integers(1, 4), st.integers(1, 6)),
+    cuts=st.lists(st.integers(0, 50), max_size=4),
+)
+def test_run_equals_update_row_by_row(rows, shape, cuts):
+    """IncidentMemory.run (the block path, in plain ints) gives update's memory after every row, block after block."""
+    gap, min_rows, forget = shape
+    stepped, blocked = (IncidentMemory(3, gap=gap, min_rows=min_rows, forget=forget) for _ in range(2))
+    alarmed = np.array(rows, dtype=bool).reshape(len(rows), 3)
+    # onsets: where each plant's current alarm run started (seqs skip, as released rows may)
+    seqs = np.cumsum(1 + np.arange(len(rows)) % 3).astype(np.int64)
+    onset = np.full((len(rows), 3), -1, dtype=np.int64)
+    for t in range(len(rows)):
+        onset[t] = np.where(alarmed[t], np.where(t and alarmed[t - 1], onset[t - 1], seqs[t]), -1)
+    expected = []
+    for t in range(len(rows)):
+        stepped.update(int(seqs[t]), alarmed[t], onset[t])
+        expected.append((stepped.first.tolist(), stepped.rows.tolist(), stepped.episode_rows.tolist(), stepped.active))
+    got = []
+    for lo, hi in itertools.pairwise([0, *sorted(c for c in cuts if c < len(rows)), len(rows)]):
+        out = blocked.run(seqs[lo:hi], alarmed[lo:hi], onset[lo:hi])
+        got += [
+            (out.first[i].tolist(), out.rows[i].tolist(), out.episode_rows[i].tolist(), bool(out.active[i]))
+            for i in range(hi - lo)
+        ]
+    assert got == expected
+    assert blocked.get_state() == stepped.get_state()

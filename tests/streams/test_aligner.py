@@ -156,3 +156,41 @@ def test_severity_levels_travel_with_their_row_and_survive_a_restart():
     assert [(r.seq, r.levels) for r in rows] == [(0, {"a": 2, "b": 0})]
     rows, _ = feed(restored, [flag(p, 1) for p in PLANTS])
     assert [r.levels for r in rows] == [{}]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(
+    times=st.lists(
+        st.lists(st.sampled_from([0.0, 180.0, 180.5, 359.0, 1e9, 1e9 + 0.25]), min_size=1, max_size=3),
+        min_size=1,
+        max_size=8,
+    ),
+    skew=st.sampled_from([float("inf"), 0.3, 100.0]),
+    codes=st.lists(st.sampled_from([(0, 0), (0, 1), (1, 0), (1, 1)]), min_size=3, max_size=3),
+)
+def test_clock_fast_path_equals_the_median(times, skew, codes):
+    """A row's time is the median of its plants' times, each offset the plant's time minus it, and the code of its
+    pairs what the memory keeps, whether its plants agree on the time (the aligner's fast path) or not."""
+    aligner = FlagAligner(PLANTS, allowed_lateness=0, max_clock_skew=skew)
+    rows = []
+    for seq, row_times in enumerate(times):
+        present = PLANTS[: len(row_times)]
+        for plant, t, (zc, za) in zip(present, row_times, codes, strict=False):
+            rows += aligner.add(FlagMessage("s", plant, t, seq, zc, za, 1.0, "v"))[0]
+    rows += aligner.flush()
+    assert [r.seq for r in rows] == list(range(len(times)))
+    for row, row_times in zip(rows, times, strict=True):
+        values = sorted(row_times)
+        n = len(values)
+        median = values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+        assert row.ts == median
+        assert row.offsets == {p: t - median for p, t in zip(PLANTS, row_times, strict=False)}
+        off = {p for p, t in zip(PLANTS, row_times, strict=False) if abs(t - median) > skew}
+        assert set(row.clock) == (off if n - len(off) >= 2 else set())
+    state = aligner.get_state()
+    fresh = FlagAligner(PLANTS, allowed_lateness=0, max_clock_skew=skew)
+    fresh.set_state(json.loads(json.dumps(state)))
+    assert fresh._released == aligner._released
+    codes_kept = "".join(code for _, code in aligner._released)
+    assert all(len(code) == len(PLANTS) for _, code in aligner._released)
+    assert set(codes_kept) <= set("0123-")

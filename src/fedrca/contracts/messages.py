@@ -695,7 +695,7 @@ def decode_flags(
     inf = math.inf
     # the fast path's values are checked: its messages are built without the frozen dataclass's
     # per-field __init__ (half its cost), every field set, each default from the class's
-    new, defaults = object.__new__, _FLAG_DEFAULTS
+    new, setattr_, defaults = object.__new__, object.__setattr__, _FLAG_DEFAULTS
     for raw in raws:
         try:
             # parse_json's size bound first; a message of the plain fields' scalar types nests 1 deep
@@ -729,20 +729,20 @@ def decode_flags(
             ok = False
         if ok:
             flag = new(FlagMessage)
-            attrs = flag.__dict__
-            attrs.update(defaults)
-            attrs.update(
-                site=site,
-                plant=plant,
-                ts=float(ts),
-                seq=seq,
-                zc=zc,
-                za=za,
-                eps=inf if eps is None else float(eps),
-                model_version=version,
-                level=level,
-                level_eps=inf if level_eps is None else float(level_eps),
-            )
+            # every field, in the class's order: the defaults first, then the message's own
+            setattr_(flag, "__dict__", {
+                **defaults,
+                "site": site,
+                "plant": plant,
+                "ts": float(ts),
+                "seq": seq,
+                "zc": zc,
+                "za": za,
+                "eps": inf if eps is None else float(eps),
+                "model_version": version,
+                "level": level,
+                "level_eps": inf if level_eps is None else float(level_eps),
+            })  # fmt: skip
             out.append(flag)
             continue
         try:

@@ -45,7 +45,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -357,10 +357,13 @@ class BaselineKeeper:
         return parts[0] if len(parts) == 1 else DetectionResult.concat(parts)
 
     def reset(self) -> None:
-        """A new recording starts at seq 0: the history is forgotten and the schedule restarts (the
-        baseline in force is kept)."""
+        """A new recording starts at seq 0: the history is forgotten and the schedule restarts. The baseline
+        in force is kept and counts as in force from seq 0: its drift allowance (``per``) accrues from the
+        recording's start, not from a seq of the previous recording
+        (``tests/drift/test_keeper.py::test_a_new_recording_counts_the_drift_allowance_from_its_start``)."""
         self.history.clear()
         self.next_due = self.settings.every
+        self._baselines[self.version] = replace(self.baseline, seq=0)
 
     def restart(self) -> None:
         """Back to the plant as fitted: :meth:`reset`, the fitted baseline b0 installed again, no pin, the

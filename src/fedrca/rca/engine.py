@@ -659,6 +659,14 @@ class RCAEngine:
         codes = encode_states(flags)
         if codes.ndim != 2 or codes.shape[1] != len(self.plants):
             raise DataError(f"flags must be (T, {len(self.plants)}, 2), got {np.shape(flags)}")
+        return self.update_rows(seqs, codes, ts, levels)
+
+    def update_rows(
+        self, seqs: ArrayLike, codes: ArrayLike, ts: ArrayLike | None = None, levels: ArrayLike | None = None
+    ) -> list[Verdict]:
+        """:meth:`update_block`'s arguments through :meth:`update`'s per-row path, one row at a time: the
+        reference :meth:`update_block` is checked against, and the peer its cost is measured against
+        (``bench/bench_streams.py``, the RCA handler alone)."""
         seq_arr, code_arr, ts_arr, lev = self._block_arrays(seqs, codes, ts, levels)
         out = []
         for t in range(len(seq_arr)):
@@ -755,10 +763,13 @@ class RCAEngine:
         emitted = self._emit_block(judged, seqs)
         seq_list, ts_list, first_list, rows_list = seqs.tolist(), ts.tolist(), first.tolist(), n_rows.tolist()
         out = []
-        for i in emitted:
+        # the evidence without the onset order of every issued row, in one pass
+        if emitted:
+            unordered = self._unordered(counts[emitted], plants.alarmed[emitted], _rows_of(judged.quiet, emitted))
+        for j, i in enumerate(emitted):
             decision = self._verdict_at(judged, i, seq_list[i], ts_list[i], (first_list[i], seq_list[i]))
             moment = self._moment_at(judged, i, counts, plants.alarmed, memory, rows_list[i])
-            out.append(self._issue(decision, moment))
+            out.append(self._issue(decision, moment, unordered[j]))
         last = T - 1
         if emitted and emitted[-1] == last:
             self.decision = out[-1]
@@ -946,14 +957,24 @@ class RCAEngine:
             return None
         return self._evidence_of(self._last_moment, self.decision)
 
-    def _evidence_of(self, moment: _Moment, decision: Verdict) -> Evidence:
-        M = len(self.plants)
-        counts = moment.counts[None]
-        unseen_roots = (self._unseen & moment.alarmed)[None]
-        quiet = None if moment.quiet is None else moment.quiet[None]
-        zero = np.zeros((1, M, M))
+    def _unordered(self, counts: IntArray, alarmed: NDArray[np.bool_], quiet: NDArray[np.bool_] | None) -> FloatArray:
+        """Log evidence (E, M + 3) of E rows without the onset order, from their windows' state counts
+        (E, M, 4), alarm states (E, M) and quiet entry roots (E, M) (None: none).
+
+        Row by row the same floats as one row at a time: every operation of :meth:`_log_evidence` is
+        per row, and a row without an unseen or quiet root keeps the plain root evidence
+        (``tests/rca/test_block.py::test_blocks_equal_rows`` compares the issued verdicts' reasons
+        and probabilities, which read it)."""
+        E, M = alarmed.shape
+        unseen_roots = self._unseen[None, :] & alarmed
+        zero = np.zeros((E, M, M))
         variant = zero if (unseen_roots.any() or (quiet is not None and quiet.any())) else None
-        unordered = self._log_evidence(self._window_sums(counts), zero, variant, unseen_roots, quiet)[0][0]
+        return self._log_evidence(self._window_sums(counts), zero, variant, unseen_roots, quiet)[0]
+
+    def _evidence_of(self, moment: _Moment, decision: Verdict, unordered: FloatArray | None = None) -> Evidence:
+        if unordered is None:
+            quiet = None if moment.quiet is None else moment.quiet[None]
+            unordered = self._unordered(moment.counts[None], moment.alarmed[None], quiet)[0]
         return Evidence(
             plants=self.plants,
             seq=decision.seq,
@@ -987,10 +1008,11 @@ class RCAEngine:
             return self.decision
         return annotate(self.decision, evidence, self.graph, self.settings, self.calibration)
 
-    def _issue(self, decision: Verdict, moment: _Moment) -> Verdict:
+    def _issue(self, decision: Verdict, moment: _Moment, unordered: FloatArray | None = None) -> Verdict:
         """The decision as issued: with its candidate set, probabilities and reason
-        (:func:`fedrca.rca.explain.annotate`); at the block's or the row's decision it is also :attr:`decision`."""
-        evidence = self._evidence_of(moment, decision)
+        (:func:`fedrca.rca.explain.annotate`); at the block's or the row's decision it is also :attr:`decision`.
+        ``unordered``: the row's evidence without the onset order when already computed (:meth:`_unordered`)."""
+        evidence = self._evidence_of(moment, decision, unordered)
         if self.evidence_log is not None:
             self.evidence_log.append(evidence)
         issued = annotate(decision, evidence, self.graph, self.settings, self.calibration)
@@ -1039,6 +1061,11 @@ class _Moment:
     alarm_rows: IntArray
     dominant: IntArray
     rows: int
+
+
+def _rows_of(values: NDArray[np.bool_] | None, rows: list[int]) -> NDArray[np.bool_] | None:
+    """``values[rows]``, None when ``values`` is None."""
+    return None if values is None else values[rows]
 
 
 def _row_keys(mask: NDArray[np.bool_]) -> list[Any]:

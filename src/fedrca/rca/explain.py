@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections import deque
 
 import numpy as np
@@ -195,9 +196,8 @@ def _reason(
     # the competitor an operator weighs a named root against is another plant: the best other root
     # hypothesis (any other hypothesis when none is possible, or when no root is named)
     pool = range(1, M + 1) if named is not None else range(len(ev))
-    others = [i for i in pool if i != h and np.isfinite(ev[i])] or [
-        i for i in range(len(ev)) if i != h and np.isfinite(ev[i])
-    ]
+    finite = [math.isfinite(x) for x in ev.tolist()]  # plain floats: one numpy call, not one per hypothesis
+    others = [i for i in pool if i != h and finite[i]] or [i for i in range(len(ev)) if i != h and finite[i]]
     runner = max(others, key=lambda i: ev[i]) if others else -1
     margin = float(ev[h] - ev[runner]) if runner >= 0 else float("inf")
     root = None if named is None else named - 1
@@ -212,6 +212,7 @@ def _reason(
     if root is not None and root not in listed:
         listed[-1] = root
     declared = set(settings.unobserved_entry)
+    share = evidence.share.tolist()
     items = []
     for m in listed:
         pair = _pair(int(evidence.pairs[m]))
@@ -226,7 +227,7 @@ def _reason(
             PlantReason(
                 plants[m],
                 int(first[m] - start) if began[m] and start is not None else None,
-                float(np.clip(evidence.share[m], 0.0, 1.0)),
+                min(max(share[m], 0.0), 1.0),
                 pair,
                 PLANT_STATES[pair],
                 table,
