@@ -1010,6 +1010,9 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
         "explained": explained,
         "lead": lead,
         "deadletters": len(dead),
+        "late": sum(1 for _, headers in dead if headers.get("fedrca-reason") == "late"),
+        "lost": len(want - set(ids)),
+        "duplicated": len(ids) - len(set(ids)),
         "rates": per_rate,
         "rss": rss,
     }
@@ -1093,6 +1096,15 @@ def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
         f"on the same data, each exactly once; flags of two plants at most "
         + ", ".join(str(r["lat"]["lead"]) for r in runs)
         + " rows apart on the flags topic (the RCA's allowed lateness: 1,000)"
+    )
+    print(
+        "exactly once, per run (latency phase): "
+        + "; ".join(
+            f"run {number[k]}: {r['lat'].get('lost', '?')} lost, {r['lat'].get('duplicated', '?')} duplicated, "
+            f"{r['lat'].get('late', '?')} late of {r['lat'].get('deadletters', '?')} RCA dead letters, "
+            f"lead {r['lat']['lead']} rows"
+            for k, r in enumerate(runs)
+        )
     )
 
     def spread(values: list[float], fmt: str = ",.0f") -> str:

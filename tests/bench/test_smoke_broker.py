@@ -36,3 +36,18 @@ def test_streams_reports_the_rca_workers_memory(smoke_output: str) -> None:
     found = re.search(r"resident memory at most (\S+) MiB while it worked", section)
     assert found, f"bench_streams printed no RCA worker memory:\n{section[-3000:]}"
     assert float(found.group(1)) > 0, f"the RCA worker's resident memory read {found.group(1)} MiB"
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(2500)
+def test_streams_accounts_every_flag_and_verdict(smoke_output: str) -> None:
+    """The streams phase's account: no verdict lost or duplicated, no flag the RCA dead-lettered late, and the
+    plants within the plant worker's window (half the allowed lateness of 1,000) on the flags topic."""
+    section = check_section(smoke_output, "bench_streams")
+    account = r"run 1: (\d+) lost, (\d+) duplicated, (\d+) late of (\d+) RCA dead letters, lead (\d+) rows"
+    found = re.search(account, section)
+    assert found, f"bench_streams printed no account of its flags and verdicts:\n{section[-3000:]}"
+    lost, duplicated, late, dead, lead = map(int, found.groups())
+    assert (lost, duplicated, late, dead) == (0, 0, 0, 0), found.group(0)
+    assert lead <= 500, found.group(0)

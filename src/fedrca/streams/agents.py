@@ -151,6 +151,14 @@ class PlantAgent:
             ]
             self._repairs.append(Outgoing(self.history_topic, repair.value, key=repair.key))
 
+    @property
+    def progress(self) -> int | None:
+        """The plant's last processed seq (None: none yet): the loop keeps a site's plants in step by it
+        (:class:`~fedrca.streams.loop.TransactionalLoop`, "In step")."""
+        processor = self.runtime.processors.get(self.plant)
+        seq = -1 if processor is None else processor.last_seq
+        return seq if seq >= 0 else None
+
     def restore(self, state: bytes | None) -> None:
         """The processor continues from the last committed batch (its initial state when there is none).
 

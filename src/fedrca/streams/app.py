@@ -45,7 +45,7 @@ from fedrca.streams.compat import FedrcaApp
 from fedrca.streams.loop import BatchTimes, InputRecord, LoopSettings, TransactionalLoop
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, streaming_threads
 
-__all__ = ["ROLES", "SiteRoles", "StreamSettings", "Worker", "create_app", "parse_roles", "use_uvloop"]
+__all__ = ["ROLES", "SiteRoles", "StreamSettings", "Worker", "create_app", "parse_roles", "plant_window", "use_uvloop"]
 
 log = logging.getLogger("fedrca.streams")
 
@@ -82,6 +82,24 @@ class StreamSettings:
     batch_size: int = 2000
     batch_within: float = 0.02
     security: tuple[tuple[str, Any], ...] = ()
+
+
+def plant_window(allowed_lateness: int) -> int:
+    """Rows a site's plants may be apart while a plant worker works through a backlog (``LoopSettings.in_step``).
+
+    Half the RCA's allowed lateness: the other half covers the records the partition furthest
+    behind has processed but not yet appended to the flags topic (its transactions in flight), so
+    no row is judged before a plant that is merely behind reported it
+    (``tests/streams/test_in_step.py``).
+
+    Examples
+    --------
+    >>> plant_window(1000)
+    500
+    >>> plant_window(0)
+    1
+    """
+    return max(1, allowed_lateness // 2)
 
 
 def parse_roles(text: str) -> tuple[str, ...]:
@@ -190,9 +208,10 @@ class Worker:
                 if group is not None
                 else first.names.processor_group(list(first.plants.processors))
             )
+            lateness = min(site.plants.settings.allowed_lateness for site in self.sites if site.plants is not None)
             self.loops.append(
                 TransactionalLoop(
-                    self._loop_settings(plants_group, security),
+                    self._loop_settings(plants_group, security, in_step=plant_window(lateness)),
                     sorted(agents),
                     lambda tp: agents[tp.topic],
                     lambda tp: sites_of[tp.topic].state(sites_of[tp.topic].plant_of(tp.topic)),
@@ -204,6 +223,7 @@ class Worker:
                     ),
                     stage=DeadLetterStage.PLANT,
                     on_refused=lambda tp, stage, error: self._metrics[tp.topic].record_deadletter(stage, error.reason),
+                    step_group_for=lambda tp: sites_of[tp.topic].site,
                 )
             )
         if first.rca is not None:
@@ -250,9 +270,10 @@ class Worker:
         """The RCA runtime of the worker's (first) site."""
         return self.sites[0].rca
 
-    def _loop_settings(self, group: str, security: dict[str, Any]) -> LoopSettings:
+    def _loop_settings(self, group: str, security: dict[str, Any], in_step: int | None = None) -> LoopSettings:
         s = self.settings
         return LoopSettings(
+            in_step=in_step,
             bootstrap=s.bootstrap,
             group_id=group,
             client_id=f"fedrca-{self.group or self.names.site}-{s.worker_name}",

@@ -39,7 +39,7 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -66,15 +66,78 @@ __all__ = [
     "read_compacted_checked",
     "read_state",
     "state_record",
+    "step_allowances",
 ]
 
 log = logging.getLogger("fedrca.streams")
 
 _T = TypeVar("_T")
+_K = TypeVar("_K")
 
 
 #: Turns of the event loop between the handlers of two partitions of a fetch (see TransactionalLoop.run)
 IO_TURNS = 4
+
+
+def step_allowances(
+    progress: Mapping[_K, int | None],
+    groups: Mapping[_K, Hashable],
+    waiting: Iterable[_K],
+    window: int,
+    behind: Mapping[_K, int | None] | None = None,
+) -> dict[_K, int | None]:
+    """How many records each partition may take in the next fetch to stay within ``window`` of its group.
+
+    ``progress`` is each partition's position in the unit its outputs are aligned by downstream (a
+    plant's last processed seq; None: not known yet), ``groups`` puts the partitions whose outputs
+    meet downstream together (a site's plants), ``waiting`` are the partitions with records left to
+    read, ``behind`` (default: ``progress``) what a partition counts as when it is the reference
+    (the outputs it has in the log). A group's reference is the least of ``behind`` among its
+    waiting partitions; a partition may get at most ``window`` past it:
+
+        allowance[p] = reference(group(p)) + window - progress[p]
+
+    (<= 0: the partition waits). A partition that has nothing left to read (caught up, or its
+    source is silent) is no reference, so it holds nobody back; every partition of a group without
+    a reference is unbounded (None). One whose progress is not known yet (nothing processed) is no
+    reference either and takes at most ``window`` records, as the reference itself may. While a
+    waiting partition has processed records but has none in the log yet (``behind`` None: its first
+    transaction is in flight) its group's reference is not known: the partitions of known progress
+    wait (0) until it is.
+
+    Examples
+    --------
+    >>> step_allowances({"a": 900, "b": 100, "c": 350, "d": None}, dict.fromkeys("abcd", 0), "abcd", 500)
+    {'a': -300, 'b': 500, 'c': 250, 'd': 500}
+    >>> step_allowances({"a": 900, "b": 100}, {"a": 0, "b": 0}, ["a"], 500)  # b is caught up: a is the reference
+    {'a': 500, 'b': 1300}
+    >>> step_allowances({"a": 900, "b": 100}, {"a": 0, "b": 1}, "ab", 500)  # two groups: each its own reference
+    {'a': 500, 'b': 500}
+    >>> step_allowances({"a": 900, "b": None}, {"a": 0, "b": 0}, [], 500)  # all caught up: no bound but the first
+    {'a': None, 'b': 500}
+    >>> step_allowances({"a": 90, "b": 20, "c": None}, dict.fromkeys("abc", 0), "abc", 500, {"a": 80, "b": None})
+    {'a': 0, 'b': 0, 'c': 500}
+    """
+    reference: dict[Hashable, int] = {}
+    pending: set[Hashable] = set()
+    behind = progress if behind is None else behind
+    for key in waiting:
+        at = behind.get(key)
+        group = groups[key]
+        if at is not None:
+            if group not in reference or at < reference[group]:
+                reference[group] = at
+        elif progress.get(key) is not None:
+            pending.add(group)
+    out: dict[_K, int | None] = {}
+    for key, at in progress.items():
+        if groups[key] in pending:
+            out[key] = window if at is None else 0
+            continue
+        ref = reference.get(groups[key])
+        # allowance = reference + window - progress: how far it may go before it is window ahead
+        out[key] = window if at is None else None if ref is None else ref + window - at
+    return out
 
 
 class InputRecord(NamedTuple):
@@ -135,6 +198,9 @@ class PartitionHandler(Protocol):
 # after fencing the partition's producers and before ``restore``, so a handler whose state spans
 # more than one record (a plant's history, fedrca.streams.agents.PlantAgent) reads its other
 # committed records back exactly when it reads its state.
+# And a ``progress`` attribute (int | None, read after restore and after every batch): how far the
+# partition's outputs have got in the unit they are aligned by downstream (PlantAgent: the plant's
+# last processed seq), which ``LoopSettings.in_step`` keeps the partitions of a group within.
 
 
 @dataclass(frozen=True)
@@ -158,10 +224,13 @@ class LoopSettings:
     group_id : the consumer group (offsets are committed for it inside the transactions)
     client_id : names the worker in the broker's logs and the group
     max_records : most records taken per fetch (over all partitions)
-    max_partition_bytes : most bytes a fetch takes from one partition (``max.partition.fetch.bytes``);
-        it bounds how far one plant's flags run ahead of the others' in a backlog: keep a plant's batch
-        (about 1.2 kB per TEP message, so 1 MiB is about 850 rows) below the RCA's allowed lateness
-        (1,000 samples by default), or rows are judged before the slower plants reported them
+    max_partition_bytes : most bytes a fetch takes from one partition (``max.partition.fetch.bytes``)
+    in_step : with handlers that report their ``progress``, most the partitions of a step group may be
+        apart (in the handlers' unit: a plant's seq) before the one ahead waits (None: no bound); see
+        :class:`TransactionalLoop`, "In step"
+    in_step_idle : seconds a partition that has records to read may go without its fetch position moving
+        before it stops holding the others of its group back (its records cannot be read: it would hold
+        them back for ever)
     fetch_wait : seconds a fetch may wait when no record is there (``getmany`` and the broker's
         ``fetch.max.wait.ms``); it bounds the idle polling, not the latency of a record that is there
     linger : seconds a producer waits to fill a record batch (``linger.ms``; 0: the batch is sent
@@ -195,6 +264,8 @@ class LoopSettings:
     restore_timeout: float = 60.0
     offset_interval: float = 1.0
     producers: int = 2
+    in_step: int | None = None
+    in_step_idle: float = 30.0
     security: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -473,6 +544,8 @@ class _Task:
     # whose handler raised is processed again record by record from it (_isolate)
     state: bytes | None = None
     broken: bool = False  # a transaction failed: the partition is taken over again, later ones give up
+    # the handler's progress after the last batch whose records are in the log (LoopSettings.in_step)
+    appended: int | None = None
 
     def settle(self) -> None:
         """Forget the commits that are over."""
@@ -503,11 +576,34 @@ class TransactionalLoop:
         task's (:func:`read_state`) and input records whose processing failed (None: logged only)
     stage : the :class:`~fedrca.contracts.DeadLetterStage` of those dead letters
     on_refused : called with (partition, stage, error) for every record refused here (metrics)
+    step_group_for : the step group of a partition (``settings.in_step``; None: all partitions are one group)
 
     A batch whose handler raises is not the end of the worker: the handler is restored to the
     state of the last committed batch and the batch is processed again record by record; a record
     that still fails is dead-lettered (``unprocessable``, the exception named) and the others are
     processed as they would have been (``tests/streams/test_loop.py``).
+
+    In step
+    -------
+    With ``settings.in_step`` (a window ``W``) the partitions of one step group
+    (``step_group_for``: a site's plants, whose flags the RCA aligns) are worked through a backlog
+    in step, by flow control at the consumer: before each fetch the loop reads every handler's
+    ``progress`` and asks :func:`step_allowances` how many records each partition may take to stay
+    within ``W`` of the group's furthest-behind partition that still has records to read (last
+    stable offset above its fetch position). A partition with no allowance is paused
+    (``AIOKafkaConsumer.pause``: the fetcher asks the broker nothing for it) until it is ``W / 2``
+    behind the window's edge again; the others take at most their allowance in this fetch, furthest
+    behind first. A partition that has read everything (caught up, or its source silent) holds
+    nobody back, nor does one whose fetch position has not moved for ``in_step_idle`` seconds
+    though its records are there (compare Kafka Streams' ``max.task.idle.ms``). When no
+    partition is paused and every one has less left to read than its allowance (the live stream:
+    the usual case) the fetch is the one ``getmany`` without the window. The work is per fetch
+    and per partition, never per record: the batches stay whole and the handlers vectorised.
+
+    Without it a fetch takes what the fetcher buffered, partition by partition, and the
+    transactions of different partitions reach the output topic in any order: under a backlog one
+    plant's flags ran thousands of rows ahead of another's and the RCA judged those rows without
+    the plants behind (``tests/streams/test_in_step.py``).
     """
 
     def __init__(
@@ -522,6 +618,7 @@ class TransactionalLoop:
         deadletter_topic_for: Callable[[TopicPartition], str] | None = None,
         stage: DeadLetterStage = DeadLetterStage.PLANT,
         on_refused: Callable[[TopicPartition, DeadLetterStage, MessageError], None] | None = None,
+        step_group_for: Callable[[TopicPartition], Hashable] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = list(topics)
@@ -532,6 +629,10 @@ class TransactionalLoop:
         self._deadletter_topic_for = deadletter_topic_for
         self._stage = stage
         self._on_refused = on_refused
+        self._step_group_for = step_group_for or (lambda tp: None)
+        # in step: the partitions paused, and each partition's fetch position with when it last moved
+        self._held: set[TopicPartition] = set()
+        self._moved: dict[TopicPartition, tuple[int, float]] = {}
         self._tasks: dict[TopicPartition, _Task] = {}
         self._commits: list[asyncio.Future[bool]] = []  # the transactions started and not yet looked at
         self._lock = lock or asyncio.Lock()
@@ -567,11 +668,9 @@ class TransactionalLoop:
         try:
             while not self._stopping.is_set():
                 self._raise_failed_commits()
-                batch = await self._consumer.getmany(
-                    timeout_ms=max(1, int(s.fetch_wait * 1000)), max_records=s.max_records
-                )
+                batch, drawn = await self._fetch()
                 # the tasks the records were fetched for (a task taken over again seeks: its records come anew)
-                owners = {tp: self._tasks.get(tp) for tp in batch}
+                owners = {tp: drawn[tp] if tp in drawn else self._tasks.get(tp) for tp in batch}
                 if not batch:
                     # nothing arrived for fetch_wait: commit the offsets the batches left pending (in
                     # the background: the next fetch does not wait for it)
@@ -590,7 +689,7 @@ class TransactionalLoop:
                     # two partitions the event loop takes a few turns: the transactions in flight make
                     # their next step with the broker (each answer is a few turns from the socket to the
                     # next request), rather than each step waiting for every partition of the fetch
-                    for tp, records in batch.items():
+                    for tp, records in self._behind_first(batch):
                         task = owners[tp]
                         if task is not None and self._tasks.get(tp) is task and not task.broken and not task.busy:
                             self._start(task, records, fetched)
@@ -604,6 +703,118 @@ class TransactionalLoop:
             async with self._lock:
                 await self._drop(list(self._tasks))
             await self._consumer.stop()
+
+    async def _fetch(
+        self,
+    ) -> tuple[dict[TopicPartition, list[ConsumerRecord]], dict[TopicPartition, _Task | None]]:
+        """The next batch: whatever the fetcher has, up to ``max_records``; in step, within each partition's
+        allowance (see the class docstring, "In step"). With it, the task each partition's records were
+        drawn for, taken right after its draw: a later draw can wait for a rebalance, which takes the
+        partitions over again and seeks them, and the records drawn before are then not the new task's
+        (it is not their owner: they are left, and come again from where it seeked)."""
+        assert self._consumer is not None
+        consumer, s = self._consumer, self.settings
+        wait = max(1, int(s.fetch_wait * 1000))
+        if s.in_step is None:
+            return await consumer.getmany(timeout_ms=wait, max_records=s.max_records), {}
+        window = max(1, s.in_step)
+        allowance, left = await self._allowances(window)
+        # pause what has no allowance, resume what is half a window inside it again (hysteresis: a
+        # partition is not paused and resumed for a few records at a time)
+        held = {
+            tp for tp, a in allowance.items() if a is not None and (a <= 0 or (tp in self._held and 2 * a < window))
+        }
+        paused = consumer.paused()
+        if held - paused:
+            consumer.pause(*(held - paused))
+        if paused - held:
+            consumer.resume(*(paused - held))
+        self._held = held
+        active = [tp for tp in allowance if tp not in held]
+        bounded = {tp: a for tp, a in allowance.items() if a is not None and tp not in held}
+        if not held and all((n := left[tp]) is not None and n <= a for tp, a in bounded.items()):
+            # the live stream: every partition has less to read than it may take
+            return await consumer.getmany(timeout_ms=wait, max_records=s.max_records), {}
+        # a backlog: each partition takes what it has within its allowance, furthest behind first (one
+        # call per partition: the fetcher keeps the rest buffered), and the fetch waits only when none has any
+        batch: dict[TopicPartition, list[ConsumerRecord]] = {}
+        drawn: dict[TopicPartition, _Task | None] = {}
+        budget = s.max_records
+        for tp in sorted(active, key=lambda tp: -(bounded.get(tp) or 0)):
+            if budget <= 0:
+                break
+            take = min(budget, bounded.get(tp, budget))
+            records = (await consumer.getmany(tp, timeout_ms=0, max_records=take)).get(tp)
+            if records:
+                batch[tp] = records
+                drawn[tp] = self._tasks.get(tp)
+                budget -= len(records)
+        if batch or not active:
+            if not batch:
+                await asyncio.sleep(s.fetch_wait)  # everything is held or idle: the next turn decides again
+            return batch, drawn
+        most = min([s.max_records, *bounded.values()])
+        return await consumer.getmany(*active, timeout_ms=wait, max_records=max(1, most)), {}
+
+    async def _allowances(
+        self, window: int
+    ) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int | None]]:
+        """Each task's allowance (:func:`step_allowances`) and how many records it has left to read (None: unknown).
+
+        A partition is measured by what its outputs have reached in the log when it is the one
+        behind (``_Task.appended``: its transactions in flight may not have sent their records yet),
+        and by what it has processed when it is ahead (what it will send), so the outputs in the log
+        stay within the window whatever the transactions in flight
+        (``tests/streams/test_in_step.py``)."""
+        assert self._consumer is not None
+        consumer = self._consumer
+        assigned = consumer.assignment()
+        now = time.monotonic()
+        progress: dict[TopicPartition, int | None] = {}
+        groups: dict[TopicPartition, Hashable] = {}
+        left: dict[TopicPartition, int | None] = {}
+        sent: dict[TopicPartition, int | None] = {}
+        waiting = []
+        moved = {}
+        for tp, task in self._tasks.items():
+            if tp not in assigned:
+                continue
+            at = getattr(task.handler, "progress", None)
+            progress[tp] = at if isinstance(at, int) and at >= 0 else None
+            sent[tp] = task.appended if task.appended is not None and task.appended >= 0 else None
+            groups[tp] = self._step_group_for(tp)
+            position = await consumer.position(tp)
+            # read_committed: the last stable offset is the end of what can be read (the high
+            # watermark before the first fetch answer gave it; None before any answer)
+            end = consumer.last_stable_offset(tp)
+            if end is None or end < 0:
+                end = consumer.highwater(tp)
+            remaining = left[tp] = None if end is None else max(0, end - position)
+            before = self._moved.get(tp)
+            # a paused partition's position does not move because it waits: its clock starts when it may go
+            since = now if before is None or before[0] != position or tp in self._held else before[1]
+            moved[tp] = (position, since)
+            # it has records to read (or may have: no answer yet), and they come; paused partitions
+            # are ahead (that is why they wait), so their stale ends never make them the reference
+            if (remaining is None or remaining > 0) and (tp in self._held or now - since < self.settings.in_step_idle):
+                waiting.append(tp)
+        self._moved = moved
+        return step_allowances(progress, groups, waiting, window, sent), left
+
+    def _behind_first(
+        self, batch: Mapping[TopicPartition, list[ConsumerRecord]]
+    ) -> list[tuple[TopicPartition, list[ConsumerRecord]]]:
+        """The partitions of a fetch in the order their handlers run: in step, the furthest behind first
+        (its outputs reach the log first), else as fetched."""
+        if self.settings.in_step is None or len(batch) < 2:
+            return list(batch.items())
+
+        def progress(item: tuple[TopicPartition, list[ConsumerRecord]]) -> int:
+            task = self._tasks.get(item[0])
+            at = None if task is None else getattr(task.handler, "progress", None)
+            return at if isinstance(at, int) else -1
+
+        return sorted(batch.items(), key=progress)
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish after the batch in progress."""
@@ -682,6 +893,8 @@ class TransactionalLoop:
         # offset_pending: the group's offset may lag the state's (an idle fetch commits it)
         task = _Task(tp, handler, producers, state_topic, key, offset, offset_pending=True)
         task.state = None if saved is None else saved[2]
+        progress = getattr(handler, "progress", None)
+        task.appended = progress if isinstance(progress, int) else None  # what the committed state reached
         self._tasks[tp] = task
         log.info("%s: resuming at offset %d (%s)", _name(tp), offset, "state restored" if saved else "no state yet")
         if refused:
@@ -793,9 +1006,18 @@ class TransactionalLoop:
         first = batch[0].offset if batch else offset if offset is not None else task.next_offset
         commit = asyncio.ensure_future(self._commit(task, producer, previous, sent, outputs, offset, first))
         task.inflight.append(_Commit(sent, commit))
+        if batch and self.settings.in_step is not None:
+            progress = getattr(task.handler, "progress", None)
+            sent.add_done_callback(lambda f: self._appended(task, f, progress))
         self._commits.append(commit)
         if batch:
             commit.add_done_callback(lambda f: self._committed(task, f, batch, BatchTimes(fetched, done, time.time())))
+
+    @staticmethod
+    def _appended(task: _Task, sent: asyncio.Future[bool], progress: Any) -> None:
+        """A batch's records are in the log (its transaction's ``sent``): its outputs reached ``progress``."""
+        if not sent.cancelled() and sent.result() and isinstance(progress, int):
+            task.appended = progress
 
     def _committed(
         self, task: _Task, commit: asyncio.Future[bool], batch: Sequence[InputRecord], times: BatchTimes
