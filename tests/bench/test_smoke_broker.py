@@ -42,12 +42,14 @@ def test_streams_reports_the_rca_workers_memory(smoke_output: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(2500)
 def test_streams_accounts_every_flag_and_verdict(smoke_output: str) -> None:
-    """The streams phase's account: no verdict lost or duplicated, no flag the RCA dead-lettered late, and the
-    plants within the plant worker's window (half the allowed lateness of 1,000) on the flags topic."""
+    """The streams phase's account: no verdict lost or duplicated, no flag the RCA dead-lettered late.
+
+    The lead it prints is not bounded here: the plant worker's in-step window bounds what it fetches, not the
+    order in which its partitions' transactions reach the flags topic (a full-size run led by 1,331 rows with a
+    window of 500, docs/streams.md "A backlog in step")."""
     section = check_section(smoke_output, "bench_streams")
     account = r"run 1: (\d+) lost, (\d+) duplicated, (\d+) late of (\d+) RCA dead letters, lead (\d+) rows"
     found = re.search(account, section)
     assert found, f"bench_streams printed no account of its flags and verdicts:\n{section[-3000:]}"
-    lost, duplicated, late, dead, lead = map(int, found.groups())
+    lost, duplicated, late, dead, _lead = map(int, found.groups())
     assert (lost, duplicated, late, dead) == (0, 0, 0, 0), found.group(0)
-    assert lead <= 500, found.group(0)
