@@ -50,6 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 BROKER = REPO / "tools" / "kafka" / "broker.py"
 FEDRCA = [sys.executable, "-m", "fedrca.cli"]
+#: the tags' staleness bound of the site (tools/cluster.py site_config), in seconds of plant time
+STALENESS = 540.0
 
 
 @dataclass
@@ -101,7 +103,8 @@ class Run:
         self.hours = hours
         path = site_config(tmp, unique_name("edge"))
         text = path.read_text(encoding="utf-8").replace(
-            "  staleness_seconds: 540", f"  staleness_seconds: 540\n  buffer_seconds: {buffer_seconds:g}"
+            f"  staleness_seconds: {STALENESS:g}",
+            f"  staleness_seconds: {STALENESS:g}\n  buffer_seconds: {buffer_seconds:g}",
         )
         path.write_text(text, encoding="utf-8")
         self.config_path = path
@@ -201,7 +204,11 @@ def kill_scenario(run: Run, rng: random.Random, kill_after: int) -> Outcome:
 
 
 def opcua_restart_scenario(run: Run, restart_at: int) -> Outcome:
-    back_after = 3.0
+    # the server stays down twice the tags' staleness bound (``STALENESS``): a shorter
+    # outage is, rightly, not seen in the rows (each tag's last value is fresh for that long), and one as
+    # long as the bound is seen or not by a few ms of timing (a run with 3 s down at x180, the bound's own
+    # 3 s, once showed no stale row)
+    back_after = 2 * STALENESS / run.speed
     run.start_server(imperfect=f"restart={restart_at},restart_seconds={back_after:g}")
     run.start_edge()
     wait_for(lambda: run.count() >= restart_at + 25, 300, "rows well after the restart")
