@@ -88,9 +88,9 @@ def plant_window(allowed_lateness: int) -> int:
     """Rows a site's plants may be apart while a plant worker works through a backlog (``LoopSettings.in_step``).
 
     Half the RCA's allowed lateness: the other half covers the records the partition furthest
-    behind has processed but not yet appended to the flags topic (its transactions in flight), so
-    no row is judged before a plant that is merely behind reported it
-    (``tests/streams/test_in_step.py``).
+    behind has processed but not yet appended to the flags topic (its transactions in flight)
+    (``tests/streams/test_in_step.py``). It bounds what each partition fetches, not the order in
+    which the partitions' transactions reach the flags topic: docs/streams.md, "A backlog in step".
 
     Examples
     --------
