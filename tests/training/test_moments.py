@@ -94,3 +94,20 @@ def test_int8_release_is_a_quarter_of_float64_and_decodes_to_the_quantised_state
     back = decode_message(small)
     assert isinstance(back, ReleaseMessage)
     np.testing.assert_array_equal(back.x_meas, quantise(states, "int8"))
+
+
+def test_attenuation_and_released_noise_are_their_monte_carlo_formulas_from_one_cached_draw():
+    """Both read one cached draw; each equals its own formula on that draw, whichever is asked first."""
+    from fedrca.training.moments import attenuation, released_noise
+
+    scale, bound, dim, draws = 0.7, 1.5, 3, 20_000
+    e = np.random.default_rng(5).laplace(0.0, scale, (draws, dim))
+    norm = np.linalg.norm(e, axis=1)
+    # kappa = (1/P) E[tr J]: P inside the ball, (b/|e|)(P - 1) outside
+    kappa = np.where(norm > bound, bound / norm * (dim - 1), dim).mean() / dim
+    # Var = E[|clip_b(e)|^2] / P
+    variance = np.mean(np.minimum(norm, bound) ** 2) / dim
+    assert released_noise(scale, bound, dim, seed=5, draws=draws) == pytest.approx(variance, rel=1e-12)
+    assert attenuation(scale, bound, dim, seed=5, draws=draws) == pytest.approx(kappa, rel=1e-12)
+    assert 0.0 < kappa < 1.0 and variance < scale**2 * 2  # clipping shrinks both
+    assert attenuation(scale, bound, dim, seed=6, draws=draws) != attenuation(scale, bound, dim, seed=5, draws=draws)
