@@ -225,7 +225,7 @@ def twin_nominal_mask(off: np.ndarray, offset: int, n: int) -> tuple[np.ndarray,
     return mask, settled
 
 
-WORST_COLUMNS = ["run", "monitor", "week", "plant", "rows", "first (h after the fault's end)", "last"]
+WORST_COLUMNS = ["run", "monitor", "week", "plant", "rows", "after", "first (h after the fault's end)", "last"]
 
 
 def worst_week_alarms(
@@ -244,11 +244,34 @@ def worst_week_alarms(
         if not len(hit):
             continue
         hours = (hit + offset) / SAMPLES_PER_H
-        ended = [off for _, _, _, off in scenario.FAULTS if off <= hours[0]]
-        since = max(ended) if ended else 0.0
-        rows.append({"plant": plant, "rows": len(hit), "first (h after the fault's end)": hours[0] - since,
-                     "last": hours[-1] - since})  # fmt: skip
+        ended = [(off, name) for name, _, _, off in scenario.FAULTS if off <= hours[0]]
+        since, after = max(ended) if ended else (0.0, None)
+        rows.append({"plant": plant, "rows": len(hit), "after": after,
+                     "first (h after the fault's end)": hours[0] - since, "last": hours[-1] - since})  # fmt: skip
     return w + 1, rows
+
+
+def refreshes_around(reports: list[Any], worst: list[dict[str, Any]], offset: int, every: int) -> list[dict[str, Any]]:
+    """The refreshes from the onset of the fault the worst week's alarms follow to a refresh after its last
+    alarm (``worst``: the :func:`worst_week_alarms` rows of one run and monitor), one row each."""
+    if not worst or worst[0]["after"] is None:
+        return []
+    on, off = next((on, off) for name, _, on, off in scenario.FAULTS if name == worst[0]["after"])
+    hi = off + max(r["last"] for r in worst) + every / SAMPLES_PER_H
+    rows = []
+    for rep in reports:
+        h = (rep.seq + offset) / SAMPLES_PER_H
+        if on <= h <= hi:
+            rows.append({"plant": rep.plant, "h": h, "h after the fault's end": h - off, "outcome": rep.outcome,
+                         "baseline": f"b{rep.version}", "reason": short_reason(rep)})  # fmt: skip
+    return rows
+
+
+def short_reason(report: Any) -> str:
+    """A refresh's outcome in a table cell: the reason's last clause, or the step it took."""
+    if report.outcome in ("applied", "limited", "forced"):
+        return f"re-fit {report.shift:.2f} sd, {100 * report.applied:.0f}% applied ({report.rows} rows)"
+    return report.reason.split("; ")[-1].replace("|", "/")
 
 
 def weekly_far(out: Outcome, nominal: np.ndarray, week: int) -> list[float]:
@@ -456,9 +479,14 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         for mon in monitors[:2]:
             w, per_plant = worst_week_alarms(results[(name, mon)], nominal_mask(n, offset, True), week, offset, plants)
             worst_rows += [{"run": name, "monitor": mon, "week": w, **r} for r in per_plant]
+    judged = [r for r in worst_rows if r["run"] == "drift" and r["monitor"] == "fedrca, loop on"]
+    log = refreshes_around(results[("drift", "fedrca, loop on")].reports, judged, offset, schedule.every)
     sections.append(
         "## The loop's worst week: the nominal rows that alarm, per plant (any flag)\n\n"
         + _md(pd.DataFrame(worst_rows, columns=WORST_COLUMNS))
+        + "\n\nThe judged run's refreshes (loop on) from the onset of the fault before that week's first alarm to its "
+        "last alarm:\n\n"
+        + _md(pd.DataFrame(log, columns=["plant", "h", "h after the fault's end", "outcome", "baseline", "reason"]))
     )
     twin_at = len(sections)  # the twin section goes here; it is made last (its runs are read last)
     # faults
