@@ -1079,9 +1079,10 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         "not with --calibration)",
     )  # fmt: skip
     parser.add_argument(
-        "--maps", default="pooled", choices=("pooled", "rows", "setting"),
+        "--maps", default="pooled", choices=("pooled", "rows", "setting", "rows-shrunk"),
         help="what one calibration map is fitted for in the cross-validation: every setting (pooled: what "
-        "config/tep.calibration.json ships), each training size or each setting (an ablation: not with --calibration)",
+        "config/tep.calibration.json ships), each training size, each setting, or each training size shrunk toward a "
+        "shared map (an ablation: not with --calibration)",
     )  # fmt: skip
     parser.add_argument(
         "--smoke", action="store_true", help="tiny run (IDV 4 and 6, one seed of each kind, 16-h runs, eps inf): "

@@ -47,6 +47,7 @@ from fedrca.rca.calibration import (
     expected_calibration_error,
     fit,
     fit_thresholds,
+    fit_weights,
     reliability,
 )
 from fedrca.rca.evidence import softmax
@@ -55,6 +56,7 @@ from fedrca.rca.explain import candidate_set
 __all__ = [
     "IDV_GROUPS",
     "KINETICS",
+    "MAPS_BY",
     "STREAM_4",
     "THRESHOLDS_BY",
     "Samples",
@@ -79,6 +81,8 @@ LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 #: what one set threshold or one map is fitted for in the cross-validation (:func:`threshold_key`); the shipped map
 #: and its thresholds are pooled
 THRESHOLDS_BY = ("pooled", "rows", "setting")
+#: what one map is fitted for: as THRESHOLDS_BY, or one per training size shrunk toward a shared one (_fit_keyed)
+MAPS_BY = (*THRESHOLDS_BY, "rows-shrunk")
 
 
 @dataclass(frozen=True)
@@ -169,9 +173,20 @@ def _folds(samples: Samples) -> Iterable[tuple[np.ndarray, np.ndarray]]:
 
 
 def _fit_keyed(samples: Samples, plants: Sequence[str], by: str) -> dict[str, CalibrationMap]:
-    """One map per part of the library (:func:`threshold_key`: ``pooled`` one for every setting)."""
+    """One map per part of the library (:func:`threshold_key`: ``pooled`` one for every setting); ``rows-shrunk``:
+    one per training size, all fitted at once as a shared map plus one difference per training size (the features
+    and their products with "this verdict's training size is k", every weight under the same L2 penalty), so a
+    size's map leaves the shared one only as far as its own runs show."""
     keys = np.array([threshold_key(s, by) for s in samples.setting])
-    return {str(k): _fit(samples.where(keys == k), plants) for k in np.unique(keys)}
+    parts = [str(k) for k in np.unique(keys)]
+    if by != "rows-shrunk":
+        return {k: _fit(samples.where(keys == k), plants) for k in parts}
+    F = len(FEATURES)
+    # x_joint = [x, x 1[part 1], ..., x 1[part K]]; the map of part k: w_shared + w_k
+    joint = np.concatenate([samples.x] + [samples.x * (keys == k)[:, None, None] for k in parts], axis=2)
+    w = fit_weights(joint, samples.truth, samples.weight, PENALTY)
+    return {k: CalibrationMap(tuple((w[:F] + w[F * (1 + i) : F * (2 + i)]).tolist()), tuple(plants))
+            for i, k in enumerate(parts)}  # fmt: skip
 
 
 def _apply_keyed(maps: Mapping[str, CalibrationMap], samples: Samples, by: str) -> np.ndarray:
@@ -199,11 +214,11 @@ def threshold_key(setting: str, by: str) -> str:
     training size and flag epsilon)."""
     if by == "pooled":
         return "all"
-    if by == "rows":  # settings are named fedrca-<rows>-<eps>
+    if by in ("rows", "rows-shrunk"):  # settings are named fedrca-<rows>-<eps>
         return setting.split("-")[1]
     if by == "setting":
         return setting
-    raise ValueError(f"set thresholds by {by!r}: one of {', '.join(THRESHOLDS_BY)}")
+    raise ValueError(f"a map or a set threshold by {by!r}: one of {', '.join(MAPS_BY)}")
 
 
 def _thresholds(samples: Samples, probs: np.ndarray, by: str = "pooled") -> dict[str, tuple[tuple[float, float], ...]]:

@@ -29,7 +29,7 @@ def test_threshold_key_names_the_part_of_the_library(rc: ModuleType) -> None:
     assert rc.threshold_key("fedrca-2880-inf", "rows") == rc.threshold_key("fedrca-2880-2", "rows") == "2880"
     assert rc.threshold_key("fedrca-500-2", "rows") == "500"
     assert rc.threshold_key("fedrca-500-2", "setting") != rc.threshold_key("fedrca-500-inf", "setting")
-    with pytest.raises(ValueError, match="one of pooled, rows, setting"):
+    with pytest.raises(ValueError, match="one of pooled, rows, setting, rows-shrunk"):
         rc.threshold_key("fedrca-500-2", "epsilon")
 
 
@@ -63,7 +63,8 @@ def test_maps_and_thresholds_per_part_of_the_library(rc: ModuleType) -> None:
     samples = _library(rc)
     plants = ("a", "b", "c")
     at_500 = samples.setting == "fedrca-500-inf"
-    for maps_by, thresholds_by in (("pooled", "pooled"), ("rows", "pooled"), ("pooled", "rows")):
+    ablations = (("pooled", "pooled"), ("rows", "pooled"), ("rows-shrunk", "pooled"), ("pooled", "rows"))
+    for maps_by, thresholds_by in ablations:
         probs, maps = rc.cross_validate(samples, plants, thresholds_by, maps_by)
         # every verdict's probabilities are its map's
         for i in range(len(samples)):
