@@ -209,9 +209,9 @@ def _out_of_fold(samples: Samples, plants: Sequence[str], maps_by: str = "pooled
 
 
 def threshold_key(setting: str, by: str) -> str:
-    """The part of the library a set threshold or a map is fitted for (``by`` one of :data:`THRESHOLDS_BY`):
-    ``pooled`` one for every setting, ``rows`` one per training size, ``setting`` one per setting (a site knows its
-    training size and flag epsilon)."""
+    """The part of the library a set threshold or a map is fitted for (``by`` one of :data:`MAPS_BY`): ``pooled``
+    one for every setting, ``rows`` (and ``rows-shrunk``) one per training size, ``setting`` one per setting (a site
+    knows its training size and flag epsilon)."""
     if by == "pooled":
         return "all"
     if by in ("rows", "rows-shrunk"):  # settings are named fedrca-<rows>-<eps>
@@ -244,7 +244,8 @@ def cross_validate(
     group (with one fault seed, as in the smoke run, the IDV groups alone), and the map of each verdict's fold
     (its set thresholds fitted by the same cross-validation inside the fold's runs: no threshold has seen the
     runs it is scored on). ``maps_by`` and ``thresholds_by`` (:func:`threshold_key`) say what one map and one
-    threshold are fitted for: ``pooled`` (the four settings pooled, what ships), ``rows`` or ``setting``."""
+    threshold are fitted for: ``pooled`` (the four settings pooled, what ships), ``rows``, ``setting`` or (maps only)
+    ``rows-shrunk``."""
     probs = np.full(samples.truth.shape, np.nan)
     maps: list[CalibrationMap | None] = [None] * len(samples)
     for train, test in _folds(samples):
