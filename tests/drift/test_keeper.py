@@ -290,3 +290,29 @@ def test_history_records_fuzzed_are_taken_back_or_refused_slow(fitted: PlantDete
     counts = _history_fuzz(fitted, settings, 10_000)
     print(f"\nfuzz history: {sum(counts.values())} examples, {counts['ok']} decoded, {counts['refused']} refused")
     assert sum(counts.values()) >= 10_000
+
+
+def test_a_refresh_holds_blas_at_one_thread_and_gives_it_back() -> None:
+    """The re-fit runs on one BLAS thread whatever the process set, and the process's setting is back after it
+    (the keeper's controller lists the libraries once, at its first refresh)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    rng = np.random.default_rng(0)
+    det = PlantDetector(n_states=1, method="family", alpha=0.01, seed=0).fit(rng.normal(size=(600, 3)))
+    keeper = BaselineKeeper(det, KeeperSettings(every=300, window=300, history=600, min_rows=100))
+    seen: list[set[int]] = []
+    refit = keeper._refresh
+
+    def spy(at: int, force: bool):  # type: ignore[no-untyped-def]
+        seen.append(blas_threads())
+        return refit(at, force)
+
+    keeper._refresh = spy  # type: ignore[method-assign]
+    with threadpool_limits(limits=2, user_api="blas"):
+        keeper.process(rng.normal(size=(700, 3)), seqs=np.arange(700))
+        assert blas_threads() == {2}
+    assert [r.outcome for r in keeper.reports] == ["applied", "applied"]
+    assert seen == [{1}, {1}]
