@@ -58,6 +58,7 @@ ATE_BAR = 0.10
 SMOKE = {  # bench/run.py --smoke
     "SAMPLES": 1_000,
     "SEEDS": (0, 1),
+    "XIS": (0.0, 1.0),
     "TEP_SEEDS": (0,),
     "TEP_FAULTS": {"04": "reactor"},
     "FIGURE_VARIANTS": (("trained", True),),

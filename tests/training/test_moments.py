@@ -94,3 +94,89 @@ def test_int8_release_is_a_quarter_of_float64_and_decodes_to_the_quantised_state
     back = decode_message(small)
     assert isinstance(back, ReleaseMessage)
     np.testing.assert_array_equal(back.x_meas, quantise(states, "int8"))
+
+
+def test_attenuation_and_released_noise_are_their_monte_carlo_formulas_from_one_cached_draw():
+    """Both read one cached draw; each equals its own formula on that draw, whichever is asked first."""
+    from fedrca.training.moments import attenuation, released_noise
+
+    scale, bound, dim, draws = 0.7, 1.5, 3, 20_000
+    e = np.random.default_rng(5).laplace(0.0, scale, (draws, dim))
+    norm = np.linalg.norm(e, axis=1)
+    # kappa = (1/P) E[tr J]: P inside the ball, (b/|e|)(P - 1) outside
+    kappa = np.where(norm > bound, bound / norm * (dim - 1), dim).mean() / dim
+    # Var = E[|clip_b(e)|^2] / P
+    variance = np.mean(np.minimum(norm, bound) ** 2) / dim
+    assert released_noise(scale, bound, dim, seed=5, draws=draws) == pytest.approx(variance, rel=1e-12)
+    assert attenuation(scale, bound, dim, seed=5, draws=draws) == pytest.approx(kappa, rel=1e-12)
+    assert 0.0 < kappa < 1.0 and variance < scale**2 * 2  # clipping shrinks both
+    assert attenuation(scale, bound, dim, seed=6, draws=draws) != attenuation(scale, bound, dim, seed=5, draws=draws)
+
+
+def _transition_draw_by_draw(plants, dims, releases, kappa, lags, cross_noise_var, draws, seed):
+    """The reference: the simulation of estimate_transition's errors one draw at a time (its first form)."""
+    from fedrca.training.moments import _assemble, _yule_walker
+
+    G = _assemble(plants, dims, releases, kappa, lags)
+    offsets = np.cumsum((0, *dims))
+    block = {p: slice(int(offsets[i]), int(offsets[i + 1])) for i, p in enumerate(plants)}
+    rng = np.random.default_rng(seed)
+    sims = []
+    for _ in range(draws):
+        Gs = G.copy()
+        for m in plants:
+            rel = releases[m]
+            n = rel.n_rows
+            power = np.clip(np.diag(rel.own[lags]), 0.0, None)
+            for j in range(lags + 1):
+                Gs[j][block[m], block[m]] += rel.noise_sigma * rng.standard_normal(rel.own[lags].shape) / n
+            for other in rel.cross:
+                k = kappa[other]
+                for j in range(lags + 1):
+                    for target, shape in (
+                        ((block[m], block[other]), (dims[plants.index(m)], dims[plants.index(other)])),
+                        ((block[other], block[m]), (dims[plants.index(other)], dims[plants.index(m)])),
+                    ):
+                        own_rows = power if target[0] == block[m] else None
+                        var_state = cross_noise_var[other] * (
+                            own_rows[:, None] if own_rows is not None else power[None, :]
+                        )
+                        sd = np.sqrt(rel.noise_sigma**2 + np.broadcast_to(var_state, shape))
+                        Gs[j][target] += 0.5 * sd * rng.standard_normal(shape) / (n * k)
+        sims.append(_yule_walker(Gs))
+    return G, np.var(np.stack(sims), axis=0)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_vectorised_draws_equal_the_draw_by_draw_simulation(seed):
+    from fedrca.training.moments import estimate_transition, plant_moments
+
+    rng = np.random.default_rng(seed)
+    plants, dims, lags = ("a", "b", "c"), (2, 3, 1), 2
+    T = 400
+    states = {p: rng.standard_normal((T, d)) * 0.3 for p, d in zip(plants, dims, strict=True)}
+    released = {p: x + 0.1 * rng.standard_normal(x.shape) for p, x in states.items()}
+    releases = {
+        p: plant_moments(
+            p,
+            states[p],
+            {o: released[o] for o in plants if o != p},
+            clip=1.0,
+            others_bounds={o: 2.0 for o in plants if o != p},
+            lags=lags,
+            mu=1.0,
+            rng=rng,
+        )
+        for p in plants
+    }
+    kappa = {"a": 0.9, "b": 0.8, "c": 0.95}
+    noise_var = {"a": 0.01, "b": 0.02, "c": 0.005}
+    estimate = estimate_transition(plants, dims, releases, kappa, lags, noise_var, draws=50, seed=seed)
+    G, simulated = _transition_draw_by_draw(plants, dims, releases, kappa, lags, noise_var, 50, seed)
+    np.testing.assert_array_equal(estimate.gammas, G)
+    # stderr^2 = the simulated variance + the sampling error of a VAR(1)
+    n_obs = min(r.n_rows for r in releases.values())
+    sigma_u = G[0] - estimate.A @ G[1].T
+    sampling = np.outer(np.clip(np.diag(sigma_u), 0, None), np.clip(np.diag(np.linalg.pinv(G[0])), 0, None)) / n_obs
+    np.testing.assert_allclose(estimate.stderr**2, simulated + sampling, rtol=1e-12, atol=0)
+    assert simulated.min() > 0.0

@@ -30,9 +30,11 @@ number of training rounds: the clients' targets are computed from these releases
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,6 +59,25 @@ __all__ = [
 FloatArray = NDArray[np.float64]
 
 
+@functools.lru_cache(maxsize=64)
+def _clipped_laplace(noise_scale: float, bound: float, dim: int, seed: int, draws: int) -> tuple[float, float]:
+    """(kappa, variance per coordinate) of Laplace(noise_scale)^P noise clipped to L2 norm ``bound``, one draw.
+
+    Both are Monte Carlo over the same ``draws`` rows and depend on public numbers only, so one draw
+    serves both and is cached: every client and the server ask for the same plants' values, and a
+    draw of 400,000 rows costs ~0.2 s (``tests/training/test_moments.py`` checks the cached and the
+    uncached values agree).
+    """
+    e = np.random.default_rng(seed).laplace(0.0, noise_scale, (draws, dim))
+    norm = np.linalg.norm(e, axis=1)
+    outside = norm > bound
+    # tr J = P inside; (b/|e|)(P - 1) outside
+    trace = np.where(outside, bound / np.maximum(norm, 1e-300) * (dim - 1), float(dim))
+    clipped, _ = clip_rows(e, bound)
+    # Var per coordinate = E[|clip_b(e)|^2] / P
+    return float(trace.mean() / dim), float(np.mean(np.sum(clipped**2, axis=1)) / dim)
+
+
 def attenuation(noise_scale: float, bound: float, dim: int, seed: int = 0, draws: int = 400_000) -> float:
     """kappa with E[clip_b(z + e)] ~ kappa z for small z, e ~ Laplace(noise_scale)^P (public numbers only).
 
@@ -73,12 +94,7 @@ def attenuation(noise_scale: float, bound: float, dim: int, seed: int = 0, draws
     """
     if noise_scale == 0.0:
         return 1.0
-    e = np.random.default_rng(seed).laplace(0.0, noise_scale, (draws, dim))
-    norm = np.linalg.norm(e, axis=1)
-    outside = norm > bound
-    # tr J = P inside; (b/|e|)(P - 1) outside
-    trace = np.where(outside, bound / np.maximum(norm, 1e-300) * (dim - 1), float(dim))
-    return float(trace.mean() / dim)
+    return _clipped_laplace(float(noise_scale), float(bound), int(dim), int(seed), int(draws))[0]
 
 
 def moment_sensitivity(clip: float, others_bound: float, n_others: int, lags: int) -> float:
@@ -212,18 +228,17 @@ def _assemble(
 
 
 def _yule_walker(G: FloatArray) -> FloatArray:
-    """Least squares over j = 1..L of ``Gamma_j = A Gamma_{j-1}``.
+    """Least squares over j = 1..L of ``Gamma_j = A Gamma_{j-1}``; ``G`` (..., L+1, S, S), Â (..., S, S).
 
     ``A = (sum_j Gamma_j Gamma_{j-1}') (sum_j Gamma_{j-1} Gamma_{j-1}')^-1``
     """
-    lags = len(G) - 1
-
-    def gamma(k: int) -> FloatArray:
-        return G[k] if k >= 0 else G[-k].T
-
-    num = sum(gamma(j) @ gamma(j - 1).T for j in range(1, lags + 1))
-    den = sum(gamma(j - 1) @ gamma(j - 1).T for j in range(1, lags + 1))
-    return np.asarray(np.linalg.solve(np.asarray(den).T, np.asarray(num).T).T)
+    lags = G.shape[-3] - 1
+    prev = np.swapaxes(G[..., :lags, :, :], -1, -2)  # Gamma_{j-1}', j = 1..L
+    # sum_j Gamma_j Gamma_{j-1}', sum_j Gamma_{j-1} Gamma_{j-1}'
+    num = (G[..., 1:, :, :] @ prev).sum(axis=-3)
+    den = (G[..., :lags, :, :] @ prev).sum(axis=-3)
+    # A = num den^-1, i.e. den' A' = num'
+    return np.asarray(np.swapaxes(np.linalg.solve(np.swapaxes(den, -1, -2), np.swapaxes(num, -1, -2)), -1, -2))
 
 
 def estimate_transition(
@@ -249,32 +264,38 @@ def estimate_transition(
     A = _yule_walker(G)
     offsets = np.cumsum((0, *dims))
     block = {p: slice(int(offsets[i]), int(offsets[i + 1])) for i, p in enumerate(plants)}
-    rng = np.random.default_rng(seed)
-    sims = []
-    for _ in range(draws):
-        Gs = G.copy()
-        for m in plants:
-            rel = releases[m]
-            n = rel.n_rows
-            power = np.clip(np.diag(rel.own[lags]), 0.0, None)  # sum_t x_m,i(t)^2 (noisy, clipped at 0)
+    # Every noise term of one draw, in the order a draw takes its normals: (lag, rows, columns,
+    # shape, pre, post), the term being pre * z / post. All draws are taken at once, one row of Z
+    # per draw: the same numbers, in the same order, as a draw-by-draw loop
+    # (tests/training/test_moments.py::test_the_vectorised_draws_equal_the_draw_by_draw_simulation).
+    terms: list[tuple[int, slice, slice, tuple[int, ...], Any, float]] = []
+    for m in plants:
+        rel = releases[m]
+        n = rel.n_rows
+        power = np.clip(np.diag(rel.own[lags]), 0.0, None)  # sum_t x_m,i(t)^2 (noisy, clipped at 0)
+        for j in range(lags + 1):
+            terms.append((j, block[m], block[m], rel.own[lags].shape, rel.noise_sigma, float(n)))
+        for other in rel.cross:
+            k = kappa[other]
             for j in range(lags + 1):
-                Gs[j][block[m], block[m]] += rel.noise_sigma * rng.standard_normal(rel.own[lags].shape) / n
-            for other in rel.cross:
-                k = kappa[other]
-                for j in range(lags + 1):
-                    for target, shape in (
-                        ((block[m], block[other]), (dims[plants.index(m)], dims[plants.index(other)])),
-                        ((block[other], block[m]), (dims[plants.index(other)], dims[plants.index(m)])),
-                    ):
-                        # each half-block: Gaussian release noise + the other plant's state noise
-                        own_rows = power if target[0] == block[m] else None
-                        var_state = cross_noise_var[other] * (
-                            own_rows[:, None] if own_rows is not None else power[None, :]
-                        )
-                        sd = np.sqrt(rel.noise_sigma**2 + np.broadcast_to(var_state, shape))
-                        Gs[j][target] += 0.5 * sd * rng.standard_normal(shape) / (n * k)
-        sims.append(_yule_walker(Gs))
-    noise_var = np.var(np.stack(sims), axis=0)
+                for target, shape in (
+                    ((block[m], block[other]), (dims[plants.index(m)], dims[plants.index(other)])),
+                    ((block[other], block[m]), (dims[plants.index(other)], dims[plants.index(m)])),
+                ):
+                    # each half-block: Gaussian release noise + the other plant's state noise
+                    own_rows = power if target[0] == block[m] else None
+                    var_state = cross_noise_var[other] * (own_rows[:, None] if own_rows is not None else power[None, :])
+                    sd = np.sqrt(rel.noise_sigma**2 + np.broadcast_to(var_state, shape))
+                    terms.append((j, target[0], target[1], shape, 0.5 * sd, n * k))
+    sizes = [math.prod(shape) for *_, shape, _, _ in terms]
+    Z = np.random.default_rng(seed).standard_normal((draws, sum(sizes)))
+    Gs = np.repeat(G[None], draws, axis=0)  # (draws, L+1, S, S)
+    at = 0
+    for (j, rows, cols, shape, pre, post), size in zip(terms, sizes, strict=True):
+        Gs[:, j, rows, cols] += pre * Z[:, at : at + size].reshape(draws, *shape) / post
+        at += size
+    sims = _yule_walker(Gs)
+    noise_var = np.var(sims, axis=0)
     # sampling error of a VAR(1): Sigma_u = Gamma_0 - A Gamma_1'
     n_obs = min(r.n_rows for r in releases.values())
     sigma_u = G[0] - A @ G[1].T
@@ -287,9 +308,7 @@ def released_noise(noise_scale: float, bound: float, dim: int, seed: int = 0, dr
     """Variance per coordinate of Laplace(noise_scale)^P noise after clipping to L2 norm ``bound`` (public)."""
     if noise_scale == 0.0:
         return 0.0
-    e = np.random.default_rng(seed).laplace(0.0, noise_scale, (draws, dim))
-    clipped, _ = clip_rows(e, bound)
-    return float(np.mean(np.sum(clipped**2, axis=1)) / dim)
+    return _clipped_laplace(float(noise_scale), float(bound), int(dim), int(seed), int(draws))[1]
 
 
 @dataclass(frozen=True)
