@@ -651,10 +651,7 @@ def plant_handler_cost(config: Any, rows: list[list[tuple[str, bytes]]], fitted:
 def plant_handler_costs(config: Any, rows: list[list[tuple[str, bytes]]]) -> dict[str, Any]:
     """The plant handlers' CPU per message with the site's re-baselining loop and without it (its
     ablation), on the first ``PLANT_HANDLER_ROWS`` rows, alternated ``HANDLER_REPEAT`` times (medians)."""
-    import logging
-
     part = rows[:PLANT_HANDLER_ROWS]
-    logging.getLogger("fedrca.drift").setLevel(logging.ERROR)  # a line per refresh; the workers log theirs
     off = config.model_copy(update={"drift": config.drift.model_copy(update={"enabled": False})})
     fitted: dict[Any, Any] = {}  # one fit per plant for both
     on_runs, off_runs = [], []
