@@ -292,7 +292,7 @@ def test_history_records_fuzzed_are_taken_back_or_refused_slow(fitted: PlantDete
     assert sum(counts.values()) >= 10_000
 
 
-def test_a_refresh_holds_blas_at_one_thread_and_gives_it_back() -> None:
+def test_a_refresh_holds_blas_at_one_thread_and_gives_it_back(fitted: PlantDetector, settings: KeeperSettings) -> None:
     """The re-fit runs on one BLAS thread whatever the process set, and the process's setting is back after it
     (the keeper's controller lists the libraries once, at its first refresh)."""
     from threadpoolctl import threadpool_info, threadpool_limits
@@ -300,9 +300,7 @@ def test_a_refresh_holds_blas_at_one_thread_and_gives_it_back() -> None:
     def blas_threads() -> set[int]:
         return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
 
-    rng = np.random.default_rng(0)
-    det = PlantDetector(n_states=1, method="family", alpha=0.01, seed=0).fit(rng.normal(size=(600, 3)))
-    keeper = BaselineKeeper(det, KeeperSettings(every=300, window=300, history=600, min_rows=100))
+    keeper = BaselineKeeper(fitted, settings)
     seen: list[set[int]] = []
     refit = keeper._refresh
 
@@ -312,7 +310,7 @@ def test_a_refresh_holds_blas_at_one_thread_and_gives_it_back() -> None:
 
     keeper._refresh = spy  # type: ignore[method-assign]
     with threadpool_limits(limits=2, user_api="blas"):
-        keeper.process(rng.normal(size=(700, 3)), seqs=np.arange(700))
+        keeper.process(plant_rows(2, 900), seqs=np.arange(900))
         assert blas_threads() == {2}
-    assert [r.outcome for r in keeper.reports] == ["applied", "applied"]
+    assert [r.seq for r in keeper.reports] == [400, 800]
     assert seen == [{1}, {1}]
