@@ -117,6 +117,10 @@ TARGET_RCA = 50_000.0  # flags/s of one RCA worker through a backlog
 STAGES = ("consume", "flags", "aligned", "verdict")
 PROFILE_ENV = "FEDRCA_BENCH_PROFILE"
 _METRICS_LINE = re.compile(rb"metrics on (http://[0-9.:]+)/metrics")
+#: The plant detectors fitted in process, shared by the phases (every site of a run has config/tep.yaml's design
+#: under its own name: :func:`fedrca.application.site.plant_runtime` copies a detector fitted before, as fitting
+#: again would give it)
+FITTED: dict[Any, Any] = {}
 
 
 # -- workers ----------------------------------------------------------------------------------
@@ -603,16 +607,21 @@ def throughput(bootstrap: str, workdir: Path) -> dict[str, Any]:
     }
 
 
-def plant_handler_cost(config: Any, rows: list[list[tuple[str, bytes]]], fitted: dict[Any, Any]) -> dict[str, Any]:
+def plant_handler_cost(config: Any, rows: list[list[tuple[str, bytes]]], drift: bool = True) -> dict[str, Any]:
     """CPU of the plant worker's handlers alone (:class:`fedrca.streams.agents.PlantAgent`, one per plant),
     in process over ``rows`` in batches of ``PLANT_HANDLER_BATCH`` per plant, plants in step: us per message,
-    and the refreshes of the re-baselining loop (their number and CPU) when ``config`` has it on."""
+    and the refreshes of the re-baselining loop (their number and CPU) when ``config`` has it on. ``drift``
+    False: the same detectors without their loops (as ``drift.enabled: false`` builds them: no refresh, no
+    history records)."""
     from fedrca.application.site import plant_runtime
     from fedrca.connectors.names import SiteNames
     from fedrca.streams.agents import PlantAgent
     from fedrca.streams.loop import InputRecord
 
-    runtime = plant_runtime(config, TRAIN, fitted=fitted)
+    runtime = plant_runtime(config, TRAIN, fitted=FITTED)
+    if not drift:
+        for processor in runtime.processors.values():
+            processor.keeper = None
     names = SiteNames(config)
     agents = {p: PlantAgent(runtime, p, names) for p in runtime.processors}
     refreshes: list[float] = []  # CPU seconds of each refresh
@@ -652,12 +661,10 @@ def plant_handler_costs(config: Any, rows: list[list[tuple[str, bytes]]]) -> dic
     """The plant handlers' CPU per message with the site's re-baselining loop and without it (its
     ablation), on the first ``PLANT_HANDLER_ROWS`` rows, alternated ``HANDLER_REPEAT`` times (medians)."""
     part = rows[:PLANT_HANDLER_ROWS]
-    off = config.model_copy(update={"drift": config.drift.model_copy(update={"enabled": False})})
-    fitted: dict[Any, Any] = {}  # one fit per plant for both
     on_runs, off_runs = [], []
     for _ in range(HANDLER_REPEAT):
-        on_runs.append(plant_handler_cost(config, part, fitted))
-        off_runs.append(plant_handler_cost(off, part, fitted))
+        on_runs.append(plant_handler_cost(config, part))
+        off_runs.append(plant_handler_cost(config, part, drift=False))
     return {
         "plant_rows": len(part),
         "plant_us": statistics.median(r["us"] for r in on_runs),
@@ -690,7 +697,7 @@ def rca_flags(config: Any, rows: int) -> tuple[list[tuple[str, bytes]], list[Any
     faults = pd.concat([load_tep(REPO / "data" / "tep" / f"d{n}_te.dat")[columns] for n in FAULTS])
     frame = pd.concat([faults] * (rows // len(faults) + 1), ignore_index=True).iloc[:rows]
     settings = RuntimeSettings(allowed_lateness=1000)
-    plant_side = plant_runtime(config, TRAIN, settings=settings)
+    plant_side = plant_runtime(config, TRAIN, settings=settings, fitted=FITTED)
     runtime = SiteRuntime(plant_side, rca_runtime(plant_side.config, settings=settings))
     values = {p: frame[cols].round(5).to_numpy() for p, cols in plants.items()}
     run = replay_frame(runtime, values, sample_seconds=180.0)
@@ -939,7 +946,7 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
         # Built like the workers build theirs: the plant worker fits on TRAIN, the RCA worker (no
         # parameters published) takes the configured graph and rca.false_alarm_rate.
         settings = RuntimeSettings(allowed_lateness=1000)
-        plant_side = plant_runtime(config, TRAIN, settings=settings)
+        plant_side = plant_runtime(config, TRAIN, settings=settings, fitted=FITTED)
         runtime = SiteRuntime(plant_side, rca_runtime(plant_side.config, settings=settings))
         replay = replay_frame(
             runtime, {p: frame[cols].round(5).to_numpy() for p, cols in plants.items()}, sample_seconds=180.0
