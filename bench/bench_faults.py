@@ -758,15 +758,19 @@ class CalibrationSection:
     counts: str
 
 
-def calibration_section(results: dict[str, Measured], vs: Sequence[Variant], level: float) -> CalibrationSection:
+def calibration_section(
+    results: dict[str, Measured], vs: Sequence[Variant], level: float, thresholds_by: str = "pooled",
+    maps_by: str = "pooled",
+) -> CalibrationSection:  # fmt: skip
     """Cross-validated calibrated sets of fedrca (:mod:`rca_calibration`) next to its uncalibrated posterior, the
-    first-alarm peer made into sets and the centralised reference ranked by contribution, per setting."""
+    first-alarm peer made into sets and the centralised reference ranked by contribution, per setting (one map
+    per ``maps_by`` and one set threshold per ``thresholds_by``: :func:`rca_calibration.threshold_key`)."""
     import rca_calibration as rc
 
     fed = [v for v in vs if v.kind == "fedrca"]
     samples = rc.collect({v.key: results[v.key].faults for v in fed}, TRUTH, ONSET_SAMPLE)
     plants = next(o.plants for v in fed for o in results[v.key].faults.values())
-    probs, maps = rc.cross_validate(samples, plants)
+    probs, maps = rc.cross_validate(samples, plants, thresholds_by, maps_by)
     rows, reliabilities, panels, bars, scores = [], {}, [], [], {}
     for v in fed:
         sel = samples.setting == v.key
@@ -796,8 +800,9 @@ def calibration_section(results: dict[str, Measured], vs: Sequence[Variant], lev
             }
 
         ece_cell = f"{mine['ece']:.3f} ({rc.fmt_interval(low, high)}; exactly calibrated: {floor[0]:.3f})"
-        rows.append(row(f"fedrca, calibrated at {level:g} (cross-validated; sets reach {mine['threshold']:.2f})",
-                        mine, ece_cell))  # fmt: skip
+        low_t, high_t = mine["thresholds"]
+        reached = f"{mine['threshold']:.2f}" + (f", {low_t:.2f}-{high_t:.2f} over the folds" if high_t > low_t else "")
+        rows.append(row(f"fedrca, calibrated at {level:g} (cross-validated; sets reach {reached})", mine, ece_cell))
         rows.append(row(f"fedrca, the engine's posterior at {level:g} (uncalibrated)", engine, f"{engine['ece']:.3f}"))
         for name, sets, ece in (
             ("first alarm", first, f"{1.0 - first[1]['coverage']:.3f}" if first else "-"),
@@ -1068,12 +1073,27 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         "not read; the same monitors, the fedrca of this checkout's outputs as they were when saved)",
     )  # fmt: skip
     parser.add_argument(
+        "--set-thresholds", default="pooled", choices=("pooled", "rows", "setting"),
+        help="what the candidate sets' thresholds are fitted for in the cross-validation: one for every setting "
+        "(pooled: what config/tep.calibration.json ships), one per training size or one per setting (an ablation: "
+        "not with --calibration)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--maps", default="pooled", choices=("pooled", "rows", "setting", "rows-shrunk"),
+        help="what one calibration map is fitted for in the cross-validation: every setting (pooled: what "
+        "config/tep.calibration.json ships), each training size, each setting, or each training size shrunk toward a "
+        "shared map (an ablation: not with --calibration)",
+    )  # fmt: skip
+    parser.add_argument(
         "--smoke", action="store_true", help="tiny run (IDV 4 and 6, one seed of each kind, 16-h runs, eps inf): "
         "the same code path, no figure to keep (bench/run.py --smoke)"
     )  # fmt: skip
     # bench/run.py calls main() without arguments: the defaults, never run.py's own argv
     argv = [] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    if args.calibration and (args.set_thresholds != "pooled" or args.maps != "pooled"):
+        parser.error("--set-thresholds and --maps rows/setting are ablations of the cross-validated figures; the "
+                     "shipped map and its thresholds are pooled: leave out --calibration")  # fmt: skip
     seeds = lambda text: tuple(int(s) for s in text.split(",") if s.strip())  # noqa: E731
     hours = 48.0
     if args.smoke or smoke:
@@ -1126,7 +1146,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     )
     print("\nFAR per nominal seed\n" + far_table.to_string(index=False))
     bars = [] if args.smoke else acceptance(results, rows)
-    section = calibration_section(results, vs, config.rca.coverage)
+    section = calibration_section(results, vs, config.rca.coverage, args.set_thresholds, args.maps)
     print(f"\nCandidate sets and calibration ({section.counts})\n" + section.table.to_string(index=False))
     if has_recorded:
         rec_sets = recorded_sets(results, vs, section.calibration, config.rca.coverage)

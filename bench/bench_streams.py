@@ -15,7 +15,15 @@ read).
    when the plant group's committed offsets reach the sensor topics' ends. The flags
    are then read with ``isolation_level=read_committed`` and accounted by (plant, seq):
    every one exactly once. Rate = flags per second of the flags' own create timestamps
-   over the middle 80% of them ("steady").
+   over the middle 80% of them ("steady"). Then the plant handlers alone, in process, on the first
+   ``PLANT_HANDLER_ROWS`` rows of the same messages in batches of ``PLANT_HANDLER_BATCH`` per plant
+   (decode, check, detect, flags, history records, state: the worker's CPU besides its Kafka client),
+   with the site's re-baselining loop (``drift``) and, as its ablation in the same run, without it:
+   CPU per message, and the CPU of one refresh. The schedule counts samples (``drift.every`` of
+   plant time: 160 rows of TEP's 180 s at 8 h), so a refresh's share per message is the site's
+   whatever the replay's speed, while a refresh's stall (every plant at the same seq refreshes in
+   the same fetch) recurs every ``every`` rows of the replay: 0.8 s at 1,000 msgs/s here, 8 h on
+   the plant.
 2. **throughput of one RCA worker**: the flags the in-process cores publish for ``RCA_ROWS``
    rows of the TEP fault files 01, 04, 05, 06 (repeated) are preloaded into the flags topic,
    then ONE ``fedrca run --roles rca`` worker works through the backlog. Its progress is read
@@ -86,6 +94,8 @@ RCA_ROWS = 40_000  # x 5 plants = 200,000 flags preloaded for the RCA worker
 HANDLER_FLAGS = 20_000  # of them, through the RCA handler in process (block and per-row engine)
 HANDLER_REPEAT = 3
 HANDLER_BATCH = 2_000  # records per batch: fedrca run's --batch-size default
+PLANT_HANDLER_ROWS = 3_000  # x 5 plants, through the plant handlers in process (drift loop on and off)
+PLANT_HANDLER_BATCH = 100  # records per plant partition batch
 RATES = (200.0, 1000.0)  # rows/s x 5 plants = 1,000 and 5,000 sensor messages/s offered
 WARMUP_ROWS = 10_000  # rows before the paced ones: fills the RCA's memory of released rows (10,000)
 PEER_MESSAGES = 50_000
@@ -96,6 +106,7 @@ SMOKE = {
     "RCA_ROWS": 600,
     "HANDLER_REPEAT": 1,
     "HANDLER_FLAGS": 1_000,
+    "PLANT_HANDLER_ROWS": 400,
     "RATES": (200.0,),
     "WARMUP_ROWS": 200,
     "PEER_MESSAGES": 2_000,
@@ -106,6 +117,10 @@ TARGET_RCA = 50_000.0  # flags/s of one RCA worker through a backlog
 STAGES = ("consume", "flags", "aligned", "verdict")
 PROFILE_ENV = "FEDRCA_BENCH_PROFILE"
 _METRICS_LINE = re.compile(rb"metrics on (http://[0-9.:]+)/metrics")
+#: The plant detectors fitted in process, shared by the phases (every site of a run has config/tep.yaml's design
+#: under its own name: :func:`fedrca.application.site.plant_runtime` copies a detector fitted before, as fitting
+#: again would give it)
+FITTED: dict[Any, Any] = {}
 
 
 # -- workers ----------------------------------------------------------------------------------
@@ -554,6 +569,7 @@ def throughput(bootstrap: str, workdir: Path) -> dict[str, Any]:
         raise RuntimeError(f"{failed} preloaded sensor messages were not acknowledged")
     expected = len(futures)
     targets = end_offsets(bootstrap, sorted(topics.values()))
+    costs = plant_handler_costs(config, rows)
 
     worker = Worker("plants", config_path, bootstrap, "plants,params", workdir)
     done = GroupDone(bootstrap, f"fedrca-{site}-plants")
@@ -587,6 +603,76 @@ def throughput(bootstrap: str, workdir: Path) -> dict[str, Any]:
         "first_last": n / max(stamps[-1] - stamps[0], 1e-9),
         "start_s": stamps[0] - worker.started,
         "cpu_us": cpu_us,
+        **costs,
+    }
+
+
+def plant_handler_cost(config: Any, rows: list[list[tuple[str, bytes]]], drift: bool = True) -> dict[str, Any]:
+    """CPU of the plant worker's handlers alone (:class:`fedrca.streams.agents.PlantAgent`, one per plant),
+    in process over ``rows`` in batches of ``PLANT_HANDLER_BATCH`` per plant, plants in step: us per message,
+    and the refreshes of the re-baselining loop (their number and CPU) when ``config`` has it on. ``drift``
+    False: the same detectors without their loops (as ``drift.enabled: false`` builds them: no refresh, no
+    history records)."""
+    from fedrca.application.site import plant_runtime
+    from fedrca.connectors.names import SiteNames
+    from fedrca.streams.agents import PlantAgent
+    from fedrca.streams.loop import InputRecord
+
+    runtime = plant_runtime(config, TRAIN, fitted=FITTED)
+    if not drift:
+        for processor in runtime.processors.values():
+            processor.keeper = None
+    names = SiteNames(config)
+    agents = {p: PlantAgent(runtime, p, names) for p in runtime.processors}
+    refreshes: list[float] = []  # CPU seconds of each refresh
+    every = 0  # rows between two refreshes
+    for agent in agents.values():
+        agent.restore(None)
+        keeper = agent.keeper
+        if keeper is not None:
+            every = keeper.settings.every
+
+            def timed(*args: Any, _refresh: Any = keeper.refresh, **kw: Any) -> Any:
+                began = time.process_time()
+                try:
+                    return _refresh(*args, **kw)
+                finally:
+                    refreshes.append(time.process_time() - began)
+
+            keeper.refresh = timed
+    records = {p: [InputRecord(i, p.encode(), raw, 0) for i, row in enumerate(rows) for q, raw in row if q == p]
+               for p in agents}  # fmt: skip
+    started = time.process_time()
+    for lo in range(0, len(rows), PLANT_HANDLER_BATCH):
+        for p, agent in agents.items():
+            agent.process(records[p][lo : lo + PLANT_HANDLER_BATCH])
+    cpu = time.process_time() - started
+    n = sum(len(r) for r in records.values())
+    return {
+        "us": 1e6 * cpu / max(n, 1),
+        "refreshes": len(refreshes),
+        "refresh_ms": 1e3 * statistics.median(refreshes) if refreshes else float("nan"),
+        "refresh_share": sum(refreshes) / cpu if cpu > 0 else float("nan"),
+        "every": every,
+    }
+
+
+def plant_handler_costs(config: Any, rows: list[list[tuple[str, bytes]]]) -> dict[str, Any]:
+    """The plant handlers' CPU per message with the site's re-baselining loop and without it (its
+    ablation), on the first ``PLANT_HANDLER_ROWS`` rows, alternated ``HANDLER_REPEAT`` times (medians)."""
+    part = rows[:PLANT_HANDLER_ROWS]
+    on_runs, off_runs = [], []
+    for _ in range(HANDLER_REPEAT):
+        on_runs.append(plant_handler_cost(config, part))
+        off_runs.append(plant_handler_cost(config, part, drift=False))
+    return {
+        "plant_rows": len(part),
+        "plant_us": statistics.median(r["us"] for r in on_runs),
+        "plant_off_us": statistics.median(r["us"] for r in off_runs),
+        "refreshes": on_runs[0]["refreshes"],
+        "refresh_ms": statistics.median(r["refresh_ms"] for r in on_runs),
+        "refresh_share": statistics.median(r["refresh_share"] for r in on_runs),
+        "every": f"{config.drift.every} ({on_runs[0]['every']} rows)" if config.drift.enabled else "-",
     }
 
 
@@ -611,7 +697,7 @@ def rca_flags(config: Any, rows: int) -> tuple[list[tuple[str, bytes]], list[Any
     faults = pd.concat([load_tep(REPO / "data" / "tep" / f"d{n}_te.dat")[columns] for n in FAULTS])
     frame = pd.concat([faults] * (rows // len(faults) + 1), ignore_index=True).iloc[:rows]
     settings = RuntimeSettings(allowed_lateness=1000)
-    plant_side = plant_runtime(config, TRAIN, settings=settings)
+    plant_side = plant_runtime(config, TRAIN, settings=settings, fitted=FITTED)
     runtime = SiteRuntime(plant_side, rca_runtime(plant_side.config, settings=settings))
     values = {p: frame[cols].round(5).to_numpy() for p, cols in plants.items()}
     run = replay_frame(runtime, values, sample_seconds=180.0)
@@ -860,7 +946,7 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
         # Built like the workers build theirs: the plant worker fits on TRAIN, the RCA worker (no
         # parameters published) takes the configured graph and rca.false_alarm_rate.
         settings = RuntimeSettings(allowed_lateness=1000)
-        plant_side = plant_runtime(config, TRAIN, settings=settings)
+        plant_side = plant_runtime(config, TRAIN, settings=settings, fitted=FITTED)
         runtime = SiteRuntime(plant_side, rca_runtime(plant_side.config, settings=settings))
         replay = replay_frame(
             runtime, {p: frame[cols].round(5).to_numpy() for p, cols in plants.items()}, sample_seconds=180.0
@@ -1124,6 +1210,21 @@ def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
     print(
         f"        worker CPU per sensor message {med(cpu):.0f} us (all threads); "
         f"start-up to the first flag {med(start):.1f} s"
+    )
+    tp0 = runs[0]["tp"]
+    plant_on = [r["tp"]["plant_us"] for r in runs]
+    plant_off = [r["tp"]["plant_off_us"] for r in runs]
+    print(
+        f"        plant handlers alone, in process ({tp0['plant_rows']:,} rows x 5 plants, "
+        f"{PLANT_HANDLER_BATCH}-message batches, CPU): {med(plant_on):.1f} us per message with the site's "
+        f"re-baselining loop, {med(plant_off):.1f} us without it (with it: {spread(plant_on, '.1f')}; "
+        f"without: {spread(plant_off, '.1f')})"
+    )
+    print(
+        f"        its refreshes: every {tp0['every']} of plant time, {tp0['refreshes']} in those rows, "
+        f"{med([r['tp']['refresh_ms'] for r in runs]):.1f} ms of CPU each (median), "
+        f"{100 * med([r['tp']['refresh_share'] for r in runs]):.0f}% of the handlers' CPU; every plant at one "
+        "seq refreshes in the same fetch"
     )
     print(
         line(

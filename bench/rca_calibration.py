@@ -47,6 +47,7 @@ from fedrca.rca.calibration import (
     expected_calibration_error,
     fit,
     fit_thresholds,
+    fit_weights,
     reliability,
 )
 from fedrca.rca.evidence import softmax
@@ -55,7 +56,9 @@ from fedrca.rca.explain import candidate_set
 __all__ = [
     "IDV_GROUPS",
     "KINETICS",
+    "MAPS_BY",
     "STREAM_4",
+    "THRESHOLDS_BY",
     "Samples",
     "collect",
     "cross_validate",
@@ -64,6 +67,7 @@ __all__ = [
     "ranking_sets",
     "reliability_figure",
     "score",
+    "threshold_key",
 ]
 
 #: the stream-4 composition faults and the kinetics drift: the faults the published flags cannot separate
@@ -74,6 +78,11 @@ IDV_GROUPS = 4
 PENALTY = 1e-2
 #: the coverage levels a map's set thresholds are fitted for (rca.coverage must be one of them, or between two)
 LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+#: what one set threshold or one map is fitted for in the cross-validation (:func:`threshold_key`); the shipped map
+#: and its thresholds are pooled
+THRESHOLDS_BY = ("pooled", "rows", "setting")
+#: what one map is fitted for: as THRESHOLDS_BY, or one per training size shrunk toward a shared one (_fit_keyed)
+MAPS_BY = (*THRESHOLDS_BY, "rows-shrunk")
 
 
 @dataclass(frozen=True)
@@ -163,41 +172,97 @@ def _folds(samples: Samples) -> Iterable[tuple[np.ndarray, np.ndarray]]:
                 yield train, test
 
 
-def _out_of_fold(samples: Samples, plants: Sequence[str]) -> np.ndarray:
+def _fit_keyed(samples: Samples, plants: Sequence[str], by: str) -> dict[str, CalibrationMap]:
+    """One map per part of the library (:func:`threshold_key`: ``pooled`` one for every setting); ``rows-shrunk``:
+    one per training size, all fitted at once as a shared map plus one difference per training size (the features
+    and their products with "this verdict's training size is k", every weight under the same L2 penalty), so a
+    size's map leaves the shared one only as far as its own runs show."""
+    keys = np.array([threshold_key(s, by) for s in samples.setting])
+    parts = [str(k) for k in np.unique(keys)]
+    if by != "rows-shrunk":
+        return {k: _fit(samples.where(keys == k), plants) for k in parts}
+    F = len(FEATURES)
+    # x_joint = [x, x 1[part 1], ..., x 1[part K]]; the map of part k: w_shared + w_k
+    joint = np.concatenate([samples.x] + [samples.x * (keys == k)[:, None, None] for k in parts], axis=2)
+    w = fit_weights(joint, samples.truth, samples.weight, PENALTY)
+    return {k: CalibrationMap(tuple((w[:F] + w[F * (1 + i) : F * (2 + i)]).tolist()), tuple(plants))
+            for i, k in enumerate(parts)}  # fmt: skip
+
+
+def _apply_keyed(maps: Mapping[str, CalibrationMap], samples: Samples, by: str) -> np.ndarray:
+    """(N, M) every verdict's probabilities from the map of its part of the library (NaN: no map for its part)."""
+    probs = np.full(samples.truth.shape, np.nan)
+    keys = np.array([threshold_key(s, by) for s in samples.setting])
+    for k, m in maps.items():
+        probs[keys == k] = m.apply(samples.x[keys == k])
+    return probs
+
+
+def _out_of_fold(samples: Samples, plants: Sequence[str], maps_by: str = "pooled") -> np.ndarray:
     """(N, M) every verdict's probabilities from the logit of a map that saw neither its seed nor its IDV group
     (NaN where no such map exists)."""
     probs = np.full(samples.truth.shape, np.nan)
     for train, test in _folds(samples):
         if train.any():
-            probs[test] = _fit(samples.where(train), plants).apply(samples.x[test])
+            probs[test] = _apply_keyed(_fit_keyed(samples.where(train), plants, maps_by), samples.where(test), maps_by)
     return probs
 
 
-def _thresholds(samples: Samples, probs: np.ndarray) -> tuple[tuple[float, float], ...]:
-    """The set thresholds (:func:`fedrca.rca.calibration.fit_thresholds`) of out-of-fold probabilities: the
-    coverage must hold in every setting of the library."""
+def threshold_key(setting: str, by: str) -> str:
+    """The part of the library a set threshold or a map is fitted for (``by`` one of :data:`MAPS_BY`): ``pooled``
+    one for every setting, ``rows`` (and ``rows-shrunk``) one per training size, ``setting`` one per setting (a site
+    knows its training size and flag epsilon)."""
+    if by == "pooled":
+        return "all"
+    if by in ("rows", "rows-shrunk"):  # settings are named fedrca-<rows>-<eps>
+        return setting.split("-")[1]
+    if by == "setting":
+        return setting
+    raise ValueError(f"a map or a set threshold by {by!r}: one of {', '.join(MAPS_BY)}")
+
+
+def _thresholds(samples: Samples, probs: np.ndarray, by: str = "pooled") -> dict[str, tuple[tuple[float, float], ...]]:
+    """The set thresholds (:func:`fedrca.rca.calibration.fit_thresholds`) of out-of-fold probabilities, per part of
+    the library (:func:`threshold_key`): the coverage must hold in every setting of the part."""
     known = ~np.isnan(probs).any(axis=1)
     if not known.any():
-        return ()
+        return {}
     part = samples.where(known)
-    return fit_thresholds(probs[known], part.truth, part.root, part.weight, groups=part.setting, levels=LEVELS)
+    keys = np.array([threshold_key(s, by) for s in part.setting])
+    out = {}
+    for key in np.unique(keys):
+        sel = keys == key
+        out[str(key)] = fit_thresholds(probs[known][sel], part.truth[sel], part.root[sel], part.weight[sel],
+                                       groups=part.setting[sel], levels=LEVELS)  # fmt: skip
+    return out
 
 
-def cross_validate(samples: Samples, plants: Sequence[str]) -> tuple[np.ndarray, list[CalibrationMap]]:
+def cross_validate(
+    samples: Samples, plants: Sequence[str], thresholds_by: str = "pooled", maps_by: str = "pooled"
+) -> tuple[np.ndarray, list[CalibrationMap]]:
     """(N, M) the calibrated probabilities of every verdict from a map that saw neither its seed nor its IDV
-    group (the four settings pooled in every fit; with one fault seed, as in the smoke run, the IDV groups
-    alone), and the map of each verdict's fold (its set thresholds fitted by the same cross-validation inside
-    the fold's runs: no threshold has seen the runs it is scored on)."""
+    group (with one fault seed, as in the smoke run, the IDV groups alone), and the map of each verdict's fold
+    (its set thresholds fitted by the same cross-validation inside the fold's runs: no threshold has seen the
+    runs it is scored on). ``maps_by`` and ``thresholds_by`` (:func:`threshold_key`) say what one map and one
+    threshold are fitted for: ``pooled`` (the four settings pooled, what ships), ``rows``, ``setting`` or (maps only)
+    ``rows-shrunk``."""
     probs = np.full(samples.truth.shape, np.nan)
     maps: list[CalibrationMap | None] = [None] * len(samples)
     for train, test in _folds(samples):
         if not train.any():
             raise SystemExit("bench_faults: calibration needs runs of two IDV groups to cross-validate")
-        inside = samples.where(train)
-        m = _fit(inside, plants, thresholds=_thresholds(inside, _out_of_fold(inside, plants)))
-        probs[test] = m.apply(samples.x[test])
-        for i in np.flatnonzero(test):
-            maps[i] = m
+        inside, outside = samples.where(train), samples.where(test)
+        fitted = _fit_keyed(inside, plants, maps_by)
+        table = _thresholds(inside, _out_of_fold(inside, plants, maps_by), thresholds_by)
+        probs[test] = _apply_keyed(fitted, outside, maps_by)
+        keyed: dict[tuple[str, str], CalibrationMap] = {}
+        for i, setting in zip(np.flatnonzero(test), outside.setting, strict=True):
+            key = (threshold_key(str(setting), maps_by), threshold_key(str(setting), thresholds_by))
+            if key[0] not in fitted:
+                raise SystemExit(f"bench_faults: no runs of {key[0]} to fit its map on in a fold")
+            if key not in keyed:  # a part the fold's runs do not hold: its sets reach the coverage itself
+                keyed[key] = dataclasses.replace(fitted[key[0]], thresholds=table.get(key[1], ()))
+            maps[i] = keyed[key]
     return probs, maps  # type: ignore[return-value]
 
 
@@ -208,7 +273,7 @@ def final_map(
     """The map fitted on every verdict of every setting (what ships for TEP), its set thresholds fitted on the
     cross-validated probabilities ``probs`` of every verdict."""
     return _fit(samples, plants, name="tep-library", scores=dict(scores), fitted_on=dict(fitted_on),
-                thresholds=_thresholds(samples, probs))  # fmt: skip
+                thresholds=_thresholds(samples, probs)["all"])  # fmt: skip
 
 
 def _run_sets(samples: Samples, probs: np.ndarray, reach: np.ndarray) -> dict[int, tuple[list[int], list[list[int]]]]:
@@ -270,6 +335,7 @@ def score(
         "kinetics runs": nk,
         "mean confidence": float(np.average(confidence, weights=samples.weight)),
         "threshold": float(np.average(reach, weights=samples.weight)),
+        "thresholds": (float(reach.min()), float(reach.max())),
     }
 
 

@@ -53,3 +53,21 @@ def test_streams_accounts_every_flag_and_verdict(smoke_output: str) -> None:
     assert found, f"bench_streams printed no account of its flags and verdicts:\n{section[-3000:]}"
     lost, duplicated, late, dead, _lead = map(int, found.groups())
     assert (lost, duplicated, late, dead) == (0, 0, 0, 0), found.group(0)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(2500)
+def test_streams_reports_the_plant_handlers_with_and_without_drift(smoke_output: str) -> None:
+    """The plant handlers' CPU per message with the site's re-baselining loop and without it (its ablation), and
+    its refreshes (at smoke size two scheduled refreshes per plant fall inside the rows: their CPU is a number)."""
+    section = check_section(smoke_output, "bench_streams")
+    found = re.search(
+        r"plant handlers alone.*?: (\S+) us per message with the site's re-baselining loop, (\S+) us without it",
+        section,
+    )
+    assert found, f"bench_streams printed no plant handler cost:\n{section[-3000:]}"
+    assert float(found.group(1)) > 0 and float(found.group(2)) > 0, found.group(0)
+    refreshes = re.search(r"its refreshes: every .*?, (\d+) in those rows, (\S+) ms of CPU each", section)
+    assert refreshes, f"bench_streams printed no refresh cost:\n{section[-3000:]}"
+    assert int(refreshes.group(1)) > 0 and float(refreshes.group(2)) > 0, refreshes.group(0)

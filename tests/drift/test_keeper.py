@@ -290,3 +290,27 @@ def test_history_records_fuzzed_are_taken_back_or_refused_slow(fitted: PlantDete
     counts = _history_fuzz(fitted, settings, 10_000)
     print(f"\nfuzz history: {sum(counts.values())} examples, {counts['ok']} decoded, {counts['refused']} refused")
     assert sum(counts.values()) >= 10_000
+
+
+def test_a_refresh_holds_blas_at_one_thread_and_gives_it_back(fitted: PlantDetector, settings: KeeperSettings) -> None:
+    """The re-fit runs on one BLAS thread whatever the process set, and the process's setting is back after it
+    (the keeper's controller lists the libraries once, at its first refresh)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    keeper = BaselineKeeper(fitted, settings)
+    seen: list[set[int]] = []
+    refit = keeper._refresh
+
+    def spy(at: int, force: bool):  # type: ignore[no-untyped-def]
+        seen.append(blas_threads())
+        return refit(at, force)
+
+    keeper._refresh = spy  # type: ignore[method-assign]
+    with threadpool_limits(limits=2, user_api="blas"):
+        keeper.process(plant_rows(2, 900), seqs=np.arange(900))
+        assert blas_threads() == {2}
+    assert [r.seq for r in keeper.reports] == [400, 800]
+    assert seen == [{1}, {1}]

@@ -130,10 +130,14 @@ class Moments:
         if X.ndim != 2 or len(X) < 2:
             raise DataError(f"need complete nominal rows of shape (T >= 2, D) to fit moments, got {X.shape}")
         # scikit-learn when fitting only: a worker that scores with loaded parameters starts without it
+        from sklearn import config_context
         from sklearn.covariance import ledoit_wolf
 
         mean = X.mean(axis=0)
-        cov, _ = ledoit_wolf(X - mean, assume_centered=True)
+        # the arguments are this call's own (an array, a flag): their validation is skipped, the data's
+        # check (finite values) is kept. A drift refresh fits six of these per plant (fedrca.drift.keeper)
+        with config_context(skip_parameter_validation=True):
+            cov, _ = ledoit_wolf(X - mean, assume_centered=True)
         cov = np.atleast_2d(cov)
         # a tiny ridge relative to the scale keeps constant columns (zero variance) invertible
         cov = cov + (1e-9 * max(float(np.trace(cov)) / len(cov), 1e-12)) * np.eye(len(cov))

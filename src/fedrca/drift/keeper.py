@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from fedrca.config import DriftSettings
 from fedrca.contracts.bounds import parse_json, short
@@ -80,6 +80,21 @@ Calibration = FamilyState | ScorerState
 #: guard stopped it), pinned (the operator holds the baseline); and the operator's actions: pinned,
 #: unpinned, rollback, forced (a refresh past the guards and bounds).
 OUTCOMES = ("applied", "limited", "refused", "pinned", "unpinned", "rollback", "forced")
+
+_BLAS: ThreadpoolController | None = None
+
+
+def _one_blas_thread() -> Any:
+    """A context manager holding BLAS at one thread (:meth:`ThreadpoolController.limit`).
+
+    The controller lists the process's BLAS libraries once, at the first refresh (numpy's and scipy's,
+    loaded by then): ``threadpool_limits`` lists them again on every call, reading the process's
+    memory map and each library's version, about as long as a small plant's whole re-fit.
+    """
+    global _BLAS
+    if _BLAS is None:
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
 
 
 def baseline_record_bytes(n_sensors: int, n_lambdas: int = 2, n_states: int | None = None) -> int:
@@ -226,12 +241,20 @@ class Baseline:
     outcome: str
 
     def digest(self) -> str:
-        """sha256 (hex, 32) of the states' arrays: names a baseline in the plant's state record."""
-        h = hashlib.sha256()
-        for name, a in sorted(_arrays(self.state_c, "c").items()) + sorted(_arrays(self.state_a, "a").items()):
-            h.update(name.encode())
-            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
-        return h.hexdigest()[:32]
+        """sha256 (hex, 32) of the states' arrays: names a baseline in the plant's state record.
+
+        Computed once per baseline (a plant's state record names it with every batch): a baseline's
+        states are not written after it is made (a refresh, a rollback or a reset makes a new one).
+        """
+        known: str | None = self.__dict__.get("_digest")
+        if known is None:
+            h = hashlib.sha256()
+            for name, a in sorted(_arrays(self.state_c, "c").items()) + sorted(_arrays(self.state_a, "a").items()):
+                h.update(name.encode())
+                h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+            known = h.hexdigest()[:32]
+            object.__setattr__(self, "_digest", known)  # a cache beside the fields (eq, repr, replace ignore it)
+        return known
 
 
 def _arrays(state: Calibration, prefix: str) -> dict[str, np.ndarray]:
@@ -387,7 +410,7 @@ class BaselineKeeper:
         The re-fit's matrices are D x D: one BLAS thread (a second spins on a busy machine and makes a
         4 x 4 triangular solve take tens of milliseconds).
         """
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _one_blas_thread():
             return self._refresh(at, force)
 
     def _refresh(self, at: int, force: bool) -> RefreshReport:

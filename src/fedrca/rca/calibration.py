@@ -68,6 +68,7 @@ __all__ = [
     "expected_calibration_error",
     "features",
     "fit",
+    "fit_weights",
     "reliability",
 ]
 
@@ -296,7 +297,7 @@ def fit(
     penalty: float = 1e-2,
     **metadata: Any,
 ) -> CalibrationMap:
-    """Fit the map on verdicts with known roots.
+    """Fit the map on verdicts with known roots (:func:`fit_weights` over :data:`FEATURES`).
 
     Parameters
     ----------
@@ -306,15 +307,34 @@ def fit(
     plants : the site's plants (M)
     penalty : L2 penalty on the weights, relative to the total weight
     metadata : ``fitted_on``, ``scores``, ``name`` of the map
+    """
+    X = np.asarray(x, dtype=np.float64)
+    if X.ndim != 3 or X.shape[2] != len(FEATURES):
+        raise ValueError(f"features (N, M, {len(FEATURES)}), truth (N, M) and weight (N,) expected")
+    w = fit_weights(X, truth, weight, penalty)
+    return CalibrationMap(
+        tuple(w.tolist()),
+        tuple(plants),
+        metadata.get("fitted_on", {}),
+        metadata.get("scores", {}),
+        name=metadata.get("name", "calibration"),
+    )
+
+
+def fit_weights(x: ArrayLike, truth: ArrayLike, weight: ArrayLike, penalty: float = 1e-2) -> FloatArray:
+    """The conditional logit's weights (F,) over any F features of N verdicts (x (N, M, F), truth (N, M), weight
+    (N,) as in :func:`fit`; e.g. :data:`FEATURES` and their products with a part of a library, to fit one map per
+    part shrunk toward a shared one).
 
     The loss is ``-sum_n weight_n log sum_{k in truth_n} P(root = k | x_n) + penalty W ||w||^2``
-    (W = sum of the weights), convex in ``w``; scipy's L-BFGS with the exact gradient.
+    (W = sum of the weights), convex in ``w``; scipy's L-BFGS with the exact gradient, started at the
+    engine's own posterior (weight 1 on the first feature).
     """
     X = np.asarray(x, dtype=np.float64)
     T = np.asarray(truth, dtype=bool)
     v = np.asarray(weight, dtype=np.float64)
-    if X.ndim != 3 or X.shape[2] != len(FEATURES) or T.shape != X.shape[:2] or v.shape != X.shape[:1]:
-        raise ValueError(f"features (N, M, {len(FEATURES)}), truth (N, M) and weight (N,) expected")
+    if X.ndim != 3 or T.shape != X.shape[:2] or v.shape != X.shape[:1]:
+        raise ValueError("features (N, M, F), truth (N, M) and weight (N,) expected")
     keep = T.any(axis=1)
     X, T, v = X[keep], T[keep], v[keep]
     total = float(v.sum()) or 1.0
@@ -333,16 +353,10 @@ def fit(
         grad = np.einsum("n,nm,nmf->f", v, r, X) + 2.0 * penalty * total * w
         return nll, grad
 
-    w0 = np.zeros(len(FEATURES))
+    w0 = np.zeros(X.shape[2])
     w0[0] = 1.0  # start at the engine's own posterior
     result = scipy.optimize.minimize(loss, w0, jac=True, method="L-BFGS-B")
-    return CalibrationMap(
-        tuple(result.x.tolist()),
-        tuple(plants),
-        metadata.get("fitted_on", {}),
-        metadata.get("scores", {}),
-        name=metadata.get("name", "calibration"),
-    )
+    return np.asarray(result.x, dtype=np.float64)
 
 
 def expected_calibration_error(confidence: ArrayLike, correct: ArrayLike, weight: ArrayLike | None = None,

@@ -287,12 +287,12 @@ def estimate_transition(
                     var_state = cross_noise_var[other] * (own_rows[:, None] if own_rows is not None else power[None, :])
                     sd = np.sqrt(rel.noise_sigma**2 + np.broadcast_to(var_state, shape))
                     terms.append((j, target[0], target[1], shape, 0.5 * sd, n * k))
-    sizes = [math.prod(shape) for *_, shape, _, _ in terms]
+    sizes = [math.prod(term[3]) for term in terms]
     Z = np.random.default_rng(seed).standard_normal((draws, sum(sizes)))
     Gs = np.repeat(G[None], draws, axis=0)  # (draws, L+1, S, S)
     at = 0
-    for (j, rows, cols, shape, pre, post), size in zip(terms, sizes, strict=True):
-        Gs[:, j, rows, cols] += pre * Z[:, at : at + size].reshape(draws, *shape) / post
+    for (j, rows, cols, half, pre, post), size in zip(terms, sizes, strict=True):
+        Gs[:, j, rows, cols] += pre * Z[:, at : at + size].reshape(draws, *half) / post
         at += size
     sims = _yule_walker(Gs)
     noise_var = np.var(sims, axis=0)

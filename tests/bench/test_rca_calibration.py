@@ -1,0 +1,95 @@
+"""The fault library's calibration figures (``bench/rca_calibration.py``): what one map and one set threshold are
+fitted for in the cross-validation (``bench/bench_faults.py --maps``, ``--set-thresholds``). All of it runs in
+``make exhaustive``: these are ablations of a docs figure, and ``make test``'s smoke run of ``bench_faults`` covers the
+pooled path the shipped map takes."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from fedrca.rca.calibration import FEATURES
+from tests.bench.smoke import BENCH
+
+pytestmark = pytest.mark.exhaustive
+
+
+@pytest.fixture
+def rc(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import rca_calibration
+
+    return rca_calibration
+
+
+def test_threshold_key_names_the_part_of_the_library(rc: ModuleType) -> None:
+    assert rc.threshold_key("fedrca-2880-inf", "pooled") == rc.threshold_key("fedrca-500-2", "pooled")
+    assert rc.threshold_key("fedrca-2880-inf", "rows") == rc.threshold_key("fedrca-2880-2", "rows") == "2880"
+    assert rc.threshold_key("fedrca-500-2", "rows") == "500"
+    assert rc.threshold_key("fedrca-500-2", "setting") != rc.threshold_key("fedrca-500-inf", "setting")
+    with pytest.raises(ValueError, match="one of pooled, rows, setting, rows-shrunk"):
+        rc.threshold_key("fedrca-500-2", "epsilon")
+
+
+def _library(rc: ModuleType) -> object:
+    """Two settings, 3 fault seeds x 8 IDVs x 3 verdicts each, 3 plants: at 2,880 rows the engine's favourite is
+    always the root, at 500 rows only in two runs of three (then the second plant is)."""
+    rng = np.random.default_rng(7)
+    rows: dict[str, list[object]] = {k: [] for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")}
+    run = 0
+    for setting in ("fedrca-2880-inf", "fedrca-500-inf"):
+        for seed in (100, 101, 102):
+            for idv in range(1, 9):
+                wrong = setting.endswith("500-inf") and (idv + seed) % 3 == 0
+                for _ in range(3):
+                    x = np.zeros((3, len(FEATURES)))
+                    x[:, 0] = np.log(np.array([0.7, 0.2, 0.1]) + rng.uniform(0, 0.05, 3))
+                    x[0, FEATURES.index("named")] = 1.0
+                    rows["x"].append(x)
+                    rows["truth"].append(np.array([not wrong, wrong, False]))
+                    rows["root"].append(0)
+                    rows["weight"].append(1 / 3)
+                    rows["run"].append(run)
+                    rows["setting"].append(setting)
+                    rows["idv"].append(idv)
+                    rows["seed"].append(seed)
+                run += 1
+    return rc.Samples(*(np.asarray(rows[k]) for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")))
+
+
+def test_maps_and_thresholds_per_part_of_the_library(rc: ModuleType) -> None:
+    samples = _library(rc)
+    plants = ("a", "b", "c")
+    at_500 = samples.setting == "fedrca-500-inf"
+    ablations = (("pooled", "pooled"), ("rows", "pooled"), ("rows-shrunk", "pooled"), ("pooled", "rows"))
+    for maps_by, thresholds_by in ablations:
+        probs, maps = rc.cross_validate(samples, plants, thresholds_by, maps_by)
+        # every verdict's probabilities are its map's
+        for i in range(len(samples)):
+            np.testing.assert_allclose(probs[i], maps[i].apply(samples.x[i]))
+        fold = (samples.seed == 100) & (samples.idv % 4 == 1)
+        first_2880, first_500 = np.flatnonzero(fold & ~at_500)[0], np.flatnonzero(fold & at_500)[0]
+        same_map = maps[first_2880].weights == maps[first_500].weights
+        same_thresholds = maps[first_2880].threshold(0.9) == maps[first_500].threshold(0.9)
+        # a map or a threshold per training size differs between them (the 500-row runs name a wrong root in one
+        # run of three, the 2,880-row ones never); pooled, one serves both
+        assert same_map == (maps_by == "pooled"), maps_by
+        assert same_thresholds == (thresholds_by == "pooled"), thresholds_by
+    # a threshold per training size: the 2,880-row sets are the named root alone
+    _, maps = rc.cross_validate(samples, plants, "rows", "pooled")
+    assert all(maps[i].threshold(0.9) <= 0.01 + 1e-9 for i in np.flatnonzero(~at_500))
+
+
+def test_an_ablation_is_not_written_as_the_shipped_map(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import bench_faults
+
+    for flag in ("--maps", "--set-thresholds"):
+        with pytest.raises(SystemExit) as exc:
+            bench_faults.main([flag, "rows", "--calibration", "map.json", "--load-outputs", "none.pkl"])
+        assert exc.value.code == 2
+        assert "leave out --calibration" in capsys.readouterr().err
