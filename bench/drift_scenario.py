@@ -107,12 +107,22 @@ def spec(seed: int, drift: bool, with_faults: bool, hours: float = HOURS) -> Sim
     return SimulationSpec(hours=hours, seed=seed, disturbances=steps, variations=variations)
 
 
-def runs(hours: float = HOURS) -> dict[str, SimulationSpec]:
-    """The runs the benchmark reads: tuning (drift only), judged with drift, judged without drift."""
+def runs(hours: float = HOURS, seed: int = JUDGE_SEED, tune: bool = True) -> dict[str, SimulationSpec]:
+    """The runs the benchmark reads: tuning (drift only), judged with drift, judged without drift (judged on
+    ``seed``; ``tune`` False leaves the tuning run out)."""
+    out = {"tune": spec(TUNE_SEED, drift=True, with_faults=False, hours=hours)} if tune else {}
+    out["drift"] = spec(seed, drift=True, with_faults=True, hours=hours)
+    out["still"] = spec(seed, drift=False, with_faults=True, hours=hours)
+    return out
+
+
+def twins(hours: float = HOURS, seed: int = JUDGE_SEED) -> dict[str, SimulationSpec]:
+    """The fault-free twin of each judged run: the same seed and conditions, no fault. The kernel draws its
+    noise from the seed alone, so up to a fault's onset a run and its twin are the same rows, and after it
+    their difference is the fault's effect on the process (``bench_drift.twin_aftermath``)."""
     return {
-        "tune": spec(TUNE_SEED, drift=True, with_faults=False, hours=hours),
-        "drift": spec(JUDGE_SEED, drift=True, with_faults=True, hours=hours),
-        "still": spec(JUDGE_SEED, drift=False, with_faults=True, hours=hours),
+        "drift": spec(seed, drift=True, with_faults=False, hours=hours),
+        "still": spec(seed, drift=False, with_faults=False, hours=hours),
     }
 
 
@@ -122,9 +132,10 @@ if __name__ == "__main__":
 
     from fedrca.connectors.simulator import cached_run
 
-    wanted = sys.argv[1:] or list(runs())
-    for name, s in runs().items():
-        if name not in wanted:
+    wanted = sys.argv[1:] or [*runs(), "twins"]
+    every = {**runs(), **{f"{name} twin": s for name, s in twins().items()}}
+    for name, s in every.items():
+        if name not in wanted and not (name.endswith(" twin") and "twins" in wanted):
             continue
         started = time.perf_counter()
         run = cached_run(s)
