@@ -175,7 +175,7 @@ def expected(configs: list[Any], rows: int) -> tuple[dict[str, dict[str, Any]], 
         run = by_fault[fault]
         sited = [dataclasses.replace(v, site=config.site) for v in run.verdicts]
         verdicts[config.site] = {v.id: v for v in sited}
-        flags[config.site] = {(f.plant, f.seq): (f.zc, f.za, f.model_version) for f in run.flags}
+        flags[config.site] = {(f.plant, f.seq): (f.zc, f.za, f.model_version, f.degraded) for f in run.flags}
     return verdicts, flags
 
 

@@ -71,3 +71,18 @@ def test_streams_reports_the_plant_handlers_with_and_without_drift(smoke_output:
     refreshes = re.search(r"its refreshes: every .*?, (\d+) in those rows, (\S+) ms of CPU each", section)
     assert refreshes, f"bench_streams printed no refresh cost:\n{section[-3000:]}"
     assert int(refreshes.group(1)) > 0 and float(refreshes.group(2)) > 0, refreshes.group(0)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(2500)
+def test_sites_accounts_every_flag_and_verdict_against_the_replay(smoke_output: str) -> None:
+    """The many-sites scenario compares every site's flags and verdicts with its in-process replay, field for
+    field (the flags' ``degraded`` too: a comparison that left it out counted every flag as different)."""
+    section = check_section(smoke_output, "bench_sites")
+    account = r"exactly once against the in-process replay: (\d+) verdicts and (\d+) flags compared; (\d+) lost, (\d+) duplicated, (\d+) different"  # noqa: E501
+    found = re.search(account, section)
+    assert found, f"bench_sites printed no account of its flags and verdicts:\n{section[-3000:]}"
+    verdicts, flags, lost, duplicated, different = map(int, found.groups())
+    assert flags > 0 and verdicts > 0, found.group(0)
+    assert (lost, duplicated, different) == (0, 0, 0), found.group(0)
