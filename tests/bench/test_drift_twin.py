@@ -68,7 +68,7 @@ def _seed(seed: int, late_h: float) -> bd.SeedRuns:
     """A judged seed on synthetic rows: IDV 1's effect lasts 30 h after its end (by the twin), the loop alarms
     from ``late_h`` to ``late_h + 3`` h after it, and every slow fault is detected 10 rows after its onset."""
     faulted, twin = _pair(tail_h=30.0, size=2.0)
-    frames, twins = {"drift": faulted, "still": faulted}, {"drift": twin, "still": twin}
+    frames, twins = {"drift": faulted, "still": faulted}, {"drift": twin}  # the bars read the drifting run's twin
     judged, recovery, effect = bd.nominal_masks(frames, twins, OFFSET)
     n = len(faulted) - OFFSET
     alarm = np.zeros(n, dtype=bool)
@@ -109,3 +109,18 @@ def test_a_bar_is_the_worst_over_the_judged_seeds() -> None:
     assert not bd.bars_met(rows, slows)
     far = bd.bar_lines(rows, slows, "within the budget")[0]
     assert "seeds 400, 401, 402" in far and "(seed 401, week 2" in far and far.endswith("-> MISSED")
+
+
+def test_a_seed_whose_twin_is_not_read_is_not_measured_not_met() -> None:
+    full, partial = _seed(400, late_h=26.0), _seed(401, late_h=26.0)
+    del partial.judged["drift"]
+    partial.alone = None
+    rows, slows = [], []
+    for runs in (full, partial):
+        row, slow = bd.seed_rows(runs, OFFSET, scenario.WEEK_SAMPLES)
+        rows.append(row)
+        slows += slow
+    assert np.isnan(rows[1]["FAR worst week"]) and rows[1][f"{bd.RECOVERY}: FAR worst week"] > 0
+    far = bd.bar_lines(rows, slows, "within the budget")[0]
+    assert far.endswith("met on the seeds measured; NOT MEASURED on seed 401")
+    assert not bd.bars_met(rows, slows)
