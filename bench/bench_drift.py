@@ -560,7 +560,7 @@ def bar_lines(far_rows: list[dict[str, Any]], slow_rows: list[dict[str, Any]], l
 
     def verdict(values: list[tuple[int, float]], bar: float) -> str:
         """met / MISSED over the measured (seed, value) pairs, and the seeds not measured."""
-        missing = [str(seed) for seed, x in values if math.isnan(x)]
+        missing = list(dict.fromkeys(str(seed) for seed, x in values if math.isnan(x)))
         measured = [x for _, x in values if not math.isnan(x)]
         word = "MISSED" if any(x > bar for x in measured) else "met" if measured else "not measured"
         return word if not missing else f"{word} on the seeds measured; NOT MEASURED on seed {', '.join(missing)}"
@@ -716,7 +716,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
                     "refreshes in window", "refused"]  # fmt: skip
     sections.append(
         f"## The judged seeds (the drifting run with faults, loop on; FAR and verdicts judged on {JUDGED})\n\n"
-        + _md(pd.DataFrame(far_rows))
+        + _md(pd.DataFrame(far_rows, dtype=object))  # a week stays a week number where another seed has none
         + "\n\nSlow faults: delay (rows) with drift and loop on, against the plant without drift (loop off); the "
         "refreshes due in the fault's window and how many were refused:\n\n"
         + _md(pd.DataFrame(slow_rows, columns=slow_columns))
