@@ -1,8 +1,9 @@
-"""The second false-alarm definition of ``bench/bench_drift.py``: a fault's effect measured on a fault-free twin.
+"""The judged false-alarm definition of ``bench/bench_drift.py``: a fault's effect measured on a fault-free twin.
 
-The figure beside the benchmark's own (a fault's window and ``RECOVERY_H`` after it) counts a row as
-the fault's effect while the faulted run's process is off the same seed's run without faults
-(docs/drift.md, *Measured*). Pure numpy on synthetic rows: no simulation.
+A row counts as the fault's while the faulted run's process is off the same seed's run without faults
+(docs/drift.md, *Measured*); the benchmark's first figure (a fault's window and ``RECOVERY_H`` after it) is
+reported beside it and never judged, and each bar is the worst over the judged seeds. Pure numpy on
+synthetic rows: no simulation.
 """
 
 from __future__ import annotations
