@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -272,6 +273,7 @@ flag_docs = st.dictionaries(
 ).map(lambda extra: {**json.loads(flag_raw()), **extra})
 
 
+@pytest.mark.exhaustive  # make test: test_flag_columns_equal_the_messages checks the same on the same documents
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(st.lists(flag_docs, max_size=10))
 def test_random_flag_batches_decode_exactly_as_one_by_one(docs):
@@ -322,11 +324,13 @@ def test_flag_columns_take_only_batches_of_valid_plain_flags():
         assert same_columns([*GOOD_FLAGS, other]) is None
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(st.lists(flag_docs, max_size=10), st.lists(st.integers(0, 9), max_size=4))
 def test_flag_columns_equal_the_messages(docs, valid):
-    # mostly valid batches (the fast path), with the random documents mixed in
-    raws = [flag_raw(seq=k, plant="reactor" if k % 2 else "feed", level=k % 3, level_eps=None) for k in valid]
-    raws += [json.dumps(d).encode() for d in docs]
-    same_columns(raws)
-    same_columns(raws[: len(valid)])
+    """The random documents decode as one by one (decode_flags), and the columns equal the messages, on
+    mostly valid batches (the columns' path) with the documents mixed in."""
+    raws = [json.dumps(d).encode() for d in docs]
+    same_flags(decode_flags(raws, "tep", PLANTS, now=NOW), flag_one_by_one(raws))
+    plain = [flag_raw(seq=k, plant="reactor" if k % 2 else "feed", level=k % 3, level_eps=None) for k in valid]
+    same_columns(plain + raws)
+    same_columns(plain)

@@ -224,7 +224,7 @@ def by_batches(aligner, flags, cuts):
     return [repr(r) for r in rows], states, taken
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
 @given(
     seed=st.integers(0, 10_000),
     n=st.integers(1, 60),
