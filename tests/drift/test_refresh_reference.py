@@ -26,7 +26,7 @@ from sklearn.covariance import ledoit_wolf
 import fedrca.drift.baseline as baseline
 from fedrca.detectors.plant import PlantDetector
 from fedrca.detectors.statistics import Moments
-from fedrca.drift import BaselineKeeper, KeeperSettings
+from fedrca.drift import BaselineKeeper, KeeperSettings, RowHistory
 from fedrca.drift.baseline import trend_mean
 from fedrca.drift.keeper import _arrays
 from tests.drift.conftest import plant_rows
@@ -171,3 +171,33 @@ def test_the_closed_form_trend_is_the_least_squares_line(
     size = max(float(np.max(np.abs(rows))), 1.0)
     np.testing.assert_allclose(mean, want_mean, rtol=0, atol=1e-9 * size)
     np.testing.assert_allclose(centred, want_centred, rtol=0, atol=1e-9 * size)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(
+    start=st.integers(0, 200),
+    span=st.integers(0, 700),
+    density=st.sampled_from([1.0, 0.7, 0.1]),
+    seed=st.integers(0, 2**32 - 1),
+    capacity=st.integers(1, 1000),
+    end=st.integers(-70, 1000),
+    rows=st.integers(0, 1000),
+)
+def test_a_window_holds_exactly_the_rows_of_its_seqs(
+    start: int, span: int, density: float, seed: int, capacity: int, end: int, rows: int
+) -> None:
+    """``RowHistory.window(end, rows)`` is every held row of seqs ``[end - rows, end)`` in seq order (the rows
+    within ``capacity`` of the newest), whatever the gaps, chunks and bounds."""
+    rng = np.random.default_rng(seed)
+    seqs = (start + np.flatnonzero(rng.random(span) < density)).tolist()
+    Y = np.arange(len(seqs) * 2, dtype=np.float64).reshape(len(seqs), 2)
+    alarm = np.array([s % 3 == 0 for s in seqs], dtype=bool)
+    history = RowHistory(n_sensors=2, capacity=capacity)
+    history.add(np.asarray(seqs, dtype=np.int64), Y, None, alarm)
+    newest = seqs[-1] if seqs else -1
+    want = [i for i, s in enumerate(seqs) if end - rows <= s < end and s > newest - capacity]
+    got_seqs, got_Y, got_U, got_alarm = history.window(end, rows)
+    assert got_seqs.tolist() == [seqs[i] for i in want]
+    np.testing.assert_array_equal(got_Y, Y[want].reshape(-1, 2))
+    np.testing.assert_array_equal(got_alarm, alarm[want])
+    assert got_U is None

@@ -175,11 +175,13 @@ class RowHistory:
         """The rows of seqs ``[end - rows, end)`` that are held, in seq order: (seqs, Y, U, alarm)."""
         lo = end - rows
         parts = []
-        for c in sorted(self._chunks):
-            if (c + 1) * CHUNK_ROWS <= lo or c * CHUNK_ROWS >= end:
+        offsets = np.arange(CHUNK_ROWS)
+        # the chunks of seqs [lo, end) in order (not every chunk held: a refresh reads 3 days of 2 weeks)
+        for c in range(max(lo, 0) // CHUNK_ROWS, (end - 1) // CHUNK_ROWS + 1 if end > 0 else 0):
+            chunk = self._chunks.get(c)
+            if chunk is None:
                 continue
-            chunk = self._chunks[c]
-            seq = c * CHUNK_ROWS + np.arange(CHUNK_ROWS)
+            seq = c * CHUNK_ROWS + offsets
             keep = chunk.present & (seq >= lo) & (seq < end) & (seq > self._newest - self.capacity)
             parts.append((seq[keep], chunk.Y[keep], None if chunk.U is None else chunk.U[keep], chunk.alarm[keep]))
         if not parts:
