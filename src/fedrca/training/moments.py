@@ -65,8 +65,9 @@ def _clipped_laplace(noise_scale: float, bound: float, dim: int, seed: int, draw
 
     Both are Monte Carlo over the same ``draws`` rows and depend on public numbers only, so one draw
     serves both and is cached: every client and the server ask for the same plants' values, and a
-    draw of 400,000 rows costs ~0.2 s (``tests/training/test_moments.py`` checks the cached and the
-    uncached values agree).
+    draw of 400,000 rows costs ~0.2 s (``tests/training/test_moments.py::
+    test_attenuation_and_released_noise_are_their_monte_carlo_formulas_from_one_cached_draw`` checks
+    each value against its own formula on the draw, whichever is asked first).
     """
     e = np.random.default_rng(seed).laplace(0.0, noise_scale, (draws, dim))
     norm = np.linalg.norm(e, axis=1)
