@@ -192,12 +192,14 @@ def test_a_window_holds_exactly_the_rows_of_its_seqs(
     seqs = (start + np.flatnonzero(rng.random(span) < density)).tolist()
     Y = np.arange(len(seqs) * 2, dtype=np.float64).reshape(len(seqs), 2)
     alarm = np.array([s % 3 == 0 for s in seqs], dtype=bool)
-    history = RowHistory(n_sensors=2, capacity=capacity)
-    history.add(np.asarray(seqs, dtype=np.int64), Y, None, alarm)
+    U = -Y[:, :1]
+    history = RowHistory(n_sensors=2, capacity=capacity, n_inputs=1)
+    history.add(np.asarray(seqs, dtype=np.int64), Y, U, alarm)
     newest = seqs[-1] if seqs else -1
     want = [i for i, s in enumerate(seqs) if end - rows <= s < end and s > newest - capacity]
     got_seqs, got_Y, got_U, got_alarm = history.window(end, rows)
     assert got_seqs.tolist() == [seqs[i] for i in want]
     np.testing.assert_array_equal(got_Y, Y[want].reshape(-1, 2))
     np.testing.assert_array_equal(got_alarm, alarm[want])
-    assert got_U is None
+    assert got_U is not None
+    np.testing.assert_array_equal(got_U, U[want].reshape(-1, 1))
