@@ -94,6 +94,7 @@ __all__ = [
     "fit_family",
     "keep_mask",
     "ledoit_wolf_covariance",
+    "ledoit_wolf_from_sums",
     "score_of",
     "segment_lengths",
     "segment_statistics",
@@ -151,6 +152,36 @@ def ledoit_wolf_covariance(X: FloatArray) -> tuple[FloatArray, float]:
     return shrunk, shrinkage
 
 
+def ledoit_wolf_from_sums(gram: FloatArray, fourth: float, count: int) -> tuple[FloatArray, float]:
+    """The Ledoit-Wolf shrunk covariance and shrinkage from sums over ``count`` centred rows ``x_t`` (D,):
+    ``gram = sum_t x_t x_t'`` (D, D) and ``fourth = sum_t ||x_t||^4``.
+
+    :func:`ledoit_wolf_covariance`'s estimate from its sufficient statistics (the shrinkage's
+    ``sum_t ||x_t x_t' - S||_F^2 = sum_t ||x_t||^4 - T ||S||_F^2``): several blocks of columns fitted from
+    one pass over their rows (:func:`fedrca.drift.baseline.refit_family`). Equal to scikit-learn's
+    ``ledoit_wolf(X, assume_centered=True)`` to a relative 1e-12
+    (``tests/detectors/test_statistics.py::test_ledoit_wolf_from_sums_equals_scikit_learns``).
+    """
+    gram = np.asarray(gram, dtype=np.float64)
+    T, D = int(count), len(gram)
+    emp = gram / T
+    if D == 1:
+        return np.atleast_2d(emp), 0.0
+    # S = X'X / T ;  mu = tr(S) / D
+    trace = np.diag(emp)
+    mu = np.sum(trace) / D
+    # delta_ = ||X'X||_F^2 / T^2 ;  beta = (sum_t ||x_t||^4 / T - delta_) / (D T) ;  delta = ||S - mu I||_F^2 / D
+    delta_ = np.sum(gram**2) / T**2
+    beta = 1.0 / (D * T) * (float(fourth) / T - delta_)
+    delta = (delta_ - 2.0 * mu * trace.sum() + D * mu**2) / D
+    beta = min(beta, delta)
+    shrinkage = 0.0 if beta == 0 else float(beta / delta)
+    # (1 - s) S + s mu I
+    shrunk = (1.0 - shrinkage) * emp
+    shrunk.flat[:: D + 1] += shrinkage * mu
+    return shrunk, shrinkage
+
+
 @dataclass(frozen=True)
 class Moments:
     """Nominal mean and whitening of a vector signal (Ledoit-Wolf shrunk covariance).
@@ -187,7 +218,21 @@ class Moments:
         if not np.isfinite(centred).all():
             raise DataError("nominal rows hold an infinite value; moments need finite rows")
         cov, _ = ledoit_wolf_covariance(centred)
-        cov = np.atleast_2d(cov)
+        return cls._shrunk(mean, np.atleast_2d(cov))
+
+    @classmethod
+    def from_sums(cls, mean: FloatArray, gram: FloatArray, fourth: float, count: int) -> Moments:
+        """Moments of mean ``mean`` (D,) and the Ledoit-Wolf covariance of ``count`` rows about it given by
+        their sums (:func:`ledoit_wolf_from_sums`)."""
+        if count < 2:
+            raise DataError(f"need at least 2 rows to fit moments, got {count}")
+        if not (np.isfinite(gram).all() and math.isfinite(fourth)):
+            raise DataError("nominal rows hold an infinite value; moments need finite rows")
+        cov, _ = ledoit_wolf_from_sums(gram, fourth, count)
+        return cls._shrunk(mean, cov)
+
+    @classmethod
+    def _shrunk(cls, mean: FloatArray, cov: FloatArray) -> Moments:
         # a tiny ridge relative to the scale keeps constant columns (zero variance) invertible
         cov = cov + (1e-9 * max(float(np.trace(cov)) / len(cov), 1e-12)) * np.eye(len(cov))
         try:

@@ -238,21 +238,37 @@ def refit_family(
     if int(use.sum()) < 2:
         raise DataError(f"a refresh needs at least 2 usable rows, got {int(use.sum())}")
     at = None if times is None else np.asarray(times, dtype=np.float64)[use]
-
-    def refit(old: Moments, rows: FloatArray) -> Moments:
-        mean, centred = trend_mean(rows, at, end)
+    old = (state.innovation, state.level, state.reconstruction)
+    widths = [r.shape[1], x.shape[1], e.shape[1]]
+    # the three moments' rows side by side: one trend, one Gram matrix, one pass for the fourth moments
+    rows = np.concatenate([r, x, e], axis=1)[use]
+    mean, centred = trend_mean(rows, at, end)
+    starts = np.cumsum([0, *widths[:-1]]).tolist()
+    if covariances:
+        if not np.isfinite(centred).all():
+            raise DataError("the refresh's rows hold an infinite value; moments need finite rows")
+        # sum_t c_t c_t' (each moment's block on the diagonal)
+        gram = centred.T @ centred
+        squares = centred * centred
+    moments = []
+    for k, (o, d) in enumerate(zip(starts, widths, strict=True)):
+        mu = mean[o : o + d].copy()
         if covariances:
-            # the Ledoit-Wolf covariance of the rows about their line (or average)
-            return Moments.from_centred(mean, centred)
-        # mu = the rows' mean (or the trend's value at the end); the old whitening (spread) kept
-        return Moments(mean, old.whitening)
+            # sum_t ||c_t||^4 of the moment's columns; its Ledoit-Wolf covariance about the line (or average)
+            norms = np.sum(squares[:, o : o + d], axis=1)
+            fourth = float(np.sum(norms * norms))
+            moments.append(Moments.from_sums(mu, gram[o : o + d, o : o + d], fourth, len(rows)))
+        else:
+            # mu = the rows' mean (or the trend's value at the end); the old whitening (spread) kept
+            moments.append(Moments(mu, old[k].whitening))
+    innovation, level, reconstruction = moments
 
     return FamilyState(
         state.statistics,
         state.lambdas,
-        refit(state.innovation, r[use]),
-        refit(state.level, x[use]),
-        refit(state.reconstruction, e[use]),
+        innovation,
+        level,
+        reconstruction,
         state.smoothed,
         state.scale,
         state.threshold,
