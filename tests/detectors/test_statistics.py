@@ -23,7 +23,7 @@ def row_blocks(draw: st.DrawFn) -> np.ndarray:
     return np.asarray(base * scale + offset)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@settings(max_examples=20, deadline=None, derandomize=True, database=None)
 @given(row_blocks())
 def test_ledoit_wolf_covariance_equals_scikit_learns(X: np.ndarray) -> None:
     """On any centred rows, the covariance and shrinkage are scikit-learn's ``ledoit_wolf(X, assume_centered=True)``
@@ -59,7 +59,7 @@ def test_moments_refuse_infinite_rows() -> None:
     assert np.all(np.isfinite(Moments.fit(X).whitening))
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@settings(max_examples=20, deadline=None, derandomize=True, database=None)
 @given(row_blocks())
 def test_ledoit_wolf_from_sums_equals_scikit_learns(X: np.ndarray) -> None:
     """From the rows' sums (``sum x x'``, ``sum ||x||^4``) the covariance and shrinkage are scikit-learn's to a
@@ -71,3 +71,12 @@ def test_ledoit_wolf_from_sums_equals_scikit_learns(X: np.ndarray) -> None:
     size = max(float(np.max(np.abs(want))), 1e-300)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * size, equal_nan=True)
     assert got_shrinkage == pytest.approx(float(want_shrinkage), rel=1e-9, abs=1e-12, nan_ok=True)
+
+
+@pytest.mark.exhaustive
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(row_blocks())
+def test_both_ledoit_wolf_paths_equal_scikit_learns_on_many_blocks(X: np.ndarray) -> None:
+    """The two fast variants above, on many more blocks of rows."""
+    test_ledoit_wolf_covariance_equals_scikit_learns.hypothesis.inner_test(X)  # type: ignore[attr-defined]
+    test_ledoit_wolf_from_sums_equals_scikit_learns.hypothesis.inner_test(X)  # type: ignore[attr-defined]

@@ -147,7 +147,7 @@ def test_the_fast_refresh_makes_the_reference_decisions_on_any_stream(
         _check(fitted_once, monkeypatch, seed, drift, jump, fault_at, missing)
 
 
-@settings(max_examples=20, deadline=None, derandomize=True, database=None)
+@settings(max_examples=10, deadline=None, derandomize=True, database=None)
 @given(
     n=st.integers(1, 200),
     d=st.integers(1, 6),
