@@ -113,8 +113,8 @@ def ledoit_wolf_covariance(X: FloatArray) -> tuple[FloatArray, float]:
     """The Ledoit-Wolf shrunk covariance of centred rows ``X`` (T, D) and its shrinkage in [0, 1].
 
     scikit-learn's ``ledoit_wolf(X, assume_centered=True)``, its operations in its order (one block:
-    D < 1000), without its argument and array checks: those cost about 0.8 ms a call, four fifths
-    of a fit on a plant's window of rows, and a drift refresh fits six moments per plant
+    D < 1000), without its argument and array checks: on a plant's window of rows those cost more
+    than the estimate itself, and a drift refresh fits six moments per plant
     (:mod:`fedrca.drift.keeper`). The caller passes finite float64 rows. Equal to scikit-learn's
     to a relative 1e-12 on every input (in practice bit for bit; the property test
     ``tests/detectors/test_statistics.py::test_ledoit_wolf_covariance_equals_scikit_learns``).

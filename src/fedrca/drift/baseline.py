@@ -68,8 +68,8 @@ BoolArray = NDArray[np.bool_]
 def lower_inverse(W: NDArray[np.floating[Any]]) -> FloatArray:
     """The inverse of a lower-triangular ``W`` (D, D), lower-triangular too: ``L = W⁻¹``.
 
-    LAPACK's ``trtri`` (a few microseconds for a plant's D x D; a triangular solve against the
-    identity, with its argument checks, is twenty times longer and a refresh inverts about ten).
+    LAPACK's ``trtri``: a triangular solve against the identity, with its argument checks, is many
+    times longer for a plant's D x D, and a refresh inverts about ten.
 
     Raises
     ------

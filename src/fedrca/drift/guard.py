@@ -71,7 +71,7 @@ def alarm_limit(recent: int, rate: float, confidence: float = ONGOING_CONFIDENCE
 @functools.lru_cache(maxsize=256)
 def _binomial_quantile(recent: int, rate: float, confidence: float) -> int:
     """The binomial (recent, rate) quantile at confidence: a plant asks it with the same three numbers at
-    every refresh (scipy's ppf takes about as long as a plant's window of rows takes to filter)."""
+    every refresh, and scipy's ppf is slow next to the refresh's own maths."""
     return int(scipy.stats.binom.ppf(confidence, recent, rate))
 
 
