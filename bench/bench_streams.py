@@ -59,6 +59,7 @@ Targets (issues 14 and 32): plant worker >= 1.2x the kafka-python loop; RCA work
 flags/s; p99 produce->verdict < 100 ms at 1,000 messages/s and < 150 ms at 5,000 messages/s.
 
     python bench/bench_streams.py --repeat 3      # what ``make bench`` runs
+    python bench/bench_streams.py --order-only    # phase 3's account alone: the flags' order, exactly once
 
 ``FEDRCA_BENCH_PROFILE=<dir>`` runs the workers under cProfile (``<dir>/<worker>.prof``;
 the figures are then slower than normal).
@@ -1147,6 +1148,22 @@ def one_run(bootstrap: str, workdir: Path, k: int, repeat: int) -> dict[str, Any
     }
 
 
+def order_only(bootstrap: str, repeat: int) -> int:
+    """``--order-only``: the latency phase's account per run (docs/streams.md, "A backlog in step"); 1 on a problem."""
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="fedrca-bench-order-") as tmp:
+        for k in range(repeat):
+            lat = latency(bootstrap, Path(tmp) / f"latency{k}")
+            failed += lat["problem"] is not None
+            print(
+                f"run {k + 1}/{repeat}: {lat['messages']:,} flags, largest lead {lat['lead']:,} rows (allowed "
+                f"lateness 1,000), {lat['late']:,} late of {lat['deadletters']:,} RCA dead letters, "
+                f"{lat['lost']} verdicts lost, {lat['duplicated']} duplicated; problem: {lat['problem'] or 'none'}",
+                flush=True,
+            )
+    return 1 if failed else 0
+
+
 def line(label: str, values: Any, fmt: str = ">9.1f", note: str = "") -> str:
     """A table row: the label padded to 64 characters, then the values."""
     return f"{label:<64}" + "".join(format(v, fmt) for v in values) + (f"  {note}" if note else "")
@@ -1333,6 +1350,12 @@ def main(argv: list[str] | None = None, repeat: int | None = None) -> int:
     """Print the table; 0 when both targets are met and every expected output arrived."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="runs to take the median of (make bench: 3)")
+    parser.add_argument(
+        "--order-only",
+        action="store_true",
+        help="only the latency phase, for its account: per run the largest lead of a flag over a newer one "
+        "on the flags topic, the RCA's late dead letters, verdicts lost and duplicated (counts, no timing)",
+    )
     args = parser.parse_args([] if argv is None else argv)
     repeat = repeat or args.repeat
     sys.path.insert(0, str(HERE))
@@ -1347,6 +1370,11 @@ def main(argv: list[str] | None = None, repeat: int | None = None) -> int:
         logging.getLogger(name).setLevel(logging.ERROR)
     bootstrap, state, took = start_broker()
     how = "reused" if state["reused"] else f"started in {took:.1f} s"
+    if args.order_only:
+        try:
+            return order_only(bootstrap, repeat)
+        finally:
+            release_broker()
     runs = []
     crashed: list[str] = []
     try:
