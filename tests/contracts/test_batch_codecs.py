@@ -8,14 +8,26 @@ message by message; ``encode_flags`` must give byte-identical JSON to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import numpy as np
+import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrca.contracts import FlagMessage, decode_flag, decode_flags, decode_sensor, decode_sensors, encode, encode_flags
+from fedrca.contracts import (
+    FlagMessage,
+    decode_flag,
+    decode_flag_columns,
+    decode_flags,
+    decode_sensor,
+    decode_sensors,
+    encode,
+    encode_flags,
+)
 from fedrca.exceptions import MessageError
 
 COUNTS = {"feed": 3, "reactor": 2}
@@ -261,8 +273,64 @@ flag_docs = st.dictionaries(
 ).map(lambda extra: {**json.loads(flag_raw()), **extra})
 
 
+@pytest.mark.exhaustive  # make test: test_flag_columns_equal_the_messages checks the same on the same documents
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(st.lists(flag_docs, max_size=10))
 def test_random_flag_batches_decode_exactly_as_one_by_one(docs):
     raws = [json.dumps(d).encode() for d in docs]
     same_flags(decode_flags(raws, "tep", PLANTS, now=NOW), flag_one_by_one(raws))
+
+
+# -- the RCA worker's columnar flag decoder: a whole batch of plain flags at once, or None --------
+def typed(message):
+    """A flag's fields with their types (1 == 1.0 == True for ==; not for the contract)."""
+    return [(type(v), v) for v in dataclasses.astuple(message)]
+
+
+def same_columns(raws):
+    """decode_flag_columns of ``raws`` equals decode_flags' messages field by field and type by type when it
+    takes the batch; it takes it exactly when every message is a valid plain one that orjson parses (no
+    withheld, degraded or sensor-fault field: those take the message path, as a BOM or UTF-16 does)."""
+    columns = decode_flag_columns(raws, "tep", PLANTS, now=NOW)
+    messages = decode_flags(raws, "tep", PLANTS, now=NOW)
+    plain = all(isinstance(m, FlagMessage) for m in messages) and all(keys(raw) in PLAIN_SHAPES for raw in raws)
+    assert (columns is not None) == plain
+    if columns is not None:
+        assert len(columns) == len(raws)
+        assert [typed(m) for m in columns.messages()] == [typed(m) for m in messages]
+    return columns
+
+
+def keys(raw):
+    try:
+        return set(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        return None
+
+
+PLAIN_KEYS = {"site", "plant", "ts", "seq", "zc", "za", "eps", "model_version"}
+PLAIN_SHAPES = (PLAIN_KEYS, PLAIN_KEYS | {"level", "level_eps"})
+GOOD_FLAGS = [flag_raw(), flag_raw(level=2, level_eps=None), flag_raw(level=None, level_eps=0.5), flag_raw(eps=2)]
+
+
+def test_flag_columns_take_only_batches_of_valid_plain_flags():
+    assert same_columns(GOOD_FLAGS) is not None
+    assert same_columns([]) is not None
+    # every case alone and after the good ones: one bad or not plain message sends the batch to decode_flags
+    for case in FLAG_CASES:
+        same_columns([case])
+        same_columns([*GOOD_FLAGS, case])
+    for other in (flag_raw(sensor_fault=False), flag_raw(degraded=True, zc=0, za=0), flag_raw(eps=-1)):
+        assert same_columns([*GOOD_FLAGS, other]) is None
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(st.lists(flag_docs, max_size=10), st.lists(st.integers(0, 9), max_size=4))
+def test_flag_columns_equal_the_messages(docs, valid):
+    """The random documents decode as one by one (decode_flags), and the columns equal the messages, on
+    mostly valid batches (the columns' path) with the documents mixed in."""
+    raws = [json.dumps(d).encode() for d in docs]
+    same_flags(decode_flags(raws, "tep", PLANTS, now=NOW), flag_one_by_one(raws))
+    plain = [flag_raw(seq=k, plant="reactor" if k % 2 else "feed", level=k % 3, level_eps=None) for k in valid]
+    same_columns(plain + raws)
+    same_columns(plain)

@@ -22,8 +22,10 @@ from fedrca.rca.calibration import (
     fit,
     fit_thresholds,
     reliability,
+    share_of_others,
 )
-from fedrca.rca.explain import candidate_set, describe, link, shortest_path
+from fedrca.rca.explain import _TABLE, candidate_set, describe, link, shortest_path
+from fedrca.rca.table import lookup
 
 CHAIN = ["p1", "p2", "p3"]
 
@@ -232,3 +234,16 @@ def test_reliability_bins():
     rows = reliability([0.05, 0.15, 0.95, 0.95], [0, 1, 1, 0], bins=10)
     assert [(r["low"], r["accuracy"], r["weight"]) for r in rows] == [(0.0, 0.0, 1.0), (0.1, 1.0, 1.0), (0.9, 0.5, 2.0)]
     assert expected_calibration_error([0.95, 0.95], [1, 0], weight=[3, 1]) == pytest.approx(abs(0.75 - 0.95))
+
+
+def test_the_table_is_the_lookup():
+    pairs = [(zc, za) for zc in (0, 1) for za in (0, 1)]
+    assert {(a, b): lookup(a, b).outcome for a in pairs for b in pairs} == _TABLE
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=70), st.integers(0, 69))
+def test_share_of_others_is_the_mean(alarming, top):
+    a, k = np.array(alarming, dtype=bool), top % len(alarming)
+    want = float(np.delete(a, k).mean()) if len(a) > 1 else 0.0
+    assert share_of_others(a, k) == want and type(share_of_others(a, k)) is float

@@ -9,7 +9,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrca.contracts import FlagMessage
+from fedrca.contracts import FlagColumns, FlagMessage
 from fedrca.streams.aligner import FlagAligner
 
 PLANTS = ["a", "b", "c"]
@@ -194,3 +194,105 @@ def test_clock_fast_path_equals_the_median(times, skew, codes):
     codes_kept = "".join(code for _, code in aligner._released)
     assert all(len(code) == len(PLANTS) for _, code in aligner._released)
     assert set(codes_kept) <= set("0123-")
+
+
+# -- a batch of plain flags at once (FlagAligner.add_columns): the same rows and state as flag by flag --
+def columns_of(flags):
+    return FlagColumns(
+        "s",
+        *(tuple(getattr(f, name) for f in flags) for name in ("plant", "ts", "seq", "zc", "za", "eps")),
+        tuple(f.model_version for f in flags),
+        tuple(f.level for f in flags),
+        tuple(f.level_eps for f in flags),
+    )
+
+
+def by_batches(aligner, flags, cuts):
+    """Rows released and the state after each batch: add_columns when it takes the batch, else flag by flag;
+    and how many batches it took whole."""
+    rows, states, taken, lo = [], [], 0, 0
+    for hi in [*sorted(cuts), len(flags)]:
+        batch = flags[lo:hi]
+        released = aligner.add_columns(columns_of(batch))
+        if released is None:
+            released = [row for f in batch for row in aligner.add(f)[0]]
+        else:
+            taken += 1
+        rows += released
+        states.append(json.dumps(aligner.get_state()))
+        lo = max(lo, hi)
+    return [repr(r) for r in rows], states, taken
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 60),
+    lateness=st.integers(0, 6),
+    cuts=st.lists(st.integers(0, 200), max_size=8),
+    shuffle=st.integers(0, 3),
+    odd=st.floats(0.0, 0.3),
+)
+def test_columns_equal_flag_by_flag(seed, n, lateness, cuts, shuffle, odd):
+    rng = random.Random(seed)
+    streams = {plant: [] for plant in PLANTS}  # each plant's flags in its order
+    for seq in range(n):
+        for plant in PLANTS:
+            if rng.random() < odd:  # lost, or sent twice (the same or a different pair)
+                if rng.random() < 0.5:
+                    continue
+                streams[plant].append(flag(plant, seq, rng.randint(0, 1), rng.randint(0, 1)))
+            ts = float(seq) + (rng.random() if rng.random() < odd else 0.0)  # a plant's clock off
+            level = rng.choice([None, 0, 1, 2]) if rng.random() < 0.5 else None
+            streams[plant].append(
+                FlagMessage("s", plant, ts, seq, rng.randint(0, 1), rng.randint(0, 1), 1.0, "v", level=level)
+            )
+    # the plants' partitions interleaved at random paces: a plant runs ahead of the others, beyond the lateness too
+    flags = []
+    while any(streams.values()):
+        plant = rng.choice([p for p in PLANTS if streams[p]])
+        k = rng.randint(1, 3)
+        flags += streams[plant][:k]
+        del streams[plant][:k]
+    for _ in range(shuffle):  # arrivals out of order
+        i, j = rng.randrange(len(flags)), rng.randrange(len(flags))
+        flags[i], flags[j] = flags[j], flags[i]
+    cut = [min(c, len(flags)) for c in cuts]
+    reference = FlagAligner(PLANTS, allowed_lateness=lateness)
+    rows, states = [], []
+    lo = 0
+    for hi in [*sorted(cut), len(flags)]:
+        rows += [repr(r) for f in flags[lo:hi] for r in reference.add(f)[0]]
+        states.append(json.dumps(reference.get_state()))
+        lo = max(lo, hi)
+    batched = FlagAligner(PLANTS, allowed_lateness=lateness)
+    got_rows, got_states, _ = by_batches(batched, flags, cut)
+    assert got_rows == rows and got_states == states
+    assert [repr(r) for r in batched.flush()] == [repr(r) for r in reference.flush()]
+
+
+def flag_by_flag(flags, cuts, lateness):
+    reference = FlagAligner(PLANTS, allowed_lateness=lateness)
+    rows, states, lo = [], [], 0
+    for hi in [*sorted(cuts), len(flags)]:
+        rows += [repr(r) for f in flags[lo:hi] for r in reference.add(f)[0]]
+        states.append(json.dumps(reference.get_state()))
+        lo = max(lo, hi)
+    return rows, states
+
+
+def test_columns_take_an_ordinary_stream_whole_and_refuse_what_flag_by_flag_treats_apart():
+    flags = [flag(p, seq, zc=seq % 2) for seq in range(40) for p in PLANTS]
+    rows, states, taken = by_batches(FlagAligner(PLANTS, allowed_lateness=3), flags, [10, 30, 60, 90])
+    assert (rows, states) == flag_by_flag(flags, [10, 30, 60, 90], 3)
+    assert len(rows) == 40 and taken == 4  # every batch after the first (the stream starts flag by flag)
+    start = flags[:30]  # rows 0..9 released
+    for extra, cuts in [
+        ([flag("a", 9, zc=1), flag("a", 10), flag("a", 12)], [30]),  # a released row's flag (late)
+        ([flag("a", 10), flag("a", 10, zc=1), flag("b", 10), flag("c", 10)], [30]),  # a conflict in the batch
+        ([flag("a", 10), flag("a", 10, zc=1), flag("b", 10), flag("c", 10)], [30, 31]),  # ... with a held flag
+        ([flag("a", s) for s in range(10, 15)] + [flag("b", 10), flag("c", 10)], [30]),  # overdue before b, c came
+        ([flag("a", 16), flag("a", 13)], [30]),  # rows 10..15 skipped (none came), then one of them comes
+    ]:
+        got = by_batches(FlagAligner(PLANTS, allowed_lateness=3), start + extra, cuts)
+        assert got[:2] == flag_by_flag(start + extra, cuts, 3)

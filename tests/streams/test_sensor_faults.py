@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedrca.application.site import prepare_site, run_pipeline, site_runtime
 from fedrca.config import load_config, parse_config
@@ -123,6 +125,23 @@ def test_sensor_events_exact_and_under_randomized_response():
     one = SensorEvents("s", ["a", "b"])
     rows = [one.update(t, {p: int(bits[t, m]) for m, p in enumerate("ab") if bits[t, m] >= 0}) for t in range(20)]
     assert [v for r in rows for v in r] == out
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(
+    rows=st.lists(st.lists(st.sampled_from([0, 0, 0, 0, 1, -1]), min_size=3, max_size=3), max_size=40),
+    epsilon=st.sampled_from([math.inf, 0.5, 2.0, 9.0]),
+)
+def test_a_quiet_row_changes_nothing(rows, epsilon):
+    """SensorEvents.update's shortcut (no bit set, every plant healthy without evidence) gives the events and
+    the state of its full step (_update) row by row."""
+    quick, full = SensorEvents("s", ["a", "b", "c"], epsilon), SensorEvents("s", ["a", "b", "c"], epsilon)
+    for t, row in enumerate(rows):
+        bits = {p: b for p, b in zip("abc", row, strict=True) if b >= 0}
+        assert quick.update(t, bits, float(t)) == full._update(t, bits, float(t))
+        assert [quick._faulty, quick._evidence, quick._start, quick._pending] == [
+            full._faulty, full._evidence, full._start, full._pending
+        ]  # fmt: skip
 
 
 def _flag(plant: str, seq: int, ts: float | None = None, fault: bool = False, zc: int = 0) -> FlagMessage:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -52,6 +53,7 @@ __all__ = [
     "covariance_change",
     "limit_family",
     "limit_moments",
+    "lower_inverse",
     "mean_shift",
     "refit_family",
     "refit_residual",
@@ -63,9 +65,29 @@ FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
 
+def lower_inverse(W: NDArray[np.floating[Any]]) -> FloatArray:
+    """The inverse of a lower-triangular ``W`` (D, D), lower-triangular too: ``L = W⁻¹``.
+
+    LAPACK's ``trtri``: a triangular solve against the identity, with its argument checks, is many
+    times longer for a plant's D x D, and a refresh inverts about ten.
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        When ``W`` is singular (a zero on its diagonal).
+    """
+    lower = np.asarray(W, dtype=np.float64)
+    if lower.size == 0:
+        return lower.copy()
+    L, info = scipy.linalg.lapack.dtrtri(lower, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"a whitening is singular (trtri info {info})")
+    return np.asarray(np.tril(L))
+
+
 def covariance(m: Moments) -> FloatArray:
     """The covariance ``S = L L'`` behind a whitening ``L⁻¹`` (D, D)."""
-    L = scipy.linalg.solve_triangular(m.whitening, np.eye(len(m.whitening)), lower=True)
+    L = lower_inverse(m.whitening)
     return np.asarray(L @ L.T)
 
 
@@ -105,22 +127,25 @@ class MomentStep:
     applied: float
 
 
-def _moments_between(old: Moments, new: Moments, t: float) -> Moments:
+def _moments_between(
+    old: Moments, new: Moments, t: float, eigen: tuple[FloatArray, FloatArray] | None = None
+) -> Moments:
     """The point ``t`` of the way from ``old`` to ``new``: the mean on the straight line, the covariance on
-    the geodesic of positive-definite matrices ``S(t) = L_old V diag(lambda^t) V' L_old'``."""
+    the geodesic of positive-definite matrices ``S(t) = L_old V diag(lambda^t) V' L_old'`` (``eigen``: the
+    pair's :func:`_relative_eigen`, when the caller has it)."""
     if t >= 1.0:
         return new
     if t <= 0.0:
         return old
-    lam, V = _relative_eigen(old, new)
-    L_old = scipy.linalg.solve_triangular(old.whitening, np.eye(len(old.whitening)), lower=True)
+    lam, V = _relative_eigen(old, new) if eigen is None else eigen
+    L_old = lower_inverse(old.whitening)
     # S(t) = L_old V diag(lambda^t) V' L_old'
     root = L_old @ V * np.sqrt(lam**t)
     S = root @ root.T
     L = np.linalg.cholesky((S + S.T) / 2.0)
     # mu(t) = mu_old + t (mu_new - mu_old)
     mean = old.mean + t * (new.mean - old.mean)
-    return Moments(mean, scipy.linalg.solve_triangular(L, np.eye(len(L)), lower=True))
+    return Moments(mean, lower_inverse(L))
 
 
 def limit_moments(old: Moments, new: Moments, max_shift: float, max_scale: float) -> MomentStep:
@@ -129,13 +154,16 @@ def limit_moments(old: Moments, new: Moments, max_shift: float, max_scale: float
     One share ``t = min(1, max_shift / shift, max_scale / scale)`` of the way for the mean and the
     covariance together, so a limited step is a point of the same path whatever bound binds.
     """
-    shift, scale = mean_shift(old, new), covariance_change(old, new)
+    eigen = _relative_eigen(old, new)
+    # shift = ||L_old⁻¹ (mu_new - mu_old)|| ;  scale = max |log lambda| (covariance_change)
+    shift = mean_shift(old, new)
+    scale = float(np.max(np.abs(np.log(eigen[0])))) if len(eigen[0]) else 0.0
     t = 1.0
     if shift > max_shift:
         t = min(t, max_shift / shift)
     if scale > max_scale:
         t = min(t, max_scale / scale)
-    return MomentStep(_moments_between(old, new, t), shift, scale, t)
+    return MomentStep(_moments_between(old, new, t, eigen), shift, scale, t)
 
 
 def trend_mean(rows: FloatArray, times: FloatArray | None, end: float | None = None) -> tuple[FloatArray, FloatArray]:
@@ -162,10 +190,17 @@ def trend_mean(rows: FloatArray, times: FloatArray | None, end: float | None = N
         return mean, rows - mean
     t = np.asarray(times, dtype=np.float64)
     t = t - (t[-1] if end is None else float(end))
-    # [mu, b] = argmin || rows - (mu + b t) ||^2, per column
-    design = np.column_stack([np.ones_like(t), t])
-    coef, *_ = np.linalg.lstsq(design, rows, rcond=None)
-    return coef[0], rows - design @ coef
+    # the least-squares line through the rows, in closed form about the times' average (its normal
+    # equations are then diagonal): b = sum (t - tbar)(x - xbar) / sum (t - tbar)^2, mu = xbar - b tbar
+    tbar = t.mean()
+    dt = t - tbar
+    xbar = rows.mean(axis=0)
+    spread = float(dt @ dt)
+    if spread == 0.0:  # every row at one time: no slope to fit
+        return xbar, rows - xbar
+    slope = (dt @ (rows - xbar)) / spread
+    # rows - (mu + b t) = (rows - xbar) - b (t - tbar)
+    return xbar - slope * tbar, rows - xbar - np.outer(dt, slope)
 
 
 def refit_family(
@@ -203,20 +238,37 @@ def refit_family(
     if int(use.sum()) < 2:
         raise DataError(f"a refresh needs at least 2 usable rows, got {int(use.sum())}")
     at = None if times is None else np.asarray(times, dtype=np.float64)[use]
-
-    def refit(old: Moments, rows: FloatArray) -> Moments:
-        mean, centred = trend_mean(rows, at, end)
+    old = (state.innovation, state.level, state.reconstruction)
+    widths = [r.shape[1], x.shape[1], e.shape[1]]
+    # the three moments' rows side by side: one trend, one Gram matrix, one pass for the fourth moments
+    rows = np.concatenate([r, x, e], axis=1)[use]
+    mean, centred = trend_mean(rows, at, end)
+    starts = np.cumsum([0, *widths[:-1]]).tolist()
+    if covariances:
+        if not np.isfinite(centred).all():
+            raise DataError("the refresh's rows hold an infinite value; moments need finite rows")
+        # sum_t c_t c_t' (each moment's block on the diagonal)
+        gram = centred.T @ centred
+        squares = centred * centred
+    moments = []
+    for k, (o, d) in enumerate(zip(starts, widths, strict=True)):
+        mu = mean[o : o + d].copy()
         if covariances:
-            return Moments.fit(centred + mean)
-        # mu = the rows' mean (or the trend's value at the end); the old whitening (spread) kept
-        return Moments(mean, old.whitening)
+            # sum_t ||c_t||^4 of the moment's columns; its Ledoit-Wolf covariance about the line (or average)
+            norms = np.sum(squares[:, o : o + d], axis=1)
+            fourth = float(np.sum(norms * norms))
+            moments.append(Moments.from_sums(mu, gram[o : o + d, o : o + d], fourth, len(rows)))
+        else:
+            # mu = the rows' mean (or the trend's value at the end); the old whitening (spread) kept
+            moments.append(Moments(mu, old[k].whitening))
+    innovation, level, reconstruction = moments
 
     return FamilyState(
         state.statistics,
         state.lambdas,
-        refit(state.innovation, r[use]),
-        refit(state.level, x[use]),
-        refit(state.reconstruction, e[use]),
+        innovation,
+        level,
+        reconstruction,
         state.smoothed,
         state.scale,
         state.threshold,
@@ -297,7 +349,7 @@ def transfer_memory(
     """
     if memory is None:
         return None
-    L_old = scipy.linalg.solve_triangular(old.innovation.whitening, np.eye(len(old.innovation.whitening)), lower=True)
+    L_old = lower_inverse(old.innovation.whitening)
     out: list[FloatArray | None] = list(memory)
     for i in range(len(old.lambdas)):
         w = out[i]

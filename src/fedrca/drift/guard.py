@@ -26,6 +26,8 @@ True
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.ndimage
 import scipy.stats
@@ -63,8 +65,14 @@ def alarm_limit(recent: int, rate: float, confidence: float = ONGOING_CONFIDENCE
     >>> alarm_limit(60, 0.003), alarm_limit(60, 0.05)
     (2, 9)
     """
-    # the binomial (recent, rate) quantile at confidence
-    return int(scipy.stats.binom.ppf(confidence, recent, min(max(rate, 0.0), 1.0)))
+    return _binomial_quantile(int(recent), min(max(float(rate), 0.0), 1.0), float(confidence))
+
+
+@functools.lru_cache(maxsize=256)
+def _binomial_quantile(recent: int, rate: float, confidence: float) -> int:
+    """The binomial (recent, rate) quantile at confidence: a plant asks it with the same three numbers at
+    every refresh, and scipy's ppf is slow next to the refresh's own maths."""
+    return int(scipy.stats.binom.ppf(confidence, recent, rate))
 
 
 def ongoing_alarm(alarm: BoolArray, recent: int, rate: float, confidence: float = ONGOING_CONFIDENCE) -> bool:

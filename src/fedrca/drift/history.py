@@ -174,23 +174,25 @@ class RowHistory:
     def window(self, end: int, rows: int) -> tuple[IntArray, FloatArray, FloatArray | None, BoolArray]:
         """The rows of seqs ``[end - rows, end)`` that are held, in seq order: (seqs, Y, U, alarm)."""
         lo = end - rows
-        parts = []
-        for c in sorted(self._chunks):
-            if (c + 1) * CHUNK_ROWS <= lo or c * CHUNK_ROWS >= end:
-                continue
-            chunk = self._chunks[c]
-            seq = c * CHUNK_ROWS + np.arange(CHUNK_ROWS)
-            keep = chunk.present & (seq >= lo) & (seq < end) & (seq > self._newest - self.capacity)
-            parts.append((seq[keep], chunk.Y[keep], None if chunk.U is None else chunk.U[keep], chunk.alarm[keep]))
-        if not parts:
+        # the chunks of seqs [lo, end) in order (not every chunk held: a refresh reads 3 days of 2 weeks)
+        span = range(max(lo, 0) // CHUNK_ROWS, (end - 1) // CHUNK_ROWS + 1 if end > 0 else 0)
+        chunks = [chunk for c in span if (chunk := self._chunks.get(c)) is not None]
+        if not chunks:
             empty_u = np.empty((0, self.n_inputs)) if self.n_inputs else None
             return np.empty(0, dtype=np.int64), np.empty((0, self.n_sensors)), empty_u, np.empty(0, dtype=bool)
-        U = None if self.n_inputs == 0 else np.concatenate([p[2] for p in parts])
+        # the chunks side by side: one mask over all their rows
+        first = np.array([c.index for c in chunks], dtype=np.int64) * CHUNK_ROWS
+        seq = (first[:, None] + np.arange(CHUNK_ROWS)).ravel()
+        keep = np.concatenate([c.present for c in chunks])
+        keep &= (seq >= lo) & (seq < end) & (seq > self._newest - self.capacity)
+        U = None
+        if self.n_inputs:
+            U = np.concatenate([c.U for c in chunks if c.U is not None])[keep]
         return (
-            np.concatenate([p[0] for p in parts]).astype(np.int64),
-            np.concatenate([p[1] for p in parts]),
+            seq[keep],
+            np.concatenate([c.Y for c in chunks])[keep],
             U,
-            np.concatenate([p[3] for p in parts]),
+            np.concatenate([c.alarm for c in chunks])[keep],
         )
 
     # -- persistence ------------------------------------------------------------------------

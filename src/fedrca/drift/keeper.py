@@ -45,7 +45,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -213,8 +213,9 @@ class RefreshReport:
     applied: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-friendly form."""
-        return asdict(self)
+        """JSON-friendly form (the fields are scalars: no deep copy, the loop writes its recent reports with
+        every refresh)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def line(self) -> str:
         """One line for an operator's log."""

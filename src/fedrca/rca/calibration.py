@@ -109,6 +109,14 @@ FEATURES: tuple[str, ...] = (
 )
 
 
+def share_of_others(alarming: NDArray[np.bool_], top: int) -> float:
+    """The share of the plants but ``top`` that alarm (0 without other plants): ``np.delete(alarming, top).mean()``,
+    as the count over the number (the same float: a count of bools is exact,
+    ``tests/rca/test_explain.py::test_share_of_others_is_the_mean``), without copying the array."""
+    M = len(alarming)
+    return (int(np.count_nonzero(alarming)) - int(alarming[top])) / (M - 1) if M > 1 else 0.0
+
+
 def features(evidence: Evidence, graph: InterdependencyGraph, settings: RCASettings) -> FloatArray:
     """The feature matrix (M, F) of every plant at a verdict (:data:`FEATURES`, in order)."""
     M = evidence.n_plants
@@ -122,8 +130,7 @@ def features(evidence: Evidence, graph: InterdependencyGraph, settings: RCASetti
     earliest = first[began].min() if began.any() else -1
     is_first = began & (first == earliest)
     declared = np.array([p in settings.unobserved_entry for p in evidence.plants], dtype=bool)
-    others = np.delete(evidence.alarming, top)
-    breadth = float(others.mean()) if others.size else 0.0
+    breadth = share_of_others(evidence.alarming, top)
     entry = declared & graph.adjacency[:, top] & (np.arange(M) != top) & (not declared[top])
     return np.column_stack(
         [

@@ -144,6 +144,11 @@ def _pair(code: int) -> tuple[int, int]:
     return (int(code) >> 1, int(code) & 1)
 
 
+#: :func:`~fedrca.rca.table.lookup`'s outcome of every two pairs (root's, plant's), computed once: a reason
+#: names it for each listed plant of every issued verdict (tests/rca/test_explain.py::test_the_table_is_the_lookup)
+_TABLE = {(a, b): lookup(a, b).outcome for a in map(_pair, range(4)) for b in map(_pair, range(4))}
+
+
 def _change(evidence: Evidence, named: int, runner: int, margin: float) -> str:
     """One sentence: what would change the verdict (hypothesis indices into the log evidence)."""
     plants = evidence.plants
@@ -218,7 +223,7 @@ def _reason(
         pair = _pair(int(evidence.pairs[m]))
         table, via = "", ""
         if root is not None and m != root:
-            table = lookup(_pair(int(evidence.pairs[root])), pair).outcome
+            table = _TABLE[_pair(int(evidence.pairs[root])), pair]
             if plants[m] in declared and graph.adjacency[m, root]:
                 via = f"declared unmeasured entry into {plants[root]}: what enters here can show there first"
             else:

@@ -33,13 +33,14 @@ always yields the same rows and hence the same verdicts
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedrca.contracts import FlagMessage, FlagState
+from fedrca.contracts import FlagColumns, FlagMessage, FlagState
 from fedrca.exceptions import ConfigError
 
 __all__ = ["AlignedRow", "FlagAligner"]
@@ -174,6 +175,50 @@ class FlagAligner:
         if head is not None and len(head) < len(self.plants) and self._max_seq - next_seq <= self.allowed_lateness:
             return [], status  # the next row waits for its plants (what _release finds first)
         return self._release(), status
+
+    def add_columns(self, flags: FlagColumns) -> list[AlignedRow] | None:
+        """Add a batch of plain flags at once when none of them can be late, a duplicate or a conflict;
+        returns the rows now released, or None (nothing added: add them one by one with :meth:`add`).
+
+        The batch is taken whole when the stream has started, every flag is for a row not released
+        yet and not already held for its plant, no (plant, seq) comes twice, no row of the stream
+        is missing between the next one to release and the newest (so none is skipped), and each
+        flag's row is within the lateness of the newest seq before it (so none was released as
+        overdue before it came). Then every flag is ``buffered`` and the rows released, their
+        contents and the aligner's state equal those of :meth:`add` flag by flag: completeness and
+        the newest seq only grow, so one release after the batch releases what releases after each
+        flag would (``tests/streams/test_aligner.py::test_columns_equal_flag_by_flag``).
+        """
+        seqs, plants = flags.seq, flags.plant
+        next_seq, buffer = self._next_seq, self._buffer
+        if not seqs:
+            return []
+        if next_seq is None or not self._released or min(seqs) < next_seq:
+            return None
+        if len(set(zip(plants, seqs, strict=True))) != len(seqs):
+            return None
+        if buffer and any(s in buffer and p in buffer[s] for p, s in zip(plants, seqs, strict=True)):
+            return None
+        held = set(seqs).union(buffer)
+        if len(held) != max(held) - next_seq + 1:  # a row missing: it would be skipped
+            return None
+        lateness = self.allowed_lateness
+        newest = itertools.accumulate(seqs, max, initial=self._max_seq)
+        if any(s < before - lateness for s, before in zip(seqs, newest, strict=False)):
+            return None
+        ts_of, plant_ts, levels = self._ts, self._plant_ts, self._levels
+        for plant, seq, ts, zc, za, level in zip(plants, seqs, flags.ts, flags.zc, flags.za, flags.level, strict=True):
+            row = buffer.get(seq)
+            if row is None:
+                row = buffer[seq] = {}
+            row[plant] = (zc, za)
+            first_ts = ts_of.setdefault(seq, ts)
+            if ts != first_ts:
+                plant_ts.setdefault(seq, {})[plant] = ts
+            if level is not None:
+                levels.setdefault(seq, {})[plant] = level
+        self._max_seq = max(self._max_seq, max(seqs))
+        return self._release()
 
     def flush(self) -> list[AlignedRow]:
         """Release everything buffered (end of a finite stream)."""

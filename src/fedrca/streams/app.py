@@ -87,10 +87,11 @@ class StreamSettings:
 def plant_window(allowed_lateness: int) -> int:
     """Rows a site's plants may be apart while a plant worker works through a backlog (``LoopSettings.in_step``).
 
-    Half the RCA's allowed lateness: the other half covers the records the partition furthest
-    behind has processed but not yet appended to the flags topic (its transactions in flight)
-    (``tests/streams/test_in_step.py``). It bounds what each partition fetches, not the order in
-    which the partitions' transactions reach the flags topic: docs/streams.md, "A backlog in step".
+    Half the RCA's allowed lateness. A plant's flags are processed only within the window of what
+    every other plant of the worker (not idle) has committed, so in the flags topic's log order no
+    flag comes more than the window after a newer one of its site (``tests/streams/test_in_step.py``);
+    the other half is left to seqs that advance more than one per record (rows skipped at the
+    source): docs/streams.md, "A backlog in step".
 
     Examples
     --------

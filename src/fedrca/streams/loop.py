@@ -67,6 +67,7 @@ __all__ = [
     "read_state",
     "state_record",
     "step_allowances",
+    "within_allowance",
 ]
 
 log = logging.getLogger("fedrca.streams")
@@ -90,30 +91,30 @@ def step_allowances(
 
     ``progress`` is each partition's position in the unit its outputs are aligned by downstream (a
     plant's last processed seq; None: not known yet), ``groups`` puts the partitions whose outputs
-    meet downstream together (a site's plants), ``waiting`` are the partitions with records left to
-    read, ``behind`` (default: ``progress``) what a partition counts as when it is the reference
-    (the outputs it has in the log). A group's reference is the least of ``behind`` among its
-    waiting partitions; a partition may get at most ``window`` past it:
+    meet downstream together (a site's plants), ``waiting`` are the partitions that count as a
+    reference (:class:`TransactionalLoop`: every one that is not idle), ``behind`` (default:
+    ``progress``) what a partition counts as when it is the reference (what its committed outputs
+    reached). A group's reference is the least of ``behind`` among its waiting partitions; a
+    partition may get at most ``window`` past it:
 
         allowance[p] = reference(group(p)) + window - progress[p]
 
-    (<= 0: the partition waits). A partition that has nothing left to read (caught up, or its
-    source is silent) is no reference, so it holds nobody back; every partition of a group without
-    a reference is unbounded (None). One whose progress is not known yet (nothing processed) is no
-    reference either and takes at most ``window`` records, as the reference itself may. While a
-    waiting partition has processed records but has none in the log yet (``behind`` None: its first
-    transaction is in flight) its group's reference is not known: the partitions of known progress
-    wait (0) until it is.
+    (<= 0: the partition waits). A partition that is not waiting holds nobody back; every partition
+    of a group without a reference is unbounded (None). One whose progress is not known yet
+    (nothing processed) is no reference either and takes at most ``window`` records, as the
+    reference itself may. While a waiting partition has processed records but has none committed
+    yet (``behind`` None: its first transaction is in flight) its group's reference is not known:
+    the partitions of known progress wait (0) until it is.
 
     Examples
     --------
     >>> step_allowances({"a": 900, "b": 100, "c": 350, "d": None}, dict.fromkeys("abcd", 0), "abcd", 500)
     {'a': -300, 'b': 500, 'c': 250, 'd': 500}
-    >>> step_allowances({"a": 900, "b": 100}, {"a": 0, "b": 0}, ["a"], 500)  # b is caught up: a is the reference
+    >>> step_allowances({"a": 900, "b": 100}, {"a": 0, "b": 0}, ["a"], 500)  # b is idle: a is the reference
     {'a': 500, 'b': 1300}
     >>> step_allowances({"a": 900, "b": 100}, {"a": 0, "b": 1}, "ab", 500)  # two groups: each its own reference
     {'a': 500, 'b': 500}
-    >>> step_allowances({"a": 900, "b": None}, {"a": 0, "b": 0}, [], 500)  # all caught up: no bound but the first
+    >>> step_allowances({"a": 900, "b": None}, {"a": 0, "b": 0}, [], 500)  # all idle: no bound but the first
     {'a': None, 'b': 500}
     >>> step_allowances({"a": 90, "b": 20, "c": None}, dict.fromkeys("abc", 0), "abc", 500, {"a": 80, "b": None})
     {'a': 0, 'b': 0, 'c': 500}
@@ -138,6 +139,26 @@ def step_allowances(
         # allowance = reference + window - progress: how far it may go before it is window ahead
         out[key] = window if at is None else None if ref is None else ref + window - at
     return out
+
+
+def within_allowance(records: list[_T], allowance: int | None) -> list[_T]:
+    """The records of one partition's fetch that its allowance lets it take (None: all; <= 0: none).
+
+    The fetcher hands over what it buffered, up to ``max.partition.fetch.bytes`` per partition, which
+    in a backlog is far more rows than a window; a partition never takes more than its allowance in
+    one fetch, whatever the fetcher had (:meth:`TransactionalLoop._within` seeks back to the first
+    record not taken).
+
+    Examples
+    --------
+    >>> within_allowance([10, 11, 12, 13], 2)
+    [10, 11]
+    >>> within_allowance([10, 11], 5), within_allowance([10, 11], None), within_allowance([10, 11], 0)
+    ([10, 11], [10, 11], [])
+    """
+    if allowance is None or len(records) <= allowance:
+        return records
+    return records[: max(0, allowance)]
 
 
 class InputRecord(NamedTuple):
@@ -228,9 +249,9 @@ class LoopSettings:
     in_step : with handlers that report their ``progress``, most the partitions of a step group may be
         apart (in the handlers' unit: a plant's seq) before the one ahead waits (None: no bound); see
         :class:`TransactionalLoop`, "In step"
-    in_step_idle : seconds a partition that has records to read may go without its fetch position moving
-        before it stops holding the others of its group back (its records cannot be read: it would hold
-        them back for ever)
+    in_step_idle : seconds a partition may go without its fetch position moving (while it is not held
+        back) before it stops holding the others of its group back: its source is silent, or its records
+        cannot be read; it holds them back again once its position moves
     fetch_wait : seconds a fetch may wait when no record is there (``getmany`` and the broker's
         ``fetch.max.wait.ms``); it bounds the idle polling, not the latency of a record that is there
     linger : seconds a producer waits to fill a record batch (``linger.ms``; 0: the batch is sent
@@ -544,8 +565,8 @@ class _Task:
     # whose handler raised is processed again record by record from it (_isolate)
     state: bytes | None = None
     broken: bool = False  # a transaction failed: the partition is taken over again, later ones give up
-    # the handler's progress after the last batch whose records are in the log (LoopSettings.in_step)
-    appended: int | None = None
+    # the handler's progress after the last batch whose transaction committed (LoopSettings.in_step)
+    committed: int | None = None
 
     def settle(self) -> None:
         """Forget the commits that are over."""
@@ -586,19 +607,25 @@ class TransactionalLoop:
     In step
     -------
     With ``settings.in_step`` (a window ``W``) the partitions of one step group
-    (``step_group_for``: a site's plants, whose flags the RCA aligns) are worked through a backlog
-    in step, by flow control at the consumer: before each fetch the loop reads every handler's
-    ``progress`` and asks :func:`step_allowances` how many records each partition may take to stay
-    within ``W`` of the group's furthest-behind partition that still has records to read (last
-    stable offset above its fetch position). A partition with no allowance is paused
+    (``step_group_for``: a site's plants, whose flags the RCA aligns) are kept in step by flow
+    control at the consumer: before each fetch the loop reads every handler's ``progress`` and asks
+    :func:`step_allowances` how many records each partition may take to stay within ``W`` of the
+    *committed* progress of the group's furthest-behind partition (the progress after its last
+    committed batch). Every partition of the group is a reference, caught up or not, unless its
+    fetch position has not moved for ``in_step_idle`` seconds while it may go (a silent source:
+    compare Kafka Streams' ``max.task.idle.ms``). A partition with no allowance is paused
     (``AIOKafkaConsumer.pause``: the fetcher asks the broker nothing for it) until it is ``W / 2``
-    behind the window's edge again; the others take at most their allowance in this fetch, furthest
-    behind first. A partition that has read everything (caught up, or its source silent) holds
-    nobody back, nor does one whose fetch position has not moved for ``in_step_idle`` seconds
-    though its records are there (compare Kafka Streams' ``max.task.idle.ms``). When no
-    partition is paused and every one has less left to read than its allowance (the live stream:
-    the usual case) the fetch is the one ``getmany`` without the window. The work is per fetch
-    and per partition, never per record: the batches stay whole and the handlers vectorised.
+    behind the window's edge again; the others take at most their allowance in this fetch,
+    furthest behind first, and never more (:func:`within_allowance`: what the fetcher handed over
+    beyond it is given back by a seek). So a flag of seq ``s`` is processed only once every
+    partition of its group that is not idle has committed its flags up to ``s - W`` or further:
+    in the output topic's log order (what a ``read_committed`` reader sees) no flag of the group
+    comes more than ``W`` rows after a newer one, whatever the order in which the transactions
+    reach the log, and through aborted ones (a partition taken over again resumes from what it
+    committed). When no partition is paused and every one has less left to read than its allowance
+    as far as the fetcher knows (the live stream: the usual case) the fetch is the one ``getmany``;
+    the work is per fetch and per partition, never per record: the batches stay whole and the
+    handlers vectorised.
 
     Without it a fetch takes what the fetcher buffered, partition by partition, and the
     transactions of different partitions reach the output topic in any order: under a backlog one
@@ -733,8 +760,10 @@ class TransactionalLoop:
         active = [tp for tp in allowance if tp not in held]
         bounded = {tp: a for tp, a in allowance.items() if a is not None and tp not in held}
         if not held and all((n := left[tp]) is not None and n <= a for tp, a in bounded.items()):
-            # the live stream: every partition has less to read than it may take
-            return await consumer.getmany(timeout_ms=wait, max_records=s.max_records), {}
+            # the live stream: every partition has less to read than it may take, as far as the fetcher
+            # knows (its last stable offsets are those of its last answers: records that came since can
+            # be in this getmany), so what a partition got beyond its allowance is given back
+            return self._within(await consumer.getmany(timeout_ms=wait, max_records=s.max_records), bounded), {}
         # a backlog: each partition takes what it has within its allowance, furthest behind first (one
         # call per partition: the fetcher keeps the rest buffered), and the fetch waits only when none has any
         batch: dict[TopicPartition, list[ConsumerRecord]] = {}
@@ -756,16 +785,34 @@ class TransactionalLoop:
         most = min([s.max_records, *bounded.values()])
         return await consumer.getmany(*active, timeout_ms=wait, max_records=max(1, most)), {}
 
+    def _within(
+        self, batch: dict[TopicPartition, list[ConsumerRecord]], allowance: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """``batch`` with every partition cut to its allowance; a partition that was cut seeks back to its
+        first record not taken (the fetcher drops what it buffered and fetches it again)."""
+        assert self._consumer is not None
+        out = {}
+        for tp, records in batch.items():
+            taken = within_allowance(records, allowance.get(tp))
+            if len(taken) < len(records):
+                self._consumer.seek(tp, records[len(taken)].offset)
+            if taken:
+                out[tp] = taken
+        return out
+
     async def _allowances(
         self, window: int
     ) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int | None]]:
         """Each task's allowance (:func:`step_allowances`) and how many records it has left to read (None: unknown).
 
-        A partition is measured by what its outputs have reached in the log when it is the one
-        behind (``_Task.appended``: its transactions in flight may not have sent their records yet),
-        and by what it has processed when it is ahead (what it will send), so the outputs in the log
-        stay within the window whatever the transactions in flight
-        (``tests/streams/test_in_step.py``)."""
+        Every partition of a group is a reference, with what its *committed* outputs have reached
+        (``_Task.committed``), unless its fetch position has not moved for ``in_step_idle`` seconds
+        (while it may go: a held partition waits because it is ahead); a partition ahead is measured
+        by what it has processed (what it will send). So a flag is only processed while every
+        partition of its group that is not idle has committed its flags to within the window below
+        it, whatever the order in which transactions reach the log, whatever the fetcher knows of the
+        partitions' ends, and through aborted transactions (a partition taken over again resumes from
+        what it committed) (``tests/streams/test_in_step.py``)."""
         assert self._consumer is not None
         consumer = self._consumer
         assigned = consumer.assignment()
@@ -773,33 +820,34 @@ class TransactionalLoop:
         progress: dict[TopicPartition, int | None] = {}
         groups: dict[TopicPartition, Hashable] = {}
         left: dict[TopicPartition, int | None] = {}
-        sent: dict[TopicPartition, int | None] = {}
-        waiting = []
+        committed: dict[TopicPartition, int | None] = {}
+        playing = []
         moved = {}
         for tp, task in self._tasks.items():
             if tp not in assigned:
                 continue
             at = getattr(task.handler, "progress", None)
             progress[tp] = at if isinstance(at, int) and at >= 0 else None
-            sent[tp] = task.appended if task.appended is not None and task.appended >= 0 else None
+            committed[tp] = task.committed if task.committed is not None and task.committed >= 0 else None
             groups[tp] = self._step_group_for(tp)
             position = await consumer.position(tp)
-            # read_committed: the last stable offset is the end of what can be read (the high
-            # watermark before the first fetch answer gave it; None before any answer)
+            # read_committed: the last stable offset of the fetcher's last answer (the high watermark
+            # before the first answer gave it; None before any answer). A hint of what a fetch can
+            # take at once, never what decides who is a reference: an answer is stale as soon as a
+            # partition has taken what it held, so every partition of a busy group looked caught up at
+            # once and none held the others back (issue 32's lead of 1,500 rows)
             end = consumer.last_stable_offset(tp)
             if end is None or end < 0:
                 end = consumer.highwater(tp)
-            remaining = left[tp] = None if end is None else max(0, end - position)
+            left[tp] = None if end is None else max(0, end - position)
             before = self._moved.get(tp)
             # a paused partition's position does not move because it waits: its clock starts when it may go
             since = now if before is None or before[0] != position or tp in self._held else before[1]
             moved[tp] = (position, since)
-            # it has records to read (or may have: no answer yet), and they come; paused partitions
-            # are ahead (that is why they wait), so their stale ends never make them the reference
-            if (remaining is None or remaining > 0) and (tp in self._held or now - since < self.settings.in_step_idle):
-                waiting.append(tp)
+            if tp in self._held or now - since < self.settings.in_step_idle:
+                playing.append(tp)
         self._moved = moved
-        return step_allowances(progress, groups, waiting, window, sent), left
+        return step_allowances(progress, groups, playing, window, committed), left
 
     def _behind_first(
         self, batch: Mapping[TopicPartition, list[ConsumerRecord]]
@@ -824,6 +872,11 @@ class TransactionalLoop:
     def assignment(self) -> set[TopicPartition]:
         """The partitions this worker currently processes."""
         return set(self._tasks)
+
+    @property
+    def held(self) -> set[TopicPartition]:
+        """The partitions paused to keep their group in step (``settings.in_step``)."""
+        return set(self._held)
 
     # -- ownership -----------------------------------------------------------------------------
     async def _own(self, tp: TopicPartition) -> None:
@@ -894,7 +947,7 @@ class TransactionalLoop:
         task = _Task(tp, handler, producers, state_topic, key, offset, offset_pending=True)
         task.state = None if saved is None else saved[2]
         progress = getattr(handler, "progress", None)
-        task.appended = progress if isinstance(progress, int) else None  # what the committed state reached
+        task.committed = progress if isinstance(progress, int) else None  # what the committed state reached
         self._tasks[tp] = task
         log.info("%s: resuming at offset %d (%s)", _name(tp), offset, "state restored" if saved else "no state yet")
         if refused:
@@ -1008,16 +1061,16 @@ class TransactionalLoop:
         task.inflight.append(_Commit(sent, commit))
         if batch and self.settings.in_step is not None:
             progress = getattr(task.handler, "progress", None)
-            sent.add_done_callback(lambda f: self._appended(task, f, progress))
+            commit.add_done_callback(lambda f: self._reached(task, f, progress))
         self._commits.append(commit)
         if batch:
             commit.add_done_callback(lambda f: self._committed(task, f, batch, BatchTimes(fetched, done, time.time())))
 
     @staticmethod
-    def _appended(task: _Task, sent: asyncio.Future[bool], progress: Any) -> None:
-        """A batch's records are in the log (its transaction's ``sent``): its outputs reached ``progress``."""
-        if not sent.cancelled() and sent.result() and isinstance(progress, int):
-            task.appended = progress
+    def _reached(task: _Task, commit: asyncio.Future[bool], progress: Any) -> None:
+        """A batch's transaction committed: its partition's committed outputs reached ``progress``."""
+        if not commit.cancelled() and commit.exception() is None and commit.result() and isinstance(progress, int):
+            task.committed = progress
 
     def _committed(
         self, task: _Task, commit: asyncio.Future[bool], batch: Sequence[InputRecord], times: BatchTimes

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fedrca.config.limits import MAX_REMEMBERED_VERDICTS
-from fedrca.contracts import FlagMessage, Verdict
+from fedrca.contracts import FlagColumns, FlagMessage, Verdict
 from fedrca.rca.sensors import SensorEvents
 from fedrca.streams.aligner import AlignedRow, FlagAligner
 
@@ -115,6 +115,14 @@ class RCAStage:
         """Add one flag to the alignment; returns the rows it releases (to :meth:`judge`) and its status."""
         self.consumed += 1
         return self.aligner.add(flag)
+
+    def align_columns(self, flags: FlagColumns) -> list[AlignedRow] | None:
+        """Add a batch of plain flags at once (:meth:`FlagAligner.add_columns`); the rows it releases, or None
+        when the batch must be aligned flag by flag (:meth:`align`)."""
+        rows = self.aligner.add_columns(flags)
+        if rows is not None:
+            self.consumed += len(flags)
+        return rows
 
     def flush(self) -> list[Verdict]:
         """Release and judge every buffered row (end of a finite stream)."""
