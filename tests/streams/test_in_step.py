@@ -15,6 +15,7 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -65,17 +66,20 @@ class Plant:
 IDLE = 2.0
 
 
-async def _work_through(bootstrap: str, prefix: str, flags: str, expected: int) -> list[dict[str, object]]:
-    """Run one worker over the plants' backlog until ``expected`` flags are committed; the flags in log order."""
+async def _start(
+    bootstrap: str, prefix: str, flags: str, plants: Sequence[str], **settings: Any
+) -> tuple[TransactionalLoop, asyncio.Future[None], AIOKafkaConsumer]:
+    """A plant worker in step (window: half the lateness) over ``plants``' topics, running, and a read_committed
+    reader of its flags from the start."""
     loop = TransactionalLoop(
         LoopSettings(
             bootstrap=bootstrap,
             group_id=f"{prefix}-plants",
             in_step=plant_window(LATENESS),
-            in_step_idle=IDLE,
             max_records=2_000,
+            **settings,
         ),
-        [f"{prefix}.{p}" for p in [*PLANTS, SILENT]],
+        [f"{prefix}.{p}" for p in plants],
         handler_for=lambda tp: Plant(tp, flags),
         state_topic_for=lambda tp: f"{prefix}.state",
         transactional_id_for=lambda tp: f"{prefix}-{tp.topic}",
@@ -86,6 +90,12 @@ async def _work_through(bootstrap: str, prefix: str, flags: str, expected: int) 
         flags, bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest"
     )
     await reader.start()
+    return loop, worker, reader
+
+
+async def _work_through(bootstrap: str, prefix: str, flags: str, expected: int) -> list[dict[str, object]]:
+    """Run one worker over the plants' backlog until ``expected`` flags are committed; the flags in log order."""
+    loop, worker, reader = await _start(bootstrap, prefix, flags, [*PLANTS, SILENT], in_step_idle=IDLE)
     out: list[dict[str, object]] = []
     try:
         async with asyncio.timeout(120):
@@ -164,19 +174,7 @@ async def _one_source_ahead(bootstrap: str, prefix: str, flags: str) -> tuple[li
     """A live worker, caught up on every plant; then plant a's source sends a burst the others send only once
     the worker has done what it can with it. The flags in log order, and the furthest a's flags got first."""
     window = plant_window(LATENESS)
-    loop = TransactionalLoop(
-        LoopSettings(bootstrap=bootstrap, group_id=f"{prefix}-plants", in_step=window, max_records=2_000),
-        [f"{prefix}.{p}" for p in AHEAD],
-        handler_for=lambda tp: Plant(tp, flags),
-        state_topic_for=lambda tp: f"{prefix}.state",
-        transactional_id_for=lambda tp: f"{prefix}-{tp.topic}",
-        step_group_for=lambda tp: prefix,
-    )
-    worker = asyncio.ensure_future(loop.run())
-    reader = AIOKafkaConsumer(
-        flags, bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest"
-    )
-    await reader.start()
+    loop, worker, reader = await _start(bootstrap, prefix, flags, AHEAD)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     out: list[dict[str, object]] = []
 
