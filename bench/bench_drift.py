@@ -545,7 +545,7 @@ def seed_rows(runs: SeedRuns, offset: int, week: int) -> tuple[dict[str, Any], l
             continue
         d, b = delays[name], base.get(name) if still is not None else NOT_MEASURED
         slow.append({"seed": runs.seed, "fault": name, "delay with drift": d, "delay without drift": b,
-                     "ratio": math.nan if d is None or b is None or b == NOT_MEASURED else (d + 1) / (b + 1),
+                     "ratio": _delay_ratio(d, b),
                      "FDR in window": fdr.get(name, math.nan),
                      "refreshes in window": sum(refused[name].values()),
                      "refused": refused[name].get("refused", 0)})  # fmt: skip
@@ -579,10 +579,7 @@ def bar_lines(far_rows: list[dict[str, Any]], slow_rows: list[dict[str, Any]], l
     far24 = worst(f"{RECOVERY}: FAR worst week")
     ratios: dict[str, list[tuple[int, float]]] = {}
     for r in slow_rows:
-        # a delay not measured without drift is not a ratio; a fault not detected (None) is a missed bar
-        missing = r["delay without drift"] == NOT_MEASURED
-        ratio = math.nan if missing else math.inf if math.isnan(r["ratio"]) else r["ratio"]
-        ratios.setdefault(r["fault"], []).append((r["seed"], ratio))
+        ratios.setdefault(r["fault"], []).append((r["seed"], r["ratio"]))
     everything = [x for v in ratios.values() for x in v]
     worst_ratio = {f: max((x for _, x in v if not math.isnan(x)), default=math.nan) for f, v in ratios.items()}
     refused = ", ".join(f"{r['fault']} {r['refused']}/{r['refreshes in window']} (seed {r['seed']})" for r in slow_rows)
@@ -605,6 +602,25 @@ def bar_lines(far_rows: list[dict[str, Any]], slow_rows: list[dict[str, Any]], l
         + f"per seed {per_seed(f'{RECOVERY}: FAR worst week', 4)}), false root verdicts per day "
         f"{per_seed(f'{RECOVERY}: verdicts / day', 2)}",
     ]
+
+
+def _delay_ratio(with_drift: int | None, without: int | str | None) -> float:
+    """(delay with drift + 1) / (delay without + 1), in rows: NaN when the run without drift is not measured
+    (not a ratio, never met), inf when the fault is not detected with drift (a missed bar), 0 when it is
+    detected with drift and not without (no delay to be within 2x of: the bar holds).
+
+    Examples
+    --------
+    >>> _delay_ratio(9, 4), _delay_ratio(None, 4), _delay_ratio(703, None), _delay_ratio(5, NOT_MEASURED)
+    (2.0, inf, 0.0, nan)
+    """
+    if without == NOT_MEASURED:
+        return math.nan
+    if with_drift is None:
+        return math.inf
+    if without is None:
+        return 0.0
+    return (with_drift + 1) / (int(without) + 1)
 
 
 def bars_met(far_rows: list[dict[str, Any]], slow_rows: list[dict[str, Any]]) -> bool:
