@@ -16,6 +16,7 @@ plant on purpose.
 
     python bench/drift_speed.py                  # the tuning run (seed drift_scenario.TUNE_SEED)
     python bench/drift_speed.py --twin 402       # a judged seed's fault-free drifting twin (reported, never tuned on)
+    python bench/drift_speed.py --hold 402 192 304   # baselines held from 192 h: the faulted run against its twin
 
 Counts only; the runs are read from the cache (``python bench/drift_scenario.py`` makes them).
 """
@@ -94,10 +95,61 @@ def speeds(rows: list[tuple[int, Any, Any]], horizons: range) -> dict[int, float
     return best
 
 
+def held(spec: Any, hold_h: float, until_h: float) -> dict[str, list[tuple[float, float]]]:
+    """Per plant, every baseline held from ``hold_h`` on (each later refresh refused), the explaining refresh's
+    measure at each refresh to ``until_h``: (h, the move of the last ``min_rows`` rows' means from the baseline
+    held, largest over the moments, in sd)."""
+    offset = int(scenario.TRAIN_H * bd.SAMPLES_PER_H)
+    train, test = bd.split(bd.frame_of(spec, False), offset)
+    config = without_constant_sensors(load_config(bd.CONFIG), train)
+    original = BaselineKeeper._refresh
+    hold = int(hold_h * bd.SAMPLES_PER_H) - offset
+    out: dict[str, list[tuple[float, float]]] = {}
+
+    def measure(self: BaselineKeeper, at: int, force: bool) -> RefreshReport:
+        if at <= hold:
+            return original(self, at, force)
+        h = (at + offset) / bd.SAMPLES_PER_H
+        state = self.detector.baseline[0]
+        if h <= until_h and isinstance(state, FamilyState):
+            s = self.settings
+            seqs, Y, U, _ = self.history.window(at, s.window)
+            ev = self.detector.baseline_evidence(Y, U, segments=[len(seqs)])
+            last = np.arange(len(seqs)) >= len(seqs) - s.min_rows
+            now = refit_family(state, ev.r_c, ev.xh_c, ev.e_c, last, [len(seqs)], False)
+            moved = max(mean_shift(getattr(state, m), getattr(now, m)) for m in MOMENTS)
+            out.setdefault(self.detector.name, []).append((h, moved))
+        return self._report(RefreshReport(self.detector.name, at, "refused", "held", self.version))
+
+    BaselineKeeper._refresh = measure  # type: ignore[method-assign]
+    try:
+        run_pipeline(prepare_site(bd.with_loop(config, True), train), test)
+    finally:
+        BaselineKeeper._refresh = original  # type: ignore[method-assign]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--twin", type=int, help="a judged seed's fault-free drifting twin instead of the tuning run")
+    parser.add_argument("--hold", type=float, nargs=3, metavar=("SEED", "FROM_H", "TO_H"),
+                        help="instead: a judged seed's drifting run with faults and its fault-free twin, every "
+                             "baseline held from FROM_H; the explaining refresh's measure (sd from the baseline "
+                             "held) at each refresh to TO_H, on both")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.hold is not None:
+        seed, lo, hi = int(args.hold[0]), args.hold[1], args.hold[2]
+        run = held(scenario.spec(seed, True, True), lo, hi)
+        twin = held(scenario.twins(seed=seed)["drift"], lo, hi)
+        print(f"seed {seed}, every baseline held from {lo:g} h: the means of the last min_rows rows, sd from it "
+              "(the faulted run / its fault-free twin)")  # fmt: skip
+        hours = [h for h, _ in next(iter(run.values()))]
+        print("| plant | " + " | ".join(f"{h:g} h" for h in hours) + " |")
+        print("|---|" + "---|" * len(hours))
+        for plant in run:
+            cells = [f"{a:.2f} / {b:.2f}" for (_, a), (_, b) in zip(run[plant], twin[plant], strict=True)]
+            print(f"| {plant} | " + " | ".join(cells) + " |")
+        return 0
     spec = scenario.runs()["tune"] if args.twin is None else scenario.twins(seed=args.twin)["drift"]
     config = load_config(bd.CONFIG)
     every = config.drift.rows("every", config.dataset.sample_seconds)
