@@ -107,7 +107,7 @@ def baseline_record_bytes(n_sensors: int, n_lambdas: int = 2, n_states: int | No
     Examples
     --------
     >>> baseline_record_bytes(12), baseline_record_bytes(100) > 1 << 20
-    (21078, True)
+    (21846, True)
     """
     D, P, L = n_sensors, n_sensors if n_states is None else n_states, n_lambdas
     # both families' moments (and 16 scalars each), and the means of a limited step's target (Baseline.target)
@@ -574,7 +574,7 @@ class BaselineKeeper:
                                               self.version, usable, alarms))  # fmt: skip
         # how far the plant moved since it was last measured: from the target of the baseline in force (the
         # re-fit a limited step was moving toward), not from the baseline, which lags it by design
-        # (tests/drift/test_follow.py::test_a_loop_saturated_by_drift_recovers_after_a_fault)
+        # (tests/drift/test_follow.py::test_the_explaining_refresh_measures_from_where_the_plant_was_last_measured)
         ref_c, ref_a = self.baseline.reference()
         assert isinstance(ref_c, FamilyState) and isinstance(ref_a, FamilyState)
         shift = max(
