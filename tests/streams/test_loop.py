@@ -715,3 +715,58 @@ def test_a_batch_processed_while_an_earlier_transaction_fails_is_dropped():
     assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
     sent = [json.loads(e.value) for e in model.logs[(OUTPUT, 0)]]
     assert not [v for v in sent if v[1] >= 1000], f"the dropped batch's outputs were sent: {sent}"
+
+
+@pytest.mark.parametrize("handler_thread", [False, True])
+def test_a_busy_partition_holds_no_other_back(handler_thread):
+    # One producer per partition: partition 0's first EndTxn gets no answer until the test releases
+    # it, so its next batch waits. Partition 1's next batches, fetched with it, are processed and
+    # committed meanwhile. A loop that waited for every busy partition of a fetch before processing
+    # any would leave partition 1 waiting for partition 0's answer.
+    model = Model({0: [1], 1: [1]}, [], [], [])
+    real_sleep = asyncio.sleep
+    tp0, tp1 = TopicPartition(INPUT, 0), TopicPartition(INPUT, 1)
+
+    class Stuck(FakeProducer):
+        release: asyncio.Event | None = None
+
+        async def commit_transaction(self) -> None:
+            if self.tid == "t-0":
+                assert Stuck.release is not None
+                await Stuck.release.wait()
+            await super().commit_transaction()
+
+    async def run() -> None:
+        Stuck.release = asyncio.Event()
+        loop = model_loop(max_records=10, producers=1, handler_thread=handler_thread)
+        task = asyncio.ensure_future(loop.run())
+        turns = 0
+
+        async def until(condition: Any) -> None:
+            nonlocal turns
+            while not condition():
+                assert not task.done(), task.exception()
+                await real_sleep(0)
+                turns += 1
+                assert turns < 20_000, "partition 1 waited for partition 0's transaction"
+
+        await until(lambda: len(model.committed_log(OUTPUT, 1)) == 1 and model.open)  # p0's first EndTxn waits
+        model.inputs[tp0].append(2)
+        model.inputs[tp1] += [2, 3]
+        await until(lambda: len(model.committed_log(OUTPUT, 1)) == 3)
+        assert model.committed_log(OUTPUT, 0) == [], "partition 0's first transaction cannot have committed"
+        Stuck.release.set()
+        await until(lambda: done(model))
+        loop.stop()
+        await task
+
+    with (
+        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
+        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: Stuck(model, **kw)),
+        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
+        mock.patch.object(asyncio, "sleep", lambda d, r=None: real_sleep(0, r)),
+    ):
+        asyncio.run(run())
+    for tp in (tp0, tp1):
+        got = [json.loads(v) for _, v in model.committed_log(OUTPUT, tp.partition)]
+        assert got == expected_outputs(model.inputs[tp])

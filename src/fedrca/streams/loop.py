@@ -738,23 +738,31 @@ class TransactionalLoop:
                         self._commit_pending_offsets()
                     continue
                 fetched = time.time()
-                # a partition whose producers all hold a transaction in flight takes its next batch when
-                # the oldest of them is over (the transactions of a partition commit in input order)
-                for task in owners.values():
-                    while task is not None and task.busy:
-                        await asyncio.wait([task.inflight[0].done])
-                async with self._lock:
-                    # the handlers run one after the other (they are synchronous); each batch's
-                    # transaction goes on in the background while the next fetch is processed. Between
-                    # two partitions the event loop takes a few turns: the transactions in flight make
-                    # their next step with the broker (each answer is a few turns from the socket to the
-                    # next request), rather than each step waiting for every partition of the fetch
-                    for tp, records in self._behind_first(batch):
-                        task = owners[tp]
-                        if task is not None and self._tasks.get(tp) is task and not task.broken and not task.busy:
-                            await self._start(task, records, fetched)
-                            for _ in range(IO_TURNS):
-                                await asyncio.sleep(0)
+                waiting = self._behind_first(batch)
+                while waiting:
+                    # a partition whose producers all hold a transaction in flight takes its next batch
+                    # when the oldest of them is over (the transactions of a partition commit in input
+                    # order); the partitions of the fetch that are free meanwhile do not wait for it
+                    # (tests/streams/test_loop.py::test_a_busy_partition_holds_no_other_back).
+                    # The wait is outside the lock: a failed transaction takes the lock to take its
+                    # partition over again
+                    free = [(tp, r) for tp, r in waiting if (owner := owners[tp]) is None or not owner.busy]
+                    if not free:
+                        busy = [owner.inflight[0].done for tp, _ in waiting if (owner := owners[tp]) is not None]
+                        await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
+                        continue
+                    waiting = [(tp, r) for tp, r in waiting if (owner := owners[tp]) is not None and owner.busy]
+                    async with self._lock:
+                        # the handlers run one after the other; each batch's transaction goes on in the
+                        # background while the next is processed. Between two partitions the event loop
+                        # takes a few turns: the transactions in flight make their next step with the
+                        # broker (each answer is a few turns from the socket to the next request)
+                        for tp, records in free:
+                            task = owners[tp]
+                            if task is not None and self._tasks.get(tp) is task and not task.broken and not task.busy:
+                                await self._start(task, records, fetched)
+                                for _ in range(IO_TURNS):
+                                    await asyncio.sleep(0)
         finally:
             await self._settle(list(self._tasks.values()))
             for commit in self._commits:  # what ended the run was raised; the rest is over with it
