@@ -177,8 +177,9 @@ class FlagAligner:
         return self._release(), status
 
     def add_columns(self, flags: FlagColumns) -> list[AlignedRow] | None:
-        """Add a batch of plain flags at once when none of them can be late, a duplicate or a conflict;
-        returns the rows now released, or None (nothing added: add them one by one with :meth:`add`).
+        """Add a batch of plain flags (none withheld or degraded) at once when none of them can be late, a
+        duplicate or a conflict; returns the rows now released, or None (nothing added: add them one by one
+        with :meth:`add`).
 
         The batch is taken whole when the stream has started, every flag is for a row not released
         yet and not already held for its plant, no (plant, seq) comes twice, no row of the stream
@@ -217,6 +218,11 @@ class FlagAligner:
                 plant_ts.setdefault(seq, {})[plant] = ts
             if level is not None:
                 levels.setdefault(seq, {})[plant] = level
+        if flags.sensor_fault is not None:  # as add: a plain flag's sensor-fault bit, in arrival order
+            sensor = self._sensor
+            for plant, seq, fault in zip(plants, seqs, flags.sensor_fault, strict=True):
+                if fault:
+                    sensor.setdefault(seq, []).append(plant)
         self._max_seq = max(self._max_seq, max(seqs))
         return self._release()
 
