@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrca.contracts import FlagColumns, FlagMessage
-from fedrca.streams.aligner import FlagAligner
+from fedrca.streams.aligner import AlignedRow, FlagAligner
 
 PLANTS = ["a", "b", "c"]
 
@@ -194,6 +195,25 @@ def test_clock_fast_path_equals_the_median(times, skew, codes):
     codes_kept = "".join(code for _, code in aligner._released)
     assert all(len(code) == len(PLANTS) for _, code in aligner._released)
     assert set(codes_kept) <= set("0123-")
+
+
+def test_a_common_row_is_an_ordinary_row():
+    """The common row (every plant's flag with evidence, at one time), built without the dataclass's __init__,
+    is the row __init__ builds: every field, in the class's order."""
+    aligner = FlagAligner(PLANTS, allowed_lateness=0)
+    rows = []
+    for seq in range(3):
+        for m, plant in enumerate(PLANTS):
+            level = m if seq else None
+            rows += aligner.add(FlagMessage("s", plant, 9.0, seq, m % 2, seq % 2, 1.0, "v", level=level))[0]
+    assert [r.seq for r in rows] == [0, 1, 2]
+    for row in rows:
+        assert list(vars(row)) == [f.name for f in dataclasses.fields(AlignedRow)]
+        again = AlignedRow(
+            row.seq, row.ts, dict(row.flags), levels=dict(row.levels), sensor=dict(row.sensor),
+            offsets=dict(row.offsets),
+        )  # fmt: skip
+        assert row == again and repr(row) == repr(again)
 
 
 # -- a batch of plain flags at once (FlagAligner.add_columns): the same rows and state as flag by flag --
