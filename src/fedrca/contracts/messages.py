@@ -33,7 +33,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from enum import IntEnum
 from typing import Any
@@ -799,7 +799,7 @@ class FlagColumns:
 _NONE = type(None)
 
 
-def _epsilons(values: list[Any]) -> tuple[float, ...] | None:
+def _epsilons(values: Sequence[Any]) -> tuple[float, ...] | None:
     """An epsilon column (each null or a positive JSON number) as :class:`FlagMessage` holds it (null: inf);
     None when a value is neither."""
     types = set(map(type, values))

@@ -164,8 +164,8 @@ class RCAStage:
             # severity levels only when the plants publish them (FlagMessage.level)
             if row.levels:
                 published = True
-                get = row.levels.get
-                levels.append([get(plant, -1) for plant in plants])
+                level = row.levels.get
+                levels.append([level(plant, -1) for plant in plants])
             else:
                 levels.append([-1] * M)
         process = self.engine.update_block(
