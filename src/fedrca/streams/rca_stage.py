@@ -174,18 +174,21 @@ class RCAStage:
             np.fromiter((row.ts for row in rows), dtype=np.float64, count=len(rows)),
             np.array(levels, dtype=np.int64) if published else None,
         )
+        issued: list[Verdict] = process
+        if any(events):  # the sensor events of a row before its process verdict
+            issued = []
+            k = 0
+            for row, row_events in zip(rows, events, strict=True):
+                issued += row_events
+                while k < len(process) and process[k].seq == row.seq:
+                    issued.append(process[k])
+                    k += 1
         verdicts = []
-        k = 0
-        for row, row_events in zip(rows, events, strict=True):
-            issued = list(row_events)
-            while k < len(process) and process[k].seq == row.seq:
-                issued.append(process[k])
-                k += 1
-            for verdict in issued:
-                if verdict.id in self._emitted_set:
-                    continue
-                self.remember([verdict.id])
-                verdicts.append(verdict)
+        for verdict in issued:
+            if verdict.id in self._emitted_set:
+                continue
+            self.remember([verdict.id])
+            verdicts.append(verdict)
         return verdicts
 
     def get_state(self) -> dict[str, Any]:
