@@ -38,7 +38,7 @@ def _client(broker: str, name: str) -> paho.Client:
     return client
 
 
-def _varint(n: int) -> bytes:
+def remaining_length(n: int) -> bytes:
     """MQTT's Remaining Length (3.1.1, 2.2.3): 7 bits a byte, low first."""
     out = bytearray()
     while True:
@@ -48,8 +48,9 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _packet(kind: int, body: bytes) -> bytes:
-    return bytes([kind]) + _varint(len(body)) + body
+def packet(kind: int, body: bytes) -> bytes:
+    """An MQTT control packet: its first byte ``kind`` (type and flags), the Remaining Length, ``body``."""
+    return bytes([kind]) + remaining_length(len(body)) + body
 
 
 def _string(text: str) -> bytes:
@@ -64,20 +65,20 @@ def publish(broker: str, names: list[str], seconds: float, rounds: int = 8) -> N
     host, _, port = broker.rpartition(":")
     sock = socket.create_connection((host, int(port)), timeout=30)
     # CONNECT: protocol MQTT 3.1.1 (level 4), clean session, keep-alive 60 s, a client id
-    sock.sendall(_packet(0x10, _string("MQTT") + bytes([4, 0x02]) + struct.pack(">H", 60)
+    sock.sendall(packet(0x10, _string("MQTT") + bytes([4, 0x02]) + struct.pack(">H", 60)
                          + _string(f"bench-publisher-{time.monotonic_ns()}")))  # fmt: skip
     connack = sock.recv(4)
     if len(connack) < 4 or connack[0] != 0x20 or connack[3] != 0:
         raise SystemExit(f"the broker refused the publisher: CONNACK {connack!r}")
     topics = [_string(f"bench/{n}") for n in names]
-    blocks = [b"".join(_packet(0x30, t + b"%d.5" % k) for t in topics) for k in range(1, rounds + 1)]
+    blocks = [b"".join(packet(0x30, t + b"%d.5" % k) for t in topics) for k in range(1, rounds + 1)]
     print("publishing", flush=True)
     done, k, end = 0, 0, time.monotonic() + seconds
     while time.monotonic() < end:
         sock.sendall(blocks[k % rounds])  # blocks while the broker's socket buffer is full: paced by it
         done += len(topics)
         k += 1
-    sock.sendall(_packet(0xE0, b""))  # DISCONNECT
+    sock.sendall(packet(0xE0, b""))  # DISCONNECT
     sock.close()
     print(f"published {done} tag values in {seconds:g} s", flush=True)
 

@@ -14,9 +14,11 @@ import random
 import select
 import socket
 import struct
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -25,22 +27,17 @@ import pytest
 from fedrca.edge.mqtt import PendingQueue
 from fedrca.edge.mqtt_client import EdgeMqttClient, _PahoClient
 
+# the benchmark's packet encoder (bench/mqtt_helpers.py): one MQTT encoder for the tests and the load generator
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from mqtt_helpers import packet
+
 SUCCESS, PROTOCOL = paho.MQTTErrorCode.MQTT_ERR_SUCCESS, paho.MQTTErrorCode.MQTT_ERR_PROTOCOL
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, digit = n >> 7, n & 0x7F
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def publish(topic: bytes, payload: bytes, qos: int = 0, mid: int = 1, flags: int = 0) -> bytes:
     """A PUBLISH packet (MQTT 3.1.1, 3.3); ``flags``: DUP (8) and RETAIN (1) bits."""
     body = struct.pack(">H", len(topic)) + topic + (struct.pack(">H", mid) if qos else b"") + payload
-    return bytes([0x30 | qos << 1 | flags]) + varint(len(body)) + body
+    return packet(0x30 | qos << 1 | flags, body)
 
 
 def pubrel(mid: int) -> bytes:
