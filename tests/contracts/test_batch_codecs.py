@@ -245,6 +245,12 @@ FLAG_CASES = [
     flag_raw(site="other"),
     flag_raw(plant="boiler"),
     flag_raw(extra=1),
+    flag_raw(sensor_fault=True),
+    flag_raw(sensor_fault=False, level=1, level_eps=None),
+    flag_raw(sensor_fault=None),
+    flag_raw(sensor_fault=1),
+    flag_raw(sensor_fault=True, withheld=True, zc=0, za=0),
+    flag_raw(sensor_fault=True, degraded=True, zc=0, za=0),
     b'{"site":"tep","plant":"feed","ts":1,"seq":1,"zc":1,"za":1,"eps":1' + b"0" * 30 + b',"model_version":"v"}',
     b'{"site":"tep","plant":"feed","ts":1,"seq":1' + b"0" * 30 + b',"zc":1,"za":1,"eps":null,"model_version":"v"}',
     b'{"site":"tep","plant":"feed","ts":NaN,"seq":1,"zc":1,"za":1,"eps":null,"model_version":"v"}',
@@ -265,10 +271,17 @@ def test_every_flag_case_decodes_as_one_by_one():
 
 flag_docs = st.dictionaries(
     st.sampled_from(
-        ["site", "plant", "ts", "seq", "zc", "za", "eps", "model_version", "level", "level_eps", "withheld"]
+        [
+            *("site", "plant", "ts", "seq", "zc", "za", "eps", "model_version", "level", "level_eps"),
+            *("withheld", "sensor_fault"),
+        ]
     ),
     st.one_of(
-        numbers, st.sampled_from(["tep", "feed", "reactor", "v", "1.5"]), st.integers(0, 3), st.integers(2**62, 2**70)
+        numbers,
+        st.sampled_from(["tep", "feed", "reactor", "v", "1.5"]),
+        st.integers(0, 3),
+        st.integers(2**62, 2**70),
+        st.booleans(),
     ),
 ).map(lambda extra: {**json.loads(flag_raw()), **extra})
 
@@ -290,7 +303,8 @@ def typed(message):
 def same_columns(raws):
     """decode_flag_columns of ``raws`` equals decode_flags' messages field by field and type by type when it
     takes the batch; it takes it exactly when every message is a valid plain one that orjson parses (no
-    withheld, degraded or sensor-fault field: those take the message path, as a BOM or UTF-16 does)."""
+    withheld or degraded field: those take the message path, as a BOM or UTF-16 does; a sensor-fault bit is
+    taken)."""
     columns = decode_flag_columns(raws, "tep", PLANTS, now=NOW)
     messages = decode_flags(raws, "tep", PLANTS, now=NOW)
     plain = all(isinstance(m, FlagMessage) for m in messages) and all(keys(raw) in PLAIN_SHAPES for raw in raws)
@@ -309,7 +323,9 @@ def keys(raw):
 
 
 PLAIN_KEYS = {"site", "plant", "ts", "seq", "zc", "za", "eps", "model_version"}
-PLAIN_SHAPES = (PLAIN_KEYS, PLAIN_KEYS | {"level", "level_eps"})
+PLAIN_SHAPES = tuple(
+    PLAIN_KEYS | levels | sensor for levels in (set(), {"level", "level_eps"}) for sensor in (set(), {"sensor_fault"})
+)
 GOOD_FLAGS = [flag_raw(), flag_raw(level=2, level_eps=None), flag_raw(level=None, level_eps=0.5), flag_raw(eps=2)]
 
 
@@ -320,8 +336,23 @@ def test_flag_columns_take_only_batches_of_valid_plain_flags():
     for case in FLAG_CASES:
         same_columns([case])
         same_columns([*GOOD_FLAGS, case])
-    for other in (flag_raw(sensor_fault=False), flag_raw(degraded=True, zc=0, za=0), flag_raw(eps=-1)):
+    for other in (flag_raw(withheld=False), flag_raw(degraded=True, zc=0, za=0), flag_raw(eps=-1)):
         assert same_columns([*GOOD_FLAGS, other]) is None
+    for other in (flag_raw(sensor_fault=None), flag_raw(sensor_fault=0), flag_raw(sensor_fault=True, withheld=False)):
+        assert same_columns([*GOOD_FLAGS, other]) is None
+
+
+def test_flag_columns_carry_the_sensor_fault_bits_in_one_order_or_many():
+    """A batch of one field order (transposed at once) and the same batch with the fields of one message in
+    another order give the same columns; a sensor-fault bit, true or false, is taken, absent is false."""
+    batch = [flag_raw(sensor_fault=True), flag_raw(seq=4), flag_raw(seq=5, sensor_fault=False), flag_raw(seq=6)]
+    one_order = [flag_raw(sensor_fault=s, seq=k) for k, s in enumerate([True, False, False, True])]
+    reordered = json.dumps(dict(reversed(json.loads(batch[1]).items()))).encode()
+    for raws in (batch, [batch[0], reordered, *batch[2:]], one_order):
+        columns = same_columns(raws)
+        assert columns is not None
+        assert columns.sensor_fault == tuple(json.loads(raw).get("sensor_fault", False) for raw in raws)
+    assert same_columns([flag_raw(sensor_fault=False), flag_raw()]).sensor_fault is None  # no bit set
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
@@ -331,6 +362,9 @@ def test_flag_columns_equal_the_messages(docs, valid):
     mostly valid batches (the columns' path) with the documents mixed in."""
     raws = [json.dumps(d).encode() for d in docs]
     same_flags(decode_flags(raws, "tep", PLANTS, now=NOW), flag_one_by_one(raws))
-    plain = [flag_raw(seq=k, plant="reactor" if k % 2 else "feed", level=k % 3, level_eps=None) for k in valid]
+    plain = [
+        flag_raw(seq=k, plant="reactor" if k % 2 else "feed", level=k % 3, level_eps=None, sensor_fault=k % 4 == 0)
+        for k in valid
+    ]
     same_columns(plain + raws)
     same_columns(plain)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrca.contracts import FlagColumns, FlagMessage
-from fedrca.streams.aligner import FlagAligner
+from fedrca.streams.aligner import AlignedRow, FlagAligner
 
 PLANTS = ["a", "b", "c"]
 
@@ -196,6 +197,25 @@ def test_clock_fast_path_equals_the_median(times, skew, codes):
     assert set(codes_kept) <= set("0123-")
 
 
+def test_a_common_row_is_an_ordinary_row():
+    """The common row (every plant's flag with evidence, at one time), built without the dataclass's __init__,
+    is the row __init__ builds: every field, in the class's order."""
+    aligner = FlagAligner(PLANTS, allowed_lateness=0)
+    rows = []
+    for seq in range(3):
+        for m, plant in enumerate(PLANTS):
+            level = m if seq else None
+            rows += aligner.add(FlagMessage("s", plant, 9.0, seq, m % 2, seq % 2, 1.0, "v", level=level))[0]
+    assert [r.seq for r in rows] == [0, 1, 2]
+    for row in rows:
+        assert list(vars(row)) == [f.name for f in dataclasses.fields(AlignedRow)]
+        again = AlignedRow(
+            row.seq, row.ts, dict(row.flags), levels=dict(row.levels), sensor=dict(row.sensor),
+            offsets=dict(row.offsets),
+        )  # fmt: skip
+        assert row == again and repr(row) == repr(again)
+
+
 # -- a batch of plain flags at once (FlagAligner.add_columns): the same rows and state as flag by flag --
 def columns_of(flags):
     return FlagColumns(
@@ -204,6 +224,7 @@ def columns_of(flags):
         tuple(f.model_version for f in flags),
         tuple(f.level for f in flags),
         tuple(f.level_eps for f in flags),
+        tuple(f.sensor_fault for f in flags) if any(f.sensor_fault for f in flags) else None,
     )
 
 
@@ -244,9 +265,9 @@ def test_columns_equal_flag_by_flag(seed, n, lateness, cuts, shuffle, odd):
                 streams[plant].append(flag(plant, seq, rng.randint(0, 1), rng.randint(0, 1)))
             ts = float(seq) + (rng.random() if rng.random() < odd else 0.0)  # a plant's clock off
             level = rng.choice([None, 0, 1, 2]) if rng.random() < 0.5 else None
-            streams[plant].append(
-                FlagMessage("s", plant, ts, seq, rng.randint(0, 1), rng.randint(0, 1), 1.0, "v", level=level)
-            )
+            sensor = rng.random() < odd  # a sensor fault of the plant: its bit released with the row
+            zc, za = rng.randint(0, 1), rng.randint(0, 1)
+            streams[plant].append(FlagMessage("s", plant, ts, seq, zc, za, 1.0, "v", level=level, sensor_fault=sensor))
     # the plants' partitions interleaved at random paces: a plant runs ahead of the others, beyond the lateness too
     flags = []
     while any(streams.values()):
@@ -279,6 +300,19 @@ def flag_by_flag(flags, cuts, lateness):
         states.append(json.dumps(reference.get_state()))
         lo = max(lo, hi)
     return rows, states
+
+
+def test_columns_carry_the_plants_sensor_fault_bits():
+    """A batch with sensor-fault bits is taken whole, and its rows carry the bits as flag by flag."""
+    flags = [
+        FlagMessage("s", p, float(seq), seq, seq % 2, 0, 1.0, "v", sensor_fault=(seq + m) % 7 == 0)
+        for seq in range(40)
+        for m, p in enumerate(PLANTS)
+    ]
+    aligner = FlagAligner(PLANTS, allowed_lateness=3)
+    rows, states, taken = by_batches(aligner, flags, [10, 30, 60, 90])
+    assert (rows, states) == flag_by_flag(flags, [10, 30, 60, 90], 3)
+    assert taken == 4 and sum("': 1" in r.split("sensor=")[1] for r in rows) >= 10
 
 
 def test_columns_take_an_ordinary_stream_whole_and_refuse_what_flag_by_flag_treats_apart():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -371,12 +372,17 @@ def done(model: Model) -> bool:
     )
 
 
-def model_loop(**settings: Any) -> TransactionalLoop:
-    """A loop on the scripted broker: :class:`Summer` over :data:`INPUT`, its state and dead letters."""
+def model_loop(handler: Any = Summer, **settings: Any) -> TransactionalLoop:
+    """A loop on the scripted broker: :class:`Summer` over :data:`INPUT`, its state and dead letters.
+
+    The handlers run on the event loop unless ``handler_thread=True`` is given: the scripted round
+    trips count event-loop turns, which a handler on its own thread takes in real time.
+    """
+    settings.setdefault("handler_thread", False)
     return TransactionalLoop(
         LoopSettings(bootstrap="model:9092", group_id=GROUP, **settings),
         [INPUT],
-        handler_for=Summer,
+        handler_for=handler,
         state_topic_for=lambda tp: STATE,
         transactional_id_for=lambda tp: f"t-{tp.partition}",
         deadletter_topic_for=lambda tp: f"{DEAD}{tp.partition}",
@@ -384,7 +390,12 @@ def model_loop(**settings: Any) -> TransactionalLoop:
 
 
 async def drive(
-    model: Model, max_records: int, offset_interval: float = 0.0, producers: int = 2, transaction_timeout: float = 60.0
+    model: Model,
+    max_records: int,
+    offset_interval: float = 0.0,
+    producers: int = 2,
+    transaction_timeout: float = 60.0,
+    handler_thread: bool = False,
 ) -> int:
     """Run worker generations until every input is committed; returns how many workers were started."""
     real_sleep = asyncio.sleep
@@ -394,7 +405,7 @@ async def drive(
 
     def loop_for(generation: int) -> TransactionalLoop:
         return model_loop(max_records=max_records, offset_interval=offset_interval, producers=producers,
-                          transaction_timeout=transaction_timeout)  # fmt: skip
+                          transaction_timeout=transaction_timeout, handler_thread=handler_thread)  # fmt: skip
 
     workers = 0
     with (
@@ -441,9 +452,10 @@ def check(
     producers: int = 2,
     delays: list[int] | None = None,
     transaction_timeout: float = 60.0,
+    handler_thread: bool = False,
 ) -> Model:
     model = Model(inputs, commits, fetches, starts, delays)
-    asyncio.run(drive(model, batch, offset_interval, producers, transaction_timeout))
+    asyncio.run(drive(model, batch, offset_interval, producers, transaction_timeout, handler_thread))
     for partition, values in inputs.items():
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
         assert got == expected_outputs(values), f"partition {partition}"
@@ -464,11 +476,12 @@ def check(
     offset_interval=st.sampled_from(OFFSET_INTERVALS),
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=16),
+    handler_thread=st.booleans(),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread)
 
 
 @pytest.mark.slow
@@ -483,11 +496,12 @@ def test_every_input_record_is_output_exactly_once_whatever_fails(
     offset_interval=st.sampled_from(OFFSET_INTERVALS),
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=40),
+    handler_thread=st.booleans(),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails_many_examples(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread)
 
 
 @pytest.mark.parametrize("commits", [["ok", "fail"], ["lost"]])
@@ -649,3 +663,110 @@ def test_an_idle_fetch_does_not_wait_for_the_offsets_it_commits():
     assert committed_then == 2, "record 3 was processed only after the offsets' transaction committed"
     assert sent_at < 500
     assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
+
+
+def test_a_batch_processed_while_an_earlier_transaction_fails_is_dropped():
+    # The handlers run on their own thread: batch 1 (offset 1) is processed while batch 0's EndTxn
+    # fails. Its outputs were computed from a state that is not committed: the loop drops them unsent
+    # (no transaction of that partition may start after a failed one) and takes the partition over
+    # again from what is committed, so every record is output once, in order, and the first batch
+    # 1's outputs never reach the log, not even in an aborted transaction.
+    failed = threading.Event()
+
+    class Failing(Model):
+        def abort(self, tid: str) -> None:
+            if tid in self.open:  # a transaction aborted (the scripted failure), not a producer's start
+                failed.set()
+            super().abort(tid)
+
+    class Slow(Summer):
+        blocked = False
+
+        def process(self, records: Sequence[InputRecord]) -> Processed:
+            if records and records[0].offset == 1 and not Slow.blocked:
+                Slow.blocked = True
+                assert failed.wait(10), "batch 0's transaction did not fail while batch 1 was processed"
+                self.total += 1000  # what a batch from a state that is not committed would output
+            return super().process(records)
+
+    model = Failing({0: [1, 2, 3]}, ["fail"], [], [])
+    real_sleep = asyncio.sleep
+
+    async def run() -> None:
+        while not done(model):
+            loop = model_loop(handler=Slow, max_records=1, handler_thread=True)
+            task = asyncio.ensure_future(loop.run())
+            for _ in range(100_000):
+                if done(model):
+                    break
+                assert not task.done(), task.exception()
+                await real_sleep(0)
+            loop.stop()
+            await task
+
+    with (
+        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
+        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: FakeProducer(model, **kw)),
+        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
+        mock.patch.object(asyncio, "sleep", lambda d, r=None: real_sleep(0, r)),
+    ):
+        asyncio.run(run())
+    assert Slow.blocked and failed.is_set()
+    assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
+    sent = [json.loads(e.value) for e in model.logs[(OUTPUT, 0)]]
+    assert not [v for v in sent if v[1] >= 1000], f"the dropped batch's outputs were sent: {sent}"
+
+
+@pytest.mark.parametrize("handler_thread", [False, True])
+def test_a_busy_partition_holds_no_other_back(handler_thread):
+    # One producer per partition: partition 0's first EndTxn gets no answer until the test releases
+    # it, so its next batch waits. Partition 1's next batches, fetched with it, are processed and
+    # committed meanwhile. A loop that waited for every busy partition of a fetch before processing
+    # any would leave partition 1 waiting for partition 0's answer.
+    model = Model({0: [1], 1: [1]}, [], [], [])
+    real_sleep = asyncio.sleep
+    tp0, tp1 = TopicPartition(INPUT, 0), TopicPartition(INPUT, 1)
+
+    class Stuck(FakeProducer):
+        release: asyncio.Event | None = None
+
+        async def commit_transaction(self) -> None:
+            if self.tid == "t-0":
+                assert Stuck.release is not None
+                await Stuck.release.wait()
+            await super().commit_transaction()
+
+    async def run() -> None:
+        Stuck.release = asyncio.Event()
+        loop = model_loop(max_records=10, producers=1, handler_thread=handler_thread)
+        task = asyncio.ensure_future(loop.run())
+        turns = 0
+
+        async def until(condition: Any) -> None:
+            nonlocal turns
+            while not condition():
+                assert not task.done(), task.exception()
+                await real_sleep(0)
+                turns += 1
+                assert turns < 20_000, "partition 1 waited for partition 0's transaction"
+
+        await until(lambda: len(model.committed_log(OUTPUT, 1)) == 1 and model.open)  # p0's first EndTxn waits
+        model.inputs[tp0].append(2)
+        model.inputs[tp1] += [2, 3]
+        await until(lambda: len(model.committed_log(OUTPUT, 1)) == 3)
+        assert model.committed_log(OUTPUT, 0) == [], "partition 0's first transaction cannot have committed"
+        Stuck.release.set()
+        await until(lambda: done(model))
+        loop.stop()
+        await task
+
+    with (
+        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
+        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: Stuck(model, **kw)),
+        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
+        mock.patch.object(asyncio, "sleep", lambda d, r=None: real_sleep(0, r)),
+    ):
+        asyncio.run(run())
+    for tp in (tp0, tp1):
+        got = [json.loads(v) for _, v in model.committed_log(OUTPUT, tp.partition)]
+        assert got == expected_outputs(model.inputs[tp])

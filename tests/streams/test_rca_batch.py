@@ -21,7 +21,7 @@ PLANTS = list(CONFIG.plant_names)
 
 
 def stream(seed: int, rows: int, odd: float, pace: int = 12) -> list[bytes]:
-    """Flags of ``rows`` samples: faults that come and go (so verdicts are issued), levels, each plant's
+    """Flags of ``rows`` samples: faults that come and go (so verdicts are issued), levels, sensor faults, each plant's
     partition read at its own pace; with probability ``odd`` a flag is lost, sent twice, withheld or
     replaced by a malformed message; up to ``pace`` flags of a plant are read at a time."""
     rng = random.Random(seed)
@@ -32,7 +32,10 @@ def stream(seed: int, rows: int, odd: float, pace: int = 12) -> list[bytes]:
             if rng.random() < 0.05:
                 faulty[plant] = not faulty[plant]
             zc = int(faulty[plant] or rng.random() < 0.02)
-            flag = FlagMessage(CONFIG.site, plant, 180.0 * seq, seq, zc, zc, 2.0, "v", level=2 * zc)
+            sensor = rng.random() < 0.01  # a sensor fault's bit (the batch path takes it)
+            flag = FlagMessage(
+                CONFIG.site, plant, 180.0 * seq, seq, zc, zc, 2.0, "v", level=2 * zc, sensor_fault=sensor
+            )
             raw = encode_flags([flag])[0]
             if rng.random() < odd:
                 raw = rng.choice([

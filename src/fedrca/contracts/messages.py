@@ -32,9 +32,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import operator
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from enum import IntEnum
 from typing import Any
@@ -671,6 +670,9 @@ def _json_list(data: Mapping[str, Any], key: str, required: bool = False) -> tup
 #: any other field (``withheld``, ``degraded``, ``sensor_fault``, ...) takes :func:`decode_flag`.
 _PLAIN_FLAG = frozenset(("site", "plant", "ts", "seq", "zc", "za", "eps", "model_version"))
 _LEVEL_FLAG = _PLAIN_FLAG | {"level", "level_eps"}
+#: The fields of a message :func:`decode_flag_columns` takes: the plain ones (with or without the levels'),
+#: with or without the sensor-fault bit.
+_COLUMN_SHAPES = {_PLAIN_FLAG, _LEVEL_FLAG, _PLAIN_FLAG | {"sensor_fault"}, _LEVEL_FLAG | {"sensor_fault"}}
 #: The defaults of FlagMessage's optional fields (what :func:`decode_flags` sets before the message's own).
 _FLAG_DEFAULTS = {f.name: f.default for f in fields(FlagMessage) if f.default is not MISSING}
 
@@ -759,10 +761,11 @@ def decode_flags(
 class FlagColumns:
     """A batch of validated plain flag messages as columns (:func:`decode_flag_columns`), in arrival order.
 
-    Every message of the batch has only the contract's plain fields (and the levels'): none is
-    withheld, degraded or carries a sensor fault. Each column is a tuple of the values
+    Every message of the batch has only the contract's plain fields (and the levels', and the
+    sensor-fault bit): none is withheld or degraded. Each column is a tuple of the values
     :class:`FlagMessage` holds (``ts``, ``eps`` and ``level_eps`` as floats, an absent epsilon
-    as ``inf``); :meth:`messages` gives the messages themselves.
+    as ``inf``); ``sensor_fault`` is None when no message of the batch carries the field (every
+    bit False); :meth:`messages` gives the messages themselves.
     """
 
     site: str
@@ -775,6 +778,7 @@ class FlagColumns:
     model_version: tuple[str, ...]
     level: tuple[int | None, ...]
     level_eps: tuple[float, ...]
+    sensor_fault: tuple[bool, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -782,11 +786,12 @@ class FlagColumns:
     def messages(self) -> list[FlagMessage]:
         """The messages, in order: equal to :func:`decode_flags` of the same batch."""
         site = self.site
+        sensor = self.sensor_fault if self.sensor_fault is not None else (False,) * len(self.seq)
         return [
-            FlagMessage(site, p, t, s, c, a, e, v, level=lv, level_eps=le)
-            for p, t, s, c, a, e, v, lv, le in zip(
+            FlagMessage(site, p, t, s, c, a, e, v, level=lv, level_eps=le, sensor_fault=sf)
+            for p, t, s, c, a, e, v, lv, le, sf in zip(
                 self.plant, self.ts, self.seq, self.zc, self.za, self.eps, self.model_version, self.level,
-                self.level_eps, strict=True,
+                self.level_eps, sensor, strict=True,
             )
         ]  # fmt: skip
 
@@ -794,7 +799,7 @@ class FlagColumns:
 _NONE = type(None)
 
 
-def _epsilons(values: list[Any]) -> tuple[float, ...] | None:
+def _epsilons(values: Sequence[Any]) -> tuple[float, ...] | None:
     """An epsilon column (each null or a positive JSON number) as :class:`FlagMessage` holds it (null: inf);
     None when a value is neither."""
     types = set(map(type, values))
@@ -817,10 +822,11 @@ def decode_flag_columns(
     every field of the whole batch is checked at once: its types by the set of the column's types
     (``bool`` is no integer, no text a number), its bounds by the column's minimum and maximum, the
     plants and the site by set inclusion. Only when every message passes is the batch returned;
-    otherwise (a malformed, withheld, degraded or sensor-fault message anywhere in it) the caller
+    otherwise (a malformed, withheld or degraded message anywhere in it) the caller
     takes :func:`decode_flags`, which refuses the bad messages one by one with their reasons. The
     columns equal :func:`decode_flags`'s messages field by field
-    (``tests/contracts/test_batch_codecs.py::test_flag_columns_equal_the_messages``).
+    (``tests/contracts/test_batch_codecs.py::test_flag_columns_equal_the_messages``). A batch whose
+    messages all have their fields in one order (as one encoder writes them) is transposed at once.
 
     Examples
     --------
@@ -839,20 +845,34 @@ def decode_flag_columns(
         return None
     if not datas:
         return FlagColumns(site, (), (), (), (), (), (), (), (), ())
-    # every message an object of the plain fields, or of the plain and the levels' (in any order)
+    # every message an object of the plain fields, or of the plain and the levels', either with the
+    # sensor-fault bit or without it (in any order)
     if set(map(type, datas)) != {dict}:
         return None
-    shapes = {frozenset(keys) for keys in set(map(tuple, datas))}
-    if not shapes <= {_PLAIN_FLAG, _LEVEL_FLAG}:
+    orders = set(map(tuple, datas))
+    shapes = {frozenset(keys) for keys in orders}
+    if not shapes <= _COLUMN_SHAPES:
         return None
-    sites, plant, ts, seq, zc, za, eps, version = (
-        list(map(operator.itemgetter(key), datas))
-        for key in ("site", "plant", "ts", "seq", "zc", "za", "eps", "model_version")
-    )
-    if _PLAIN_FLAG in shapes:  # a message without levels has level None, level_eps inf
-        level, level_eps = (list(map(operator.methodcaller("get", key), datas)) for key in ("level", "level_eps"))
+    n = len(datas)
+    columns: dict[str, tuple[Any, ...]]
+    if len(orders) == 1:
+        # the common batch, every message's fields in one order (one producer's encoder): the columns
+        # are the transposed values
+        (order,) = orders
+        columns = dict(zip(order, zip(*map(dict.values, datas), strict=True), strict=True))
     else:
-        level, level_eps = (list(map(operator.itemgetter(key), datas)) for key in ("level", "level_eps"))
+        # an absent level or level_eps is None (as a null one); an absent sensor-fault bit False
+        # (a null one is refused below)
+        columns = {
+            key: tuple([data.get(key, False if key == "sensor_fault" else None) for data in datas])
+            for key in frozenset().union(*shapes)
+        }
+    sites, plant, ts, seq, zc, za, eps, version = (
+        columns[key] for key in ("site", "plant", "ts", "seq", "zc", "za", "eps", "model_version")
+    )
+    nothing = (None,) * n
+    level, level_eps = columns.get("level", nothing), columns.get("level_eps", nothing)
+    sensor = columns.get("sensor_fault")
     level_types = set(map(type, level))
     levels = level if _NONE not in level_types else [x for x in level if x is not None]
     try:
@@ -874,6 +894,7 @@ def decode_flag_columns(
             and max(map(len, version)) <= MAX_TEXT_CHARS
             and level_types <= {_NONE, int}
             and (not levels or (min(levels) >= 0 and max(levels) < MAX_LEVELS))
+            and (sensor is None or set(map(type, sensor)) == {bool})
         )
     except TypeError:  # an unhashable site or plant (a list, an object)
         return None
@@ -892,6 +913,7 @@ def decode_flag_columns(
         tuple(version),
         tuple(level),
         level_eps_f,
+        None if sensor is None or not any(sensor) else tuple(sensor),
     )
 
 

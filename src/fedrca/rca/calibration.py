@@ -147,6 +147,66 @@ def features(evidence: Evidence, graph: InterdependencyGraph, settings: RCASetti
     )
 
 
+def _softmax_rows(a: FloatArray) -> FloatArray:
+    """:func:`~fedrca.rca.evidence.softmax` of each row of ``a`` (E, M) on its own: a row whose largest log
+    weight is not finite is uniform (the same floats as one row at a time: every operation is per row)."""
+    top = np.max(a, axis=-1, keepdims=True)
+    finite = np.isfinite(top)
+    with np.errstate(invalid="ignore"):  # inf - inf in a row that is uniform anyway
+        w = np.exp(a - np.where(finite, top, 0.0))
+        p = w / w.sum(axis=-1, keepdims=True)
+    return np.where(finite, p, 1.0 / a.shape[-1])
+
+
+def features_block(evidences: Sequence[Evidence], graph: InterdependencyGraph, settings: RCASettings) -> FloatArray:
+    """The feature matrices (E, M, F) of E verdicts at once: row e is :func:`features` of ``evidences[e]``, the
+    same floats (every operation is per verdict and per plant;
+    ``tests/rca/test_calibration_block.py::test_block_features_equal_one_at_a_time``)."""
+    E = len(evidences)
+    first_ev = evidences[0]
+    M = first_ev.n_plants
+    log_evidence = np.stack([ev.log_evidence for ev in evidences])  # (E, M + 3)
+    unordered = np.stack([ev.unordered for ev in evidences])
+    first = np.stack([ev.first for ev in evidences])  # (E, M)
+    alarming = np.stack([ev.alarming for ev in evidences])
+    share = np.stack([ev.share for ev in evidences]).astype(np.float64)
+    roots = log_evidence[:, 1 : M + 1]
+    log_post = np.log(np.maximum(_softmax_rows(roots), 1e-300))
+    log_flags = np.log(np.maximum(_softmax_rows(unordered[:, 1 : M + 1]), 1e-300))
+    top = np.argmax(roots, axis=1)  # (E,)
+    rows = np.arange(E)
+    named = np.zeros((E, M))
+    named[rows, top] = 1.0
+    began = first >= 0
+    # each verdict's earliest onset (a verdict without one has no first plant)
+    earliest = np.where(began, first, np.iinfo(np.int64).max).min(axis=1)
+    is_first = began & (first == earliest[:, None])
+    declared = np.array([p in settings.unobserved_entry for p in first_ev.plants], dtype=bool)
+    # share_of_others per verdict: the alarming plants but the top one, over the others
+    others = np.count_nonzero(alarming, axis=1) - alarming[rows, top].astype(np.int64)
+    breadth = others / (M - 1) if M > 1 else np.zeros(E)
+    entry = (
+        declared[None, :]
+        & graph.adjacency[:, top].T
+        & (np.arange(M)[None, :] != top[:, None])
+        & ~declared[top][:, None]
+    )
+    return np.stack(
+        [
+            np.maximum(log_post, LOG_FLOOR),
+            np.maximum(log_flags, LOG_FLOOR),
+            named,
+            named * declared,
+            named * breadth[:, None],
+            share,
+            is_first.astype(np.float64),
+            entry.astype(np.float64),
+            (entry & alarming).astype(np.float64),
+        ],
+        axis=-1,
+    )
+
+
 @dataclass(frozen=True)
 class CalibrationMap:
     """The fitted weights of the conditional logit over :data:`FEATURES`, and where they come from.
@@ -228,6 +288,16 @@ class CalibrationMap:
     def probabilities(self, evidence: Evidence, graph: InterdependencyGraph, settings: RCASettings) -> FloatArray:
         """Calibrated P(root = k) (M,) at a verdict."""
         return self.apply(features(evidence, graph, settings))
+
+    def probabilities_block(
+        self, evidences: Sequence[Evidence], graph: InterdependencyGraph, settings: RCASettings
+    ) -> list[FloatArray]:
+        """:meth:`probabilities` of E verdicts, their features computed at once (:func:`features_block`); each
+        verdict's (M, F) matrix goes through :meth:`apply` on its own, the same product as one at a time."""
+        if not evidences:
+            return []
+        x = features_block(evidences, graph, settings)
+        return [self.apply(x[e]) for e in range(len(evidences))]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON artifact."""

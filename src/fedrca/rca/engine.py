@@ -766,10 +766,20 @@ class RCAEngine:
         # the evidence without the onset order of every issued row, in one pass
         if emitted:
             unordered = self._unordered(counts[emitted], plants.alarmed[emitted], _rows_of(judged.quiet, emitted))
-        for j, i in enumerate(emitted):
-            decision = self._verdict_at(judged, i, seq_list[i], ts_list[i], (first_list[i], seq_list[i]))
-            moment = self._moment_at(judged, i, counts, plants.alarmed, memory, rows_list[i])
-            out.append(self._issue(decision, moment, unordered[j]))
+        decisions = [
+            self._verdict_at(judged, i, seq_list[i], ts_list[i], (first_list[i], seq_list[i])) for i in emitted
+        ]
+        evidences = [
+            self._evidence_of(self._moment_at(judged, i, counts, plants.alarmed, memory, rows_list[i]), d, unordered[j])
+            for j, (i, d) in enumerate(zip(emitted, decisions, strict=True))
+        ]
+        # the calibrated probabilities of the block's verdicts from their features computed at once
+        calibration = self.calibration
+        calibrated: list[FloatArray | None] = [None] * len(emitted)
+        if calibration is not None and any(d.outcome != NO_ANOMALY for d in decisions):
+            calibrated = list(calibration.probabilities_block(evidences, self.graph, self.settings))
+        for decision, evidence, probabilities in zip(decisions, evidences, calibrated, strict=True):
+            out.append(self._issue_evidence(decision, evidence, probabilities))
         last = T - 1
         if emitted and emitted[-1] == last:
             self.decision = out[-1]
@@ -1012,10 +1022,14 @@ class RCAEngine:
         """The decision as issued: with its candidate set, probabilities and reason
         (:func:`fedrca.rca.explain.annotate`); at the block's or the row's decision it is also :attr:`decision`.
         ``unordered``: the row's evidence without the onset order when already computed (:meth:`_unordered`)."""
-        evidence = self._evidence_of(moment, decision, unordered)
+        return self._issue_evidence(decision, self._evidence_of(moment, decision, unordered))
+
+    def _issue_evidence(self, decision: Verdict, evidence: Evidence, calibrated: FloatArray | None = None) -> Verdict:
+        """:meth:`_issue` from the decision's evidence (``calibrated``: its calibrated probabilities, when
+        already computed)."""
         if self.evidence_log is not None:
             self.evidence_log.append(evidence)
-        issued = annotate(decision, evidence, self.graph, self.settings, self.calibration)
+        issued = annotate(decision, evidence, self.graph, self.settings, self.calibration, calibrated)
         if self.decision is not None and self.decision.seq == decision.seq:
             self.decision = issued
         return issued

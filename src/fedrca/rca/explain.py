@@ -48,7 +48,7 @@ from fedrca.contracts.reason import (
     Reason,
 )
 from fedrca.rca.calibration import CalibrationMap
-from fedrca.rca.evidence import Evidence
+from fedrca.rca.evidence import Evidence, FloatArray
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.rca.table import NO_ANOMALY, lookup
 
@@ -196,34 +196,36 @@ def _reason(
     plants = evidence.plants
     M = len(plants)
     named = 1 + plants.index(decision.root_cause) if decision.root_cause is not None else None
-    ev = evidence.log_evidence
-    h = named if named is not None else int(np.argmax(ev))
+    # plain floats and ints: one numpy call per array, not one per hypothesis or plant
+    ev = evidence.log_evidence.tolist()
+    h = named if named is not None else int(np.argmax(evidence.log_evidence))
     # the competitor an operator weighs a named root against is another plant: the best other root
     # hypothesis (any other hypothesis when none is possible, or when no root is named)
     pool = range(1, M + 1) if named is not None else range(len(ev))
-    finite = [math.isfinite(x) for x in ev.tolist()]  # plain floats: one numpy call, not one per hypothesis
+    finite = [math.isfinite(x) for x in ev]
     others = [i for i in pool if i != h and finite[i]] or [i for i in range(len(ev)) if i != h and finite[i]]
-    runner = max(others, key=lambda i: ev[i]) if others else -1
-    margin = float(ev[h] - ev[runner]) if runner >= 0 else float("inf")
+    runner = max(others, key=ev.__getitem__) if others else -1
+    margin = ev[h] - ev[runner] if runner >= 0 else float("inf")
     root = None if named is None else named - 1
-    start = evidence.incident_start
-    first = evidence.first
-    began = first >= 0
+    first = evidence.first.tolist()
+    began = [f >= 0 for f in first]
+    start = min((f for f in first if f >= 0), default=None)  # Evidence.incident_start
+    share = evidence.share.tolist()
+    pairs = evidence.pairs.tolist()
     # the plants of the incident in the order they started, then the candidates, then the rest by share
-    order = sorted(np.flatnonzero(began).tolist(), key=lambda m: (int(first[m]), m))
+    order = sorted((m for m in range(M) if began[m]), key=lambda m: (first[m], m))
     rest = [m for m in shown if m not in order]
-    rest += sorted((m for m in range(M) if m not in order and m not in rest), key=lambda m: -float(evidence.share[m]))
+    rest += sorted((m for m in range(M) if m not in order and m not in rest), key=lambda m: -share[m])
     listed = (order + rest)[:MAX_REASON_PLANTS]
     if root is not None and root not in listed:
         listed[-1] = root
     declared = set(settings.unobserved_entry)
-    share = evidence.share.tolist()
     items = []
     for m in listed:
-        pair = _pair(int(evidence.pairs[m]))
+        pair = _pair(pairs[m])
         table, via = "", ""
         if root is not None and m != root:
-            table = _TABLE[_pair(int(evidence.pairs[root])), pair]
+            table = _TABLE[_pair(pairs[root]), pair]
             if plants[m] in declared and graph.adjacency[m, root]:
                 via = f"declared unmeasured entry into {plants[root]}: what enters here can show there first"
             else:
@@ -231,7 +233,7 @@ def _reason(
         items.append(
             PlantReason(
                 plants[m],
-                int(first[m] - start) if began[m] and start is not None else None,
+                first[m] - start if began[m] and start is not None else None,
                 min(max(share[m], 0.0), 1.0),
                 pair,
                 PLANT_STATES[pair],
@@ -253,16 +255,19 @@ def annotate(
     graph: InterdependencyGraph,
     settings: RCASettings,
     calibration: CalibrationMap | None = None,
+    calibrated: FloatArray | None = None,
 ) -> Verdict:
     """The verdict as issued: ``decision`` with its candidates, probabilities, level, calibration id and reason.
 
     ``calibration`` is a :class:`~fedrca.rca.calibration.CalibrationMap` (None: the engine's root
-    posterior, uncalibrated). A ``no_anomaly`` decision is returned as it is.
+    posterior, uncalibrated); ``calibrated`` its probabilities (M,) at this verdict when already
+    computed (:meth:`~fedrca.rca.calibration.CalibrationMap.probabilities_block`). A ``no_anomaly``
+    decision is returned as it is.
     """
     if decision.outcome == NO_ANOMALY:
         return decision
     if calibration is not None:
-        probabilities = calibration.probabilities(evidence, graph, settings)
+        probabilities = calibration.probabilities(evidence, graph, settings) if calibrated is None else calibrated
         map_id: str | None = calibration.id
     else:
         probabilities, map_id = evidence.root_posterior(), None

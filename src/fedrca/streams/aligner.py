@@ -177,8 +177,9 @@ class FlagAligner:
         return self._release(), status
 
     def add_columns(self, flags: FlagColumns) -> list[AlignedRow] | None:
-        """Add a batch of plain flags at once when none of them can be late, a duplicate or a conflict;
-        returns the rows now released, or None (nothing added: add them one by one with :meth:`add`).
+        """Add a batch of plain flags (none withheld or degraded) at once when none of them can be late, a
+        duplicate or a conflict; returns the rows now released, or None (nothing added: add them one by one
+        with :meth:`add`).
 
         The batch is taken whole when the stream has started, every flag is for a row not released
         yet and not already held for its plant, no (plant, seq) comes twice, no row of the stream
@@ -217,6 +218,11 @@ class FlagAligner:
                 plant_ts.setdefault(seq, {})[plant] = ts
             if level is not None:
                 levels.setdefault(seq, {})[plant] = level
+        if flags.sensor_fault is not None:  # as add: a plain flag's sensor-fault bit, in arrival order
+            sensor = self._sensor
+            for plant, seq, fault in zip(plants, seqs, flags.sensor_fault, strict=True):
+                if fault:
+                    sensor.setdefault(seq, []).append(plant)
         self._max_seq = max(self._max_seq, max(seqs))
         return self._release()
 
@@ -227,6 +233,7 @@ class FlagAligner:
     def _release(self, force_all: bool = False) -> list[AlignedRow]:
         out: list[AlignedRow] = []
         n_plants = len(self.plants)
+        new, setattr_ = object.__new__, object.__setattr__
         while self._buffer and self._next_seq is not None:
             seq = self._next_seq
             row = self._buffer.get(seq)
@@ -251,17 +258,22 @@ class FlagAligner:
                 sensor = dict.fromkeys(row, 0)
                 for plant in faulty:
                     sensor[plant] = 1
-                out.append(
-                    AlignedRow(
-                        seq,
-                        first_ts,
-                        row,  # out of the buffer: the row's own dict (no one else holds it)
-                        complete=len(row) == n_plants,
-                        levels=levels,
-                        sensor=sensor,
-                        offsets=dict.fromkeys(row, 0.0),
-                    )
-                )
+                # the frozen row built without its per-field __init__ (half its cost), every field set in the
+                # class's order (tests/streams/test_aligner.py::test_a_common_row_is_an_ordinary_row)
+                aligned = new(AlignedRow)
+                setattr_(aligned, "__dict__", {
+                    "seq": seq,
+                    "ts": first_ts,
+                    "flags": row,  # out of the buffer: the row's own dict (no one else holds it)
+                    "complete": len(row) == n_plants,
+                    "withheld": (),
+                    "degraded": (),
+                    "levels": levels,
+                    "sensor": sensor,
+                    "clock": (),
+                    "offsets": dict.fromkeys(row, 0.0),
+                })  # fmt: skip
+                out.append(aligned)
                 self._remember(seq, self._code(row))
                 self._next_seq = seq + 1
                 continue

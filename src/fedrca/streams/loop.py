@@ -33,6 +33,7 @@ and ``tools/faults.py`` check them against the real one.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import math
@@ -40,6 +41,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -268,6 +270,9 @@ class LoopSettings:
         (``AddOffsetsToTxn``, ``TxnOffsetCommit``); a fetch that finds no record commits whatever
         offsets are still pending, so an idle group's offsets are exact
     producers : transactional producers per partition, used in turn (see :class:`TransactionalLoop`)
+    handler_thread : run the handlers on a thread of their own (one at a time, in the same order), so the
+        event loop keeps the transactions in flight moving with the broker while a batch is processed
+        (see :class:`TransactionalLoop`, "Handlers off the event loop"); False: on the event loop
     security : extra client keyword arguments (SASL / TLS), the same for every client
     """
 
@@ -285,6 +290,7 @@ class LoopSettings:
     restore_timeout: float = 60.0
     offset_interval: float = 1.0
     producers: int = 2
+    handler_thread: bool = True
     in_step: int | None = None
     in_step_idle: float = 30.0
     security: Mapping[str, Any] = field(default_factory=dict)
@@ -631,6 +637,21 @@ class TransactionalLoop:
     transactions of different partitions reach the output topic in any order: under a backlog one
     plant's flags ran thousands of rows ahead of another's and the RCA judged those rows without
     the plants behind (``tests/streams/test_in_step.py``).
+
+    Handlers off the event loop
+    ---------------------------
+    A batch's transaction is a chain of requests, each sent when the broker answered the one
+    before (``AddPartitionsToTxn``, ``Produce``, ``EndTxn``), and the answers are read by the event
+    loop. A handler is synchronous: while the handlers of a fetch ran on the event loop (a few
+    milliseconds each, tens when a plant re-baselines) every transaction in flight waited for them
+    at each of its steps, and the next fetch waited for those transactions. With
+    ``settings.handler_thread`` the handlers run on one thread of their own, one batch at a time and
+    in the same order (the loop awaits each one, holding ``lock``), while the event loop reads the
+    broker's answers and sends the next requests. Nothing else changes: a batch is processed from
+    the state its predecessor left, its transaction is started when its handler returned, and a
+    partition whose earlier transaction failed while its batch was processed has that batch
+    dropped uncommitted (it is taken over again from what is committed, as before)
+    (``tests/streams/test_loop.py::test_a_batch_processed_while_an_earlier_transaction_fails_is_dropped``).
     """
 
     def __init__(
@@ -665,6 +686,7 @@ class TransactionalLoop:
         self._lock = lock or asyncio.Lock()
         self._stopping = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
+        self._executor: ThreadPoolExecutor | None = None  # the handlers' thread (settings.handler_thread)
         self.committed_batches = 0
         self.recoveries = 0
         self.ready = False
@@ -691,6 +713,17 @@ class TransactionalLoop:
             **s.security,
         )
         self._consumer.subscribe(self.topics, listener=_Listener(self))
+        if s.handler_thread:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrca-handler")
+        try:
+            await self._run()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+
+    async def _run(self) -> None:
+        assert self._consumer is not None
         await self._consumer.start()
         try:
             while not self._stopping.is_set():
@@ -705,23 +738,31 @@ class TransactionalLoop:
                         self._commit_pending_offsets()
                     continue
                 fetched = time.time()
-                # a partition whose producers all hold a transaction in flight takes its next batch when
-                # the oldest of them is over (the transactions of a partition commit in input order)
-                for task in owners.values():
-                    while task is not None and task.busy:
-                        await asyncio.wait([task.inflight[0].done])
-                async with self._lock:
-                    # the handlers run one after the other (they are synchronous); each batch's
-                    # transaction goes on in the background while the next fetch is processed. Between
-                    # two partitions the event loop takes a few turns: the transactions in flight make
-                    # their next step with the broker (each answer is a few turns from the socket to the
-                    # next request), rather than each step waiting for every partition of the fetch
-                    for tp, records in self._behind_first(batch):
-                        task = owners[tp]
-                        if task is not None and self._tasks.get(tp) is task and not task.broken and not task.busy:
-                            self._start(task, records, fetched)
-                            for _ in range(IO_TURNS):
-                                await asyncio.sleep(0)
+                waiting = self._behind_first(batch)
+                while waiting:
+                    # a partition whose producers all hold a transaction in flight takes its next batch
+                    # when the oldest of them is over (the transactions of a partition commit in input
+                    # order); the partitions of the fetch that are free meanwhile do not wait for it
+                    # (tests/streams/test_loop.py::test_a_busy_partition_holds_no_other_back).
+                    # The wait is outside the lock: a failed transaction takes the lock to take its
+                    # partition over again
+                    free = [(tp, r) for tp, r in waiting if (owner := owners[tp]) is None or not owner.busy]
+                    if not free:
+                        busy = [owner.inflight[0].done for tp, _ in waiting if (owner := owners[tp]) is not None]
+                        await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
+                        continue
+                    waiting = [(tp, r) for tp, r in waiting if (owner := owners[tp]) is not None and owner.busy]
+                    async with self._lock:
+                        # the handlers run one after the other; each batch's transaction goes on in the
+                        # background while the next is processed. Between two partitions the event loop
+                        # takes a few turns: the transactions in flight make their next step with the
+                        # broker (each answer is a few turns from the socket to the next request)
+                        for tp, records in free:
+                            task = owners[tp]
+                            if task is not None and self._tasks.get(tp) is task and not task.broken and not task.busy:
+                                await self._start(task, records, fetched)
+                                for _ in range(IO_TURNS):
+                                    await asyncio.sleep(0)
         finally:
             await self._settle(list(self._tasks.values()))
             for commit in self._commits:  # what ended the run was raised; the rest is over with it
@@ -1021,17 +1062,24 @@ class TransactionalLoop:
                     return
 
     # -- processing ---------------------------------------------------------------------------
-    def _start(self, task: _Task, records: list[ConsumerRecord], fetched: float) -> None:
-        """Process a batch (synchronously) and start its transaction on the partition's next producer."""
+    async def _start(self, task: _Task, records: list[ConsumerRecord], fetched: float) -> None:
+        """Process a batch and start its transaction on the partition's next producer."""
         # a record below the cursor was processed already (a fetch that raced a seek)
         batch = [InputRecord(r.offset, r.key, r.value, r.timestamp) for r in records if r.offset >= task.next_offset]
         if not batch:
             return
         next_offset = batch[-1].offset + 1
-        try:
-            processed = task.handler.process(batch)
-        except Exception as exc:
-            processed = self._isolate(task, batch, exc)
+        if self._executor is None:
+            processed = self._process(task, batch)
+        else:
+            # on the handlers' thread: the event loop moves the transactions in flight meanwhile
+            context = contextvars.copy_context()
+            run = asyncio.get_running_loop().run_in_executor
+            processed = await run(self._executor, context.run, self._process, task, batch)
+            if task.broken or self._tasks.get(task.tp) is not task:
+                # an earlier transaction of the partition failed meanwhile: it is taken over again from
+                # what is committed, and this batch comes again
+                return
         done = time.time()
         outputs = [
             *processed.outputs,
@@ -1041,6 +1089,13 @@ class TransactionalLoop:
         task.next_offset = next_offset
         task.state = processed.state
         self._schedule(task, outputs, next_offset if with_offset else None, batch, fetched, done)
+
+    def _process(self, task: _Task, batch: Sequence[InputRecord]) -> Processed:
+        """The handler's outputs and state for ``batch`` (a batch that raises goes record by record)."""
+        try:
+            return task.handler.process(batch)
+        except Exception as exc:
+            return self._isolate(task, batch, exc)
 
     def _schedule(
         self,

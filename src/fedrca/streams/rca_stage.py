@@ -30,6 +30,10 @@ from fedrca.streams.aligner import AlignedRow, FlagAligner
 
 __all__ = ["RCAStage", "StreamEngine"]
 
+#: A row's published pair (zc, za) as the engine's state code ``2 zc + za``; an absent plant -1
+_ABSENT = (-1, -1)
+_PAIR_CODE = {(0, 0): 0, (0, 1): 1, (1, 0): 2, (1, 1): 3, _ABSENT: -1}
+
 
 class StreamEngine(Protocol):
     """What the stage needs from the RCA engine (:class:`fedrca.rca.RCAEngine`)."""
@@ -135,46 +139,56 @@ class RCAStage:
         verdicts of the block are placed after the sensor events of the row they were issued at."""
         if not rows:
             return []
-        index, M = self._index, len(self.plants)
-        codes = [[-1] * M for _ in rows]
-        levels = [[-1] * M for _ in rows]
+        plants, M = self.plants, len(self.plants)
+        without, offsets, sensors = self.without, self.offsets, self.sensors.update
+        codes: list[list[int]] = []
+        levels: list[list[int]] = []
         published = False
         events: list[list[Verdict]] = []
-        for row, code, level in zip(rows, codes, levels, strict=True):
-            self.rows += 1
+        self.rows += len(rows)
+        for row in rows:
             if not row.complete:
                 self.incomplete_rows += 1
-                for plant in row.missing(self.plants):
-                    self.without[(plant, "late")] += 1
+                for plant in row.missing(plants):
+                    without[(plant, "late")] += 1
             for plant in row.clock:
-                self.without[(plant, "clock")] += 1
-            self.offsets.update(row.offsets)
+                without[(plant, "clock")] += 1
+            offsets.update(row.offsets)
             # a plant's sensor fault begins or ends: its event comes before the row's process verdict
-            events.append(self.sensors.update(row.seq, row.sensor, row.ts))
-            for plant, (zc, za) in row.flags.items():
-                code[index[plant]] = 2 * zc + za
+            events.append(sensors(row.seq, row.sensor, row.ts))
+            get = row.flags.get
+            try:
+                codes.append([_PAIR_CODE[get(plant, _ABSENT)] for plant in plants])
+            except KeyError:  # a pair out of the contract's bits: its code, which the engine refuses
+                codes.append([2 * pair[0] + pair[1] if (pair := get(plant)) is not None else -1 for plant in plants])
             # severity levels only when the plants publish them (FlagMessage.level)
-            for plant, value in row.levels.items():
-                level[index[plant]] = value
+            if row.levels:
                 published = True
+                level = row.levels.get
+                levels.append([level(plant, -1) for plant in plants])
+            else:
+                levels.append([-1] * M)
         process = self.engine.update_block(
             np.fromiter((row.seq for row in rows), dtype=np.int64, count=len(rows)),
             np.array(codes, dtype=np.int64),
             np.fromiter((row.ts for row in rows), dtype=np.float64, count=len(rows)),
             np.array(levels, dtype=np.int64) if published else None,
         )
+        issued: list[Verdict] = process
+        if any(events):  # the sensor events of a row before its process verdict
+            issued = []
+            k = 0
+            for row, row_events in zip(rows, events, strict=True):
+                issued += row_events
+                while k < len(process) and process[k].seq == row.seq:
+                    issued.append(process[k])
+                    k += 1
         verdicts = []
-        k = 0
-        for row, row_events in zip(rows, events, strict=True):
-            issued = list(row_events)
-            while k < len(process) and process[k].seq == row.seq:
-                issued.append(process[k])
-                k += 1
-            for verdict in issued:
-                if verdict.id in self._emitted_set:
-                    continue
-                self.remember([verdict.id])
-                verdicts.append(verdict)
+        for verdict in issued:
+            if verdict.id in self._emitted_set:
+                continue
+            self.remember([verdict.id])
+            verdicts.append(verdict)
         return verdicts
 
     def get_state(self) -> dict[str, Any]:

@@ -553,7 +553,8 @@ class RCARuntime:
         columns = decode_flag_columns(raws, self.config.site, self._plants, now)
         if columns is None:
             return None
-        if levels is not None and any(x is not None and x >= levels for x in columns.level):
+        # each distinct level once (a batch holds a few)
+        if levels is not None and any(x is not None and x >= levels for x in set(columns.level)):
             return None
         return self.stage.align_columns(columns)
 
