@@ -123,6 +123,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "covariances re-fitted": {"covariances": True},
     "no trend (window average)": {"trend": False},
     "no explaining refresh": {"explain": False},
+    "explaining refresh at the step rate (no explain_shift)": {"explain_shift": None},
     "a refresh a day, 0.5 sd per refresh, covariances, no trend, no explain": {
         "every": "1d",
         "max_shift": 0.5,

@@ -130,6 +130,41 @@ def test_a_restart_from_the_records_continues_exactly(fitted: PlantDetector, set
     assert reference.version == 3
 
 
+def test_a_limited_step_keeps_its_target_across_a_restart(fitted: PlantDetector) -> None:
+    """A limited step's baseline carries the re-fit it stopped short of (its target: where the explaining refresh
+    measures the plant's move from); its record keeps it exactly, the record passes the history topic's checks,
+    and a worker that restores the records continues with the same targets (a record written without one, by a
+    loop before targets, is taken back as the baseline's own means)."""
+    import json
+
+    settings = KeeperSettings(every=200, window=800, history=1600, min_rows=200, max_shift=1.0, per=400,
+                              covariances=False, trend=True, explain=True, explain_shift=1.4)  # fmt: skip
+    rows = plant_rows(28, 1500, drift_per_row=0.0008)
+    first = BaselineKeeper(copy.deepcopy(fitted), settings)
+    first.process(rows, seqs=np.arange(1500))
+    topic = dict(first.pending_records())
+    limited = [r.version for r in first.reports if r.outcome == "limited" and r.version in first.versions]
+    assert limited, [r.line() for r in first.reports]
+    second = BaselineKeeper(copy.deepcopy(fitted), settings)
+    for key, value in topic.items():
+        second.check_record(key, value)
+    second.restore_records(topic, 1499)
+    second.set_state(first.get_state())
+    for v in first.versions:
+        want, got = first._baselines[v].target, second._baselines[v].target
+        assert (want is None) == (got is None), v
+        for name in want or {}:
+            np.testing.assert_array_equal(got[name], want[name])  # type: ignore[index]
+    assert all(first._baselines[v].target is not None for v in limited)
+    # a baseline record without a target (written before targets): its own means
+    key = second.baseline_key(limited[-1])
+    doc = json.loads(topic[key])
+    doc["arrays"] = {k: v for k, v in doc["arrays"].items() if not k.startswith("t")}
+    old = json.dumps(doc).encode()
+    second.check_record(key, old)
+    assert second.load_baseline(old) == limited[-1] and second._baselines[limited[-1]].target is None
+
+
 def _hostile_history(topic: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
     import base64
     import json

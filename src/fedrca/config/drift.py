@@ -123,7 +123,8 @@ class DriftSettings(Strict):
     refresh) and a covariance's eigenvalues at most by a factor ``exp(max_scale)``. With
     ``trend`` a mean is its window's linear trend at the refresh; with ``explain`` a refresh
     that falls due while the plant alarms takes the means of the last ``min_rows`` rows when
-    they moved within that rate and explain the alarms. The plant keeps ``history`` rows
+    they moved within ``explain_shift`` per ``per`` (the fastest nominal drift; unset:
+    ``max_shift``) and explain the alarms. The plant keeps ``history`` rows
     (plant-private) and the last ``keep`` baselines for a rollback.
     """
 
@@ -144,6 +145,13 @@ class DriftSettings(Strict):
     trend: bool = Field(False, description="a mean is its window's linear trend at the refresh (false: the average)")
     explain: bool = Field(
         False, description="while the plant alarms, take a refresh whose means explain the alarms within the rate"
+    )
+    explain_shift: float | None = Field(
+        None,
+        gt=0.0,
+        le=100.0,
+        description="the explaining refresh's rate: most nominal drift moves a mean per `per`, measured from where the "
+        "plant was last measured (standard deviations; None = max_shift)",
     )
     federated: FederatedRefresh = FederatedRefresh()
 

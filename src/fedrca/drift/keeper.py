@@ -98,18 +98,20 @@ def _one_blas_thread() -> Any:
 
 
 def baseline_record_bytes(n_sensors: int, n_lambdas: int = 2, n_states: int | None = None) -> int:
-    """Bytes of one baseline's record at most (:meth:`BaselineKeeper.baseline_record`): both families' moments,
-    ``2 ((3 + L) (D + D^2) + P + P^2)`` floats as base64 float64 (``P`` states, at most ``D``), and 4 kB of names.
+    """Bytes of one baseline's record at most (:meth:`BaselineKeeper.baseline_record`): both families' moments and
+    the means of their target, ``2 ((2 + L) (D + D^2) + P + P^2 + 16) + 2 (2 D + P)`` floats as base64 float64
+    (``P`` states, at most ``D``), and 4 kB of names.
 
     It must fit one Kafka record (1 MiB): a plant of more than about 100 sensors cannot persist its baselines.
 
     Examples
     --------
     >>> baseline_record_bytes(12), baseline_record_bytes(100) > 1 << 20
-    (21078, True)
+    (21846, True)
     """
     D, P, L = n_sensors, n_sensors if n_states is None else n_states, n_lambdas
-    floats = 2 * ((2 + L) * (D + D * D) + P + P * P + 16)
+    # both families' moments (and 16 scalars each), and the means of a limited step's target (Baseline.target)
+    floats = 2 * ((2 + L) * (D + D * D) + P + P * P + 16) + 2 * (2 * D + P)
     return 4096 + (8 * floats * 4 + 2) // 3
 
 
@@ -135,6 +137,11 @@ class KeeperSettings:
         window's average, half a window behind a drift) (:func:`fedrca.drift.baseline.trend_mean`)
     explain : while the plant alarms, take the means of the last ``min_rows`` rows when they moved
         within the rate and explain the alarms (else every refresh is refused while it alarms)
+    explain_shift : the explaining refresh's rate, most nominal drift moves a mean per ``per`` (standard
+        deviations; None: ``max_shift``) (:meth:`explain_bound`). ``max_shift`` is how fast a baseline
+        follows (a smoother: on a drifting plant the steps are limited and the baseline lags the plant);
+        this is how fast the plant itself may move and still be drift, so it is at least the fastest
+        nominal drift, else a loop that fell behind it never catches up
     """
 
     every: int
@@ -150,6 +157,7 @@ class KeeperSettings:
     per: int | None = None
     trend: bool = False
     explain: bool = False
+    explain_shift: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.every, self.window, self.history, self.recent, self.min_rows, self.keep) < 1 or self.guard < 0:
@@ -174,6 +182,7 @@ class KeeperSettings:
             per=settings.rows("per", sample_seconds) if settings.per is not None else None,
             trend=settings.trend,
             explain=settings.explain,
+            explain_shift=settings.explain_shift,
         )
 
     def bounds(self, elapsed: int) -> tuple[float, float]:
@@ -182,6 +191,12 @@ class KeeperSettings:
         may move as far as the plant may have drifted since (``per`` None: per ``every``)."""
         share = max(elapsed, 0) / float(self.per or self.every)
         return self.max_shift * share, self.max_scale * share
+
+    def explain_bound(self, elapsed: int) -> float:
+        """How far nominal drift may move a mean in ``elapsed`` seqs: ``explain_shift`` (else ``max_shift``) per
+        ``per`` (``per`` None: per ``every``); the explaining refresh's test (:meth:`BaselineKeeper._explain`)."""
+        rate = self.max_shift if self.explain_shift is None else self.explain_shift
+        return rate * max(elapsed, 0) / float(self.per or self.every)
 
 
 @dataclass(frozen=True)
@@ -232,7 +247,15 @@ class RefreshReport:
 
 @dataclass(frozen=True)
 class Baseline:
-    """A versioned baseline: both scorers' states, the training version they go with, where it came from."""
+    """A versioned baseline: both scorers' states, the training version they go with, where it came from.
+
+    ``target`` holds the means of the re-fit the baseline is a step toward, by name (``c.innovation``, ...,
+    ``a.reconstruction``; :func:`target_means`): where the refresh that made it measured the plant at
+    ``seq``. A limited step stops short of it on purpose (the rate smooths the baseline); the explaining
+    refresh measures how far the plant moved since from it, not from the lagging baseline
+    (:meth:`BaselineKeeper._explain`). None: the baseline's own means (an applied or forced refresh, a
+    rollback, the fitted baseline, a residual scorer).
+    """
 
     version: int
     training: str
@@ -240,6 +263,19 @@ class Baseline:
     state_a: Calibration
     seq: int
     outcome: str
+    target: dict[str, FloatArray] | None = field(default=None, compare=False)
+
+    def reference(self) -> tuple[Calibration, Calibration]:
+        """Both states with their means at the target (the whitenings, spreads, the baseline's): where the
+        plant was last measured, in the units of the baseline in force."""
+        if self.target is None or not isinstance(self.state_c, FamilyState):
+            return self.state_c, self.state_a
+        out = []
+        for prefix, state in (("c", self.state_c), ("a", self.state_a)):
+            assert isinstance(state, FamilyState)
+            inn, lev, rec = (Moments(self.target[f"{prefix}.{k}"], getattr(state, k).whitening) for k in _MOMENTS)
+            out.append(replace(state, innovation=inn, level=lev, reconstruction=rec))
+        return out[0], out[1]
 
     def digest(self) -> str:
         """sha256 (hex, 32) of the states' arrays: names a baseline in the plant's state record.
@@ -256,6 +292,24 @@ class Baseline:
             known = h.hexdigest()[:32]
             object.__setattr__(self, "_digest", known)  # a cache beside the fields (eq, repr, replace ignore it)
         return known
+
+
+#: The moments a refresh re-fits (and a baseline's target names), in a family state.
+_MOMENTS = ("innovation", "level", "reconstruction")
+
+
+def target_means(state_c: Calibration, state_a: Calibration) -> dict[str, FloatArray] | None:
+    """The means of both family states by name (``c.innovation``, ...): a baseline's :attr:`Baseline.target`
+    (None for a residual scorer, which has no explaining refresh)."""
+    if not (isinstance(state_c, FamilyState) and isinstance(state_a, FamilyState)):
+        return None
+    return {f"{p}.{k}": np.asarray(getattr(st, k).mean, dtype=np.float64) for p, st in (("c", state_c), ("a", state_a))
+            for k in _MOMENTS}  # fmt: skip
+
+
+def _target_arrays(base: Baseline) -> dict[str, np.ndarray]:
+    """A baseline's target as record arrays (``t<name>``); none when it is the baseline's own means."""
+    return {} if base.target is None else {f"t{name}": a for name, a in base.target.items()}
 
 
 def _arrays(state: Calibration, prefix: str) -> dict[str, np.ndarray]:
@@ -464,14 +518,14 @@ class BaselineKeeper:
             old_c, old_a = det.baseline
             bounds = (math.inf, math.inf) if force else s.bounds(at - self.baseline.seq)
             times = seqs.astype(np.float64) if s.trend else None
-            new_c, new_a, shift, scale, applied = self._step(old_c, old_a, ev, use, lengths, *bounds,
-                                                             s.covariances, times, float(at))  # fmt: skip
+            new_c, new_a, shift, scale, applied, target = self._step(old_c, old_a, ev, use, lengths, *bounds,
+                                                                     s.covariances, times, float(at))  # fmt: skip
         except (DataError, ModelError, np.linalg.LinAlgError) as exc:
             reason = f"the re-fit failed ({exc})"
             return self._report(RefreshReport(plant, at, "refused", reason, self.version, usable, alarms))
         outcome = "forced" if force else ("applied" if applied >= 1.0 else "limited")
         reason = "" if outcome != "limited" else "a bound held the step back (max_shift / max_scale)"
-        self._install(new_c, new_a, at, outcome)
+        self._install(new_c, new_a, at, outcome, target if applied < 1.0 else None)
         return self._report(RefreshReport(plant, at, outcome, reason, self.version, usable, alarms, shift, scale,
                                           applied))  # fmt: skip
 
@@ -510,7 +564,7 @@ class BaselineKeeper:
         det = self.detector
         old_c, old_a = det.baseline
         assert isinstance(old_c, FamilyState) and isinstance(old_a, FamilyState)
-        max_shift, _ = s.bounds(at - self.baseline.seq)
+        max_shift = s.explain_bound(at - self.baseline.seq)
         try:
             ev = det.baseline_evidence(Y, U, segments=lengths)
             new_c = refit_family(old_c, ev.r_c, ev.xh_c, ev.e_c, use, lengths, False)
@@ -518,10 +572,15 @@ class BaselineKeeper:
         except (DataError, ModelError, np.linalg.LinAlgError) as exc:
             return self._report(RefreshReport(plant, at, "refused", f"{alarming} (the re-fit failed: {exc})",
                                               self.version, usable, alarms))  # fmt: skip
+        # how far the plant moved since it was last measured: from the target of the baseline in force (the
+        # re-fit a limited step was moving toward), not from the baseline, which lags it by design
+        # (tests/drift/test_follow.py::test_the_explaining_refresh_measures_from_where_the_plant_was_last_measured)
+        ref_c, ref_a = self.baseline.reference()
+        assert isinstance(ref_c, FamilyState) and isinstance(ref_a, FamilyState)
         shift = max(
-            mean_shift(getattr(old, k), getattr(new, k))
-            for old, new in ((old_c, new_c), (old_a, new_a))
-            for k in ("innovation", "level", "reconstruction")
+            mean_shift(getattr(ref, k), getattr(new, k))
+            for ref, new in ((ref_c, new_c), (ref_a, new_a))
+            for k in _MOMENTS
         )
         recent = min(s.recent, len(seqs))
         # the alarms the re-fit's means leave in the last recent rows (the stream scored from the window's start)
@@ -558,8 +617,9 @@ class BaselineKeeper:
         covariances: bool = True,
         times: FloatArray | None = None,
         end: float | None = None,
-    ) -> tuple[Calibration, Calibration, float, float, float]:
-        """Both scorers' bounded steps: (state_c, state_a, largest shift, largest scale, smallest share applied)."""
+    ) -> tuple[Calibration, Calibration, float, float, float, dict[str, FloatArray] | None]:
+        """Both scorers' bounded steps: (state_c, state_a, largest shift, largest scale, smallest share applied,
+        the re-fit's means: :func:`target_means`)."""
         if isinstance(old_c, FamilyState) and isinstance(old_a, FamilyState):
             refit_c = refit_family(old_c, ev.r_c, ev.xh_c, ev.e_c, use, lengths, covariances, times, end)
             refit_a = refit_family(old_a, ev.r_a, ev.xh_a, ev.e_a, use, lengths, covariances, times, end)
@@ -572,6 +632,7 @@ class BaselineKeeper:
                 max(step_c.shift, step_a.shift),
                 max(step_c.scale, step_a.scale),
                 applied,
+                target_means(refit_c, refit_a),
             )
         assert isinstance(old_c, ScorerState) and isinstance(old_a, ScorerState)
         out = []
@@ -581,9 +642,16 @@ class BaselineKeeper:
                                  max_shift, max_scale)  # fmt: skip
             out.append((ScorerState(step.moments.mean, step.moments.whitening, old.threshold, old.ewma_start), step))
         (new_c, sc), (new_a, sa) = out
-        return new_c, new_a, max(sc.shift, sa.shift), max(sc.scale, sa.scale), min(sc.applied, sa.applied)
+        return new_c, new_a, max(sc.shift, sa.shift), max(sc.scale, sa.scale), min(sc.applied, sa.applied), None
 
-    def _install(self, state_c: Calibration, state_a: Calibration, seq: int, outcome: str) -> None:
+    def _install(
+        self,
+        state_c: Calibration,
+        state_a: Calibration,
+        seq: int,
+        outcome: str,
+        target: dict[str, FloatArray] | None = None,
+    ) -> None:
         det = self.detector
         old_c, old_a = det.baseline
         memory_c = memory_a = None
@@ -595,7 +663,8 @@ class BaselineKeeper:
         det.set_baseline(state_c, state_a, memory_c, memory_a)
         self._counter += 1
         self.version = self._counter
-        self._baselines[self.version] = Baseline(self.version, det.parameter_version, state_c, state_a, seq, outcome)
+        self._baselines[self.version] = Baseline(self.version, det.parameter_version, state_c, state_a, seq, outcome,
+                                                 target)  # fmt: skip
         self._new_baselines.append(self.version)
         # the fitted baseline (0) stays; the oldest others go beyond keep
         extra = [v for v in sorted(self._baselines) if v not in (0, self.version)]
@@ -709,7 +778,9 @@ class BaselineKeeper:
                     raise ValueError(f"baseline {base.version} is not kept under this key")
                 fitted = self._baselines[0]
                 want = {**_arrays(fitted.state_c, "c"), **_arrays(fitted.state_a, "a")}
-                got = {**_arrays(base.state_c, "c"), **_arrays(base.state_a, "a")}
+                if base.target is not None:  # a limited step's target: the fitted means' shapes
+                    want |= {f"t{name}": a for name, a in (target_means(fitted.state_c, fitted.state_a) or {}).items()}
+                got = {**_arrays(base.state_c, "c"), **_arrays(base.state_a, "a"), **_target_arrays(base)}
                 if {k: np.shape(a) for k, a in got.items()} != {k: np.shape(a) for k, a in want.items()}:
                     raise ValueError("its arrays are not the fitted baseline's (names, shapes)")
             elif key == b"reports":
@@ -757,7 +828,7 @@ class BaselineKeeper:
             "seq": b.seq,
             "outcome": b.outcome,
             "family": isinstance(b.state_c, FamilyState),
-            "arrays": _pack({**_arrays(b.state_c, "c"), **_arrays(b.state_a, "a")}),
+            "arrays": _pack({**_arrays(b.state_c, "c"), **_arrays(b.state_a, "a"), **_target_arrays(b)}),
         }
         return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -774,13 +845,19 @@ class BaselineKeeper:
             doc = json.loads(raw)
             arrays = _unpack(doc["arrays"])
             family = bool(doc["family"])
+            state_c, state_a = _from_arrays(arrays, "c", family), _from_arrays(arrays, "a", family)
+            own = target_means(state_c, state_a)
+            target = None
+            if own is not None and any(name.startswith("t") for name in arrays):
+                target = {name: np.asarray(arrays[f"t{name}"], dtype=np.float64) for name in own}
             base = Baseline(
                 int(doc["version"]),
                 str(doc["training"]),
-                _from_arrays(arrays, "c", family),
-                _from_arrays(arrays, "a", family),
+                state_c,
+                state_a,
                 int(doc["seq"]),
                 str(doc["outcome"]),
+                target,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise DataError(f"plant '{self.detector.name}': not a baseline record ({exc})") from None
