@@ -272,7 +272,10 @@ class LoopSettings:
     producers : transactional producers per partition, used in turn (see :class:`TransactionalLoop`)
     handler_thread : run the handlers on a thread of their own (one at a time, in the same order), so the
         event loop keeps the transactions in flight moving with the broker while a batch is processed
-        (see :class:`TransactionalLoop`, "Handlers off the event loop"); False: on the event loop
+        (see :class:`TransactionalLoop`, "Handlers off the event loop"); False (the default): on the
+        event loop. Off by default: alone on 2 cores the thread gave the same produce -> verdict p99 and
+        cost the plant worker about 19 % more CPU per message (docs/streams.md, the A/B of
+        ``python bench/run.py --repeat 3 streams``); on a CPU-starved host it halved a transaction's time
     security : extra client keyword arguments (SASL / TLS), the same for every client
     """
 
@@ -290,7 +293,7 @@ class LoopSettings:
     restore_timeout: float = 60.0
     offset_interval: float = 1.0
     producers: int = 2
-    handler_thread: bool = True
+    handler_thread: bool = False
     in_step: int | None = None
     in_step_idle: float = 30.0
     security: Mapping[str, Any] = field(default_factory=dict)
