@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +46,22 @@ from fedrca.drift.keeper import BaselineKeeper, RefreshReport
 MOMENTS = ("innovation", "level", "reconstruction")
 
 
-def measurements(spec: Any) -> dict[str, list[tuple[int, Any, Any]]]:
-    """Per plant, at every refresh with a full window: (seq, the trend re-fit (None: too few usable rows), the
-    average of the last min_rows rows), both :class:`FamilyState` of the proprietary model (Z_c)."""
+def run_with_refresh(spec: Any, refresh: Callable[..., RefreshReport], original: Callable[..., RefreshReport]) -> None:
+    """The loop on ``spec``'s rows after commissioning (``bench_drift``'s configuration, the loop on) with
+    ``BaselineKeeper._refresh`` replaced by ``refresh`` for the run (``original``: what it calls through to)."""
     offset = int(scenario.TRAIN_H * bd.SAMPLES_PER_H)
     train, test = bd.split(bd.frame_of(spec, False), offset)
     config = without_constant_sensors(load_config(bd.CONFIG), train)
+    BaselineKeeper._refresh = refresh  # type: ignore[method-assign]
+    try:
+        run_pipeline(prepare_site(bd.with_loop(config, True), train), test)
+    finally:
+        BaselineKeeper._refresh = original  # type: ignore[method-assign]
+
+
+def measurements(spec: Any) -> dict[str, list[tuple[int, Any, Any]]]:
+    """Per plant, at every refresh with a full window: (seq, the trend re-fit (None: too few usable rows), the
+    average of the last min_rows rows), both :class:`FamilyState` of the proprietary model (Z_c)."""
     original = BaselineKeeper._refresh
     out: dict[str, list[tuple[int, Any, Any]]] = {}
 
@@ -72,11 +83,7 @@ def measurements(spec: Any) -> dict[str, list[tuple[int, Any, Any]]]:
             out.setdefault(self.detector.name, []).append((at, target, now))
         return original(self, at, force)
 
-    BaselineKeeper._refresh = measure  # type: ignore[method-assign]
-    try:
-        run_pipeline(prepare_site(bd.with_loop(config, True), train), test)
-    finally:
-        BaselineKeeper._refresh = original  # type: ignore[method-assign]
+    run_with_refresh(spec, measure, original)
     return out
 
 
@@ -100,8 +107,6 @@ def held(spec: Any, hold_h: float, until_h: float) -> dict[str, list[tuple[float
     measure at each refresh to ``until_h``: (h, the move of the last ``min_rows`` rows' means from the baseline
     held, largest over the moments, in sd)."""
     offset = int(scenario.TRAIN_H * bd.SAMPLES_PER_H)
-    train, test = bd.split(bd.frame_of(spec, False), offset)
-    config = without_constant_sensors(load_config(bd.CONFIG), train)
     original = BaselineKeeper._refresh
     hold = int(hold_h * bd.SAMPLES_PER_H) - offset
     out: dict[str, list[tuple[float, float]]] = {}
@@ -121,11 +126,7 @@ def held(spec: Any, hold_h: float, until_h: float) -> dict[str, list[tuple[float
             out.setdefault(self.detector.name, []).append((h, moved))
         return self._report(RefreshReport(self.detector.name, at, "refused", "held", self.version))
 
-    BaselineKeeper._refresh = measure  # type: ignore[method-assign]
-    try:
-        run_pipeline(prepare_site(bd.with_loop(config, True), train), test)
-    finally:
-        BaselineKeeper._refresh = original  # type: ignore[method-assign]
+    run_with_refresh(spec, measure, original)
     return out
 
 

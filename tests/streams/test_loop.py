@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -388,6 +389,21 @@ def model_loop(handler: Any = Summer, **settings: Any) -> TransactionalLoop:
         deadletter_topic_for=lambda tp: f"{DEAD}{tp.partition}",
     )
 
+@contextmanager
+def patched(model: Model, producer: Any = None, sleep: Any = None) -> Iterator[None]:
+    """The loop's consumer, producers (``producer``, default :class:`FakeProducer`) and state reader on
+    ``model``; ``asyncio.sleep`` as ``sleep`` (default: one event-loop turn, whatever the delay)."""
+    real_sleep = asyncio.sleep
+    make = producer or FakeProducer
+    with (
+        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
+        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: make(model, **kw)),
+        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
+        mock.patch.object(asyncio, "sleep", sleep or (lambda d, r=None: real_sleep(0, r))),
+    ):
+        yield
+
+
 
 async def drive(
     model: Model,
@@ -408,12 +424,7 @@ async def drive(
                           transaction_timeout=transaction_timeout, handler_thread=handler_thread)  # fmt: skip
 
     workers = 0
-    with (
-        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
-        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: FakeProducer(model, **kw)),
-        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
-        mock.patch.object(asyncio, "sleep", no_wait),
-    ):
+    with patched(model, sleep=no_wait):
         while not done(model):
             workers += 1
             assert workers <= 200, "the workers never finished the input"
@@ -653,12 +664,7 @@ def test_an_idle_fetch_does_not_wait_for_the_offsets_it_commits():
         await task
         return sent_at, committed_then
 
-    with (
-        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
-        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: FakeProducer(model, **kw)),
-        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
-        mock.patch.object(asyncio, "sleep", lambda d, r=None: real_sleep(0, r)),
-    ):
+    with patched(model):
         sent_at, committed_then = asyncio.run(run())
     assert committed_then == 2, "record 3 was processed only after the offsets' transaction committed"
     assert sent_at < 500
@@ -704,12 +710,7 @@ def test_a_batch_processed_while_an_earlier_transaction_fails_is_dropped():
             loop.stop()
             await task
 
-    with (
-        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
-        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: FakeProducer(model, **kw)),
-        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
-        mock.patch.object(asyncio, "sleep", lambda d, r=None: real_sleep(0, r)),
-    ):
+    with patched(model):
         asyncio.run(run())
     assert Slow.blocked and failed.is_set()
     assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
@@ -760,12 +761,7 @@ def test_a_busy_partition_holds_no_other_back(handler_thread):
         loop.stop()
         await task
 
-    with (
-        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
-        mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: Stuck(model, **kw)),
-        mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
-        mock.patch.object(asyncio, "sleep", lambda d, r=None: real_sleep(0, r)),
-    ):
+    with patched(model, producer=Stuck):
         asyncio.run(run())
     for tp in (tp0, tp1):
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, tp.partition)]
