@@ -49,6 +49,9 @@ from fedrca.streams.loop import (
     TransactionalLoop,
 )
 
+#: asyncio.sleep itself: the tests patch asyncio.sleep to one event-loop turn
+_REAL_SLEEP = asyncio.sleep
+
 INPUT = "in"
 OUTPUT = "out"
 STATE = "state"
@@ -389,17 +392,34 @@ def model_loop(handler: Any = Summer, **settings: Any) -> TransactionalLoop:
         deadletter_topic_for=lambda tp: f"{DEAD}{tp.partition}",
     )
 
+@dataclass
+class Turns:
+    """Event-loop turns until a condition holds, the loop's ``task`` still running: at most ``limit`` turns in
+    all, then the test fails with ``message()`` (a bound in turns, not in seconds: no timing in the model)."""
+
+    task: asyncio.Future[Any]
+    limit: int
+    message: Any
+    turns: int = 0
+
+    async def until(self, condition: Any) -> None:
+        while not condition():
+            assert not self.task.done(), self.task.exception()
+            await _REAL_SLEEP(0)
+            self.turns += 1
+            assert self.turns < self.limit, self.message()
+
+
 @contextmanager
 def patched(model: Model, producer: Any = None, sleep: Any = None) -> Iterator[None]:
     """The loop's consumer, producers (``producer``, default :class:`FakeProducer`) and state reader on
     ``model``; ``asyncio.sleep`` as ``sleep`` (default: one event-loop turn, whatever the delay)."""
-    real_sleep = asyncio.sleep
     make = producer or FakeProducer
     with (
         mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: FakeConsumer(model, **kw)),
         mock.patch.object(loop_module, "AIOKafkaProducer", lambda **kw: make(model, **kw)),
         mock.patch.object(loop_module, "read_state", lambda *a: _read_state(model, *a)),
-        mock.patch.object(asyncio, "sleep", sleep or (lambda d, r=None: real_sleep(0, r))),
+        mock.patch.object(asyncio, "sleep", sleep or (lambda d, r=None: _REAL_SLEEP(0, r))),
     ):
         yield
 
@@ -637,20 +657,12 @@ def test_an_idle_fetch_does_not_wait_for_the_offsets_it_commits():
     # for the offsets before its next fetch would process it only after those 500 turns.
     model = Model({0: [1]}, [], [], [], delays=[1] * 6 + [500])
     tp = TopicPartition(INPUT, 0)
-    real_sleep = asyncio.sleep
 
     async def run() -> tuple[int, int]:
         loop = model_loop(offset_interval=1e9, producers=2)
         task = asyncio.ensure_future(loop.run())
-        turns = 0
-
-        async def until(condition: Any) -> None:
-            nonlocal turns
-            while not condition():
-                assert not task.done(), task.exception()
-                await real_sleep(0)
-                turns += 1
-                assert turns < 5_000, f"no progress: {model.commits_applied} commits, offsets {model.group_offsets}"
+        turns = Turns(task, 5_000, lambda: f"no progress: {model.commits_applied} commits, {model.group_offsets}")
+        until = turns.until
 
         await until(lambda: loop.committed_batches == 1)  # the first batch, with its offset
         model.inputs[tp].append(2)
@@ -658,7 +670,7 @@ def test_an_idle_fetch_does_not_wait_for_the_offsets_it_commits():
         assert model.group_offsets[tp] == 1
         model.inputs[tp].append(3)
         await until(lambda: len(model.logs[(OUTPUT, 0)]) == 3)  # record 3 processed and sent
-        sent_at, committed_then = turns, model.commits_applied
+        sent_at, committed_then = turns.turns, model.commits_applied
         await until(lambda: model.group_offsets[tp] == 3 and not model.open)
         loop.stop()
         await task
@@ -725,7 +737,6 @@ def test_a_busy_partition_holds_no_other_back(handler_thread):
     # committed meanwhile. A loop that waited for every busy partition of a fetch before processing
     # any would leave partition 1 waiting for partition 0's answer.
     model = Model({0: [1], 1: [1]}, [], [], [])
-    real_sleep = asyncio.sleep
     tp0, tp1 = TopicPartition(INPUT, 0), TopicPartition(INPUT, 1)
 
     class Stuck(FakeProducer):
@@ -741,15 +752,7 @@ def test_a_busy_partition_holds_no_other_back(handler_thread):
         Stuck.release = asyncio.Event()
         loop = model_loop(max_records=10, producers=1, handler_thread=handler_thread)
         task = asyncio.ensure_future(loop.run())
-        turns = 0
-
-        async def until(condition: Any) -> None:
-            nonlocal turns
-            while not condition():
-                assert not task.done(), task.exception()
-                await real_sleep(0)
-                turns += 1
-                assert turns < 20_000, "partition 1 waited for partition 0's transaction"
+        until = Turns(task, 20_000, lambda: "partition 1 waited for partition 0's transaction").until
 
         await until(lambda: len(model.committed_log(OUTPUT, 1)) == 1 and model.open)  # p0's first EndTxn waits
         model.inputs[tp0].append(2)
