@@ -55,6 +55,11 @@ ROLES = ("plants", "rca", "params")
 #: Seconds a worker waits for the params topic to be read before it starts processing.
 PARAMS_CATCH_UP = 60.0
 
+#: Seconds the RCA's batches that issue no verdict (most of them) may wait uncommitted, their state carried
+#: by the next transaction (``LoopSettings.defer_quiet``): a restarted RCA worker aligns at most that much
+#: of its flags again.
+RCA_DEFER_QUIET = 1.0
+
 #: Seconds without an event-loop beat after which the liveness probe fails.
 LIVENESS_LIMIT = 30.0
 
@@ -239,7 +244,9 @@ class Worker:
             self.loops.append(
                 TransactionalLoop(
                     self._loop_settings(
-                        f"fedrca-{group}-rca" if group is not None else first.names.rca_group, security
+                        f"fedrca-{group}-rca" if group is not None else first.names.rca_group,
+                        security,
+                        defer_quiet=RCA_DEFER_QUIET,
                     ),
                     sorted(rca_agents),
                     lambda tp: rca_agents[tp.topic],
@@ -271,10 +278,13 @@ class Worker:
         """The RCA runtime of the worker's (first) site."""
         return self.sites[0].rca
 
-    def _loop_settings(self, group: str, security: dict[str, Any], in_step: int | None = None) -> LoopSettings:
+    def _loop_settings(
+        self, group: str, security: dict[str, Any], in_step: int | None = None, defer_quiet: float = 0.0
+    ) -> LoopSettings:
         s = self.settings
         return LoopSettings(
             in_step=in_step,
+            defer_quiet=defer_quiet,
             bootstrap=s.bootstrap,
             group_id=group,
             client_id=f"fedrca-{self.group or self.names.site}-{s.worker_name}",
@@ -293,7 +303,8 @@ class Worker:
     def _on_rca_batch(self, tp: TopicPartition, records: Sequence[InputRecord], times: BatchTimes) -> None:
         metrics = self._metrics[tp.topic]
         metrics.record_stage_latency("aligned", records, now=times.processed)
-        metrics.record_stage_latency("verdict", records, now=times.committed)
+        if not times.quiet:  # a batch that issued no verdict waits for none (LoopSettings.defer_quiet)
+            metrics.record_stage_latency("verdict", records, now=times.committed)
         metrics.record_latency("rca_batch", times.committed - times.fetched)
 
     # -- probes -------------------------------------------------------------------------------

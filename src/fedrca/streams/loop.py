@@ -200,11 +200,14 @@ class BatchTimes:
     fetched : the fetch that returned the batch completed
     processed : the handler returned its outputs
     committed : the batch's transaction committed
+    quiet : the batch had no output: its state was committed by a later batch's transaction
+        (``LoopSettings.defer_quiet``), at ``committed``
     """
 
     fetched: float
     processed: float
     committed: float
+    quiet: bool = False
 
 
 class PartitionHandler(Protocol):
@@ -270,6 +273,9 @@ class LoopSettings:
         (``AddOffsetsToTxn``, ``TxnOffsetCommit``); a fetch that finds no record commits whatever
         offsets are still pending, so an idle group's offsets are exact
     producers : transactional producers per partition, used in turn (see :class:`TransactionalLoop`)
+    defer_quiet : seconds a partition's batches that produced no output (no record but the state) may wait
+        uncommitted, their state carried by the partition's next transaction (0: every batch commits at
+        once); see :class:`TransactionalLoop`, "Quiet batches"
     handler_thread : run the handlers on a thread of their own (one at a time, in the same order), so the
         event loop keeps the transactions in flight moving with the broker while a batch is processed
         (see :class:`TransactionalLoop`, "Handlers off the event loop"); False (the default): on the
@@ -293,6 +299,7 @@ class LoopSettings:
     restore_timeout: float = 60.0
     offset_interval: float = 1.0
     producers: int = 2
+    defer_quiet: float = 0.0
     handler_thread: bool = False
     in_step: int | None = None
     in_step_idle: float = 30.0
@@ -576,6 +583,10 @@ class _Task:
     broken: bool = False  # a transaction failed: the partition is taken over again, later ones give up
     # the handler's progress after the last batch whose transaction committed (LoopSettings.in_step)
     committed: int | None = None
+    # quiet batches processed and not yet committed (LoopSettings.defer_quiet), oldest first, with their
+    # times (fetched, processed), and time.monotonic() when the first of them was processed
+    quiet: list[tuple[Sequence[InputRecord], float, float]] = field(default_factory=list)
+    quiet_since: float = math.inf
 
     def settle(self) -> None:
         """Forget the commits that are over."""
@@ -655,6 +666,21 @@ class TransactionalLoop:
     partition whose earlier transaction failed while its batch was processed has that batch
     dropped uncommitted (it is taken over again from what is committed, as before)
     (``tests/streams/test_loop.py::test_a_batch_processed_while_an_earlier_transaction_fails_is_dropped``).
+
+    Quiet batches
+    -------------
+    Most batches of the RCA's flags release no verdict: their only output would be the state record,
+    and a transaction costs the worker and the broker the same whatever it carries (at 1,000 sensor
+    messages/s about a hundred a second, most of them holding nothing but the state). With
+    ``settings.defer_quiet`` a batch whose handler returned no output is not committed at once: the
+    partition's next transaction carries its state (the state after every batch processed), and its
+    offset. The committed outputs, state and offset still describe one prefix of the input: the
+    quiet batches added nothing to the outputs, and a worker that dies or loses the partition before
+    they are committed leaves a state before them, from which they are processed again, to nothing
+    again. A quiet batch waits at most ``defer_quiet`` seconds, idle or not (then its state commits on
+    its own), so a restart processes at most that much again; a fetch that finds no record is no reason
+    to commit earlier: between two plants' transactions the RCA's fetches often find none
+    (``tests/streams/test_loop.py::test_quiet_batches_are_output_exactly_once_whatever_fails``).
     """
 
     def __init__(
@@ -738,6 +764,7 @@ class TransactionalLoop:
                     # nothing arrived for fetch_wait: commit the offsets the batches left pending (in
                     # the background: the next fetch does not wait for it)
                     async with self._lock:
+                        self._commit_quiet(time.monotonic() - self.settings.defer_quiet)
                         self._commit_pending_offsets()
                     continue
                 fetched = time.time()
@@ -766,6 +793,13 @@ class TransactionalLoop:
                                 await self._start(task, records, fetched)
                                 for _ in range(IO_TURNS):
                                     await asyncio.sleep(0)
+                if self.settings.defer_quiet > 0:
+                    async with self._lock:
+                        self._commit_quiet(time.monotonic() - self.settings.defer_quiet)
+            # a clean stop: the quiet batches' state is committed, so whoever takes the partitions does not
+            # process them again (the transactions are awaited below)
+            async with self._lock:
+                self._commit_quiet(math.inf)
         finally:
             await self._settle(list(self._tasks.values()))
             for commit in self._commits:  # what ended the run was raised; the rest is over with it
@@ -1084,13 +1118,19 @@ class TransactionalLoop:
                 # what is committed, and this batch comes again
                 return
         done = time.time()
+        task.next_offset = next_offset
+        task.state = processed.state
+        now = time.monotonic()
+        if not processed.outputs and now - min(task.quiet_since, now) < self.settings.defer_quiet:
+            # a quiet batch: its state goes with the partition's next transaction (class docstring, "Quiet batches")
+            task.quiet.append((batch, fetched, done))
+            task.quiet_since = min(task.quiet_since, now)
+            return
         outputs = [
             *processed.outputs,
             Outgoing(task.state_topic, state_record(next_offset, processed.state), key=task.state_key),
         ]
-        with_offset = time.monotonic() - task.offset_committed >= self.settings.offset_interval
-        task.next_offset = next_offset
-        task.state = processed.state
+        with_offset = now - task.offset_committed >= self.settings.offset_interval
         self._schedule(task, outputs, next_offset if with_offset else None, batch, fetched, done)
 
     def _process(self, task: _Task, batch: Sequence[InputRecord]) -> Processed:
@@ -1114,15 +1154,22 @@ class TransactionalLoop:
         producer = task.producers[task.turn]
         task.turn = (task.turn + 1) % len(task.producers)
         sent: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        first = batch[0].offset if batch else offset if offset is not None else task.next_offset
+        # the quiet batches before this one are committed with it (their state is in this one's)
+        quiet, task.quiet, task.quiet_since = task.quiet, [], math.inf
+        head = quiet[0][0] if quiet else batch
+        first = head[0].offset if head else offset if offset is not None else task.next_offset
         commit = asyncio.ensure_future(self._commit(task, producer, previous, sent, outputs, offset, first))
         task.inflight.append(_Commit(sent, commit))
         if batch and self.settings.in_step is not None:
             progress = getattr(task.handler, "progress", None)
             commit.add_done_callback(lambda f: self._reached(task, f, progress))
         self._commits.append(commit)
+        for records, at, processed in quiet:
+            commit.add_done_callback(
+                lambda f, r=records, t=BatchTimes(at, processed, 0.0, quiet=True): self._committed(task, f, r, t)  # type: ignore[misc]
+            )
         if batch:
-            commit.add_done_callback(lambda f: self._committed(task, f, batch, BatchTimes(fetched, done, time.time())))
+            commit.add_done_callback(lambda f: self._committed(task, f, batch, BatchTimes(fetched, done, 0.0)))
 
     @staticmethod
     def _reached(task: _Task, commit: asyncio.Future[bool], progress: Any) -> None:
@@ -1137,7 +1184,7 @@ class TransactionalLoop:
             return
         self.committed_batches += 1
         if self._on_batch is not None:
-            self._on_batch(task.tp, batch, times)
+            self._on_batch(task.tp, batch, BatchTimes(times.fetched, times.processed, time.time(), times.quiet))
 
     def _raise_failed_commits(self) -> None:
         """A transaction that ended with an exception no recovery handles (a bug, a cancelled worker) ends the run."""
@@ -1179,6 +1226,16 @@ class TransactionalLoop:
             state = one.state
         outputs += self._dead_letters(task.tp, task.tp.topic, refused)
         return Processed(outputs, handler.process([]).state if state is None else state)
+
+    def _commit_quiet(self, before: float) -> None:
+        """Start a transaction with the state of every partition whose quiet batches are waiting since
+        ``before`` (``time.monotonic()``) or longer and whose producers are not all busy (a later turn looks
+        again); it commits the group offset too."""
+        for task in list(self._tasks.values()):
+            if task.quiet and task.quiet_since <= before and not task.broken and not task.busy:
+                assert task.state is not None  # a quiet batch was processed
+                state = Outgoing(task.state_topic, state_record(task.next_offset, task.state), key=task.state_key)
+                self._schedule(task, [state], task.next_offset, (), 0.0, 0.0)
 
     def _commit_pending_offsets(self) -> None:
         """Start an offsets-only transaction for every partition whose batches left its group offset behind.
