@@ -933,6 +933,7 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
     from fedrca.application.site import plant_runtime, rca_runtime
     from fedrca.config import load_config
     from fedrca.connectors.kafka import ensure_site_topics
+    from fedrca.connectors.names import SiteNames
     from fedrca.datasets.tep import load_tep
     from fedrca.streams.embedded import replay_frame
     from fedrca.streams.runtime import RuntimeSettings, SiteRuntime
@@ -1021,7 +1022,9 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
         sent_ns = np.zeros(total, dtype=np.int64)
         achieved, stages = [], []
         cpu: list[dict[str, float]] = []  # per segment: worker CPU seconds and committed batches
+        spans: list[tuple[float, float]] = []  # per segment: wall clock from its first row sent to drained
         for rate, (start, stop_row) in zip(RATES, segments[1:], strict=True):
+            began = time.time()
             before = {name: scrape_stages(url) for name, url in urls.items() if url}
             cpu_before = {w.name: w.cpu_seconds() for w in workers}
             sent, (fut, rate_achieved) = _pace(prod, topics, keys, rows[start:stop_row], rate)
@@ -1029,6 +1032,7 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
             futures += fut
             achieved.append(rate_achieved)
             wait_for(drained(stop_row), 120, f"the workers to finish the {rate * 5:,.0f} msgs/s segment", workers)
+            spans.append((began, time.time()))
             after = {name: scrape_stages(url) for name, url in urls.items() if url}
             cpu.append(
                 {
@@ -1062,6 +1066,11 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
         for worker in workers:
             worker.stop()
     problem = check_flags(flags, list(plants), total)
+    # the transactions of each segment: one state record each (the RCA's; and one plant's, all in step)
+    commits = {
+        name: [t for _, t in _state_progress(bootstrap, topic)]
+        for name, topic in (("rca", config.topic("rca_state")), ("plant", SiteNames(config).state(next(iter(plants)))))
+    }
     ids = [vid for vid, _, _, _ in got]
     want = {v.id for v in expected}
     leads = flag_leads(flags)
@@ -1100,6 +1109,10 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
                 "flag": percentiles(np.array(flag_ms or [np.nan])),
                 "stages": stages[k],
                 "cpu": cpu[k],
+                "txn_per_s": {
+                    name: sum(spans[k][0] <= t <= spans[k][1] for t in times) / (spans[k][1] - spans[k][0])
+                    for name, times in commits.items()
+                },
             }
         )
     return {
@@ -1330,6 +1343,10 @@ def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
             per_batch = med([1e3 * c["rca_cpu"] / c["rca_batches"] for c in load])
             per_msg = med([1e6 * c["rca_cpu"] / c["messages"] for c in load])
             print(f"        RCA worker CPU: {per_msg:.0f} us per flag, {per_batch:.2f} ms per batch")
+        if all("txn_per_s" in r["lat"]["rates"][k] for r in runs):
+            rca = med([r["lat"]["rates"][k]["txn_per_s"]["rca"] for r in runs])
+            plant = med([r["lat"]["rates"][k]["txn_per_s"]["plant"] for r in runs])
+            print(f"        transactions per second: RCA worker {rca:.0f}, each plant partition {plant:.0f}")
         peer = [r["peer_lat"][k] for r in runs]
         q = [med([v[i] for v in peer]) for i in range(3)]
         print(line(f"peer:   kafka-python produce -> consume at {offered:,.0f} msgs/s", q))
