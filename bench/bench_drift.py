@@ -395,7 +395,7 @@ def library_rows(config: SiteConfig, library: Library) -> tuple[list[dict[str, A
     for on in (True, False):
         results[on] = measure(fedrca_factory(with_loop(config, on)), train, far, faults)
     rows: list[dict[str, Any]] = []
-    for (idv, seed) in sorted(faults):
+    for idv, seed in sorted(faults):
         row: dict[str, Any] = {"IDV": idv, "seed": seed}
         for on, label in ((True, "on"), (False, "off")):
             scored = score_run(results[on].faults[(idv, seed)], ONSET_SAMPLE, TRUTH.get(idv))
@@ -598,8 +598,11 @@ def bar_lines(far_rows: list[dict[str, Any]], slow_rows: list[dict[str, Any]], l
         f"refreshes refused / due in their windows: {refused}",
         f"ledger over the configured lifetime: {ledger}",
         f"reported, not judged ({RECOVERY}, which ends before IDV 1's effect on the process does): FAR worst week "
-        + (f"{far24[f'{RECOVERY}: FAR worst week']:.4f} (seed {far24['seed']}, week {far24[f'{RECOVERY}: week']}; "
-           if far24 else "- (")
+        + (
+            f"{far24[f'{RECOVERY}: FAR worst week']:.4f} (seed {far24['seed']}, week {far24[f'{RECOVERY}: week']}; "
+            if far24
+            else "- ("
+        )
         + f"per seed {per_seed(f'{RECOVERY}: FAR worst week', 4)}), false root verdicts per day "
         f"{per_seed(f'{RECOVERY}: verdicts / day', 2)}",
     ]
@@ -656,7 +659,9 @@ def twin_section(runs: SeedRuns, offset: int, week: int) -> str:
         "sensor of the faulted run is further than the band (in its commissioning standard deviations) from the "
         f"same seed's run without faults; the bars are judged at {JUDGED_BAND:g} sd. Hours from each fault's end to "
         "that row (and the loop on the drifting twin itself, every row nominal):\n\n"
-        + _md(pd.DataFrame(offset_rows)) + "\n\n" + _md(pd.DataFrame(twin_rows))
+        + _md(pd.DataFrame(offset_rows))
+        + "\n\n"
+        + _md(pd.DataFrame(twin_rows))
     )
 
 

@@ -26,12 +26,19 @@ Starts (or reuses, under a lease) the broker of ``tools/kafka/broker.py``. Three
    sends a new value of every tag (a JSON number on ``bench/<tag>``, QoS 0) as fast as it can,
    ``fedrca edge`` reads them (``kind: mqtt``) and the peer is a plain paho-mqtt client loop
    producing one JSON message per update with kafka-python (``bench/mqtt_helpers.py peer``).
+5. **Sparkplug B** (``--source sparkplug``): the same through the same mosquitto, each plant a Sparkplug B
+   edge node whose NDATA carries every one of its tags (``bench/mqtt_helpers.py publish --sparkplug``:
+   births and data encoded ahead, seq without gaps); ``fedrca edge`` reads them (``kind: sparkplug``),
+   and the peer is the paho-mqtt loop decoding each payload with the Sparkplug protobuf and producing one
+   JSON message per metric. Its latency row: the simulated plant as Sparkplug nodes
+   (``MqttPlant(sparkplug=True)``).
 
 Targets (issue 31): >= 20,000 updates/s on one core and >= 1x the peer, from each source; tag
 change -> verdict p99 < 2 s.
 
     python bench/run.py edge            # what ``make bench`` runs (both sources)
     python bench/bench_edge.py --source mqtt
+    python bench/bench_edge.py --source sparkplug
 """
 
 from __future__ import annotations
@@ -163,9 +170,12 @@ def edge_config(workdir: Path, url: str, plants: int, tags: int) -> Path:
     return path
 
 
-def mqtt_config(workdir: Path, address: str, plants: int, tags: int) -> Path:
-    """A site of ``plants`` x ``tags`` bench tags read from mosquitto at ``address`` with a 1 s clock."""
+def mqtt_config(workdir: Path, address: str, plants: int, tags: int, sparkplug: bool = False) -> Path:
+    """A site of ``plants`` x ``tags`` bench tags read from mosquitto at ``address`` with a 1 s clock (``sparkplug``:
+    plant ``p<i>`` is the Sparkplug B node ``p<i>`` of ``bench/mqtt_helpers.py``'s group, its tags the metrics)."""
     import yaml
+
+    from mqtt_helpers import SPARKPLUG_GROUP
 
     site = f"benchedge{uuid.uuid4().hex[:8]}"
     config = {
@@ -177,6 +187,11 @@ def mqtt_config(workdir: Path, address: str, plants: int, tags: int) -> Path:
             "plants": {f"p{i}": {"template": {"topic": "bench/{column}"}} for i in range(plants)},
         },
     }
+    if sparkplug:
+        config["edge"] = {
+            "sources": {"bench": {"kind": "sparkplug", "url": f"mqtt://{address}", "group": SPARKPLUG_GROUP}},
+            "plants": {f"p{i}": {"template": {"metric": "{column}", "node": "{plant}"}} for i in range(plants)},
+        }
     path = workdir / f"{site}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -198,25 +213,26 @@ def scrape_updates(url: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(r"^fedrca_edge_updates_total\{[^}]*\} (\S+)$", text, re.M))
 
 
-def publish_mqtt(address: str, seconds: float, workdir: Path) -> subprocess.Popen[bytes]:
-    """``bench/mqtt_helpers.py publish`` to mosquitto at ``address`` for ``seconds``."""
+def publish_mqtt(address: str, seconds: float, workdir: Path, sparkplug: bool = False) -> subprocess.Popen[bytes]:
+    """``bench/mqtt_helpers.py publish`` to mosquitto at ``address`` for ``seconds`` (as Sparkplug B nodes)."""
     path = workdir / f"publisher-{uuid.uuid4().hex[:6]}.log"
     command = [sys.executable, str(MQTT_HELPERS), "publish", "--broker", address, "--plants", str(PLANTS),
-               "--tags", str(TAGS), "--seconds", f"{seconds:g}"]  # fmt: skip
+               "--tags", str(TAGS), "--seconds", f"{seconds:g}"] + (["--sparkplug"] if sparkplug else [])  # fmt: skip
     proc = subprocess.Popen(command, stdout=path.open("wb"), stderr=subprocess.STDOUT, cwd=REPO)
     wait_for(lambda: b"publishing" in path.read_bytes(), 120, "the MQTT publisher", [proc])
     return proc
 
 
 def measure(kind: str, bootstrap: str, workdir: Path, server: subprocess.Popen[bytes], url: str,
-            mqtt: str | None = None) -> dict[str, Any]:  # fmt: skip
+            mqtt: str | None = None, sparkplug: bool = False) -> dict[str, Any]:  # fmt: skip
     """Updates/s and updates per CPU second of ``kind`` (edge or peer) reading the running ``server``
-    (the OPC UA tag server at ``url``, or, ``mqtt``: mosquitto's address, fed by a publisher)."""
+    (the OPC UA tag server at ``url``, or, ``mqtt``: mosquitto's address, fed by a publisher of JSON values or,
+    ``sparkplug``, of Sparkplug B nodes)."""
     client: subprocess.Popen[bytes] | None = None
     try:
         if kind == "edge":
             if mqtt is not None:
-                config = mqtt_config(workdir, mqtt, PLANTS, TAGS)
+                config = mqtt_config(workdir, mqtt, PLANTS, TAGS, sparkplug)
             else:
                 config = edge_config(workdir, url, PLANTS, TAGS)
             mport = free_port()
@@ -238,7 +254,7 @@ def measure(kind: str, bootstrap: str, workdir: Path, server: subprocess.Popen[b
             if mqtt is not None:
                 command = [sys.executable, str(MQTT_HELPERS), "peer", "--broker", mqtt, "--plants", str(PLANTS),
                            "--tags", str(TAGS), "--kafka", bootstrap, "--topic", topic,
-                           "--status", str(status)]  # fmt: skip
+                           "--status", str(status)] + (["--sparkplug"] if sparkplug else [])  # fmt: skip
             else:
                 command = [sys.executable, str(HELPERS), "peer", "--url", url, "--plants", str(PLANTS), "--tags",
                            str(TAGS), "--broker", bootstrap, "--topic", topic, "--status", str(status)]  # fmt: skip
@@ -271,15 +287,16 @@ def measure(kind: str, bootstrap: str, workdir: Path, server: subprocess.Popen[b
 def throughput(source: str, bootstrap: str, workdir: Path, mqtt: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(edge, peer) figures of ``source``, one after the other on one server (or publisher)."""
     port = free_port()
-    if source == "mqtt":
+    sparkplug = source == "sparkplug"
+    if source in ("mqtt", "sparkplug"):
         assert mqtt is not None
-        server, url = publish_mqtt(mqtt, 2 * (WARMUP + SECONDS) + 300, workdir), f"mqtt://{mqtt}"
+        server, url = publish_mqtt(mqtt, 2 * (WARMUP + SECONDS) + 300, workdir, sparkplug), f"mqtt://{mqtt}"
     else:
         server, url = serve(port, 2 * (WARMUP + SECONDS) + 300, workdir), f"opc.tcp://127.0.0.1:{port}"
-    broker = mqtt if source == "mqtt" else None  # an OPC UA run reads the server, not mosquitto
+    broker = mqtt if source in ("mqtt", "sparkplug") else None  # an OPC UA run reads the server, not mosquitto
     try:
-        edge = measure("edge", bootstrap, workdir, server, url, broker)
-        return edge, measure("peer", bootstrap, workdir, server, url, broker)
+        edge = measure("edge", bootstrap, workdir, server, url, broker, sparkplug)
+        return edge, measure("peer", bootstrap, workdir, server, url, broker, sparkplug)
     finally:
         stop(server)
 
@@ -298,8 +315,9 @@ def latency_site(workdir: Path) -> Path:
     return path
 
 
-def mqtt_site(config_path: Path, address: str) -> Path:
-    """The latency site with its tags read from the simulated plant over MQTT (JSON per tag) at ``address``."""
+def mqtt_site(config_path: Path, address: str, sparkplug: bool = False) -> Path:
+    """The latency site with its tags read from the simulated plant over MQTT (JSON per tag, or ``sparkplug``: each
+    plant a Sparkplug B node of the site's group) at ``address``."""
     import yaml
 
     from fedrca.edge.mqtt_plant import edge_section
@@ -307,8 +325,9 @@ def mqtt_site(config_path: Path, address: str) -> Path:
     config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
     plants = {p["name"]: p["sensors"] for p in config["plants"]}
     staleness = config["edge"].get("staleness_seconds")
-    config["edge"] = edge_section(plants, f"mqtt://{address}", config["site"], staleness_seconds=staleness)
-    path = config_path.with_name(config_path.stem + "-mqtt.yaml")
+    config["edge"] = edge_section(plants, f"mqtt://{address}", config["site"], sparkplug=sparkplug,
+                                  group=config["site"], staleness_seconds=staleness)  # fmt: skip
+    path = config_path.with_name(config_path.stem + ("-sparkplug.yaml" if sparkplug else "-mqtt.yaml"))
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -404,10 +423,11 @@ def _latency_of(
                "--go", str(go)]  # fmt: skip
     edge_command = [sys.executable, "-m", "fedrca.cli", "edge", "--broker", f"kafka://{bootstrap}", "--speed",
                     f"x{config.dataset.sample_seconds:g}", "--metrics-port", "0", "--log-level", "warning"]  # fmt: skip
-    if source == "mqtt":
+    if source in ("mqtt", "sparkplug"):
         assert mqtt is not None
         command += ["--mqtt", f"mqtt://{mqtt}", "--site", config.site, "--config", str(config_path)]
-        edge_command += ["--config", str(mqtt_site(config_path, mqtt))]
+        command += ["--sparkplug"] if source == "sparkplug" else []
+        edge_command += ["--config", str(mqtt_site(config_path, mqtt, source == "sparkplug"))]
     else:
         edge_command += ["--config", str(config_path), "--source-url", f"tep-sim=opc.tcp://127.0.0.1:{port}"]
     procs: list[subprocess.Popen[bytes]] = []
@@ -480,15 +500,17 @@ def stage_latencies(writes: list[float], plants: list[str], arrivals: Arrivals) 
 
 def main(argv: list[str] | None = None, repeat: int = 1, smoke: bool = False) -> int:
     parser = argparse.ArgumentParser(prog="bench/bench_edge.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--source", default="all", choices=["opcua", "mqtt", "all"], help="the protocol measured")
+    parser.add_argument("--source", default="all", choices=["opcua", "mqtt", "sparkplug", "all"],
+                        help="the protocol measured")  # fmt: skip
     parser.add_argument("--part", default="all", choices=["throughput", "latency", "all"], help="what is measured")
     args = parser.parse_args(argv or [])
     bootstrap = start_broker()
     workdir = Path(tempfile.mkdtemp(prefix="bench-edge-"))
-    sources = ["opcua", "mqtt"] if args.source == "all" else [args.source]
-    mqtt = start_mosquitto() if "mqtt" in sources else None
-    peers = {"opcua": "asyncua handler + kafka-python", "mqtt": "paho-mqtt loop + kafka-python"}
-    name = {"opcua": "opcua", "mqtt": "mosquitto"}
+    sources = ["opcua", "mqtt", "sparkplug"] if args.source == "all" else [args.source]
+    mqtt = start_mosquitto() if {"mqtt", "sparkplug"} & set(sources) else None
+    peers = {"opcua": "asyncua handler + kafka-python", "mqtt": "paho-mqtt loop + kafka-python",
+             "sparkplug": "paho-mqtt + Tahu protobuf + kafka-python"}  # fmt: skip
+    name = {"opcua": "opcua", "mqtt": "mosquitto", "sparkplug": "sparkplug"}
     ok = True
     try:
         if args.part in ("throughput", "all"):
@@ -500,11 +522,11 @@ def main(argv: list[str] | None = None, repeat: int = 1, smoke: bool = False) ->
                 edge = {k: float(np.median([r[0][k] for r in runs])) for k in ("rate", "per_cpu", "cpu")}
                 peer = {k: float(np.median([r[1][k] for r in runs])) for k in ("rate", "per_cpu", "cpu")}
                 results[source] = (edge, peer)
-            print(f"{'source':<10} {'client':<34} {'updates/s':>10} {'CPU s':>7} {'updates/CPU s':>14}")
+            print(f"{'source':<10} {'client':<40} {'updates/s':>10} {'CPU s':>7} {'updates/CPU s':>14}")
             for source, (edge, peer) in results.items():
-                print(f"{name[source]:<10} {'fedrca edge':<34} {edge['rate']:>10,.0f} {edge['cpu']:>7.2f} "
+                print(f"{name[source]:<10} {'fedrca edge':<40} {edge['rate']:>10,.0f} {edge['cpu']:>7.2f} "
                       f"{edge['per_cpu']:>14,.0f}")  # fmt: skip
-                print(f"{name[source]:<10} {peers[source]:<34} {peer['rate']:>10,.0f} {peer['cpu']:>7.2f} "
+                print(f"{name[source]:<10} {peers[source]:<40} {peer['rate']:>10,.0f} {peer['cpu']:>7.2f} "
                       f"{peer['per_cpu']:>14,.0f}")  # fmt: skip
             for source, (edge, peer) in results.items():
                 ratio = edge["per_cpu"] / max(peer["per_cpu"], 1e-9)
@@ -515,8 +537,8 @@ def main(argv: list[str] | None = None, repeat: int = 1, smoke: bool = False) ->
                     ok = False
                     print(f"TARGET MISSED ({name[source]}): updates per CPU second")
         if args.part in ("latency", "all"):
-            # smoke: one source's path (MQTT's: the TEP rows, the simulated plant, the edge's site); OPC UA's
-            # differs by the server's command line only, and its server runs in the throughput part
+            # smoke: one source's path (Sparkplug's: the TEP rows, the simulated plant, the edge's site); the
+            # others differ by the server's command line only, and their servers run in the throughput part
             lat = latency(bootstrap, workdir, sources[-1:] if smoke else sources, mqtt, smoke)
             through = "fedrca edge" if smoke else "fedrca edge and two fedrca run workers"
             print(f"latency at 5 plants, 52 tags, 1 Hz (config/tep.yaml), {LATENCY_SECONDS:g} s of TEP fault 01 rows "

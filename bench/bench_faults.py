@@ -76,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedrca.config import SiteConfig, load_config
 from fedrca.connectors.simulator import SimulatedRun, SimulationSpec, cached_run
 from fedrca.datasets.tep import TEP_COLUMNS, TEP_FLOWSHEET, load_tep
-from tep_library import FAR_SEEDS, FAULT_SEEDS, IDVS, ONSET_SAMPLE, TRAIN_SEEDS, Library
+from tep_library import FAR_SEEDS, IDVS, ONSET_SAMPLE, RCA_FAULT_SEEDS, TRAIN_SEEDS, Library
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -1046,7 +1046,7 @@ SMOKE: dict[str, Any] = {}
 def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--idvs", default=",".join(map(str, IDVS)))
-    parser.add_argument("--fault-seeds", default=",".join(map(str, FAULT_SEEDS)))
+    parser.add_argument("--fault-seeds", default=",".join(map(str, RCA_FAULT_SEEDS)))
     parser.add_argument("--train-seeds", default=",".join(map(str, TRAIN_SEEDS)))
     parser.add_argument("--far-seeds", default=",".join(map(str, FAR_SEEDS)))
     parser.add_argument("--rows", default=f"0,{SHORT_ROWS}", help="training rows: 0 = all of the training seeds")

@@ -11,7 +11,8 @@ random phase of its second, its wall time recorded in ``--writes`` for the laten
 ``--data FILE`` the tags are TEP's 52 columns and each write is a TEP row: ``--nominal``'s rows in a
 loop until the file ``--go`` exists, then ``FILE``'s from row ``--from`` (only these are recorded);
 ``--mqtt URL --site S --config C`` publishes them to mosquitto instead (the simulated plant over MQTT,
-``fedrca.edge.mqtt_plant.MqttPlant``: JSON per tag on ``S/sim/<column>``).
+``fedrca.edge.mqtt_plant.MqttPlant``: JSON per tag on ``S/sim/<column>``; with ``--sparkplug`` each plant a
+Sparkplug B node of group ``S``).
 
 ``peer``: the simplest bridge a user would write instead of ``fedrca edge``: asyncua's documented
 subscription pattern (a handler's ``datachange_notification``) producing one JSON message per tag
@@ -71,18 +72,18 @@ class Rows:
 
 async def serve(
     port: int, rows: Rows, seconds: float, rate: float | None, writes: Path | None, mqtt: str | None = None,
-    site: str | None = None, config: Path | None = None,
+    site: str | None = None, config: Path | None = None, sparkplug: bool = False,
 ) -> None:  # fmt: skip
     from fedrca.edge.opcua_server import TagServer
 
     server: Any
-    if mqtt is not None:  # the simulated plant over MQTT (JSON per tag) instead
+    if mqtt is not None:  # the simulated plant over MQTT (JSON per tag, or Sparkplug B nodes) instead
         from fedrca.config import load_config
         from fedrca.edge.mqtt_plant import MqttPlant
 
         assert site is not None and config is not None, "--mqtt needs --site and --config"
         plants = {p.name: list(p.sensors) for p in load_config(config).plants}
-        server = MqttPlant(plants, mqtt, site, columns=rows.names)
+        server = MqttPlant(plants, mqtt, site, sparkplug=sparkplug, group=site, columns=rows.names)
     else:
         server = TagServer(rows.names, port=port, folder="Bench")
     await server.start()
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--mqtt", default=None, help="mqtt://HOST:PORT: publish the tags to this broker instead")
     s.add_argument("--site", default=None, help="with --mqtt: the site of the topics (SITE/sim/<column>)")
     s.add_argument("--config", type=Path, default=None, help="with --mqtt: the site configuration (its plants)")
+    s.add_argument("--sparkplug", action="store_true", help="with --mqtt: each plant a Sparkplug B node (group SITE)")
     p = sub.add_parser("peer")
     p.add_argument("--url", required=True)
     p.add_argument("--plants", type=int, default=5)
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     names = tag_names(args.plants, args.tags)
     if args.what == "serve":
         asyncio.run(serve(args.port, Rows(names, args), args.seconds, args.rate, args.writes, args.mqtt, args.site,
-                          args.config))  # fmt: skip
+                          args.config, args.sparkplug))  # fmt: skip
     else:
         asyncio.run(peer(args.url, names, args.broker, args.topic, args.status))
     return 0

@@ -58,8 +58,19 @@ def test_every_dead_letter_reason_the_code_gives_is_a_member_of_the_enum():
 @pytest.mark.parametrize(
     "package",
     [
-        "contracts", "config", "privacy", "detectors", "fleet", "training", "rca", "causal", "whatif", "datasets",
-        "streams", "application", "cli",
+        "contracts",
+        "config",
+        "privacy",
+        "detectors",
+        "fleet",
+        "training",
+        "rca",
+        "causal",
+        "whatif",
+        "datasets",
+        "streams",
+        "application",
+        "cli",
     ],
 )
 def test_every_package_says_what_it_is(package):

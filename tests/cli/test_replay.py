@@ -192,8 +192,14 @@ def check_report_in_chromium(report, profile, metrics):
         # the page shows what the report promises: its sections, the metrics and the named root cause
         headings = [h.text for h in driver.find_elements(By.TAG_NAME, "h2")]
         assert headings == [
-            "Detection", "Root cause analysis", "Incidents: the candidate set and the reason of each", "Sensor faults",
-            "Distances and flags", "RCA timeline", "Baselines (re-baselining loop)", "Interdependency graph",
+            "Detection",
+            "Root cause analysis",
+            "Incidents: the candidate set and the reason of each",
+            "Sensor faults",
+            "Distances and flags",
+            "RCA timeline",
+            "Baselines (re-baselining loop)",
+            "Interdependency graph",
         ]  # fmt: skip  (config/tep.yaml re-baselines: drift.enabled)
         tables = [t.text for t in driver.find_elements(By.TAG_NAME, "table")]
         assert len(tables) >= 3 and "proprietary (Z_c)" in tables[0]

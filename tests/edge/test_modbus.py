@@ -21,17 +21,10 @@ from fedrca.edge.modbus_server import ModbusPlantServer, ModbusTagServer
 from fedrca.edge.modbus_server import edge_section as modbus_edge_section
 from fedrca.edge.runtime import EdgeRuntime
 from tests.edge.recording import RecordingSink, tags
+from tests.edge.support import wait_for
 
 pytestmark = pytest.mark.modbus
 GOOD, BAD = 0, 1
-
-
-async def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def serve(body: Callable[[ModbusPlantServer], Coroutine[Any, Any, None]], units: tuple[int, ...] = (1, 2)) -> None:
@@ -87,7 +80,7 @@ def test_every_type_word_order_scale_and_table() -> None:
             ModbusTag(register=4, table="discrete", unit=2),
         ]
         p, updates = poller(server, addresses)
-        await running(p, lambda: until(lambda: all(updates.last(i) for i in range(n + 3)), 10, "every tag"))
+        await running(p, lambda: wait_for(lambda: all(updates.last(i) for i in range(n + 3)), 10, "every tag"))
         for i, (kind, value, _) in enumerate(TYPED):
             got = updates.last(i)
             assert got is not None and got[1] == GOOD, kind
@@ -107,7 +100,7 @@ def test_exception_codes_are_bad_values_counted_per_code() -> None:
         for i, code in enumerate(codes):
             server.fail(1, "holding", 20 * i, 20 * i, code)
         p, updates = poller(server, addresses)
-        await running(p, lambda: until(lambda: p.stats.polls >= 2, 10, "two polls"))
+        await running(p, lambda: wait_for(lambda: p.stats.polls >= 2, 10, "two polls"))
         for i, code in enumerate(codes):
             assert updates.last(i) == (None, BAD), code
             assert p.stats.exceptions[code] >= 2, code
@@ -130,7 +123,9 @@ def test_illegal_address_in_a_block_splits_it_so_only_that_tag_is_bad() -> None:
         # The split blocks are read one after another in a poll, so wait for the last one's
         # update too: tag 0 alone can be reported before tag 2 is.
         expected = [(1.5, GOOD), (None, BAD), (2.5, GOOD)]
-        await running(p, lambda: until(lambda: [updates.last(i) for i in range(3)] == expected, 10, "the split reads"))
+        await running(
+            p, lambda: wait_for(lambda: [updates.last(i) for i in range(3)] == expected, 10, "the split reads")
+        )
         assert len(p.blocks) == 3
 
     serve(body)
@@ -142,13 +137,13 @@ def test_timeout_then_recovery() -> None:
         p, updates = poller(server, [ModbusTag(register=0)], timeout=0.2)
 
         async def steps() -> None:
-            await until(lambda: updates.last(0) == (5.0, GOOD), 10, "a good value")
+            await wait_for(lambda: updates.last(0) == (5.0, GOOD), 10, "a good value")
             server.delay(1, 0.5)
-            await until(lambda: updates.last(0) == (None, BAD), 10, "the timeout")
+            await wait_for(lambda: updates.last(0) == (None, BAD), 10, "the timeout")
             assert p.stats.timeouts >= 1 and updates.refused[-1][1] == "timeout"
             server.heal()
             server.write(1, "holding", 0, 6, "uint16")
-            await until(lambda: updates.last(0) == (6.0, GOOD), 10, "a good value again")
+            await wait_for(lambda: updates.last(0) == (6.0, GOOD), 10, "a good value again")
 
         await running(p, steps)
 
@@ -161,13 +156,13 @@ def test_server_down_and_back_reconnects_by_itself() -> None:
         p, updates = poller(server, [ModbusTag(register=0)], reconnect_max_delay=0.2)
 
         async def steps() -> None:
-            await until(lambda: updates.last(0) == (5.0, GOOD), 10, "a good value")
+            await wait_for(lambda: updates.last(0) == (5.0, GOOD), 10, "a good value")
             await server.stop()
-            await until(lambda: updates.last(0) == (None, BAD), 10, "the tags Bad while the server is down")
+            await wait_for(lambda: updates.last(0) == (None, BAD), 10, "the tags Bad while the server is down")
             await asyncio.sleep(0.5)
             await server.start()  # the same port
             server.write(1, "holding", 0, 8, "uint16")
-            await until(lambda: updates.last(0) == (8.0, GOOD), 15, "a value after the restart")
+            await wait_for(lambda: updates.last(0) == (8.0, GOOD), 15, "a value after the restart")
             assert p.counters.reconnects >= 1
 
         await running(p, steps)
@@ -183,23 +178,32 @@ def test_hostile_registers_and_replies() -> None:
             ("float32 NaN", ModbusTag(register=0, type="float32"), lambda: server.write(1, "holding", 0, math.nan)),
             ("float32 +inf", ModbusTag(register=2, type="float32"), lambda: server.write(1, "holding", 2, math.inf)),
             ("float32 -inf", ModbusTag(register=4, type="float32"), lambda: server.write(1, "holding", 4, -math.inf)),
-            ("float64 NaN", ModbusTag(register=6, type="float64"),
-             lambda: server.write(1, "holding", 6, math.nan, "float64")),
-            ("float32 NaN, little", ModbusTag(register=10, type="float32", word_order="little"),
-             lambda: server.write_words(1, "holding", 10, [0x0000, 0x7FC0])),
+            (
+                "float64 NaN",
+                ModbusTag(register=6, type="float64"),
+                lambda: server.write(1, "holding", 6, math.nan, "float64"),
+            ),
+            (
+                "float32 NaN, little",
+                ModbusTag(register=10, type="float32", word_order="little"),
+                lambda: server.write_words(1, "holding", 10, [0x0000, 0x7FC0]),
+            ),
             ("past the device's registers", ModbusTag(register=600), lambda: None),
             ("a value across the end", ModbusTag(register=511, type="float32"), lambda: None),
             ("a unit that does not exist", ModbusTag(register=0, unit=99), lambda: None),
             ("a coil past the end", ModbusTag(register="coil:5000"), lambda: None),
             ("input register past the end", ModbusTag(register="ir:1000:int32"), lambda: None),
-            ("scale to inf", ModbusTag(register=20, type="float32", scale=1e308),
-             lambda: server.write(1, "holding", 20, 3.0e38)),
+            (
+                "scale to inf",
+                ModbusTag(register=20, type="float32", scale=1e308),
+                lambda: server.write(1, "holding", 20, 3.0e38),
+            ),
         ]
         for _, _, setup in cases:
             setup()
         server.write(1, "holding", 100, 42, "uint16")
         p, updates = poller(server, [tag for _, tag, _ in cases] + [ModbusTag(register=100)])
-        await running(p, lambda: until(lambda: p.stats.polls >= 2, 10, "two polls"))
+        await running(p, lambda: wait_for(lambda: p.stats.polls >= 2, 10, "two polls"))
         for i, (what, _, _) in enumerate(cases):
             assert updates.last(i) == (None, BAD), what
         assert updates.last(len(cases)) == (42.0, GOOD)

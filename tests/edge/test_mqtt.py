@@ -25,7 +25,7 @@ from fedrca.edge.source import SourceCounters
 from fedrca.edge.sparkplug import SparkplugNode, Target, decode_payload
 from fedrca.exceptions import ConfigError
 from tests.edge.recording import RecordingSink, tags
-from tests.edge.support import site
+from tests.edge.support import site, wait_for
 from tests.mqtt_broker import MqttBroker, private_mosquitto
 
 pytestmark = pytest.mark.mqtt
@@ -46,21 +46,13 @@ def publish(client: paho.Client, topic: str, payload: bytes, qos: int = 1) -> No
     client.publish(topic, payload, qos=qos).wait_for_publish(timeout=10)
 
 
-async def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 def run_with(reader: Any, body: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run ``reader`` into its ``sink`` attribute while ``body`` runs (one event loop), then cancel it."""
 
     async def main() -> None:
         task = asyncio.create_task(reader.run(reader.sink))
         try:
-            await until(lambda: reader.counters.connected, 10, "the reader to connect")
+            await wait_for(lambda: reader.counters.connected, 10, "the reader to connect")
             await body()
         finally:
             task.cancel()
@@ -102,7 +94,7 @@ def test_json_tags_per_topic_and_from_a_shared_payload(mqtt_broker: MqttBroker) 
             publish(client, f"{prefix}/unit", b'{"level": {"pv": 10}, "temp": 120.5}')
             publish(client, f"{prefix}/unit", b'{"level": {"pv": 11}, "temp": null, "quality": "good"}')
             publish(client, f"{prefix}/unit", b'{"level": {"pv": 12}, "temp": 121, "quality": false}')
-            await until(lambda: len(updates.all) == 8, 10, "8 updates")
+            await wait_for(lambda: len(updates.all) == 8, 10, "8 updates")
         finally:
             client.loop_stop()
             client.disconnect()
@@ -160,7 +152,7 @@ def test_hostile_json_payloads(mqtt_broker: MqttBroker) -> None:
                 n = len(updates.all)
                 publish(client, f"{prefix}/x", payload)
                 publish(client, f"{prefix}/ok", str(float(i)).encode())  # a valid value right behind it
-                await until(lambda n=n, i=i: (1, float(i), GOOD) in [u[:3] for u in updates.all[n:]], 10, "ok")
+                await wait_for(lambda n=n, i=i: (1, float(i), GOOD) in [u[:3] for u in updates.all[n:]], 10, "ok")
                 got = [(v, q) for t, v, q, _ in updates.all[n:] if t == 0]
                 results.append((cases[i][0], got, updates.refused[refused:]))
         finally:
@@ -239,16 +231,16 @@ def test_broker_restart_reconnects_and_resubscribes(tmp_path: Path) -> None:
         async def body() -> None:
             client = publisher(broker.address)
             publish(client, "plant/a", b"1")
-            await until(lambda: updates.of(0) == [(1.0, GOOD)], 10, "the first value")
+            await wait_for(lambda: updates.of(0) == [(1.0, GOOD)], 10, "the first value")
             client.loop_stop()
             client.disconnect()
             down = asyncio.get_running_loop().run_in_executor(None, lambda: broker.tool("restart", "--down", "1"))
-            await until(lambda: not reader.counters.connected, 10, "the reader to see the broker gone")
+            await wait_for(lambda: not reader.counters.connected, 10, "the reader to see the broker gone")
             await down
-            await until(lambda: reader.counters.connected, 15, "the reader to reconnect")
+            await wait_for(lambda: reader.counters.connected, 15, "the reader to reconnect")
             client = publisher(broker.address)
             publish(client, "plant/a", b"2")
-            await until(lambda: updates.of(0)[-1:] == [(2.0, GOOD)], 10, "a value after the restart")
+            await wait_for(lambda: updates.of(0)[-1:] == [(2.0, GOOD)], 10, "a value after the restart")
             client.loop_stop()
             client.disconnect()
 
@@ -329,11 +321,11 @@ def test_sparkplug_node_death_by_kill_marks_its_tags_stale(mqtt_broker: MqttBrok
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "born"
-            await until(lambda: updates.of(1) == [(2.0, GOOD)], 10, "the birth's values")
+            await wait_for(lambda: updates.of(1) == [(2.0, GOOD)], 10, "the birth's values")
             # while the node lives, its tags are vouched for (report by exception: no news is no change)
-            await until(lambda: [0, 1] in updates.alive_calls, 10, "a keep-alive of the born node's tags")
+            await wait_for(lambda: [0, 1] in updates.alive_calls, 10, "a keep-alive of the born node's tags")
             os.kill(proc.pid, signal.SIGKILL)  # no clean disconnect: the broker sends the will (NDEATH)
-            await until(lambda: updates.of(1)[-1:] == [(None, STALE)], 20, "the NDEATH")
+            await wait_for(lambda: updates.of(1)[-1:] == [(None, STALE)], 20, "the NDEATH")
         finally:
             proc.kill()
             proc.wait()
@@ -359,17 +351,17 @@ def test_sparkplug_gap_asks_a_rebirth_that_the_node_answers(mqtt_broker: MqttBro
     async def body() -> None:
         try:
             # the host asked every node for a birth when it connected
-            await until(lambda: len(commands) == 1, 10, "the rebirth request at connection")
+            await wait_for(lambda: len(commands) == 1, 10, "the rebirth request at connection")
             publish(client, node.topic("NBIRTH"), node.birth([1.0], time.time()), qos=0)
             publish(client, node.topic("NDATA"), node.data([2.0], time.time()), qos=0)
-            await until(lambda: updates.of(0) == [(1.0, GOOD), (2.0, GOOD)], 10, "birth and data")
+            await wait_for(lambda: updates.of(0) == [(1.0, GOOD), (2.0, GOOD)], 10, "birth and data")
             await asyncio.sleep(0.6)  # past the hold-off
             node.data([0.0], time.time())  # lost
             publish(client, node.topic("NDATA"), node.data([3.0], time.time()), qos=0)
-            await until(lambda: len(commands) == 2, 10, "the rebirth request after the gap")
+            await wait_for(lambda: len(commands) == 2, 10, "the rebirth request after the gap")
             assert decode_payload(commands[1]).metrics[0].name == "Node Control/Rebirth"
             publish(client, node.topic("NBIRTH"), node.birth([4.0], time.time()), qos=0)
-            await until(lambda: updates.of(0)[-1:] == [(4.0, GOOD)], 10, "the rebirth's value")
+            await wait_for(lambda: updates.of(0)[-1:] == [(4.0, GOOD)], 10, "the rebirth's value")
         finally:
             client.loop_stop()
             client.disconnect()
@@ -396,7 +388,7 @@ def test_a_burst_is_delivered_whole_with_nothing_after_it(mqtt_broker: MqttBroke
                      for i in range(400)]  # fmt: skip
             for info in infos:
                 info.wait_for_publish(timeout=10)
-            await until(lambda: len(updates.all) == 400, 10, "the burst's 400 updates")
+            await wait_for(lambda: len(updates.all) == 400, 10, "the burst's 400 updates")
         finally:
             client.loop_stop()
             client.disconnect()
@@ -427,8 +419,8 @@ def test_flood_of_updates_memory_bounded_nothing_valid_lost(mqtt_broker: MqttBro
             for i in range(4000):
                 client.publish(f"{prefix}/flood", b"%d" % i, qos=0)
             publish(client, f"{prefix}/valid", b"42.0")
-            await until(lambda: updates.of(1) == [(42.0, GOOD)], 30, "the valid value behind the flood")
-            await until(lambda: queue.qsize() == 0, 30, "the queue to drain")
+            await wait_for(lambda: updates.of(1) == [(42.0, GOOD)], 30, "the valid value behind the flood")
+            await wait_for(lambda: queue.qsize() == 0, 30, "the queue to drain")
         finally:
             client.loop_stop()
             client.disconnect()

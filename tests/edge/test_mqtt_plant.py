@@ -25,6 +25,7 @@ from fedrca.edge.modbus_server import edge_section as modbus_edge_section
 from fedrca.edge.mqtt_plant import MqttPlant, edge_section
 from fedrca.edge.runtime import EdgeRuntime
 from fedrca.edge.sparkplug import decode_payload
+from tests.edge.support import wait_for
 from tests.mqtt_broker import MqttBroker
 
 pytestmark = pytest.mark.mqtt
@@ -33,7 +34,11 @@ PERIOD = 0.25
 
 
 def _config(broker: MqttBroker, sparkplug: bool, site: str):
-    edge = edge_section(PLANTS, broker.url, site, sparkplug=sparkplug, group=site, staleness_seconds=2 * PERIOD)
+    # a sample's row is set by its source time; the grace lets a write the loaded machine delays by up to a
+    # second still reach it (the write is stamped with its intended time, mid-interval)
+    edge = edge_section(
+        PLANTS, broker.url, site, sparkplug=sparkplug, group=site, staleness_seconds=2 * PERIOD, grace_seconds=1.0
+    )
     return parse_config({
         "site": site,
         "dataset": {"format": "csv", "columns": [c for cols in PLANTS.values() for c in cols],
@@ -62,9 +67,11 @@ def test_rows_are_the_published_samples(mqtt_broker: MqttBroker, sparkplug: bool
             start = math.ceil(time.time() / PERIOD) + 1
             for k, row in enumerate(samples):
                 # in the middle of the edge's sample interval, as fedrca simulate paces it
-                await asyncio.sleep(max(0.0, (start + k + 0.5) * PERIOD - time.time()))
-                await plant.write(dict(zip(columns, row.tolist())), time.time())
-            await asyncio.sleep(2 * PERIOD)
+                at = (start + k + 0.5) * PERIOD
+                await asyncio.sleep(max(0.0, at - time.time()))
+                await plant.write(dict(zip(columns, row.tolist())), at)
+            last = start + len(samples)
+            await wait_for(lambda: all(r and r[-1].seq >= last for r in runtime.rows.values()), 30, "every row")
         done.set()
         await run
         return {"start": start, **runtime.rows}
@@ -148,8 +155,9 @@ def test_simulate_to_a_protocol_gives_the_simulated_samples(mqtt_broker: MqttBro
         first = full[0]
         got = np.array([r.values for r in rows[first : first + len(expected)]])
         columns = [TEP_COLUMNS.index(c) for c in plants[plant]]
-        assert [r.seq for r in rows[first : first + len(expected)]] == list(range(rows[first].seq,
-                                                                                   rows[first].seq + len(expected)))
+        assert [r.seq for r in rows[first : first + len(expected)]] == list(
+            range(rows[first].seq, rows[first].seq + len(expected))
+        )
         assert got.tolist() == expected[:, columns].tolist(), plant
 
 

@@ -328,10 +328,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="stream the run live to this Kafka broker's sensor topics, serve it from an OPC UA or Modbus server "
         "listening here, or publish it to this MQTT broker",
     )  # fmt: skip
-    parser.add_argument("--sparkplug", action="store_true",
-                        help="with --to mqtt://: publish Sparkplug B edge nodes (one a plant), not JSON per tag")
-    parser.add_argument("--edge-config", metavar="FILE",
-                        help="with --to mqtt:// or modbus://: write the edge: section that reads the plant back")
+    parser.add_argument(
+        "--sparkplug",
+        action="store_true",
+        help="with --to mqtt://: publish Sparkplug B edge nodes (one a plant), not JSON per tag",
+    )
+    parser.add_argument(
+        "--edge-config",
+        metavar="FILE",
+        help="with --to mqtt:// or modbus://: write the edge: section that reads the plant back",
+    )
     parser.add_argument(
         "--imperfect", metavar="NAME=VALUE,...",
         help="with --to opcua://, mqtt:// or modbus://: inject dropout, bad, stuck (rates per tag and sample), "

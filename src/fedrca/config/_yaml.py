@@ -74,7 +74,6 @@ class _Limits(yaml.SafeLoader):
                 )
         return super().construct_mapping(node, deep=deep)
 
-
     def construct_yaml_float(self, node: ScalarNode) -> float:
         value = super().construct_yaml_float(node)
         if math.isinf(value) and not _INF_SPELLING.fullmatch(str(node.value)):

@@ -400,9 +400,7 @@ class SimulationSpec:
     @property
     def scaled(self) -> bool:
         """Whether the kernel must scale its disturbances (an IDV varies or has a magnitude strictly inside (0, 1))."""
-        return any(v.kind == "idv" for v in self.variations) or any(
-            0.0 < d.magnitude < 1.0 for d in self.disturbances
-        )
+        return any(v.kind == "idv" for v in self.variations) or any(0.0 < d.magnitude < 1.0 for d in self.disturbances)
 
     @property
     def ms_flag(self) -> int:

@@ -591,15 +591,16 @@ class BaselineKeeper:
         limit = alarm_limit(recent, self.rate or 0.0)
         if shift > max_shift or left > limit:
             if shift > max_shift:
-                why = f"the means moved {shift:.2f} sd, more than the {max_shift:.2f} the drift rate allows since "
-                why += f"b{self.version}"
+                why = f"the means moved {shift:.2f} sd, more than the {max_shift:.2f} the drift rate allows from "
+                why += f"where b{self.version} measured the plant"
             else:
                 why = f"measured against the re-fit's means {left} of the last {recent} rows still alarm "
                 why += f"(at most {limit})"
             return self._report(RefreshReport(plant, at, "refused", f"{alarming}; not drift: {why}", self.version,
                                               usable, alarms, shift))  # fmt: skip
         reason = (
-            f"the alarms are drift: the means moved {shift:.2f} sd (at most {max_shift:.2f} since b{self.version}) and "
+            f"the alarms are drift: the means moved {shift:.2f} sd (at most {max_shift:.2f} from where b{self.version} "
+            f"measured the plant) and "
             f"explain them ({left} of the last {recent} rows alarm against them)"
         )
         self._install(new_c, new_a, at, "applied")

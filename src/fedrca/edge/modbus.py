@@ -140,8 +140,16 @@ def plan_reads(
 
 def _block(unit: int, table: str, start: int, end: int, members: list[tuple[int, ModbusTag, str]]) -> ReadBlock:
     items = tuple(
-        ReadItem(index, address.reg - start, address.value_type, address.width, address.word_order, address.scale,
-                 address.offset, label)
+        ReadItem(
+            index,
+            address.reg - start,
+            address.value_type,
+            address.width,
+            address.word_order,
+            address.scale,
+            address.offset,
+            label,
+        )
         for index, address, label in members
     )
     return ReadBlock(unit, table, start, end - start, items)
@@ -165,7 +173,9 @@ def decode(item: ReadItem, words: Sequence[int] | Sequence[bool]) -> float | Non
     if len(part) != item.width:
         return None
     raw = AsyncModbusTcpClient.convert_from_registers(
-        [int(w) for w in part], _TYPES[item.type], word_order=item.word_order  # type: ignore[arg-type]
+        [int(w) for w in part],
+        _TYPES[item.type],
+        word_order=item.word_order,  # type: ignore[arg-type]
     )
     value = float(raw)  # type: ignore[arg-type]
     return value if math.isfinite(value) else None

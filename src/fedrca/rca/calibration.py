@@ -415,10 +415,12 @@ def fit_weights(x: ArrayLike, truth: ArrayLike, weight: ArrayLike, penalty: floa
     keep = T.any(axis=1)
     X, T, v = X[keep], T[keep], v[keep]
     total = float(v.sum()) or 1.0
+    # the (N M, F) view makes both products one matrix-vector product (the fit is the calibration bench's time)
+    flat = X.reshape(-1, X.shape[2])
 
     def loss(w: FloatArray) -> tuple[float, FloatArray]:
         # logits z (N, M); log P(k) = z_k - logsumexp(z); log P(truth) = logsumexp over the truth set
-        z = X @ w
+        z = (flat @ w).reshape(T.shape)
         top = z.max(axis=1, keepdims=True)
         ez = np.exp(z - top)
         p = ez / ez.sum(axis=1, keepdims=True)
@@ -427,7 +429,8 @@ def fit_weights(x: ArrayLike, truth: ArrayLike, weight: ArrayLike, penalty: floa
         nll = -float(np.sum(v * np.log(np.maximum(held, 1e-300)))) + penalty * total * float(w @ w)
         # d/dw -log sum_T p = sum_k (p_k - p_k 1[k in T] / held) x_k
         r = p - pt / np.maximum(held, 1e-300)[:, None]
-        grad = np.einsum("n,nm,nmf->f", v, r, X) + 2.0 * penalty * total * w
+        # grad = sum_n v_n sum_m r_nm x_nm
+        grad = (v[:, None] * r).ravel() @ flat + 2.0 * penalty * total * w
         return nll, grad
 
     w0 = np.zeros(X.shape[2])
