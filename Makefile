@@ -24,6 +24,7 @@ demo: $(STAMP)
 ## make test: install what tests need (Python deps, Java/Maven/promtool) and run everything
 test: $(STAMP) system-deps kafka-jars
 	$(BIN)/ruff check src tests $(wildcard bench)
+	$(BIN)/ruff format --check src tests $(wildcard bench)
 	$(BIN)/lint-imports
 	@# mypy (a minute on a fresh clone) beside the suite, whose three processes leave a fifth of two cores idle
 	@# on waits; its report follows the suite's, and either failing fails make test
@@ -60,6 +61,7 @@ k8s: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests $(wildcard bench)
+	$(BIN)/ruff format --check src tests $(wildcard bench)
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)

@@ -405,6 +405,7 @@ def model_loop(handler: Any = Summer, **settings: Any) -> TransactionalLoop:
         deadletter_topic_for=lambda tp: f"{DEAD}{tp.partition}",
     )
 
+
 @dataclass
 class Turns:
     """Event-loop turns until a condition holds, the loop's ``task`` still running: at most ``limit`` turns in
@@ -435,7 +436,6 @@ def patched(model: Model, producer: Any = None, sleep: Any = None) -> Iterator[N
         mock.patch.object(asyncio, "sleep", sleep or (lambda d, r=None: _REAL_SLEEP(0, r))),
     ):
         yield
-
 
 
 async def drive(
