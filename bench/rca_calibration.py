@@ -198,13 +198,43 @@ def _apply_keyed(maps: Mapping[str, CalibrationMap], samples: Samples, by: str) 
     return probs
 
 
-def _out_of_fold(samples: Samples, plants: Sequence[str], maps_by: str = "pooled") -> np.ndarray:
+class _Fits:
+    """The maps of :func:`_fit_keyed` on subsets of one library, each fitted once: an inner fold of the nested
+    cross-validation fits on the runs of neither of two seeds and neither of two IDV groups, and the (outer, inner)
+    folds (s, g)/(s', g'), (s', g')/(s, g), (s, g')/(s', g) and (s', g)/(s, g') all fit on those same runs (the same
+    rows in the same order, hence the same weights:
+    ``tests/bench/test_rca_calibration.py::test_shared_inner_fits_are_the_fits_of_each_fold``)."""
+
+    def __init__(self, samples: Samples, plants: Sequence[str], maps_by: str) -> None:
+        self.samples, self.plants, self.maps_by = samples, plants, maps_by
+        self._done: dict[bytes, dict[str, CalibrationMap]] = {}
+
+    def __call__(self, mask: np.ndarray) -> dict[str, CalibrationMap]:
+        """The maps fitted on the rows ``mask`` (N,) of the library."""
+        key = np.packbits(mask).tobytes()
+        if key not in self._done:
+            self._done[key] = _fit_keyed(self.samples.where(mask), self.plants, self.maps_by)
+        return self._done[key]
+
+
+def _out_of_fold(
+    samples: Samples, plants: Sequence[str], maps_by: str = "pooled", fits: _Fits | None = None,
+    rows: np.ndarray | None = None,
+) -> np.ndarray:  # fmt: skip
     """(N, M) every verdict's probabilities from the logit of a map that saw neither its seed nor its IDV group
-    (NaN where no such map exists)."""
+    (NaN where no such map exists). ``fits``: the maps of a library ``samples`` is the part ``rows`` of (each
+    fitted once over the whole nested cross-validation)."""
     probs = np.full(samples.truth.shape, np.nan)
     for train, test in _folds(samples):
-        if train.any():
-            probs[test] = _apply_keyed(_fit_keyed(samples.where(train), plants, maps_by), samples.where(test), maps_by)
+        if not train.any():
+            continue
+        if fits is None or rows is None:
+            fitted = _fit_keyed(samples.where(train), plants, maps_by)
+        else:
+            mask = np.zeros(len(fits.samples), dtype=bool)
+            mask[rows[train]] = True
+            fitted = fits(mask)
+        probs[test] = _apply_keyed(fitted, samples.where(test), maps_by)
     return probs
 
 
@@ -248,12 +278,14 @@ def cross_validate(
     ``rows-shrunk``."""
     probs = np.full(samples.truth.shape, np.nan)
     maps: list[CalibrationMap | None] = [None] * len(samples)
+    fits = _Fits(samples, plants, maps_by)
     for train, test in _folds(samples):
         if not train.any():
             raise SystemExit("bench_faults: calibration needs runs of two IDV groups to cross-validate")
         inside, outside = samples.where(train), samples.where(test)
-        fitted = _fit_keyed(inside, plants, maps_by)
-        table = _thresholds(inside, _out_of_fold(inside, plants, maps_by), thresholds_by)
+        fitted = fits(train)
+        inner = _out_of_fold(inside, plants, maps_by, fits, np.flatnonzero(train))
+        table = _thresholds(inside, inner, thresholds_by)
         probs[test] = _apply_keyed(fitted, outside, maps_by)
         keyed: dict[tuple[str, str], CalibrationMap] = {}
         for i, setting in zip(np.flatnonzero(test), outside.setting, strict=True):

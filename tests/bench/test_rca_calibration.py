@@ -93,3 +93,28 @@ def test_an_ablation_is_not_written_as_the_shipped_map(
             bench_faults.main([flag, "rows", "--calibration", "map.json", "--load-outputs", "none.pkl"])
         assert exc.value.code == 2
         assert "leave out --calibration" in capsys.readouterr().err
+
+
+def test_shared_inner_fits_are_the_fits_of_each_fold(rc: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nested cross-validation fits each set of runs once (inner folds of different outer folds that leave out
+    the same two seeds and IDV groups share their map), and gives the probabilities and thresholds of fitting every
+    (outer, inner) fold on its own."""
+    samples = _library(rc)
+    plants = ("a", "b", "c")
+    fitted = []
+    real = rc._fit_keyed
+    monkeypatch.setattr(rc, "_fit_keyed", lambda s, p, by: fitted.append(len(s)) or real(s, p, by))
+    probs, maps = rc.cross_validate(samples, plants, "setting", "pooled")
+    # 3 seeds x 4 IDV groups held out in turn; inside each, 2 seeds x 3 groups: 12 + 12 x 6 fits on their own, and
+    # 12 + 3 x 6 distinct sets of runs (the outer folds, then each pair of seeds x pair of groups left out)
+    assert len(fitted) == 12 + 3 * 6
+    for train, test in rc._folds(samples):
+        inside, outside = samples.where(train), samples.where(test)
+        alone = real(inside, plants, "pooled")
+        np.testing.assert_array_equal(probs[test], rc._apply_keyed(alone, outside, "pooled"))
+        inner = np.full(inside.truth.shape, np.nan)
+        for tr2, te2 in rc._folds(inside):
+            inner[te2] = rc._apply_keyed(real(inside.where(tr2), plants, "pooled"), inside.where(te2), "pooled")
+        table = rc._thresholds(inside, inner, "setting")
+        for i in np.flatnonzero(test):
+            assert maps[i].thresholds == table[samples.setting[i]]
