@@ -2,7 +2,8 @@
 
 A worker killed with ``kill -9`` and started again under its name (a supervisor's restart) takes its
 partitions back without waiting for the broker to declare the dead process gone (the session
-timeout); a named worker that stops (SIGTERM) still leaves its group at once, so the others take its
+timeout), and a plant worker loads the detectors it fitted before (``fedrca.application.fitted``);
+a named worker that stops (SIGTERM) still leaves its group at once, so the others take its
 partitions without that wait either (``fedrca.streams.loop.leave_on_stop``). The session timeout is
 long here (60 s) so that waiting for it cannot pass for either.
 """
@@ -37,24 +38,34 @@ def _rca(cluster: Cluster, name: str, *extra: str):
     return cluster.add(name, "rca", extra=["--session-timeout", f"{SESSION:g}", *extra], plant_data=False)
 
 
-def test_a_worker_started_again_under_its_name_takes_its_partition_back_before_the_session_timeout(
+def test_a_plant_worker_started_again_under_its_name_serves_again_before_the_session_timeout_without_a_fit(
     kafka_broker, tmp_path: Path
 ) -> None:
     cluster, site = _cluster(kafka_broker, tmp_path)
+    plants = 5  # config/tep.yaml: one sensors partition each
+
+    def served(worker) -> bool:
+        return worker.log_tail(100_000).count(SERVED) >= plants or not worker.alive
+
     try:
-        worker = _rca(cluster, "r1")
-        wait_until(lambda: SERVED in worker.log_tail(10_000) or not worker.alive, 180, "the RCA worker to serve")
+        worker = cluster.add("p1", "plants,params", extra=["--session-timeout", f"{SESSION:g}"])
+        wait_until(lambda: served(worker), 180, "the plant worker to serve every plant")
         assert worker.alive, cluster.diagnostics()
+        assert "detectors fitted: " in worker.log_tail(100_000)
         worker.kill9()
         killed = time.monotonic()
         worker.start()
-        wait_until(lambda: SERVED in worker.log_tail(10_000) or not worker.alive, 2 * SESSION, "the restart to serve")
-        served = time.monotonic() - killed
+        wait_until(lambda: served(worker), 2 * SESSION, "the restart to serve every plant")
+        took = time.monotonic() - killed
+        log = worker.log_tail(100_000)
         assert worker.alive, cluster.diagnostics()
-        assert "as a static member" in worker.log_tail(10_000)
-        assert served < WITHIN, f"served again {served:.1f} s after the kill (session timeout {SESSION:g} s)"
+        assert "as a static member" in log
+        # the same training file and configuration: the detectors of the first start, not a fit
+        assert "detectors loaded as fitted before" in log and "detectors fitted" not in log, log
+        assert took < WITHIN, f"served again {took:.1f} s after the kill (session timeout {SESSION:g} s)"
         # the group holds the restarted process alone, not a member waiting to expire beside it
-        assert group_assignment(kafka_broker.bootstrap, f"fedrca-{site}-rca") == [{f"{site}.flags": [0]}]
+        members = group_assignment(kafka_broker.bootstrap, f"fedrca-{site}-plants")
+        assert members is not None and len(members) == 1, members
     finally:
         cluster.stop_all()
 

@@ -269,8 +269,8 @@ class LoopSettings:
         member started again under the same name within the session timeout takes its partitions back
         at once, without waiting for the broker to declare the dead one gone and without a rebalance of
         the others; a member that stops (cleanly or by an error) leaves the group as a dynamic one does
-        (:func:`fedrca.streams.compat.leave_on_stop`). Two live members of one name fence each other:
-        the name must be unique in the group (``tests/streams/test_static_member.py``)
+        (:func:`leave_on_stop`). Two live members of one name are refused: the broker fences the older
+        (``FENCED_INSTANCE_ID``), so the name must be unique in the group (``tests/streams/test_static_member.py``)
     transaction_timeout : seconds before the broker aborts an open transaction of a dead worker
     request_timeout : seconds a broker request may take before it is retried or fails
     restore_timeout : seconds reading a partition's state back may take before the task is retried
