@@ -1383,7 +1383,7 @@ def leave_on_stop(consumer: AIOKafkaConsumer) -> None:
     (``GroupCoordinator._maybe_leave_group``, aiokafka 0.12-0.14; :mod:`fedrca.streams.compat`).
     The id has served its purpose once the member has joined, so clearing it on the way out
     leaves the group by member id, which the broker accepts for a static member
-    (``tests/streams/test_static_member.py::test_a_static_member_that_stops_leaves_its_group``).
+    (``tests/streams/test_static_member.py::test_a_named_worker_that_stops_leaves_its_group_at_once``).
     """
     coordinator = getattr(consumer, "_coordinator", None)
     if coordinator is not None and hasattr(coordinator, "_group_instance_id"):
