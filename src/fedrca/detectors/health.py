@@ -473,7 +473,7 @@ class SensorHealth:
         ev = _evidence(Y_arr, params.scale, params.flat_moves, state)
         cond = _conditions(params, Y_arr, Q, ev)
         # two or more tags stuck, flat or out of range within the last `recover` rows: a process excursion
-        value_since = _rows_since(cond[_VALUE].any(axis=0), state["value_since"])
+        value_since = _rows_since(np.asarray(cond[_VALUE].any(axis=0), dtype=bool), state["value_since"])
         excursion = np.count_nonzero(value_since < params.recover, axis=1) >= 2
         if excursion.any():
             cond[_VALUE] &= ~excursion[None, :, None]
