@@ -225,3 +225,15 @@ def test_a_whitening_from_sums_is_the_triangular_solves(d: int) -> None:
     got = Moments.from_sums(np.zeros(d), X.T @ X, fourth, len(X))
     want = _twin_moments(np.zeros(d), X.T @ X, fourth, len(X))
     assert got.whitening.tobytes() == want.whitening.tobytes()
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(alarm=st.lists(st.booleans(), min_size=0, max_size=200), guard=st.integers(0, 60))
+def test_the_guard_band_is_the_dilation_of_the_alarms(alarm: list[bool], guard: int) -> None:
+    import scipy.ndimage
+
+    a = np.array(alarm, dtype=bool)
+    want = ~a
+    if guard > 0 and a.any():
+        want = ~scipy.ndimage.binary_dilation(a, structure=np.ones(2 * guard + 1, dtype=bool))
+    assert usable_rows(a, guard).tolist() == want.tolist()
