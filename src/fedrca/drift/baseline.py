@@ -57,6 +57,7 @@ __all__ = [
     "mean_shift",
     "refit_family",
     "refit_residual",
+    "row_sums",
     "transfer_memory",
     "trend_mean",
 ]
@@ -195,12 +196,56 @@ def trend_mean(rows: FloatArray, times: FloatArray | None, end: float | None = N
     tbar = t.mean()
     dt = t - tbar
     xbar = rows.mean(axis=0)
+    about = rows - xbar
     spread = float(dt @ dt)
     if spread == 0.0:  # every row at one time: no slope to fit
-        return xbar, rows - xbar
-    slope = (dt @ (rows - xbar)) / spread
-    # rows - (mu + b t) = (rows - xbar) - b (t - tbar)
-    return xbar - slope * tbar, rows - xbar - np.outer(dt, slope)
+        return xbar, about
+    slope = (dt @ about) / spread
+    # rows - (mu + b t) = (rows - xbar) - b (t - tbar)   (in place: the same numbers, one array fewer)
+    about -= np.outer(dt, slope)
+    return xbar - slope * tbar, about
+
+
+def _stacked_rows(parts: Sequence[FloatArray], use: BoolArray) -> FloatArray:
+    """``np.concatenate(parts, axis=1)[use]`` (T', sum of widths): one copy of the kept rows when they are one
+    run (a refresh's: the start-up and the rows near an alarm at the window's ends left out), not two."""
+    kept = np.flatnonzero(use)
+    if len(kept) and kept[-1] - kept[0] + 1 == len(kept):
+        lo, hi = int(kept[0]), int(kept[-1]) + 1
+        return np.concatenate([p[lo:hi] for p in parts], axis=1)
+    return np.concatenate(parts, axis=1)[use]
+
+
+def row_sums(a: FloatArray) -> FloatArray:
+    """``np.sum(a, axis=1)`` (T,) of a (T, d) array, bit for bit, a column at a time.
+
+    numpy reduces each row on its own (a call of its pairwise sum per row: the cost of a refresh's fourth
+    moments); its order for ``d <= 128`` is the one below: ``d < 8`` one by one from 0, else eight
+    running sums over the blocks of eight, ``((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))``, then the
+    rest one by one. The same additions over whole columns give the same numbers
+    (``tests/drift/test_baseline.py::test_row_sums_equal_numpys``); wider rows go to numpy.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    T, d = a.shape
+    if d > 128:
+        return np.asarray(np.sum(a, axis=1))
+    if d < 8:
+        out = np.zeros(T)
+        for j in range(d):
+            out += a[:, j]
+        return out
+    run = [a[:, j].copy() for j in range(8)]
+    i = 8
+    while i < d - d % 8:
+        for j in range(8):
+            run[j] += a[:, i + j]
+        i += 8
+    # ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), then the rest
+    out = ((run[0] + run[1]) + (run[2] + run[3])) + ((run[4] + run[5]) + (run[6] + run[7]))
+    for j in range(i, d):
+        out += a[:, j]
+    # numpy's reduction starts from its identity: 0 + s (0.0 for a -0.0 sum)
+    return np.zeros(T) + out
 
 
 def refit_family(
@@ -241,7 +286,7 @@ def refit_family(
     old = (state.innovation, state.level, state.reconstruction)
     widths = [r.shape[1], x.shape[1], e.shape[1]]
     # the three moments' rows side by side: one trend, one Gram matrix, one pass for the fourth moments
-    rows = np.concatenate([r, x, e], axis=1)[use]
+    rows = _stacked_rows((r, x, e), use)
     mean, centred = trend_mean(rows, at, end)
     starts = np.cumsum([0, *widths[:-1]]).tolist()
     if covariances:
@@ -255,7 +300,7 @@ def refit_family(
         mu = mean[o : o + d].copy()
         if covariances:
             # sum_t ||c_t||^4 of the moment's columns; its Ledoit-Wolf covariance about the line (or average)
-            norms = np.sum(squares[:, o : o + d], axis=1)
+            norms = row_sums(squares[:, o : o + d])
             fourth = float(np.sum(norms * norms))
             moments.append(Moments.from_sums(mu, gram[o : o + d, o : o + d], fourth, len(rows)))
         else:
