@@ -57,7 +57,6 @@ __all__ = [
     "mean_shift",
     "refit_family",
     "refit_residual",
-    "row_sums",
     "transfer_memory",
     "trend_mean",
 ]
@@ -216,38 +215,6 @@ def _stacked_rows(parts: Sequence[FloatArray], use: BoolArray) -> FloatArray:
     return np.concatenate(parts, axis=1)[use]
 
 
-def row_sums(a: FloatArray) -> FloatArray:
-    """``np.sum(a, axis=1)`` (T,) of a (T, d) array, bit for bit, a column at a time.
-
-    numpy reduces each row on its own (a call of its pairwise sum per row: the cost of a refresh's fourth
-    moments); its order for ``d <= 128`` is the one below: ``d < 8`` one by one from 0, else eight
-    running sums over the blocks of eight, ``((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))``, then the
-    rest one by one. The same additions over whole columns give the same numbers
-    (``tests/drift/test_baseline.py::test_row_sums_equal_numpys``); wider rows go to numpy.
-    """
-    a = np.asarray(a, dtype=np.float64)
-    T, d = a.shape
-    if d > 128:
-        return np.asarray(np.sum(a, axis=1))
-    if d < 8:
-        out = np.zeros(T)
-        for j in range(d):
-            out += a[:, j]
-        return out
-    run = [a[:, j].copy() for j in range(8)]
-    i = 8
-    while i < d - d % 8:
-        for j in range(8):
-            run[j] += a[:, i + j]
-        i += 8
-    # ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), then the rest
-    out = ((run[0] + run[1]) + (run[2] + run[3])) + ((run[4] + run[5]) + (run[6] + run[7]))
-    for j in range(i, d):
-        out += a[:, j]
-    # numpy's reduction starts from its identity: 0 + s (0.0 for a -0.0 sum)
-    return np.zeros(T) + out
-
-
 def refit_family(
     state: FamilyState,
     r: FloatArray,
@@ -300,7 +267,7 @@ def refit_family(
         mu = mean[o : o + d].copy()
         if covariances:
             # sum_t ||c_t||^4 of the moment's columns; its Ledoit-Wolf covariance about the line (or average)
-            norms = row_sums(squares[:, o : o + d])
+            norms = np.sum(squares[:, o : o + d], axis=1)
             fourth = float(np.sum(norms * norms))
             moments.append(Moments.from_sums(mu, gram[o : o + d, o : o + d], fourth, len(rows)))
         else:
