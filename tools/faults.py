@@ -376,8 +376,17 @@ class Harness:
                 except Exception:
                     return False
 
+            sensors = [config.topic("sensors", plant=n) for n in config.plant_names]
             try:
                 wait_for(all_in, 600, "every expected verdict", interval=2.0)
+                # every sensor record processed before the RCA is asked about the flags: with every verdict in
+                # before a last kill, the flags after it come only once the workers started again have served
+                wait_for(
+                    lambda: all(_consumed(bootstrap, plants_group, t) for t in sensors),
+                    300,
+                    "the plant workers to process every sensor record",
+                    1.0,
+                )
                 wait_for(
                     lambda: _consumed(bootstrap, rca_group, flags_topic), 300, "the RCA to consume every flag", 1.0
                 )
@@ -404,7 +413,7 @@ class Harness:
 
 
 def _consumed(bootstrap: str, group: str, topic: str) -> bool:
-    """The RCA group has committed past the flags topic's last record (False while the broker recovers)."""
+    """``group`` has committed past the last record of ``topic`` (False while the broker recovers)."""
     from tools.cluster import consumed_everything
 
     try:

@@ -63,7 +63,9 @@ PLANTS_PER_ROW = 5  # config/tep.yaml
 class Worker:
     """One ``fedrca run`` process (log in the work directory); restartable with the same name and state."""
 
-    def __init__(self, name: str, config: Path, bootstrap: str, roles: str, workdir: Path) -> None:
+    def __init__(
+        self, name: str, config: Path, bootstrap: str, roles: str, workdir: Path, extra: list[str] | None = None
+    ) -> None:
         self.name = name
         self.log = workdir / f"{name}.log"
         self.starts = 0
@@ -84,6 +86,7 @@ class Worker:
             name,
             "--data-dir",
             str(workdir / "state"),
+            *(extra or []),
         ]
         self.start()
 
@@ -249,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         "(default 10; 0: none)",
     )
     parser.add_argument("--every", type=float, default=10.0, help="seconds between two samples (default 10)")
+    parser.add_argument(
+        "--worker-option",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument of both workers' fedrca run (repeat it; e.g. --worker-option=--static-membership=off)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write every sample and window to this file")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table to this file")
     parser.add_argument("--keep", type=Path, default=None, help="copy the workers' logs to this directory")
@@ -299,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             keys = {p: p.encode() for p in plants}
             rows = encode_rows(site, plants)
             workers = [
-                Worker("plants", config_path, bootstrap, "plants,params", workdir),
-                Worker("rca", config_path, bootstrap, "rca", workdir),
+                Worker("plants", config_path, bootstrap, "plants,params", workdir, args.worker_option),
+                Worker("rca", config_path, bootstrap, "rca", workdir, args.worker_option),
             ]
             readers = [
                 Reader(bootstrap, config.topic("verdicts"), True),
@@ -345,20 +355,23 @@ def main(argv: list[str] | None = None) -> int:
                 now = time.monotonic()
                 if now >= next_kill:
                     victim = workers[len(kills) % len(workers)]
+                    killed_ns = time.time_ns()
                     victim.kill9()
                     victim.start()
-                    kills.append({"minute": (now - t0) / 60.0, "worker": victim.name})
+                    kills.append({"minute": (now - t0) / 60.0, "worker": victim.name, "ns": killed_ns})
                     window.kills.append(victim.name)
                     next_kill += 60.0 * args.kill_every
                 if now >= next_sample or now >= end:
+                    verdicts, flags = readers[0].take(), readers[1].take()
+                    served_again(kills, {"rca": verdicts, "plants": flags})
                     window.verdict_ms += [
                         (rcv - int(sent_ns[v["seq"]])) / 1e6
-                        for rcv, _, v in readers[0].take()
+                        for rcv, _, v in verdicts
                         if 0 < v["seq"] < len(sent_ns) and sent_ns[v["seq"]]
                     ]
                     window.flag_ms += [
                         ts - int(sent_ns[f["seq"]]) / 1e6
-                        for _, ts, f in readers[1].take()
+                        for _, ts, f in flags
                         if 0 < f["seq"] < len(sent_ns) and sent_ns[f["seq"]]
                     ]
                     point = {
@@ -493,6 +506,34 @@ def rss_slope(samples: list[dict[str, Any]], worker: str, warmup: float) -> floa
     return float(coef[0]) * 10.0
 
 
+def served_again(kills: list[dict[str, Any]], outputs: dict[str, list[tuple[int, int, dict[str, Any]]]]) -> None:
+    """Set ``served_s`` of every kill not yet served: seconds from the kill -9 to the first output of the worker
+    started again (a committed record of its output topic, flags for the plant worker, verdicts for the RCA
+    worker, created after the kill: the dead process created none), read as it arrives. ``outputs``: the
+    records (receive ns, create ms, value) taken from each worker's output since the last call."""
+    for kill in kills:
+        if kill.get("served_s") is not None or "ns" not in kill:
+            continue
+        after = [rcv for rcv, created_ms, _ in outputs.get(kill["worker"], ()) if created_ms * 1_000_000 > kill["ns"]]
+        if after:
+            kill["served_s"] = (min(after) - kill["ns"]) / 1e9
+
+
+def backlogs(kills: list[dict[str, Any]], samples: list[dict[str, Any]], caught_up: float) -> list[dict[str, Any]]:
+    """Per kill: the killed worker's group's most lag (records) from the kill to the next kill, and the minutes
+    until its lag was back at ``caught_up`` records or less (None: not within that time; at the samples'
+    resolution, ``--every``)."""
+    out = []
+    for k, kill in enumerate(kills):
+        until = kills[k + 1]["minute"] if k + 1 < len(kills) else math.inf
+        lags = [(p["minute"], p["lag"][kill["worker"]]) for p in samples if kill["minute"] <= p["minute"] < until]
+        most = max((lag for _, lag in lags), default=-1)
+        peak = next((m for m, lag in lags if lag == most), kill["minute"])
+        back = next((m for m, lag in lags if m > peak and 0 <= lag <= caught_up), None)
+        out.append({"backlog": most, "caught_up_min": None if back is None else back - kill["minute"]})
+    return out
+
+
 #: minutes after a kill -9 that its restart may still show in the latency (the session timeout, the plant
 #: worker's fit, the lag caught up): a window that begins within them holds that restart too
 RESTART_SPILL = 1.0
@@ -544,6 +585,17 @@ def markdown(
         lines.append(
             f"* RSS slope of the {'plant' if name == 'plants' else 'RCA'} worker: {slope:+.2f} MiB per 10 min "
             f"(least squares, one intercept per process life, each life's first {warmup:g} min left out)"
+        )
+    rate = getattr(args, "rate", 1000.0)
+    for kill, after in zip(kills, backlogs(kills, samples, 3 * rate)):
+        served = kill.get("served_s")
+        back = after["caught_up_min"]
+        who = "plant" if kill["worker"] == "plants" else "RCA"
+        lines.append(
+            f"* kill -9 of the {who} worker at minute {kill['minute']:.1f}: "
+            f"served again after {'-' if served is None else f'{served:.1f} s'} (its first output created after the "
+            f"kill), most lag {after['backlog']:,} records, back at 3 s of input or less after "
+            f"{'-' if back is None else f'{back:.1f} min'}"
         )
     if windows:
         first = windows[0]["verdict_ms"][1]

@@ -1574,6 +1574,11 @@ RUN_CASES = [
     ),
     Case("run-worker-name-a-path", RUN + " --worker-name ../up", r"--worker-name: '\.\./up' names a folder"),
     Case("run-worker-name-too-long", RUN + " --worker-name " + "w" * 300, r"--worker-name: the name makes the file"),
+    Case(
+        "run-static-member-without-a-name",
+        RUN + " --static-membership on",
+        r"--static-membership: a static member is known by its name: give --worker-name NAME",
+    ),
 ]
 
 DEMO = "demo --out {ws}/demo"

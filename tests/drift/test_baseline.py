@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.linalg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,3 +118,110 @@ def test_family_state_round_trip_of_a_refit() -> None:
     back = FamilyState.from_arrays(new.to_arrays("p"), "p")
     np.testing.assert_array_equal(back.innovation.mean, new.innovation.mean)
     assert back.statistics == new.statistics
+
+
+# -- the refit's fast path against its twin (the same numbers, bit for bit) ----------------------------------
+def _twin_trend_mean(rows: np.ndarray, times: np.ndarray | None, end: float | None) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.asarray(rows, dtype=np.float64)
+    if times is None or len(rows) < 3:
+        mean = rows.mean(axis=0)
+        return mean, rows - mean
+    t = np.asarray(times, dtype=np.float64)
+    t = t - (t[-1] if end is None else float(end))
+    tbar = t.mean()
+    dt = t - tbar
+    xbar = rows.mean(axis=0)
+    spread = float(dt @ dt)
+    if spread == 0.0:
+        return xbar, rows - xbar
+    slope = (dt @ (rows - xbar)) / spread
+    return xbar - slope * tbar, rows - xbar - np.outer(dt, slope)
+
+
+def _twin_moments(mean: np.ndarray, gram: np.ndarray, fourth: float, count: int) -> Moments:
+    from fedrca.detectors.statistics import ledoit_wolf_from_sums
+
+    cov, _ = ledoit_wolf_from_sums(gram, fourth, count)
+    cov = cov + (1e-9 * max(float(np.trace(cov)) / len(cov), 1e-12)) * np.eye(len(cov))
+    L = np.linalg.cholesky(cov)
+    return Moments(mean, scipy.linalg.solve_triangular(L, np.eye(len(L)), lower=True, check_finite=False))
+
+
+def _twin_refit(
+    state: FamilyState, r: np.ndarray, x: np.ndarray, e: np.ndarray, use: np.ndarray, covariances: bool,
+    times: np.ndarray | None, end: float | None,
+) -> list[Moments]:  # fmt: skip
+    """refit_family's moments as it computed them with a copy per step, numpy's row sums and solve_triangular."""
+    at = None if times is None else np.asarray(times, dtype=np.float64)[use]
+    old = (state.innovation, state.level, state.reconstruction)
+    widths = [r.shape[1], x.shape[1], e.shape[1]]
+    rows = np.concatenate([r, x, e], axis=1)[use]
+    mean, centred = _twin_trend_mean(rows, at, end)
+    starts = np.cumsum([0, *widths[:-1]]).tolist()
+    gram = centred.T @ centred
+    squares = centred * centred
+    out = []
+    for k, (o, d) in enumerate(zip(starts, widths, strict=True)):
+        mu = mean[o : o + d].copy()
+        if covariances:
+            norms = np.sum(squares[:, o : o + d], axis=1)
+            fourth = float(np.sum(norms * norms))
+            out.append(_twin_moments(mu, gram[o : o + d, o : o + d], fourth, len(rows)))
+        else:
+            out.append(Moments(mu, old[k].whitening))
+    return out
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(
+    seed=st.integers(0, 10_000),
+    d=st.integers(1, 14),
+    p=st.integers(1, 12),
+    cut=st.sampled_from(["run", "holes", "all"]),
+    trend=st.booleans(),
+    covariances=st.booleans(),
+)
+def test_the_refit_is_its_twin_bit_for_bit(seed: int, d: int, p: int, cut: str, trend: bool, covariances: bool) -> None:
+    rng = np.random.default_rng(seed)
+    T = 300
+    state = fit_family(rng.normal(size=(T, d)), rng.normal(size=(T, p)), rng.normal(size=(T, d)), ("innovation",))
+    drift = np.linspace(0.0, 2.0, T)[:, None]
+    r = rng.normal(size=(T, d)) * rng.uniform(0.1, 10.0, size=d) + drift
+    x = rng.normal(size=(T, p)) @ rng.normal(size=(p, p)) + 3.0
+    e = rng.normal(size=(T, d)) * 1e-3 - drift
+    use = np.ones(T, dtype=bool)
+    if cut == "run":
+        use[: rng.integers(0, 30)] = False
+        use[T - rng.integers(0, 30) :] = False
+    elif cut == "holes":
+        use = rng.random(T) > 0.2
+    times = np.arange(T, dtype=np.float64) + 1000.0 if trend else None
+    end = 1300.0 if trend else None
+    got = refit_family(state, r, x, e, use, None, covariances, times, end)
+    want = _twin_refit(state, r, x, e, use, covariances, times, end)
+    for name, m in zip(("innovation", "level", "reconstruction"), want, strict=True):
+        assert getattr(got, name).mean.tobytes() == m.mean.tobytes(), name
+        assert getattr(got, name).whitening.tobytes() == m.whitening.tobytes(), name
+
+
+@pytest.mark.parametrize("d", [1, 2, 5, 13, 40])
+def test_a_whitening_from_sums_is_the_triangular_solves(d: int) -> None:
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(500, d)) @ rng.normal(size=(d, d))
+    X -= X.mean(axis=0)
+    fourth = float(np.sum(np.sum(X * X, axis=1) ** 2))
+    got = Moments.from_sums(np.zeros(d), X.T @ X, fourth, len(X))
+    want = _twin_moments(np.zeros(d), X.T @ X, fourth, len(X))
+    assert got.whitening.tobytes() == want.whitening.tobytes()
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(alarm=st.lists(st.booleans(), min_size=0, max_size=200), guard=st.integers(0, 60))
+def test_the_guard_band_is_the_dilation_of_the_alarms(alarm: list[bool], guard: int) -> None:
+    import scipy.ndimage
+
+    a = np.array(alarm, dtype=bool)
+    want = ~a
+    if guard > 0 and a.any():
+        want = ~scipy.ndimage.binary_dilation(a, structure=np.ones(2 * guard + 1, dtype=bool))
+    assert usable_rows(a, guard).tolist() == want.tolist()

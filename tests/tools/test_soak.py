@@ -67,3 +67,29 @@ def test_the_table_counts_a_window_holding_a_restart_as_killed(soak, tmp_path: P
     # the kill at minute 10.0 is in the window 5-10 by time, and its restart in 10-15: both count as killed
     assert "| 5-10 |" in out and "| plants |" in out and "| 10-15 |" in out and "(restart of plants)" in out
     assert "at most 1.50x in the windows without a kill, 90.00x in those with one" in out
+
+
+def test_a_kill_is_served_again_at_the_first_output_created_after_it(soak) -> None:
+    kills = [
+        {"minute": 1.0, "worker": "plants", "ns": 10_000_000_000},
+        {"minute": 3.0, "worker": "rca", "ns": 50_000_000_000},
+    ]
+    # (receive ns, create ms, value): a flag committed by the dead process arrives after the kill and does not count
+    flags = [(10_100_000_000, 9_990, {}), (14_000_000_000, 12_500, {}), (14_500_000_000, 13_000, {})]
+    soak.served_again(kills, {"plants": flags, "rca": [(20_000_000_000, 19_000, {})]})
+    assert kills[0]["served_s"] == pytest.approx(4.0) and "served_s" not in kills[1]
+    soak.served_again(kills, {"plants": [(60_000_000_000, 59_000, {})], "rca": [(57_000_000_000, 56_000, {})]})
+    assert kills[0]["served_s"] == pytest.approx(4.0) and kills[1]["served_s"] == pytest.approx(7.0)
+
+
+def test_a_kills_backlog_is_its_groups_most_lag_until_the_next_kill(soak) -> None:
+    def sample(minute: float, plants: int, rca: int) -> dict:
+        return {"minute": minute, "lag": {"plants": plants, "rca": rca}}
+
+    samples = [sample(0.5, 900, 900), sample(1.2, 8000, 900), sample(1.4, 5000, 900), sample(1.6, 1200, 900),
+               sample(3.1, 900, 12000), sample(3.5, 900, 9000)]  # fmt: skip
+    kills = [{"minute": 1.0, "worker": "plants"}, {"minute": 3.0, "worker": "rca"}]
+    assert soak.backlogs(kills, samples, 3000) == [
+        {"backlog": 8000, "caught_up_min": pytest.approx(0.6)},
+        {"backlog": 12000, "caught_up_min": None},
+    ]

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from fedrca.application.fitted import FittedStore
 from fedrca.application.fleet.store import load_calibration, load_fleet_model
 from fedrca.application.params import load_params
 from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
@@ -497,6 +498,7 @@ def plant_runtime(
     metrics: Metrics | None = None,
     settings: RuntimeSettings | None = None,
     fitted: dict[Any, Detector] | None = None,
+    store: FittedStore | None = None,
 ) -> PlantRuntime:
     """The plant runtime of a worker serving ``plants`` (default all): only their detectors are fitted.
 
@@ -505,6 +507,9 @@ def plant_runtime(
     configuration (everything but the site's name) and nominal file equal those of a plant
     fitted before takes a copy of that detector as it was fitted: the fit is deterministic
     (seeded), so the copy is what fitting again would give, at the cost of a copy.
+    ``store``: the worker's fitted detectors of an earlier start (:class:`~fedrca.application.fitted.FittedStore`);
+    a plant whose nominal data, configuration and code are unchanged loads its detector and sensor
+    checks from it instead of fitting them, any other is fitted and stored.
     """
     source = str(train) if isinstance(train, str | Path) else "nominal data"
     frame = load_frame(config, train) if isinstance(train, str | Path) else train
@@ -518,18 +523,32 @@ def plant_runtime(
     models, rules = fleet_models(config), fleet_calibrations(config)
     design = config.model_dump_json(exclude={"site"})
 
+    segments = frame_segments(frame)
+    health: dict[str, SensorHealth] = {}
+
     def fit(plant: PlantConfig) -> Detector:
+        stored = store.key(config, plant) if store is not None else None
+        kept = store.load(plant.name, stored) if store is not None else None
+        if kept is not None:
+            if kept[1] is not None:
+                health[plant.name] = kept[1]
+            return kept[0]
         key = (source if isinstance(train, str | Path) else id(train), design, plant.name)
         if fitted is not None and key in fitted:
-            return copy.deepcopy(fitted[key])
-        detector = build_detector(config, plant, fleet_model=models.get(plant.name), calibration=rules.get(plant.name))
-        detector = detector.fit(nominal[plant.name].Y, nominal[plant.name].U)
-        if fitted is not None:
-            fitted[key] = copy.deepcopy(detector)  # as fitted, before any stream moves it
+            detector = copy.deepcopy(fitted[key])
+        else:
+            detector = build_detector(
+                config, plant, fleet_model=models.get(plant.name), calibration=rules.get(plant.name)
+            )
+            detector = detector.fit(nominal[plant.name].Y, nominal[plant.name].U)
+            if fitted is not None:
+                fitted[key] = copy.deepcopy(detector)  # as fitted, before any stream moves it
+        health.update(fit_health(config, nominal, segments=segments, plants=[plant.name]))
+        if store is not None:
+            store.save(plant.name, stored, detector, health.get(plant.name))  # as fitted
         return detector
 
     detectors = {p.name: fit(p) for p in config.plants if p.name in served}
-    health = fit_health(config, nominal, segments=frame_segments(frame), plants=served)
     artifacts = None if params_dir is None else load_params(params_dir, config, plants=served)
     if artifacts is not None:
         apply_params(detectors, artifacts, str(params_dir))

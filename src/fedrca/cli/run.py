@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedrca.application.fitted import FittedStore
 from fedrca.application.outputs import Outputs, staged_folder
 from fedrca.application.params import load_params
 from fedrca.application.site import plant_runtime, rca_runtime, site_runtime
@@ -66,6 +67,7 @@ def _run(args: argparse.Namespace) -> int:
     from fedrca.streams.app import SiteRoles, StreamSettings, Worker, create_app, parse_roles, use_uvloop
 
     use_uvloop()
+    static_member = static_membership(args)
     paths, trains = list(args.config), list(args.train or [])
     many = len(paths) > 1
     if len(trains) not in (0, 1, len(paths)):
@@ -126,9 +128,20 @@ def _run(args: argparse.Namespace) -> int:
         )
         plants = rca = None
         if "plants" in roles and "rca" not in roles:
+            assert train is not None
+            # the fitted detectors of this worker's last start, reused while their inputs are unchanged
+            kept = Path(args.data_dir) / args.worker_name / "fitted"
+            store = FittedStore(kept / config.site if many else kept, train)
             plants = plant_runtime(
-                config, train, params_dir=args.params, plants=served, settings=runtime_settings, fitted=fitted
+                config,
+                train,
+                params_dir=args.params,
+                plants=served,
+                settings=runtime_settings,
+                fitted=fitted,
+                store=store,
             )
+            print(f"fedrca run: site {config.site}: detectors {store.summary(served)}", file=sys.stderr, flush=True)
             config = plants.config  # plants given by match rules now list their columns
         elif "plants" in roles:
             site = site_runtime(config, train, params_dir=args.params, settings=runtime_settings)
@@ -160,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         batch_within=args.batch_within,
         security=security,
+        static_member=static_member,
     )
     worker = Worker(sites, settings, group=args.group)
     app = create_app(args.group or sites[0].names.site, settings, worker)
@@ -180,7 +194,7 @@ def _run(args: argparse.Namespace) -> int:
     what = f"site {sites[0].names.site}" if not many else f"{len(sites)} sites"
     print(
         f"fedrca run: worker '{args.worker_name}' ({what}; roles {', '.join(roles)}; "
-        f"groups {', '.join(groups)}) on {bootstrap}",
+        f"groups {', '.join(groups)}{' as a static member' if static_member else ''}) on {bootstrap}",
         file=sys.stderr,
         flush=True,
     )
@@ -194,6 +208,31 @@ def _run(args: argparse.Namespace) -> int:
     gc.freeze()
     faust_worker.execute_from_commandline()
     return 0
+
+
+def static_membership(args: argparse.Namespace) -> bool:
+    """Whether the worker joins its groups as a static member (``--static-membership``), and its name set.
+
+    ``auto`` is on when ``--worker-name`` is given: a name given by its operator (a pod's, a
+    StatefulSet's, a supervisor's) is unique among the group's workers and kept across restarts,
+    which a static member needs (two live members of one name fence each other); the default
+    name ``worker`` is neither. ``on`` without ``--worker-name`` is refused.
+
+    Raises
+    ------
+    ConfigError
+        ``--static-membership on`` without ``--worker-name``.
+    """
+    named = args.worker_name is not None
+    if args.static_membership == "on" and not named:
+        raise ConfigError(
+            "a static member is known by its name: give --worker-name NAME, unique among the workers of its groups "
+            "and the same across its restarts (or --static-membership auto/off)",
+            key="--static-membership",
+        )
+    if not named:
+        args.worker_name = "worker"
+    return args.static_membership == "on" or (args.static_membership == "auto" and named)
 
 
 def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple[str, ...], served: list[str]) -> None:
@@ -456,7 +495,20 @@ def register(sub: Any) -> None:
     run.add_argument(
         "--plants", help="comma list of the plants this worker serves (default all; one deployment per plant)"
     )
-    run.add_argument("--worker-name", default="worker", help="names the worker (client ids, its local directory)")
+    run.add_argument(
+        "--worker-name",
+        default=None,
+        help="names the worker (client ids, its local directory, its static membership; default 'worker'): unique "
+        "among the workers of its groups, the same across its restarts (a StatefulSet's or a pod's name)",
+    )
+    run.add_argument(
+        "--static-membership",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="join the consumer groups as a static member named --worker-name (KIP-345), so a worker started again "
+        "within the session timeout takes its partitions back at once (auto, the default: on when --worker-name is "
+        "given)",
+    )
     run.add_argument("--data-dir", default=".fedrca-faust", help="local directory of the worker")
     run.add_argument(
         "--metrics-port", type=int, default=None, help="serve /metrics, /healthz, /readyz (0 = any free port)"

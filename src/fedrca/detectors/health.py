@@ -93,7 +93,8 @@ VALUE_CHECKS: tuple[str, ...] = ("stuck", "flatline", "range")
 _BAD = int(Quality.BAD)
 #: "Rows since" of a condition that never held (large, far from int64 overflow).
 _NEVER = 1 << 40
-_VALUE = [CHECKS.index(c) for c in VALUE_CHECKS]
+_VALUE = slice(CHECKS.index(VALUE_CHECKS[0]), CHECKS.index(VALUE_CHECKS[-1]) + 1)
+assert CHECKS[_VALUE] == VALUE_CHECKS  # the value checks are the last ones, in order: a slice (a view, no copy)
 _NO_ONSETS = np.empty((0, 3), dtype=np.int64)
 #: Share of a configured limits' span a reading may pass them by before it is out of range (the noise of a
 #: measured valve position at 100 %).
@@ -186,19 +187,21 @@ class HealthResult:
 # --------------------------------------------------------------------------------------------
 # vectorised building blocks (column-wise over a batch; each carries its state across batches)
 def _rows_since(event: BoolArray, before: IntArray) -> IntArray:
-    """Rows since ``event`` last held, per column (0 where it holds); ``before`` = the same count at the
-    row preceding the batch (:data:`_NEVER` when it never held)."""
-    rows = np.arange(len(event))[:, None]
-    last = np.maximum.accumulate(np.where(event, rows, -1), axis=0)
-    return np.where(last >= 0, rows - last, np.minimum(before[None, :] + rows + 1, _NEVER))
+    """Rows since ``event`` (..., T, D) last held, per column (0 where it holds); ``before`` (..., D) = the
+    same count at the row preceding the batch (:data:`_NEVER` when it never held). Leading axes are
+    independent series (every check of a batch in one call)."""
+    rows = np.arange(event.shape[-2])[:, None]
+    last = np.maximum.accumulate(np.where(event, rows, -1), axis=-2)
+    return np.where(last >= 0, rows - last, np.minimum(before[..., None, :] + rows + 1, _NEVER))
 
 
 def _forward_fill(Y: FloatArray, last: FloatArray) -> FloatArray:
     """(T, D) the last observed value before each row (``last`` before the batch; NaN: none yet)."""
-    ext = np.vstack([last[None, :], Y])
-    seen = ~np.isnan(ext)
-    index = np.maximum.accumulate(np.where(seen, np.arange(len(ext))[:, None], 0), axis=0)
-    return np.asarray(np.take_along_axis(ext, index, axis=0)[:-1])
+    T, D = Y.shape
+    ext = np.empty((T + 1, D))
+    ext[0], ext[1:] = last, Y
+    index = np.maximum.accumulate(np.where(np.isnan(ext[:-1]), 0, np.arange(T)[:, None]), axis=0)
+    return np.asarray(ext[index, np.arange(D)[None, :]])
 
 
 def _last_moves_mean(moves: BoolArray, sizes: FloatArray, carried: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -212,8 +215,13 @@ def _last_moves_mean(moves: BoolArray, sizes: FloatArray, carried: FloatArray) -
     ring of moves, so both give the same bits.
     """
     k, D = carried.shape
-    is_move = np.vstack([np.ones((k, D), dtype=bool), moves])  # (k + T, D); carried slots always count
-    value = np.vstack([carried, np.where(moves, sizes, 0.0)])
+    T = len(moves)
+    is_move = np.empty((k + T, D), dtype=bool)  # carried slots always count
+    is_move[:k], is_move[k:] = True, moves
+    value = np.empty((k + T, D))
+    value[:k] = carried
+    np.copyto(value[k:], sizes)
+    value[k:][~moves] = 0.0
     n = np.cumsum(is_move, axis=0)  # moves up to each row (>= k from row k - 1 on)
     # the row of every move, column by column (column-major), and where each column's moves start
     per_column = is_move.sum(axis=0)
@@ -221,10 +229,11 @@ def _last_moves_mean(moves: BoolArray, sizes: FloatArray, carried: FloatArray) -
     move_rows = np.nonzero(is_move.T)[1]
     cols = np.arange(D)[None, :]
     first = start[None, :] + n[k:] - k  # flat index of move n_t - k + 1 (1-based)
-    # sum = m_1 + m_2 + ... + m_k, oldest first (NaN while one of them is not made yet)
-    total = value[move_rows[first], cols]
+    # sum = m_1 + m_2 + ... + m_k, oldest first (NaN while one of them is not made yet); gathered at once (k, T, D)
+    last_k = value[move_rows[first[None, :, :] + np.arange(k)[:, None, None]], cols[None, :, :]]
+    total = last_k[0]
     for i in range(1, k):
-        total = total + value[move_rows[first + i], cols]
+        total = total + last_k[i]
     tail = start[:, None] + per_column[:, None] - k + np.arange(k)[None, :]  # (D, k) the last k moves
     kept = value[move_rows[tail], np.arange(D)[:, None]].T
     return np.asarray(total / k), np.asarray(kept)
@@ -245,21 +254,22 @@ def _evidence(Y: FloatArray, scale: FloatArray, k: int, state: Mapping[str, Any]
     observed = ~np.isnan(Y)
     # u_t: rows since the last usable value
     unusable = _rows_since(observed, state["unusable"])
+    T, D = Y.shape
     prev = _forward_fill(Y, state["last"])
     # delta_t = y_t - (last value seen before t); NaN when either is missing
     delta = Y - prev
-    repeat = observed & (delta == 0.0)
-    moved = observed & ~(delta == 0.0)  # a change, or the first value ever: a run starts
+    same = delta == 0.0
+    repeat = observed & same
+    moved = observed & ~same  # a change, or the first value ever: a run starts
     # r_t: repeats since the last change (a missing value neither breaks nor extends a run)
     count = np.cumsum(repeat, axis=0)
-    rows = np.arange(len(Y))[:, None]
+    rows = np.arange(T)[:, None]
     last_break = np.maximum.accumulate(np.where(moved, rows, -1), axis=0)
-    at_break = np.take_along_axis(count, np.maximum(last_break, 0), axis=0)
+    at_break = count[np.maximum(last_break, 0), np.arange(D)[None, :]]
     repeats = np.where(last_break >= 0, count - at_break, state["repeats"][None, :] + count)
-    # moves: |delta| / nominal move size, where the tag changed from a known value
+    # moves: |delta| / nominal move size, where the tag changed from a known value (elsewhere NaN or 0, not read)
     real_move = moved & ~np.isnan(delta)
-    flat, moves = _last_moves_mean(real_move, np.abs(np.nan_to_num(delta)) / scale[None, :], state["moves"])
-    T = len(Y)
+    flat, moves = _last_moves_mean(real_move, np.abs(delta) / scale[None, :], state["moves"])
     new_state = {
         "last": np.where(observed[-1], Y[-1], prev[-1]) if T else state["last"],
         "unusable": unusable[-1] if T else state["unusable"],
@@ -286,14 +296,20 @@ def _conditions(
     """(C, T, D) where each check's condition holds (before the coincidence rule and the recovery hysteresis)."""
     obs = ev.observed
     lo, hi, bound = params.lo[None, :], params.hi[None, :], params.flat[None, :]
+    cond = np.empty((len(CHECKS), *obs.shape), dtype=bool)
+    stale, bad, stuck, flat, out_of_range = cond
     with np.errstate(invalid="ignore"):
         saturated = obs & ((rows <= params.sat_lo[None, :]) | (rows >= params.sat_hi[None, :]))
-        out_of_range = obs & ((rows < lo) | (rows > hi))
-        flat = obs & (ev.flat < bound) & ~saturated
+        np.logical_and(obs, (rows < lo) | (rows > hi), out=out_of_range)
+        np.logical_and(obs & (ev.flat < bound), ~saturated, out=flat)
     gone = ~obs & (ev.unusable >= params.stale_after)
-    bad = gone & (quality == _BAD) if quality is not None else np.zeros_like(gone)
-    stuck = obs & (ev.repeats >= params.repeats[None, :]) & ~saturated
-    return np.stack([gone & ~bad, bad, stuck, flat, out_of_range])
+    if quality is None:
+        bad[...] = False
+    else:
+        np.logical_and(gone, quality == _BAD, out=bad)
+    np.logical_and(gone, ~bad, out=stale)
+    np.logical_and(obs & (ev.repeats >= params.repeats[None, :]), ~saturated, out=stuck)
+    return cond
 
 
 class SensorHealth:
@@ -458,13 +474,18 @@ class SensorHealth:
         cond = _conditions(params, Y_arr, Q, ev)
         # two or more tags stuck, flat or out of range within the last `recover` rows: a process excursion
         value_since = _rows_since(np.asarray(cond[_VALUE].any(axis=0), dtype=bool), state["value_since"])
-        excursion = (value_since < params.recover).sum(axis=1) >= 2
-        cond[_VALUE] &= ~excursion[None, :, None]
-        since = np.stack([_rows_since(cond[c], state["since"][c]) for c in range(len(CHECKS))])
+        excursion = np.count_nonzero(value_since < params.recover, axis=1) >= 2
+        if excursion.any():
+            cond[_VALUE] &= ~excursion[None, :, None]
+        since = _rows_since(cond, state["since"])  # (C, T, D)
         # active from the row the condition holds until it was clear for `recover` rows
         active = since < params.recover
-        was_active = np.concatenate([state["since"][:, None, :] < params.recover, active[:, :-1]], axis=1)
-        onsets = np.argwhere(active & ~was_active).astype(np.int64)  # (check, row, tag), row-major order
+        began = np.empty_like(active)
+        if len(Y_arr):
+            np.logical_and(active[:, 0], state["since"] >= params.recover, out=began[:, 0])
+            np.logical_and(active[:, 1:], ~active[:, :-1], out=began[:, 1:])
+        # (check, row, tag) of each onset, row-major order
+        onsets = np.argwhere(began).astype(np.int64) if began.any() else _NO_ONSETS
         excluded = active[_VALUE].any(axis=0) & ev.observed
         values = np.where(excluded, np.nan, Y_arr)
         fault = np.asarray(active.any(axis=(0, 2)), dtype=bool)
@@ -544,7 +565,7 @@ class SensorHealth:
 
     # -- streaming state -------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        """The stream's state, JSON-friendly: each array's bytes zlib-compressed and base64-encoded (a plant
+        """The stream's state, JSON-friendly: each array's bytes as a zlib stream, base64-encoded (a plant
         worker writes it with every batch: 17 numbers a tag, about 100 kB for 1,000 tags instead of 250 kB
         of JSON numbers; exact, so a restarted plant continues bit for bit)."""
         assert self._state is not None
@@ -569,7 +590,12 @@ _STATE_ARRAYS = {"last": np.float64, "unusable": np.int64, "repeats": np.int64, 
 
 
 def _pack(array: NDArray[Any]) -> str:
-    return base64.b64encode(zlib.compress(np.ascontiguousarray(array).tobytes(), 1)).decode("ascii")
+    # the float arrays (last values, moves) are measurement noise: deflating them gains nothing and costs far
+    # more than a stored (level 0) zlib stream, which reads back the same (a state deflated whole, as earlier
+    # workers wrote it, too: test_a_state_with_every_array_deflated_restores_the_same); the integer counts
+    # (mostly 0 and _NEVER) deflate well
+    level = 0 if array.dtype.kind == "f" else 1
+    return base64.b64encode(zlib.compress(np.ascontiguousarray(array).tobytes(), level)).decode("ascii")
 
 
 def _unpack(text: str, shape: tuple[int, ...], dtype: Any) -> NDArray[Any]:

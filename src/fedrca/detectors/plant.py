@@ -129,6 +129,8 @@ class _Evidence:
 
     @classmethod
     def concat(cls, parts: list[_Evidence]) -> _Evidence:
+        if len(parts) == 1:
+            return parts[0]  # one stream (a refresh's window): its arrays are fresh already, no copy
         return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)})
 
 

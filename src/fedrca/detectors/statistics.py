@@ -239,8 +239,16 @@ class Moments:
             L = np.linalg.cholesky(cov)
         except np.linalg.LinAlgError:
             raise ModelError("nominal covariance is not positive definite; use more nominal data") from None
-        # L⁻¹ (the covariance is finite: the rows are)
-        return cls(mean, scipy.linalg.solve_triangular(L, np.eye(len(L)), lower=True, check_finite=False))
+        # L⁻¹ (the covariance is finite: the rows are): L X = I solved by LAPACK's trtrs as
+        # scipy.linalg.solve_triangular(L, I, lower=True) calls it for a C-ordered L (the transposed,
+        # Fortran-ordered system L'' X = I, upper): the same numbers without the wrapper's checks, which
+        # cost more than the solve for a D x D (a refresh fits six;
+        # tests/drift/test_baseline.py::test_a_whitening_from_sums_is_the_triangular_solves)
+        L = np.ascontiguousarray(L)
+        inverse, info = scipy.linalg.lapack.dtrtrs(L.T, np.eye(len(L)), lower=0, trans=1, overwrite_b=1)
+        if info != 0:
+            raise ModelError("nominal covariance is not positive definite; use more nominal data")
+        return cls(mean, inverse)
 
     def white(self, X: FloatArray) -> FloatArray:
         """Whitened rows ``L⁻¹ (x - μ)``, (T, D)."""

@@ -195,12 +195,24 @@ def trend_mean(rows: FloatArray, times: FloatArray | None, end: float | None = N
     tbar = t.mean()
     dt = t - tbar
     xbar = rows.mean(axis=0)
+    about = rows - xbar
     spread = float(dt @ dt)
     if spread == 0.0:  # every row at one time: no slope to fit
-        return xbar, rows - xbar
-    slope = (dt @ (rows - xbar)) / spread
-    # rows - (mu + b t) = (rows - xbar) - b (t - tbar)
-    return xbar - slope * tbar, rows - xbar - np.outer(dt, slope)
+        return xbar, about
+    slope = (dt @ about) / spread
+    # rows - (mu + b t) = (rows - xbar) - b (t - tbar)   (in place: the same numbers, one array fewer)
+    about -= np.outer(dt, slope)
+    return xbar - slope * tbar, about
+
+
+def _stacked_rows(parts: Sequence[FloatArray], use: BoolArray) -> FloatArray:
+    """``np.concatenate(parts, axis=1)[use]`` (T', sum of widths): one copy of the kept rows when they are one
+    run (a refresh's: the start-up and the rows near an alarm at the window's ends left out), not two."""
+    kept = np.flatnonzero(use)
+    if len(kept) and kept[-1] - kept[0] + 1 == len(kept):
+        lo, hi = int(kept[0]), int(kept[-1]) + 1
+        return np.concatenate([p[lo:hi] for p in parts], axis=1)
+    return np.concatenate(parts, axis=1)[use]
 
 
 def refit_family(
@@ -241,7 +253,7 @@ def refit_family(
     old = (state.innovation, state.level, state.reconstruction)
     widths = [r.shape[1], x.shape[1], e.shape[1]]
     # the three moments' rows side by side: one trend, one Gram matrix, one pass for the fourth moments
-    rows = np.concatenate([r, x, e], axis=1)[use]
+    rows = _stacked_rows((r, x, e), use)
     mean, centred = trend_mean(rows, at, end)
     starts = np.cumsum([0, *widths[:-1]]).tolist()
     if covariances:

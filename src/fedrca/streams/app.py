@@ -78,6 +78,9 @@ class StreamSettings:
     batch_within : seconds a fetch waits for records: the batching latency
     security : aiokafka keyword arguments (SASL / TLS; :class:`fedrca.connectors.kafka.KafkaOptions`)
     data_dir : the worker's local directory (Faust's, and the RCA's copy of the published artifacts)
+    static_member : join every group as a static member named ``worker_name`` (``LoopSettings.group_instance_id``):
+        a worker started again under its name within the session timeout takes its partitions back at once.
+        The name must then be unique among the group's workers and the same across the worker's restarts
     """
 
     bootstrap: str
@@ -87,6 +90,7 @@ class StreamSettings:
     batch_size: int = 2000
     batch_within: float = 0.02
     security: tuple[tuple[str, Any], ...] = ()
+    static_member: bool = False
 
 
 def plant_window(allowed_lateness: int) -> int:
@@ -291,6 +295,7 @@ class Worker:
             max_records=s.batch_size,
             fetch_wait=s.batch_within,
             session_timeout=s.session_timeout,
+            group_instance_id=s.worker_name if s.static_member else None,
             security=security,
         )
 

@@ -9,6 +9,12 @@
 * aiokafka's transactional producer commits offsets with ``send_offsets_to_transaction``
   (group id only, the pre-KIP-447 protocol): fencing is by transactional id, one per
   input partition (:mod:`fedrca.streams.loop`).
+* A static member (``group_instance_id``, KIP-345) of aiokafka never sends ``LeaveGroup``
+  when it stops, so its partitions would wait the session timeout after every clean stop
+  (a scale-down, a rollout). :func:`fedrca.streams.loop.leave_on_stop` clears the id on the
+  consumer's coordinator (a private attribute) just before ``stop()``, which then leaves the
+  group by member id as a dynamic member's does: only a process that dies without stopping
+  keeps its place (``tests/streams/test_static_member.py``).
 
 :data:`SUPPORTED` lists the versions these were checked against; a different version is
 refused at import with one clear line (the pins in ``pyproject.toml`` keep installs inside).

@@ -64,6 +64,7 @@ __all__ = [
     "StateRecords",
     "StateScan",
     "TransactionalLoop",
+    "leave_on_stop",
     "parse_state_record",
     "read_compacted_checked",
     "read_state",
@@ -264,6 +265,12 @@ class LoopSettings:
     retry_backoff : seconds a client waits before retrying a request the broker could not serve
         yet (``retry.backoff.ms``; the library's 0.1 s would land in the latency's tail)
     session_timeout : seconds after which the broker declares a silent worker dead
+    group_instance_id : the member's static name in its group (KIP-345; None: a dynamic member). A
+        member started again under the same name within the session timeout takes its partitions back
+        at once, without waiting for the broker to declare the dead one gone and without a rebalance of
+        the others; a member that stops (cleanly or by an error) leaves the group as a dynamic one does
+        (:func:`leave_on_stop`). Two live members of one name are refused: the broker fences the older
+        (``FENCED_INSTANCE_ID``), so the name must be unique in the group (``tests/streams/test_static_member.py``)
     transaction_timeout : seconds before the broker aborts an open transaction of a dead worker
     request_timeout : seconds a broker request may take before it is retried or fails
     restore_timeout : seconds reading a partition's state back may take before the task is retried
@@ -294,6 +301,7 @@ class LoopSettings:
     linger: float = 0.0
     retry_backoff: float = 0.02
     session_timeout: float = 10.0
+    group_instance_id: str | None = None
     transaction_timeout: float = 60.0
     request_timeout: float = 30.0
     restore_timeout: float = 60.0
@@ -739,6 +747,7 @@ class TransactionalLoop:
             heartbeat_interval_ms=max(100, int(s.session_timeout * 1000 / 5)),
             rebalance_timeout_ms=int(max(20.0, 2 * s.session_timeout) * 1000),
             request_timeout_ms=int(s.request_timeout * 1000),
+            group_instance_id=s.group_instance_id,
             **s.security,
         )
         self._consumer.subscribe(self.topics, listener=_Listener(self))
@@ -807,6 +816,7 @@ class TransactionalLoop:
                     commit.exception()
             async with self._lock:
                 await self._drop(list(self._tasks))
+            leave_on_stop(self._consumer)  # a static member that stops leaves its group too
             await self._consumer.stop()
 
     async def _fetch(
@@ -1364,6 +1374,20 @@ async def _send(producer: AIOKafkaProducer, outputs: Sequence[Outgoing]) -> list
                 batch.append(key=item.key, value=item.value, timestamp=None, headers=list(item.headers))
         futures.append(await producer.send_batch(batch, topic, partition=partition))
     return futures
+
+
+def leave_on_stop(consumer: AIOKafkaConsumer) -> None:
+    """Make ``consumer.stop()`` send ``LeaveGroup`` for a static member too (``LoopSettings.group_instance_id``).
+
+    aiokafka's coordinator leaves the group on close only when it has no ``group_instance_id``
+    (``GroupCoordinator._maybe_leave_group``, aiokafka 0.12-0.14; :mod:`fedrca.streams.compat`).
+    The id has served its purpose once the member has joined, so clearing it on the way out
+    leaves the group by member id, which the broker accepts for a static member
+    (``tests/streams/test_static_member.py::test_a_named_worker_that_stops_leaves_its_group_at_once``).
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is not None and hasattr(coordinator, "_group_instance_id"):
+        coordinator._group_instance_id = None
 
 
 def _state_key(tp: TopicPartition) -> bytes:

@@ -185,10 +185,13 @@ class PlantProcessor:
         if not fresh:
             return ProcessorOutput(gap_flags, duplicates=duplicates, late=late, skipped=len(gap_flags))
         Y = np.vstack([m.values for m in fresh])
+        seqs = np.fromiter((m.seq for m in fresh), np.int64, len(fresh))
         checked: HealthResult | None = None
         if self.health is not None:
-            # the plant's sensor checks: a broken tag is excluded (NaN) before the detector sees it
-            checked = self.health.update(Y, np.vstack([m.quality for m in fresh]))
+            # the plant's sensor checks: a broken tag is excluded (NaN) before the detector sees it; the quality
+            # codes are non-zero only where a value is missing (SensorMessage), so rows without one need none
+            quality = np.vstack([m.quality for m in fresh]) if np.isnan(Y).any() else None
+            checked = self.health.update(Y, quality)
             Y = checked.values
         # missing values are NaN: the detector scores the observed sensors, and degrades a row with too few
         refreshes: list[RefreshReport] = []
@@ -197,7 +200,7 @@ class PlantProcessor:
         else:
             # the plant's re-baselining loop: rows into its history, refreshes at the seqs due
             seen = len(self.keeper.reports)
-            result = self.keeper.process(Y, seqs=np.fromiter((m.seq for m in fresh), np.int64, len(fresh)))
+            result = self.keeper.process(Y, seqs=seqs)
             refreshes = self.keeper.reports[seen:]
             del self.keeper.reports[: len(self.keeper.reports) - REPORTS_KEPT]
         degraded: NDArray[np.bool_] = np.asarray(result.degraded, dtype=bool)
@@ -206,7 +209,7 @@ class PlantProcessor:
         # randomized-response bits of each row: the flags of a scored row, the sensor bit of every row
         sensor_bit = int(checked is not None)
         bits = np.where(degraded, sensor_bit, self.bits_per_sample)
-        published, overrun = self._account(np.fromiter((m.seq for m in fresh), np.int64, len(fresh)), bits)
+        published, overrun = self._account(seqs, bits)
         sensor = checked.fault_pub.tolist() if checked is not None else [False] * len(fresh)
         flags: list[FlagMessage] = []
         i = 0  # index among the scored rows

@@ -6,7 +6,10 @@ the rows a batch of flags completes to the RCA engine at once
 fraction of the cost), whose verdicts are the verdicts-topic contract
 (:class:`fedrca.contracts.Verdict`). Verdict ids are deterministic (site, root
 cause, evidence window), and the stage remembers the ids it emitted, so a replayed
-or re-processed window never produces a second verdict.
+or re-processed window never produces a second verdict. The newest
+:data:`~fedrca.config.limits.MAX_REMEMBERED_VERDICTS` ids are kept in one array allocated with the
+stage, so its memory does not grow with the verdicts it issues
+(``tests/streams/test_rca_memory.py``).
 
 Each row's published sensor-fault bits go to :class:`~fedrca.rca.sensors.SensorEvents` first:
 a row's sensor events (a plant's sensor fault begins or ends) come before its process verdict,
@@ -17,7 +20,7 @@ because of time (``without``: ``late``, ``clock``) and keeps each plant's latest
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,14 +28,113 @@ from numpy.typing import ArrayLike
 
 from fedrca.config.limits import MAX_REMEMBERED_VERDICTS
 from fedrca.contracts import FlagColumns, FlagMessage, Verdict
+from fedrca.exceptions import DataError
 from fedrca.rca.sensors import SensorEvents
 from fedrca.streams.aligner import AlignedRow, FlagAligner
 
-__all__ = ["RCAStage", "StreamEngine"]
+__all__ = ["RCAStage", "StreamEngine", "VerdictIds"]
 
 #: A row's published pair (zc, za) as the engine's state code ``2 zc + za``; an absent plant -1
 _ABSENT = (-1, -1)
 _PAIR_CODE = {(0, 0): 0, (0, 1): 1, (1, 0): 2, (1, 1): 3, _ABSENT: -1}
+
+
+#: Characters of a verdict id (:func:`fedrca.contracts.messages.verdict_id`: 16 hex digits)
+_ID_CHARS = 16
+
+
+class VerdictIds:
+    """The newest ``capacity`` verdict ids emitted, oldest forgotten first, in fixed arrays.
+
+    A ring of ``capacity`` ids allocated at once, each as its 16 hex digits (``S16``, for the state)
+    and as their 64-bit value (for lookups), so its memory is the same whether it holds no id or
+    ``capacity`` of them: a set of ``str`` filled by a stream grows by 100 to 150 bytes an id until
+    it is full (at the soak's verdict rate, for a quarter of an hour; ``tests/streams/test_rca_memory.py``).
+    A lookup scans the values (vectorised: verdicts are rare next to rows).
+
+    Parameters
+    ----------
+    capacity : most ids remembered
+
+    Examples
+    --------
+    >>> ids = VerdictIds(2)
+    >>> ids.add("0" * 16), ids.add("0" * 16), ids.add("1" * 16), ids.add("2" * 16)
+    (True, False, True, True)
+    >>> "0" * 16 in ids, ids.text() == "1" * 16 + "2" * 16
+    (False, True)
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise DataError(f"a memory of verdict ids holds at least 1 id, got {capacity}")
+        self.capacity = int(capacity)
+        self._hex = np.zeros(self.capacity, dtype=f"S{_ID_CHARS}")
+        self._value = np.zeros(self.capacity, dtype=np.uint64)
+        self._next = 0  # slot of the next id (the oldest one once full)
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, vid: object) -> bool:
+        value = _id_value(vid) if isinstance(vid, str) else None
+        if value is None or not self._count:
+            return False
+        return bool((self._value[: self._count] == value).any())
+
+    def clear(self) -> None:
+        """Forget every id."""
+        self._next = self._count = 0
+
+    def add(self, vid: str) -> bool:
+        """Remember ``vid`` (forgetting the oldest id when full); False when it is remembered already."""
+        value = _id_value(vid)
+        if value is None:
+            raise DataError(f"a verdict id is {_ID_CHARS} hex digits, got {vid!r}")
+        if self._count and (self._value[: self._count] == value).any():
+            return False
+        slot = self._next
+        self._hex[slot] = vid.encode("ascii")
+        self._value[slot] = value
+        self._next = (slot + 1) % self.capacity
+        self._count = min(self._count + 1, self.capacity)
+        return True
+
+    def load(self, ids: list[str]) -> None:
+        """Remember distinct ids in order when none is remembered yet: as :meth:`add` one by one, at once (a
+        restored state)."""
+        if self._count or len(set(ids)) != len(ids):
+            raise DataError("load takes distinct ids into an empty memory; add them one by one")
+        kept = ids[len(ids) - self.capacity :] if len(ids) > self.capacity else ids
+        values: list[np.uint64] = []
+        for vid in ids:  # every id checked, as add would
+            value = _id_value(vid)
+            if value is None:
+                raise DataError(f"a verdict id is {_ID_CHARS} hex digits, got {vid!r}")
+            values.append(value)
+        n = len(kept)
+        self._hex[:n] = [vid.encode("ascii") for vid in kept]
+        self._value[:n] = values[len(values) - n :]
+        self._count, self._next = n, n % self.capacity
+
+    def text(self) -> str:
+        """The ids, oldest first, as one string (16 characters an id)."""
+        if self._count < self.capacity:
+            return self._hex[: self._count].tobytes().decode("ascii")
+        return (self._hex[self._next :].tobytes() + self._hex[: self._next].tobytes()).decode("ascii")
+
+    def ids(self) -> list[str]:
+        """The ids, oldest first."""
+        text = self.text()
+        return [text[k : k + _ID_CHARS] for k in range(0, len(text), _ID_CHARS)]
+
+
+def _id_value(vid: str) -> np.uint64 | None:
+    """The 64-bit value of a verdict id's 16 lowercase hex digits; None for anything else."""
+    if len(vid) != _ID_CHARS or vid.strip("0123456789abcdef"):
+        return None
+    return np.uint64(int(vid, 16))
 
 
 class StreamEngine(Protocol):
@@ -83,8 +185,7 @@ class RCAStage:
         self.offsets: dict[str, float] = {}
         self._index = {p: m for m, p in enumerate(self.plants)}
         # written with the state after every batch: as many as fit the state record (docs/limits.md)
-        self._emitted: deque[str] = deque(maxlen=MAX_REMEMBERED_VERDICTS)
-        self._emitted_set: set[str] = set()
+        self._emitted = VerdictIds(MAX_REMEMBERED_VERDICTS)
         self.incomplete_rows = 0
         self.consumed = 0
         self.rows = 0
@@ -98,17 +199,15 @@ class RCAStage:
         self.sensors.reset()
         self.offsets.clear()
         self._emitted.clear()
-        self._emitted_set.clear()
         self.incomplete_rows = self.consumed = self.rows = 0
 
     def remember(self, ids: list[str]) -> None:
         """Mark verdict ids as already emitted (e.g. read back from the verdicts topic on start)."""
+        if not len(self._emitted) and len(set(ids)) == len(ids):
+            self._emitted.load(ids)  # a restored state: the same ids as one by one, at once
+            return
         for vid in ids:
-            if vid not in self._emitted_set:
-                if len(self._emitted) == self._emitted.maxlen:
-                    self._emitted_set.discard(self._emitted[0])
-                self._emitted.append(vid)
-                self._emitted_set.add(vid)
+            self._emitted.add(vid)
 
     def add(self, flag: FlagMessage) -> tuple[list[Verdict], str]:
         """Add one flag; returns the new verdicts and the flag's aligner status."""
@@ -183,13 +282,8 @@ class RCAStage:
                 while k < len(process) and process[k].seq == row.seq:
                     issued.append(process[k])
                     k += 1
-        verdicts = []
-        for verdict in issued:
-            if verdict.id in self._emitted_set:
-                continue
-            self.remember([verdict.id])
-            verdicts.append(verdict)
-        return verdicts
+        add = self._emitted.add  # False for an id emitted before
+        return [verdict for verdict in issued if add(verdict.id)]
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state."""
@@ -197,7 +291,8 @@ class RCAStage:
             "aligner": self.aligner.get_state(),
             "engine": self.engine.get_state(),
             "sensors": self.sensors.get_state(),
-            "emitted": list(self._emitted),
+            # the remembered ids, oldest first, as one string of 16-character ids (a list of ids in earlier states)
+            "emitted": self._emitted.text(),
             "incomplete_rows": self.incomplete_rows,
             "consumed": self.consumed,
             "rows": self.rows,
@@ -209,8 +304,10 @@ class RCAStage:
         self.engine.set_state(state["engine"])
         self.sensors.set_state(state.get("sensors"))
         self._emitted.clear()
-        self._emitted_set.clear()
-        self.remember(list(state["emitted"]))
+        emitted = state["emitted"]
+        if isinstance(emitted, str):
+            emitted = [emitted[k : k + _ID_CHARS] for k in range(0, len(emitted), _ID_CHARS)]
+        self.remember([str(vid) for vid in emitted])
         self.incomplete_rows = int(state["incomplete_rows"])
         self.consumed = int(state["consumed"])
         self.rows = int(state["rows"])

@@ -296,9 +296,11 @@ class PlantRuntime:
         plant = processor.plant
         if not len(checked):
             return
-        faulty = checked.faulty_tags()[-1].tolist()
+        # the gauges hold the batch's last row (its tags per check); episodes are counted only when one began
+        faulty = checked.checks[:, -1].sum(axis=1).tolist()
+        started = checked.started.tolist() if len(checked.onsets) else [0] * len(CHECKS)
         self.metrics.record_health(
-            plant, dict(zip(CHECKS, faulty, strict=True)), dict(zip(CHECKS, checked.started.tolist(), strict=True))
+            plant, dict(zip(CHECKS, faulty, strict=True)), dict(zip(CHECKS, started, strict=True))
         )
         health = processor.health
         if health is not None and len(checked.onsets):
