@@ -760,17 +760,20 @@ class CalibrationSection:
 
 def calibration_section(
     results: dict[str, Measured], vs: Sequence[Variant], level: float, thresholds_by: str = "pooled",
-    maps_by: str = "pooled",
+    maps_by: str = "pooled", rule: str | None = None,
 ) -> CalibrationSection:  # fmt: skip
     """Cross-validated calibrated sets of fedrca (:mod:`rca_calibration`) next to its uncalibrated posterior, the
     first-alarm peer made into sets and the centralised reference ranked by contribution, per setting (one map
-    per ``maps_by`` and one set threshold per ``thresholds_by``: :func:`rca_calibration.threshold_key`)."""
+    per ``maps_by`` and one set threshold per ``thresholds_by``: :func:`rca_calibration.threshold_key`; the sets by
+    ``rule``, None: :data:`rca_calibration.SET_RULE`)."""
     import rca_calibration as rc
+
+    rule = rule or rc.SET_RULE
 
     fed = [v for v in vs if v.kind == "fedrca"]
     samples = rc.collect({v.key: results[v.key].faults for v in fed}, TRUTH, ONSET_SAMPLE)
     plants = next(o.plants for v in fed for o in results[v.key].faults.values())
-    probs, maps = rc.cross_validate(samples, plants, thresholds_by, maps_by)
+    probs, maps = rc.cross_validate(samples, plants, thresholds_by, maps_by, rule)
     rows, reliabilities, panels, bars, scores = [], {}, [], [], {}
     for v in fed:
         sel = samples.setting == v.key
@@ -802,7 +805,8 @@ def calibration_section(
         ece_cell = f"{mine['ece']:.3f} ({rc.fmt_interval(low, high)}; exactly calibrated: {floor[0]:.3f})"
         low_t, high_t = mine["thresholds"]
         reached = f"{mine['threshold']:.2f}" + (f", {low_t:.2f}-{high_t:.2f} over the folds" if high_t > low_t else "")
-        rows.append(row(f"fedrca, calibrated at {level:g} (cross-validated; sets reach {reached})", mine, ece_cell))
+        how = "sets reach" if rule == "mass" else "a plant joins the named root at"
+        rows.append(row(f"fedrca, calibrated at {level:g} (cross-validated; {how} {reached})", mine, ece_cell))
         rows.append(row(f"fedrca, the engine's posterior at {level:g} (uncalibrated)", engine, f"{engine['ece']:.3f}"))
         for name, sets, ece in (
             ("first alarm", first, f"{1.0 - first[1]['coverage']:.3f}" if first else "-"),
@@ -850,8 +854,9 @@ def calibration_section(
         "verdicts": len(samples),
         "penalty": rc.PENALTY,
         "threshold levels": list(rc.LEVELS),
+        "set rule": rule,
     }
-    calibration = rc.final_map(samples, plants, {"cross-validated": scores}, fitted_on, probs)
+    calibration = rc.final_map(samples, plants, {"cross-validated": scores}, fitted_on, probs, rule)
     counts = (
         f"{len(samples)} verdicts of {len(np.unique(samples.run))} detected runs with a unit truth over "
         f"{len(fed)} settings, fault seeds {fitted_on['fault seeds']}"
@@ -862,8 +867,6 @@ def calibration_section(
 def recorded_sets(results: dict[str, Measured], vs: Sequence[Variant], calibration: Any, level: float) -> pd.DataFrame:
     """The recorded files' verdicts (fedrca at 2,880 rows' configuration, fitted on d00.dat) with the library's map:
     the named root's calibrated probability (mean over the verdicts from the onset on) and the set shown."""
-    from fedrca.rca.explain import candidate_set
-
     out = []
     for v in vs:
         if v.kind != "fedrca" or not results[v.key].recorded:
@@ -878,8 +881,7 @@ def recorded_sets(results: dict[str, Measured], vs: Sequence[Variant], calibrati
             plants = list(o.plants)
             probs = calibration.apply(o.features[picked])
             roots = [plants.index(o.verdicts[i].root) for i in picked]
-            reach = calibration.threshold(level)
-            sets = [candidate_set(p, reach, first=r) for p, r in zip(probs, roots, strict=True)]
+            sets = [calibration.candidates(p, level, first=r) for p, r in zip(probs, roots, strict=True)]
             shown = Counter(m for s_ in sets for m in s_)
             majority = sorted((m for m, n in shown.items() if 2 * n >= len(sets)), key=lambda m: -shown[m])
             root = Counter(roots).most_common(1)[0][0]
@@ -898,13 +900,14 @@ def recorded_sets(results: dict[str, Measured], vs: Sequence[Variant], calibrati
 
 
 CALIBRATION_TEXT = (
-    "Every fedrca verdict carries the smallest set of plants, the named root first, whose root probabilities reach "
-    "the calibration map's threshold for the configured coverage (`rca.coverage`, 0.9): the smallest threshold at "
-    "which the sets of the map's fitting runs held a true root on 0.9 of the verdicts in every setting. The "
+    "Every fedrca verdict carries a candidate set: the named root first, then every other plant whose root "
+    "probability reaches the calibration map's threshold for the configured coverage (`rca.coverage`, 0.9; the map's "
+    "set rule `plant`, `fedrca.rca.calibration.plant_set`): the largest threshold at which the sets of the map's "
+    "fitting runs held a true root on 0.9 of the verdicts in every setting. The "
     "probabilities below are **calibrated** by a map fitted on the library (`bench/rca_calibration.py`) and "
     "**cross-validated**: every run's probabilities come from a map fitted on the runs of the other fault seeds and "
-    "the other IDV groups (IDV mod 4), the four settings pooled, and its threshold (`sets reach`: the mean over the "
-    "runs) from a cross-validation inside those runs. "
+    "the other IDV groups (IDV mod 4), the four settings pooled, and its threshold (`a plant joins the named root "
+    "at`: the mean over the runs) from a cross-validation inside those runs. "
     "`holds a true root` = share of the detected runs with a unit truth whose set (the plants in at least half of "
     "the run's verdicts' sets) holds a true unit; `ECE` = expected calibration error of the named root's "
     "probability over the verdicts from the onset on (10 bins, every run weighing one; in brackets a 90 % bootstrap "
@@ -1085,6 +1088,12 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         "shared map (an ablation: not with --calibration)",
     )  # fmt: skip
     parser.add_argument(
+        "--set-rule", default=None, choices=("mass", "plant"),
+        help="how a candidate set is built from the calibrated probabilities (default: rca_calibration.SET_RULE, "
+        "what config/tep.calibration.json ships; the other is an ablation: not with --calibration): mass, the most "
+        "probable plants until their sum reaches the threshold; plant, every plant of probability at least it",
+    )  # fmt: skip
+    parser.add_argument(
         "--smoke", action="store_true", help="tiny run (IDV 4 and 6, one seed of each kind, 16-h runs, eps inf): "
         "the same code path, no figure to keep (bench/run.py --smoke)"
     )  # fmt: skip
@@ -1094,6 +1103,9 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     if args.calibration and (args.set_thresholds != "pooled" or args.maps != "pooled"):
         parser.error("--set-thresholds and --maps rows/setting are ablations of the cross-validated figures; the "
                      "shipped map and its thresholds are pooled: leave out --calibration")  # fmt: skip
+    if args.calibration and args.set_rule not in (None, _set_rule()):
+        parser.error(f"--set-rule {args.set_rule} is an ablation; the shipped map's rule is {_set_rule()}: leave out "
+                     "--calibration")  # fmt: skip
     seeds = lambda text: tuple(int(s) for s in text.split(",") if s.strip())  # noqa: E731
     hours = 48.0
     if args.smoke or smoke:
@@ -1146,7 +1158,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     )
     print("\nFAR per nominal seed\n" + far_table.to_string(index=False))
     bars = [] if args.smoke else acceptance(results, rows)
-    section = calibration_section(results, vs, config.rca.coverage, args.set_thresholds, args.maps)
+    section = calibration_section(results, vs, config.rca.coverage, args.set_thresholds, args.maps, args.set_rule)
     print(f"\nCandidate sets and calibration ({section.counts})\n" + section.table.to_string(index=False))
     if has_recorded:
         rec_sets = recorded_sets(results, vs, section.calibration, config.rca.coverage)
@@ -1243,6 +1255,12 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         print(f"\nwrote {args.out}")
     print(f"bench_faults: done ({elapsed:.0f} s)")
     return 0
+
+
+def _set_rule() -> str:
+    import rca_calibration as rc
+
+    return str(rc.SET_RULE)
 
 
 def _version() -> str:

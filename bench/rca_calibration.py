@@ -15,8 +15,8 @@ evidence when it issued it (:func:`fedrca.rca.calibration.features`). This modul
 3. **scores** probabilities (:func:`score`): the expected calibration error of the named root's
    probability (10 equal bins, run-weighted) and what it would be were the probabilities exactly
    calibrated (:func:`ece_floor`), the reliability diagram, the candidate sets at the configured level
-   (the named root first, then the most likely plants until their probabilities reach the map's
-   threshold for it: :func:`fedrca.rca.explain.candidate_set`) and, per run, the set an operator is shown
+   (the named root first, then the map's set rule at its threshold for it:
+   :meth:`fedrca.rca.calibration.CalibrationMap.candidates`) and, per run, the set an operator is shown
    (the plants in at least half of its verdicts' sets): how often it holds a true root, its mean
    size, on the stream-4 (IDV 2, 8) and kinetics (IDV 13) faults apart;
 4. makes the **peers** into sets on the same runs: the first-alarm peer's first k plants to alarm
@@ -44,6 +44,7 @@ import numpy as np
 from fedrca.rca.calibration import (
     FEATURES,
     CalibrationMap,
+    candidate_set,
     expected_calibration_error,
     fit,
     fit_thresholds,
@@ -51,12 +52,12 @@ from fedrca.rca.calibration import (
     reliability,
 )
 from fedrca.rca.evidence import softmax
-from fedrca.rca.explain import candidate_set
 
 __all__ = [
     "IDV_GROUPS",
     "KINETICS",
     "MAPS_BY",
+    "SET_RULE",
     "STREAM_4",
     "THRESHOLDS_BY",
     "Samples",
@@ -78,6 +79,10 @@ IDV_GROUPS = 4
 PENALTY = 1e-2
 #: the coverage levels a map's set thresholds are fitted for (rca.coverage must be one of them, or between two)
 LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+#: how the candidate sets are built (fedrca.rca.calibration.RULES): every plant of probability at least the threshold
+#: joins the named root (the mass rule, the most probable plants until their sum reaches it, made larger sets at the
+#: same coverage on the library: docs/rca.md, "The set thresholds")
+SET_RULE = "plant"
 #: what one set threshold or one map is fitted for in the cross-validation (:func:`threshold_key`); the shipped map
 #: and its thresholds are pooled
 THRESHOLDS_BY = ("pooled", "rows", "setting")
@@ -198,13 +203,43 @@ def _apply_keyed(maps: Mapping[str, CalibrationMap], samples: Samples, by: str) 
     return probs
 
 
-def _out_of_fold(samples: Samples, plants: Sequence[str], maps_by: str = "pooled") -> np.ndarray:
+class _Fits:
+    """The maps of :func:`_fit_keyed` on subsets of one library, each fitted once: an inner fold of the nested
+    cross-validation fits on the runs of neither of two seeds and neither of two IDV groups, and the (outer, inner)
+    folds (s, g)/(s', g'), (s', g')/(s, g), (s, g')/(s', g) and (s', g)/(s, g') all fit on those same runs (the same
+    rows in the same order, hence the same weights:
+    ``tests/bench/test_rca_calibration.py::test_shared_inner_fits_are_the_fits_of_each_fold``)."""
+
+    def __init__(self, samples: Samples, plants: Sequence[str], maps_by: str) -> None:
+        self.samples, self.plants, self.maps_by = samples, plants, maps_by
+        self._done: dict[bytes, dict[str, CalibrationMap]] = {}
+
+    def __call__(self, mask: np.ndarray) -> dict[str, CalibrationMap]:
+        """The maps fitted on the rows ``mask`` (N,) of the library."""
+        key = np.packbits(mask).tobytes()
+        if key not in self._done:
+            self._done[key] = _fit_keyed(self.samples.where(mask), self.plants, self.maps_by)
+        return self._done[key]
+
+
+def _out_of_fold(
+    samples: Samples, plants: Sequence[str], maps_by: str = "pooled", fits: _Fits | None = None,
+    rows: np.ndarray | None = None,
+) -> np.ndarray:  # fmt: skip
     """(N, M) every verdict's probabilities from the logit of a map that saw neither its seed nor its IDV group
-    (NaN where no such map exists)."""
+    (NaN where no such map exists). ``fits``: the maps of a library ``samples`` is the part ``rows`` of (each
+    fitted once over the whole nested cross-validation)."""
     probs = np.full(samples.truth.shape, np.nan)
     for train, test in _folds(samples):
-        if train.any():
-            probs[test] = _apply_keyed(_fit_keyed(samples.where(train), plants, maps_by), samples.where(test), maps_by)
+        if not train.any():
+            continue
+        if fits is None or rows is None:
+            fitted = _fit_keyed(samples.where(train), plants, maps_by)
+        else:
+            mask = np.zeros(len(fits.samples), dtype=bool)
+            mask[rows[train]] = True
+            fitted = fits(mask)
+        probs[test] = _apply_keyed(fitted, samples.where(test), maps_by)
     return probs
 
 
@@ -221,7 +256,9 @@ def threshold_key(setting: str, by: str) -> str:
     raise ValueError(f"a map or a set threshold by {by!r}: one of {', '.join(MAPS_BY)}")
 
 
-def _thresholds(samples: Samples, probs: np.ndarray, by: str = "pooled") -> dict[str, tuple[tuple[float, float], ...]]:
+def _thresholds(
+    samples: Samples, probs: np.ndarray, by: str = "pooled", rule: str = "mass"
+) -> dict[str, tuple[tuple[float, float], ...]]:
     """The set thresholds (:func:`fedrca.rca.calibration.fit_thresholds`) of out-of-fold probabilities, per part of
     the library (:func:`threshold_key`): the coverage must hold in every setting of the part."""
     known = ~np.isnan(probs).any(axis=1)
@@ -233,27 +270,30 @@ def _thresholds(samples: Samples, probs: np.ndarray, by: str = "pooled") -> dict
     for key in np.unique(keys):
         sel = keys == key
         out[str(key)] = fit_thresholds(probs[known][sel], part.truth[sel], part.root[sel], part.weight[sel],
-                                       groups=part.setting[sel], levels=LEVELS)  # fmt: skip
+                                       groups=part.setting[sel], levels=LEVELS, rule=rule)  # fmt: skip
     return out
 
 
 def cross_validate(
-    samples: Samples, plants: Sequence[str], thresholds_by: str = "pooled", maps_by: str = "pooled"
-) -> tuple[np.ndarray, list[CalibrationMap]]:
+    samples: Samples, plants: Sequence[str], thresholds_by: str = "pooled", maps_by: str = "pooled",
+    rule: str = SET_RULE,
+) -> tuple[np.ndarray, list[CalibrationMap]]:  # fmt: skip
     """(N, M) the calibrated probabilities of every verdict from a map that saw neither its seed nor its IDV
     group (with one fault seed, as in the smoke run, the IDV groups alone), and the map of each verdict's fold
     (its set thresholds fitted by the same cross-validation inside the fold's runs: no threshold has seen the
     runs it is scored on). ``maps_by`` and ``thresholds_by`` (:func:`threshold_key`) say what one map and one
     threshold are fitted for: ``pooled`` (the four settings pooled, what ships), ``rows``, ``setting`` or (maps only)
-    ``rows-shrunk``."""
+    ``rows-shrunk``; ``rule`` how a set is built (:data:`fedrca.rca.calibration.RULES`)."""
     probs = np.full(samples.truth.shape, np.nan)
     maps: list[CalibrationMap | None] = [None] * len(samples)
+    fits = _Fits(samples, plants, maps_by)
     for train, test in _folds(samples):
         if not train.any():
             raise SystemExit("bench_faults: calibration needs runs of two IDV groups to cross-validate")
         inside, outside = samples.where(train), samples.where(test)
-        fitted = _fit_keyed(inside, plants, maps_by)
-        table = _thresholds(inside, _out_of_fold(inside, plants, maps_by), thresholds_by)
+        fitted = fits(train)
+        inner = _out_of_fold(inside, plants, maps_by, fits, np.flatnonzero(train))
+        table = _thresholds(inside, inner, thresholds_by, rule)
         probs[test] = _apply_keyed(fitted, outside, maps_by)
         keyed: dict[tuple[str, str], CalibrationMap] = {}
         for i, setting in zip(np.flatnonzero(test), outside.setting, strict=True):
@@ -261,28 +301,31 @@ def cross_validate(
             if key[0] not in fitted:
                 raise SystemExit(f"bench_faults: no runs of {key[0]} to fit its map on in a fold")
             if key not in keyed:  # a part the fold's runs do not hold: its sets reach the coverage itself
-                keyed[key] = dataclasses.replace(fitted[key[0]], thresholds=table.get(key[1], ()))
+                keyed[key] = dataclasses.replace(fitted[key[0]], thresholds=table.get(key[1], ()), rule=rule)
             maps[i] = keyed[key]
     return probs, maps  # type: ignore[return-value]
 
 
 def final_map(
     samples: Samples, plants: Sequence[str], scores: Mapping[str, Any], fitted_on: Mapping[str, Any],
-    probs: np.ndarray,
+    probs: np.ndarray, rule: str = SET_RULE,
 ) -> CalibrationMap:  # fmt: skip
-    """The map fitted on every verdict of every setting (what ships for TEP), its set thresholds fitted on the
-    cross-validated probabilities ``probs`` of every verdict."""
-    return _fit(samples, plants, name="tep-library", scores=dict(scores), fitted_on=dict(fitted_on),
-                thresholds=_thresholds(samples, probs)["all"])  # fmt: skip
+    """The map fitted on every verdict of every setting (what ships for TEP), its set thresholds (of the set
+    ``rule``) fitted on the cross-validated probabilities ``probs`` of every verdict."""
+    m = _fit(samples, plants, name="tep-library", scores=dict(scores), fitted_on=dict(fitted_on))
+    return dataclasses.replace(m, thresholds=_thresholds(samples, probs, "pooled", rule)["all"], rule=rule)
 
 
-def _run_sets(samples: Samples, probs: np.ndarray, reach: np.ndarray) -> dict[int, tuple[list[int], list[list[int]]]]:
+def _run_sets(
+    samples: Samples, probs: np.ndarray, level: float, maps: Sequence[CalibrationMap] | None
+) -> dict[int, tuple[list[int], list[list[int]]]]:
     """Per run: the set an operator is shown (plants in at least half of its verdicts' sets) and every set (each
-    verdict's set reaching ``reach`` (N,))."""
+    verdict's set: its map's at ``level``, :meth:`CalibrationMap.candidates`; without maps, reaching ``level``)."""
     out: dict[int, tuple[list[int], list[list[int]]]] = {}
     for run in np.unique(samples.run):
         idx = np.flatnonzero(samples.run == run)
-        sets = [candidate_set(probs[i], float(reach[i]), first=int(samples.root[i])) for i in idx]
+        sets = [candidate_set(probs[i], level, first=int(samples.root[i])) if maps is None
+                else maps[i].candidates(probs[i], level, first=int(samples.root[i])) for i in idx]  # fmt: skip
         shown = Counter(m for s in sets for m in s)
         majority = sorted(m for m, n in shown.items() if 2 * n >= len(sets))
         out[int(run)] = (majority, sets)
@@ -293,15 +336,14 @@ def score(
     samples: Samples, probs: np.ndarray, level: float, maps: Sequence[CalibrationMap] | None = None
 ) -> dict[str, Any]:
     """ECE, reliability bins, top-1 and the candidate sets' coverage and size of one setting's verdicts (each
-    set reaching its map's threshold for ``level``, :meth:`CalibrationMap.threshold`; ``level`` itself without
-    maps)."""
+    set its map's at ``level``, :meth:`CalibrationMap.candidates`; without maps, the smallest reaching ``level``)."""
     if not len(samples):
         return {}
     idx = np.arange(len(samples))
     confidence = probs[idx, samples.root]
     correct = samples.truth[idx, samples.root]
     reach = np.array([level if maps is None else maps[i].threshold(level) for i in idx])
-    sets = _run_sets(samples, probs, reach)
+    sets = _run_sets(samples, probs, level, maps)
     runs = sorted(sets)
     first = {int(r): int(np.flatnonzero(samples.run == r)[0]) for r in runs}
     holds = {r: bool(samples.truth[first[r]][sets[r][0]].any()) for r in runs}

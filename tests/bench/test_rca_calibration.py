@@ -77,9 +77,11 @@ def test_maps_and_thresholds_per_part_of_the_library(rc: ModuleType) -> None:
         # run of three, the 2,880-row ones never); pooled, one serves both
         assert same_map == (maps_by == "pooled"), maps_by
         assert same_thresholds == (thresholds_by == "pooled"), thresholds_by
-    # a threshold per training size: the 2,880-row sets are the named root alone
-    _, maps = rc.cross_validate(samples, plants, "rows", "pooled")
-    assert all(maps[i].threshold(0.9) <= 0.01 + 1e-9 for i in np.flatnonzero(~at_500))
+    # a threshold per training size: the 2,880-row sets are the named root alone, whatever the set rule
+    for rule in ("mass", "plant"):
+        probs, maps = rc.cross_validate(samples, plants, "rows", "pooled", rule)
+        for i in np.flatnonzero(~at_500):
+            assert maps[i].rule == rule and maps[i].candidates(probs[i], 0.9, int(samples.root[i])) == [samples.root[i]]
 
 
 def test_an_ablation_is_not_written_as_the_shipped_map(
@@ -88,8 +90,33 @@ def test_an_ablation_is_not_written_as_the_shipped_map(
     monkeypatch.syspath_prepend(str(BENCH))
     import bench_faults
 
-    for flag in ("--maps", "--set-thresholds"):
+    for flag, value in (("--maps", "rows"), ("--set-thresholds", "rows"), ("--set-rule", "mass")):
         with pytest.raises(SystemExit) as exc:
-            bench_faults.main([flag, "rows", "--calibration", "map.json", "--load-outputs", "none.pkl"])
+            bench_faults.main([flag, value, "--calibration", "map.json", "--load-outputs", "none.pkl"])
         assert exc.value.code == 2
         assert "leave out --calibration" in capsys.readouterr().err
+
+
+def test_shared_inner_fits_are_the_fits_of_each_fold(rc: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nested cross-validation fits each set of runs once (inner folds of different outer folds that leave out
+    the same two seeds and IDV groups share their map), and gives the probabilities and thresholds of fitting every
+    (outer, inner) fold on its own."""
+    samples = _library(rc)
+    plants = ("a", "b", "c")
+    fitted = []
+    real = rc._fit_keyed
+    monkeypatch.setattr(rc, "_fit_keyed", lambda s, p, by: fitted.append(len(s)) or real(s, p, by))
+    probs, maps = rc.cross_validate(samples, plants, "setting", "pooled")
+    # 3 seeds x 4 IDV groups held out in turn; inside each, 2 seeds x 3 groups: 12 + 12 x 6 fits on their own, and
+    # 12 + 3 x 6 distinct sets of runs (the outer folds, then each pair of seeds x pair of groups left out)
+    assert len(fitted) == 12 + 3 * 6
+    for train, test in rc._folds(samples):
+        inside, outside = samples.where(train), samples.where(test)
+        alone = real(inside, plants, "pooled")
+        np.testing.assert_array_equal(probs[test], rc._apply_keyed(alone, outside, "pooled"))
+        inner = np.full(inside.truth.shape, np.nan)
+        for tr2, te2 in rc._folds(inside):
+            inner[te2] = rc._apply_keyed(real(inside.where(tr2), plants, "pooled"), inside.where(te2), "pooled")
+        table = rc._thresholds(inside, inner, "setting", rc.SET_RULE)
+        for i in np.flatnonzero(test):
+            assert maps[i].thresholds == table[samples.setting[i]]

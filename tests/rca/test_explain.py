@@ -21,6 +21,7 @@ from fedrca.rca.calibration import (
     features,
     fit,
     fit_thresholds,
+    plant_set,
     reliability,
     share_of_others,
 )
@@ -175,6 +176,68 @@ def test_fitted_thresholds_are_the_smallest_that_hold_the_coverage_in_every_grou
         if t > 1 / 50:
             less = held(t - 1 / 50)
             assert any(np.sum(w[(groups == g) & less]) < level * np.sum(w[groups == g]) for g in range(3))
+
+
+def test_a_plant_rule_map_adds_every_plant_of_probability_at_least_its_threshold():
+    """The same probabilities and coverage: the mass rule adds the most probable plants until their sum reaches its
+    threshold, the plant rule every plant at or above its own, and nothing below it however small the sum."""
+    tempered = (0.05,) + (0.0,) * (len(FEATURES) - 1)
+    mass = calibrated_engine(tempered)[1][-1]
+    engine = engine_for(CHAIN, chain_graph())
+    engine.calibration = CalibrationMap(tempered, tuple(CHAIN), name="test", thresholds=((0.9, 0.3),), rule="plant")
+    v = incident(engine)[-1]
+    assert v.calibration == engine.calibration.id != mass.calibration
+    full = dict(zip(mass.candidates, mass.probabilities, strict=True))
+    assert len(mass.candidates) == 3 and sum(full.values()) >= 0.9  # the sum needs every plant
+    expected = [v.root_cause] + [
+        k for k in sorted(full, key=lambda k: -full[k]) if k != v.root_cause and full[k] >= 0.3
+    ]
+    assert list(v.candidates) == expected and len(v.candidates) < len(mass.candidates)
+    p = np.array([0.05, 0.6, 0.2, 0.15])
+    assert plant_set(p, 0.15, first=2) == [2, 1, 3] and plant_set(p, 0.7) == [1] and plant_set(p, 0.0) == [1, 2, 3, 0]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fitted_plant_thresholds_are_the_largest_that_hold_the_coverage_in_every_group(seed):
+    rng = np.random.default_rng(seed)
+    n, M = 60, 4
+    p = rng.dirichlet(np.full(M, 0.7), size=n)
+    truth = rng.random((n, M)) < 0.35
+    named, w, groups = rng.integers(0, M, n), rng.random(n) + 0.1, rng.integers(0, 3, n)
+
+    def held(t: float) -> np.ndarray:
+        return np.array([truth[i][plant_set(p[i], t, first=int(named[i]))].any() for i in range(n)])
+
+    table = fit_thresholds(p, truth, named, w, groups, levels=(0.3, 0.5, 0.7), grid=50, rule="plant")
+    limits = [t for _, t in table]
+    assert [c for c, _ in table] == [0.3, 0.5, 0.7] and limits == sorted(limits, reverse=True)
+    for level, t in table:
+        ok = held(t)
+        covered = all(np.sum(w[(groups == g) & ok]) >= level * np.sum(w[groups == g]) - 1e-9 for g in range(3))
+        assert covered or t == 0.0  # 0: no threshold holds it, every plant of positive probability
+        if t < 1.0:
+            more = held(t + 1 / 50)
+            assert any(np.sum(w[(groups == g) & more]) < level * np.sum(w[groups == g]) for g in range(3))
+
+
+def test_a_plant_rule_map_keeps_its_rule_and_decreasing_thresholds():
+    w = (1.0,) + (0.5,) * (len(FEATURES) - 1)
+    table = ((0.8, 0.4), (0.9, 0.2))
+    plant = CalibrationMap(w, ("a", "b"), name="tep", thresholds=table, rule="plant")
+    assert CalibrationMap.from_json(plant.to_json()) == plant
+    # the rule is part of the digest: the same weights make another map
+    assert CalibrationMap(w, ("a", "b"), rule="plant").id != CalibrationMap(w, ("a", "b")).id
+    assert plant.threshold(0.85) == pytest.approx(0.3) and plant.threshold(0.99) == pytest.approx(0.01)
+    assert CalibrationMap(w, ("a", "b"), name="tep", rule="plant").threshold(0.9) == pytest.approx(0.1)
+    with pytest.raises(ArtifactError, match="decreasing"):
+        CalibrationMap(w, ("a", "b"), thresholds=((0.8, 0.2), (0.9, 0.4)), rule="plant")
+    with pytest.raises(ArtifactError, match="set rule"):
+        CalibrationMap.from_dict(json.loads(plant.to_json()) | {"rule": "largest"})
+    # a mass map's JSON from before rules (no "rule") is read as one, with its id
+    mass = CalibrationMap(w, ("a", "b"), name="tep", thresholds=((0.8, 0.2), (0.9, 0.4)))
+    data = json.loads(mass.to_json())
+    del data["rule"]
+    assert CalibrationMap.from_dict(data) == mass
 
 
 def test_a_map_without_thresholds_reaches_the_coverage_and_keeps_its_id():

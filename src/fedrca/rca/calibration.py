@@ -64,20 +64,31 @@ from fedrca.rca.graph import InterdependencyGraph
 __all__ = [
     "FEATURES",
     "FORMAT",
+    "RULES",
     "CalibrationMap",
+    "candidate_set",
     "expected_calibration_error",
     "features",
     "fit",
+    "fit_thresholds",
     "fit_weights",
+    "plant_set",
     "reliability",
 ]
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 
-#: The artifact's format tag (a ``fedrca-calibration/1`` map, without set thresholds, is still read).
-FORMAT = "fedrca-calibration/2"
-FORMATS = ("fedrca-calibration/1", FORMAT)
+#: The artifact's format tag (a ``fedrca-calibration/1`` map, without set thresholds, and a ``/2`` map, without a set
+#: rule, are still read: their sets follow the ``mass`` rule).
+FORMAT = "fedrca-calibration/3"
+FORMATS = ("fedrca-calibration/1", "fedrca-calibration/2", FORMAT)
+#: How a candidate set is built from a verdict's probabilities p and the map's threshold t for the coverage (the named
+#: root first in both): ``mass``, the most probable plants until their probabilities sum to t (:func:`candidate_set`);
+#: ``plant``, every other plant of probability at least t (:func:`plant_set`: the least ambiguous set-valued
+#: classifier, Sadinle, Lei and Wasserman 2019, the smallest sets on average of any rule at a given coverage when the
+#: probabilities are calibrated: it adds no plant of small probability to make up a sum).
+RULES = ("mass", "plant")
 #: Floor of the engine's log root posterior in the first feature (nats): beyond it the engine's
 #: evidence against a plant says nothing the other features do not.
 LOG_FLOOR = -30.0
@@ -145,6 +156,54 @@ def features(evidence: Evidence, graph: InterdependencyGraph, settings: RCASetti
             (entry & evidence.alarming).astype(np.float64),
         ]
     )
+
+
+def candidate_set(probabilities: ArrayLike, level: float, first: int | None = None) -> list[int]:
+    """Indices of the smallest set, most probable first (``first`` leads when given), whose probabilities
+    sum to at least ``level`` (at most :data:`~fedrca.contracts.reason.MAX_CANDIDATES`; plants of zero
+    probability never): the ``mass`` rule.
+
+    Examples
+    --------
+    >>> candidate_set(np.array([0.05, 0.6, 0.35]), 0.9)
+    [1, 2]
+    >>> candidate_set(np.array([0.05, 0.6, 0.35]), 0.9, first=2)
+    [2, 1]
+    """
+    p = np.asarray(probabilities, dtype=np.float64)
+    order = [int(i) for i in np.argsort(-p, kind="stable") if p[i] > 0.0]
+    if first is not None and first in order:
+        order.remove(first)
+        order.insert(0, first)
+    chosen: list[int] = []
+    held = 0.0
+    for i in order[:MAX_CANDIDATES]:
+        chosen.append(i)
+        held += float(p[i])
+        # float sums of probabilities that reach the level exactly must count as reaching it
+        if held >= level - 1e-9:
+            break
+    return chosen
+
+
+def plant_set(probabilities: ArrayLike, floor: float, first: int | None = None) -> list[int]:
+    """Indices of ``first`` (without it, the most probable plant), then every other plant of probability at least
+    ``floor``, most probable first (at most :data:`~fedrca.contracts.reason.MAX_CANDIDATES`; plants of zero
+    probability never): the ``plant`` rule.
+
+    Examples
+    --------
+    >>> plant_set(np.array([0.05, 0.6, 0.35]), 0.2)
+    [1, 2]
+    >>> plant_set(np.array([0.05, 0.6, 0.2, 0.15]), 0.2, first=0)
+    [0, 1, 2]
+    """
+    p = np.asarray(probabilities, dtype=np.float64)
+    first = int(np.argmax(p)) if first is None else int(first)
+    order = [int(i) for i in np.argsort(-p, kind="stable") if p[i] > 0.0 and i != first]
+    lead = [] if p[first] <= 0.0 else [first]
+    # a probability equal to the floor up to float rounding counts as reaching it
+    return (lead + [i for i in order if p[i] >= floor - 1e-12])[:MAX_CANDIDATES]
 
 
 def _softmax_rows(a: FloatArray) -> FloatArray:
@@ -217,10 +276,13 @@ class CalibrationMap:
     plants : the plants of the site it was fitted for (a site with other plants is refused)
     fitted_on : what the fit saw (library, settings, runs, verdicts), for the record
     scores : the cross-validated figures of the fit (e.g. the expected calibration error per setting)
-    thresholds : ``((coverage, threshold), ...)`` increasing in both: the probability a candidate set must reach to
-        hold a true root on ``coverage`` of the fitting runs (:func:`fit_thresholds`); empty: the coverage itself
+    thresholds : ``((coverage, threshold), ...)``, the coverage increasing: the threshold t of the set ``rule`` at
+        which the candidate sets held a true root on ``coverage`` of the fitting runs (:func:`fit_thresholds`): for
+        ``mass`` the probability a set must reach (increasing with the coverage; empty: the coverage itself), for
+        ``plant`` the probability a plant needs to join the named root (decreasing; empty: 1 - the coverage)
     features : the feature names, in order (must be :data:`FEATURES`)
-    id : ``<name>-<digest>``: the digest of the weights and plants; verdicts name it
+    rule : how a candidate set is built (:data:`RULES`)
+    id : ``<name>-<digest>``: the digest of the weights, plants, thresholds and a ``plant`` rule; verdicts name it
     """
 
     weights: tuple[float, ...]
@@ -230,6 +292,7 @@ class CalibrationMap:
     features: tuple[str, ...] = FEATURES
     name: str = "calibration"
     thresholds: tuple[tuple[float, float], ...] = ()
+    rule: str = "mass"
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -243,16 +306,22 @@ class CalibrationMap:
             raise ArtifactError(f"calibration weights must be {len(FEATURES)} finite numbers, got {list(self.weights)}")
         object.__setattr__(self, "weights", w)
         object.__setattr__(self, "plants", tuple(self.plants))
+        if self.rule not in RULES:
+            raise ArtifactError(f"calibration set rule {self.rule!r}: one of {', '.join(RULES)}")
         table = tuple((float(c), float(t)) for c, t in self.thresholds)
         levels, limits = [c for c, _ in table], [t for _, t in table]
-        ordered = levels == sorted(set(levels)) and limits == sorted(limits)
-        if not ordered or not all(0.0 < x <= 1.0 for x in levels + limits):
+        mass = self.rule == "mass"
+        ordered = levels == sorted(set(levels)) and limits == sorted(limits, reverse=not mass)
+        if not ordered or not all(0.0 < x <= 1.0 for x in levels) or not all(0.0 < x <= 1.0 or (
+                not mass and x == 0.0) for x in limits):  # fmt: skip
             raise ArtifactError(
-                f"calibration thresholds must be (coverage, threshold) pairs in (0, 1], increasing, got {list(table)}"
+                f"calibration thresholds must be (coverage, threshold) pairs in (0, 1], the coverage increasing, the "
+                f"threshold {'increasing' if mass else 'decreasing'} with it (rule {self.rule}), got {list(table)}"
             )
         object.__setattr__(self, "thresholds", table)
-        # a map without thresholds keeps the id it had before thresholds existed
+        # a map without thresholds keeps the id it had before thresholds existed, a mass map the one it had before rules
         key: list[Any] = [w, list(self.plants)] + ([[list(x) for x in table]] if table else [])
+        key += [] if mass else [self.rule]
         digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:12]
         object.__setattr__(self, "id", f"{self.name}-{digest}")
 
@@ -274,12 +343,19 @@ class CalibrationMap:
         >>> m.threshold(0.9), round(m.threshold(0.85), 6), m.threshold(0.95)
         (0.8, 0.7, 0.95)
         """
+        unfitted = float(coverage) if self.rule == "mass" else 1.0 - float(coverage)
         if not self.thresholds:
-            return float(coverage)
+            return unfitted
         levels = [c for c, _ in self.thresholds]
         if not levels[0] - 1e-12 <= coverage <= levels[-1] + 1e-12:
-            return float(coverage)
+            return unfitted
         return float(np.interp(coverage, levels, [t for _, t in self.thresholds]))
+
+    def candidates(self, probabilities: ArrayLike, coverage: float, first: int | None = None) -> list[int]:
+        """The candidate set (plant indices, ``first`` leading) of a verdict's calibrated probabilities (M,) at
+        ``coverage``: the map's :attr:`rule` at its :meth:`threshold`."""
+        t = self.threshold(coverage)
+        return candidate_set(probabilities, t, first) if self.rule == "mass" else plant_set(probabilities, t, first)
 
     def apply(self, x: ArrayLike) -> FloatArray:
         """Probabilities (..., M) from features (..., M, F): softmax over the plants of ``x @ w``."""
@@ -311,6 +387,7 @@ class CalibrationMap:
             "fitted_on": dict(self.fitted_on),
             "scores": dict(self.scores),
             "thresholds": [list(x) for x in self.thresholds],
+            "rule": self.rule,
         }
 
     def to_json(self) -> str:
@@ -345,6 +422,7 @@ class CalibrationMap:
                 tuple(data.get("features", ())),
                 str(data.get("name", "calibration")),
                 tuple((row[0], row[1]) for row in table),
+                str(data.get("rule", "mass")),
             )
         except KeyError as exc:
             raise ArtifactError(f"calibration map without {exc}") from None
@@ -491,12 +569,14 @@ def fit_thresholds(
     groups: ArrayLike | None = None,
     levels: Sequence[float] = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
     grid: int = 100,
+    rule: str = "mass",
 ) -> tuple[tuple[float, float], ...]:
-    """The set thresholds of a map (:attr:`CalibrationMap.thresholds`): for each coverage level c, the smallest
-    threshold t on a grid of ``grid`` steps in (0, 1] such that the candidate sets built to reach t (the named
-    root first, then the most probable plants) hold a true root on at least c of the verdicts, by weight, in
-    every group (split-conformal calibration of the set; every run weighing one when ``weight`` = 1 / its
-    verdicts).
+    """The set thresholds of a map (:attr:`CalibrationMap.thresholds`): for each coverage level c, the threshold t
+    on a grid of ``grid`` steps in [0, 1] that gives the smallest sets of the ``rule`` (:data:`RULES`) holding a true
+    root on at least c of the verdicts, by weight, in every group (split-conformal calibration of the set; every run
+    weighing one when ``weight`` = 1 / its verdicts): ``mass``, the smallest t in (0, 1] the sets (the named root
+    first, then the most probable plants) must reach; ``plant``, the largest t a plant other than the named root
+    needs to join it.
 
     Parameters
     ----------
@@ -512,7 +592,12 @@ def fit_thresholds(
     >>> p = np.array([[0.6, 0.3, 0.1]] * 10); truth = np.zeros((10, 3), bool); truth[:, 0] = True
     >>> fit_thresholds(p, truth, np.zeros(10, int), np.ones(10), levels=(0.9,))
     ((0.9, 0.01),)
+    >>> truth[:5] = [False, True, False]  # half the verdicts: the second plant (0.3) is the root
+    >>> fit_thresholds(p, truth, np.zeros(10, int), np.ones(10), levels=(0.5, 0.9), rule="plant")
+    ((0.5, 1.0), (0.9, 0.3))
     """
+    if rule not in RULES:
+        raise ValueError(f"set rule {rule!r}: one of {', '.join(RULES)}")
     P = np.asarray(probabilities, dtype=np.float64)
     T = np.asarray(truth, dtype=bool)
     root = np.asarray(named, dtype=np.int64)
@@ -529,14 +614,21 @@ def fit_thresholds(
     before = np.cumsum(ranked, axis=1) - ranked
     # mass before the first true plant (inf when no plant of positive probability is true: never held)
     held_from = np.where(true_ranked & (ranked > 0), before, np.inf).min(axis=1)
+    # plant: the set holds a true root iff the named root is one, or a true plant among the first MAX_CANDIDATES - 1
+    # others has a probability of at least t (the most probable true one decides)
+    named_true = T[n, root] & (P[n, root] > 0)
+    others_true = true_ranked[:, 1:] & (ranked[:, 1:] > 0)
+    best = np.where(named_true, np.inf, np.where(others_true, ranked[:, 1:], -np.inf).max(axis=1, initial=-np.inf))
     out = []
     for level in levels:
-        chosen = 1.0
-        for t in np.arange(1, grid + 1) / grid:
-            ok = held_from < t - 1e-9
+        chosen = 1.0 if rule == "mass" else 0.0
+        # mass: from the smallest sum up; plant: from the largest floor down (both: from the smallest sets up)
+        steps = np.arange(1, grid + 1) / grid if rule == "mass" else np.arange(grid, -1, -1) / grid
+        for t in steps:
+            ok = held_from < t - 1e-9 if rule == "mass" else best >= t - 1e-12
             if all(np.sum(w[(g == k) & ok]) >= level * np.sum(w[g == k]) - 1e-12 for k in np.unique(g)):
                 chosen = float(t)
                 break
         out.append((float(level), round(chosen, 6)))
-    # thresholds increase with the level by construction; ties kept
+    # thresholds increase (mass) or decrease (plant) with the level by construction; ties kept
     return tuple(out)

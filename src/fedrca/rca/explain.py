@@ -39,7 +39,6 @@ import numpy as np
 from fedrca.config import RCASettings
 from fedrca.contracts import Verdict
 from fedrca.contracts.reason import (
-    MAX_CANDIDATES,
     MAX_CHANGE_CHARS,
     MAX_LINK_CHARS,
     MAX_REASON_PLANTS,
@@ -47,7 +46,7 @@ from fedrca.contracts.reason import (
     PlantReason,
     Reason,
 )
-from fedrca.rca.calibration import CalibrationMap
+from fedrca.rca.calibration import CalibrationMap, candidate_set
 from fedrca.rca.evidence import Evidence, FloatArray
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.rca.table import NO_ANOMALY, lookup
@@ -61,34 +60,6 @@ _STATE_WORDS = {
     "normal": "normal",
     "imperfect_training": "imperfect training",
 }
-
-
-def candidate_set(probabilities: np.ndarray, level: float, first: int | None = None) -> list[int]:
-    """Indices of the smallest set, most probable first (``first`` leads when given), whose probabilities
-    sum to at least ``level`` (at most :data:`~fedrca.contracts.reason.MAX_CANDIDATES`; plants of zero
-    probability never).
-
-    Examples
-    --------
-    >>> candidate_set(np.array([0.05, 0.6, 0.35]), 0.9)
-    [1, 2]
-    >>> candidate_set(np.array([0.05, 0.6, 0.35]), 0.9, first=2)
-    [2, 1]
-    """
-    p = np.asarray(probabilities, dtype=np.float64)
-    order = [int(i) for i in np.argsort(-p, kind="stable") if p[i] > 0.0]
-    if first is not None and first in order:
-        order.remove(first)
-        order.insert(0, first)
-    chosen: list[int] = []
-    held = 0.0
-    for i in order[:MAX_CANDIDATES]:
-        chosen.append(i)
-        held += float(p[i])
-        # float sums of probabilities that reach the level exactly must count as reaching it
-        if held >= level - 1e-9:
-            break
-    return chosen
 
 
 def shortest_path(graph: InterdependencyGraph, source: int, target: int) -> list[int] | None:
@@ -275,8 +246,10 @@ def annotate(
     root = None if decision.root_cause is None else plants.index(decision.root_cause)
     # the set reaches the map's threshold for the configured coverage (CalibrationMap.threshold; the coverage
     # itself without a map): tests/rca/test_explain.py::test_the_set_reaches_the_maps_threshold_for_its_coverage
-    reach = settings.coverage if calibration is None else calibration.threshold(settings.coverage)
-    shown = candidate_set(probabilities, reach, first=root)
+    if calibration is None:
+        shown = candidate_set(probabilities, settings.coverage, first=root)
+    else:  # the map's rule and its threshold for the coverage (CalibrationMap.candidates)
+        shown = calibration.candidates(probabilities, settings.coverage, first=root)
     reason = _reason(decision, evidence, graph, settings, shown)
     return dataclasses.replace(
         decision,
