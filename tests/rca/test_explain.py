@@ -155,27 +155,32 @@ def test_the_set_reaches_the_maps_threshold_for_its_coverage():
     assert v.probabilities == plain.probabilities[:1] and v.level == 0.9
 
 
+@pytest.mark.parametrize("rule", ["mass", "plant"])
 @pytest.mark.parametrize("seed", range(8))
-def test_fitted_thresholds_are_the_smallest_that_hold_the_coverage_in_every_group(seed):
+def test_fitted_thresholds_give_the_smallest_sets_that_hold_the_coverage_in_every_group(seed, rule):
+    """mass: the smallest sum that holds the coverage (one grid step less does not); plant: the largest floor a
+    plant needs to join the named root (one grid step more does not)."""
     rng = np.random.default_rng(seed)
     n, M = 60, 4
     p = rng.dirichlet(np.full(M, 0.7), size=n)
     truth = rng.random((n, M)) < 0.35
     named, w, groups = rng.integers(0, M, n), rng.random(n) + 0.1, rng.integers(0, 3, n)
+    build = candidate_set if rule == "mass" else plant_set
 
-    def held(t: float) -> np.ndarray:
-        return np.array([truth[i][candidate_set(p[i], t, first=int(named[i]))].any() for i in range(n)])
+    def covered(t: float, level: float) -> list[bool]:
+        ok = np.array([truth[i][build(p[i], t, first=int(named[i]))].any() for i in range(n)])
+        return [np.sum(w[(groups == g) & ok]) >= level * np.sum(w[groups == g]) - 1e-9 for g in range(3)]
 
-    table = fit_thresholds(p, truth, named, w, groups, levels=(0.3, 0.5, 0.7), grid=50)
-    assert [c for c, _ in table] == [0.3, 0.5, 0.7] and [t for _, t in table] == sorted(t for _, t in table)
+    table = fit_thresholds(p, truth, named, w, groups, levels=(0.3, 0.5, 0.7), grid=50, rule=rule)
+    limits = [t for _, t in table]
+    assert [c for c, _ in table] == [0.3, 0.5, 0.7] and limits == sorted(limits, reverse=rule == "plant")
+    # the threshold when none holds the level: the whole set (mass 1, plant 0: every plant of positive probability)
+    whole, step = (1.0, -1 / 50) if rule == "mass" else (0.0, 1 / 50)
     for level, t in table:
-        if t == 1.0:  # no threshold holds it: the whole set
-            continue
-        ok = held(t)
-        assert all(np.sum(w[(groups == g) & ok]) >= level * np.sum(w[groups == g]) - 1e-9 for g in range(3))
-        if t > 1 / 50:
-            less = held(t - 1 / 50)
-            assert any(np.sum(w[(groups == g) & less]) < level * np.sum(w[groups == g]) for g in range(3))
+        assert all(covered(t, level)) or t == whole
+        # one grid step towards smaller sets loses the level (mass: a smaller sum; plant: a higher floor)
+        if (rule == "mass" and 1 / 50 < t < 1.0) or (rule == "plant" and t < 1.0):
+            assert not all(covered(t + step, level))
 
 
 def test_a_plant_rule_map_adds_every_plant_of_probability_at_least_its_threshold():
@@ -195,29 +200,6 @@ def test_a_plant_rule_map_adds_every_plant_of_probability_at_least_its_threshold
     assert list(v.candidates) == expected and len(v.candidates) < len(mass.candidates)
     p = np.array([0.05, 0.6, 0.2, 0.15])
     assert plant_set(p, 0.15, first=2) == [2, 1, 3] and plant_set(p, 0.7) == [1] and plant_set(p, 0.0) == [1, 2, 3, 0]
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_fitted_plant_thresholds_are_the_largest_that_hold_the_coverage_in_every_group(seed):
-    rng = np.random.default_rng(seed)
-    n, M = 60, 4
-    p = rng.dirichlet(np.full(M, 0.7), size=n)
-    truth = rng.random((n, M)) < 0.35
-    named, w, groups = rng.integers(0, M, n), rng.random(n) + 0.1, rng.integers(0, 3, n)
-
-    def held(t: float) -> np.ndarray:
-        return np.array([truth[i][plant_set(p[i], t, first=int(named[i]))].any() for i in range(n)])
-
-    table = fit_thresholds(p, truth, named, w, groups, levels=(0.3, 0.5, 0.7), grid=50, rule="plant")
-    limits = [t for _, t in table]
-    assert [c for c, _ in table] == [0.3, 0.5, 0.7] and limits == sorted(limits, reverse=True)
-    for level, t in table:
-        ok = held(t)
-        covered = all(np.sum(w[(groups == g) & ok]) >= level * np.sum(w[groups == g]) - 1e-9 for g in range(3))
-        assert covered or t == 0.0  # 0: no threshold holds it, every plant of positive probability
-        if t < 1.0:
-            more = held(t + 1 / 50)
-            assert any(np.sum(w[(groups == g) & more]) < level * np.sum(w[groups == g]) for g in range(3))
 
 
 def test_a_plant_rule_map_keeps_its_rule_and_decreasing_thresholds():
