@@ -492,6 +492,12 @@ def load_recorded(data_dir: Path = REPO / "data" / "tep") -> dict[str, pd.DataFr
     return files
 
 
+def recorded_training_rows(data_dir: Path = REPO / "data" / "tep") -> int:
+    """The nominal rows the recorded files' monitor is fitted on (d00.dat): the training size whose map its site
+    gets."""
+    return len(load_tep(data_dir / "d00.dat"))
+
+
 def recorded_rows(m: Measured) -> list[dict[str, Any]]:
     rows = []
     for name, out in m.recorded.items():
@@ -748,14 +754,25 @@ def acceptance(results: dict[str, Measured], rows: Sequence[int]) -> list[str]:
 
 @dataclass
 class CalibrationSection:
-    """The candidate sets and calibration figures of every setting (issue 35), and the map fitted on them all."""
+    """The candidate sets and calibration figures of every setting (issue 35), and the maps fitted on them all."""
 
     table: pd.DataFrame
     reliability: dict[str, pd.DataFrame]
     panels: list[tuple[str, list[dict[str, float]], list[dict[str, float]]]]
     bars: list[str]
-    calibration: Any  # fedrca.rca.calibration.CalibrationMap
+    calibration: Any  # fedrca.rca.calibration.CalibrationMaps
     counts: str
+    maps_text: str = "the four settings pooled"
+    thresholds_text: str = "one for every setting"
+
+
+#: what one map (one set threshold) is fitted for, in words (rca_calibration.MAPS_BY)
+FITTED_FOR = {
+    "pooled": ("the four settings pooled", "one for every setting"),
+    "rows": ("one map per training size (both flag epsilons pooled)", "one per training size"),
+    "rows-shrunk": ("one map per training size, shrunk toward a shared one", "one per training size"),
+    "setting": ("one map per setting", "one per setting"),
+}
 
 
 def calibration_section(
@@ -856,21 +873,30 @@ def calibration_section(
         "threshold levels": list(rc.LEVELS),
         "set rule": rule,
     }
-    calibration = rc.final_map(samples, plants, {"cross-validated": scores}, fitted_on, probs, rule)
+    # an ablation that makes no file (set thresholds finer than the maps) gets the maps with one threshold, for the
+    # recorded files' table; main() refuses to write it
+    final_thresholds = thresholds_by if rc.shippable(maps_by, thresholds_by) else "pooled"
+    calibration = rc.final_maps(samples, plants, {"cross-validated": scores}, fitted_on, probs, rule, maps_by,
+                                final_thresholds)  # fmt: skip
     counts = (
         f"{len(samples)} verdicts of {len(np.unique(samples.run))} detected runs with a unit truth over "
         f"{len(fed)} settings, fault seeds {fitted_on['fault seeds']}"
     )
-    return CalibrationSection(pd.DataFrame(rows), reliabilities, panels, bars, calibration, counts)
+    return CalibrationSection(pd.DataFrame(rows), reliabilities, panels, bars, calibration, counts,
+                              FITTED_FOR[maps_by][0], FITTED_FOR[thresholds_by][1])  # fmt: skip
 
 
-def recorded_sets(results: dict[str, Measured], vs: Sequence[Variant], calibration: Any, level: float) -> pd.DataFrame:
-    """The recorded files' verdicts (fedrca at 2,880 rows' configuration, fitted on d00.dat) with the library's map:
-    the named root's calibrated probability (mean over the verdicts from the onset on) and the set shown."""
+def recorded_sets(results: dict[str, Measured], vs: Sequence[Variant], maps: Any, level: float) -> pd.DataFrame:
+    """The recorded files' verdicts (fedrca at 2,880 rows' configuration, fitted on d00.dat) with the library's map
+    of their site (``maps``: :class:`fedrca.rca.calibration.CalibrationMaps`; the map of d00.dat's rows and the
+    variant's flag epsilon, as the RCA side picks it): the named root's calibrated probability (mean over the
+    verdicts from the onset on) and the set shown."""
     out = []
+    rows = recorded_training_rows()
     for v in vs:
         if v.kind != "fedrca" or not results[v.key].recorded:
             continue
+        calibration = maps.select(rows, math.inf if v.epsilon is None else v.epsilon)
         for name, o in sorted(results[v.key].recorded.items()):
             if name == "d00_te" or o.features is None:
                 continue
@@ -891,6 +917,7 @@ def recorded_sets(results: dict[str, Measured], vs: Sequence[Variant], calibrati
                     "monitor": v.label,
                     "file": name,
                     "root": plants[root],
+                    "map": calibration.name,
                     "P(root), calibrated": float(np.mean([p[r] for p, r in zip(probs, roots, strict=True)])),
                     "set at the level": ", ".join(plants[m] for m in majority),
                     "set holds a true root": bool(truth & {plants[m] for m in majority}),
@@ -906,7 +933,7 @@ CALIBRATION_TEXT = (
     "fitting runs held a true root on 0.9 of the verdicts in every setting. The "
     "probabilities below are **calibrated** by a map fitted on the library (`bench/rca_calibration.py`) and "
     "**cross-validated**: every run's probabilities come from a map fitted on the runs of the other fault seeds and "
-    "the other IDV groups (IDV mod 4), the four settings pooled, and its threshold (`a plant joins the named root "
+    "the other IDV groups (IDV mod 4), {maps}, and its threshold ({thresholds}; `a plant joins the named root "
     "at`: the mean over the runs) from a cross-validation inside those runs. "
     "`holds a true root` = share of the detected runs with a unit truth whose set (the plants in at least half of "
     "the run's verdicts' sets) holds a true unit; `ECE` = expected calibration error of the named root's "
@@ -1061,8 +1088,8 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     parser.add_argument("--no-recorded", action="store_true", help="leave out the recorded Braatz files")
     parser.add_argument(
         "--calibration", default=None, metavar="PATH",
-        help="write the calibration map fitted on every run of every setting here (config/tep.calibration.json "
-        "is the shipped one)",
+        help="write the calibration maps fitted on every run here, one per part of the library --maps names, keyed by "
+        "its training rows (and flag epsilon) (config/tep.calibration.json is the shipped file)",
     )  # fmt: skip
     parser.add_argument(
         "--save-outputs", default=None, metavar="PATH",
@@ -1076,16 +1103,17 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         "not read; the same monitors, the fedrca of this checkout's outputs as they were when saved)",
     )  # fmt: skip
     parser.add_argument(
-        "--set-thresholds", default="pooled", choices=("pooled", "rows", "setting"),
+        "--set-thresholds", default=None, choices=("pooled", "rows", "setting"),
         help="what the candidate sets' thresholds are fitted for in the cross-validation: one for every setting "
-        "(pooled: what config/tep.calibration.json ships), one per training size or one per setting (an ablation: "
-        "not with --calibration)",
+        "(pooled), one per training size or one per setting (default: rca_calibration.SHIPPED_THRESHOLDS, what "
+        "config/tep.calibration.json ships; with --calibration, no finer than --maps: each map has one table)",
     )  # fmt: skip
     parser.add_argument(
-        "--maps", default="pooled", choices=("pooled", "rows", "setting", "rows-shrunk"),
-        help="what one calibration map is fitted for in the cross-validation: every setting (pooled: what "
-        "config/tep.calibration.json ships), each training size, each setting, or each training size shrunk toward a "
-        "shared map (an ablation: not with --calibration)",
+        "--maps", default=None, choices=("pooled", "rows", "setting", "rows-shrunk"),
+        help="what one calibration map is fitted for in the cross-validation, and how the maps --calibration writes "
+        "are keyed: every setting (pooled: one map), each training size, each setting (training size and flag "
+        "epsilon), or each training size shrunk toward a shared map (default: rca_calibration.SHIPPED_MAPS, what "
+        "config/tep.calibration.json ships)",
     )  # fmt: skip
     parser.add_argument(
         "--set-rule", default=None, choices=("mass", "plant"),
@@ -1100,9 +1128,11 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     # bench/run.py calls main() without arguments: the defaults, never run.py's own argv
     argv = [] if argv is None else list(argv)
     args = parser.parse_args(argv)
-    if args.calibration and (args.set_thresholds != "pooled" or args.maps != "pooled"):
-        parser.error("--set-thresholds and --maps rows/setting are ablations of the cross-validated figures; the "
-                     "shipped map and its thresholds are pooled: leave out --calibration")  # fmt: skip
+    args.maps, args.set_thresholds = args.maps or _shipped()[0], args.set_thresholds or _shipped()[1]
+    if args.calibration and not _shippable(args.maps, args.set_thresholds):
+        parser.error(f"--set-thresholds {args.set_thresholds} is finer than --maps {args.maps}: a map of the file "
+                     "would need several threshold tables; leave out --calibration (an ablation of the "
+                     "cross-validated figures) or fit the maps as finely")  # fmt: skip
     if args.calibration and args.set_rule not in (None, _set_rule()):
         parser.error(f"--set-rule {args.set_rule} is an ablation; the shipped map's rule is {_set_rule()}: leave out "
                      "--calibration")  # fmt: skip
@@ -1165,7 +1195,10 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         print("\nRecorded files with the library's map\n" + rec_sets.to_string(index=False))
     if args.calibration:
         Path(args.calibration).write_text(section.calibration.to_json())
-        print(f"\nwrote the calibration map {section.calibration.id} to {args.calibration}")
+        print(f"\nwrote the calibration map(s) {section.calibration.id} to {args.calibration}:")
+        for m, r in zip(section.calibration.maps, section.calibration.ranges, strict=True):
+            where = "; ".join(f"{k} [{lo:g}, {hi:g})" for k, (lo, hi) in r.items()) or "every site"
+            print(f"  {m.id} ({where}): 0.9 threshold {m.threshold(0.9):g}")
     for title, table in diagnosis:
         print(f"\n{title}\n" + table.to_string(index=False))
     if bars:
@@ -1205,7 +1238,8 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
             "",
             "## Candidate sets and calibrated probabilities",
             "",
-            CALIBRATION_TEXT + f" Figures from {section.counts}.",
+            CALIBRATION_TEXT.format(maps=section.maps_text, thresholds=section.thresholds_text)
+            + f" Figures from {section.counts}.",
             "",
             _md(section.table),
             "",
@@ -1224,8 +1258,9 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
             parts += [
                 "### The recorded files with the library's map",
                 "",
-                "The map fitted on the whole library (what config/tep.calibration.json ships) on the recorded "
-                "Braatz files, which it never saw (fitted on d00.dat, 2,880-row settings' configuration).",
+                "The maps fitted on the whole library (what config/tep.calibration.json ships) on the recorded "
+                "Braatz files, which they never saw (fitted on d00.dat, 2,880-row settings' configuration; `map`: "
+                "the one of d00.dat's training rows and the flag epsilon, as the RCA side picks it).",
                 "",
                 _md(rec_sets),
                 "",
@@ -1261,6 +1296,19 @@ def _set_rule() -> str:
     import rca_calibration as rc
 
     return str(rc.SET_RULE)
+
+
+def _shipped() -> tuple[str, str]:
+    """What one map and one set threshold of config/tep.calibration.json are fitted for."""
+    import rca_calibration as rc
+
+    return str(rc.SHIPPED_MAPS), str(rc.SHIPPED_THRESHOLDS)
+
+
+def _shippable(maps_by: str, thresholds_by: str) -> bool:
+    import rca_calibration as rc
+
+    return bool(rc.shippable(maps_by, thresholds_by))
 
 
 def _version() -> str:

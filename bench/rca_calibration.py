@@ -23,8 +23,9 @@ evidence when it issued it (:func:`fedrca.rca.calibration.features`). This modul
    (:func:`first_alarm_sets`), and the centralised RBC-PCA reference's k units of the largest
    contribution per alarm row (:func:`ranking_sets`; its contributions, normalised per row, are its
    probabilities); both at the smallest k that holds a true root as often as fedrca's sets;
-5. **fits** the map shipped for TEP (:func:`final_map`: every run of every setting; its thresholds on
-   the cross-validated probabilities of every run).
+5. **fits** the maps shipped for TEP (:func:`final_maps`: one per training size, each on every run of its
+   settings, keyed by the training rows the RCA side learns from its plants; their thresholds on the
+   cross-validated probabilities of every run).
 
 ``python bench/bench_faults.py --calibration config/tep.calibration.json`` writes the shipped map.
 """
@@ -32,6 +33,7 @@ evidence when it issued it (:func:`fedrca.rca.calibration.features`). This modul
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,7 +45,9 @@ import numpy as np
 
 from fedrca.rca.calibration import (
     FEATURES,
+    KEY_FLOOR,
     CalibrationMap,
+    CalibrationMaps,
     candidate_set,
     expected_calibration_error,
     fit,
@@ -61,13 +65,16 @@ __all__ = [
     "STREAM_4",
     "THRESHOLDS_BY",
     "Samples",
+    "bounds",
     "collect",
     "cross_validate",
     "final_map",
+    "final_maps",
     "first_alarm_sets",
     "ranking_sets",
     "reliability_figure",
     "score",
+    "setting_key",
     "threshold_key",
 ]
 
@@ -83,11 +90,26 @@ LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 #: joins the named root (the mass rule, the most probable plants until their sum reaches it, made larger sets at the
 #: same coverage on the library: docs/rca.md, "The set thresholds")
 SET_RULE = "plant"
-#: what one set threshold or one map is fitted for in the cross-validation (:func:`threshold_key`); the shipped map
-#: and its thresholds are pooled
+#: what one set threshold or one map is fitted for in the cross-validation (:func:`threshold_key`)
 THRESHOLDS_BY = ("pooled", "rows", "setting")
 #: what one map is fitted for: as THRESHOLDS_BY, or one per training size shrunk toward a shared one (_fit_keyed)
 MAPS_BY = (*THRESHOLDS_BY, "rows-shrunk")
+#: what config/tep.calibration.json ships: one map per training size (the RCA side learns its plants' training rows
+#: from what they publish: fedrca.rca.engine.training_rows), one set threshold for every setting (a threshold per
+#: training size collapses at 2,880 rows: docs/rca.md, "A threshold or a map per setting")
+SHIPPED_MAPS, SHIPPED_THRESHOLDS = "rows", "pooled"
+#: how finely each part of the library is cut (a set threshold's part must hold a whole map's)
+_GRAIN = {"pooled": 0, "rows": 1, "rows-shrunk": 1, "setting": 2}
+
+
+def shippable(maps_by: str, thresholds_by: str) -> bool:
+    """Whether maps per ``maps_by`` with set thresholds per ``thresholds_by`` make one file (every map has one
+    threshold table: the thresholds are not fitted per finer parts than the maps).
+
+    >>> shippable("rows", "pooled"), shippable("pooled", "rows")
+    (True, False)
+    """
+    return _GRAIN[thresholds_by] <= _GRAIN[maps_by]
 
 
 @dataclass(frozen=True)
@@ -306,14 +328,104 @@ def cross_validate(
     return probs, maps  # type: ignore[return-value]
 
 
+def setting_key(setting: str) -> tuple[int, float]:
+    """(training rows, flag epsilon) of a setting named ``fedrca-<rows>-<eps>``.
+
+    >>> setting_key("fedrca-500-2"), setting_key("fedrca-2880-inf")
+    ((500, 2.0), (2880, inf))
+    """
+    _, rows, eps = setting.split("-")
+    return int(rows), float(eps)
+
+
+def _flip(epsilon: float) -> float:
+    """P(a published flag is flipped) at flag epsilon ``epsilon`` (randomized response: 1 / (1 + e^eps); 0 at inf)."""
+    return 0.0 if math.isinf(epsilon) else 1.0 / (1.0 + math.exp(epsilon))
+
+
+def bounds(values: Sequence[float], key: str) -> list[tuple[float, float]]:
+    """The ranges of the keyed maps (:class:`fedrca.rca.calibration.CalibrationMaps`) fitted at ``values`` (sorted):
+    each serves the sites nearest its value, and together they cover every site. ``training rows``: nearest on a log
+    scale (the bound between two fitted sizes is their geometric mean: a detector's nominal estimates err as one over
+    the square root of its rows, a ratio of sizes is what moves them); ``flag epsilon``: nearest in the flip
+    probability 1 / (1 + e^eps) (the bound between eps 2 and inf, flip 0.119 and 0, is eps 2.76).
+
+    >>> bounds([500, 2880], "training rows")
+    [(1.0, 1200.0), (1200.0, inf)]
+    >>> bounds([2.0, math.inf], "flag epsilon")
+    [(0.0, 2.76), (2.76, inf)]
+    """
+    cuts = []
+    for a, b in itertools.pairwise(values):
+        if key == "training rows":
+            cuts.append(float(round(math.sqrt(a * b))))
+        else:
+            q = (_flip(a) + _flip(b)) / 2.0
+            cuts.append(round(math.log((1.0 - q) / q), 2))
+    edges = [KEY_FLOOR[key], *cuts, math.inf]
+    return list(itertools.pairwise(edges))
+
+
+def final_maps(
+    samples: Samples, plants: Sequence[str], scores: Mapping[str, Any], fitted_on: Mapping[str, Any],
+    probs: np.ndarray, rule: str = SET_RULE, maps_by: str = "pooled", thresholds_by: str = "pooled",
+) -> CalibrationMaps:  # fmt: skip
+    """The maps shipped for TEP: one per part of the library (``maps_by``, :func:`threshold_key`; ``pooled``: one
+    map, fitted on every verdict of every setting), each fitted on every verdict of its part, its set thresholds (of
+    the set ``rule``, one table per ``thresholds_by`` part, which must not be finer than ``maps_by``) fitted on the
+    cross-validated probabilities ``probs`` of every verdict of that part; the maps keyed by the training rows (and,
+    per setting, the flag epsilon) they were fitted at, in the ranges :func:`bounds` gives."""
+    fitted = _fit_keyed(samples, plants, maps_by)
+    tables = _thresholds(samples, probs, thresholds_by, rule)
+    settings = sorted({str(s) for s in samples.setting}, key=setting_key)
+    rows = sorted({setting_key(s)[0] for s in settings})
+    epsilons = sorted({setting_key(s)[1] for s in settings})
+    row_range = dict(zip(rows, bounds(rows, "training rows"), strict=True))
+    eps_range = dict(zip(epsilons, bounds(epsilons, "flag epsilon"), strict=True))
+    maps, ranges = [], []
+    members_of = {part: [s for s in settings if threshold_key(s, maps_by) == part] for part in fitted}
+    # the maps in the order of their training rows (and flag epsilon): the order of their ranges
+    for part in sorted(fitted, key=lambda p: setting_key(members_of[p][0])):
+        m, members = fitted[part], members_of[part]
+        table_keys = {threshold_key(s, thresholds_by) for s in members}
+        if len(table_keys) != 1:
+            raise SystemExit(f"bench_faults: set thresholds by {thresholds_by} are finer than maps by {maps_by}")
+        n_rows, eps = setting_key(members[0])
+        r: dict[str, tuple[float, float]] = {}
+        name = "tep-library"
+        if maps_by != "pooled":
+            r["training rows"] = row_range[n_rows]
+            name += f"-rows{n_rows}"
+        if maps_by == "setting":
+            r["flag epsilon"] = eps_range[eps]
+            name += f"-eps{eps:g}"
+        mine = np.isin(samples.setting, members)
+        part_on: dict[str, Any] = {"settings": members, "runs": len(np.unique(samples.run[mine])),
+                                   "verdicts": int(mine.sum())}  # fmt: skip
+        if maps_by != "pooled":
+            part_on["training rows"] = n_rows
+        if maps_by == "setting":
+            part_on["flag epsilon"] = "inf" if math.isinf(eps) else eps
+        cv = scores.get("cross-validated", {})
+        part_scores: dict[str, Any] = {"cross-validated": {s: v for s, v in cv.items() if s in members}}
+        if maps_by == "pooled":  # one map for every site: its file is the map itself, with what the fit saw
+            part_on, part_scores = dict(fitted_on), dict(scores)
+        maps.append(dataclasses.replace(m, name=name, fitted_on=part_on, scores=part_scores, rule=rule,
+                                        thresholds=tables[next(iter(table_keys))]))  # fmt: skip
+        ranges.append(r)
+    if maps_by == "pooled":
+        return CalibrationMaps.single(maps[0])
+    return CalibrationMaps(tuple(maps), tuple(ranges), "tep-library", dict(fitted_on, maps=maps_by,
+                           thresholds=thresholds_by), dict(scores))  # fmt: skip
+
+
 def final_map(
     samples: Samples, plants: Sequence[str], scores: Mapping[str, Any], fitted_on: Mapping[str, Any],
     probs: np.ndarray, rule: str = SET_RULE,
 ) -> CalibrationMap:  # fmt: skip
-    """The map fitted on every verdict of every setting (what ships for TEP), its set thresholds (of the set
-    ``rule``) fitted on the cross-validated probabilities ``probs`` of every verdict."""
-    m = _fit(samples, plants, name="tep-library", scores=dict(scores), fitted_on=dict(fitted_on))
-    return dataclasses.replace(m, thresholds=_thresholds(samples, probs, "pooled", rule)["all"], rule=rule)
+    """The one map fitted on every verdict of every setting, its set thresholds (of the set ``rule``) fitted on the
+    cross-validated probabilities ``probs`` of every verdict (:func:`final_maps` pooled)."""
+    return final_maps(samples, plants, scores, fitted_on, probs, rule).maps[0]
 
 
 def _run_sets(

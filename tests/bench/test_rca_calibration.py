@@ -90,11 +90,36 @@ def test_an_ablation_is_not_written_as_the_shipped_map(
     monkeypatch.syspath_prepend(str(BENCH))
     import bench_faults
 
-    for flag, value in (("--maps", "rows"), ("--set-thresholds", "rows"), ("--set-rule", "mass")):
+    # a file's map has one threshold table: thresholds finer than the maps make no file; the set rule is fixed
+    for flags in (("--maps", "pooled", "--set-thresholds", "rows"), ("--maps", "rows", "--set-thresholds", "setting"),
+                  ("--set-rule", "mass")):  # fmt: skip
         with pytest.raises(SystemExit) as exc:
-            bench_faults.main([flag, value, "--calibration", "map.json", "--load-outputs", "none.pkl"])
+            bench_faults.main([*flags, "--calibration", "map.json", "--load-outputs", "none.pkl"])
         assert exc.value.code == 2
         assert "leave out --calibration" in capsys.readouterr().err
+
+
+def test_the_shipped_maps_are_one_per_training_size_each_fitted_on_its_own_runs(rc: ModuleType) -> None:
+    from fedrca.rca.calibration import CalibrationMaps
+
+    samples = _library(rc)
+    plants = ("a", "b", "c")
+    probs, _ = rc.cross_validate(samples, plants, "pooled", "rows")
+    maps = rc.final_maps(samples, plants, {"cross-validated": {}}, {"library": "test"}, probs, rc.SET_RULE, "rows",
+                         "pooled")  # fmt: skip
+    assert [m.name for m in maps.maps] == ["tep-library-rows500", "tep-library-rows2880"]
+    assert maps.ranges == ({"training rows": (1.0, 1200.0)}, {"training rows": (1200.0, float("inf"))})
+    one_table = rc._thresholds(samples, probs, "pooled", rc.SET_RULE)["all"]
+    for m, setting in zip(maps.maps, ("fedrca-500-inf", "fedrca-2880-inf"), strict=True):
+        alone = rc._fit(samples.where(samples.setting == setting), plants)
+        assert m.weights == alone.weights and m.thresholds == one_table and m.rule == rc.SET_RULE
+        assert m.fitted_on["training rows"] == rc.setting_key(setting)[0]
+    assert maps.select(1000, float("inf")) is maps.maps[0] and maps.select(2880, 2.0) is maps.maps[1]
+    assert CalibrationMaps.from_json(maps.to_json()) == maps
+    # pooled: one map for every site, fitted on every run, written as the map itself (the format of one map)
+    pooled = rc.final_maps(samples, plants, {}, {}, probs, rc.SET_RULE)
+    assert len(pooled.maps) == 1 and pooled.maps[0].weights == rc._fit(samples, plants).weights
+    assert pooled.maps[0].thresholds == one_table and '"format": "fedrca-calibration/3"' in pooled.to_json()
 
 
 def test_shared_inner_fits_are_the_fits_of_each_fold(rc: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:

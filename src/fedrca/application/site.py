@@ -41,7 +41,7 @@ from fedrca.fleet.calibration import Calibration
 from fedrca.fleet.collabdict import FleetModel
 from fedrca.fleet.detector import build_fleet_detector
 from fedrca.observability import Metrics
-from fedrca.rca.calibration import CalibrationMap
+from fedrca.rca.calibration import CalibrationMaps
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.rca.sensors import SensorEvents
@@ -147,8 +147,9 @@ def load_graph_file(path: str | Path, plants: Sequence[str]) -> InterdependencyG
         raise ArtifactError(f"{file}: {exc}") from None
 
 
-def load_calibration_map(path: str | Path, plants: Sequence[str]) -> CalibrationMap:
-    """Read a calibration map (``python bench/bench_faults.py --calibration PATH`` writes one) for ``plants``."""
+def load_calibration_map(path: str | Path, plants: Sequence[str]) -> CalibrationMaps:
+    """Read a calibration map, or maps keyed by training size (``python bench/bench_faults.py --calibration PATH``
+    writes them), for ``plants``."""
     file = Path(path)
     if not file.is_file():
         raise ArtifactError(
@@ -156,16 +157,17 @@ def load_calibration_map(path: str | Path, plants: Sequence[str]) -> Calibration
             "fit one with python bench/bench_faults.py --calibration PATH, or remove the key (uncalibrated verdicts)"
         )
     try:
-        calibration = CalibrationMap.from_json(file.read_text(encoding="utf-8"))
+        calibration = CalibrationMaps.from_json(file.read_text(encoding="utf-8"))
         calibration.check(plants)
     except (ArtifactError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"{file}: {exc}") from None
     return calibration
 
 
-def configured_calibration_map(config: SiteConfig, settings: RCASettings | None = None) -> CalibrationMap | None:
-    """The calibration map the configuration names (``rca.calibration.path``), else None: the verdicts then
-    carry the engine's own, uncalibrated posterior.
+def configured_calibration_map(config: SiteConfig, settings: RCASettings | None = None) -> CalibrationMaps | None:
+    """The calibration map(s) the configuration names (``rca.calibration.path``), else None: the verdicts then
+    carry the engine's own, uncalibrated posterior (the engine takes the map of its plants' training rows:
+    :func:`fedrca.rca.engine.select_calibration`).
 
     A relative path is looked up beside the configuration file, then among the configurations fedrca ships
     (``fedrca/_bundled/config``: the TEP map is found for a copy of config/tep.yaml anywhere)."""

@@ -64,10 +64,17 @@ class CalibrationOptions(Strict):
     ``path``: the map's JSON (``fedrca.rca.calibration.CalibrationMap``), relative to the
     configuration file's folder (the shipped TEP map sits beside config/tep.yaml); None = no map:
     verdicts carry the engine's own root posterior and say they are uncalibrated
-    (``"calibration": null``).
+    (``"calibration": null``). A file may hold one map per training size (and flag epsilon)
+    (``fedrca.rca.calibration.CalibrationMaps``): the engine takes the one of the rows its plants'
+    detectors were trained on, which it reads from their nominal flags or published parameters.
+
+    ``training_rows``: the plants' training rows when neither says (an RCA worker started before the
+    plants published parameters); None = uncalibrated verdicts until they do. Used only by maps keyed by
+    training rows; the published count wins over it (a disagreement is logged).
     """
 
     path: str | None = None
+    training_rows: int | None = Field(None, ge=1)
 
 
 class RCASettings(Strict):

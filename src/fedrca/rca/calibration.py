@@ -45,6 +45,7 @@ Examples
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -64,8 +65,11 @@ from fedrca.rca.graph import InterdependencyGraph
 __all__ = [
     "FEATURES",
     "FORMAT",
+    "KEYS",
+    "MAPS_FORMAT",
     "RULES",
     "CalibrationMap",
+    "CalibrationMaps",
     "candidate_set",
     "expected_calibration_error",
     "features",
@@ -437,6 +441,225 @@ class CalibrationMap:
     @classmethod
     def from_json(cls, text: str) -> CalibrationMap:
         """Parse an artifact's JSON text."""
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ArtifactError(f"calibration map is not JSON ({exc})") from None
+        return cls.from_dict(data)
+
+
+#: The format tag of a file of maps keyed by what a site knows of itself (:class:`CalibrationMaps`); a file of one
+#: map (:data:`FORMATS`) is read as one map for every site.
+MAPS_FORMAT = "fedrca-calibration-maps/1"
+#: What a map of a :class:`CalibrationMaps` may be keyed by: the nominal rows its site's detectors were trained on
+#: (the smallest over the plants: :func:`fedrca.rca.engine.training_rows`) and the site's published flag epsilon
+#: (``privacy.flag_epsilon``, inf: randomized response off).
+KEYS = ("training rows", "flag epsilon")
+#: The smallest value of each key (a range must start at or below it for the ranges to cover every site).
+KEY_FLOOR = {"training rows": 1.0, "flag epsilon": 0.0}
+
+
+def _in_range(value: float, low: float, high: float) -> bool:
+    """``value`` in [low, high); an unbounded range (high = inf) holds inf too (flag epsilon inf)."""
+    return low <= value < high or (math.isinf(high) and value == high)
+
+
+def _range_text(key: str, low: float, high: float) -> str:
+    top = "null" if math.isinf(high) else f"{high:g}"
+    return f"{key!r} [{low:g}, {top}]"
+
+
+@dataclass(frozen=True)
+class CalibrationMaps:
+    """Calibration maps keyed by what a site knows of itself: each map serves the sites whose training rows (and flag
+    epsilon) fall in its ranges, and the ranges of a file cover every site exactly once.
+
+    A map fitted on the fault library at one training size says how far to trust the engine's evidence *at that
+    size*: detectors trained on fewer nominal rows false-alarm more and name a wrong root more often, so one map pooled
+    over sizes is too confident at one and too cautious at the other (docs/rca.md, "What the probabilities mean"). The
+    RCA side knows its plants' training rows from what they publish (:func:`fedrca.rca.engine.training_rows`) and its
+    flag epsilon from the configuration; :meth:`select` picks the map.
+
+    Attributes
+    ----------
+    maps : the maps (same plants, same features)
+    ranges : per map, ``{key: (low, high)}`` for the keys it is restricted by (:data:`KEYS`; a key left out: every
+        value), each the half-open [low, high), high = inf unbounded (flag epsilon: inf included)
+    name : the file's name
+    fitted_on, scores : what the fit saw and its cross-validated figures, for the record
+    id : ``<name>-<digest>`` of the maps' ids and ranges
+    """
+
+    maps: tuple[CalibrationMap, ...]
+    ranges: tuple[Mapping[str, tuple[float, float]], ...]
+    name: str = "calibration"
+    fitted_on: Mapping[str, Any] = field(default_factory=dict)
+    scores: Mapping[str, Any] = field(default_factory=dict)
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        maps, ranges = tuple(self.maps), tuple({str(k): (float(lo), float(hi)) for k, (lo, hi) in r.items()}
+                                               for r in self.ranges)  # fmt: skip
+        if not maps or len(maps) != len(ranges):
+            raise ArtifactError(f"calibration maps: {len(maps)} maps and {len(ranges)} ranges; one range per map")
+        for i, r in enumerate(ranges):
+            for key, (low, high) in r.items():
+                if key not in KEYS:
+                    raise ArtifactError(f"calibration maps[{i}]: key {key!r}; a map is keyed by {', '.join(KEYS)}")
+                if not (math.isfinite(low) and low < high):
+                    raise ArtifactError(
+                        f"calibration maps[{i}]: {_range_text(key, low, high)} must be [low, high] with low < high "
+                        "(high null: no upper bound)"
+                    )
+        if len({m.plants for m in maps}) > 1:
+            raise ArtifactError(f"calibration maps of different plants {sorted({m.plants for m in maps})}: one site")
+        object.__setattr__(self, "maps", maps)
+        object.__setattr__(self, "ranges", ranges)
+        self._check_cover()
+        content = [[m.id, {k: [lo, None if math.isinf(hi) else hi] for k, (lo, hi) in sorted(r.items())}]
+               for m, r in zip(maps, ranges, strict=True)]  # fmt: skip
+        digest = hashlib.sha256(json.dumps(content).encode()).hexdigest()[:12]
+        object.__setattr__(self, "id", f"{self.name}-{digest}")
+
+    def _check_cover(self) -> None:
+        """Every site (every combination of key values) must have exactly one map: checked at one value per cell of
+        the grid every range's bounds make (a range is a union of cells)."""
+        keys = [k for k in KEYS if any(k in r for r in self.ranges)]
+        points = []
+        for k in keys:
+            bounds = {KEY_FLOOR[k]} | {b for r in self.ranges if k in r for b in r[k] if math.isfinite(b)}
+            points.append(sorted(b for b in bounds if b >= KEY_FLOOR[k]))
+        for values in itertools.product(*points):
+            site = dict(zip(keys, values, strict=True))
+            held = [i for i, r in enumerate(self.ranges) if all(_in_range(site[k], *r[k]) for k in r)]
+            where = " and ".join(f"{k} {v:g}" for k, v in site.items())
+            if not held:
+                raise ArtifactError(
+                    f"calibration maps: no map for a site of {where}: the ranges of each key must cover every value "
+                    f"from {', '.join(f'{k} {KEY_FLOOR[k]:g}' for k in keys)} up (the last range's high null)"
+                )
+            if len(held) > 1:
+                raise ArtifactError(
+                    f"calibration maps: maps {held} all serve a site of {where}: the ranges must not overlap "
+                    "([low, high) each, the next one's low = this one's high)"
+                )
+
+    @classmethod
+    def single(cls, calibration: CalibrationMap) -> CalibrationMaps:
+        """One map for every site (a file of one map)."""
+        return cls((calibration,), ({},), calibration.name, calibration.fitted_on, calibration.scores)
+
+    @classmethod
+    def of(cls, calibration: CalibrationMap | CalibrationMaps) -> CalibrationMaps:
+        """``calibration`` as maps (one map: for every site)."""
+        return calibration if isinstance(calibration, CalibrationMaps) else cls.single(calibration)
+
+    @property
+    def plants(self) -> tuple[str, ...]:
+        """The plants of the site the maps were fitted for."""
+        return self.maps[0].plants
+
+    def keyed_by(self, key: str) -> bool:
+        """Whether the map a site gets depends on ``key`` (:data:`KEYS`)."""
+        return len(self.maps) > 1 and any(key in r for r in self.ranges)
+
+    def check(self, plants: Sequence[str]) -> None:
+        """Refuse a site whose plants differ from the ones the maps were fitted for."""
+        self.maps[0].check(plants)
+
+    def select(self, training_rows: float | None, flag_epsilon: float) -> CalibrationMap | None:
+        """The map of a site whose detectors were trained on ``training_rows`` nominal rows (None: unknown) at flag
+        epsilon ``flag_epsilon``; None when the training rows are unknown and the maps are keyed by them.
+
+        Examples
+        --------
+        >>> w = (1.0,) + (0.0,) * (len(FEATURES) - 1)
+        >>> few, many = CalibrationMap(w, ("a", "b"), name="few"), CalibrationMap(w, ("a", "b"), name="many")
+        >>> maps = CalibrationMaps((few, many), ({"training rows": (1, 1200)}, {"training rows": (1200, math.inf)}))
+        >>> maps.select(1000, math.inf).name, maps.select(2880, 2.0).name, maps.select(None, 2.0)
+        ('few', 'many', None)
+        """
+        if training_rows is None and self.keyed_by("training rows"):
+            return None
+        site = {"flag epsilon": float(flag_epsilon)}
+        if training_rows is not None:
+            site["training rows"] = float(training_rows)
+        for m, r in zip(self.maps, self.ranges, strict=True):
+            if all(_in_range(site[k], *r[k]) for k in r if k in site):
+                return m
+        raise ArtifactError(f"calibration maps {self.id}: no map for {site}")  # the ranges cover every site
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON artifact (a range's unbounded high as null); one map for every site: the map's own artifact
+        (:data:`FORMAT`)."""
+        if len(self.maps) == 1 and not self.ranges[0]:
+            return self.maps[0].to_dict()
+        return {
+            "format": MAPS_FORMAT,
+            "name": self.name,
+            "id": self.id,
+            "keys": [k for k in KEYS if self.keyed_by(k)],
+            "maps": [
+                {**{k: [lo, None if math.isinf(hi) else hi] for k, (lo, hi) in r.items()}, "map": m.to_dict()}
+                for m, r in zip(self.maps, self.ranges, strict=True)
+            ],
+            "fitted_on": dict(self.fitted_on),
+            "scores": dict(self.scores),
+        }
+
+    def to_json(self) -> str:
+        """The artifact as indented JSON text."""
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CalibrationMaps:
+        """Validate an artifact: a file of keyed maps (:data:`MAPS_FORMAT`) or of one map (:data:`FORMATS`, then one
+        map for every site); :class:`ArtifactError` naming the key that is wrong and the fix."""
+        if isinstance(data, Mapping) and data.get("format") in FORMATS:
+            return cls.single(CalibrationMap.from_dict(data))
+        if not isinstance(data, Mapping) or data.get("format") != MAPS_FORMAT:
+            raise ArtifactError(f"not a calibration map (format {MAPS_FORMAT} or {FORMAT})")
+        entries = data.get("maps")
+        if not isinstance(entries, list) or not entries:
+            raise ArtifactError("calibration maps: 'maps' must be a non-empty list of {ranges..., 'map': {...}}")
+        maps, ranges = [], []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, Mapping) or "map" not in entry:
+                raise ArtifactError(f"calibration maps[{i}]: an object with 'map' and its ranges ({', '.join(KEYS)})")
+            unknown = sorted(set(entry) - {"map", *KEYS})
+            if unknown:
+                raise ArtifactError(
+                    f"calibration maps[{i}]: unknown key(s) {unknown}; a map is keyed by {', '.join(KEYS)}"
+                )
+            r = {}
+            for key in KEYS:
+                if key not in entry:
+                    continue
+                value = entry[key]
+                if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int | float)
+                        and not isinstance(value[0], bool) and (value[1] is None or (
+                            isinstance(value[1], int | float) and not isinstance(value[1], bool)))):  # fmt: skip
+                    raise ArtifactError(
+                        f"calibration maps[{i}]: {key!r} must be [low, high] (numbers; high null: no upper bound), "
+                        f"got {value!r}"
+                    )
+                r[key] = (float(value[0]), math.inf if value[1] is None else float(value[1]))
+            try:
+                maps.append(CalibrationMap.from_dict(entry["map"]))
+            except ArtifactError as exc:
+                raise ArtifactError(f"calibration maps[{i}]: {exc}") from None
+            ranges.append(r)
+        made = cls(tuple(maps), tuple(ranges), str(data.get("name", "calibration")),
+                   dict(data.get("fitted_on", {})), dict(data.get("scores", {})))  # fmt: skip
+        if "id" in data and data["id"] != made.id:
+            raise ArtifactError(
+                f"calibration maps id {data['id']!r} does not match its maps and ranges ({made.id}): edited by hand?"
+            )
+        return made
+
+    @classmethod
+    def from_json(cls, text: str) -> CalibrationMaps:
+        """Parse an artifact's JSON text (keyed maps, or one map)."""
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:

@@ -59,6 +59,7 @@ decision equals the look-up table :func:`fedrca.rca.table.lookup`.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ from fedrca.contracts import NOMINAL_STATE_COUNTS, SERVER, ParameterArtifact, Ve
 from fedrca.contracts.reason import MAX_PROPAGATED
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
 from fedrca.rca.block import cusum_block, episode_bounds, state_counts, window_counts
-from fedrca.rca.calibration import CalibrationMap
+from fedrca.rca.calibration import CalibrationMap, CalibrationMaps
 from fedrca.rca.evidence import Evidence
 from fedrca.rca.explain import annotate
 from fedrca.rca.flagmodel import (
@@ -96,8 +97,12 @@ __all__ = [
     "engine_for",
     "flag_model",
     "resolve_graph",
+    "select_calibration",
     "severity_model",
+    "training_rows",
 ]
+
+log = logging.getLogger("fedrca.rca")
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -198,6 +203,9 @@ class RCAEngine:
         if calibration is not None:
             calibration.check(self.plants)
         self.calibration = calibration
+        #: the maps ``calibration`` was picked from and the training rows it was picked by (:func:`build_engine`)
+        self.calibrations: CalibrationMaps | None = None if calibration is None else CalibrationMaps.single(calibration)
+        self.training_rows: int | None = None
         #: when a list, the evidence of every issued verdict is appended to it (benchmarks fit and score
         #: calibration maps on it: bench/bench_faults.py)
         self.evidence_log: list[Evidence] | None = None
@@ -1141,7 +1149,7 @@ def build_engine(
     settings: RCASettings | None = None,
     epsilon: float | None = None,
     level_epsilon: float | None = None,
-    calibration: CalibrationMap | None = None,
+    calibration: CalibrationMap | CalibrationMaps | None = None,
 ) -> RCAEngine:
     """The site's RCA engine from its configuration and what the plants published.
 
@@ -1161,7 +1169,8 @@ def build_engine(
     level_epsilon : published severity-level epsilon (default ``config.privacy.level_epsilon``);
         the engine reads levels when the plants publish them (``scoring.severity_levels``)
     calibration : the calibration map of the verdicts' root probabilities (read by the shell from
-        ``rca.calibration.path``); None = uncalibrated verdicts
+        ``rca.calibration.path``), or maps keyed by the site's training rows and flag epsilon, of which the engine
+        takes the one of this site (:func:`select_calibration`); None = uncalibrated verdicts
     """
     s = settings or config.rca
     plants = list(config.plant_names)
@@ -1182,14 +1191,85 @@ def build_engine(
     eps = config.privacy.flag_epsilon if epsilon is None else epsilon
     server = None if artifacts is None else artifacts.get(SERVER)
     level_eps = config.privacy.level_epsilon if level_epsilon is None else level_epsilon
-    return RCAEngine(
+    rows = training_rows(plants, nominal_flags, counts)
+    engine = RCAEngine(
         resolve_graph(config, s, server, graph),
         flag_model(s, nominal, eps, trained, augmented),
         s,
         site=config.site,
         severity=severity_model(s, config.severity_levels, level_eps),
-        calibration=calibration,
+        calibration=select_calibration(calibration, rows, eps, s.calibration.training_rows),
     )
+    # what the engine picked its map from, kept for a rebuild on newer artifacts (fedrca.streams.runtime.RCARuntime)
+    engine.calibrations = None if calibration is None else CalibrationMaps.of(calibration)
+    engine.training_rows = rows
+    return engine
+
+
+def training_rows(
+    plants: Sequence[str],
+    nominal_flags: Mapping[str, ArrayLike] | None = None,
+    counts: ArrayLike | None = None,
+) -> int | None:
+    """The nominal rows the site's detectors were trained on, as the RCA side knows them: per plant the rows of its
+    nominal flags (the demo and ``fedrca replay``, fitted here), else the sum of its artifact's nominal flag-state
+    counts (an RCA worker: the counts every plant publishes on the params topic, made on the same rows, degraded rows
+    out: the same number, ``tests/streams/test_rca_only.py``); the smallest over the plants (a plant trained on fewer
+    rows false-alarms more: the map of its size is the cautious one). None when neither is known.
+
+    Examples
+    --------
+    >>> training_rows(["a", "b"], counts=[[490, 4, 4, 2], [2870, 5, 3, 2]])
+    500
+    >>> training_rows(["a"]) is None
+    True
+    """
+    if nominal_flags is not None:
+        per = [int(np.count_nonzero(encode_states(np.asarray(nominal_flags[p])) >= 0)) for p in plants]
+    elif counts is not None:
+        per = [int(n) for n in np.rint(np.asarray(counts, dtype=np.float64).sum(axis=1))]
+    else:
+        return None
+    return min(per) if per else None
+
+
+def select_calibration(
+    calibration: CalibrationMap | CalibrationMaps | None,
+    rows: int | None,
+    epsilon: float,
+    configured_rows: int | None = None,
+) -> CalibrationMap | None:
+    """The calibration map of a site whose detectors were trained on ``rows`` nominal rows (:func:`training_rows`;
+    None: unknown) at flag epsilon ``epsilon``.
+
+    Maps keyed by training rows need the rows: when the plants' nominal flags or published counts do not say (an RCA
+    worker started before any plant published parameters), ``configured_rows`` (``rca.calibration.training_rows``)
+    does; without it the verdicts are uncalibrated (``"calibration": null``, logged with the fix) until the
+    plants' artifacts arrive and the engine is rebuilt from them. A configured count that the published counts
+    contradict is logged and the published one used: it is what the detectors were trained on.
+    """
+    if calibration is None:
+        return None
+    maps = CalibrationMaps.of(calibration)
+    if maps.keyed_by("training rows"):
+        if rows is None and configured_rows is None:
+            log.warning(
+                "calibration maps %s are keyed by the plants' training rows, which no nominal data or published "
+                "artifact gives yet: verdicts uncalibrated until the plants publish parameters (or set "
+                "rca.calibration.training_rows)",
+                maps.id,
+            )
+            return None
+        if rows is not None and configured_rows is not None and rows != configured_rows:
+            log.warning(
+                "rca.calibration.training_rows is %d, the plants' published parameters say %d rows: using %d",
+                configured_rows, rows, rows,
+            )  # fmt: skip
+        rows = rows if rows is not None else configured_rows
+    chosen = maps.select(rows, epsilon)
+    if maps.keyed_by("training rows") and chosen is not None:
+        log.info("calibration map %s: the plants were trained on %s nominal rows", chosen.id, rows)
+    return chosen
 
 
 def severity_model(settings: RCASettings, n_levels: int, epsilon: float) -> SeverityModel | None:

@@ -463,7 +463,7 @@ class RCARuntime:
             artifacts=artifacts,
             settings=self.engine.settings,
             graph=self._graph,
-            calibration=self.engine.calibration,
+            calibration=self.engine.calibrations,  # the map of the (new) training rows: build_engine picks it
         )
         engine.set_state(self.engine.get_state())  # same plants: the stored rows are re-scored by the new model
         self._artifacts = artifacts
