@@ -146,12 +146,13 @@ def test_the_state_record_is_as_long_whatever_the_verdicts_issued() -> None:
     stage.aligner = FlagAligner(plants, allowed_lateness=stage.aligner.allowed_lateness, memory=1000)
     verdicts = [0, 0]
     sizes = []
-    for stretch, (lo, hi) in enumerate([(0, 1500), (1500, 6000)]):
+    # both stretches end at the same point of the incidents' period (5 cycles: every plant root once)
+    for stretch, (lo, hi) in enumerate([(0, 1500), (1500, 1500 + 68 * 5 * _CYCLE)]):
         for start in range(lo, hi, 50):
             issued, _ = runtime.process_flags(encode_flags(_flags(config.site, plants, start, min(start + 50, hi))))
             verdicts[stretch] += len(issued)
         sizes.append(len(_json(stage.get_state())))
-    assert verdicts[0] >= 50 and verdicts[1] >= 150, verdicts
+    assert verdicts[0] >= 20 and verdicts[1] >= 150, verdicts
     # the counters' digits and the compressed memory of released rows may differ by a few bytes
     assert abs(sizes[1] - sizes[0]) < 256, (sizes, verdicts)
     stage.remember([f"{k:016x}" for k in range(MAX_REMEMBERED_VERDICTS)])
