@@ -13,7 +13,7 @@ of the soak (``tools/soak.py``: a verdict every dozen rows at 200 rows/s).
 ``--profile`` also runs the handler over the fault segments under cProfile and prints the
 functions' shares of its CPU (shares only: the machine may be loaded).
 
-    python bench/rca_state.py [--batch 50] [--profile]
+    python bench/rca_state.py [--batch 5] [--profile] [--engines]
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def parts(state: bytes) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=50, help="flags per batch (the worker's fetch at 1,000 msgs/s)")
+    parser.add_argument("--batch", type=int, default=5, help="flags per batch (5: the worker's at 1,000 msgs/s)")
     parser.add_argument("--profile", action="store_true", help="the handler's CPU shares over the fault segments")
+    parser.add_argument("--engines", action="store_true", help="the handler's CPU with the block and per-row engines")
     args = parser.parse_args(argv)
 
     from fedrca.application.site import rca_runtime
@@ -135,6 +136,33 @@ def main(argv: list[str] | None = None) -> int:
         print("\nthe handler over the fault segments under cProfile (shares of its CPU; the machine may be loaded)")
         stats = pstats.Stats(profiler)
         stats.sort_stats("cumulative").print_stats(40)
+        stats.sort_stats("tottime").print_stats(30)
+
+    if args.engines:
+        import statistics
+        import time
+
+        from bench_streams import PerRowEngine
+
+        lo = segments[1][1]
+        cpu: dict[str, list[float]] = {"block": [], "per-row": []}
+        for _ in range(3):
+            for kind in cpu:
+                handler = agent()
+                if kind == "per-row":
+                    handler.runtime.stage.engine = PerRowEngine(handler.runtime.engine)  # type: ignore[assignment]
+                for start in range(0, lo, args.batch):
+                    handler.process(records[start : min(start + args.batch, lo)])
+                started = time.process_time()
+                for start in range(lo, len(records), args.batch):
+                    handler.process(records[start : start + args.batch])
+                cpu[kind].append(time.process_time() - started)
+        batches = len(range(lo, len(records), args.batch))
+        block, rows = (statistics.median(v) for v in cpu.values())
+        print(f"\nthe handler over the fault segments, {batches:,} batches of {args.batch} flags (CPU medians of 3; "
+              "the machine may be loaded: the ratio is the figure)")
+        print(f"block engine {1e6 * block / batches:,.0f} us a batch, per-row engine {1e6 * rows / batches:,.0f} us "
+              f"a batch: per-row / block {rows / block:.2f}")
     return 0
 
 
