@@ -159,10 +159,14 @@ def main(argv: list[str] | None = None) -> int:
                 cpu[kind].append(time.process_time() - started)
         batches = len(range(lo, len(records), args.batch))
         block, rows = (statistics.median(v) for v in cpu.values())
-        print(f"\nthe handler over the fault segments, {batches:,} batches of {args.batch} flags (CPU medians of 3; "
-              "the machine may be loaded: the ratio is the figure)")
-        print(f"block engine {1e6 * block / batches:,.0f} us a batch, per-row engine {1e6 * rows / batches:,.0f} us "
-              f"a batch: per-row / block {rows / block:.2f}")
+        print(
+            f"\nthe handler over the fault segments, {batches:,} batches of {args.batch} flags (CPU medians of 3; "
+            "the machine may be loaded: the ratio is the figure)"
+        )
+        print(
+            f"block engine {1e6 * block / batches:,.0f} us a batch, per-row engine {1e6 * rows / batches:,.0f} us "
+            f"a batch: per-row / block {rows / block:.2f}"
+        )
     return 0
 
 
