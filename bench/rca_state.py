@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import logging
 import pstats
 import sys
 import tempfile
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="the handler's CPU shares over the fault segments")
     parser.add_argument("--engines", action="store_true", help="the handler's CPU with the block and per-row engines")
     args = parser.parse_args(argv)
+    logging.getLogger("fedrca").setLevel(logging.ERROR)  # the plant cores' refresh and sensor-fault lines
 
     from fedrca.application.site import rca_runtime
     from fedrca.config.limits import MAX_REMEMBERED_VERDICTS
