@@ -10,6 +10,8 @@ over the segment, split by the state's keys; then the same record once the stage
 :data:`~fedrca.config.limits.MAX_REMEMBERED_VERDICTS` verdict ids, as after a quarter of an hour
 of the soak (``tools/soak.py``: a verdict every dozen rows at 200 rows/s).
 
+``--engines`` prints the handler's CPU a batch over the fault segments with the engine as it is, with every
+block through the vectorised passes and with every row through the per-row step (ratios in one process).
 ``--profile`` also runs the handler over the fault segments under cProfile and prints the
 functions' shares of its CPU (shares only: the machine may be loaded).
 
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=5, help="flags per batch (5: the worker's at 1,000 msgs/s)")
     parser.add_argument("--profile", action="store_true", help="the handler's CPU shares over the fault segments")
-    parser.add_argument("--engines", action="store_true", help="the handler's CPU with the block and per-row engines")
+    parser.add_argument("--engines", action="store_true", help="the handler's CPU a batch by engine path")
     args = parser.parse_args(argv)
     logging.getLogger("fedrca").setLevel(logging.ERROR)  # the plant cores' refresh and sensor-fault lines
 
@@ -147,12 +149,17 @@ def main(argv: list[str] | None = None) -> int:
         from bench_streams import PerRowEngine
 
         lo = segments[1][1]
-        cpu: dict[str, list[float]] = {"block": [], "per-row": []}
+        kinds = {
+            "the engine (a one-row block by the per-row step)": None,
+            "every block by the block's passes": PassesEngine,
+            "every row by the per-row step": PerRowEngine,
+        }
+        cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
         for _ in range(3):
-            for kind in cpu:
+            for kind, wrapper in kinds.items():
                 handler = agent()
-                if kind == "per-row":
-                    handler.runtime.stage.engine = PerRowEngine(handler.runtime.engine)  # type: ignore[assignment]
+                if wrapper is not None:
+                    handler.runtime.stage.engine = wrapper(handler.runtime.engine)  # type: ignore[assignment]
                 for start in range(0, lo, args.batch):
                     handler.process(records[start : min(start + args.batch, lo)])
                 started = time.process_time()
@@ -160,16 +167,29 @@ def main(argv: list[str] | None = None) -> int:
                     handler.process(records[start : start + args.batch])
                 cpu[kind].append(time.process_time() - started)
         batches = len(range(lo, len(records), args.batch))
-        block, rows = (statistics.median(v) for v in cpu.values())
         print(
-            f"\nthe handler over the fault segments, {batches:,} batches of {args.batch} flags (CPU medians of 3; "
-            "the machine may be loaded: the ratio is the figure)"
+            f"\nthe handler over the fault segments, {batches:,} batches of {args.batch} flags, CPU a batch (medians "
+            "of 3; the machine may be loaded: the ratios are the figures)"
         )
-        print(
-            f"block engine {1e6 * block / batches:,.0f} us a batch, per-row engine {1e6 * rows / batches:,.0f} us "
-            f"a batch: per-row / block {rows / block:.2f}"
-        )
+        first = statistics.median(next(iter(cpu.values())))
+        for kind, runs in cpu.items():
+            took = statistics.median(runs)
+            print(f"  {kind:<52}{1e6 * took / batches:>8,.0f} us  {took / first:.2f}x")
     return 0
+
+
+class PassesEngine:
+    """The engine with every block through its vectorised passes, a block of one row too (the path
+    :meth:`fedrca.rca.RCAEngine.update_block` takes for longer blocks)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.get_state, self.set_state, self.reset = engine.get_state, engine.set_state, engine.reset
+
+    def update_block(self, seqs: Any, codes: Any, ts: Any = None, levels: Any = None) -> list[Any]:
+        engine = self.engine
+        seq_arr, code_arr, ts_arr, lev = engine._block_arrays(seqs, codes, ts, levels)
+        return list(engine._block(seq_arr, ts_arr, code_arr, lev))
 
 
 if __name__ == "__main__":
