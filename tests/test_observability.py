@@ -558,6 +558,7 @@ def test_a_batch_at_several_stages_is_each_stage_observed_on_its_own():
     both.record_stage_latencies(records, {"consume": now, "flags": now + 0.02})
     apart.record_stage_latency("consume", records, now=now)
     apart.record_stage_latency("flags", records, now=now + 0.02)
+
     def stages(m: Metrics) -> list[bytes]:
         return [line for line in m.render().splitlines() if line.startswith(b"fedrca_stage_latency_seconds")]
 
