@@ -173,9 +173,9 @@ class InputRecord(NamedTuple):
     timestamp_ms: int
 
 
-@dataclass(frozen=True)
-class Outgoing:
-    """One record to produce in the batch's transaction (partition 0 unless given)."""
+class Outgoing(NamedTuple):
+    """One record to produce in the batch's transaction (partition 0 unless given; a named tuple: a plant worker
+    builds one per flag)."""
 
     topic: str
     value: bytes | None  # None: a tombstone (a compacted topic's key deleted)
@@ -342,12 +342,14 @@ class StateRecords:
     ----------
     candidates : (position, next offset, handler state JSON) of the newest records that have the
         form of a state record, newest first (at most :data:`STATE_CANDIDATES`); position counts
-        the key's records from 0, oldest first
-    refused : (position, raw value, why) of the records under the key that are not state records
+        the key's records read from 0, oldest first
+    refused : (position, raw value, why) of the records read under the key that are not state records
+    read : records of the topic read to find them (every key's)
     """
 
     candidates: list[tuple[int, int, bytes]]
     refused: list[tuple[int, bytes, MessageError]]
+    read: int = 0
 
     def refused_after(self, position: int) -> list[tuple[bytes, MessageError]]:
         """The refused records newer than ``position`` (the state a task continues from, -1: none).
@@ -390,6 +392,12 @@ class StateScan:
         self._kept: deque[tuple[int, bytes]] = deque(maxlen=STATE_CANDIDATES)
         self._refused: list[tuple[int, bytes, MessageError]] = []
         self._position = -1
+        self.read = 0  # records of the topic seen (every key's), counted by the reader
+
+    @property
+    def full(self) -> bool:
+        """Whether :data:`STATE_CANDIDATES` records of the state's form were read: older ones change no result."""
+        return len(self._kept) == self._kept.maxlen
 
     def add(self, value: bytes | None) -> None:
         """One record under the key (a tombstone's value is None)."""
@@ -411,7 +419,12 @@ class StateScan:
                 candidates.append((position, *parse_state_record(raw)))
             except MessageError as exc:
                 refused.append((position, raw, exc))
-        return StateRecords(candidates, sorted(refused, key=lambda r: r[0]))
+        return StateRecords(candidates, sorted(refused, key=lambda r: r[0]), self.read)
+
+
+#: Offsets from its end a state topic is first read back over (:func:`read_state`), four times more each
+#: time it holds fewer than :data:`STATE_CANDIDATES` state records of the key
+STATE_WINDOW = 4 * STATE_CANDIDATES
 
 
 async def read_state(
@@ -424,19 +437,35 @@ async def read_state(
     not have the form of a state record (:func:`parse_state_record`; anyone who can write
     the topic can write one) is refused, never used: the one before it is.
 
+    Reads from the end back: the last :data:`STATE_WINDOW` offsets first, four times as many
+    each time they hold fewer than :data:`STATE_CANDIDATES` records of the state's form, the
+    whole topic at most. The candidates are those of a read of the whole topic, and so is every
+    refused record newer than the oldest candidate, however long the topic is: a take-over reads
+    a few records, not every state the partition's owners ever wrote (Kafka compacts only closed
+    segments, ``fedrca.connectors.names.COMPACTED``; ``tests/streams/test_state_read.py``). The
+    refused records older than every candidate are those a first owner read already.
+
     Raises
     ------
     KafkaError
         When the topic cannot be read within ``timeout`` seconds.
     """
-    scan = StateScan()
+    window = STATE_WINDOW
+    deadline = time.monotonic() + timeout
+    while True:
+        scan = StateScan()
 
-    def visit(record: ConsumerRecord) -> None:
-        if record.key == key:
-            scan.add(record.value)
+        def visit(record: ConsumerRecord, scan: StateScan = scan) -> None:
+            scan.read += 1
+            if record.key == key:
+                scan.add(record.value)
 
-    await _scan_committed(bootstrap, topic, timeout, security, visit, f"the state of {topic}")
-    return scan.result()
+        whole = await _scan_committed(
+            bootstrap, topic, max(0.0, deadline - time.monotonic()), security, visit, f"the state of {topic}", window
+        )
+        if whole or scan.full:
+            return scan.result()
+        window *= 4
 
 
 @dataclass(frozen=True)
@@ -537,9 +566,11 @@ async def _scan_committed(
     security: Mapping[str, Any] | None,
     visit: Callable[[ConsumerRecord], None],
     what: str,
-) -> None:
+    last: int | None = None,
+) -> bool:
     """Hand every committed record of partition 0 of ``topic``, oldest first up to the last stable
-    offset, to ``visit``; :class:`KafkaError` naming ``what`` after ``timeout`` seconds."""
+    offset, to ``visit`` (with ``last``, those of the ``last`` offsets before it only); whether the
+    topic was read from its beginning. :class:`KafkaError` naming ``what`` after ``timeout`` seconds."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -553,7 +584,9 @@ async def _scan_committed(
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
+        beginning = (await consumer.beginning_offsets([tp]))[tp]
+        start = beginning if last is None else max(beginning, end - last)
+        consumer.seek(tp, start)
         deadline = time.monotonic() + timeout
         while await consumer.position(tp) < end:
             if time.monotonic() > deadline:
@@ -562,6 +595,7 @@ async def _scan_committed(
                 visit(record)
     finally:
         await consumer.stop()
+    return start <= beginning
 
 
 @dataclass
@@ -1352,9 +1386,15 @@ class _Listener(ConsumerRebalanceListener):
 
 
 async def _bounded(step: Awaitable[_T], seconds: float, what: str) -> _T:
-    """Await a step with the broker for at most ``seconds``; :class:`KafkaTimeoutError` names it after that."""
+    """Await a step with the broker for at most ``seconds``; :class:`KafkaTimeoutError` names it after that.
+
+    The step is awaited in the calling task under a deadline (``asyncio.timeout``), not wrapped in a
+    task of its own as ``asyncio.wait_for`` does on Python 3.11: a transaction takes four such steps,
+    and a plant worker makes hundreds of transactions a second.
+    """
     try:
-        return await asyncio.wait_for(step, seconds)
+        async with asyncio.timeout(seconds):
+            return await step
     except TimeoutError:
         raise KafkaTimeoutError(f"{what} had no answer within {seconds:g} s") from None
 
