@@ -58,6 +58,9 @@ SENSOR_PARTITIONS = 1
 REPLICAS = 3
 MIN_INSYNC = 2
 DAY_MS = 86_400_000
+#: segment.bytes of every compacted topic: fedrca.connectors.names.COMPACTED_SEGMENT_BYTES (a take-over reads the
+#: uncleaned segments back; compaction cleans closed segments only)
+COMPACTED_SEGMENT_BYTES = 8 << 20
 #: The worker's local directory (an emptyDir: the state topics are the durable copy).
 DATA_DIR = "/var/lib/fedrca"
 CONFIG_DIR = "/etc/fedrca"
@@ -249,7 +252,7 @@ def kafka_topic(name: str, partitions: int, config: dict[str, Any], private_to: 
 
 def topics(site: Site) -> list[dict[str, Any]]:
     delete = {"cleanup.policy": "delete"}
-    compact = {"cleanup.policy": "compact"}
+    compact = {"cleanup.policy": "compact", "segment.bytes": COMPACTED_SEGMENT_BYTES}
     out = []
     for plant in site.plants:
         private = site.processor_user(plant)

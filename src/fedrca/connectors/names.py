@@ -43,7 +43,7 @@ from typing import Any
 from fedrca.config import SiteConfig
 from fedrca.exceptions import ConfigError
 
-__all__ = ["SiteNames", "topic_specs"]
+__all__ = ["COMPACTED_SEGMENT_BYTES", "SiteNames", "topic_specs"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,13 @@ class SiteNames:
         return f"fedrca-{self.site}-rca-{partition}"
 
 
+#: Bytes of a compacted topic's segments (``segment.bytes``; Kafka's default is 1 GiB). Compaction cleans closed
+#: segments only: a partition's state topic (a record per transaction) and a plant's history topic (its changed
+#: chunk with every batch) would otherwise keep every record of the last GiB, all of which a worker that takes
+#: the partition over reads back (docs/streams.md, "A worker started again").
+COMPACTED_SEGMENT_BYTES = 8 << 20
+
+
 def topic_specs(config: SiteConfig, replication: int = 1) -> dict[str, dict[str, Any]]:
     """Every topic of the site and how it is created (kafka-python ``create_topics`` dict form).
 
@@ -126,10 +133,10 @@ def topic_specs(config: SiteConfig, replication: int = 1) -> dict[str, dict[str,
     >>> from fedrca.config import load_config
     >>> specs = topic_specs(load_config("config/tep.yaml"))
     >>> specs["tep.sensors.reactor"]["num_partitions"], specs["tep.state.reactor"]["configs"]
-    (1, {'cleanup.policy': 'compact'})
+    (1, {'cleanup.policy': 'compact', 'segment.bytes': '8388608'})
     """
     names = SiteNames(config)
-    compact = {"cleanup.policy": "compact"}
+    compact = {"cleanup.policy": "compact", "segment.bytes": str(COMPACTED_SEGMENT_BYTES)}
     specs: dict[str, dict[str, Any]] = {}
     for plant in config.plant_names:
         specs[names.sensors(plant)] = {}
