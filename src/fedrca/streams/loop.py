@@ -342,12 +342,22 @@ class StateRecords:
     ----------
     candidates : (position, next offset, handler state JSON) of the newest records that have the
         form of a state record, newest first (at most :data:`STATE_CANDIDATES`); position counts
-        the key's records from 0, oldest first
+        the key's records from 0, oldest first (of those read)
     refused : (position, raw value, why) of the records under the key that are not state records
+    whole : the topic was read from its beginning (False: only its newest records, :func:`read_state`'s
+        ``tail``; the records before them may hold older candidates)
     """
 
     candidates: list[tuple[int, int, bytes]]
     refused: list[tuple[int, bytes, MessageError]]
+    whole: bool = True
+
+    def settles(self, restored: bool) -> bool:
+        """Whether what was read decides the task's state as reading the whole topic would: a candidate was
+        restored (the newest that restores, and every refused record after it, are among the newest
+        records), or the read began at the topic's beginning, or it holds :data:`STATE_CANDIDATES` candidates
+        (all a whole read keeps)."""
+        return restored or self.whole or len(self.candidates) >= STATE_CANDIDATES
 
     def refused_after(self, position: int) -> list[tuple[bytes, MessageError]]:
         """The refused records newer than ``position`` (the state a task continues from, -1: none).
@@ -402,8 +412,8 @@ class StateScan:
         except MessageError as exc:
             self._refused.append((self._position, value or b"", exc))
 
-    def result(self) -> StateRecords:
-        """The candidates, newest first, and every refused record."""
+    def result(self, whole: bool = True) -> StateRecords:
+        """The candidates, newest first, and every refused record (``whole``: :attr:`StateRecords.whole`)."""
         candidates = []
         refused = list(self._refused)
         for position, raw in reversed(self._kept):
@@ -411,18 +421,38 @@ class StateScan:
                 candidates.append((position, *parse_state_record(raw)))
             except MessageError as exc:
                 refused.append((position, raw, exc))
-        return StateRecords(candidates, sorted(refused, key=lambda r: r[0]))
+        return StateRecords(candidates, sorted(refused, key=lambda r: r[0]), whole)
+
+
+#: Bytes a read of a state or history topic takes per fetch (``max.partition.fetch.bytes``; the clients' 1 MiB
+#: default makes a take-over one round trip per MiB of the uncleaned segments it reads back).
+SCAN_FETCH_BYTES = 4 << 20
+
+#: Offsets of a state topic's end a take-over reads first (:func:`read_state`'s ``tail``): a partition's
+#: transactions each write its state record and a commit marker, so the newest candidates are there.
+STATE_TAIL = 4 * STATE_CANDIDATES
 
 
 async def read_state(
-    bootstrap: str, topic: str, key: bytes, timeout: float, security: Mapping[str, Any] | None = None
+    bootstrap: str,
+    topic: str,
+    key: bytes,
+    timeout: float,
+    security: Mapping[str, Any] | None = None,
+    tail: int | None = None,
 ) -> StateRecords:
     """The committed state records under ``key`` in partition 0 of ``topic``: candidates and refused ones.
 
     Reads committed records only, up to the last stable offset, so a transaction that
     was aborted (or fenced) never comes back as state. A record under the key that does
     not have the form of a state record (:func:`parse_state_record`; anyone who can write
-    the topic can write one) is refused, never used: the one before it is.
+    the topic can write one) is refused, never used: the one before it is. ``tail``: read
+    only the records of the last ``tail`` offsets (None: from the beginning). A compacted
+    topic is compacted only in its closed segments, so a partition's state topic holds every
+    state record of its batches since the last one closed (one per transaction): a take-over
+    reads the newest first (:meth:`TransactionalLoop._own`, :meth:`StateRecords.settles`)
+    and costs the same at minute 50 of a stream as at minute 1
+    (``tests/streams/test_startup.py``).
 
     Raises
     ------
@@ -435,8 +465,8 @@ async def read_state(
         if record.key == key:
             scan.add(record.value)
 
-    await _scan_committed(bootstrap, topic, timeout, security, visit, f"the state of {topic}")
-    return scan.result()
+    whole = await _scan_committed(bootstrap, topic, timeout, security, visit, f"the state of {topic}", tail)
+    return scan.result(whole)
 
 
 @dataclass(frozen=True)
@@ -537,15 +567,20 @@ async def _scan_committed(
     security: Mapping[str, Any] | None,
     visit: Callable[[ConsumerRecord], None],
     what: str,
-) -> None:
+    tail: int | None = None,
+) -> bool:
     """Hand every committed record of partition 0 of ``topic``, oldest first up to the last stable
-    offset, to ``visit``; :class:`KafkaError` naming ``what`` after ``timeout`` seconds."""
+    offset, to ``visit``; :class:`KafkaError` naming ``what`` after ``timeout`` seconds. ``tail``: only
+    those of the last ``tail`` offsets (a ``read_committed`` fetch from inside the log still leaves out
+    the aborted transactions' records: the broker names them with every fetch). Returns whether the
+    records handed over began at the topic's beginning."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
+        max_partition_fetch_bytes=SCAN_FETCH_BYTES,
         **(security or {}),
     )
     await consumer.start()
@@ -553,7 +588,13 @@ async def _scan_committed(
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
+        whole = True
+        if tail is None:
+            await consumer.seek_to_beginning(tp)
+        else:
+            beginning = (await consumer.beginning_offsets([tp]))[tp]
+            whole = end - tail <= beginning
+            consumer.seek(tp, max(beginning, end - tail))
         deadline = time.monotonic() + timeout
         while await consumer.position(tp) < end:
             if time.monotonic() > deadline:
@@ -562,6 +603,7 @@ async def _scan_committed(
                 visit(record)
     finally:
         await consumer.stop()
+    return whole
 
 
 @dataclass
@@ -626,6 +668,9 @@ class TransactionalLoop:
     stage : the :class:`~fedrca.contracts.DeadLetterStage` of those dead letters
     on_refused : called with (partition, stage, error) for every record refused here (metrics)
     step_group_for : the step group of a partition (``settings.in_step``; None: all partitions are one group)
+    start_after : awaited before the first fetch (None: nothing): the loop joins its group and takes its
+        partitions meanwhile, and processes nothing before it is over (the worker's published parameters
+        are read, :class:`fedrca.streams.app.Worker`)
 
     A batch whose handler raises is not the end of the worker: the handler is restored to the
     state of the last committed batch and the batch is processed again record by record; a record
@@ -704,6 +749,7 @@ class TransactionalLoop:
         stage: DeadLetterStage = DeadLetterStage.PLANT,
         on_refused: Callable[[TopicPartition, DeadLetterStage, MessageError], None] | None = None,
         step_group_for: Callable[[TopicPartition], Hashable] | None = None,
+        start_after: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = list(topics)
@@ -727,6 +773,11 @@ class TransactionalLoop:
         self.committed_batches = 0
         self.recoveries = 0
         self.ready = False
+        # start-up (fedrca.streams.startup): wall-clock times the first assignment began and was taken over
+        self.joined_at: float | None = None
+        self.taken_at: float | None = None
+        self.taken = asyncio.Event()
+        self._start_after = start_after
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -764,6 +815,9 @@ class TransactionalLoop:
         assert self._consumer is not None
         await self._consumer.start()
         try:
+            if self._start_after is not None:
+                # the group is joined and the partitions taken meanwhile (the coordinator's rebalance)
+                await _until_either(self._start_after(), self._stopping.wait())
             while not self._stopping.is_set():
                 self._raise_failed_commits()
                 batch, drawn = await self._fetch()
@@ -987,35 +1041,34 @@ class TransactionalLoop:
             for k in range(max(1, s.producers))
         ]
         started: list[AIOKafkaProducer] = []
+
+        async def fence(producer: AIOKafkaProducer) -> None:
+            # InitProducerId: every earlier producer of this id is fenced, its open transaction
+            # aborted (a decided one completed), before anything is read back
+            await producer.start()
+            started.append(producer)
+
         try:
-            for producer in producers:
-                # InitProducerId: every earlier producer of this id is fenced, its open transaction
-                # aborted (a decided one completed), before anything is read back
-                await producer.start()
-                started.append(producer)
+            # the partition's producers fence at once (each its own id): both are fenced before the reads
+            await _together(*(fence(producer) for producer in producers))
             state_topic = self._state_topic_for(tp)
             key = _state_key(tp)
-            found = await read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security)
             handler = self._handler_for(tp)
             load = getattr(handler, "load", None)
-            if load is not None:
-                # what the handler keeps beside its state (a plant's history topic) is read first
-                await load(s.bootstrap, s.restore_timeout, s.security)
-            failed: list[tuple[bytes, MessageError]] = []
-            saved = None
-            for position, offset, state in found.candidates:
-                try:
-                    handler.restore(state)
-                except Exception as exc:  # a record of the state's form the handler cannot continue from
-                    error = MessageError(
-                        DeadLetterReason.BAD_STATE, f"the handler cannot continue from it ({_described(exc)})"
-                    )
-                    failed.append((state_record(offset, state), error))
-                    continue
-                saved = (position, offset, state)
-                break
-            if saved is None:
-                handler.restore(None)
+            tail = STATE_TAIL
+            # what the handler keeps beside its state (a plant's history topic) is read with the
+            # newest state records, before the state is restored
+            found, _ = await _together(
+                read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security, tail),
+                load(s.bootstrap, s.restore_timeout, s.security) if load is not None else _nothing(),
+            )
+            while True:
+                saved, failed = _restore(handler, found)
+                if found.settles(saved is not None):
+                    break
+                # no newest record restores: further back (the candidates a whole read would keep)
+                tail *= 16
+                found = await read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security, tail)
             refused = [
                 (raw, exc, DeadLetterStage.STATE)
                 for raw, exc in [*found.refused_after(-1 if saved is None else saved[0]), *failed]
@@ -1070,14 +1123,22 @@ class TransactionalLoop:
                     log.warning("%s: closing a producer failed (%s)", _name(tp), exc)
 
     async def on_assigned(self, tps: Iterable[TopicPartition]) -> None:
-        """Own every assigned partition (the rebalance waits for this)."""
+        """Own every assigned partition (the rebalance waits for this).
+
+        The partitions are taken at the same time: each fences its own producers and reads its own
+        state, so a worker of five plants takes them in about the time of one
+        (``tests/streams/test_startup.py``)."""
+        if self.joined_at is None:
+            self.joined_at = time.time()
         assigned = sorted(tps)
         await self._settle([task for tp in assigned if (task := self._tasks.get(tp)) is not None])
         async with self._lock:
-            for tp in assigned:
-                await self._drop([tp])
-                await self._take(tp)
+            await self._drop(assigned)
+            await _together(*(self._take(tp) for tp in assigned))
             self.ready = True
+        if self.taken_at is None:
+            self.taken_at = time.time()
+            self.taken.set()
 
     async def on_revoked(self, tps: Iterable[TopicPartition]) -> None:
         """Let go of revoked partitions once their transactions in flight are over (committed or not)."""
@@ -1349,6 +1410,54 @@ class _Listener(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         await self._loop.on_assigned(assigned)
+
+
+async def _together(*steps: Awaitable[Any]) -> list[Any]:
+    """Await ``steps`` at the same time and return their results in order; the first that fails (or a
+    cancel) cancels the others, waits for them to end, and is raised."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _until_either(*steps: Awaitable[Any]) -> None:
+    """Await until one of ``steps`` is over (the first to fail raises); the others are cancelled."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _nothing() -> None:
+    """A step with nothing to do."""
+
+
+def _restore(
+    handler: PartitionHandler, found: StateRecords
+) -> tuple[tuple[int, int, bytes] | None, list[tuple[bytes, MessageError]]]:
+    """Restore ``handler`` from the newest of ``found``'s candidates it can continue from (from the start when
+    none); returns that candidate (None: none) and those newer than it that it could not continue from."""
+    failed: list[tuple[bytes, MessageError]] = []
+    for position, offset, state in found.candidates:
+        try:
+            handler.restore(state)
+        except Exception as exc:  # a record of the state's form the handler cannot continue from
+            error = MessageError(DeadLetterReason.BAD_STATE, f"the handler cannot continue from it ({_described(exc)})")
+            failed.append((state_record(offset, state), error))
+            continue
+        return (position, offset, state), failed
+    handler.restore(None)
+    return None, failed
 
 
 async def _bounded(step: Awaitable[_T], seconds: float, what: str) -> _T:
