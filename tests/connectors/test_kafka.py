@@ -16,6 +16,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from fedrca.config import SiteConfig, parse_config
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
+from fedrca.connectors.names import COMPACTED_SEGMENT_BYTES
 from fedrca.contracts import SensorMessage
 from fedrca.exceptions import DataError
 from tests.kafka_broker import unique_name, wait_until
@@ -59,6 +60,18 @@ def test_site_topics_are_created_once_with_their_partitions_and_cleanup(kafka_br
     compacted = {t for t, p in policy.items() if p == "compact"}
     kept = {f"{site}.{kind}.{p}" for p in plants for kind in ("state", "history")}
     assert compacted == {f"{site}.params", f"{site}.state.rca", f"{site}.control"} | kept
+    # small segments: the log cleaner compacts a state or history topic while it is written (a take-over reads the
+    # uncleaned segments back: docs/streams.md, "A worker started again")
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        configs = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t) for t in sorted(compacted)], config_filter="all"
+        )["topic"]
+    finally:
+        admin.close()
+    assert {t: configs[t]["segment.bytes"]["value"] for t in compacted} == dict.fromkeys(
+        compacted, str(COMPACTED_SEGMENT_BYTES)
+    )
     # idempotent: a second call changes nothing
     assert ensure_site_topics(kafka_broker.bootstrap, cfg) == names
     assert describe(kafka_broker.bootstrap, names) == (partitions, policy)
