@@ -264,6 +264,8 @@ class ParamsFollower:
         self.topic = names.config.topic("params")
         self._stopping = asyncio.Event()
         self.caught_up = asyncio.Event()
+        # the topics' end offsets are known: a record after them is new (dead-lettered when refused)
+        self.positioned = asyncio.Event()
         self.refused = 0  # records of the params topic refused since the start
 
     def stop(self) -> None:
@@ -301,6 +303,8 @@ class ParamsFollower:
                 await consumer.seek_to_beginning(part)
             ends = await consumer.end_offsets(partitions)
             end = ends[tp]
+            # from here on a refused record is dead-lettered when it is read: the loops join their groups now
+            self.positioned.set()
             while not self._stopping.is_set():
                 # before a fetch too: an empty topic is read at once, not after a fetch's wait
                 if not self.caught_up.is_set():

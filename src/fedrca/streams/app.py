@@ -396,6 +396,14 @@ class Worker:
         report = asyncio.ensure_future(self._report_start())
         blas = streaming_threads()  # the detectors are fitted: stream with one BLAS thread
         try:
+            # the loops join their groups once the followers know where their topics end: a record published
+            # once the worker is in its groups is new to it (dead-lettered if refused), as before the reading
+            positioned = asyncio.ensure_future(asyncio.gather(*(f.positioned.wait() for f in self.followers)))
+            waiting: list[asyncio.Future[Any]] = [positioned, *follow]
+            try:
+                await asyncio.wait(waiting, timeout=PARAMS_CATCH_UP, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                positioned.cancel()
             await asyncio.gather(*(loop.run() for loop in self.loops), *follow)
         finally:
             for loop in self.loops:
