@@ -547,3 +547,20 @@ def test_stage_latency_observes_every_record_of_a_batch(metrics):
     assert sample(metrics, "fedrca_stage_latency_seconds_sum", stage="plant") == pytest.approx(2.334)
     assert sample(metrics, "fedrca_stage_latency_seconds_bucket", stage="plant", le="0.005") == 1
     assert sample(metrics, "fedrca_stage_latency_seconds_bucket", stage="plant", le="0.05") == 2
+
+
+def test_a_batch_at_several_stages_is_each_stage_observed_on_its_own():
+    from types import SimpleNamespace
+
+    now = 1_700_000_000.0
+    records = [SimpleNamespace(timestamp_ms=(now - age) * 1000.0) for age in (0.004, 0.03, 0.3, 2.0, -1.0)]
+    both, apart = Metrics(), Metrics()
+    both.record_stage_latencies(records, {"consume": now, "flags": now + 0.02})
+    apart.record_stage_latency("consume", records, now=now)
+    apart.record_stage_latency("flags", records, now=now + 0.02)
+
+    def stages(m: Metrics) -> list[bytes]:
+        return [line for line in m.render().splitlines() if line.startswith(b"fedrca_stage_latency_seconds")]
+
+    assert stages(both) == stages(apart) and len(stages(both)) > 10
+    assert sample(both, "fedrca_stage_latency_seconds_bucket", stage="flags", le="0.05") == 3

@@ -96,8 +96,12 @@ class Cluster:
     workdir: Path
     workers: dict[str, Worker] = field(default_factory=dict)
 
-    def add(self, name: str, roles: str, extra: Sequence[str] = (), plant_data: bool = True) -> Worker:
-        """Start a ``fedrca run`` worker; ``plant_data=False`` leaves out ``--train`` (an RCA-only worker)."""
+    def add(
+        self, name: str, roles: str, extra: Sequence[str] = (), plant_data: bool = True, worker_name: str | None = None
+    ) -> Worker:
+        """Start a ``fedrca run`` worker; ``plant_data=False`` leaves out ``--train`` (an RCA-only worker).
+        ``worker_name`` (default ``name``) is its ``--worker-name``: a standby's is that of the worker it stands
+        by for, under a name of its own here."""
         train = ["--train", str(self.train)] if plant_data else []
         command = [
             sys.executable,
@@ -112,7 +116,7 @@ class Cluster:
             "--roles",
             roles,
             "--worker-name",
-            name,
+            worker_name or name,
             "--data-dir",
             str(self.workdir / "state"),
             "--session-timeout",

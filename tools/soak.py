@@ -10,7 +10,9 @@ verdicts) into the sensors topics at ``--rate`` sensor messages per second (5 pl
 row) on an absolute schedule, for ``--minutes``. Every ``--kill-every`` minutes one worker
 (the plant worker and the RCA worker in turn) is killed with ``kill -9`` and started again
 at once with the same name and state directory, as a supervisor would; the first kill comes
-half a window early, so that every kill and its restart fall in the middle of one window. Every ``--every``
+half a window early, so that every kill and its restart fall in the middle of one window. With ``--standby``
+each worker runs a second process as its hot standby (``fedrca run --standby``): the kill hits the serving
+process, the standby takes over, and the process started again becomes the new standby. Every ``--every``
 seconds it samples:
 
 * **RSS** of each worker process (``/proc/<pid>/status`` VmRSS, MiB);
@@ -29,6 +31,7 @@ first window left out) and every window's verdict p99 against the first window's
 
     tools/soak.py --minutes 60 --rate 1000 --markdown soak.md    # the hour of docs/streams.md
     tools/soak.py --minutes 6 --window 1 --kill-every 2          # a short check of the tool
+    tools/soak.py --minutes 60 --rate 1000 --standby            # the hour, each worker with a hot standby
     tools/soak.py --minutes 60 --rate 1000 --render soak.json   # the table of a run's --json again
 
 Exit status 0 when the run completed (a worker that died or a lag that never came back
@@ -61,13 +64,27 @@ PLANTS_PER_ROW = 5  # config/tep.yaml
 
 
 class Worker:
-    """One ``fedrca run`` process (log in the work directory); restartable with the same name and state."""
+    """One ``fedrca run`` process (log in the work directory); restartable with the same name and state.
+
+    With ``standby``, two processes of the name run with ``--standby``: the one holding the worker's lock
+    (``fedrca.application.worker_lock``, its pid in the lock file) serves, the other waits to take over; a kill
+    -9 hits the serving one, and the one started again in its place becomes the new standby."""
 
     def __init__(
-        self, name: str, config: Path, bootstrap: str, roles: str, workdir: Path, extra: list[str] | None = None
+        self,
+        name: str,
+        config: Path,
+        bootstrap: str,
+        roles: str,
+        workdir: Path,
+        extra: list[str] | None = None,
+        standby: bool = False,
     ) -> None:
         self.name = name
         self.log = workdir / f"{name}.log"
+        self.lock = workdir / "state" / name / "worker.lock"
+        self.standby = standby
+        self.procs: list[subprocess.Popen[bytes]] = []
         self.starts = 0
         self.command = [
             sys.executable,
@@ -87,19 +104,33 @@ class Worker:
             "--data-dir",
             str(workdir / "state"),
             *(extra or []),
+            *(["--standby"] if standby else []),
         ]
         self.start()
 
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        """The serving process: the lock's holder among this worker's processes (the first one until one holds
+        it)."""
+        try:
+            pid = int(self.lock.read_text(encoding="ascii").strip() or 0)
+        except (OSError, ValueError):
+            pid = 0
+        return next((p for p in self.procs if p.pid == pid and p.poll() is None), self.procs[0])
+
     def start(self) -> None:
+        """Start the worker (a second process of it: its standby, when the first one runs)."""
         self.starts += 1
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+            self.procs.append(subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO))
         self.started = time.monotonic()
 
     def kill9(self) -> None:
-        """SIGKILL (no shutdown, no final commit), then wait for the process to be gone."""
-        self.proc.kill()
-        self.proc.wait(timeout=60)
+        """SIGKILL the serving process (no shutdown, no final commit), then wait for it to be gone."""
+        victim = self.proc
+        victim.kill()
+        victim.wait(timeout=60)
+        self.procs.remove(victim)
 
     def rss_mib(self) -> float:
         """Resident memory (MiB), NaN once the process is gone."""
@@ -112,16 +143,26 @@ class Worker:
         return float("nan")
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return bool(self.procs) and all(p.poll() is None for p in self.procs)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=30)
+
+
+def wait_for_standbys(workers: list[Worker], deadline: float) -> None:
+    """Wait until every worker's second process says it is on standby (its log), so the first kill finds it
+    ready."""
+    while not all(w.log.read_text(errors="replace").count("on standby, ready") >= 1 for w in workers):
+        if time.monotonic() > deadline or not all(w.alive() for w in workers):
+            raise SystemExit("soak: the standbys did not start (see their logs with --keep)")
+        time.sleep(1.0)
 
 
 def start_broker() -> str:
@@ -259,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ARG",
         help="one more argument of both workers' fedrca run (repeat it; e.g. --worker-option=--static-membership=off)",
     )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="run each worker with a hot standby (fedrca run --standby): a kill -9 hits the serving process, its "
+        "standby takes over, and the process started again becomes the new standby",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write every sample and window to this file")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table to this file")
     parser.add_argument("--keep", type=Path, default=None, help="copy the workers' logs to this directory")
@@ -309,8 +356,8 @@ def main(argv: list[str] | None = None) -> int:
             keys = {p: p.encode() for p in plants}
             rows = encode_rows(site, plants)
             workers = [
-                Worker("plants", config_path, bootstrap, "plants,params", workdir, args.worker_option),
-                Worker("rca", config_path, bootstrap, "rca", workdir, args.worker_option),
+                Worker("plants", config_path, bootstrap, "plants,params", workdir, args.worker_option, args.standby),
+                Worker("rca", config_path, bootstrap, "rca", workdir, args.worker_option, args.standby),
             ]
             readers = [
                 Reader(bootstrap, config.topic("verdicts"), True),
@@ -339,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
                     producer.send(topics[p], key=keys[p], value=json.dumps(raw, separators=(",", ":")).encode())
                 producer.flush()
                 time.sleep(2.0)
+            if args.standby:  # started once the serving processes hold their locks, so they fit nothing twice
+                for w in workers:
+                    w.start()
+                wait_for_standbys(workers, deadline=time.monotonic() + 300)
             # the send time of every row (8 bytes a row): a verdict of a worker far behind still finds its row
             rows_total = int(args.rate / PLANTS_PER_ROW * 60.0 * args.minutes) + 2
             sent_ns = np.zeros(rows_total + 1, dtype=np.int64)

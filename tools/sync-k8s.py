@@ -58,9 +58,6 @@ SENSOR_PARTITIONS = 1
 REPLICAS = 3
 MIN_INSYNC = 2
 DAY_MS = 86_400_000
-#: segment.bytes of every compacted topic: fedrca.connectors.names.COMPACTED_SEGMENT_BYTES (a take-over reads the
-#: uncleaned segments back; compaction cleans closed segments only)
-COMPACTED_SEGMENT_BYTES = 8 << 20
 #: The worker's local directory (an emptyDir: the state topics are the durable copy).
 DATA_DIR = "/var/lib/fedrca"
 CONFIG_DIR = "/etc/fedrca"
@@ -251,8 +248,10 @@ def kafka_topic(name: str, partitions: int, config: dict[str, Any], private_to: 
 
 
 def topics(site: Site) -> list[dict[str, Any]]:
+    from fedrca.connectors.names import COMPACTED  # segments that close, so compaction keeps take-overs short
+
     delete = {"cleanup.policy": "delete"}
-    compact = {"cleanup.policy": "compact", "segment.bytes": COMPACTED_SEGMENT_BYTES}
+    compact = dict(COMPACTED)
     out = []
     for plant in site.plants:
         private = site.processor_user(plant)
@@ -269,20 +268,20 @@ def topics(site: Site) -> list[dict[str, Any]]:
         ]
         if site.drift:
             # the plant's recent rows and baselines (docs/drift.md): raw values, as private as the sensors;
-            # one record per slot, compaction at least daily
-            out.append(kafka_topic(site.plant_history(plant), 1, {**compact, "segment.ms": DAY_MS}, private))
+            # one record per slot
+            out.append(kafka_topic(site.plant_history(plant), 1, compact, private))
     out += [
         # one partition: the RCA sees one total order of flags
         kafka_topic(site.topic("flags"), 1, {**delete, "retention.ms": 7 * DAY_MS}, None),
         kafka_topic(site.topic("verdicts"), 1, {**delete, "retention.ms": 30 * DAY_MS}, None),
-        # newest artifact per key (plant or _server); compaction at least daily
-        kafka_topic(site.topic("params"), 1, {**compact, "segment.ms": DAY_MS}, None),
+        # newest artifact per key (plant or _server)
+        kafka_topic(site.topic("params"), 1, compact, None),
         kafka_topic(site.topic("deadletter"), 1, {**delete, "retention.ms": 14 * DAY_MS}, None),
         kafka_topic(site.rca_state(), 1, compact, None),
     ]
     if site.drift:
         # the newest operator command per plant (fedrca baseline pin / unpin / rollback / refresh)
-        out.append(kafka_topic(site.control(), 1, {**compact, "segment.ms": DAY_MS}, None))
+        out.append(kafka_topic(site.control(), 1, compact, None))
     return out
 
 

@@ -1579,6 +1579,16 @@ RUN_CASES = [
         RUN + " --static-membership on",
         r"--static-membership: a static member is known by its name: give --worker-name NAME",
     ),
+    Case(
+        "run-standby-without-a-name",
+        RUN + " --standby",
+        r"--standby: a standby takes over its worker's static membership: give --worker-name NAME",
+    ),
+    Case(
+        "run-standby-of-a-dynamic-member",
+        RUN + " --standby --worker-name p1 --static-membership off",
+        r"--standby: a standby takes over its worker's static membership",
+    ),
 ]
 
 DEMO = "demo --out {ws}/demo"

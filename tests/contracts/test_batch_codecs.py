@@ -146,6 +146,33 @@ def test_only_good_messages_decode_to_one_array_per_batch():
     assert decode_sensors([], "tep", COUNTS, now=NOW) == ([], [])
 
 
+#: Where JSON parsers may differ (the batch decoder's fast path parses with orjson, decode_sensor with json):
+#: every one must decode exactly as one by one.
+EDGES = [
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1,2,3],"values":[4,5,6]}',  # a key twice
+    b'{"site":"tep","plant":"feed","seq":1,"ts":1.0,"seq":2,"values":[1,2,3]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[18446744073709551616,-18446744073709551617,3]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":18446744073709551616,"values":[1,2,3]}',
+    b'{"site":"tep","plant":"feed","ts":9223372036854775808,"seq":1,"values":[1,2,3]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[-0,-0.0,1E2]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1.5e-320,1e-400,0.1000000000000000055511151231257827]}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[9007199254740993,2.2250738585072011e-308,1e308]}',
+    b'{"site":"t\\u0065p","plant":"fe\\u0065d","ts":1.0,"seq":1,"values":[1,2,3]}',
+    b'{"site":"tep","plant":"feed\\ud800","ts":1.0,"seq":1,"values":[1,2,3]}',
+    b' \n{ "site" : "tep" , "plant" : "feed" , "ts" : 1.0 , "seq" : 1 , "values" : [ 1 , 2 , 3 ] }\t ',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1,2,3],}',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":1,"values":[1,2,3]}\x00',
+    b'{"site":"tep","plant":"feed","ts":1.0,"seq":01,"values":[1,2,3]}',
+    b'{"site":"tep","plant":"feed","ts":1.,"seq":1,"values":[1,2,3]}',
+    b"{'site':'tep','plant':'feed','ts':1.0,'seq':1,'values':[1,2,3]}",
+]
+
+
+def test_json_edges_decode_exactly_as_one_by_one():
+    raws = [x for pair in zip(GOOD * len(EDGES), EDGES, strict=False) for x in pair]
+    assert_same(decode_sensors(raws, "tep", COUNTS, now=NOW), one_by_one(raws))
+
+
 numbers = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**20), 10**20), st.booleans(), st.none()
 )

@@ -186,6 +186,28 @@ def test_blocks_equal_rows(stream, options, restart_every):
     check_blocks_equal_rows(stream, options, restart_every)
 
 
+def test_a_one_row_block_takes_the_per_row_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block of one row (about an RCA worker's batch at 1,000 messages/s) takes the per-row step, whose fixed
+    cost is below the block's passes (``python bench/rca_state.py --engines``); a longer block takes the passes.
+    Either way the verdicts and state of the rows one by one (:func:`test_blocks_equal_rows`)."""
+    options = {"horizon": 5, "heartbeat": 4, "slack": 0, "unseen": (), "threshold": 0.8, "min_posterior": 0.5,
+               "eps": math.inf, "trained": False, "fleet": (), "levels": 0, "level_eps": math.inf,
+               "graph": "chain", "incident": (240, 10), "calibrated": True}  # fmt: skip
+    M = 3
+    codes = np.array([[0, 0, 0]] * 3 + [[3, 0, 0]] * 3 + [[3, 2, 2]] * 6)
+    rows, blocks = make_engine(M, options), make_engine(M, options)
+    passes: list[int] = []
+    block = blocks._block
+    monkeypatch.setattr(blocks, "_block", lambda seqs, *a: passes.append(len(seqs)) or block(seqs, *a))
+    by_rows = rows.update_rows(np.arange(12), codes)
+    by_blocks = blocks.update_block(np.arange(6), codes[:6])
+    for t in range(6, 12):
+        by_blocks += blocks.update_block([t], codes[t : t + 1])
+    assert passes == [6]
+    assert by_blocks == by_rows and any(v.root_cause == "p0" for v in by_rows)
+    assert blocks.get_state() == rows.get_state()
+
+
 @pytest.mark.slow
 @pytest.mark.exhaustive
 @settings(max_examples=4000, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import json
 import random
+import zlib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -137,14 +139,80 @@ def test_state_round_trip_keeps_the_memory():
     assert restored.add(flag("a", 650, 0, 0))[1] == "duplicate"  # 650: zc = 650 % 2, za = (650 // 3) % 2
     assert restored.add(flag("a", 650, 1, 1))[1] == "late"
     assert restored.add(flag("c", 300, 0, 0))[1] == "late"
-    # a state in the uncompressed form of earlier releases still restores
-    old = dict(state)
+    # states in the forms of earlier releases still restore: the codes compressed whole, and uncompressed
+    whole = {k: v for k, v in state.items() if k not in ("released_blocks_z", "released_skip")}
+    codes = "".join(code for _, code in al._released).encode("ascii")
+    whole["released_codes_z"] = base64.b64encode(zlib.compress(codes, 1)).decode("ascii")
+    legacy = FlagAligner(PLANTS, allowed_lateness=1, memory=500)
+    legacy.set_state(whole)
+    assert list(legacy._released) == list(al._released)
+    old = dict(whole)
     del old["released_runs"], old["released_codes_z"]
     old["released_seqs"] = [s for s, _ in al._released]
     old["released_codes"] = "".join(code for _, code in al._released)
     legacy = FlagAligner(PLANTS, allowed_lateness=1, memory=500)
     legacy.set_state(old)
     assert list(legacy._released) == list(al._released)
+
+
+def _released_stream(aligner, lo, hi):
+    """Rows lo..hi-1 of every plant, a few skipped and a few without plant c, the codes varying."""
+    for s in range(lo, hi):
+        if s % 97 == 13:
+            continue  # a sample nobody reported
+        for p in PLANTS:
+            if not (s % 89 == 7 and p == "c"):
+                aligner.add(flag(p, s, (s // 5) % 2, (s // 7) % 2))
+
+
+def test_a_batch_state_compresses_only_the_rows_after_the_last_full_block(monkeypatch):
+    """The memory's codes are compressed by blocks as each fills: a state written after every batch compresses
+    at most one block's rows (a memory of 2,000 rows was compressed whole, 2,000 rows, every time)."""
+    import fedrca.streams.aligner as aligner_module
+
+    al = FlagAligner(PLANTS, allowed_lateness=1, memory=2000)
+    _released_stream(al, 0, 5000)
+    compressed = []
+    real = zlib.compress
+
+    def counted(data, level=-1):
+        compressed.append(len(data))
+        return real(data, level)
+
+    monkeypatch.setattr(aligner_module.zlib, "compress", counted)
+    for lo in range(5000, 5600, 50):
+        _released_stream(al, lo, lo + 50)
+        compressed.clear()
+        al.get_state()
+        assert compressed and max(compressed) < aligner_module._BLOCK_ROWS * len(PLANTS), compressed
+
+
+def test_the_blocks_round_trip_and_keep_forgetting_the_oldest_rows():
+    """Restored at any point (the first block partly forgotten, a block just full, a memory smaller than a block),
+    an aligner writes the state it was restored from, and the same states as the one never restored after more
+    rows."""
+    for memory, cut in [(1, 40), (7, 700), (499, 1300), (500, 1000), (501, 1502), (1234, 3000), (2000, 2999)]:
+        al = FlagAligner(PLANTS, allowed_lateness=1, memory=memory)
+        _released_stream(al, 0, cut)
+        state = json.loads(json.dumps(al.get_state()))
+        restored = FlagAligner(PLANTS, allowed_lateness=1, memory=memory)
+        restored.set_state(state)
+        assert restored.get_state() == state, memory
+        assert list(restored._released) == list(al._released)
+        for lo in range(cut, cut + 1600, 400):
+            _released_stream(al, lo, lo + 400)
+            _released_stream(restored, lo, lo + 400)
+            assert restored.get_state() == al.get_state(), (memory, lo)
+        fresh = FlagAligner(PLANTS, allowed_lateness=1, memory=memory)
+        fresh.set_state(json.loads(json.dumps(al.get_state())))
+        assert list(fresh._released) == list(al._released)
+        # a memory of another size restores the rows it holds (its blocks rebuilt)
+        other = FlagAligner(PLANTS, allowed_lateness=1, memory=max(1, memory // 2))
+        other.set_state(json.loads(json.dumps(al.get_state())))
+        assert list(other._released) == list(al._released)[-max(1, memory // 2) :]
+        _released_stream(other, cut + 1600, cut + 2200)
+        _released_stream(al, cut + 1600, cut + 2200)
+        assert list(other._released) == list(al._released)[-max(1, memory // 2) :]
 
 
 def test_severity_levels_travel_with_their_row_and_survive_a_restart():

@@ -1,4 +1,4 @@
-"""Plant processor core: flags only, duplicates skipped, restart continues exactly."""
+"""Plant processor core: flags only, duplicates skipped, restart continues exactly, the dataclass's flags."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from fedrca.contracts import SensorMessage, encode
+from fedrca.contracts import FlagMessage, SensorMessage, encode, encode_flags
 from fedrca.datasets import linear_multiplant
 from fedrca.detectors import PlantDetector
+from fedrca.detectors.health import SensorHealth
+from fedrca.privacy.ledger import FlagWindow
+from fedrca.streams import processor as processor_module
 from fedrca.streams.processor import PlantProcessor
 
 
@@ -75,3 +78,33 @@ def test_parameter_version_is_recorded_on_each_flag(fitted):
     assert {f.model_version for f in before.flags} == {"proprietary"}
     assert {f.model_version for f in after.flags} == {"v7"}
     assert copy.deepcopy(proc.get_state())["detector"]["parameter_version"] == "v7"
+
+
+def test_the_flags_are_those_of_the_dataclass(fitted, monkeypatch):
+    """The processor builds its flags without the frozen dataclass's ``__init__`` (``_flag_message``): every kind
+    of flag (scored with a severity level and the sensor bit, degraded, withheld, a skipped seq's) must be the
+    dataclass's, field by field with its type, and encode to the same bytes."""
+    train, test = fitted
+    Y = test.copy()
+    Y[40:, 1] = Y[39, 1]  # a stuck tag: the sensor bit
+    Y[60, :] = np.nan  # a row the plant cannot score: degraded
+    stream = messages(Y)
+    del stream[80]  # a skipped seq: published degraded when seq 81 comes
+
+    def run() -> list:
+        detector = PlantDetector("p", n_states=2, epsilon=2.0, seed=1, severity_levels=3, level_epsilon=3.0)
+        # a budget that runs out within the stream: the rows past it are withheld
+        window = FlagWindow("p", 2.0, 100, 1e-5, 300.0)
+        health = SensorHealth("p", epsilon=2.0, seed=1).fit(train)
+        proc = PlantProcessor("s", detector.fit(train), window, "stop", health)
+        return [f for lo in range(0, len(stream), 7) for f in proc.process(stream[lo : lo + 7]).flags]
+
+    fast = run()
+    monkeypatch.setattr(processor_module, "_flag_message", lambda *fields: FlagMessage(*fields))
+    reference = run()
+    assert {"withheld", "degraded", "sensor_fault"} <= {k for f in reference for k, v in vars(f).items() if v is True}
+    assert any(f.level for f in reference) and len(reference) == len(test)
+    assert [[(k, type(v), v) for k, v in vars(f).items()] for f in fast] == [
+        [(k, type(v), v) for k, v in vars(f).items()] for f in reference
+    ]
+    assert encode_flags(fast) == encode_flags(reference)

@@ -1,12 +1,11 @@
-"""A worker's start: what it does at the same time, what it reads of its state topic, its timeline.
+"""A worker's start: what it does at the same time, what it imports, its timeline.
 
 A worker killed and started again serves nothing until it has taken its partitions over
 (docs/streams.md, "A worker started again"). These check the behaviour that keeps that short
 without touching exactly-once: the partitions are taken at the same time (each fences its own
 producers and reads its own state); the published parameters are read while the group is joined
-and the partitions taken, and no batch is processed before they are read; a take-over reads the
-newest records of a state topic first and further back only when none of them restores, so it
-continues from the same state as reading the whole topic; the start-up timeline.
+and the partitions taken, and no batch is processed before they are read (an empty params topic
+at once); the heavy parts of scipy are not imported at the start; the start-up timeline.
 """
 
 from __future__ import annotations
@@ -16,15 +15,12 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import pytest
 from aiokafka import TopicPartition
-from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import NewTopic
 from tools.cluster import site_config
 
 from fedrca.config import load_config
@@ -35,14 +31,9 @@ from fedrca.streams import loop as loop_module
 from fedrca.streams.agents import ParamsFollower
 from fedrca.streams.app import WARM_UP
 from fedrca.streams.loop import (
-    STATE_CANDIDATES,
-    STATE_TAIL,
     LoopSettings,
     StateRecords,
-    StateScan,
     TransactionalLoop,
-    read_state,
-    state_record,
 )
 from fedrca.streams.startup import StartupTimeline, process_started
 from tests.kafka_broker import unique_name
@@ -57,7 +48,6 @@ from tests.streams.test_loop import (
     Model,
     Summer,
     Turns,
-    dead_letters,
     done,
     expected_outputs,
     patched,
@@ -192,155 +182,6 @@ def test_the_partitions_are_taken_before_the_gate_opens_and_nothing_processed_un
     assert CountingConsumer.fetches > 0
     for partition, values in {0: [1, 2, 3], 1: [4, 5]}.items():
         assert [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)] == expected_outputs(values)
-
-
-def _state_topic(records: Sequence[tuple[bytes, bytes]]) -> Any:
-    """A fake :func:`read_state` over ``records`` (key, value), one offset each; it notes every ``tail`` asked."""
-    tails: list[int | None] = []
-
-    async def read(bootstrap: str, topic: str, key: bytes, timeout: float, security: Any = None,
-                   tail: int | None = None) -> StateRecords:  # fmt: skip
-        tails.append(tail)
-        start = 0 if tail is None else max(0, len(records) - tail)
-        scan = StateScan()
-        for k, value in records[start:]:
-            if k == key:
-                scan.add(value)
-        return scan.result(whole=start == 0)
-
-    read.tails = tails  # type: ignore[attr-defined]
-    return read
-
-
-def test_a_take_over_reads_the_newest_state_records_first_and_further_back_only_when_none_restores():
-    # The state topic is shared with another partition, whose records fill its end; partition 0's
-    # newest 3 records are of another handler (they do not restore). The newest records read first
-    # hold only those 3: the loop reads further back and continues from the newest one that restores,
-    # with the 3 dead-lettered, exactly as after reading the whole topic.
-    tp = TopicPartition(INPUT, 0)
-    mine, other = loop_module._state_key(tp), loop_module._state_key(TopicPartition(INPUT, 1))
-    good = [(mine, state_record(0, json.dumps([10 * k, k + 1]).encode())) for k in range(40)]
-    filler = [(other, state_record(k, b"[0,0]")) for k in range(2 * STATE_TAIL)]
-    bad = [(mine, state_record(0, b'"another handler"')) for _ in range(3)]
-    records = good + filler[:STATE_TAIL] + bad + filler[STATE_TAIL : STATE_TAIL + STATE_TAIL // 2]
-
-    def taken_over(read: Any) -> tuple[Any, list[tuple[bytes, str]], int]:
-        model = Model({0: [7]}, [], [], [])
-        restored: list[Any] = []
-
-        class Noting(Summer):
-            def restore(self, state: bytes | None) -> None:
-                super().restore(state)
-                restored.append(state)
-
-        async def run() -> int:
-            loop = TransactionalLoop(
-                LoopSettings(bootstrap="model:9092", group_id=GROUP, producers=2),
-                [INPUT],
-                handler_for=Noting,
-                state_topic_for=lambda tp: STATE,
-                transactional_id_for=lambda tp: f"t-{tp.partition}",
-                deadletter_topic_for=lambda tp: f"{DEAD}{tp.partition}",
-            )
-            task = asyncio.ensure_future(loop.run())
-            await Turns(task, 20_000, lambda: "no progress").until(lambda: done(model))
-            offset = loop._tasks[tp].next_offset
-            loop.stop()
-            await task
-            return offset
-
-        with patched(model), mock.patch.object(loop_module, "read_state", read):
-            offset = asyncio.run(run())
-        outputs = [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)]
-        return (restored[-1], outputs, offset), dead_letters(model, 0), len(restored)
-
-    tailed = _state_topic(records)
-    (state, outputs, _), letters, _ = taken_over(tailed)
-    assert tailed.tails == [STATE_TAIL, 16 * STATE_TAIL], tailed.tails
-    assert state == b"[390,40]", state  # the newest record that restores: the 40th
-    assert outputs == [[0, 397, 41]], outputs  # offset 0 of the input (the state names offset 40: past it, none)
-    whole = _state_topic(records)
-
-    async def whole_read(*args: Any) -> StateRecords:
-        return await whole(*args[:5], None)
-
-    (state_whole, outputs_whole, _), letters_whole, _ = taken_over(whole_read)
-    assert (state, outputs, letters) == (state_whole, outputs_whole, letters_whole)
-    assert [reason for _, reason in letters] == ["bad-state"] * 3
-
-
-def test_a_take_over_whose_newest_state_restores_reads_only_the_end_of_the_topic():
-    tp = TopicPartition(INPUT, 0)
-    mine = loop_module._state_key(tp)
-    records = [(mine, state_record(0, json.dumps([k, k]).encode())) for k in range(10 * STATE_TAIL)]
-    read = _state_topic(records)
-    model = Model({0: []}, [], [], [])
-
-    async def run() -> Any:
-        loop = TransactionalLoop(
-            LoopSettings(bootstrap="model:9092", group_id=GROUP),
-            [INPUT],
-            handler_for=Summer,
-            state_topic_for=lambda tp: STATE,
-            transactional_id_for=lambda tp: f"t-{tp.partition}",
-        )
-        task = asyncio.ensure_future(loop.run())
-        await Turns(task, 20_000, lambda: "not taken").until(lambda: loop.taken.is_set())
-        handler = loop._tasks[tp].handler
-        loop.stop()
-        await task
-        return handler
-
-    with patched(model), mock.patch.object(loop_module, "read_state", read):
-        handler = asyncio.run(run())
-    assert read.tails == [STATE_TAIL]
-    assert (handler.total, handler.count) == (10 * STATE_TAIL - 1, 10 * STATE_TAIL - 1)
-
-
-def test_the_read_settles_only_when_a_whole_read_would_decide_the_same():
-    partial = StateRecords([(5, 1, b"[1,1]")], [], whole=False)
-    assert partial.settles(restored=True)
-    assert not partial.settles(restored=False)  # an older candidate may restore
-    assert StateRecords([], [], whole=True).settles(restored=False)
-    full = StateRecords([(k, k, b"[0,0]") for k in range(STATE_CANDIDATES)], [], whole=False)
-    assert full.settles(restored=False)  # a whole read keeps no more candidates than these
-
-
-@pytest.mark.kafka
-def test_reading_the_end_of_a_state_topic_on_the_broker(kafka_broker):
-    # committed records only, from inside the log: an aborted transaction's record there is not read
-    bootstrap = kafka_broker.bootstrap
-    topic = unique_name("statetail")
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"cleanup.policy": "compact"})])
-    finally:
-        admin.close()
-    key = b"in:0"
-    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=unique_name("tail"))
-    producer.init_transactions()
-    producer.begin_transaction()
-    producer.send(topic, key=key, value=b"not a state record")  # refused by a whole read
-    producer.commit_transaction()
-    for k in range(300):
-        producer.begin_transaction()
-        producer.send(topic, key=key, value=state_record(k, b"[%d,%d]" % (k, k)))
-        producer.commit_transaction()
-    producer.begin_transaction()
-    producer.send(topic, key=key, value=state_record(999, b"[0,0]"))
-    producer.flush()
-    producer.abort_transaction()
-    producer.close()
-
-    tail = asyncio.run(read_state(bootstrap, topic, key, 60.0, None, STATE_TAIL))
-    whole = asyncio.run(read_state(bootstrap, topic, key, 60.0, None))
-    assert not tail.whole and whole.whole
-    assert tail.candidates[0][1:] == whole.candidates[0][1:] == (299, b"[299,299]")
-    # the newest candidates are the same; the refused record at the beginning is read by the whole read only
-    assert [c[1:] for c in tail.candidates] == [c[1:] for c in whole.candidates]
-    assert tail.refused == [] and len(whole.refused) == 1
-    # each transaction is its record and a commit marker: the end holds half as many records as offsets
-    assert len(tail.candidates) == STATE_CANDIDATES
 
 
 def test_the_timeline_counts_from_the_process_start():

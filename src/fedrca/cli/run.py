@@ -15,6 +15,7 @@ from fedrca.application.fitted import FittedStore
 from fedrca.application.outputs import Outputs, staged_folder
 from fedrca.application.params import load_params
 from fedrca.application.site import plant_runtime, rca_runtime, site_runtime
+from fedrca.application.worker_lock import WorkerLock
 from fedrca.cli import privacy_notice
 from fedrca.config import SiteConfig, load_config, parameters_hash, resolve_plants
 from fedrca.config.limits import (
@@ -73,7 +74,14 @@ def _run(args: argparse.Namespace) -> int:
 
     timeline.mark("imports")
     use_uvloop()
+    named = args.worker_name is not None
     static_member = static_membership(args)
+    if args.standby and not static_member:
+        raise ConfigError(
+            "a standby takes over its worker's static membership: give --worker-name NAME, the name of the worker "
+            "it stands by for (and --static-membership auto or on)",
+            key="--standby",
+        )
     paths, trains = list(args.config), list(args.train or [])
     many = len(paths) > 1
     if len(trains) not in (0, 1, len(paths)):
@@ -97,6 +105,12 @@ def _run(args: argparse.Namespace) -> int:
     if many or len(trains) > 1:
         inputs = {f"--config {path}": path for path in paths} | {f"--train {path}": path for path in trains}
     Outputs.plan(inputs, folders={"--data-dir": args.data_dir}, input_folders={"--params": args.params})
+    # a named worker holds its local directory for its life (fedrca.application.worker_lock): refused at once
+    # when one of its name runs there, unless it stands by to take over
+    check_worker_name(args.worker_name)
+    lock = WorkerLock(Path(args.data_dir) / args.worker_name, args.worker_name) if named else None
+    if lock is not None and not args.standby:
+        lock.acquire(wait=False)
     configs = [load_config(path) for path in paths]
     trains = trains * len(paths) if len(trains) == 1 else trains
     roles = parse_roles(args.roles)
@@ -197,6 +211,9 @@ def _run(args: argparse.Namespace) -> int:
     site_metrics = {s.names.site: (s.plants or s.rca).metrics for s in sites}  # type: ignore[union-attr]
     metrics = next(iter(site_metrics.values())) if not many else SiteMetrics(site_metrics)
     metrics.set_probes(live=worker.live, ready=worker.ready)
+    if args.standby:
+        assert lock is not None
+        _stand_by(lock, args)
     if args.metrics_port is not None:
         port = metrics.serve(args.metrics_port, addr=args.metrics_addr)
         print(
@@ -226,6 +243,29 @@ def _run(args: argparse.Namespace) -> int:
     timeline.mark("worker built")
     faust_worker.execute_from_commandline()
     return 0
+
+
+def _stand_by(lock: WorkerLock, args: argparse.Namespace) -> None:
+    """Wait, ready to serve, until the worker of this name is gone; then hold its lock (``--standby``)."""
+    began = time.monotonic()
+
+    def waiting(pid: int | None) -> None:
+        print(
+            f"fedrca run: worker '{args.worker_name}' on standby, ready: waiting for the worker that holds "
+            f"{lock.path}{f' (pid {pid})' if pid else ''} to stop",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    lock.acquire(wait=True, on_wait=waiting)
+    if time.monotonic() - began > 0.5:
+        print(
+            f"fedrca run: worker '{args.worker_name}' taking over after {time.monotonic() - began:.1f} s on standby",
+            file=sys.stderr,
+            flush=True,
+        )
+    if args.metrics_port is not None:  # the worker it stood by for held the port until now
+        _check_listen(args.metrics_addr, args.metrics_port)
 
 
 def static_membership(args: argparse.Namespace) -> bool:
@@ -262,16 +302,7 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
     allowed lateness and the evidence window) within one Kafka record, and the worker's
     streaming state (:func:`~fedrca.config.limits.stream_bytes`) within the memory limit.
     """
-    name = args.worker_name
-    if not TOPIC_CHARACTERS.match(name) or name in (".", ".."):
-        raise ConfigError(
-            f"'{name}' names a folder under --data-dir and the worker's Kafka client ids: give letters, digits, "
-            "'.', '_' or '-'",
-            key="--worker-name",
-        )
-    problem = file_name_problem(name)
-    if problem is not None:
-        raise ConfigError(f"the name {problem}", key="--worker-name")
+    check_worker_name(args.worker_name)
     check_range("--batch-size", args.batch_size, 1, MAX_BATCH_SIZE, "records per fetch; one fetch returns at most "
                 f"{MAX_BATCH_SIZE:,} of fedrca's smallest records")  # fmt: skip
     check_range("--batch-within", args.batch_within, 0.001, KAFKA_REQUEST_TIMEOUT / 2,
@@ -280,7 +311,8 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
                 "seconds; the broker's group.min/max.session.timeout.ms")  # fmt: skip
     if args.metrics_port is not None:
         check_range("--metrics-port", args.metrics_port, 0, MAX_PORT, "a TCP port; 0 = any free one")
-        _check_listen(args.metrics_addr, args.metrics_port)
+        if not args.standby:  # a standby's is checked when it takes over (the worker it waits for holds it)
+            _check_listen(args.metrics_addr, args.metrics_port)
     plants = config.plant_names
     room, horizon = rca_record_room(), config.rca.horizon if "rca" in roles else 0
     row = rca_state_bytes(plants, 1, 0) - rca_state_bytes(plants, 0, 0)
@@ -323,6 +355,19 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
             f"limit (docs/limits.md): {fix}",
             key="--batch-size",
         )
+
+
+def check_worker_name(name: str) -> None:
+    """Refuse a ``--worker-name`` that is not one folder name and Kafka client id (before anything is made)."""
+    if not TOPIC_CHARACTERS.match(name) or name in (".", ".."):
+        raise ConfigError(
+            f"'{name}' names a folder under --data-dir and the worker's Kafka client ids: give letters, digits, "
+            "'.', '_' or '-'",
+            key="--worker-name",
+        )
+    problem = file_name_problem(name)
+    if problem is not None:
+        raise ConfigError(f"the name {problem}", key="--worker-name")
 
 
 def _check_drift(config: SiteConfig, served: list[str]) -> None:
@@ -526,6 +571,13 @@ def register(sub: Any) -> None:
         help="join the consumer groups as a static member named --worker-name (KIP-345), so a worker started again "
         "within the session timeout takes its partitions back at once (auto, the default: on when --worker-name is "
         "given)",
+    )
+    run.add_argument(
+        "--standby",
+        action="store_true",
+        help="a hot standby of the worker named --worker-name on the same --data-dir: start (fit or load the "
+        "detectors, read the parameters), then wait until that worker's process ends, however it ends, and take "
+        "its partitions over at once (docs/streams.md, 'A hot standby')",
     )
     run.add_argument("--data-dir", default=".fedrca-faust", help="local directory of the worker")
     run.add_argument(

@@ -125,12 +125,12 @@ MAX_HOLD_SECONDS = 7 * 86_400.0
 #: Longest live run of ``demo --source simulator`` (10,000 samples, about 3 minutes to simulate here):
 #: the demo shows the system; a longer live plant is ``fedrca simulate --to`` feeding ``fedrca run``.
 MAX_DEMO_HOURS = 500.0
-#: The verdict ids an RCA worker remembers (:class:`fedrca.streams.rca_stage.RCAStage`) share its
-#: state record with the aligner's pending rows and the engine's evidence; this much of the
-#: record is left to them.
+#: Bytes of the RCA worker's state record kept free: its pending rows and evidence may take the rest
+#: (:func:`rca_record_room`, which bounds ``run --allowed-lateness``).
 _RCA_RECORD_RESERVE = 1 << 18
-#: Most verdict ids an RCA worker remembers to emit no verdict twice: their JSON (``"<16 hex>",``, 19
-#: bytes each) fills the part of its state record the pending rows and the evidence leave.
+#: Most verdict ids an RCA worker remembers in memory (one fixed array) to emit no verdict twice within
+#: a process; across restarts the last row judged, in its state, does (:class:`fedrca.streams.rca_stage.RCAStage`).
+#: 13,797: as many as the record's reserve would hold as JSON (``"<16 hex>",``, 19 bytes each).
 MAX_REMEMBERED_VERDICTS = _RCA_RECORD_RESERVE // 19
 
 #: Peak memory of any command before its data and parameters: the interpreter, numpy, scipy, pandas,
@@ -355,7 +355,7 @@ def rca_state_bytes(plants: Sequence[str], lateness: int, horizon: int) -> int:
 
 
 def rca_record_room() -> int:
-    """Bytes of the RCA's state record :func:`rca_state_bytes` may take (a Kafka record less the verdict ids)."""
+    """Bytes of the RCA's state record :func:`rca_state_bytes` may take (a Kafka record less a reserve)."""
     return MAX_KAFKA_RECORD - _RCA_RECORD_RESERVE
 
 

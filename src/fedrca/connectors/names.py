@@ -43,7 +43,7 @@ from typing import Any
 from fedrca.config import SiteConfig
 from fedrca.exceptions import ConfigError
 
-__all__ = ["COMPACTED_SEGMENT_BYTES", "SiteNames", "topic_specs"]
+__all__ = ["COMPACTED", "SiteNames", "topic_specs"]
 
 
 @dataclass(frozen=True)
@@ -118,11 +118,19 @@ class SiteNames:
         return f"fedrca-{self.site}-rca-{partition}"
 
 
-#: Bytes of a compacted topic's segments (``segment.bytes``; Kafka's default is 1 GiB). Compaction cleans closed
-#: segments only: a partition's state topic (a record per transaction) and a plant's history topic (its changed
-#: chunk with every batch) would otherwise keep every record of the last GiB, all of which a worker that takes
-#: the partition over reads back (docs/streams.md, "A worker started again").
-COMPACTED_SEGMENT_BYTES = 8 << 20
+#: How fedrca creates its compacted topics (state, history, params, control). A worker that takes a
+#: partition over reads its history topic whole (and its state topic's newest records), and Kafka
+#: compacts closed segments only: with the broker's defaults a segment closes at 1 GiB or after 7 days,
+#: so a plant's state and history grew by hundreds of MB an hour at 1,000 msgs/s, never compacted, and a
+#: take-over read longer than the session timeout (the member expired in its own take-over, again and
+#: again: docs/streams.md, "Compacted topics"). A segment closes at 16 MiB or after a minute here, and
+#: the cleaner takes a topic once a tenth of it is superseded.
+COMPACTED: dict[str, str] = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(16 * 1024 * 1024),
+    "segment.ms": str(60_000),
+    "min.cleanable.dirty.ratio": "0.1",
+}
 
 
 def topic_specs(config: SiteConfig, replication: int = 1) -> dict[str, dict[str, Any]]:
@@ -132,11 +140,11 @@ def topic_specs(config: SiteConfig, replication: int = 1) -> dict[str, dict[str,
     --------
     >>> from fedrca.config import load_config
     >>> specs = topic_specs(load_config("config/tep.yaml"))
-    >>> specs["tep.sensors.reactor"]["num_partitions"], specs["tep.state.reactor"]["configs"]
-    (1, {'cleanup.policy': 'compact', 'segment.bytes': '8388608'})
+    >>> specs["tep.sensors.reactor"]["num_partitions"], specs["tep.state.reactor"]["configs"]["segment.ms"]
+    (1, '60000')
     """
     names = SiteNames(config)
-    compact = {"cleanup.policy": "compact", "segment.bytes": str(COMPACTED_SEGMENT_BYTES)}
+    compact = dict(COMPACTED)
     specs: dict[str, dict[str, Any]] = {}
     for plant in config.plant_names:
         specs[names.sensors(plant)] = {}

@@ -102,8 +102,6 @@ MAX_LEVELS = 64
 _NUMBER_TYPES_OR_NULL = frozenset((int, float, type(None)))
 #: Types a JSON number decodes to.
 _NUMBER_TYPES = frozenset((int, float))
-#: The decoder behind ``json.loads`` (default settings).
-_DECODER = json.JSONDecoder()
 
 
 class Quality(IntEnum):
@@ -482,7 +480,9 @@ def decode_sensors(
     ([(3, [1.0, 2.0])], ['malformed-json'])
     """
     horizon = (time.time() if now is None else now) + MAX_FUTURE_SECONDS
-    parse = _DECODER.decode  # json.loads without its per-call encoding detection
+    # strict JSON (as decode_flags): whatever orjson accepts, json.loads reads the same; a BOM, UTF-16, NaN
+    # or an integer beyond 64 bits fails here and takes the slow path, where decode_sensor decides
+    parse = orjson.loads
     numbers = _NUMBER_TYPES_OR_NULL
     null = type(None)
     # (index, plant, ts, seq, number of values, number of nulls)
@@ -493,8 +493,7 @@ def decode_sensors(
         try:
             if len(raw) > MAX_RECORD_BYTES:
                 raise ValueError("too large")  # decode_sensor names it
-            # strict UTF-8 (a BOM or UTF-16 fails here and takes the slow path, as json.loads would decode it)
-            data = parse(raw.decode() if isinstance(raw, bytes) else raw)
+            data = parse(raw)
             plant, ts, seq, values = data["plant"], data["ts"], data["seq"], data["values"]
             n = sensor_counts[plant]
             types = set(map(type, values))
@@ -534,13 +533,11 @@ def decode_sensors(
             finite = np.logical_and.reduceat(np.abs(array) <= MAX_ABS_VALUE, starts)
             for (i, plant, ts, seq, n, nulls), start, good in zip(fast, starts.tolist(), finite.tolist(), strict=True):
                 values = array[start : start + n]
-                if good:
-                    decoded[i] = SensorMessage(site, plant, ts, seq, values)
-                elif (
+                if good or (
                     nulls and not (np.abs(values) > MAX_ABS_VALUE).any() and np.count_nonzero(np.isnan(values)) == nulls
                 ):
-                    # every value out of the bound is a null (no NaN literal, no inf, none huge)
-                    decoded[i] = SensorMessage(site, plant, ts, seq, values)
+                    # every value within the bound, or every one out of it a null (no NaN literal, no inf, none huge)
+                    decoded[i] = _sensor_message(site, plant, ts, seq, values)
                 else:
                     slow.append(i)
     rejected: dict[int, MessageError] = {}
@@ -549,12 +546,34 @@ def decode_sensors(
             decoded[i] = decode_sensor(raws[i], site, sensor_counts, now)
         except MessageError as err:
             rejected[i] = err
-    valid = [decoded[i] for i in sorted(decoded)]
+    # without a slow message, the fast ones came in arrival order
+    valid = list(decoded.values()) if not slow else [decoded[i] for i in sorted(decoded)]
     return valid, [(raws[i], rejected[i]) for i in sorted(rejected)]
 
 
+def _sensor_message(site: str, plant: str, ts: float, seq: int, values: NDArray[np.float64]) -> SensorMessage:
+    """``SensorMessage(site, plant, ts, seq, values)`` without its ``__init__`` (every field set, no quality codes:
+    derived when read), for the values :func:`decode_sensors` checked: a plant worker builds one per message
+    (``tests/contracts/test_batch_codecs.py``: the same messages as :func:`decode_sensor`'s)."""
+    message = object.__new__(SensorMessage)
+    object.__setattr__(message, "__dict__", {
+        "site": site, "plant": plant, "ts": ts, "seq": seq, "values": values, "_quality": None,
+    })  # fmt: skip
+    return message
+
+
+#: The JSON around a flag's own fields, by what a plant's flags share (:func:`encode_flags`; a few keys per plant)
+_FLAG_PARTS: dict[tuple[Any, ...], tuple[str, str, str]] = {}
+#: Keys :data:`_FLAG_PARTS` holds at most (cleared when full: a worker's plants and versions are a handful).
+_FLAG_PARTS_KEPT = 1024
+
+
 def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
-    """``[encode(f.to_dict()) for f in flags]``, with the fields a plant's batch shares encoded once.
+    """``[encode(f.to_dict()) for f in flags]``, with the fields a plant's flags share encoded once.
+
+    What a plant's flags share (site, plant, epsilons, model version) is encoded once per worker and
+    kept (:data:`_FLAG_PARTS`), keyed by the values and their types: a plant worker encodes a few
+    flags per batch, hundreds of batches a second.
 
     Examples
     --------
@@ -563,20 +582,24 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
     True
     """
     out = []
-    parts: dict[tuple[str, str, float, str, float | None], tuple[str, str, str]] = {}
+    parts = _FLAG_PARTS
     for f in flags:
-        level = f.level
+        level, eps, level_eps = f.level, f.eps, f.level_eps
         if (
             f.withheld
             or f.degraded
             or f.sensor_fault
             or not (type(f.ts) is float and math.isfinite(f.ts) and type(f.seq) is type(f.zc) is type(f.za) is int)
             or not (level is None or type(level) is int)
+            or not (type(f.site) is type(f.plant) is type(f.model_version) is str)
+            # a positive int or float epsilon (equal values of one type write the same JSON: not 0.0 and -0.0)
+            or not ((type(eps) is float or type(eps) is int) and eps > 0)
+            or not (level is None or ((type(level_eps) is float or type(level_eps) is int) and level_eps > 0))
         ):
             out.append(encode(f.to_dict()))  # anything unusual: json decides
             continue
-        # what follows za (eps, model_version, and with a level its level_eps) is shared by a plant's batch
-        shared = (f.site, f.plant, f.eps, f.model_version, None if level is None else f.level_eps)
+        # what follows za (eps, model_version, and with a level its level_eps) is shared by a plant's flags
+        shared = (f.site, f.plant, type(eps), eps, f.model_version, level is None or (type(level_eps), level_eps))
         found = parts.get(shared)
         if found is None:
             whole = f.to_dict()
@@ -587,6 +610,8 @@ def encode_flags(flags: list[FlagMessage]) -> list[bytes]:
             tail = "," + encode(rest).decode()[1:]
             # with a level: the tail up to '"level":' and after the level's digits
             before, _, after = tail.partition('"level":0') if level is not None else (tail, "", "")
+            if len(parts) >= _FLAG_PARTS_KEPT:
+                parts.clear()
             found = parts[shared] = (head, before, after)
         head, before, after = found
         # json writes a finite float as float.__repr__ and an int as int.__repr__

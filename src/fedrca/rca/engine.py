@@ -700,6 +700,12 @@ class RCAEngine:
             or an array has the wrong shape or values.
         """
         seq_arr, code_arr, ts_arr, lev = self._block_arrays(seqs, codes, ts, levels)
+        if len(seq_arr) == 1:
+            # one row (an RCA worker's batch at 1,000 messages/s holds about one): the per-row step, whose
+            # fixed cost is below the block's passes (python bench/rca_state.py --engines); the same
+            # verdicts and state either way (tests/rca/test_block.py::test_blocks_equal_rows)
+            verdict = self._step(int(seq_arr[0]), float(ts_arr[0]), code_arr[0], lev[0])
+            return [] if verdict is None else [verdict]
         if len(seq_arr) and self._last_seq is not None and seq_arr[0] <= self._last_seq:
             stop = 0
         else:

@@ -185,7 +185,8 @@ class PlantAgent:
                 )
                 runtime.reject(batch, r.value, error)
         out = runtime.process_plant(self.plant, batch.valid, batch)
-        flags = [Outgoing(self.flags_topic, value, key=key) for value in encode_flags(out.flags)]
+        topic = self.flags_topic
+        flags = [Outgoing(topic, value, key) for value in encode_flags(out.flags)]
         dead = [
             _dead_letter(raw, err, DeadLetterStage.PLANT, self.source, self.deadletter_topic)
             for raw, err in batch.rejected

@@ -55,6 +55,17 @@ _CHARS = {(zc, za): str(int(FlagState.of(zc, za))) for zc in (0, 1) for za in (0
     _DEGRADED: "d",
     _ABSENT: "-",
 }
+#: Released rows per compressed block of the memory's codes in the state (:meth:`FlagAligner.get_state`)
+_BLOCK_ROWS = 500
+
+
+def _pack(codes: bytes | bytearray) -> str:
+    """Codes as the state writes them: zlib (level 1), base64."""
+    return base64.b64encode(zlib.compress(codes, 1)).decode("ascii")
+
+
+def _unpack(text: str) -> bytes:
+    return zlib.decompress(base64.b64decode(text))
 
 
 @dataclass(frozen=True)
@@ -125,10 +136,15 @@ class FlagAligner:
         self._index = {p: i for i, p in enumerate(self.plants)}
         # Released rows as (seq, one character per plant: "-" absent, else its FlagState). The
         # memory is written with every batch of a worker, so its serialised form is kept up to
-        # date as rows come and go: runs of consecutive seqs and the codes as one ASCII buffer.
+        # date as rows come and go: runs of consecutive seqs and the codes as one ASCII buffer, compressed
+        # by blocks of _BLOCK_ROWS rows as each fills (once): a batch's state compresses only the rows
+        # after the last full block (`_tail` of them); the first block's `_skip` rows are forgotten.
         self._released: deque[tuple[int, str]] = deque(maxlen=memory)
         self._runs: deque[list[int]] = deque()  # [first seq, count]
         self._codes = bytearray()
+        self._blocks: deque[str] = deque()
+        self._skip = 0
+        self._tail = 0
 
     def add(self, flag: FlagMessage) -> tuple[list[AlignedRow], str]:
         """Add one flag; returns the rows now released and the flag's status.
@@ -333,6 +349,13 @@ class FlagAligner:
             if first[1] == 0:
                 self._runs.popleft()
             del self._codes[: len(self._released[0][1])]
+            if self._blocks:  # the oldest row is in the first block
+                self._skip += 1
+                if self._skip == _BLOCK_ROWS:
+                    self._blocks.popleft()
+                    self._skip = 0
+            else:
+                self._tail -= 1
         self._released.append((seq, code))
         last = self._runs[-1] if self._runs else None
         if last is not None and last[0] + last[1] == seq:
@@ -340,6 +363,10 @@ class FlagAligner:
         else:
             self._runs.append([seq, 1])
         self._codes += code.encode("ascii")
+        self._tail += 1
+        if self._tail == _BLOCK_ROWS:
+            self._blocks.append(_pack(self._codes[len(self._codes) - _BLOCK_ROWS * len(code) :]))
+            self._tail = 0
 
     @staticmethod
     def _char(bits: tuple[int, int]) -> str:
@@ -362,8 +389,11 @@ class FlagAligner:
         consecutive but for skipped samples) and the codes zlib-compressed (a nominal
         stream's codes repeat), about 1 kB instead of 110 kB for 10,000 rows of 5 plants
         (``tests/streams/test_aligner.py::test_state_round_trip_keeps_the_memory`` guards
-        the round trip).
+        the round trip). The codes are compressed by blocks of ``_BLOCK_ROWS`` rows, each once
+        when it fills, so a batch compresses the rows after the last full block only, not the
+        whole memory (``released_skip``: the first block's rows forgotten since).
         """
+        tail = self._codes[len(self._codes) - self._tail * len(self.plants) :]
         return {
             "buffer": {str(s): {p: list(b) for p, b in row.items()} for s, row in self._buffer.items()},
             "ts": {str(s): t for s, t in self._ts.items()},
@@ -373,7 +403,8 @@ class FlagAligner:
             "next_seq": self._next_seq,
             "max_seq": self._max_seq,
             "released_runs": [list(run) for run in self._runs],
-            "released_codes_z": base64.b64encode(zlib.compress(self._codes, 1)).decode("ascii"),
+            "released_blocks_z": [*self._blocks, _pack(tail)],
+            "released_skip": self._skip,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -388,13 +419,33 @@ class FlagAligner:
         self._next_seq = state["next_seq"]
         self._max_seq = int(state["max_seq"])
         width = len(self.plants)
-        if "released_runs" in state:
+        blocks: list[bytes] | None = None
+        if "released_blocks_z" in state:
             seqs = [first + k for first, count in state["released_runs"] for k in range(int(count))]
-            codes = zlib.decompress(base64.b64decode(state["released_codes_z"])).decode("ascii")
+            blocks = [_unpack(text) for text in state["released_blocks_z"]]
+            codes = b"".join(blocks)[int(state["released_skip"]) * width :].decode("ascii")
+        elif "released_runs" in state:  # the codes compressed whole (earlier states)
+            seqs = [first + k for first, count in state["released_runs"] for k in range(int(count))]
+            codes = _unpack(state["released_codes_z"]).decode("ascii")
         else:  # the uncompressed form of earlier states
             seqs, codes = state["released_seqs"], state["released_codes"]
         self._released = deque(maxlen=self.memory)
         self._runs = deque()
         self._codes = bytearray()
+        self._blocks = deque()
+        self._skip = self._tail = 0
         for k, seq in enumerate(seqs):
             self._remember(int(seq), codes[k * width : (k + 1) * width])
+        skip = int(state.get("released_skip", 0))
+        if (
+            blocks
+            and len(seqs) <= self.memory
+            and 0 <= skip < _BLOCK_ROWS
+            and sum(map(len, blocks)) == (skip + len(seqs)) * width
+            and all(len(block) == _BLOCK_ROWS * width for block in blocks[:-1])
+            and len(blocks[-1]) < _BLOCK_ROWS * width
+        ):
+            # the blocks as written (a restarted worker writes the state its predecessor would have); blocks of
+            # another size keep the ones just rebuilt
+            self._blocks = deque(state["released_blocks_z"][:-1])
+            self._skip, self._tail = skip, len(blocks[-1]) // width

@@ -350,8 +350,7 @@ class Worker:
         if not self._served:
             self._first_batch(times)
         metrics = self._metrics[tp.topic]
-        metrics.record_stage_latency("consume", records, now=times.fetched)
-        metrics.record_stage_latency("flags", records, now=times.committed)
+        metrics.record_stage_latencies(records, {"consume": times.fetched, "flags": times.committed})
         metrics.record_latency("plant_batch", times.committed - times.fetched)
 
     def _on_rca_batch(self, tp: TopicPartition, records: Sequence[InputRecord], times: BatchTimes) -> None:

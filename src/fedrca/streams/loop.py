@@ -173,9 +173,9 @@ class InputRecord(NamedTuple):
     timestamp_ms: int
 
 
-@dataclass(frozen=True)
-class Outgoing:
-    """One record to produce in the batch's transaction (partition 0 unless given)."""
+class Outgoing(NamedTuple):
+    """One record to produce in the batch's transaction (partition 0 unless given; a named tuple: a plant worker
+    builds one per flag)."""
 
     topic: str
     value: bytes | None  # None: a tombstone (a compacted topic's key deleted)
@@ -342,22 +342,14 @@ class StateRecords:
     ----------
     candidates : (position, next offset, handler state JSON) of the newest records that have the
         form of a state record, newest first (at most :data:`STATE_CANDIDATES`); position counts
-        the key's records from 0, oldest first (of those read)
-    refused : (position, raw value, why) of the records under the key that are not state records
-    whole : the topic was read from its beginning (False: only its newest records, :func:`read_state`'s
-        ``tail``; the records before them may hold older candidates)
+        the key's records read from 0, oldest first
+    refused : (position, raw value, why) of the records read under the key that are not state records
+    read : records of the topic read to find them (every key's)
     """
 
     candidates: list[tuple[int, int, bytes]]
     refused: list[tuple[int, bytes, MessageError]]
-    whole: bool = True
-
-    def settles(self, restored: bool) -> bool:
-        """Whether what was read decides the task's state as reading the whole topic would: a candidate was
-        restored (the newest that restores, and every refused record after it, are among the newest
-        records), or the read began at the topic's beginning, or it holds :data:`STATE_CANDIDATES` candidates
-        (all a whole read keeps)."""
-        return restored or self.whole or len(self.candidates) >= STATE_CANDIDATES
+    read: int = 0
 
     def refused_after(self, position: int) -> list[tuple[bytes, MessageError]]:
         """The refused records newer than ``position`` (the state a task continues from, -1: none).
@@ -400,6 +392,12 @@ class StateScan:
         self._kept: deque[tuple[int, bytes]] = deque(maxlen=STATE_CANDIDATES)
         self._refused: list[tuple[int, bytes, MessageError]] = []
         self._position = -1
+        self.read = 0  # records of the topic seen (every key's), counted by the reader
+
+    @property
+    def full(self) -> bool:
+        """Whether :data:`STATE_CANDIDATES` records of the state's form were read: older ones change no result."""
+        return len(self._kept) == self._kept.maxlen
 
     def add(self, value: bytes | None) -> None:
         """One record under the key (a tombstone's value is None)."""
@@ -412,8 +410,8 @@ class StateScan:
         except MessageError as exc:
             self._refused.append((self._position, value or b"", exc))
 
-    def result(self, whole: bool = True) -> StateRecords:
-        """The candidates, newest first, and every refused record (``whole``: :attr:`StateRecords.whole`)."""
+    def result(self) -> StateRecords:
+        """The candidates, newest first, and every refused record."""
         candidates = []
         refused = list(self._refused)
         for position, raw in reversed(self._kept):
@@ -421,52 +419,57 @@ class StateScan:
                 candidates.append((position, *parse_state_record(raw)))
             except MessageError as exc:
                 refused.append((position, raw, exc))
-        return StateRecords(candidates, sorted(refused, key=lambda r: r[0]), whole)
+        return StateRecords(candidates, sorted(refused, key=lambda r: r[0]), self.read)
 
+
+#: Offsets from its end a state topic is first read back over (:func:`read_state`), four times more each
+#: time it holds fewer than :data:`STATE_CANDIDATES` state records of the key
+STATE_WINDOW = 4 * STATE_CANDIDATES
 
 #: Bytes a read of a state or history topic takes per fetch (``max.partition.fetch.bytes``; the clients' 1 MiB
 #: default makes a take-over one round trip per MiB of the uncleaned segments it reads back).
 SCAN_FETCH_BYTES = 4 << 20
 
-#: Offsets of a state topic's end a take-over reads first (:func:`read_state`'s ``tail``): a partition's
-#: transactions each write its state record and a commit marker, so the newest candidates are there.
-STATE_TAIL = 4 * STATE_CANDIDATES
-
 
 async def read_state(
-    bootstrap: str,
-    topic: str,
-    key: bytes,
-    timeout: float,
-    security: Mapping[str, Any] | None = None,
-    tail: int | None = None,
+    bootstrap: str, topic: str, key: bytes, timeout: float, security: Mapping[str, Any] | None = None
 ) -> StateRecords:
     """The committed state records under ``key`` in partition 0 of ``topic``: candidates and refused ones.
 
     Reads committed records only, up to the last stable offset, so a transaction that
     was aborted (or fenced) never comes back as state. A record under the key that does
     not have the form of a state record (:func:`parse_state_record`; anyone who can write
-    the topic can write one) is refused, never used: the one before it is. ``tail``: read
-    only the records of the last ``tail`` offsets (None: from the beginning). A compacted
-    topic is compacted only in its closed segments, so a partition's state topic holds every
-    state record of its batches since the last one closed (one per transaction): a take-over
-    reads the newest first (:meth:`TransactionalLoop._own`, :meth:`StateRecords.settles`)
-    and costs the same at minute 50 of a stream as at minute 1
-    (``tests/streams/test_startup.py``).
+    the topic can write one) is refused, never used: the one before it is.
+
+    Reads from the end back: the last :data:`STATE_WINDOW` offsets first, four times as many
+    each time they hold fewer than :data:`STATE_CANDIDATES` records of the state's form, the
+    whole topic at most. The candidates are those of a read of the whole topic, and so is every
+    refused record newer than the oldest candidate, however long the topic is: a take-over reads
+    a few records, not every state the partition's owners ever wrote (Kafka compacts only closed
+    segments, ``fedrca.connectors.names.COMPACTED``; ``tests/streams/test_state_read.py``). The
+    refused records older than every candidate are those a first owner read already.
 
     Raises
     ------
     KafkaError
         When the topic cannot be read within ``timeout`` seconds.
     """
-    scan = StateScan()
+    window = STATE_WINDOW
+    deadline = time.monotonic() + timeout
+    while True:
+        scan = StateScan()
 
-    def visit(record: ConsumerRecord) -> None:
-        if record.key == key:
-            scan.add(record.value)
+        def visit(record: ConsumerRecord, scan: StateScan = scan) -> None:
+            scan.read += 1
+            if record.key == key:
+                scan.add(record.value)
 
-    whole = await _scan_committed(bootstrap, topic, timeout, security, visit, f"the state of {topic}", tail)
-    return scan.result(whole)
+        whole = await _scan_committed(
+            bootstrap, topic, max(0.0, deadline - time.monotonic()), security, visit, f"the state of {topic}", window
+        )
+        if whole or scan.full:
+            return scan.result()
+        window *= 4
 
 
 @dataclass(frozen=True)
@@ -567,13 +570,11 @@ async def _scan_committed(
     security: Mapping[str, Any] | None,
     visit: Callable[[ConsumerRecord], None],
     what: str,
-    tail: int | None = None,
+    last: int | None = None,
 ) -> bool:
     """Hand every committed record of partition 0 of ``topic``, oldest first up to the last stable
-    offset, to ``visit``; :class:`KafkaError` naming ``what`` after ``timeout`` seconds. ``tail``: only
-    those of the last ``tail`` offsets (a ``read_committed`` fetch from inside the log still leaves out
-    the aborted transactions' records: the broker names them with every fetch). Returns whether the
-    records handed over began at the topic's beginning."""
+    offset, to ``visit`` (with ``last``, those of the ``last`` offsets before it only); whether the
+    topic was read from its beginning. :class:`KafkaError` naming ``what`` after ``timeout`` seconds."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -588,13 +589,9 @@ async def _scan_committed(
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
-        whole = True
-        if tail is None:
-            await consumer.seek_to_beginning(tp)
-        else:
-            beginning = (await consumer.beginning_offsets([tp]))[tp]
-            whole = end - tail <= beginning
-            consumer.seek(tp, max(beginning, end - tail))
+        beginning = (await consumer.beginning_offsets([tp]))[tp]
+        start = beginning if last is None else max(beginning, end - last)
+        consumer.seek(tp, start)
         deadline = time.monotonic() + timeout
         while await consumer.position(tp) < end:
             if time.monotonic() > deadline:
@@ -603,7 +600,7 @@ async def _scan_committed(
                 visit(record)
     finally:
         await consumer.stop()
-    return whole
+    return start <= beginning
 
 
 @dataclass
@@ -1055,20 +1052,13 @@ class TransactionalLoop:
             key = _state_key(tp)
             handler = self._handler_for(tp)
             load = getattr(handler, "load", None)
-            tail = STATE_TAIL
             # what the handler keeps beside its state (a plant's history topic) is read with the
-            # newest state records, before the state is restored
+            # state, before the state is restored
             found, _ = await _together(
-                read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security, tail),
+                read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security),
                 load(s.bootstrap, s.restore_timeout, s.security) if load is not None else _nothing(),
             )
-            while True:
-                saved, failed = _restore(handler, found)
-                if found.settles(saved is not None):
-                    break
-                # no newest record restores: further back (the candidates a whole read would keep)
-                tail *= 16
-                found = await read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security, tail)
+            saved, failed = _restore(handler, found)
             refused = [
                 (raw, exc, DeadLetterStage.STATE)
                 for raw, exc in [*found.refused_after(-1 if saved is None else saved[0]), *failed]
@@ -1461,9 +1451,15 @@ def _restore(
 
 
 async def _bounded(step: Awaitable[_T], seconds: float, what: str) -> _T:
-    """Await a step with the broker for at most ``seconds``; :class:`KafkaTimeoutError` names it after that."""
+    """Await a step with the broker for at most ``seconds``; :class:`KafkaTimeoutError` names it after that.
+
+    The step is awaited in the calling task under a deadline (``asyncio.timeout``), not wrapped in a
+    task of its own as ``asyncio.wait_for`` does on Python 3.11: a transaction takes four such steps,
+    and a plant worker makes hundreds of transactions a second.
+    """
     try:
-        return await asyncio.wait_for(step, seconds)
+        async with asyncio.timeout(seconds):
+            return await step
     except TimeoutError:
         raise KafkaTimeoutError(f"{what} had no answer within {seconds:g} s") from None
 

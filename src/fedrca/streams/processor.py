@@ -74,6 +74,35 @@ MAX_GAP_FILL = 1000
 MAX_GAPS = 256
 
 
+def _flag_message(
+    site: str,
+    plant: str,
+    ts: float,
+    seq: int,
+    zc: int,
+    za: int,
+    eps: float,
+    version: str,
+    withheld: bool,
+    level: int | None,
+    level_eps: float,
+    degraded: bool,
+    sensor_fault: bool,
+) -> FlagMessage:
+    """``FlagMessage(site, plant, ..., sensor_fault)`` (every field, positionally) without the frozen dataclass's
+    per-field ``__init__``, as :func:`fedrca.contracts.decode_flags` builds its fast path's: a plant worker builds
+    one per sensor message. The processor's fields are of the message's types already (its floats, ints, bools);
+    ``tests/streams/test_processor.py::test_the_flags_are_those_of_the_dataclass`` checks the flags equal the
+    dataclass's, field by field and encoded."""
+    flag = object.__new__(FlagMessage)
+    object.__setattr__(flag, "__dict__", {
+        "site": site, "plant": plant, "ts": ts, "seq": seq, "zc": zc, "za": za, "eps": eps, "model_version": version,
+        "withheld": withheld, "level": level, "level_eps": level_eps, "degraded": degraded,
+        "sensor_fault": sensor_fault,
+    })  # fmt: skip
+    return flag
+
+
 @dataclass
 class ProcessorOutput:
     """What one batch produced.
@@ -225,20 +254,19 @@ class PlantProcessor:
         withheld = 0
         # a refresh inside the batch: the rows before it carry the old baseline's version
         versions = self._versions(fresh, refreshes, version)
-        for k, m in enumerate(fresh):
-            fault = bool(sensor[k]) and bool(published[k])
-            v = versions[k]
-            if degraded[k]:
-                flags.append(self._flag(m.ts, m.seq, eps, v, degraded=True, sensor_fault=fault))
-            elif not published[k]:
-                flags.append(self._flag(m.ts, m.seq, eps, v, withheld=True))
+        site, plant, inf, flag_of = self.site, self.plant, math.inf, _flag_message
+        rows = zip(fresh, versions, degraded.tolist(), published.tolist(), sensor, strict=True)
+        for m, v, row_degraded, row_published, row_fault in rows:
+            fault = bool(row_fault) and row_published
+            if row_degraded:
+                flags.append(flag_of(site, plant, m.ts, m.seq, 0, 0, eps, v, False, None, inf, True, fault))
+            elif not row_published:
+                flags.append(flag_of(site, plant, m.ts, m.seq, 0, 0, eps, v, True, None, inf, False, False))
                 withheld += 1
             else:
-                flags.append(
-                    self._flag(m.ts, m.seq, eps, v, zc[i], za[i], level=levels[i], level_eps=level_eps,
-                               sensor_fault=fault)
-                )  # fmt: skip
-            i += int(not degraded[k])
+                flags.append(flag_of(site, plant, m.ts, m.seq, zc[i], za[i], eps, v, False, levels[i], level_eps, False,
+                                     fault))  # fmt: skip
+            i += not row_degraded
         return ProcessorOutput(
             flags=sorted(gap_flags + flags, key=lambda f: f.seq) if gap_flags else flags,
             duplicates=duplicates,

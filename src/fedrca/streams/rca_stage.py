@@ -5,11 +5,18 @@ the rows a batch of flags completes to the RCA engine at once
 (:meth:`fedrca.rca.RCAEngine.update_block`: the same verdicts as row by row, at a
 fraction of the cost), whose verdicts are the verdicts-topic contract
 (:class:`fedrca.contracts.Verdict`). Verdict ids are deterministic (site, root
-cause, evidence window), and the stage remembers the ids it emitted, so a replayed
-or re-processed window never produces a second verdict. The newest
-:data:`~fedrca.config.limits.MAX_REMEMBERED_VERDICTS` ids are kept in one array allocated with the
-stage, so its memory does not grow with the verdicts it issues
-(``tests/streams/test_rca_memory.py``).
+cause, evidence window), so a replayed or re-processed window never produces a second
+verdict: the stage keeps the seq of the last row it judged (``judged``, in its state) and
+emits no verdict of a row at or below it. Every verdict is issued at the row it names (its
+``seq``, the last seq of its evidence window, which the id is derived from), and rows are
+judged once each in increasing seq (the aligner releases them so and the engine refuses
+anything else), so every verdict emitted before is at or below ``judged`` and a new one
+above it: one integer in the state stands for every id ever emitted, and the state record
+written after every batch is as long after a million verdicts as after one
+(``tests/streams/test_rca_memory.py``). The stage also remembers the newest
+:data:`~fedrca.config.limits.MAX_REMEMBERED_VERDICTS` ids it emitted in this process, in one
+array allocated with the stage, and emits none of them again (ids handed to :meth:`RCAStage.remember`
+too); they are not written to the state.
 
 Each row's published sensor-fault bits go to :class:`~fedrca.rca.sensors.SensorEvents` first:
 a row's sensor events (a plant's sensor fault begins or ends) come before its process verdict,
@@ -46,7 +53,7 @@ _ID_CHARS = 16
 class VerdictIds:
     """The newest ``capacity`` verdict ids emitted, oldest forgotten first, in fixed arrays.
 
-    A ring of ``capacity`` ids allocated at once, each as its 16 hex digits (``S16``, for the state)
+    A ring of ``capacity`` ids allocated at once, each as its 16 hex digits (``S16``, for :meth:`text`)
     and as their 64-bit value (for lookups), so its memory is the same whether it holds no id or
     ``capacity`` of them: a set of ``str`` filled by a stream grows by 100 to 150 bytes an id until
     it is full (at the soak's verdict rate, for a quarter of an hour; ``tests/streams/test_rca_memory.py``).
@@ -184,8 +191,10 @@ class RCAStage:
         self.without: Counter[tuple[str, str]] = Counter()
         self.offsets: dict[str, float] = {}
         self._index = {p: m for m, p in enumerate(self.plants)}
-        # written with the state after every batch: as many as fit the state record (docs/limits.md)
+        # the newest ids emitted in this process (not written to the state: `_judged` stands for them there)
         self._emitted = VerdictIds(MAX_REMEMBERED_VERDICTS)
+        #: seq of the last row judged (None: none yet): no verdict of a row at or below it is emitted
+        self._judged: int | None = None
         self.incomplete_rows = 0
         self.consumed = 0
         self.rows = 0
@@ -199,10 +208,13 @@ class RCAStage:
         self.sensors.reset()
         self.offsets.clear()
         self._emitted.clear()
+        self._judged = None
         self.incomplete_rows = self.consumed = self.rows = 0
 
     def remember(self, ids: list[str]) -> None:
-        """Mark verdict ids as already emitted (e.g. read back from the verdicts topic on start)."""
+        """Mark verdict ids as already emitted (e.g. read back from the verdicts topic, or an earlier state's
+        ids): none of them is emitted again by this stage (the newest
+        :data:`~fedrca.config.limits.MAX_REMEMBERED_VERDICTS`; kept in memory, not in the state)."""
         if not len(self._emitted) and len(set(ids)) == len(ids):
             self._emitted.load(ids)  # a restored state: the same ids as one by one, at once
             return
@@ -282,8 +294,11 @@ class RCAStage:
                 while k < len(process) and process[k].seq == row.seq:
                     issued.append(process[k])
                     k += 1
-        add = self._emitted.add  # False for an id emitted before
-        return [verdict for verdict in issued if add(verdict.id)]
+        # a verdict of a row judged before was emitted then (module docstring); the rows came in increasing seq
+        # (the engine refused them otherwise)
+        judged, add = self._judged, self._emitted.add  # add: False for an id emitted before
+        self._judged = rows[-1].seq
+        return [verdict for verdict in issued if (judged is None or verdict.seq > judged) and add(verdict.id)]
 
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state."""
@@ -291,8 +306,9 @@ class RCAStage:
             "aligner": self.aligner.get_state(),
             "engine": self.engine.get_state(),
             "sensors": self.sensors.get_state(),
-            # the remembered ids, oldest first, as one string of 16-character ids (a list of ids in earlier states)
-            "emitted": self._emitted.text(),
+            # stands for every verdict id emitted (module docstring); earlier states listed the newest ids
+            # ("emitted": one string of 16-character ids, or a list of ids), which set_state still reads
+            "judged": self._judged,
             "incomplete_rows": self.incomplete_rows,
             "consumed": self.consumed,
             "rows": self.rows,
@@ -304,7 +320,10 @@ class RCAStage:
         self.engine.set_state(state["engine"])
         self.sensors.set_state(state.get("sensors"))
         self._emitted.clear()
-        emitted = state["emitted"]
+        judged = state.get("judged")
+        self._judged = None if judged is None else int(judged)
+        # an earlier state's ids (it had no `judged`): still none of them emitted again
+        emitted = state.get("emitted") or []
         if isinstance(emitted, str):
             emitted = [emitted[k : k + _ID_CHARS] for k in range(0, len(emitted), _ID_CHARS)]
         self.remember([str(vid) for vid in emitted])
