@@ -25,6 +25,7 @@ SESSION = 60.0
 #: (a dynamic member's restart waits the session timeout less at most one heartbeat interval, 48 s)
 WITHIN = 40.0
 SERVED = "resuming at offset"  # fedrca.streams.loop: a partition taken (its state read back, its offset sought)
+TIMELINE = "start-up (s since the process started):"  # fedrca.streams.startup
 
 pytestmark = pytest.mark.kafka
 
@@ -63,6 +64,11 @@ def test_a_plant_worker_started_again_under_its_name_serves_again_before_the_ses
         # the same training file and configuration: the detectors of the first start, not a fit
         assert "detectors loaded as fitted before" in log and "detectors fitted" not in log, log
         assert took < WITHIN, f"served again {took:.1f} s after the kill (session timeout {SESSION:g} s)"
+        # where the restart went (fedrca.streams.startup), logged at INFO once the worker serves
+        wait_until(lambda: TIMELINE in worker.log_tail(100_000), 60, "the start-up timeline")
+        steps = worker.log_tail(100_000).rsplit(TIMELINE, 1)[1].splitlines()[0]
+        for step in ("interpreter", "imports", "detectors", "worker started", "parameters read", "partitions taken"):
+            assert f" {step} +" in steps, steps
         # the group holds the restarted process alone, not a member waiting to expire beside it
         members = group_assignment(kafka_broker.bootstrap, f"fedrca-{site}-plants")
         assert members is not None and len(members) == 1, members

@@ -17,14 +17,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
 from fedrca.application.fitted import FittedStore
-from fedrca.application.fleet.store import load_calibration, load_fleet_model
 from fedrca.application.params import load_params
 from fedrca.config import PlantConfig, RCASettings, SiteConfig, resolve_plants
 from fedrca.contracts import ParameterArtifact, Verdict
@@ -37,15 +36,18 @@ from fedrca.detectors.parameters import apply_artifact
 from fedrca.detectors.plant import PlantDetector
 from fedrca.drift import BaselineKeeper, KeeperSettings
 from fedrca.exceptions import ArtifactError, ConfigError, DataError
-from fedrca.fleet.calibration import Calibration
-from fedrca.fleet.collabdict import FleetModel
-from fedrca.fleet.detector import build_fleet_detector
 from fedrca.observability import Metrics
 from fedrca.rca.calibration import CalibrationMaps
 from fedrca.rca.engine import RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.rca.sensors import SensorEvents
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, RuntimeSettings, SiteRuntime
+
+if TYPE_CHECKING:
+    # a fleet plant's modules (scipy's linear algebra, the shared dictionary) are imported by the plants that
+    # have one: a worker without fleet plants starts without them
+    from fedrca.fleet.calibration import Calibration
+    from fedrca.fleet.collabdict import FleetModel
 
 __all__ = [
     "PipelineRun",
@@ -399,6 +401,8 @@ def build_detector(
     :class:`~fedrca.detectors.plant.PlantDetector` (:func:`fedrca.detectors.factory.build_detector`).
     """
     if plant.detector.kind == "fleet":
+        from fedrca.fleet.detector import build_fleet_detector
+
         return build_fleet_detector(config, plant, seed, fleet_model, calibration)
     if plant.detector.kind == "plugin":
         return build_plugin_detector(config, plant, seed)
@@ -407,20 +411,22 @@ def build_detector(
 
 def fleet_models(config: SiteConfig) -> dict[str, FleetModel]:
     """The shared model of every fleet plant that names one (``detector.model``), read from its file."""
-    return {
-        p.name: load_fleet_model(p.detector.model)
-        for p in config.plants
-        if p.detector.kind == "fleet" and p.detector.model is not None
-    }
+    plants = [p for p in config.plants if p.detector.kind == "fleet" and p.detector.model is not None]
+    if not plants:
+        return {}
+    from fedrca.application.fleet.store import load_fleet_model
+
+    return {p.name: load_fleet_model(p.detector.model) for p in plants}  # type: ignore[arg-type]
 
 
 def fleet_calibrations(config: SiteConfig) -> dict[str, Calibration]:
     """The calibration from the fleet run of every fleet plant that names its participant file."""
-    return {
-        p.name: load_calibration(p.detector.participant)
-        for p in config.plants
-        if p.detector.kind == "fleet" and p.detector.participant is not None
-    }
+    plants = [p for p in config.plants if p.detector.kind == "fleet" and p.detector.participant is not None]
+    if not plants:
+        return {}
+    from fedrca.application.fleet.store import load_calibration
+
+    return {p.name: load_calibration(p.detector.participant) for p in plants}  # type: ignore[arg-type]
 
 
 def run_detectors(

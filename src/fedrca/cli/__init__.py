@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -152,9 +153,13 @@ def _on_sigterm() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedrca`` console script."""
+    entered = time.time()
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
+    # when the interpreter was up and the command's modules not yet imported: a worker's start-up
+    # timeline (fedrca.streams.startup) tells the two apart
+    args.entered_at = entered
     func: Callable[[argparse.Namespace], int] = args.func
     _PENDING.clear()
     previous = _on_sigterm()

@@ -53,6 +53,7 @@ from fedrca.datasets.text import check_file
 from fedrca.drift import baseline_record_bytes, history_bytes
 from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.streams.runtime import RuntimeSettings
+from fedrca.streams.startup import StartupTimeline
 
 __all__ = ["register"]
 
@@ -60,13 +61,18 @@ log = logging.getLogger("fedrca.streams")
 
 
 def _run(args: argparse.Namespace) -> int:
+    timeline = StartupTimeline()
+    entered = getattr(args, "entered_at", None)
+    if entered is not None:
+        timeline.mark("interpreter", at=entered)
     # Faust and its stack are imported by the one command that runs a worker (start-up cost of
     # every other command).
     import faust
 
     from fedrca.observability import SiteMetrics
-    from fedrca.streams.app import SiteRoles, StreamSettings, Worker, create_app, parse_roles, use_uvloop
+    from fedrca.streams.app import SiteRoles, StreamSettings, Worker, create_app, parse_roles, use_uvloop, warm_up
 
+    timeline.mark("imports")
     use_uvloop()
     named = args.worker_name is not None
     static_member = static_membership(args)
@@ -120,6 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     fitted: dict[Any, Any] = {}  # sites of the same design fit each plant model once
     sites = []
+    warm = None
     for k, config in enumerate(configs):
         options = KafkaOptions.from_settings(config.kafka)
         served = _served_plants(config, args.plants)
@@ -130,6 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.params is not None:
             # the artifacts before the broker: a wrong folder is refused at once, not after connecting
             load_params(args.params, config, plants=served if "rca" not in roles else None)
+        timeline.mark("configuration")
         needed = SiteNames(config)
         ensure_site_topics(
             bootstrap,
@@ -140,6 +148,10 @@ def _run(args: argparse.Namespace) -> int:
                 *(needed.rca_topics() if "rca" in roles else []),
             },
         )
+        timeline.mark("topics")
+        if warm is None:
+            # the batches' modules import on a thread from here on, once the options and the broker are checked
+            warm = warm_up(roles)
         plants = rca = None
         if "plants" in roles and "rca" not in roles:
             assert train is not None
@@ -157,14 +169,17 @@ def _run(args: argparse.Namespace) -> int:
             )
             print(f"fedrca run: site {config.site}: detectors {store.summary(served)}", file=sys.stderr, flush=True)
             config = plants.config  # plants given by match rules now list their columns
+            timeline.mark("detectors")
         elif "plants" in roles:
             site = site_runtime(config, train, params_dir=args.params, settings=runtime_settings)
             plants, rca = site.plants, site.rca
             config = site.config
+            timeline.mark("detectors")
         else:
             local = Path(args.data_dir) / args.worker_name
             published = local / "published-params" if not many else local / "published-params" / config.site
             params_dir = args.params or _published_params(bootstrap, config, published, options)
+            timeline.mark("published parameters")
             try:
                 rca = rca_runtime(config, params_dir=params_dir, settings=runtime_settings)
             except Exception as exc:
@@ -175,6 +190,8 @@ def _run(args: argparse.Namespace) -> int:
                       f"({type(exc).__name__}: {short(str(exc), 200)}); RCA engine with defaults",
                       file=sys.stderr)  # fmt: skip
                 rca = rca_runtime(config, params_dir=None, settings=runtime_settings)
+        if rca is not None and plants is None:
+            timeline.mark("RCA engine")
         sites.append(SiteRoles(SiteNames(config), plants, rca))
     local = Path(args.data_dir) / args.worker_name
     local.mkdir(parents=True, exist_ok=True)
@@ -189,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
         security=security,
         static_member=static_member,
     )
-    worker = Worker(sites, settings, group=args.group)
+    worker = Worker(sites, settings, group=args.group, timeline=timeline, warm=warm)
     app = create_app(args.group or sites[0].names.site, settings, worker)
     site_metrics = {s.names.site: (s.plants or s.rca).metrics for s in sites}  # type: ignore[union-attr]
     metrics = next(iter(site_metrics.values())) if not many else SiteMetrics(site_metrics)
@@ -223,6 +240,7 @@ def _run(args: argparse.Namespace) -> int:
     # of the garbage collector's full passes, which otherwise pause the worker ~0.1 s each.
     gc.collect()
     gc.freeze()
+    timeline.mark("worker built")
     faust_worker.execute_from_commandline()
     return 0
 

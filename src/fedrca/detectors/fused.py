@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.signal
 from numpy.typing import NDArray
 
 from fedrca.detectors.statistics import FamilyState, Moments
@@ -167,7 +166,9 @@ def _ewma(W: FloatArray, lam: float, start: FloatArray) -> FloatArray:
         for t in range(T):
             w = out[:, t] = lam * W[:, t] + (1.0 - lam) * w
         return out
-    filtered, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], W, axis=1, zi=((1.0 - lam) * start)[:, None])
+    from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.Worker.warm_up)
+
+    filtered, _ = lfilter([lam], [1.0, -(1.0 - lam)], W, axis=1, zi=((1.0 - lam) * start)[:, None])
     return np.asarray(filtered)
 
 

@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg
-import scipy.signal
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.exceptions import DataError, ModelError
@@ -331,6 +330,8 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
             # x(t) = F x(t-1) + w(t)
             x = out[t] = F @ x + W[t]
         return out
+    from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.Worker.warm_up)
+
     T_mat, Z, blocks = _real_schur(np.ascontiguousarray(F, dtype=np.float64).tobytes(), P)
     # Mode-major layout (P, T): each mode's time series is contiguous for the IIR filter.
     # v(t) = Z' w(t) ;  z(-1) = Z' x0
@@ -348,14 +349,14 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
         if block.size == 1:
             # z_i(t) = T_ii z_i(t-1) + d_i(t)
             lam = T_mat[i, i]
-            modes[i] = scipy.signal.lfilter([1.0], [1.0, -lam], drive[0], zi=np.array([lam * z0[i]]))[0]
+            modes[i] = lfilter([1.0], [1.0, -lam], drive[0], zi=np.array([lam * z0[i]]))[0]
         else:
             assert block.s is not None and block.s_inv is not None
             # u(t) = mu u(t-1) + (S⁻¹ d(t))_1 ;  [z_i; z_i+1](t) = 2 Re(s u(t))
             mu = block.mu
             g = block.s_inv @ drive
             u0 = complex(block.s_inv @ z0[i:end])
-            u = scipy.signal.lfilter([1.0], [1.0, -mu], g, zi=np.array([mu * u0]))[0]
+            u = lfilter([1.0], [1.0, -mu], g, zi=np.array([mu * u0]))[0]
             modes[i:end] = 2.0 * np.real(block.s[:, None] * u[None, :])
     return np.ascontiguousarray((Z @ modes).T)
 

@@ -17,8 +17,6 @@ from typing import Any, Literal
 
 import numpy as np
 import scipy.linalg
-import scipy.signal
-import scipy.stats
 from numpy.typing import NDArray
 
 from fedrca.detectors.missing import conditional_fill, observed_distance
@@ -174,7 +172,9 @@ class ResidualScorer:
         segments = calibration_residuals if calibration_residuals else [R_all]
         smoothed = np.concatenate([self._distances(np.asarray(seg), probe, None)[0] for seg in segments])
         if self.threshold == "chi2":
-            tau = float(scipy.stats.chi2.ppf(1.0 - self.alpha, R.shape[1]))
+            from scipy.stats import chi2  # at first use (a fit): a worker starts without it
+
+            tau = float(chi2.ppf(1.0 - self.alpha, R.shape[1]))
         else:
             tau = float(np.percentile(smoothed, self.percentile))
         self._state = ScorerState(mean, whitening, tau * self.margin, ewma_start)
@@ -238,19 +238,21 @@ class ResidualScorer:
         """(smoothed) d2 of R (T, D) continuing from the EWMA memory ``last``; returns the new memory."""
         if self.ewma is None or len(R) == 0:
             return self._mahalanobis(R, st.mean, st.whitening), last
+        from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.Worker.warm_up)
+
         lam = self.ewma
         if self.smooth == "d2":
             start = np.array([st.ewma_start]) if last is None else last
             raw = self._mahalanobis(R, st.mean, st.whitening)
             # s(t) = lam d2(t) + (1 - lam) s(t-1) ; one IIR filter in C
-            out, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], raw, zi=(1.0 - lam) * start)
+            out, _ = lfilter([lam], [1.0, -(1.0 - lam)], raw, zi=(1.0 - lam) * start)
             return np.asarray(out), np.asarray(out[-1:])
         start_vec = st.mean if last is None else last
         if np.isnan(R).any():
             # a missing entry: its conditional mean given the row's observed ones
             R = conditional_fill(st.mean, st.whitening, R)[0]
         # e(t) = lam r(t) + (1 - lam) e(t-1), per column
-        smoothed, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], R, axis=0, zi=((1.0 - lam) * start_vec)[None, :])
+        smoothed, _ = lfilter([lam], [1.0, -(1.0 - lam)], R, axis=0, zi=((1.0 - lam) * start_vec)[None, :])
         # d2 = (e - mu)' (lam / (2 - lam) S)^-1 (e - mu)
         d2 = self._mahalanobis(smoothed, st.mean, st.whitening) * ((2.0 - lam) / lam)
         return d2, np.asarray(smoothed[-1])

@@ -76,8 +76,6 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg
-import scipy.signal
-import scipy.stats
 from numpy.typing import NDArray
 
 from fedrca.detectors.missing import complete_scale, conditional_fill, observed_distance
@@ -429,8 +427,10 @@ def _check_statistics(statistics: Sequence[str], lambdas: Sequence[float]) -> No
 def _ewma(W: FloatArray, lam: float, last: FloatArray | None) -> FloatArray:
     """``w(t) = λ W(t) + (1 - λ) w(t-1)`` per column, from ``w(-1) = last`` (zero = the nominal mean)."""
     start = np.zeros(W.shape[1]) if last is None else last
+    from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.Worker.warm_up)
+
     # one IIR filter in C for all columns
-    out, _ = scipy.signal.lfilter([lam], [1.0, -(1.0 - lam)], W, axis=0, zi=((1.0 - lam) * start)[None, :])
+    out, _ = lfilter([lam], [1.0, -(1.0 - lam)], W, axis=0, zi=((1.0 - lam) * start)[None, :])
     return np.asarray(out)
 
 
@@ -690,8 +690,10 @@ def tail_quantile(score: FloatArray, alpha: float, tail: float = 0.1, confidence
     excess = score[score > u] - u
     if len(excess) == 0:
         return u
+    from scipy.stats import norm  # at first use (a fit): a worker starts without it
+
     # beta = mean excess, raised to its upper confidence bound: beta (1 + z / sqrt(k))
-    z = max(float(scipy.stats.norm.ppf(confidence)), 0.0)
+    z = max(float(norm.ppf(confidence)), 0.0)
     beta = float(excess.mean()) * (1.0 + z / math.sqrt(len(excess)))
     # P(s > x) = tail exp(-(x - u) / beta) = alpha  =>  x = u + beta log(tail / alpha)
     return u + beta * float(np.log(tail / alpha))

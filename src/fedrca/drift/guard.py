@@ -29,8 +29,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import scipy.ndimage
-import scipy.stats
 from numpy.typing import NDArray
 
 __all__ = ["alarm_limit", "ongoing_alarm", "usable_rows"]
@@ -50,7 +48,9 @@ def usable_rows(alarm: BoolArray, guard: int, valid: BoolArray | None = None) ->
     alarm = np.asarray(alarm, dtype=bool)
     if guard > 0 and alarm.any():
         # the alarms dilated by guard rows on either side
-        band = scipy.ndimage.binary_dilation(alarm, structure=np.ones(2 * guard + 1, dtype=bool))
+        from scipy.ndimage import binary_dilation  # at first use (a refresh): a worker starts without it
+
+        band = binary_dilation(alarm, structure=np.ones(2 * guard + 1, dtype=bool))
     else:
         band = alarm
     usable = ~band
@@ -72,7 +72,9 @@ def alarm_limit(recent: int, rate: float, confidence: float = ONGOING_CONFIDENCE
 def _binomial_quantile(recent: int, rate: float, confidence: float) -> int:
     """The binomial (recent, rate) quantile at confidence: a plant asks it with the same three numbers at
     every refresh, and scipy's ppf is slow next to the refresh's own maths."""
-    return int(scipy.stats.binom.ppf(confidence, recent, rate))
+    from scipy.stats import binom  # at first use (a refresh): a worker starts without it
+
+    return int(binom.ppf(confidence, recent, rate))
 
 
 def ongoing_alarm(alarm: BoolArray, recent: int, rate: float, confidence: float = ONGOING_CONFIDENCE) -> bool:

@@ -43,7 +43,6 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.signal import lfilter
 
 from fedrca.exceptions import ConfigError
 
@@ -113,6 +112,8 @@ def ewma_scores(scores: ArrayLike, lam: float, last: float | None = None) -> Flo
         return a.copy()
     prev = float(a[0]) if last is None else float(last)
     # s_t - (1 - lam) s_{t-1} = lam a_t, with s_{-1} = prev carried in the filter's initial state
+    from scipy.signal import lfilter  # at first use: a worker starts without it
+
     out, _ = lfilter([lam], [1.0, -(1.0 - lam)], a, zi=[(1.0 - lam) * prev])
     return np.asarray(out, dtype=np.float64)
 

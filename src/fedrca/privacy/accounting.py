@@ -43,9 +43,7 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-import scipy.optimize
 import scipy.special
-import scipy.stats
 from numpy.typing import NDArray
 
 from fedrca.exceptions import ModelError
@@ -105,7 +103,9 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     hi = max(1.0, mu * mu)
     while gaussian_delta(hi, mu) > delta:
         hi *= 2.0
-    return float(scipy.optimize.brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
+    from scipy.optimize import brentq  # at first use: a worker starts without it
+
+    return float(brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 
 def gaussian_mu(epsilon: float, delta: float) -> float:
@@ -127,7 +127,9 @@ def gaussian_mu(epsilon: float, delta: float) -> float:
     hi = 1.0
     while gaussian_delta(epsilon, hi) < delta:
         hi *= 2.0
-    return float(scipy.optimize.brentq(lambda m: gaussian_delta(epsilon, m) - delta, 0.0, hi, xtol=1e-14, rtol=1e-12))
+    from scipy.optimize import brentq  # at first use: a worker starts without it
+
+    return float(brentq(lambda m: gaussian_delta(epsilon, m) - delta, 0.0, hi, xtol=1e-14, rtol=1e-12))
 
 
 def zcdp_epsilon(rho: float, delta: float) -> float:
@@ -169,6 +171,8 @@ def randomized_response_loss(pure: Mapping[float, int]) -> tuple[NDArray[np.floa
     >>> losses.tolist(), probs.round(4).tolist()
     ([2.0, 0.0, -2.0], [0.5344, 0.3932, 0.0723])
     """
+    from scipy.stats import binom  # at first use: a worker starts without it
+
     losses = np.zeros(1)
     probs = np.ones(1)
     dropped = 0.0
@@ -180,7 +184,7 @@ def randomized_response_loss(pure: Mapping[float, int]) -> tuple[NDArray[np.floa
             raise ModelError(f"a pure release needs a finite epsilon > 0, got {eps}")
         j = np.arange(k + 1)
         # j flips out of k: loss (k - 2 j) eps with probability Binom(j; k, 1 - p)
-        pmf = scipy.stats.binom.pmf(j, k, 1.0 - keep_probability(eps))
+        pmf = binom.pmf(j, k, 1.0 - keep_probability(eps))
         keep = pmf > _PRUNE
         dropped += float(pmf[~keep].sum())
         new_losses = ((k - 2 * j) * eps)[keep]
@@ -248,7 +252,9 @@ def composed_epsilon(delta: float, mu: float = 0.0, pure: Mapping[float, int] | 
     hi = float(losses.max()) + (gaussian_epsilon(mu, delta - dropped) if mu > 0.0 else 0.0) + 1e-9
     while excess(hi) > 0.0:
         hi = 2.0 * hi + 1.0
-    return float(scipy.optimize.brentq(excess, 0.0, hi, xtol=1e-12, rtol=1e-12))
+    from scipy.optimize import brentq  # at first use: a worker starts without it
+
+    return float(brentq(excess, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 
 def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:

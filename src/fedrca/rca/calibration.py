@@ -53,7 +53,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config import RCASettings
@@ -736,7 +735,9 @@ def fit_weights(x: ArrayLike, truth: ArrayLike, weight: ArrayLike, penalty: floa
 
     w0 = np.zeros(X.shape[2])
     w0[0] = 1.0  # start at the engine's own posterior
-    result = scipy.optimize.minimize(loss, w0, jac=True, method="L-BFGS-B")
+    from scipy.optimize import minimize  # at first use (a fit): a worker starts without it
+
+    result = minimize(loss, w0, jac=True, method="L-BFGS-B")
     return np.asarray(result.x, dtype=np.float64)
 
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.stats
 from numpy.typing import ArrayLike, NDArray
 
 from fedrca.config._json import strict_json
@@ -183,6 +182,8 @@ class InterdependencyGraph:
             se = np.maximum(se, 1e-12)
         z2 = (A_arr / se) ** 2
         weight = np.zeros((M, M))
+        from scipy.stats import chi2  # at first use (a learned graph): a worker starts without it
+
         pvalue = np.ones((M, M))
         n_tests = max(M * (M - 1), 1)
         for m in range(M):
@@ -194,7 +195,7 @@ class InterdependencyGraph:
                 # W = sum (Â_ij / se_ij)^2 ~ chi2(P_m P_n) when A_mn = 0
                 stat = float(z2[rows, cols].sum())
                 weight[n, m] = float(np.linalg.norm(A_arr[rows, cols]))
-                pvalue[n, m] = float(scipy.stats.chi2.sf(stat, dims[m] * dims[n]))
+                pvalue[n, m] = float(chi2.sf(stat, dims[m] * dims[n]))
         adjacency = pvalue < alpha / n_tests
         np.fill_diagonal(adjacency, False)
         return cls(tuple(plants), adjacency, weight, pvalue=pvalue, source="learned", threshold=alpha)

@@ -265,6 +265,8 @@ class ParamsFollower:
         self.topic = names.config.topic("params")
         self._stopping = asyncio.Event()
         self.caught_up = asyncio.Event()
+        # the topics' end offsets are known: a record after them is new (dead-lettered when refused)
+        self.positioned = asyncio.Event()
         self.refused = 0  # records of the params topic refused since the start
 
     def stop(self) -> None:
@@ -282,8 +284,14 @@ class ParamsFollower:
             **self.security,
         )
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", **self.security)
-        await consumer.start()
-        await producer.start()
+        # both connect at once (a worker's start: docs/streams.md, "A worker started again")
+        results = await asyncio.gather(consumer.start(), producer.start(), return_exceptions=True)
+        errors = [result for result in results if isinstance(result, BaseException)]
+        if errors:
+            for client, result in zip((consumer, producer), results, strict=True):
+                if not isinstance(result, BaseException):
+                    await client.stop()
+            raise errors[0]
         try:
             tp = TopicPartition(self.topic, 0)
             # the operators' commands to the plants' loops (drift.enabled)
@@ -296,7 +304,14 @@ class ParamsFollower:
                 await consumer.seek_to_beginning(part)
             ends = await consumer.end_offsets(partitions)
             end = ends[tp]
+            # from here on a refused record is dead-lettered when it is read: the loops join their groups now
+            self.positioned.set()
             while not self._stopping.is_set():
+                # before a fetch too: an empty topic is read at once, not after a fetch's wait
+                if not self.caught_up.is_set():
+                    positions = [await consumer.position(part) for part in partitions]
+                    if all(at >= ends[part] for at, part in zip(positions, partitions, strict=True)):
+                        self.caught_up.set()
                 batches = await consumer.getmany(*partitions, timeout_ms=500)
                 for record in batches.get(tp, []):
                     await self._offer(record.key, record.value, record.offset, producer, new=record.offset >= end)
@@ -304,10 +319,6 @@ class ParamsFollower:
                     await self._command(
                         record.key, record.value, record.offset, producer, new=record.offset >= ends[control]
                     )
-                if not self.caught_up.is_set():
-                    positions = [await consumer.position(part) for part in partitions]
-                    if all(at >= ends[part] for at, part in zip(positions, partitions, strict=True)):
-                        self.caught_up.set()
         except KafkaError as exc:
             log.error("the parameter follower stopped (%s); artifacts published from now on are not applied", exc)
             raise

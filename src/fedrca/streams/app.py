@@ -29,8 +29,12 @@ sites' plants spread over the plant workers and the sites over the RCA workers
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import importlib
 import logging
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,8 +48,20 @@ from fedrca.streams.agents import Heartbeat, ParamsFollower, PlantAgent, RCAAgen
 from fedrca.streams.compat import FedrcaApp
 from fedrca.streams.loop import BatchTimes, InputRecord, LoopSettings, TransactionalLoop
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, streaming_threads
+from fedrca.streams.startup import StartupTimeline
 
-__all__ = ["ROLES", "SiteRoles", "StreamSettings", "Worker", "create_app", "parse_roles", "plant_window", "use_uvloop"]
+__all__ = [
+    "ROLES",
+    "WARM_UP",
+    "SiteRoles",
+    "StreamSettings",
+    "Worker",
+    "create_app",
+    "parse_roles",
+    "plant_window",
+    "use_uvloop",
+    "warm_up",
+]
 
 log = logging.getLogger("fedrca.streams")
 
@@ -54,6 +70,13 @@ ROLES = ("plants", "rca", "params")
 
 #: Seconds a worker waits for the params topic to be read before it starts processing.
 PARAMS_CATCH_UP = 60.0
+
+#: Modules a role's batches import at their first use, not at the worker's start: ``scipy.signal`` (the
+#: detectors' EWMAs and Kalman modes, :func:`scipy.signal.lfilter`; it imports ``scipy.stats`` and most of
+#: scipy) is the largest part of a plant worker's imports. A worker imports them on a thread while its loops
+#: join their groups and take their partitions (:func:`warm_up`: ``fedrca run`` starts it as soon as it knows its
+#: roles), before its first batch.
+WARM_UP: dict[str, tuple[str, ...]] = {"plants": ("scipy.signal",), "rca": ()}
 
 #: Seconds the RCA's batches that issue no verdict (most of them) may wait uncommitted, their state carried
 #: by the next transaction (``LoopSettings.defer_quiet``): a restarted RCA worker aligns at most that much
@@ -178,9 +201,19 @@ class Worker:
     settings : connection and batching settings
     group : names the consumer groups of a worker of several sites (required then); None: the
         site's own groups (``fedrca-<site>-plants...``, ``fedrca-<site>-rca``)
+    timeline : the worker's start-up timeline (:class:`~fedrca.streams.startup.StartupTimeline`; default: one
+        since the process started), logged at INFO once the worker serves
+    warm : the import of its batches' modules (:func:`warm_up`; None: the worker starts it when it runs)
     """
 
-    def __init__(self, sites: Sequence[SiteRoles], settings: StreamSettings, group: str | None = None) -> None:
+    def __init__(
+        self,
+        sites: Sequence[SiteRoles],
+        settings: StreamSettings,
+        group: str | None = None,
+        timeline: StartupTimeline | None = None,
+        warm: concurrent.futures.Future[float] | None = None,
+    ) -> None:
         if not sites:
             raise ConfigError("a worker needs at least one site")
         roles = {(s.plants is not None, s.rca is not None) for s in sites}
@@ -194,6 +227,12 @@ class Worker:
         self.settings = settings
         self.group = group
         self.heartbeat = Heartbeat()
+        self.timeline = timeline if timeline is not None else StartupTimeline()
+        # set once the published parameters are read and the batches' modules imported: the loops process nothing
+        # before (run)
+        self.prepared = asyncio.Event()
+        self._served = False
+        self._warm = warm
         # the loops and the followers hold one lock: a parameter switch never falls inside a batch
         self.lock = asyncio.Lock()
         security = dict(settings.security)
@@ -234,6 +273,7 @@ class Worker:
                     stage=DeadLetterStage.PLANT,
                     on_refused=lambda tp, stage, error: self._metrics[tp.topic].record_deadletter(stage, error.reason),
                     step_group_for=lambda tp: sites_of[tp.topic].site,
+                    start_after=self.prepared.wait,
                 )
             )
         if first.rca is not None:
@@ -261,11 +301,18 @@ class Worker:
                     deadletter_topic_for=lambda tp: rca_sites[tp.topic].config.topic("deadletter"),
                     stage=DeadLetterStage.RCA,
                     on_refused=lambda tp, stage, error: self._metrics[tp.topic].record_deadletter(stage, error.reason),
+                    start_after=self.prepared.wait,
                 )
             )
         for site in self.sites:
             metrics = (site.plants or site.rca).metrics  # type: ignore[union-attr]
             metrics.set_probes(live=self.live, ready=self.ready)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The worker's roles (``plants``, ``rca``)."""
+        first = self.sites[0]
+        return tuple(role for role, runtime in (("plants", first.plants), ("rca", first.rca)) if runtime is not None)
 
     @property
     def names(self) -> SiteNames:
@@ -300,11 +347,15 @@ class Worker:
         )
 
     def _on_plant_batch(self, tp: TopicPartition, records: Sequence[InputRecord], times: BatchTimes) -> None:
+        if not self._served:
+            self._first_batch(times)
         metrics = self._metrics[tp.topic]
         metrics.record_stage_latencies(records, {"consume": times.fetched, "flags": times.committed})
         metrics.record_latency("plant_batch", times.committed - times.fetched)
 
     def _on_rca_batch(self, tp: TopicPartition, records: Sequence[InputRecord], times: BatchTimes) -> None:
+        if not self._served:
+            self._first_batch(times)
         metrics = self._metrics[tp.topic]
         metrics.record_stage_latency("aligned", records, now=times.processed)
         if not times.quiet:  # a batch that issued no verdict waits for none (LoopSettings.defer_quiet)
@@ -329,27 +380,70 @@ class Worker:
 
     # -- running ------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Follow the parameters, then run every loop until cancelled (the Faust worker stops it)."""
+        """Follow the parameters and run every loop until cancelled (the Faust worker stops it).
+
+        The loops join their groups and take their partitions while the published parameters are
+        read and the modules the batches need are imported (:func:`warm_up`); none processes a batch
+        before both are over (the reading at most :data:`PARAMS_CATCH_UP` s), so the first batch runs
+        with the parameters at the params topic's end, as when the loops started only after the
+        reading (``tests/streams/test_startup.py``).
+        """
+        self.timeline.mark("worker started")
         beat = asyncio.ensure_future(self.heartbeat.run())
         follow = [asyncio.ensure_future(f.run()) for f in self.followers]
+        prepare = asyncio.ensure_future(self._prepare())
+        report = asyncio.ensure_future(self._report_start())
         blas = streaming_threads()  # the detectors are fitted: stream with one BLAS thread
         try:
-            caught_up = asyncio.gather(*(f.caught_up.wait() for f in self.followers))
+            # the loops join their groups once the followers know where their topics end: a record published
+            # once the worker is in its groups is new to it (dead-lettered if refused), as before the reading
+            positioned = asyncio.ensure_future(asyncio.gather(*(f.positioned.wait() for f in self.followers)))
+            waiting: list[asyncio.Future[Any]] = [positioned, *follow]
             try:
-                await asyncio.wait_for(asyncio.shield(caught_up), PARAMS_CATCH_UP)
-            except TimeoutError:
-                log.error(
-                    "the params topic was not read within %.0f s; starting with the parameters at hand", PARAMS_CATCH_UP
-                )
+                await asyncio.wait(waiting, timeout=PARAMS_CATCH_UP, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                positioned.cancel()
             await asyncio.gather(*(loop.run() for loop in self.loops), *follow)
         finally:
             for loop in self.loops:
                 loop.stop()
             for follower in self.followers:
                 follower.stop()
-            for task in (beat, *follow):
+            for task in (beat, prepare, report, *follow):
                 task.cancel()
             blas.restore_original_limits()
+
+    async def _prepare(self) -> None:
+        """Open the loops' gate once every follower has read its params topic to its end (at most
+        :data:`PARAMS_CATCH_UP` seconds) and the batches' modules are imported."""
+        if self._warm is None:
+            self._warm = warm_up(self.roles)
+        warm = asyncio.wrap_future(self._warm)
+        caught_up = asyncio.gather(*(f.caught_up.wait() for f in self.followers))
+        try:
+            await asyncio.wait_for(caught_up, PARAMS_CATCH_UP)
+        except TimeoutError:
+            log.error("the params topic was not read within %.0f s; starting with the parameters at hand",
+                      PARAMS_CATCH_UP)  # fmt: skip
+        self.timeline.mark("parameters read")
+        self.timeline.mark("modules imported", at=await warm)
+        self.prepared.set()
+
+    async def _report_start(self) -> None:
+        """Log the start-up timeline (INFO) once the parameters are read and every loop took its partitions."""
+        await self.prepared.wait()
+        await asyncio.gather(*(loop.taken.wait() for loop in self.loops))
+        joined = [loop.joined_at for loop in self.loops if loop.joined_at is not None]
+        if joined:
+            self.timeline.mark("groups joined", at=max(joined))
+        self.timeline.mark("partitions taken", at=max(loop.taken_at or 0.0 for loop in self.loops))
+        log.info("%s", self.timeline.line())
+
+    def _first_batch(self, times: BatchTimes) -> None:
+        """The worker's first committed batch: on its start-up timeline, and logged (INFO)."""
+        self._served = True
+        self.timeline.mark("first batch committed", at=times.committed)
+        log.info("first batch committed %.2f s after the process started", times.committed - self.timeline.origin)
 
 
 def create_app(name: str, settings: StreamSettings, worker: Worker) -> FedrcaApp:
@@ -364,3 +458,27 @@ def create_app(name: str, settings: StreamSettings, worker: Worker) -> FedrcaApp
     )
     app.task(worker.run)
     return app
+
+
+def warm_up(roles: Iterable[str]) -> concurrent.futures.Future[float]:
+    """Import the modules the batches of ``roles`` use and a worker's start does not (:data:`WARM_UP`), on a
+    thread of their own; the future gives the wall-clock time it was over.
+
+    ``fedrca run`` starts it as soon as it knows the worker's roles, so the import runs while the worker
+    reads its configuration, loads its detectors and joins its groups; the loops process no batch before it
+    is over (:meth:`Worker.run`). A module that cannot be imported is left to the batch that uses it (which
+    then says why).
+    """
+    modules = [module for role in dict.fromkeys(roles) for module in WARM_UP.get(role, ())]
+    done: concurrent.futures.Future[float] = concurrent.futures.Future()
+
+    def run() -> None:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                log.warning("could not import %s ahead of the first batch (%s)", module, exc)
+        done.set_result(time.time())
+
+    threading.Thread(target=run, name="fedrca-warm-up", daemon=True).start()
+    return done

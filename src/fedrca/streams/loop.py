@@ -426,6 +426,10 @@ class StateScan:
 #: time it holds fewer than :data:`STATE_CANDIDATES` state records of the key
 STATE_WINDOW = 4 * STATE_CANDIDATES
 
+#: Bytes a read of a state or history topic takes per fetch (``max.partition.fetch.bytes``; the clients' 1 MiB
+#: default makes a take-over one round trip per MiB of the uncleaned segments it reads back).
+SCAN_FETCH_BYTES = 4 << 20
+
 
 async def read_state(
     bootstrap: str, topic: str, key: bytes, timeout: float, security: Mapping[str, Any] | None = None
@@ -577,6 +581,7 @@ async def _scan_committed(
         enable_auto_commit=False,
         isolation_level="read_committed",
         auto_offset_reset="earliest",
+        max_partition_fetch_bytes=SCAN_FETCH_BYTES,
         **(security or {}),
     )
     await consumer.start()
@@ -660,6 +665,9 @@ class TransactionalLoop:
     stage : the :class:`~fedrca.contracts.DeadLetterStage` of those dead letters
     on_refused : called with (partition, stage, error) for every record refused here (metrics)
     step_group_for : the step group of a partition (``settings.in_step``; None: all partitions are one group)
+    start_after : awaited before the first fetch (None: nothing): the loop joins its group and takes its
+        partitions meanwhile, and processes nothing before it is over (the worker's published parameters
+        are read, :class:`fedrca.streams.app.Worker`)
 
     A batch whose handler raises is not the end of the worker: the handler is restored to the
     state of the last committed batch and the batch is processed again record by record; a record
@@ -738,6 +746,7 @@ class TransactionalLoop:
         stage: DeadLetterStage = DeadLetterStage.PLANT,
         on_refused: Callable[[TopicPartition, DeadLetterStage, MessageError], None] | None = None,
         step_group_for: Callable[[TopicPartition], Hashable] | None = None,
+        start_after: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = list(topics)
@@ -761,6 +770,11 @@ class TransactionalLoop:
         self.committed_batches = 0
         self.recoveries = 0
         self.ready = False
+        # start-up (fedrca.streams.startup): wall-clock times the first assignment began and was taken over
+        self.joined_at: float | None = None
+        self.taken_at: float | None = None
+        self.taken = asyncio.Event()
+        self._start_after = start_after
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -798,6 +812,9 @@ class TransactionalLoop:
         assert self._consumer is not None
         await self._consumer.start()
         try:
+            if self._start_after is not None:
+                # the group is joined and the partitions taken meanwhile (the coordinator's rebalance)
+                await _until_either(self._start_after(), self._stopping.wait())
             while not self._stopping.is_set():
                 self._raise_failed_commits()
                 batch, drawn = await self._fetch()
@@ -1021,35 +1038,27 @@ class TransactionalLoop:
             for k in range(max(1, s.producers))
         ]
         started: list[AIOKafkaProducer] = []
+
+        async def fence(producer: AIOKafkaProducer) -> None:
+            # InitProducerId: every earlier producer of this id is fenced, its open transaction
+            # aborted (a decided one completed), before anything is read back
+            await producer.start()
+            started.append(producer)
+
         try:
-            for producer in producers:
-                # InitProducerId: every earlier producer of this id is fenced, its open transaction
-                # aborted (a decided one completed), before anything is read back
-                await producer.start()
-                started.append(producer)
+            # the partition's producers fence at once (each its own id): both are fenced before the reads
+            await _together(*(fence(producer) for producer in producers))
             state_topic = self._state_topic_for(tp)
             key = _state_key(tp)
-            found = await read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security)
             handler = self._handler_for(tp)
             load = getattr(handler, "load", None)
-            if load is not None:
-                # what the handler keeps beside its state (a plant's history topic) is read first
-                await load(s.bootstrap, s.restore_timeout, s.security)
-            failed: list[tuple[bytes, MessageError]] = []
-            saved = None
-            for position, offset, state in found.candidates:
-                try:
-                    handler.restore(state)
-                except Exception as exc:  # a record of the state's form the handler cannot continue from
-                    error = MessageError(
-                        DeadLetterReason.BAD_STATE, f"the handler cannot continue from it ({_described(exc)})"
-                    )
-                    failed.append((state_record(offset, state), error))
-                    continue
-                saved = (position, offset, state)
-                break
-            if saved is None:
-                handler.restore(None)
+            # what the handler keeps beside its state (a plant's history topic) is read with the
+            # state, before the state is restored
+            found, _ = await _together(
+                read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security),
+                load(s.bootstrap, s.restore_timeout, s.security) if load is not None else _nothing(),
+            )
+            saved, failed = _restore(handler, found)
             refused = [
                 (raw, exc, DeadLetterStage.STATE)
                 for raw, exc in [*found.refused_after(-1 if saved is None else saved[0]), *failed]
@@ -1104,14 +1113,22 @@ class TransactionalLoop:
                     log.warning("%s: closing a producer failed (%s)", _name(tp), exc)
 
     async def on_assigned(self, tps: Iterable[TopicPartition]) -> None:
-        """Own every assigned partition (the rebalance waits for this)."""
+        """Own every assigned partition (the rebalance waits for this).
+
+        The partitions are taken at the same time: each fences its own producers and reads its own
+        state, so a worker of five plants takes them in about the time of one
+        (``tests/streams/test_startup.py``)."""
+        if self.joined_at is None:
+            self.joined_at = time.time()
         assigned = sorted(tps)
         await self._settle([task for tp in assigned if (task := self._tasks.get(tp)) is not None])
         async with self._lock:
-            for tp in assigned:
-                await self._drop([tp])
-                await self._take(tp)
+            await self._drop(assigned)
+            await _together(*(self._take(tp) for tp in assigned))
             self.ready = True
+        if self.taken_at is None:
+            self.taken_at = time.time()
+            self.taken.set()
 
     async def on_revoked(self, tps: Iterable[TopicPartition]) -> None:
         """Let go of revoked partitions once their transactions in flight are over (committed or not)."""
@@ -1383,6 +1400,54 @@ class _Listener(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         await self._loop.on_assigned(assigned)
+
+
+async def _together(*steps: Awaitable[Any]) -> list[Any]:
+    """Await ``steps`` at the same time and return their results in order; the first that fails (or a
+    cancel) cancels the others, waits for them to end, and is raised."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _until_either(*steps: Awaitable[Any]) -> None:
+    """Await until one of ``steps`` is over (the first to fail raises); the others are cancelled."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _nothing() -> None:
+    """A step with nothing to do."""
+
+
+def _restore(
+    handler: PartitionHandler, found: StateRecords
+) -> tuple[tuple[int, int, bytes] | None, list[tuple[bytes, MessageError]]]:
+    """Restore ``handler`` from the newest of ``found``'s candidates it can continue from (from the start when
+    none); returns that candidate (None: none) and those newer than it that it could not continue from."""
+    failed: list[tuple[bytes, MessageError]] = []
+    for position, offset, state in found.candidates:
+        try:
+            handler.restore(state)
+        except Exception as exc:  # a record of the state's form the handler cannot continue from
+            error = MessageError(DeadLetterReason.BAD_STATE, f"the handler cannot continue from it ({_described(exc)})")
+            failed.append((state_record(offset, state), error))
+            continue
+        return (position, offset, state), failed
+    handler.restore(None)
+    return None, failed
 
 
 async def _bounded(step: Awaitable[_T], seconds: float, what: str) -> _T:
