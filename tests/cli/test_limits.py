@@ -33,7 +33,6 @@ from fedrca.causal.fedpc import MAX_QUERIES, layer_size
 from fedrca.cli import main
 from fedrca.config import load_config
 from fedrca.config.limits import (
-    BASE_MEMORY,
     MAX_BATCH_SIZE,
     MAX_KAFKA_RECORD,
     MAX_PRIVACY_WINDOW,
@@ -103,11 +102,17 @@ def _data_bytes(*paths: Path) -> int:
     return sum(p.stat().st_size for p in paths)
 
 
+#: A peak below this measured nothing: the interpreter with numpy and pandas alone is more. Commands that
+#: fit or score take fedrca.config.limits.BASE_MEMORY; publish-params and replay-to-kafka import no scipy
+#: module (lazy imports, the start-up cost of a worker) and peak near 120 MB.
+_LEAST_PEAK = 60_000_000
+
+
 def _check(peak: int, data: int, term: int) -> None:
     bound = peak_memory(data, term)
     print(f"peak {gib(peak)} <= bound {gib(bound)} (data {data:,} B, term {gib(term)})")
     assert term <= MEMORY_LIMIT
-    assert BASE_MEMORY / 2 < peak <= bound, (gib(peak), gib(bound))
+    assert _LEAST_PEAK < peak <= bound, (gib(peak), gib(bound))
 
 
 @pytest.fixture(scope="module")

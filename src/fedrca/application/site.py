@@ -401,6 +401,7 @@ def build_detector(
     :class:`~fedrca.detectors.plant.PlantDetector` (:func:`fedrca.detectors.factory.build_detector`).
     """
     if plant.detector.kind == "fleet":
+        # the fleet modules only for a site with fleet plants (start-up cost of a worker, fedrca run)
         from fedrca.fleet.detector import build_fleet_detector
 
         return build_fleet_detector(config, plant, seed, fleet_model, calibration)
@@ -414,6 +415,7 @@ def fleet_models(config: SiteConfig) -> dict[str, FleetModel]:
     plants = [p for p in config.plants if p.detector.kind == "fleet" and p.detector.model is not None]
     if not plants:
         return {}
+    # the fleet store only for a site with fleet plants (start-up cost of a worker, fedrca run)
     from fedrca.application.fleet.store import load_fleet_model
 
     return {p.name: load_fleet_model(p.detector.model) for p in plants}  # type: ignore[arg-type]
@@ -424,6 +426,7 @@ def fleet_calibrations(config: SiteConfig) -> dict[str, Calibration]:
     plants = [p for p in config.plants if p.detector.kind == "fleet" and p.detector.participant is not None]
     if not plants:
         return {}
+    # the fleet store only for a site with fleet plants (start-up cost of a worker, fedrca run)
     from fedrca.application.fleet.store import load_calibration
 
     return {p.name: load_calibration(p.detector.participant) for p in plants}  # type: ignore[arg-type]

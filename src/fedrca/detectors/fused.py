@@ -166,7 +166,7 @@ def _ewma(W: FloatArray, lam: float, start: FloatArray) -> FloatArray:
         for t in range(T):
             w = out[:, t] = lam * W[:, t] + (1.0 - lam) * w
         return out
-    from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.Worker.warm_up)
+    from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.warm_up)
 
     filtered, _ = lfilter([lam], [1.0, -(1.0 - lam)], W, axis=1, zi=((1.0 - lam) * start)[:, None])
     return np.asarray(filtered)

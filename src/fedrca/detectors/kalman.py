@@ -330,7 +330,7 @@ def lti_recursion(F: FloatArray, W: FloatArray, x0: FloatArray) -> FloatArray:
             # x(t) = F x(t-1) + w(t)
             x = out[t] = F @ x + W[t]
         return out
-    from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.Worker.warm_up)
+    from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.warm_up)
 
     T_mat, Z, blocks = _real_schur(np.ascontiguousarray(F, dtype=np.float64).tobytes(), P)
     # Mode-major layout (P, T): each mode's time series is contiguous for the IIR filter.

@@ -238,7 +238,7 @@ class ResidualScorer:
         """(smoothed) d2 of R (T, D) continuing from the EWMA memory ``last``; returns the new memory."""
         if self.ewma is None or len(R) == 0:
             return self._mahalanobis(R, st.mean, st.whitening), last
-        from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.Worker.warm_up)
+        from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.warm_up)
 
         lam = self.ewma
         if self.smooth == "d2":

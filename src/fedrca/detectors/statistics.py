@@ -427,7 +427,7 @@ def _check_statistics(statistics: Sequence[str], lambdas: Sequence[float]) -> No
 def _ewma(W: FloatArray, lam: float, last: FloatArray | None) -> FloatArray:
     """``w(t) = λ W(t) + (1 - λ) w(t-1)`` per column, from ``w(-1) = last`` (zero = the nominal mean)."""
     start = np.zeros(W.shape[1]) if last is None else last
-    from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.Worker.warm_up)
+    from scipy.signal import lfilter  # at first use (a worker starts without it: fedrca.streams.app.warm_up)
 
     # one IIR filter in C for all columns
     out, _ = lfilter([lam], [1.0, -(1.0 - lam)], W, axis=0, zi=((1.0 - lam) * start)[None, :])
