@@ -74,19 +74,24 @@ def _deep_bytes(root: Any) -> int:
     return total
 
 
-def test_a_long_stream_of_incidents_leaves_the_stage_as_large_as_it_was() -> None:
+def _short_memory_stage() -> tuple[Any, list[str], Any]:
+    """The RCA runtime of config/tep.yaml, its plants and its stage, with a memory of 1,000 released rows
+    instead of the worker's 10,000 (the tests' time): full after a first stretch of rows."""
     config = load_config("config/tep.yaml")
     runtime = rca_runtime(config)
-    plants = config.plant_names
-    # a shorter memory of released rows than the worker's 10,000 (the test's time): full after the first stretch
     stage = runtime.stage
-    stage.aligner = FlagAligner(plants, allowed_lateness=stage.aligner.allowed_lateness, memory=1000)
+    stage.aligner = FlagAligner(config.plant_names, allowed_lateness=stage.aligner.allowed_lateness, memory=1000)
+    return runtime, config.plant_names, stage
+
+
+def test_a_long_stream_of_incidents_leaves_the_stage_as_large_as_it_was() -> None:
+    runtime, plants, stage = _short_memory_stage()
     verdicts = [0, 0]
 
     def stream(lo: int, hi: int, stretch: int) -> int:
         for start in range(lo, hi, 50):
             issued, rejected = runtime.process_flags(
-                encode_flags(_flags(config.site, plants, start, min(start + 50, hi)))
+                encode_flags(_flags(stage.site, plants, start, min(start + 50, hi)))
             )
             assert not rejected
             stage.get_state()  # as the worker does after every batch
@@ -139,17 +144,13 @@ def test_an_earlier_states_ids_read_back_and_the_state_writes_none() -> None:
 def test_the_state_record_is_as_long_whatever_the_verdicts_issued() -> None:
     """The state the RCA worker writes after every batch does not grow with the verdicts it issued: one seq
     (``judged``) stands for every id (16 bytes an id while the ids were written, up to 13,797 of them)."""
-    config = load_config("config/tep.yaml")
-    runtime = rca_runtime(config)
-    plants = config.plant_names
-    stage = runtime.stage
-    stage.aligner = FlagAligner(plants, allowed_lateness=stage.aligner.allowed_lateness, memory=1000)
+    runtime, plants, stage = _short_memory_stage()
     verdicts = [0, 0]
     sizes = []
     # both stretches end at the same point of the incidents' period (5 cycles: every plant root once)
     for stretch, (lo, hi) in enumerate([(0, 1500), (1500, 1500 + 68 * 5 * _CYCLE)]):
         for start in range(lo, hi, 50):
-            issued, _ = runtime.process_flags(encode_flags(_flags(config.site, plants, start, min(start + 50, hi))))
+            issued, _ = runtime.process_flags(encode_flags(_flags(stage.site, plants, start, min(start + 50, hi))))
             verdicts[stretch] += len(issued)
         sizes.append(len(_json(stage.get_state())))
     assert verdicts[0] >= 20 and verdicts[1] >= 150, verdicts

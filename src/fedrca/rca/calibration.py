@@ -50,7 +50,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -431,20 +431,12 @@ class CalibrationMap:
             raise ArtifactError(f"calibration map without {exc}") from None
         except (TypeError, ValueError) as exc:
             raise ArtifactError(f"calibration map field of the wrong type ({exc})") from None
-        if "id" in data and data["id"] != made.id:
-            raise ArtifactError(
-                f"calibration map id {data['id']!r} does not match its weights ({made.id}): edited by hand?"
-            )
-        return made
+        return _same_id(data, made, "calibration map", "its weights")
 
     @classmethod
     def from_json(cls, text: str) -> CalibrationMap:
         """Parse an artifact's JSON text."""
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise ArtifactError(f"calibration map is not JSON ({exc})") from None
-        return cls.from_dict(data)
+        return cls.from_dict(_parsed(text))
 
 
 #: The format tag of a file of maps keyed by what a site knows of itself (:class:`CalibrationMaps`); a file of one
@@ -650,20 +642,12 @@ class CalibrationMaps:
             ranges.append(r)
         made = cls(tuple(maps), tuple(ranges), str(data.get("name", "calibration")),
                    dict(data.get("fitted_on", {})), dict(data.get("scores", {})))  # fmt: skip
-        if "id" in data and data["id"] != made.id:
-            raise ArtifactError(
-                f"calibration maps id {data['id']!r} does not match its maps and ranges ({made.id}): edited by hand?"
-            )
-        return made
+        return _same_id(data, made, "calibration maps", "its maps and ranges")
 
     @classmethod
     def from_json(cls, text: str) -> CalibrationMaps:
         """Parse an artifact's JSON text (keyed maps, or one map)."""
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise ArtifactError(f"calibration map is not JSON ({exc})") from None
-        return cls.from_dict(data)
+        return cls.from_dict(_parsed(text))
 
 
 def fit(
@@ -856,3 +840,22 @@ def fit_thresholds(
         out.append((float(level), round(chosen, 6)))
     # thresholds increase (mass) or decrease (plant) with the level by construction; ties kept
     return tuple(out)
+
+
+def _parsed(text: str) -> Any:
+    """A calibration file's JSON; :class:`ArtifactError` when it is not JSON."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ArtifactError(f"calibration map is not JSON ({exc})") from None
+
+
+_Made = TypeVar("_Made", "CalibrationMap", "CalibrationMaps")
+
+
+def _same_id(data: Mapping[str, Any], made: _Made, what: str, of: str) -> _Made:
+    """``made`` when the file's ``id`` (if it gives one) is the id of what it holds; :class:`ArtifactError`
+    otherwise (a file edited by hand)."""
+    if "id" in data and data["id"] != made.id:
+        raise ArtifactError(f"{what} id {data['id']!r} does not match {of} ({made.id}): edited by hand?")
+    return made
