@@ -266,6 +266,7 @@ class FakeConsumer:
         self.generation = model.generation
         self.positions: dict[TopicPartition, int] = {}
         self.listener: Any = None
+        self._paused: set[TopicPartition] = set()
         assert kwargs["isolation_level"] == "read_committed"
         assert kwargs["enable_auto_commit"] is False
 
@@ -290,6 +291,15 @@ class FakeConsumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.positions[tp] = offset
 
+    def pause(self, *tps: TopicPartition) -> None:
+        self._paused.update(tps)
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self._paused.difference_update(tps)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
     async def committed(self, tp: TopicPartition) -> int | None:
         return self.model.group_offsets.get(tp)
 
@@ -305,11 +315,14 @@ class FakeConsumer:
         if fault == "rebalance":
             everything = set(self.model.inputs)
             await self.listener.on_partitions_revoked(everything)
+            self._paused.clear()  # a new assignment: no partition is paused (aiokafka's state is per assignment)
             await self.listener.on_partitions_assigned(everything)
             return {}
         out: dict[TopicPartition, list[FakeRecord]] = {}
         budget = max_records
         for tp in sorted(self.positions):
+            if tp in self._paused:
+                continue  # a paused partition hands over nothing
             values = self.model.inputs[tp]
             start = self.positions[tp]
             if fault == "redeliver":

@@ -88,6 +88,7 @@ def test_a_worker_takes_its_partitions_at_the_same_time():
 
     async def run() -> tuple[int, int, set[TopicPartition]]:
         fences, reads = Meeting(2 * len(partitions)), Meeting(len(partitions))
+        paused: set[TopicPartition] = set()
 
         class Producer:
             def __init__(self, **_: Any) -> None:
@@ -110,6 +111,12 @@ def test_a_worker_takes_its_partitions_at_the_same_time():
             def seek(self, tp: TopicPartition, offset: int) -> None:
                 pass
 
+            def pause(self, *tps: TopicPartition) -> None:
+                paused.update(tps)
+
+            def resume(self, *tps: TopicPartition) -> None:
+                paused.difference_update(tps)
+
             async def committed(self, tp: TopicPartition) -> int | None:
                 return 0
 
@@ -126,6 +133,10 @@ def test_a_worker_takes_its_partitions_at_the_same_time():
             mock.patch.object(loop_module, "read_state", state),
         ):
             await loop.on_assigned(partitions)
+            # the assignment callback returns at once, the partitions paused; each is resumed once it is taken
+            assert not loop.taken.is_set() and paused == set(partitions)
+            await asyncio.wait_for(loop.taken.wait(), 10 * TOGETHER)
+        assert not paused
         assert loop.ready and loop.taken.is_set() and loop.joined_at is not None and loop.taken_at is not None
         return fences.most, reads.most, loop.assignment
 

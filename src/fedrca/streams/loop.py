@@ -612,6 +612,20 @@ class _Commit:
     done: asyncio.Future[bool]
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """A partition's take-over before its handler is restored (:meth:`TransactionalLoop._claim`): its producers
+    fenced, its state records and what its handler keeps beside them read back."""
+
+    tp: TopicPartition
+    handler: PartitionHandler
+    producers: list[AIOKafkaProducer]
+    state_topic: str
+    key: bytes
+    found: StateRecords
+    first: int | None  # where it starts without a state record (its group's offset, else its beginning)
+
+
 @dataclass
 class _Task:
     tp: TopicPartition
@@ -658,8 +672,9 @@ class TransactionalLoop:
     state_topic_for : the compacted topic (partition 0) a partition's state goes to
     transactional_id_for : the fixed transactional id of a partition (unique in the deployment)
     on_batch : called after every committed batch with (partition, records, :class:`BatchTimes`)
-    lock : held while a batch is processed and committed and while partitions change hands
-        (share it with anything that must not change the handlers inside a batch)
+    lock : held while a batch is processed and committed, while partitions are let go and while a
+        partition taken over has its handler restored and becomes a task (not while its state is read
+        back); share it with anything that must not change the handlers inside a batch
     deadletter_topic_for : where a partition's refused records go: state records that are not the
         task's (:func:`read_state`) and input records whose processing failed (None: logged only)
     stage : the :class:`~fedrca.contracts.DeadLetterStage` of those dead letters
@@ -731,6 +746,27 @@ class TransactionalLoop:
     its own), so a restart processes at most that much again; a fetch that finds no record is no reason
     to commit earlier: between two plants' transactions the RCA's fetches often find none
     (``tests/streams/test_loop.py::test_quiet_batches_are_output_exactly_once_whatever_fails``).
+
+    Taking a partition over
+    -----------------------
+    aiokafka sends no heartbeat while its assignment callback runs (``GroupCoordinator._on_join_complete``
+    awaits it before the heartbeat task starts again), and a take-over may outlast the session timeout
+    (the state and history read back an hour into a soak did): the broker expired
+    the member in its own take-over, it joined again and took its partitions over again, and so on
+    (docs/streams.md, "Compacted topics"). So the callback (:meth:`on_assigned`) only pauses the assigned
+    partitions (``AIOKafkaConsumer.pause``), starts a task per partition that takes it over
+    (:meth:`_own`: its producers fenced, its state and history read back; then, holding ``lock``, its
+    handler restored, the consumer sought to the offset its state names, its task made and the partition
+    resumed) and returns. The loop fetches on meanwhile (the heartbeats and the fetches that
+    ``max.poll.interval`` counts go on); a paused partition hands over no record, and a record of a
+    partition without a task is never handled, so no record is processed before its partition's
+    take-over is over, and each partition is served as soon as its own take-over is. A revoke cancels
+    the take-overs of the revoked partitions and waits for them: a cancelled take-over closes the
+    producers it started and made no task (the fencing it did is what any take-over does). In step, a
+    group waits while one of its partitions is being taken over (its committed progress is not known
+    yet). A partition whose transaction failed is taken over again the same way
+    (``tests/streams/test_takeover.py``: a take-over of twice the session timeout leaves the member in
+    its group, with one assignment, and every record handled once).
     """
 
     def __init__(
@@ -762,6 +798,10 @@ class TransactionalLoop:
         self._held: set[TopicPartition] = set()
         self._moved: dict[TopicPartition, tuple[int, float]] = {}
         self._tasks: dict[TopicPartition, _Task] = {}
+        # the take-overs in progress (class docstring, "Taking a partition over"), and what ended one that
+        # no retry handles (a bug, a killed worker), raised by run()
+        self._takeovers: dict[TopicPartition, asyncio.Task[None]] = {}
+        self._takeover_errors: list[BaseException] = []
         self._commits: list[asyncio.Future[bool]] = []  # the transactions started and not yet looked at
         self._lock = lock or asyncio.Lock()
         self._stopping = asyncio.Event()
@@ -817,6 +857,7 @@ class TransactionalLoop:
                 await _until_either(self._start_after(), self._stopping.wait())
             while not self._stopping.is_set():
                 self._raise_failed_commits()
+                self._raise_failed_takeovers()
                 batch, drawn = await self._fetch()
                 # the tasks the records were fetched for (a task taken over again seeks: its records come anew)
                 owners = {tp: drawn[tp] if tp in drawn else self._tasks.get(tp) for tp in batch}
@@ -861,6 +902,8 @@ class TransactionalLoop:
             async with self._lock:
                 self._commit_quiet(math.inf)
         finally:
+            self._stopping.set()  # no take-over starts from here on (a transaction that fails meanwhile)
+            await self._cancel_takeovers(list(self._takeovers))
             await self._settle(list(self._tasks.values()))
             for commit in self._commits:  # what ended the run was raised; the rest is over with it
                 if commit.done() and not commit.cancelled():
@@ -890,7 +933,8 @@ class TransactionalLoop:
         held = {
             tp for tp, a in allowance.items() if a is not None and (a <= 0 or (tp in self._held and 2 * a < window))
         }
-        paused = consumer.paused()
+        # a partition without a task is paused until its take-over is over, which resumes it (on_assigned)
+        paused = (consumer.paused() & set(allowance)) - set(self._takeovers)
         if held - paused:
             consumer.pause(*(held - paused))
         if paused - held:
@@ -917,10 +961,14 @@ class TransactionalLoop:
                 batch[tp] = records
                 drawn[tp] = self._tasks.get(tp)
                 budget -= len(records)
-        if batch or not active:
-            if not batch:
-                await asyncio.sleep(s.fetch_wait)  # everything is held or idle: the next turn decides again
+        if batch:
             return batch, drawn
+        if not active:
+            # everything is held or being taken over: a fetch of nothing (they are all paused; what a partition
+            # resumed meanwhile hands over is given back) waits fetch_wait, and it is the poll that
+            # max.poll.interval counts, which a take-over may outlast (class docstring, "Taking a partition over")
+            idle = await consumer.getmany(timeout_ms=wait, max_records=s.max_records)
+            return self._within(idle, dict.fromkeys(idle, 0)), {}
         most = min([s.max_records, *bounded.values()])
         return await consumer.getmany(*active, timeout_ms=wait, max_records=max(1, most)), {}
 
@@ -951,7 +999,9 @@ class TransactionalLoop:
         partition of its group that is not idle has committed its flags to within the window below
         it, whatever the order in which transactions reach the log, whatever the fetcher knows of the
         partitions' ends, and through aborted transactions (a partition taken over again resumes from
-        what it committed) (``tests/streams/test_in_step.py``)."""
+        what it committed) (``tests/streams/test_in_step.py``). While a partition of a group is being taken
+        over its committed progress is not known yet: every partition of the group waits (allowance 0) until
+        it is (``tests/streams/test_takeover.py``)."""
         assert self._consumer is not None
         consumer = self._consumer
         assigned = consumer.assignment()
@@ -962,7 +1012,7 @@ class TransactionalLoop:
         committed: dict[TopicPartition, int | None] = {}
         playing = []
         moved = {}
-        for tp, task in self._tasks.items():
+        for tp, task in list(self._tasks.items()):  # a take-over may install a task meanwhile
             if tp not in assigned:
                 continue
             at = getattr(task.handler, "progress", None)
@@ -986,7 +1036,11 @@ class TransactionalLoop:
             if tp in self._held or now - since < self.settings.in_step_idle:
                 playing.append(tp)
         self._moved = moved
-        return step_allowances(progress, groups, playing, window, committed), left
+        allowance = step_allowances(progress, groups, playing, window, committed)
+        taking = {self._step_group_for(tp) for tp in self._takeovers}
+        if taking:
+            allowance = {tp: 0 if groups[tp] in taking else a for tp, a in allowance.items()}
+        return allowance, left
 
     def _behind_first(
         self, batch: Mapping[TopicPartition, list[ConsumerRecord]]
@@ -1019,7 +1073,20 @@ class TransactionalLoop:
 
     # -- ownership -----------------------------------------------------------------------------
     async def _own(self, tp: TopicPartition) -> None:
-        """Take ``tp``: fence earlier producers, restore the committed state, seek to its offset."""
+        """Take ``tp``: fence earlier producers and read back what it committed (:meth:`_claim`), then, holding
+        the lock, restore its handler, seek to its offset, make it a task and resume it (:meth:`_install`)."""
+        claim = await self._claim(tp)
+        try:
+            async with self._lock:
+                installed = await self._install(claim)
+        except BaseException:
+            await self._close(tp, claim.producers)
+            raise
+        if not installed:
+            await self._close(tp, claim.producers)
+
+    async def _claim(self, tp: TopicPartition) -> _Claim:
+        """Fence ``tp``'s earlier producers, then read back its state and what its handler keeps beside it."""
         s = self.settings
         transactional_id = self._transactional_id_for(tp)
         producers = [
@@ -1037,17 +1104,10 @@ class TransactionalLoop:
             )
             for k in range(max(1, s.producers))
         ]
-        started: list[AIOKafkaProducer] = []
-
-        async def fence(producer: AIOKafkaProducer) -> None:
-            # InitProducerId: every earlier producer of this id is fenced, its open transaction
-            # aborted (a decided one completed), before anything is read back
-            await producer.start()
-            started.append(producer)
-
         try:
-            # the partition's producers fence at once (each its own id): both are fenced before the reads
-            await _together(*(fence(producer) for producer in producers))
+            # InitProducerId: every earlier producer of each id is fenced, its open transaction aborted (a
+            # decided one completed), before anything is read back; the partition's producers fence at once
+            await _together(*(producer.start() for producer in producers))
             state_topic = self._state_topic_for(tp)
             key = _state_key(tp)
             handler = self._handler_for(tp)
@@ -1058,33 +1118,46 @@ class TransactionalLoop:
                 read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security),
                 load(s.bootstrap, s.restore_timeout, s.security) if load is not None else _nothing(),
             )
-            saved, failed = _restore(handler, found)
-            refused = [
-                (raw, exc, DeadLetterStage.STATE)
-                for raw, exc in [*found.refused_after(-1 if saved is None else saved[0]), *failed]
-            ]
+            first = None if found.candidates else await self._first_offset(tp)
         except BaseException:
-            for producer in started:
-                await producer.stop()
+            # a failure or a cancel (a revoke): every producer is closed, one that started halfway as well
+            await self._close(tp, producers)
             raise
+        return _Claim(tp, handler, producers, state_topic, key, found, first)
+
+    async def _install(self, claim: _Claim) -> bool:
+        """Restore a claimed partition's handler, seek to the offset its state names, make it a task and
+        resume it (the caller holds the lock); False, with nothing done, when it is no longer assigned."""
+        tp, handler, found = claim.tp, claim.handler, claim.found
         assert self._consumer is not None
-        if saved is None:
-            committed = await self._consumer.committed(tp)
-            offset = committed if committed is not None else await self._beginning(tp)
-        else:
+        if tp not in self._consumer.assignment():
+            return False
+        saved, failed = _restore(handler, found)
+        refused = [
+            (raw, exc, DeadLetterStage.STATE)
+            for raw, exc in [*found.refused_after(-1 if saved is None else saved[0]), *failed]
+        ]
+        if saved is not None:
             offset = saved[1]
+        else:  # no state record, or none the handler can continue from (then read now)
+            offset = claim.first if claim.first is not None else await self._first_offset(tp)
+            if tp not in self._consumer.assignment():
+                return False
+        # nothing is awaited from here on: the partition is sought, becomes a task and is resumed at once
         self._consumer.seek(tp, offset)
         # offset_pending: the group's offset may lag the state's (an idle fetch commits it)
-        task = _Task(tp, handler, producers, state_topic, key, offset, offset_pending=True)
+        task = _Task(tp, handler, claim.producers, claim.state_topic, claim.key, offset, offset_pending=True)
         task.state = None if saved is None else saved[2]
         progress = getattr(handler, "progress", None)
         task.committed = progress if isinstance(progress, int) else None  # what the committed state reached
         self._tasks[tp] = task
+        self._consumer.resume(tp)
         log.info("%s: resuming at offset %d (%s)", _name(tp), offset, "state restored" if saved else "no state yet")
         if refused:
-            log.error("%s: %d record(s) of %s are not its state; skipped", _name(tp), len(refused), state_topic)
+            log.error("%s: %d record(s) of %s are not its state; skipped", _name(tp), len(refused), claim.state_topic)
             # the partition's first transaction (nothing is in flight yet): later ones follow it
-            self._schedule(task, self._dead_letters(tp, state_topic, refused), None, (), 0.0, 0.0)
+            self._schedule(task, self._dead_letters(tp, claim.state_topic, refused), None, (), 0.0, 0.0)
+        return True
 
     def _dead_letters(
         self, tp: TopicPartition, source: str, refused: Sequence[tuple[bytes, MessageError, DeadLetterStage]]
@@ -1099,6 +1172,12 @@ class TransactionalLoop:
                 out.append(Outgoing(self._deadletter_topic_for(tp), value, headers=tuple(headers)))
         return out
 
+    async def _first_offset(self, tp: TopicPartition) -> int:
+        """Where a partition without a state it can continue from starts: its group's offset, else its beginning."""
+        assert self._consumer is not None
+        committed = await self._consumer.committed(tp)
+        return committed if committed is not None else await self._beginning(tp)
+
     async def _beginning(self, tp: TopicPartition) -> int:
         assert self._consumer is not None
         return int((await self._consumer.beginning_offsets([tp]))[tp])
@@ -1106,14 +1185,19 @@ class TransactionalLoop:
     async def _drop(self, tps: Iterable[TopicPartition]) -> None:
         for tp in list(tps):
             task = self._tasks.pop(tp, None)
-            for producer in [] if task is None else task.producers:
-                try:
-                    await _bounded(producer.stop(), self.settings.request_timeout, "closing its producer")
-                except KafkaError as exc:  # a producer that cannot say goodbye is gone anyway
-                    log.warning("%s: closing a producer failed (%s)", _name(tp), exc)
+            if task is not None:
+                await self._close(tp, task.producers)
+
+    async def _close(self, tp: TopicPartition, producers: Iterable[AIOKafkaProducer]) -> None:
+        for producer in producers:
+            try:
+                await _bounded(producer.stop(), self.settings.request_timeout, "closing its producer")
+            except KafkaError as exc:  # a producer that cannot say goodbye is gone anyway
+                log.warning("%s: closing a producer failed (%s)", _name(tp), exc)
 
     async def on_assigned(self, tps: Iterable[TopicPartition]) -> None:
-        """Own every assigned partition (the rebalance waits for this).
+        """Start taking every assigned partition over, and return: the rebalance waits for this call, and
+        aiokafka sends no heartbeat meanwhile (class docstring, "Taking a partition over").
 
         The partitions are taken at the same time: each fences its own producers and reads its own
         state, so a worker of five plants takes them in about the time of one
@@ -1121,43 +1205,91 @@ class TransactionalLoop:
         if self.joined_at is None:
             self.joined_at = time.time()
         assigned = sorted(tps)
+        assert self._consumer is not None
+        # before anything is awaited: the fetcher asks nothing for them and hands over nothing it holds of them
+        self._consumer.pause(*assigned)
+        await self._cancel_takeovers([tp for tp in self._takeovers if tp not in assigned])
         await self._settle([task for tp in assigned if (task := self._tasks.get(tp)) is not None])
         async with self._lock:
             await self._drop(assigned)
-            await _together(*(self._take(tp) for tp in assigned))
-            self.ready = True
-        if self.taken_at is None:
-            self.taken_at = time.time()
-            self.taken.set()
+            for tp in assigned:
+                await self._take(tp)
+        if not self._takeovers:
+            self._taken_all()
 
     async def on_revoked(self, tps: Iterable[TopicPartition]) -> None:
-        """Let go of revoked partitions once their transactions in flight are over (committed or not)."""
+        """Let go of revoked partitions: their take-overs in progress are cancelled (each closes the producers
+        it started and makes no task), their tasks dropped once their transactions in flight are over
+        (committed or not)."""
         revoked = list(tps)
+        await self._cancel_takeovers(revoked)
         await self._settle([task for tp in revoked if (task := self._tasks.get(tp)) is not None])
         async with self._lock:
             await self._drop(revoked)
 
     async def _take(self, tp: TopicPartition) -> None:
-        """Own ``tp``, retrying on a broker that does not answer yet (restart, pause)."""
+        """Start taking ``tp`` over (it has no task; the caller holds the lock): pause it and own it in a task
+        of its own (:meth:`_take_over`), which resumes it once its handler is restored. Returns at once."""
+        await self._cancel_takeovers([tp])
+        if self._stopping.is_set() or self._consumer is None or tp not in self._consumer.assignment():
+            return
+        self._consumer.pause(tp)
+        self._takeovers[tp] = asyncio.create_task(self._take_over(tp), name=f"fedrca: taking {_name(tp)} over")
+
+    async def _take_over(self, tp: TopicPartition) -> None:
+        """Own ``tp`` (:meth:`_own`), retrying on a broker that does not answer yet (restart, pause): the task
+        :meth:`_take` starts. What ends it otherwise (a bug, a killed worker) is raised by :meth:`run`."""
+        me = asyncio.current_task()
         delay = 0.2
-        while not self._stopping.is_set():
-            try:
-                await self._own(tp)
-                return
-            except ProducerFenced:
-                log.warning("%s: fenced while taking it over; the next rebalance decides", _name(tp))
-                return
-            except (KafkaError, AssertionError) as exc:
-                # aiokafka 0.14 asserts "Did we not perform bootstrap?" when a producer starts while
-                # its client knows no broker (metadata emptied by a paused broker): retry it like a
-                # broker that does not answer (tools/faults.py, pause runs); any other assertion is a bug
-                if isinstance(exc, AssertionError) and "bootstrap" not in str(exc):
-                    raise
-                log.warning("%s: could not take it over yet (%s); retrying in %.1f s", _name(tp), exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                if self._consumer is not None and tp not in self._consumer.assignment():
-                    return
+        try:
+            while not self._stopping.is_set():
+                try:
+                    await self._own(tp)
+                    break
+                except ProducerFenced:
+                    log.warning("%s: fenced while taking it over; the next rebalance decides", _name(tp))
+                    break
+                except (KafkaError, AssertionError) as exc:
+                    # aiokafka 0.14 asserts "Did we not perform bootstrap?" when a producer starts while
+                    # its client knows no broker (metadata emptied by a paused broker): retry it like a
+                    # broker that does not answer (tools/faults.py, pause runs); any other assertion is a bug
+                    if isinstance(exc, AssertionError) and "bootstrap" not in str(exc):
+                        raise
+                    log.warning("%s: could not take it over yet (%s); retrying in %.1f s", _name(tp), exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                    if self._consumer is not None and tp not in self._consumer.assignment():
+                        break
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._takeover_errors.append(exc)
+            return
+        finally:
+            if self._takeovers.get(tp) is me:
+                del self._takeovers[tp]
+        if not self._takeovers:
+            self._taken_all()
+
+    async def _cancel_takeovers(self, tps: Iterable[TopicPartition]) -> None:
+        """Cancel the take-overs of ``tps`` in progress and wait until they are over (:meth:`on_revoked`)."""
+        cancelled = [task for tp in list(tps) if (task := self._takeovers.pop(tp, None)) is not None]
+        for task in cancelled:
+            task.cancel()
+        if cancelled:
+            await asyncio.gather(*cancelled, return_exceptions=True)
+
+    def _taken_all(self) -> None:
+        """No take-over is in progress: the loop is ready; the first time, its partitions are ``taken``."""
+        self.ready = True
+        if self.taken_at is None:
+            self.taken_at = time.time()
+            self.taken.set()
+
+    def _raise_failed_takeovers(self) -> None:
+        """A take-over that ended with an exception no retry handles (a bug, a killed worker) ends the run."""
+        if self._takeover_errors:
+            raise self._takeover_errors.pop(0)
 
     # -- processing ---------------------------------------------------------------------------
     async def _start(self, task: _Task, records: list[ConsumerRecord], fetched: float) -> None:
