@@ -945,8 +945,10 @@ class TransactionalLoop:
         if not held and all((n := left[tp]) is not None and n <= a for tp, a in bounded.items()):
             # the live stream: every partition has less to read than it may take, as far as the fetcher
             # knows (its last stable offsets are those of its last answers: records that came since can
-            # be in this getmany), so what a partition got beyond its allowance is given back
-            return self._within(await consumer.getmany(timeout_ms=wait, max_records=s.max_records), bounded), {}
+            # be in this getmany), so what a partition got beyond its allowance is given back, and all that a
+            # partition taken over meanwhile got (it had no allowance yet: the next fetch gives it one)
+            got = await consumer.getmany(timeout_ms=wait, max_records=s.max_records)
+            return self._within(got, {**bounded, **{tp: 0 for tp in got if tp not in allowance}}), {}
         # a backlog: each partition takes what it has within its allowance, furthest behind first (one
         # call per partition: the fetcher keeps the rest buffered), and the fetch waits only when none has any
         batch: dict[TopicPartition, list[ConsumerRecord]] = {}
