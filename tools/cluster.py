@@ -12,7 +12,8 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,19 @@ def json_records(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 def count(bootstrap: str, topic: str) -> int:
     """Records currently in ``topic``."""
     return sum(1 for _ in read_topic(bootstrap, topic, timeout=30))
+
+
+@contextmanager
+def own_broker(home: Path, *start: str) -> Iterator[dict[str, Any]]:
+    """A broker of its own in ``home`` (``tools/kafka/broker.py --home HOME start --json START...``, e.g.
+    ``--scram USER=PASSWORD``), stopped on exit; yields its state (``bootstrap``, ``sasl_bootstrap`` ...)."""
+    script = [sys.executable, str(REPO / "tools" / "kafka" / "broker.py"), "--home", str(home)]
+    proc = subprocess.run(
+        [*script, "start", "--json", *start], capture_output=True, text=True, timeout=600, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"tools/kafka/broker.py start {' '.join(start)} failed: {proc.stderr.strip()}")
+    try:
+        yield json.loads(proc.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run([*script, "stop"], capture_output=True, timeout=120, check=False)
