@@ -107,6 +107,38 @@ def test_a_long_stream_of_incidents_leaves_the_stage_as_large_as_it_was() -> Non
     assert abs(after - before) < 1024, (after - before, verdicts)
 
 
+def test_a_burst_of_rows_leaves_the_stage_as_large_as_it_was() -> None:
+    """A plant worker that catches up after a restart publishes its backlog at once: the RCA worker
+    then takes hundreds of rows per batch instead of a few. The hour's soak (docs/streams.md, "Soak")
+    saw the RCA worker's RSS step up at each such burst; what the stage keeps must not, so the steps
+    are the allocator's high-water mark, not state that grows with each burst."""
+    runtime, plants, stage = _short_memory_stage()
+
+    verdicts = [0]
+
+    def stream(lo: int, hi: int, batch: int) -> int:
+        for start in range(lo, hi, batch):
+            issued, rejected = runtime.process_flags(
+                encode_flags(_flags(stage.site, plants, start, min(start + batch, hi)))
+            )
+            assert not rejected
+            stage.get_state()
+            verdicts[0] += len(issued)
+        return _deep_bytes(stage)
+
+    sizes = []
+    seq = 1200  # the aligner's memory (1,000 rows) full, a whole number of incident cycles
+    stream(0, seq, 6)
+    for _ in range(3):
+        stream(seq, seq + 1200, 600)  # the burst: 600 rows a batch
+        sizes.append(stream(seq + 1200, seq + 1488, 6))  # steady again, 6 rows a batch
+        seq += 1488
+    assert seq % _CYCLE == 0
+    assert max(sizes) - min(sizes) < 1024, sizes
+    assert sizes[0] > 100_000  # the stage itself was measured, not an empty shell
+    assert verdicts[0] >= 100  # the bursts were judged, not only buffered
+
+
 def test_the_remembered_ids_forget_the_oldest_first() -> None:
     ids = VerdictIds(3)
     names = [f"{k:016x}" for k in range(5)]
