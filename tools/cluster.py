@@ -12,10 +12,11 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
@@ -23,7 +24,13 @@ from kafka.structs import TopicPartition
 
 from fedrca.connectors.kafka import read_topic
 
+if TYPE_CHECKING:
+    from fedrca.config import SiteConfig
+    from fedrca.streams.embedded import EmbeddedRun
+    from fedrca.streams.runtime import SiteRuntime
+
 REPO = Path(__file__).resolve().parents[1]
+FEDRCA = [sys.executable, "-m", "fedrca.cli"]
 
 
 def unique_name(prefix: str = "t") -> str:
@@ -178,3 +185,83 @@ def json_records(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 def count(bootstrap: str, topic: str) -> int:
     """Records currently in ``topic``."""
     return sum(1 for _ in read_topic(bootstrap, topic, timeout=30))
+
+
+@dataclass(frozen=True)
+class PublishedSite:
+    """A fresh site on the broker: trained, its topics made, its artifacts on its params topic."""
+
+    config_path: Path
+    config: SiteConfig
+    params: Path
+    #: the in-process pipeline built as the workers build theirs
+    runtime: SiteRuntime
+    #: what that pipeline makes of the fault file: every flag and verdict the workers must write
+    expected: EmbeddedRun
+
+
+def publish_site(
+    tmp: Path, bootstrap: str, prefix: str, train: Path, fault: Path, allowed_lateness: int
+) -> PublishedSite:
+    """A copy of config/tep.yaml under a fresh site name (``prefix`` + random) trained on ``train``
+    (``fedrca train``), the in-process run of ``fault`` it must equal, the site's topics, and the
+    artifacts published (``fedrca publish-params``): what a Kafka test has before its workers start."""
+    from fedrca.application.site import site_runtime
+    from fedrca.config import load_config
+    from fedrca.connectors.kafka import ensure_site_topics
+    from fedrca.datasets.loader import load_frame, plant_frames
+    from fedrca.streams.embedded import replay_frame
+    from fedrca.streams.runtime import RuntimeSettings
+
+    config_path = site_config(tmp, unique_name(prefix))
+    config = load_config(config_path)
+    params = tmp / "params"
+    subprocess.run(
+        [*FEDRCA, "train", "--config", str(config_path), "--data", str(train), "--out", str(params), "--quiet"],
+        check=True,
+        capture_output=True,
+    )
+    settings = RuntimeSettings(allowed_lateness=allowed_lateness)
+    runtime = site_runtime(config, train, params_dir=params, settings=settings)
+    data = plant_frames(config, load_frame(config, fault))
+    expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=180.0)
+    ensure_site_topics(bootstrap, config)
+    subprocess.run(
+        [*FEDRCA, "publish-params", "--config", str(config_path), "--params", str(params), "--broker",
+         f"kafka://{bootstrap}"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return PublishedSite(config_path, config, params, runtime, expected)
+
+
+def replay_file(
+    config: SiteConfig, bootstrap: str, path: Path, speed: str, start: int = 0, stop: int | None = None
+) -> None:
+    """Replay rows ``start:stop`` of a data file into the site's sensors topics at ``speed`` (``x9000``: 50 rows/s)."""
+    from fedrca.connectors import replay
+    from fedrca.connectors.kafka import KafkaSink
+    from fedrca.datasets import load_dataset
+
+    dataset = load_dataset(config.dataset, path)
+    groups = {p.name: list(p.sensors) for p in config.plants}
+    with KafkaSink(bootstrap, config) as sink:
+        replay.replay(
+            dataset, groups, sink, site=config.site, pacer=replay.Pacer.from_spec(speed), start=start, stop=stop
+        )
+
+
+@contextmanager
+def own_broker(home: Path, *start: str) -> Iterator[dict[str, Any]]:
+    """A broker of its own in ``home`` (``tools/kafka/broker.py --home HOME start --json START...``, e.g.
+    ``--scram USER=PASSWORD``), stopped on exit; yields its state (``bootstrap``, ``sasl_bootstrap`` ...)."""
+    script = [sys.executable, str(REPO / "tools" / "kafka" / "broker.py"), "--home", str(home)]
+    proc = subprocess.run(
+        [*script, "start", "--json", *start], capture_output=True, text=True, timeout=600, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"tools/kafka/broker.py start {' '.join(start)} failed: {proc.stderr.strip()}")
+    try:
+        yield json.loads(proc.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run([*script, "stop"], capture_output=True, timeout=120, check=False)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tools.cluster import Cluster, site_config
+from tools.cluster import Cluster, own_broker, site_config
 
 from fedrca.config import load_config
 from fedrca.connectors.kafka import KafkaOptions, read_topic
@@ -30,7 +30,6 @@ from tests.kafka_broker import unique_name, wait_until
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-BROKER = REPO / "tools" / "kafka" / "broker.py"
 TRAIN = REPO / "data" / "tep" / "d00.dat"
 FAULT = REPO / "data" / "tep" / "d04_te.dat"
 FEDRCA = [sys.executable, "-m", "fedrca.cli"]
@@ -47,21 +46,9 @@ class ScramBroker:
 @pytest.fixture(scope="module")
 def scram_broker(tmp_path_factory, kafka_broker) -> Iterator[ScramBroker]:
     # kafka_broker: the jars and Java are checked (and fetched) by the shared fixture first
-    home = tmp_path_factory.mktemp("scram-broker")
     password = uuid.uuid4().hex
-    proc = subprocess.run(
-        [sys.executable, str(BROKER), "--home", str(home), "start", "--json", "--scram", f"{USER}={password}"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    state = json.loads(proc.stdout.strip().splitlines()[-1])
-    try:
+    with own_broker(tmp_path_factory.mktemp("scram-broker"), "--scram", f"{USER}={password}") as state:
         yield ScramBroker(state["sasl_bootstrap"], password)
-    finally:
-        subprocess.run([sys.executable, str(BROKER), "--home", str(home), "stop"], capture_output=True, timeout=120)
 
 
 def _secured_config(tmp: Path) -> Path:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -23,18 +21,13 @@ from typing import Any
 
 import pytest
 from kafka.admin import KafkaAdminClient
-from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, site_config
+from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, publish_site, replay_file
 
-from fedrca.application.site import site_runtime
-from fedrca.config import SiteConfig, load_config
-from fedrca.connectors import replay
-from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
+from fedrca.config import SiteConfig
+from fedrca.connectors.kafka import read_topic
 from fedrca.contracts import Verdict
-from fedrca.datasets import load_dataset
-from fedrca.datasets.loader import load_frame, plant_frames
-from fedrca.streams.embedded import EmbeddedRun, replay_frame
-from fedrca.streams.runtime import RuntimeSettings
-from tests.kafka_broker import unique_name, wait_until
+from fedrca.streams.embedded import EmbeddedRun
+from tests.kafka_broker import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -59,17 +52,6 @@ class CrashRun:
     expected_calibration: str | None = None  # the id of the map the configuration names (None: uncalibrated)
 
 
-def _replay(
-    config: SiteConfig, bootstrap: str, path: Path, speed: str, start: int = 0, stop: int | None = None
-) -> None:
-    dataset = load_dataset(config.dataset, path)
-    groups = {p.name: list(p.sensors) for p in config.plants}
-    with KafkaSink(bootstrap, config) as sink:
-        replay.replay(
-            dataset, groups, sink, site=config.site, pacer=replay.Pacer.from_spec(speed), start=start, stop=stop
-        )
-
-
 def _covers_all_sensor_partitions(bootstrap: str, group: str, config: SiteConfig, members: int) -> bool:
     assignment = group_assignment(bootstrap, group)
     if assignment is None or len(assignment) != members:
@@ -91,27 +73,8 @@ def _missing(expected: EmbeddedRun, verdicts: list[dict[str, Any]], flags: list[
 def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
     tmp = tmp_path_factory.mktemp("crash")
     bootstrap = kafka_broker.bootstrap
-    config_path = site_config(tmp, unique_name("tep"))
-    config = load_config(config_path)
-    params = tmp / "params"
-    fedrca = [sys.executable, "-m", "fedrca.cli"]
-    subprocess.run(
-        [*fedrca, "train", "--config", str(config_path), "--data", str(TRAIN), "--out", str(params), "--quiet"],
-        check=True,
-        capture_output=True,
-    )
-    settings = RuntimeSettings(allowed_lateness=LATENESS)
-    runtime = site_runtime(config, TRAIN, params_dir=params, settings=settings)
-    data = plant_frames(config, load_frame(config, FAULT))
-    expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=180.0)
-
-    ensure_site_topics(bootstrap, config)
-    broker = ["--broker", f"kafka://{bootstrap}"]
-    subprocess.run(
-        [*fedrca, "publish-params", "--config", str(config_path), "--params", str(params), *broker],
-        check=True,
-        capture_output=True,
-    )
+    site = publish_site(tmp, bootstrap, "tep", TRAIN, FAULT, LATENESS)
+    config_path, config, runtime, expected = site.config_path, site.config, site.runtime, site.expected
     cluster = Cluster(config_path, bootstrap, TRAIN, tmp)
     lateness = ["--allowed-lateness", str(LATENESS)]
     try:
@@ -123,7 +86,7 @@ def crash_run(kafka_broker, tmp_path_factory) -> CrashRun:
         wait_until(lambda: group_assignment(bootstrap, rca_group) is not None, 180, "the RCA worker")
 
         # 50 rows/s: the 960 rows take about 19 s, so the kill lands mid-stream.
-        feeder = threading.Thread(target=_replay, args=(config, bootstrap, FAULT, "x9000"))
+        feeder = threading.Thread(target=replay_file, args=(config, bootstrap, FAULT, "x9000"))
         feeder.start()
         flags_topic = config.topic("flags")
         wait_until(lambda: count(bootstrap, flags_topic) >= 1200, 120, "flags of the first rows", interval=0.2)

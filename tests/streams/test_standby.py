@@ -11,24 +11,15 @@ flag and verdict of the stream is on the broker exactly once and equal to the in
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, site_config
+from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, publish_site, replay_file
 
-from fedrca.application.site import site_runtime
-from fedrca.config import load_config
-from fedrca.connectors import replay
-from fedrca.connectors.kafka import KafkaSink, ensure_site_topics
-from fedrca.datasets import load_dataset
-from fedrca.datasets.loader import load_frame, plant_frames
-from fedrca.streams.embedded import replay_frame
-from fedrca.streams.runtime import RuntimeSettings
-from tests.kafka_broker import unique_name, wait_until
+from tests.kafka_broker import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "data" / "tep" / "d00.dat"
@@ -41,36 +32,12 @@ SERVED = "resuming at offset"  # fedrca.streams.loop: a partition taken (its sta
 pytestmark = pytest.mark.kafka
 
 
-def _replay(config, bootstrap: str) -> None:
-    dataset = load_dataset(config.dataset, FAULT)
-    groups = {p.name: list(p.sensors) for p in config.plants}
-    with KafkaSink(bootstrap, config) as sink:
-        replay.replay(dataset, groups, sink, site=config.site, pacer=replay.Pacer.from_spec("x9000"))
-
-
 def test_a_standby_takes_over_a_killed_worker_at_once_and_every_flag_and_verdict_is_there_once(
     kafka_broker, tmp_path: Path
 ) -> None:
     bootstrap = kafka_broker.bootstrap
-    config_path = site_config(tmp_path, unique_name("standby"))
-    config = load_config(config_path)
-    params = tmp_path / "params"
-    fedrca = [sys.executable, "-m", "fedrca.cli"]
-    subprocess.run(
-        [*fedrca, "train", "--config", str(config_path), "--data", str(TRAIN), "--out", str(params), "--quiet"],
-        check=True,
-        capture_output=True,
-    )
-    runtime = site_runtime(config, TRAIN, params_dir=params, settings=RuntimeSettings(allowed_lateness=LATENESS))
-    data = plant_frames(config, load_frame(config, FAULT))
-    expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=180.0)
-    ensure_site_topics(bootstrap, config)
-    subprocess.run(
-        [*fedrca, "publish-params", "--config", str(config_path), "--params", str(params), "--broker",
-         f"kafka://{bootstrap}"],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    site = publish_site(tmp_path, bootstrap, "standby", TRAIN, FAULT, LATENESS)
+    config_path, config, expected = site.config_path, site.config, site.expected
     cluster = Cluster(config_path, bootstrap, TRAIN, tmp_path)
     session = ["--session-timeout", f"{SESSION:g}"]
     plants_group, flags_topic = f"fedrca-{config.site}-plants", config.topic("flags")
@@ -89,7 +56,7 @@ def test_a_standby_takes_over_a_killed_worker_at_once_and_every_flag_and_verdict
         assert "detectors loaded as fitted before" in standby.log_tail(100_000), standby.log_tail(100)
         assert int(lock.read_text()) == active.proc.pid
 
-        feeder = threading.Thread(target=_replay, args=(config, bootstrap))
+        feeder = threading.Thread(target=replay_file, args=(config, bootstrap, FAULT, "x9000"))
         feeder.start()
         wait_until(lambda: count(bootstrap, flags_topic) >= 1200, 120, "flags of the first rows", interval=0.2)
         pid = standby.proc.pid

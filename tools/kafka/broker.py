@@ -295,7 +295,13 @@ def format_command(java: str, home: Home, cluster: str, scram: tuple[str, str] |
 
 
 def write_config(
-    home: Home, port: int, controller_port: int, partitions: int, auto_create: bool, sasl_port: int | None = None
+    home: Home,
+    port: int,
+    controller_port: int,
+    partitions: int,
+    auto_create: bool,
+    sasl_port: int | None = None,
+    acls: bool = False,
 ) -> None:
     props = {
         "process.roles": "broker,controller",
@@ -336,6 +342,11 @@ def write_config(
         props["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"] = (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         )
+    if acls:
+        # Kafka's authorizer on: the SASL user may do only what an ACL allows; the plaintext listeners'
+        # principal (ANONYMOUS: the broker itself, the controller, a test's admin) may do everything
+        props["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        props["super.users"] = "User:ANONYMOUS"
     home.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     home.log4j.write_text(
         "log4j.rootLogger=INFO, file\n"
@@ -386,11 +397,13 @@ def start(
     heap: str = "512m",
     timeout: float = 120.0,
     scram: tuple[str, str] | None = None,
+    acls: bool = False,
 ) -> dict[str, object]:
     """Start (or reuse) the broker of ``home``; returns its state (``bootstrap``, ``pid``, ``reused``).
 
     ``scram`` = (user, password) also opens a SASL_PLAINTEXT listener with that SCRAM-SHA-256
-    user; its address is the state's ``sasl_bootstrap``.
+    user; its address is the state's ``sasl_bootstrap``. ``acls``: that user may do only what an
+    ACL allows (Kafka's StandardAuthorizer; the plaintext listener's clients are super users).
     """
     with home.locked():
         state = running(home)
@@ -409,7 +422,7 @@ def start(
         home.logs.mkdir(parents=True, exist_ok=True)
         home.data.mkdir(parents=True, exist_ok=True)
         port, controller_port, sasl_port = free_ports(3)
-        write_config(home, port, controller_port, partitions, auto_create, sasl_port if scram else None)
+        write_config(home, port, controller_port, partitions, auto_create, sasl_port if scram else None, acls)
         began = time.monotonic()
         fmt = subprocess.run(
             format_command(java, home, cluster_id(), scram),
@@ -583,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument(
         "--scram", default=None, metavar="USER=PASSWORD", help="also listen with SASL/SCRAM-SHA-256 for this user"
     )
+    st.add_argument("--acls", action="store_true", help="with --scram: the user may do only what an ACL allows")
     rl = sub.add_parser("release", help="drop a lease; stop the broker when no live lease is left")
     rl.add_argument("--lease", required=True)
     sub.add_parser("stop", help="stop the broker now (SIGTERM, wait, then SIGKILL)")
@@ -603,7 +617,11 @@ def main(argv: list[str] | None = None) -> int:
                 if not sep or not user or not password:
                     raise BrokerError("--scram takes USER=PASSWORD")
                 scram = (user, password)
-            state = start(home, args.lease, args.partitions, args.auto_create, args.heap, args.timeout, scram)
+            if args.acls and scram is None:
+                raise BrokerError("--acls needs --scram (the user the ACLs are for)")
+            state = start(
+                home, args.lease, args.partitions, args.auto_create, args.heap, args.timeout, scram, args.acls
+            )
             how = "reusing" if state["reused"] else f"started in {state['start_seconds']} s,"
             log(f"{how} pid {state['pid']} at {state['bootstrap']} (state in {home.path})")
             print(json.dumps(state) if args.json else state["bootstrap"], flush=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import logging
 import re
 import sys
@@ -491,14 +492,35 @@ def _verdict_key(v: Verdict) -> tuple[Any, ...]:
 
 #: the simulated nominal run the live demo fits on (tep-studio, mode 1; cached after the first demo)
 NOMINAL_HOURS, NOMINAL_SEED = 25.0, 200
+#: The live plant's rows go through the pipeline together when they fall due within this many seconds of
+#: each other at the replay speed, at most ``LIVE_CHUNK`` (a recorded file's chunk, ``replay_frame``).
+LIVE_CHUNK, LIVE_CHUNK_SECONDS = 20, 0.25
+
+
+def live_chunk(speed: float | None, sample_seconds: float) -> int:
+    """Rows of the live plant handed to the pipeline at once (:data:`LIVE_CHUNK_SECONDS`).
+
+    Each chunk leaves a result per plant in the run, whatever its rows (the report keeps the
+    whole run: ``fedrca.config.limits.demo_bytes``), so the rows of a fast replay go together;
+    a slow one still sees each row when it is due.
+
+    Examples
+    --------
+    >>> live_chunk(None, 180.0), live_chunk(40_000.0, 180.0), live_chunk(600.0, 180.0), live_chunk(1.0, 180.0)
+    (20, 20, 1, 1)
+    """
+    if speed is None:
+        return LIVE_CHUNK
+    return max(1, min(LIVE_CHUNK, int(LIVE_CHUNK_SECONDS * speed / sample_seconds)))
 
 
 def run_simulator_demo(args: argparse.Namespace) -> int:
     """``fedrca demo --source simulator``: the same pipeline on a live simulated TEP plant.
 
     Fits and trains on a simulated nominal run, then runs the live plant (``--hours``,
-    ``--seed``, the disturbance ``--idv N@HOURS``) sample by sample through the plant
-    processors and the RCA stage as the simulator produces it, and ends with the table.
+    ``--seed``, the disturbance ``--idv N@HOURS``) through the plant processors and the RCA
+    stage as the simulator produces it (the rows due together at once: :func:`live_chunk`),
+    and ends with the table.
     """
     started = time.perf_counter()
     config = load_config(args.config or bundled_config("tep-sim.yaml"))
@@ -544,10 +566,14 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
         simulator = TEPSimulator(spec)
         position = {c: i for i, c in enumerate(TEP_COLUMNS)}
         index = {p.name: [position[c] for c in p.sensors] for p in config.plants}
+        pacer = Pacer.from_spec(args.speed)
+        together = live_chunk(pacer.speed, spec.sample_seconds)
 
         def live() -> Any:
-            for k, row in simulator.rows():
-                yield k, {p: row[cols][None, :] for p, cols in index.items()}
+            rows = simulator.rows()
+            while chunk := list(itertools.islice(rows, together)):
+                table = np.stack([row for _, row in chunk])
+                yield chunk[0][0], {p: table[:, cols] for p, cols in index.items()}
 
         name = f"simulated IDV {disturbance.idv}"
         run = replay_chunks(
@@ -556,7 +582,7 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
             total=spec.n_samples,
             sample_seconds=spec.sample_seconds,
             start_ts=spec.sample_seconds,
-            pacer=Pacer.from_spec(args.speed),
+            pacer=pacer,
             on_verdict=_verdict_printer(name, frozenset(config.rca.unobserved_entry)),
             progress=progress_bar(name),
         )

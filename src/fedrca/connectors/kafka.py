@@ -8,6 +8,7 @@ The synchronous helpers (kafka-python) serve the CLI (``replay-to-kafka``,
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import time
@@ -18,6 +19,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import errors as kafka_errors
+from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from fedrca.config import KafkaSettings, SiteConfig
@@ -26,6 +28,7 @@ from fedrca.contracts import SensorMessage
 from fedrca.exceptions import ConfigError, DataError
 
 __all__ = [
+    "AT_MOST",
     "KafkaOptions",
     "KafkaSink",
     "TopicRecord",
@@ -37,6 +40,13 @@ __all__ = [
 
 #: Environment variables that override a site's ``kafka:`` settings (docs/deploy.md).
 ENV_PREFIX = "FEDRCA_KAFKA_"
+
+log = logging.getLogger("fedrca.connectors")
+
+#: A compacted topic's settings whose smaller value is the stricter one (a segment closes sooner, the
+#: cleaner takes the topic sooner): :func:`ensure_topics` brings an existing topic whose value is larger
+#: down to its spec's (``fedrca.connectors.names.COMPACTED``) and keeps a smaller one an operator set.
+AT_MOST = ("segment.bytes", "segment.ms", "min.cleanable.dirty.ratio")
 
 
 @dataclass(frozen=True)
@@ -174,8 +184,9 @@ def ensure_site_topics(
 ) -> list[str]:
     """Create the site's topics if missing (idempotent); returns their names, sorted.
 
-    Topics that already exist are left as they are. Returns once every topic has a
-    leader for each partition. See :func:`fedrca.connectors.names.topic_specs` for the topics.
+    A compacted topic that already exists gets fedrca's segment and cleaner settings where its
+    own are laxer (:func:`ensure_topics`); nothing else of an existing topic changes. Returns
+    once every topic has a leader for each partition. See :func:`fedrca.connectors.names.topic_specs` for the topics.
     ``only`` restricts it to the topics a process uses (a principal under ACLs sees and may
     create no other; on a cluster whose topics an operator such as Strimzi manages, they exist).
 
@@ -205,7 +216,14 @@ def ensure_topics(
     """Create the topics of ``specs`` (name -> ``create_topics`` spec) if missing; returns their names, sorted.
 
     Returns once every topic has a leader for each partition; a topic created
-    concurrently by another client counts as created.
+    concurrently by another client counts as created. A topic that existed and whose spec
+    sets one of :data:`AT_MOST` gets the spec's value where its own is larger (an incremental
+    alter of that key alone; a topic created by an earlier fedrca kept the broker's 1 GiB,
+    7-day segments, which a take-over reads whole: docs/streams.md, "Compacted topics"),
+    with one warning per topic naming each change. A smaller value is kept. A broker that
+    refuses the change (ACLs) gets a warning naming the topic, the keys and the command
+    that sets them; a principal that may not read a topic's configs (``DescribeConfigs``)
+    leaves them unchecked (an info line): neither stops the caller.
 
     Raises
     ------
@@ -224,23 +242,114 @@ def ensure_topics(
     except KafkaError as exc:
         raise DataError(f"cannot reach the Kafka broker at {bootstrap} ({exc}); is it running?") from None
     try:
-        existing = set(admin.list_topics())
-        missing = {name: dict(spec) for name, spec in specs.items() if name not in existing}
-        if missing:
-            result = admin.create_topics(missing, timeout_ms=int(timeout * 1000), raise_errors=False)
-            for topic in result.get("topics", []):
-                code = topic.get("error_code", 0)
-                if code and code != TopicAlreadyExistsError.errno:  # created concurrently by another client
-                    raise DataError(
-                        f"the broker refused to create topic {topic.get('name')}: "
-                        f"{topic.get('error_message') or kafka_errors.for_code(code).__name__}"
-                    )
-        admin.wait_for_topics(sorted(specs), timeout_ms=int(timeout * 1000))
-    except KafkaError as exc:
-        raise DataError(f"{what} not ready on {bootstrap}: {exc}") from None
+        try:
+            existing = set(admin.list_topics())
+            missing = {name: dict(spec) for name, spec in specs.items() if name not in existing}
+            if missing:
+                result = admin.create_topics(missing, timeout_ms=int(timeout * 1000), raise_errors=False)
+                for topic in result.get("topics", []):
+                    code = topic.get("error_code", 0)
+                    if code and code != TopicAlreadyExistsError.errno:  # created concurrently by another client
+                        raise DataError(
+                            f"the broker refused to create topic {topic.get('name')}: "
+                            f"{topic.get('error_message') or kafka_errors.for_code(code).__name__}"
+                        )
+            admin.wait_for_topics(sorted(specs), timeout_ms=int(timeout * 1000))
+        except KafkaError as exc:
+            raise DataError(f"{what} not ready on {bootstrap}: {exc}") from None
+        _tighten(admin, bootstrap, {name: spec for name, spec in specs.items() if name in existing})
     finally:
         admin.close()
     return sorted(specs)
+
+
+def _stricter_or_equal(value: str | None, bound: str) -> bool:
+    """True when a topic's ``value`` of an :data:`AT_MOST` key is at most ``bound`` (an unreadable one is not).
+
+    Examples
+    --------
+    >>> _stricter_or_equal("1073741824", "16777216"), _stricter_or_equal("0.05", "0.1"), _stricter_or_equal(None, "1")
+    (False, True, False)
+    """
+    try:
+        return value is not None and float(value) <= float(bound)
+    except ValueError:
+        return False
+
+
+def _tighten(admin: KafkaAdminClient, bootstrap: str, specs: Mapping[str, Mapping[str, Any]]) -> None:
+    """Bring the :data:`AT_MOST` settings of the existing topics of ``specs`` down to their specs' (see
+    :func:`ensure_topics`); warns, never raises, when the broker refuses.
+
+    ``tests/connectors/test_topic_configs.py`` runs it on the real broker, with and without ACLs.
+    """
+    wanted = {
+        name: bounds
+        for name, spec in specs.items()
+        if (bounds := {key: str(v) for key, v in (spec.get("configs") or {}).items() if key in AT_MOST})
+    }
+    if not wanted:
+        return
+    fix = (
+        f"kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type topics --entity-name {{topic}} "
+        "--add-config {configs} as a principal allowed AlterConfigs on it (on Strimzi: in its KafkaTopic, "
+        "tools/sync-k8s.py); a take-over reads a compacted topic whole (docs/streams.md, 'Compacted topics')"
+    )
+    try:
+        # config_filter "all": a key the topic leaves at the broker's default is listed too
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name, list(bounds)) for name, bounds in wanted.items()],
+            config_filter="all",
+        ).get("topic", {})
+    except KafkaError as exc:
+        log.warning("the segment settings of %s not checked: reading their configs failed (%s)", ", ".join(wanted), exc)
+        return
+    changes: dict[str, dict[str, tuple[str, str]]] = {}
+    unread = []
+    for name, bounds in wanted.items():
+        current = described.get(name, {})
+        if not all(key in current for key in bounds):
+            # the broker lists no config of a topic the principal may not DescribeConfigs
+            unread.append(name)
+            continue
+        laxer = {
+            key: (str(current[key].get("value")), bound)
+            for key, bound in bounds.items()
+            if not _stricter_or_equal(current[key].get("value"), bound)
+        }
+        if laxer:
+            changes[name] = laxer
+    if unread:
+        log.info(
+            "the configs of %s are not readable here (DescribeConfigs): their segment settings not checked",
+            ", ".join(unread),
+        )
+    if not changes:
+        return
+    resources = [
+        ConfigResource(ConfigResourceType.TOPIC, name, {key: new for key, (_, new) in laxer.items()})
+        for name, laxer in changes.items()
+    ]
+    try:
+        # incremental: only these keys change (a plain AlterConfigs resets every key it omits)
+        outcome = admin.alter_configs(resources, raise_on_unknown=False, incremental=True).get("topic", {})
+    except KafkaError as exc:
+        outcome = {name: str(exc) for name in changes}
+    for name, laxer in changes.items():
+        said = ", ".join(f"{key} {old} -> {new}" for key, (old, new) in laxer.items())
+        result = outcome.get(name, "no answer")
+        if result == "OK":
+            log.warning("topic %s: %s (fedrca's compacted-topic settings; a smaller value is kept)", name, said)
+        else:
+            configs = ",".join(f"{key}={new}" for key, (_, new) in laxer.items())
+            kept = ", ".join(f"{key}={old}" for key, (old, _) in laxer.items())
+            log.warning(
+                "topic %s keeps %s: the broker refused to change it (%s); set it with %s",
+                name,
+                kept,
+                result,
+                fix.format(topic=name, configs=configs),
+            )
 
 
 class KafkaSink:
