@@ -156,3 +156,39 @@ def test_trained_parameters_export_their_version_and_privacy_spend(tep, tmp_path
     assert m.value("fedrca_parameter_info", plant="reactor", version=manifest["version"]) == 1.0
     flags = replay_frame(runtime, {p: v[:50] for p, v in values.items()}, sample_seconds=180.0).flags
     assert {f.model_version for f in flags} == {manifest["version"]}
+
+
+def test_one_row_chunks_give_the_results_of_whole_chunks(tep, monkeypatch):
+    """A live source of one row per chunk (the simulator demo at a slow speed) has its plants' results
+    joined every ``FOLD`` chunks as it goes; what the run ends with is what one join at the end gives:
+    every detection and health array, the health episodes' rows included (their offsets add up)."""
+    import numpy as np
+
+    from fedrca.streams import embedded
+
+    config, _, values = tep
+    rows = 2 * embedded.FOLD + 37  # two joins and a remainder
+    short = {p: v[:rows].copy() for p, v in values.items()}
+    first = config.plant_names[0]
+    short[first][100:200, 0] = short[first][100, 0]  # a stuck transmitter and a lost one: health episodes
+    short[first][300:340, 1] = np.nan
+
+    def run():
+        return replay_frame(
+            site_runtime(config, REPO / "data" / "tep" / "d00.dat"), short, sample_seconds=180.0, chunk=1
+        )
+
+    folded = run()
+    monkeypatch.setattr(embedded, "FOLD", rows + 1)  # never joined before the end
+    once = run()
+    assert folded.verdicts == once.verdicts
+    for plant in config.plant_names:
+        a, b = folded.results[plant], once.results[plant]
+        assert len(a.zc) == rows
+        for name in vars(b):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"{plant}: {name}")
+        ha, hb = folded.health[plant], once.health[plant]
+        assert len(ha) == rows
+        for name in ("values", "excluded", "checks", "fault", "fault_pub", "onsets"):
+            np.testing.assert_array_equal(getattr(ha, name), getattr(hb, name), err_msg=f"{plant}: {name}")
+    assert sum(len(h.onsets) for h in folded.health.values()) > 0  # episodes were there to offset

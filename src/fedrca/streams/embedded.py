@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from fedrca.detectors.base import DetectionResult
 from fedrca.detectors.health import HealthResult
 from fedrca.drift import RefreshReport
 from fedrca.streams.runtime import SiteRuntime
+
+_R = TypeVar("_R")
 
 __all__ = ["EmbeddedRun", "progress_bar", "replay_chunks", "replay_frame"]
 
@@ -88,6 +90,20 @@ def replay_frame(
     )
 
 
+#: A plant's results are joined every this many chunks: a live source of one row per chunk (a slow
+#: simulated plant) would otherwise keep one small result object per row and plant until the end
+#: (``tests/streams/test_embedded.py::test_one_row_chunks_give_the_results_of_whole_chunks``).
+FOLD = 256
+
+
+def _keep(kept: list[_R], part: _R, concat: Callable[[list[_R]], _R]) -> None:
+    """Append ``part`` to ``kept``, joining the last :data:`FOLD` parts into one when that many are unjoined
+    (the joined results are those of one concatenation of all the parts: row offsets add up)."""
+    kept.append(part)
+    if len(kept) % FOLD == 0:
+        kept[-FOLD:] = [concat(kept[-FOLD:])]
+
+
 def replay_chunks(
     runtime: SiteRuntime,
     chunks: Iterable[tuple[int, dict[str, np.ndarray]] | tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]],
@@ -141,9 +157,9 @@ def replay_chunks(
             result = runtime.plants.process_plant(plant, batch.valid, batch)
             out.deadletters += [(raw, err.reason) for raw, err in batch.rejected]
             if result.result is not None:
-                parts[plant].append(result.result)
+                _keep(parts[plant], result.result, DetectionResult.concat)
             if result.health is not None:
-                checks[plant].append(result.health)
+                _keep(checks[plant], result.health, HealthResult.concat)
             out.refreshes += result.refreshes
             chunk_flags += result.flags
         # Flags reach the RCA sample by sample, as from processors that keep pace with the sensors.
