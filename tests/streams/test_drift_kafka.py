@@ -23,13 +23,20 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from tools.cluster import Cluster, consumed_everything, count, group_assignment, json_records, site_config
+from tools.cluster import (
+    Cluster,
+    consumed_everything,
+    count,
+    group_assignment,
+    json_records,
+    replay_file,
+    site_config,
+)
 
 from fedrca.config import load_config
 from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
 from fedrca.datasets.loader import load_frame
 from tests.kafka_broker import unique_name, wait_until
-from tests.streams.test_kafka_pipeline import _replay
 
 # a minute of an idle machine's time: make exhaustive; tests/streams/test_drift_agent.py is its fast twin in make test
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.exhaustive]
@@ -89,7 +96,7 @@ def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> di
             sink.flush()
         # the rows up to KILL_AT first: the worker cannot be past them when it is killed, however fast it is
         # (with the whole file sent at once, a loaded machine's count saw every flag before the kill)
-        _replay(config, bootstrap, STREAM, "x9000", stop=KILL_AT)
+        replay_file(config, bootstrap, STREAM, "x9000", stop=KILL_AT)
         flags_topic = config.topic("flags")
         # past the first refresh (seq 240) of every plant: kill the plant worker, start it again
         wait_until(lambda: count(bootstrap, flags_topic) >= 5 * KILL_AT, 180, "flags past the first refresh",
@@ -107,7 +114,7 @@ def drift_run(kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> di
                     sink.send_raw(topic, key, value)
             sink.flush()
         cluster.workers["w1"].start()
-        feeder = threading.Thread(target=_replay, args=(config, bootstrap, STREAM, "x9000", KILL_AT))
+        feeder = threading.Thread(target=replay_file, args=(config, bootstrap, STREAM, "x9000", KILL_AT))
         feeder.start()
         feeder.join(timeout=300)
         want = {json.loads(line)["id"] for line in verdicts_out.read_text().splitlines()}
