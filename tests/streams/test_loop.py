@@ -338,6 +338,8 @@ class FakeConsumer:
 class Summer:
     """A stateful handler: one output per input with the running sum and count (its state)."""
 
+    output = OUTPUT  # the topic of its outputs
+
     def __init__(self, tp: TopicPartition) -> None:
         self.partition = tp.partition
         self.total = 0
@@ -352,7 +354,7 @@ class Summer:
             self.total += int(r.value)
             self.count += 1
             value = json.dumps([r.offset, self.total, self.count]).encode()
-            outputs.append(Outgoing(OUTPUT, value, key=r.key, partition=self.partition))
+            outputs.append(Outgoing(self.output, value, key=r.key, partition=self.partition))
         return Processed(outputs, json.dumps([self.total, self.count]).encode())
 
 

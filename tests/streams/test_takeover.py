@@ -17,7 +17,8 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
@@ -32,8 +33,6 @@ from fedrca.streams.loop import (
     BatchTimes,
     InputRecord,
     LoopSettings,
-    Outgoing,
-    Processed,
     StateRecords,
     TransactionalLoop,
 )
@@ -92,6 +91,17 @@ class CountingConsumer(FakeConsumer):
         return await super().getmany(timeout_ms, max_records)
 
 
+@contextmanager
+def _scripted(model: Model, consumer: type, held: Any) -> Iterator[None]:
+    """The loop on the scripted broker ``model`` with ``consumer``'s class, its state reads held by ``held``."""
+    with (
+        patched(model),
+        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: consumer(model, **kw)),
+        mock.patch.object(loop_module, "read_state", held.read),
+    ):
+        yield
+
+
 def test_the_loop_fetches_while_a_partition_is_taken_over_and_handles_none_of_its_records_before():
     # Partition 1's state read waits until the test releases it. Meanwhile the loop goes on fetching (the
     # assignment callback returned), partition 0 (taken over at once) is served, and partition 1 is paused
@@ -120,11 +130,7 @@ def test_the_loop_fetches_while_a_partition_is_taken_over_and_handles_none_of_it
         loop.stop()
         await task
 
-    with (
-        patched(model),
-        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: CountingConsumer(model, **kw)),
-        mock.patch.object(loop_module, "read_state", held.read),
-    ):
+    with _scripted(model, CountingConsumer, held):
         asyncio.run(run())
     for partition, values in {0: [1, 2, 3], 1: [4, 5, 6]}.items():
         assert [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)] == expected_outputs(values)
@@ -250,11 +256,7 @@ def test_in_step_a_group_waits_while_one_of_its_partitions_is_taken_over():
         loop.stop()
         await task
 
-    with (
-        patched(model),
-        mock.patch.object(loop_module, "AIOKafkaConsumer", lambda **kw: StepConsumer(model, **kw)),
-        mock.patch.object(loop_module, "read_state", held.read),
-    ):
+    with _scripted(model, StepConsumer, held):
         asyncio.run(run())
     for partition, inputs in values.items():
         assert [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)] == expected_outputs(inputs)
@@ -270,29 +272,17 @@ TAKE_OVER = 2 * SESSION
 BATCH = 50
 
 
-class SlowToLoad:
+class SlowToLoad(Summer):
     """A partition's handler whose take-over takes :data:`TAKE_OVER` s: what it keeps beside its state (its
-    ``load``, as a plant's history topic) is read that long. One output per record: its offset, the running
-    sum and count (the state)."""
+    ``load``, as a plant's history topic) is read that long. One output per record to ``output``: its
+    offset, the running sum and count (the state), as :class:`Summer`."""
 
     def __init__(self, tp: TopicPartition, output: str) -> None:
+        super().__init__(tp)
         self.output = output
-        self.total = 0
-        self.count = 0
 
     async def load(self, bootstrap: str, timeout: float, security: Any = None) -> None:
         await asyncio.sleep(TAKE_OVER)
-
-    def restore(self, state: bytes | None) -> None:
-        self.total, self.count = json.loads(state) if state is not None else (0, 0)
-
-    def process(self, records: Sequence[InputRecord]) -> Processed:
-        outputs = []
-        for r in records:
-            self.total += int(r.value)
-            self.count += 1
-            outputs.append(Outgoing(self.output, json.dumps([r.offset, self.total, self.count]).encode(), key=r.key))
-        return Processed(outputs, json.dumps([self.total, self.count]).encode())
 
 
 class CountingAssignments(TransactionalLoop):
