@@ -187,6 +187,17 @@ def count(bootstrap: str, topic: str) -> int:
     return sum(1 for _ in read_topic(bootstrap, topic, timeout=30))
 
 
+def train_site(config_path: Path, train: Path, out: Path) -> Path:
+    """Train a site's plants on ``train`` into ``out`` (``fedrca train --quiet``); returns ``out``."""
+    subprocess.run(
+        [*FEDRCA, "train", "--config", str(config_path), "--data", str(train), "--out", str(out), "--quiet"],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
+    return out
+
+
 @dataclass(frozen=True)
 class PublishedSite:
     """A fresh site on the broker: trained, its topics made, its artifacts on its params topic."""
@@ -215,12 +226,7 @@ def publish_site(
 
     config_path = site_config(tmp, unique_name(prefix))
     config = load_config(config_path)
-    params = tmp / "params"
-    subprocess.run(
-        [*FEDRCA, "train", "--config", str(config_path), "--data", str(train), "--out", str(params), "--quiet"],
-        check=True,
-        capture_output=True,
-    )
+    params = train_site(config_path, train, tmp / "params")
     settings = RuntimeSettings(allowed_lateness=allowed_lateness)
     runtime = site_runtime(config, train, params_dir=params, settings=settings)
     data = plant_frames(config, load_frame(config, fault))

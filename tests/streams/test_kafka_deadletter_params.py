@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tools.cluster import Cluster, group_assignment, site_config
+from tools.cluster import Cluster, group_assignment, site_config, train_site
 
 from fedrca.config import SiteConfig, load_config
 from fedrca.connectors import replay
@@ -143,13 +143,7 @@ def live(kafka_broker, tmp_path_factory):
     bootstrap = kafka_broker.bootstrap
     config_path = site_config(tmp, unique_name("tep"))
     config = load_config(config_path)
-    params = tmp / "params"
-    subprocess.run(
-        [*FEDRCA, "train", "--config", str(config_path), "--data", str(TRAIN), "--out", str(params), "--quiet"],
-        check=True,
-        cwd=REPO,
-        capture_output=True,
-    )
+    params = train_site(config_path, TRAIN, tmp / "params")
     ensure_site_topics(bootstrap, config)
     port = _free_port()
     cluster = Cluster(config_path, bootstrap, TRAIN, tmp)
