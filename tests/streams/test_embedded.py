@@ -88,6 +88,19 @@ def test_reset_starts_a_new_recording(tep):
     assert fresh.flags == first.flags and fresh.verdicts == first.verdicts
 
 
+def test_a_replay_that_keeps_no_flags_counts_them_and_issues_the_same_verdicts(tep):
+    """The demo keeps no flag message (its report reads the plants' results): the same run, only lighter."""
+    config, _, values = tep
+    kept = replay_frame(site_runtime(config, REPO / "data" / "tep" / "d00.dat"), values, sample_seconds=180.0)
+    lean = replay_frame(
+        site_runtime(config, REPO / "data" / "tep" / "d00.dat"), values, sample_seconds=180.0, keep_flags=False
+    )
+    assert lean.flags == [] and lean.n_flags == kept.n_flags == len(kept.flags) == 5 * 960
+    assert lean.verdicts == kept.verdicts and lean.verdicts
+    for plant in config.plant_names:
+        assert lean.results[plant].zc_pub.tolist() == kept.results[plant].zc_pub.tolist()
+
+
 def test_pacer_releases_chunks_at_scaled_sample_time(tep):
     config, _, values = tep
     runtime = site_runtime(config, REPO / "data" / "tep" / "d00.dat")

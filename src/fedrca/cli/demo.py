@@ -246,6 +246,7 @@ def _sensor_fault_replay(
         on_verdict=_verdict_printer(f"{name.removesuffix('_te.dat')}+{kind}"),
         progress=progress_bar(label),
         quality={plant: codes},
+        keep_flags=False,
     )
     return FileResult(label, root, run, (plant, tag, start, kind))
 
@@ -412,7 +413,7 @@ def run_demo(args: argparse.Namespace) -> int:
             _say(f"\n  replaying {name} ({len(frame)} samples; {what})")
             if files_path is not None:
                 files_path.reset()
-                expected = replay_frame(files_path, values, sample_seconds=TEP_SAMPLE_SECONDS)
+                expected = replay_frame(files_path, values, sample_seconds=TEP_SAMPLE_SECONDS, keep_flags=False)
                 over = path_of[args.source].split(" at ")[0]
                 _say(f"  serving it over {over}, a row every {period:g} s ({len(frame) * period:.0f} s) ...")
                 table = frame[list(TEP_COLUMNS)].to_numpy(dtype=np.float64)
@@ -447,6 +448,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 pacer=Pacer.from_spec(pacer_spec),
                 on_verdict=_verdict_printer(name.removesuffix("_te.dat"), frozenset(config.rca.unobserved_entry)),
                 progress=progress_bar(name),
+                keep_flags=False,
             )
             for refresh in run.refreshes:  # the plants' re-baselining loops (drift.enabled)
                 _say(f"    {refresh.line()}")
@@ -585,6 +587,7 @@ def run_simulator_demo(args: argparse.Namespace) -> int:
             pacer=pacer,
             on_verdict=_verdict_printer(name, frozenset(config.rca.unobserved_entry)),
             progress=progress_bar(name),
+            keep_flags=False,
         )
         if simulator.terminated:
             _say(f"  the plant shut down after {run.rows} samples: {simulator.shutdown}")

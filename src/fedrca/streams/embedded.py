@@ -37,7 +37,9 @@ class EmbeddedRun:
     ``results`` is each plant processor's local evidence (d2, flags) and ``health`` its sensor
     checks (which tag, which check), kept for the operator report of the embedded default; they
     never reach the RCA stage. ``refreshes``: the plants' re-baselining loops' refreshes during
-    the replay (``drift.enabled``).
+    the replay (``drift.enabled``). ``flags`` holds every published flag message only when the
+    replay keeps them (``keep_flags``: the tests and tools that compare them with the topics'; the
+    demo's report reads none); ``n_flags`` counts them either way.
     """
 
     flags: list[FlagMessage] = field(default_factory=list)
@@ -48,6 +50,7 @@ class EmbeddedRun:
     rows: int = 0
     seconds: float = 0.0
     refreshes: list[RefreshReport] = field(default_factory=list)
+    n_flags: int = 0
 
 
 def replay_frame(
@@ -61,6 +64,7 @@ def replay_frame(
     on_verdict: Callable[[Verdict], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     quality: Mapping[str, np.ndarray] | None = None,
+    keep_flags: bool = True,
 ) -> EmbeddedRun:
     """Replay per-plant arrays (T, D_m) through the runtime, ``chunk`` rows at a time.
 
@@ -68,7 +72,8 @@ def replay_frame(
     message (bytes); verdicts are collected in order. With a ``pacer`` the rows are
     released at their sample time scaled by its speed (``Pacer.from_spec("x600")``).
     ``quality``: per-plant (T, D_m) quality codes of the values (:class:`~fedrca.contracts.Quality`;
-    NaN values are missing without them).
+    NaN values are missing without them). ``keep_flags``: keep every flag message in the run
+    (:class:`EmbeddedRun`; False: only their count).
     """
     plants = runtime.config.plant_names
     T = len(next(iter(plant_values.values())))
@@ -87,6 +92,7 @@ def replay_frame(
         pacer=pacer,
         on_verdict=on_verdict,
         progress=progress,
+        keep_flags=keep_flags,
     )
 
 
@@ -114,13 +120,16 @@ def replay_chunks(
     pacer: Pacer | None = None,
     on_verdict: Callable[[Verdict], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    keep_flags: bool = True,
 ) -> EmbeddedRun:
     """Run consecutive chunks of rows through the runtime as they come (a live source: a generator).
 
     Each chunk is ``(seq of its first row, {plant: (n, D_m) rows})``, optionally with a third
     ``{plant: (n, D_m) quality codes}`` (NaN values are missing without them); row ``seq`` has
     the timestamp ``start_ts + seq * sample_seconds``. ``total`` is the number of rows planned
-    (for ``progress``; a live source may end earlier).
+    (for ``progress``; a live source may end earlier). ``keep_flags``: keep every flag message in the
+    run (False: only their count, ``EmbeddedRun.n_flags``; the demo's 10,000-sample live run would hold
+    50,000 of them for nothing, docs/limits.md).
     """
     config: SiteConfig = runtime.config
     plants = config.plant_names
@@ -165,7 +174,9 @@ def replay_chunks(
         # Flags reach the RCA sample by sample, as from processors that keep pace with the sensors.
         order = {p: i for i, p in enumerate(plants)}
         chunk_flags.sort(key=lambda f: (f.seq, order[f.plant]))
-        out.flags += chunk_flags
+        out.n_flags += len(chunk_flags)
+        if keep_flags:
+            out.flags += chunk_flags
         verdicts, rejected = runtime.rca.process_flags(encode_flags(chunk_flags))
         out.deadletters += [(raw, err.reason) for raw, err in rejected]
         emit(verdicts)
