@@ -187,10 +187,11 @@ def count(bootstrap: str, topic: str) -> int:
     return sum(1 for _ in read_topic(bootstrap, topic, timeout=30))
 
 
-def train_site(config_path: Path, train: Path, out: Path) -> Path:
-    """Train a site's plants on ``train`` into ``out`` (``fedrca train --quiet``); returns ``out``."""
+def train_site(config_path: Path, train: Path, out: Path, *options: str) -> Path:
+    """Train a site's plants on ``train`` into ``out`` (``fedrca train --quiet``, then ``options`` such as
+    ``--rounds 2``); returns ``out``."""
     subprocess.run(
-        [*FEDRCA, "train", "--config", str(config_path), "--data", str(train), "--out", str(out), "--quiet"],
+        [*FEDRCA, "train", "--config", str(config_path), "--data", str(train), "--out", str(out), "--quiet", *options],
         check=True,
         cwd=REPO,
         capture_output=True,
@@ -212,11 +213,21 @@ class PublishedSite:
 
 
 def publish_site(
-    tmp: Path, bootstrap: str, prefix: str, train: Path, fault: Path, allowed_lateness: int
+    tmp: Path,
+    bootstrap: str,
+    prefix: str,
+    train: Path,
+    fault: Path,
+    allowed_lateness: int | None = None,
+    *,
+    base: str = "config/tep.yaml",
+    train_options: Sequence[str] = (),
+    sample_seconds: float = 180.0,
 ) -> PublishedSite:
-    """A copy of config/tep.yaml under a fresh site name (``prefix`` + random) trained on ``train``
-    (``fedrca train``), the in-process run of ``fault`` it must equal, the site's topics, and the
-    artifacts published (``fedrca publish-params``): what a Kafka test has before its workers start."""
+    """A copy of ``base`` under a fresh site name (``prefix`` + random) trained on ``train``
+    (``fedrca train`` with ``train_options``), the in-process run of ``fault`` it must equal (rows
+    ``sample_seconds`` apart; ``allowed_lateness`` None: the runtime's default), the site's topics, and
+    the artifacts published (``fedrca publish-params``): what a Kafka test has before its workers start."""
     from fedrca.application.site import site_runtime
     from fedrca.config import load_config
     from fedrca.connectors.kafka import ensure_site_topics
@@ -224,13 +235,13 @@ def publish_site(
     from fedrca.streams.embedded import replay_frame
     from fedrca.streams.runtime import RuntimeSettings
 
-    config_path = site_config(tmp, unique_name(prefix))
+    config_path = site_config(tmp, unique_name(prefix), base)
     config = load_config(config_path)
-    params = train_site(config_path, train, tmp / "params")
-    settings = RuntimeSettings(allowed_lateness=allowed_lateness)
+    params = train_site(config_path, train, tmp / "params", *train_options)
+    settings = RuntimeSettings() if allowed_lateness is None else RuntimeSettings(allowed_lateness=allowed_lateness)
     runtime = site_runtime(config, train, params_dir=params, settings=settings)
     data = plant_frames(config, load_frame(config, fault))
-    expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=180.0)
+    expected = replay_frame(runtime, {p: d.Y for p, d in data.items()}, sample_seconds=sample_seconds)
     ensure_site_topics(bootstrap, config)
     subprocess.run(
         [*FEDRCA, "publish-params", "--config", str(config_path), "--params", str(params), "--broker",

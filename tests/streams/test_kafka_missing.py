@@ -14,15 +14,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tools.cluster import Cluster, consumed_everything, group_assignment, json_records, site_config
+from tools.cluster import Cluster, consumed_everything, group_assignment, json_records, replay_file, site_config
 from tools.faults import with_gaps
 
 from fedrca.application.site import prepare_site, run_pipeline
 from fedrca.config import load_config
-from fedrca.connectors import replay
-from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
+from fedrca.connectors.kafka import ensure_site_topics, read_topic
 from fedrca.contracts import Verdict
-from fedrca.datasets import load_dataset
 from fedrca.datasets.loader import load_frame
 from tests.kafka_broker import unique_name, wait_until
 
@@ -50,8 +48,7 @@ def test_a_worker_on_data_with_gaps_publishes_what_replay_computes(kafka_broker,
     try:
         for group in (f"fedrca-{config.site}-plants", f"fedrca-{config.site}-rca"):
             wait_until(lambda g=group: group_assignment(bootstrap, g) is not None, 180, f"the worker in {group}")
-        with KafkaSink(bootstrap, config) as sink:
-            replay.replay(load_dataset(config.dataset, gappy), plants, sink, site=config.site, stop=ROWS)
+        replay_file(config, bootstrap, gappy, "asap", stop=ROWS)
         flags_topic = config.topic("flags")
         wait_until(lambda: len(json_records(bootstrap, flags_topic)) >= ROWS * len(plants), 180, "every flag", 0.5)
         wait_until(

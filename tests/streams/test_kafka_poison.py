@@ -27,21 +27,16 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
-import sys
 import threading
 import urllib.request
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from tools.cluster import Cluster, consumed_everything, group_assignment, site_config
+from tools.cluster import Cluster, consumed_everything, group_assignment, publish_site
 
-from fedrca.application.site import site_runtime
-from fedrca.config import load_config
-from fedrca.connectors.kafka import KafkaSink, ensure_site_topics, read_topic
+from fedrca.connectors.kafka import KafkaSink, read_topic
 from fedrca.connectors.names import SiteNames
 from fedrca.contracts import (
     SensorMessage,
@@ -53,19 +48,14 @@ from fedrca.contracts import (
 )
 from fedrca.contracts.binary import MAGIC, pack_arrays
 from fedrca.datasets import linear_multiplant
-from fedrca.datasets.loader import load_frame, plant_frames
 from fedrca.exceptions import MessageError
-from fedrca.streams.embedded import replay_frame
 from fedrca.streams.loop import state_record
-from fedrca.streams.runtime import RuntimeSettings
-from tests.kafka_broker import unique_name, wait_until
+from tests.kafka_broker import wait_until
 
 # a few minutes with its training and two workers: make exhaustive (make test runs the records that crashed the
 # workers in tests/streams/test_kafka_deadletter_params.py, on the worker it starts anyway)
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.exhaustive]
 
-REPO = Path(__file__).resolve().parents[2]
-FEDRCA = [sys.executable, "-m", "fedrca.cli"]
 ROWS = 300
 MIB_STRING = "x" * 1_000_000  # a string as long as a record of Kafka's default limit holds
 
@@ -233,28 +223,19 @@ def _dead(bootstrap: str, topic: str) -> list:
 
 def test_poison_records_on_every_topic_are_dead_lettered_and_the_workers_go_on(kafka_broker, tmp_path):
     bootstrap = kafka_broker.bootstrap
-    config_path = site_config(tmp_path, unique_name("poison"), base="config/synthetic_linear.yaml")
-    config = load_config(config_path)
-    site = config.site
     nominal, test = tmp_path / "nominal.csv", tmp_path / "test.csv"
     for path, data in ((nominal, linear_multiplant(n_samples=600, seed=0)),
                        (test, linear_multiplant(n_samples=ROWS, seed=1, n_events=3))):  # fmt: skip
         pd.DataFrame(data.Y, columns=data.columns()).to_csv(path, index=False)
-    params = tmp_path / "params"
-    subprocess.run([*FEDRCA, "train", "--config", str(config_path), "--data", str(nominal), "--out", str(params),
-                    "--rounds", "2", "--quiet"], check=True, capture_output=True, cwd=REPO)  # fmt: skip
-
-    # what the in-process pipeline makes of the same rows with the same parameters
-    runtime = site_runtime(config, nominal, params_dir=params, settings=RuntimeSettings())
-    frames = plant_frames(runtime.config, load_frame(runtime.config, test))
-    expected = replay_frame(runtime, {p: d.Y for p, d in frames.items()}, sample_seconds=1.0)
+    # trained, topics made, parameters published, and what the in-process pipeline makes of the same rows
+    published = publish_site(tmp_path, bootstrap, "poison", nominal, test, base="config/synthetic_linear.yaml",
+                             train_options=("--rounds", "2"), sample_seconds=1.0)  # fmt: skip
+    config_path, config, expected = published.config_path, published.config, published.expected
+    site = config.site
     assert expected.verdicts, "the events make verdicts"
 
-    ensure_site_topics(bootstrap, config)
     names = {p: config.topic("sensors", plant=p) for p in config.plant_names}
-    subprocess.run([*FEDRCA, "publish-params", "--config", str(config_path), "--params", str(params),
-                    "--broker", f"kafka://{bootstrap}"], check=True, capture_output=True, cwd=REPO)  # fmt: skip
-    good_server = encode_published_artifact(load_artifact(params, "_server"))
+    good_server = encode_published_artifact(load_artifact(published.params, "_server"))
     poison_params = hostile_params(good_server)
     state_poison = hostile_states()
     with KafkaSink(bootstrap, config) as sink:
