@@ -220,6 +220,10 @@ def site_config(workdir: Path, site: str) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     text = (REPO / "config" / "tep.yaml").read_text(encoding="utf-8")
     lines = [f"site: {site}" if line.startswith("site:") else line for line in text.splitlines()]
+    # without rca.calibration: its maps are fitted on trained plants' verdicts, and the bench's plants publish no
+    # parameters, so its RCA worker's verdicts are uncalibrated either way (the map only logged that it waits)
+    at = lines.index("  calibration:")
+    del lines[at : at + 2]
     path = workdir / f"{site}.yaml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
