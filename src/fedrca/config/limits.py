@@ -360,18 +360,20 @@ def rca_record_room() -> int:
 
 
 def demo_bytes(samples: int, plants: int) -> int:
-    """Bytes ``fedrca demo`` keeps of one run: ``5000 T M`` for T samples of M plants.
+    """Bytes ``fedrca demo`` keeps of one run: ``2000 T M`` for T samples of M plants.
 
-    Every flag message and verdict, the plants' scores and flags per sample, the report's curves
-    (the operator report keeps the whole run): measured 4.1 kB a sample and plant between the
-    simulator demo's 100- and 500-hour runs (303 and 468 MB peak; docs/limits.md).
+    The operator report keeps the whole run: each plant's detection results and sensor checks
+    (joined as the run goes, held twice while the last join is made), the verdicts and the
+    report's curves; no flag message (the report reads the results). Fitted on the simulator
+    demo's 100- and 500-hour runs (332 and 346 MB peak; docs/limits.md, "Numbers bounded by
+    memory"; ``tests/cli/test_limits.py::test_demo_on_the_longest_simulated_run``).
 
     Examples
     --------
     >>> gib(demo_bytes(10_000, 5))
-    '250 MB'
+    '100 MB'
     """
-    return 5000 * samples * plants
+    return 2000 * samples * plants
 
 
 def replay_to_kafka_bytes(pending: int = 8 << 20) -> int:
