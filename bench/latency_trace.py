@@ -1,0 +1,439 @@
+"""Where the produce -> verdict time of the slowest verdicts goes: bench_streams' latency phase, traced.
+
+``python bench/bench_streams.py --latency-only --trace DIR`` starts each worker through this module
+(``python bench/latency_trace.py TRACE_FILE run ...``, then ``fedrca run`` as usual). Before the
+worker starts, it wraps four private methods of :class:`fedrca.streams.loop.TransactionalLoop` and
+writes, per batch transaction: when its fetch was called and returned, when its handler ran (wall
+clock and the thread's CPU), when it was scheduled, when its records were in the logs (the Produce
+answered) and when it committed, with the verdict ids it carried. An asyncio task of the worker's
+event loop writes every stretch the loop was held for :data:`LAG_MS` or longer (wall clock and the
+main thread's CPU meanwhile: CPU near the wall clock is synchronous work on the loop, CPU far below
+it is the process waiting for a core); a ``gc.callbacks`` hook writes every generation-2
+collection and any collection of :data:`GC_MS` or longer, and the counts per generation.
+
+:func:`breakdown` joins them with what the benchmark saw (the row's last sensor message sent, the
+flags' offsets in the flags topic, the verdict received) per verdict: the stages of its way, the
+slowest :data:`SLOWEST` of each offered rate against all verdicts of that rate, and what both
+workers' event loops and collectors did while each of the slowest was on its way.
+
+    python bench/latency_trace.py --analyse DIR     # the breakdown of a traced run again
+
+The wrappers cost a few microseconds per batch and the monitor wakes the loop every
+:data:`LAG_PERIOD` s: a traced run is a little slower than an untraced one; read its shares and
+its events, not its absolute figures (and on a shared machine, label them so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import bisect
+import gc
+import json
+import math
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: Seconds the monitor sleeps between two looks at the event loop
+LAG_PERIOD = 0.002
+#: A stretch the event loop was held this long or longer (ms, beyond LAG_PERIOD) is written
+LAG_MS = 5.0
+#: A collection of a generation below 2 this long or longer (ms) is written (generation 2: every one)
+GC_MS = 1.0
+#: Seconds between two writes of the trace file
+FLUSH_EVERY = 0.5
+#: Share of the verdicts of a rate, the slowest, shown one by one (at least LEAST of them)
+SLOWEST = 0.02
+LEAST = 3
+#: The stages of a verdict's way, between the points of :func:`_points`
+STAGES = (
+    ("plant loop busy", "sensor message sent -> the plant worker's next fetch called (0: a fetch was waiting)"),
+    ("plant fetch", "-> that fetch returned, holding the message"),
+    ("plant wait", "-> its handler started (other partitions' handlers, a partition whose producers are busy)"),
+    ("plant handler", "the plant handler of its batch"),
+    ("plant txn", "-> the batch's transaction committed (the one before it, round trips)"),
+    ("RCA loop busy", "-> the RCA worker's next fetch called (0: a fetch was waiting)"),
+    ("RCA fetch", "-> that fetch returned, holding the row's last flag (markers, fetch)"),
+    ("RCA wait", "-> the RCA handler started"),
+    ("RCA handler", "the RCA handler of its batch"),
+    ("RCA txn", "-> the batch's transaction committed"),
+    ("to consumer", "-> received by the benchmark's read_committed consumer (markers, fetch, its process)"),
+)
+
+
+# -- in the worker ----------------------------------------------------------------------------------
+class _Tracer:
+    """The trace of one worker process: records gathered in memory, written every FLUSH_EVERY s."""
+
+    def __init__(self, path: Path) -> None:
+        # open for the worker's life: flushed every FLUSH_EVERY s and at exit
+        self._out = open(path, "w", encoding="utf-8")  # noqa: SIM115
+        self._pending: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._gc_began = 0.0
+        self._gc_wall = 0.0
+        self.gc_count = [0, 0, 0]
+        self.gc_seconds = [0.0, 0.0, 0.0]
+        self.fetch_called = 0.0
+        self.started: dict[tuple[str, int], tuple[float, float, float, float]] = {}
+        self._monitor: asyncio.Task[None] | None = None
+        atexit.register(self.flush)
+
+    def emit(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._pending.append(record)
+
+    def flush(self) -> None:
+        with self._lock:
+            lines, self._pending = self._pending, []
+        lines.append({"k": "gcsum", "t": time.time(), "count": self.gc_count, "seconds": self.gc_seconds})
+        self._out.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
+        self._out.flush()
+
+    def on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_began, self._gc_wall = time.perf_counter(), time.time()
+            return
+        took = time.perf_counter() - self._gc_began
+        generation = int(info["generation"])
+        self.gc_count[generation] += 1
+        self.gc_seconds[generation] += took
+        if generation == 2 or took * 1000 >= GC_MS:
+            self.emit({"k": "gc", "t": self._gc_wall, "g": generation, "d": took, "n": info.get("collected", 0)})
+
+    def start_monitor(self) -> None:
+        if self._monitor is None:
+            self._monitor = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        flushed = time.monotonic()
+        while True:
+            began, wall, cpu = time.perf_counter(), time.time(), time.thread_time()
+            await asyncio.sleep(LAG_PERIOD)
+            held = time.perf_counter() - began - LAG_PERIOD
+            if held * 1000 >= LAG_MS:
+                self.emit({"k": "lag", "t": wall, "d": held + LAG_PERIOD, "cpu": time.thread_time() - cpu})
+            if time.monotonic() - flushed >= FLUSH_EVERY:
+                flushed = time.monotonic()
+                self.flush()
+
+
+def install(path: Path) -> _Tracer:
+    """Wrap the loop's methods and hook the collector; the tracer writing to ``path``."""
+    from fedrca.streams import loop as loop_module
+
+    tracer = _Tracer(path)
+    gc.callbacks.append(tracer.on_gc)
+    cls = loop_module.TransactionalLoop
+    run, fetch, process, schedule = cls.run, cls._fetch, cls._process, cls._schedule
+
+    async def traced_run(self: Any) -> None:
+        tracer.start_monitor()
+        await run(self)
+
+    async def traced_fetch(self: Any) -> Any:
+        called = time.time()
+        batch, drawn = await fetch(self)
+        if batch:
+            tracer.fetch_called = called
+        return batch, drawn
+
+    def traced_process(self: Any, task: Any, batch: Any) -> Any:
+        began, cpu = time.time(), time.thread_time()
+        out = process(self, task, batch)
+        if batch:
+            key = (task.tp.topic, int(batch[0].offset))
+            tracer.started[key] = (tracer.fetch_called, began, time.time(), time.thread_time() - cpu)
+        return out
+
+    def traced_schedule(self: Any, task: Any, outputs: Any, offset: Any, batch: Any, fetched: Any, done: Any) -> None:
+        before = sum(1 for c in task.inflight if not c.done.done())
+        # the quiet batches this transaction commits: offsets and handler span (their entries leave `started`)
+        quiet = []
+        for records, _, _ in task.quiet:
+            if records:
+                lo_q = int(records[0].offset)
+                span = tracer.started.pop((task.tp.topic, lo_q), None)
+                quiet.append([lo_q, int(records[-1].offset), *(span[1:3] if span else (None, None))])
+        schedule(self, task, outputs, offset, batch, fetched, done)
+        lo = int(batch[0].offset) if batch else None
+        called, began, ended, cpu = tracer.started.pop((task.tp.topic, lo), (None, None, None, None))
+        vids = []
+        for out in outputs:
+            if out.topic.endswith(".verdicts") and out.value:
+                try:
+                    vids.append(json.loads(out.value)["id"])
+                except (ValueError, KeyError, TypeError):
+                    pass
+        record: dict[str, Any] = {
+            "k": "txn",
+            "tp": task.tp.topic,
+            "lo": lo,
+            "hi": int(batch[-1].offset) if batch else None,
+            "n": len(batch),
+            "fc": called,
+            "f": fetched or None,
+            "s": began,
+            "p": ended,
+            "cpu": cpu,
+            "q": time.time(),
+            "prev": before,
+            "off": offset is not None,
+            "quiet": quiet,
+            "nout": len(outputs),
+            "vids": vids,
+        }
+        commit = task.inflight[-1]
+
+        def sent(_: Any) -> None:
+            record["sent"] = time.time()
+
+        def done_(future: Any) -> None:
+            record["c"] = time.time()
+            record["ok"] = bool(not future.cancelled() and future.exception() is None and future.result())
+            tracer.emit(record)
+
+        commit.sent.add_done_callback(sent)
+        commit.done.add_done_callback(done_)
+
+    cls.run = traced_run  # type: ignore[method-assign]
+    cls._fetch = traced_fetch  # type: ignore[method-assign]
+    cls._process = traced_process  # type: ignore[method-assign]
+    cls._schedule = traced_schedule  # type: ignore[method-assign]
+    return tracer
+
+
+def run_worker(argv: list[str]) -> int:
+    """``latency_trace.py TRACE_FILE run ...``: ``fedrca run ...`` traced into TRACE_FILE."""
+    install(Path(argv[0]))
+    from fedrca.cli import main as fedrca
+
+    return fedrca(argv[1:])
+
+
+# -- in the benchmark -------------------------------------------------------------------------------
+def save_inputs(trace: Path, **inputs: Any) -> None:
+    """What the benchmark saw, beside the workers' traces (``bench.json``)."""
+    (trace / "bench.json").write_text(json.dumps(inputs, separators=(",", ":")), encoding="utf-8")
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    out = []
+    if not path.exists():
+        return out
+    for text in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(text))
+        except ValueError:  # a line cut short by the worker's end
+            continue
+    return out
+
+
+def _points(send: float, recv: float, plant: dict[str, Any], rca: dict[str, Any]) -> list[float]:
+    """The times of a verdict's way, in order (a point its trace lacks takes the one before; a fetch called
+    before the record was there counts from the record)."""
+    raw = [send, plant.get("fc"), plant.get("f"), plant.get("s"), plant.get("p"), plant.get("c")]
+    raw += [rca.get("fc"), rca.get("f"), rca.get("s"), rca.get("p"), rca.get("c"), recv]
+    out: list[float] = []
+    for t in raw:
+        out.append(out[-1] if t is None else max(out[-1], float(t)) if out else float(t))
+    return out
+
+
+def _events(events: list[dict[str, Any]], since: float, until: float, least: float = 0.0) -> list[dict[str, Any]]:
+    """The events (loop stalls or collections of a worker) that overlap [since, until] and last ``least`` s or more."""
+    return [r for r in events if r["t"] <= until and r["t"] + r["d"] >= since and r["d"] >= least]
+
+
+def _share(rows: list[tuple[Any, ...]], has: Callable[[tuple[Any, ...]], bool]) -> float:
+    """Percent of ``rows`` that ``has``."""
+    return 100.0 * sum(1 for r in rows if has(r)) / len(rows) if rows else math.nan
+
+
+def _quantiles(values: list[float]) -> str:
+    """``p50 / p99 ms (n)`` of durations in seconds."""
+    if not values:
+        return "none"
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return 1000.0 * ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    return f"{at(0.5):.1f} / {at(0.99):.1f} ms ({len(ordered)})"
+
+
+def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list[str]:
+    """The breakdown of a traced latency run (``trace``: its directory), as lines of text."""
+    bench = json.loads((trace / "bench.json").read_text(encoding="utf-8"))
+    workers = {"plant": _load(trace / "plants.trace.jsonl"), "RCA": _load(trace / "rca.trace.jsonl")}
+    txns = {name: [r for r in t if r["k"] == "txn" and "c" in r] for name, t in workers.items()}
+    lags = {name: [r for r in t if r["k"] == "lag"] for name, t in workers.items()}
+    gcs = {name: [r for r in t if r["k"] == "gc"] for name, t in workers.items()}
+    sums = {name: [r for r in t if r["k"] == "gcsum"] for name, t in workers.items()}
+    plants: list[str] = bench["plants"]
+    topics: dict[str, str] = bench["topics"]
+    offsets: list[list[int]] = bench["offsets"]  # per row, per plant (plants' order): the sensor record's offset
+    batches: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
+    for r in txns["plant"]:
+        if r["n"]:
+            batches.setdefault(r["tp"], []).append((r["lo"], r["hi"], r))
+    for found in batches.values():
+        found.sort(key=lambda b: b[0])
+    starts = {tp: [b[0] for b in found] for tp, found in batches.items()}
+    by_vid = {vid: r for r in txns["RCA"] for vid in r["vids"]}
+    flag_at = {(p, int(s)): int(off) for p, s, off in bench["flags"]}
+
+    def plant_batch(p: str, seq: int) -> dict[str, Any] | None:
+        tp = topics[p]
+        offset = offsets[seq][plants.index(p)]
+        i = bisect.bisect_right(starts.get(tp, []), offset) - 1
+        if i < 0:
+            return None
+        lo, hi, r = batches[tp][i]
+        return r if lo <= offset <= hi else None
+
+    def stalled(name: str, seconds: float) -> Callable[[tuple[Any, ...]], bool]:
+        return lambda r: bool(_events(lags[name], r[4], r[5], seconds))
+
+    def collected(r: tuple[Any, ...]) -> bool:
+        return any(g["g"] == 2 for found in gcs.values() for g in _events(found, r[4], r[5]))
+
+    mechanisms: list[tuple[str, Callable[[tuple[Any, ...]], bool]]] = [
+        ("plant txn with the group offset", lambda r: bool(r[6].get("off"))),
+        ("RCA txn with the group offset", lambda r: bool(r[7].get("off"))),
+        ("plant txn behind 1+ in flight", lambda r: r[6]["prev"] > 0),
+        ("RCA txn behind 1+ in flight", lambda r: r[7]["prev"] > 0),
+        ("a plant loop stall >= 20 ms", stalled("plant", 0.02)),
+        ("an RCA loop stall >= 20 ms", stalled("RCA", 0.02)),
+        ("a gen-2 collection in a worker", collected),
+    ]
+    lines: list[str] = []
+    for (start, stop), (began, ended), offered in zip(bench["segments"], bench["spans"], bench["offered"], strict=True):
+        rows = []
+        unmatched = outside = 0
+        for vid, seq, now_ns, _ in bench["got"]:
+            if not start <= seq < stop:
+                continue
+            row = [(flag_at[(p, seq)], p) for p in plants if (p, seq) in flag_at]
+            r_rca = by_vid.get(vid)
+            r_plant = plant_batch(max(row)[1], seq) if row else None
+            if r_rca is None or r_plant is None:
+                unmatched += 1
+                continue
+            last, p = max(row)
+            if not (r_rca["lo"] is not None and r_rca["lo"] <= last <= r_rca["hi"]):
+                outside += 1  # the row's last flag came in an earlier (quiet) batch than the verdict's
+            send, recv = bench["sent_ns"][seq] / 1e9, now_ns / 1e9
+            points = _points(send, recv, r_plant, r_rca)
+            stages = [1000.0 * (b - a) for a, b in zip(points, points[1:], strict=False)]
+            rows.append((1000.0 * (recv - send), seq, p, stages, send, recv, r_plant, r_rca))
+        lines.append(
+            f"{offered:,.0f} msgs/s: {len(rows)} verdicts traced ({unmatched} not matched to both workers' batches; "
+            f"{outside} whose row's last flag was in an earlier RCA batch than the verdict's)"
+        )
+        if rows:
+            lines += _slowest(rows, slowest, least, mechanisms, lags, gcs)
+        for name in workers:
+            mine = [r for r in txns[name] if r["n"] and r.get("p") and began <= r["q"] <= ended]
+            lines.append(
+                f"  {name} worker, every batch transaction of the segment, processed -> committed p50 / p99:"
+                f" with the group offset {_quantiles([r['c'] - r['p'] for r in mine if r['off']])},"
+                f" without {_quantiles([r['c'] - r['p'] for r in mine if not r['off']])};"
+                f" processed -> records in the logs {_quantiles([r['sent'] - r['p'] for r in mine if 'sent' in r])}"
+            )
+            held = _events(lags[name], began, ended)
+            gen2 = [r for r in _events(gcs[name], began, ended) if r["g"] == 2]
+            younger = len(_events(gcs[name], began, ended)) - len(gen2)
+            stalled_s = sum(r["d"] for r in held)
+            on_cpu = sum(r["cpu"] for r in held)
+            lines.append(
+                f"  {name} worker over the segment ({ended - began:.1f} s): {len(held)} loop stalls >= {LAG_MS:.0f} ms"
+                f" ({sum(1 for r in held if r['d'] >= 0.02)} >= 20 ms, {sum(1 for r in held if r['d'] >= 0.05)} >= 50;"
+                f" {1000 * stalled_s:.0f} ms in all, {100 * on_cpu / stalled_s if stalled_s else 0:.0f} % of it on the"
+                f" loop's CPU); {len(gen2)} gen-2 collections"
+                + (f" (longest {1000 * max(r['d'] for r in gen2):.1f} ms)" if gen2 else "")
+                + f", {younger} younger ones >= {GC_MS:.0f} ms"
+            )
+            found = [r for r in sums[name] if began <= r["t"] <= ended + FLUSH_EVERY]
+            if len(found) >= 2:
+                first, last_sum = found[0], found[-1]
+                gens = [b - a for a, b in zip(first["count"], last_sum["count"], strict=True)]
+                secs = [1000 * (b - a) for a, b in zip(first["seconds"], last_sum["seconds"], strict=True)]
+                lines.append(
+                    f"  {name} worker collections over it: gen0/1/2 {gens[0]}/{gens[1]}/{gens[2]},"
+                    f" {secs[0]:.0f}/{secs[1]:.0f}/{secs[2]:.0f} ms in all"
+                )
+    return lines
+
+
+def _slowest(
+    rows: list[tuple[Any, ...]],
+    slowest: float,
+    least: int,
+    mechanisms: list[tuple[str, Callable[[tuple[Any, ...]], bool]]],
+    lags: dict[str, list[dict[str, Any]]],
+    gcs: dict[str, list[dict[str, Any]]],
+) -> list[str]:
+    """The stages of the slowest verdicts of a rate against all of its verdicts, and each of the slowest."""
+    rows = sorted(rows, key=lambda r: r[0])
+    n = max(least, math.ceil(slowest * len(rows)))
+    slow = rows[-n:]
+    med = [statistics.median(r[3][i] for r in rows) for i in range(len(STAGES))]
+    mean_slow = [statistics.fmean(r[3][i] for r in slow) for i in range(len(STAGES))]
+    lines = [
+        f"  produce -> verdict: median {statistics.median(r[0] for r in rows):.1f} ms; the slowest {n} "
+        f"({100 * n / len(rows):.1f} %): mean {statistics.fmean(r[0] for r in slow):.1f} ms "
+        f"({', '.join(f'{r[0]:.0f}' for r in slow)})",
+        f"  {'stage':<16}{'median':>9}{'slow mean':>11}{'excess':>9}  what",
+    ]
+    for (name, what), m, s in zip(STAGES, med, mean_slow, strict=True):
+        lines.append(f"  {name:<16}{m:>9.1f}{s:>11.1f}{s - m:>9.1f}  {what}")
+    lines.append(
+        "  on the way of the slowest / of all: "
+        + "; ".join(f"{label} {_share(slow, has):.0f} / {_share(rows, has):.0f} %" for label, has in mechanisms)
+    )
+    lines.append("  the slowest, one by one (ms per stage in the order above; plant = the row's last flag's):")
+    for total, seq, p, stages, send, recv, r_plant, r_rca in reversed(slow):
+        plant_offset = " (+ group offset)" if r_plant.get("off") else ""
+        rca_offset = " (+ group offset)" if r_rca.get("off") else ""
+        lines.append(
+            f"    seq {seq} {p}: {total:.0f} = {' + '.join(f'{x:.0f}' for x in stages)}; plant batch {r_plant['n']}"
+            f" msgs, {r_plant['prev']} txn before it in flight{plant_offset}, handler cpu"
+            f" {1000 * (r_plant.get('cpu') or 0):.1f}; RCA batch {r_rca['n']} flags, {r_rca['prev']} before it"
+            f"{rca_offset}, handler cpu {1000 * (r_rca.get('cpu') or 0):.1f}"
+        )
+        for name in lags:
+            found_gc = _events(gcs[name], send, recv)
+            found_lag = _events(lags[name], send, recv)
+            if not (found_gc or found_lag):
+                continue
+            worst = max(found_lag, key=lambda r: r["d"], default=None)
+            what = (
+                f"{len(found_lag)} loop stalls >= {LAG_MS:.0f} ms, {1000 * sum(r['d'] for r in found_lag):.0f} ms"
+                f" (longest {1000 * worst['d']:.0f} ms, {1000 * worst['cpu']:.0f} ms of it on the CPU)"
+                if worst is not None
+                else "no loop stall"
+            )
+            if found_gc:
+                what += "; collections " + ", ".join(f"gen{r['g']} {1000 * r['d']:.1f} ms" for r in found_gc)
+            lines.append(f"      {name} worker meanwhile: {what}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--analyse":
+        print("\n".join(breakdown(Path(argv[1]))))
+        return 0
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    return run_worker(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
