@@ -1145,6 +1145,7 @@ def latency(bootstrap: str, workdir: Path, trace: Path | None = None) -> dict[st
             sent_ns=sent_ns.tolist(),
             got=got,
             flags=[(f["plant"], int(f["seq"]), offset) for f, _, offset in flags],
+            what_if=os.environ.get("FEDRCA_TRACE_WHAT_IF", ""),
         )
     return {
         "rows": total,

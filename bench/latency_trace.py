@@ -39,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+#: The environment variable of the what-ifs (:func:`_what_if`)
+WHAT_IF = "FEDRCA_TRACE_WHAT_IF"
 #: Seconds the monitor sleeps between two looks at the event loop
 LAG_PERIOD = 0.002
 #: A stretch the event loop was held this long or longer (ms, beyond LAG_PERIOD) is written
@@ -205,7 +207,59 @@ def install(path: Path) -> _Tracer:
     cls._fetch = traced_fetch  # type: ignore[method-assign]
     cls._process = traced_process  # type: ignore[method-assign]
     cls._schedule = traced_schedule  # type: ignore[method-assign]
+    _what_if(cls, path.name.split(".")[0])
     return tracer
+
+
+def _what_if(cls: Any, worker: str) -> None:
+    """The what-ifs of :data:`WHAT_IF` (an environment variable the workers inherit from the benchmark):
+    ``LoopSettings`` fields replaced (``offset_interval=1e9,producers=3``; ``rca.fetch_wait=0.005``: in the
+    worker of that trace name only, ``plants`` or ``rca``), ``gc_threshold=A/B/C``
+    (``gc.set_threshold`` once the worker froze its start-up heap) and ``refreeze=1`` (``gc.collect`` and
+    ``gc.freeze`` once more when a loop has taken its partitions the first time). For trying a lever on the
+    same code before writing it; the breakdown's header names the what-ifs a run had."""
+    import dataclasses
+    import os
+
+    spec = os.environ.get(WHAT_IF, "")
+    if not spec:
+        return
+    settings: dict[str, str] = {}
+    for item in spec.split(","):
+        key, _, value = item.partition("=")
+        role, dot, name = key.strip().rpartition(".")
+        if not dot or role == worker:  # "rca.fetch_wait=0.005": the RCA worker only
+            settings[name] = value.strip()
+    threshold = settings.pop("gc_threshold", None)
+    refreeze = settings.pop("refreeze", None) == "1"
+    if threshold is not None:
+        freeze = gc.freeze
+
+        def freeze_then_threshold() -> None:
+            freeze()
+            gc.set_threshold(*(int(v) for v in threshold.split("/")))
+
+        gc.freeze = freeze_then_threshold
+    if refreeze:
+        taken_all = cls._taken_all
+
+        def taken_then_freeze(self: Any) -> None:
+            first = self.taken_at is None
+            taken_all(self)
+            if first:
+                gc.collect()
+                gc.freeze()
+
+        cls._taken_all = taken_then_freeze
+    if settings:
+        init = cls.__init__
+
+        def replaced(self: Any, loop_settings: Any, *args: Any, **kwargs: Any) -> None:
+            kinds = {f.name: type(getattr(loop_settings, f.name)) for f in dataclasses.fields(loop_settings)}
+            given = {k: (v == "1" if kinds[k] is bool else kinds[k](v)) for k, v in settings.items()}
+            init(self, dataclasses.replace(loop_settings, **given), *args, **kwargs)
+
+        cls.__init__ = replaced
 
 
 def run_worker(argv: list[str]) -> int:
@@ -312,7 +366,7 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
         ("an RCA loop stall >= 20 ms", stalled("RCA", 0.02)),
         ("a gen-2 collection in a worker", collected),
     ]
-    lines: list[str] = []
+    lines: list[str] = [f"what-ifs of this run: {bench.get('what_if') or 'none'}"]
     for (start, stop), (began, ended), offered in zip(bench["segments"], bench["spans"], bench["offered"], strict=True):
         rows = []
         unmatched = outside = 0
