@@ -35,6 +35,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,8 @@ class _Tracer:
         self.gc_seconds = [0.0, 0.0, 0.0]
         self.fetch_called = 0.0
         self.started: dict[tuple[str, int], tuple[float, float, float, float]] = {}
+        # the producers' requests since the last flush: handler class -> durations (ms, retries and back-offs in)
+        self.requests: dict[str, list[float]] = {}
         self._monitor: asyncio.Task[None] | None = None
         atexit.register(self.flush)
 
@@ -93,7 +96,9 @@ class _Tracer:
     def flush(self) -> None:
         with self._lock:
             lines, self._pending = self._pending, []
+            requests, self.requests = self.requests, {}
         lines.append({"k": "gcsum", "t": time.time(), "count": self.gc_count, "seconds": self.gc_seconds})
+        lines.append({"k": "requests", "t": time.time(), "h": requests})
         self._out.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
         self._out.flush()
 
@@ -202,6 +207,27 @@ def install(path: Path) -> _Tracer:
 
         commit.sent.add_done_callback(sent)
         commit.done.add_done_callback(done_)
+
+    # every request of a transactional producer (AddPartitionsToTxn, Produce, AddOffsetsToTxn, TxnOffsetCommit,
+    # EndTxn): how long from sent to answered (the back-off of a retry in), and each retry (CONCURRENT_TRANSACTIONS:
+    # the markers of the producer's last transaction not yet written)
+    from aiokafka.producer import sender as sender_module
+
+    def traced_do(do: Any) -> Any:
+        async def wrapped(self: Any, node_id: Any) -> Any:
+            began = time.time()
+            ok = await do(self, node_id)
+            took = time.time() - began
+            name = type(self).__name__.removesuffix("Handler")
+            tracer.requests.setdefault(name, []).append(round(1000 * took, 2))
+            if ok is False:
+                tracer.emit({"k": "retry", "t": began, "d": took, "h": name})
+            return ok
+
+        return wrapped
+
+    for handler in (sender_module.BaseHandler, sender_module.SendProduceReqHandler):
+        handler.do = traced_do(handler.do)  # type: ignore[method-assign]
 
     cls.run = traced_run  # type: ignore[method-assign]
     cls._fetch = traced_fetch  # type: ignore[method-assign]
@@ -329,6 +355,8 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
     lags = {name: [r for r in t if r["k"] == "lag"] for name, t in workers.items()}
     gcs = {name: [r for r in t if r["k"] == "gc"] for name, t in workers.items()}
     sums = {name: [r for r in t if r["k"] == "gcsum"] for name, t in workers.items()}
+    requests = {name: [r for r in t if r["k"] == "requests"] for name, t in workers.items()}
+    retries = {name: [r for r in t if r["k"] == "retry"] for name, t in workers.items()}
     plants: list[str] = bench["plants"]
     topics: dict[str, str] = bench["topics"]
     offsets: list[list[int]] = bench["offsets"]  # per row, per plant (plants' order): the sensor record's offset
@@ -357,6 +385,9 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
     def collected(r: tuple[Any, ...]) -> bool:
         return any(g["g"] == 2 for found in gcs.values() for g in _events(found, r[4], r[5]))
 
+    def retried_in(name: str, at: int) -> Callable[[tuple[Any, ...]], bool]:
+        return lambda r: bool(_events(retries[name], r[at]["p"] or r[at]["q"], r[at]["c"]))
+
     mechanisms: list[tuple[str, Callable[[tuple[Any, ...]], bool]]] = [
         ("plant txn with the group offset", lambda r: bool(r[6].get("off"))),
         ("RCA txn with the group offset", lambda r: bool(r[7].get("off"))),
@@ -365,6 +396,8 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
         ("a plant loop stall >= 20 ms", stalled("plant", 0.02)),
         ("an RCA loop stall >= 20 ms", stalled("RCA", 0.02)),
         ("a gen-2 collection in a worker", collected),
+        ("a producer request of the plant worker retried during the plant txn", retried_in("plant", 6)),
+        ("a producer request of the RCA worker retried during the RCA txn", retried_in("RCA", 7)),
     ]
     lines: list[str] = [f"what-ifs of this run: {bench.get('what_if') or 'none'}"]
     for (start, stop), (began, ended), offered in zip(bench["segments"], bench["spans"], bench["offered"], strict=True):
@@ -400,6 +433,20 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
                 f" without {_quantiles([r['c'] - r['p'] for r in mine if not r['off']])};"
                 f" processed -> records in the logs {_quantiles([r['sent'] - r['p'] for r in mine if 'sent' in r])}"
             )
+            sent: dict[str, list[float]] = {}
+            for r in requests[name]:
+                if began <= r["t"] <= ended + FLUSH_EVERY:
+                    for kind, values in r["h"].items():
+                        sent.setdefault(kind, []).extend(v / 1000 for v in values)
+            retried = Counter(r["h"] for r in retries[name] if began <= r["t"] <= ended)
+            if sent:
+                lines.append(
+                    f"  {name} worker's producer requests, sent -> answered (back-offs in) p50 / p99: "
+                    + "; ".join(
+                        f"{kind} {_quantiles(values)}" + (f" {retried[kind]} retried" if retried[kind] else "")
+                        for kind, values in sorted(sent.items())
+                    )
+                )
             held = _events(lags[name], began, ended)
             gen2 = [r for r in _events(gcs[name], began, ended) if r["g"] == 2]
             younger = len(_events(gcs[name], began, ended)) - len(gen2)
