@@ -241,7 +241,8 @@ def _what_if(cls: Any, worker: str) -> None:
     """The what-ifs of :data:`WHAT_IF` (an environment variable the workers inherit from the benchmark):
     ``LoopSettings`` fields replaced (``offset_interval=1e9,producers=3``; ``rca.fetch_wait=0.005``: in the
     worker of that trace name only, ``plants`` or ``rca``), ``gc_threshold=A/B/C``
-    (``gc.set_threshold`` once the worker froze its start-up heap) and ``refreeze=1`` (``gc.collect`` and
+    (``gc.set_threshold`` once the worker froze its start-up heap), ``backoff_override=S`` (aiokafka's 20 ms
+    back-off after a CONCURRENT_TRANSACTIONS answer to a transaction's first request) and ``refreeze=1`` (``gc.collect`` and
     ``gc.freeze`` once more when a loop has taken its partitions the first time). For trying a lever on the
     same code before writing it; the breakdown's header names the what-ifs a run had."""
     import dataclasses
@@ -258,6 +259,11 @@ def _what_if(cls: Any, worker: str) -> None:
             settings[name] = value.strip()
     threshold = settings.pop("gc_threshold", None)
     refreeze = settings.pop("refreeze", None) == "1"
+    override = settings.pop("backoff_override", None)
+    if override is not None:  # aiokafka's back-off of a first AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS
+        from aiokafka.producer import sender as sender_module
+
+        sender_module.BACKOFF_OVERRIDE = float(override)  # type: ignore[attr-defined]
     if threshold is not None:
         freeze = gc.freeze
 
