@@ -240,11 +240,11 @@ def install(path: Path) -> _Tracer:
 def _what_if(cls: Any, worker: str) -> None:
     """The what-ifs of :data:`WHAT_IF` (an environment variable the workers inherit from the benchmark):
     ``LoopSettings`` fields replaced (``offset_interval=1e9,producers=3``; ``rca.fetch_wait=0.005``: in the
-    worker of that trace name only, ``plants`` or ``rca``), ``gc_threshold=A/B/C``
-    (``gc.set_threshold`` once the worker froze its start-up heap), ``backoff_override=S`` (aiokafka's 20 ms
-    back-off after a CONCURRENT_TRANSACTIONS answer to a transaction's first request) and ``refreeze=1`` (``gc.collect`` and
-    ``gc.freeze`` once more when a loop has taken its partitions the first time). For trying a lever on the
-    same code before writing it; the breakdown's header names the what-ifs a run had."""
+    worker of that trace name only, ``plants`` or ``rca``), ``gc_threshold=A/B/C`` (``gc.set_threshold``
+    once the worker froze its start-up heap), ``backoff_override=S`` (aiokafka's 20 ms back-off after a
+    CONCURRENT_TRANSACTIONS answer to a transaction's first request) and ``refreeze=1`` (``gc.collect``
+    and ``gc.freeze`` once more when a loop has taken its partitions the first time). For trying a lever
+    on the same code before writing it; the breakdown's header names the what-ifs a run had."""
     import dataclasses
     import os
 
