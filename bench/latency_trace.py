@@ -126,8 +126,10 @@ class _Tracer:
             if held * 1000 >= LAG_MS:
                 self.emit({"k": "lag", "t": wall, "d": held + LAG_PERIOD, "cpu": time.thread_time() - cpu})
             if time.monotonic() - flushed >= FLUSH_EVERY:
-                flushed = time.monotonic()
+                flushed, wall = time.monotonic(), time.time()
                 self.flush()
+                # the tracer's own stall of the loop (written with the next flush)
+                self.emit({"k": "flush", "t": wall, "d": time.monotonic() - flushed})
 
 
 def install(path: Path) -> _Tracer:
@@ -363,6 +365,7 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
     sums = {name: [r for r in t if r["k"] == "gcsum"] for name, t in workers.items()}
     requests = {name: [r for r in t if r["k"] == "requests"] for name, t in workers.items()}
     retries = {name: [r for r in t if r["k"] == "retry"] for name, t in workers.items()}
+    flushes = {name: [r for r in t if r["k"] == "flush"] for name, t in workers.items()}
     plants: list[str] = bench["plants"]
     topics: dict[str, str] = bench["topics"]
     offsets: list[list[int]] = bench["offsets"]  # per row, per plant (plants' order): the sensor record's offset
@@ -464,7 +467,8 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
                 f" {1000 * stalled_s:.0f} ms in all, {100 * on_cpu / stalled_s if stalled_s else 0:.0f} % of it on the"
                 f" loop's CPU); {len(gen2)} gen-2 collections"
                 + (f" (longest {1000 * max(r['d'] for r in gen2):.1f} ms)" if gen2 else "")
-                + f", {younger} younger ones >= {GC_MS:.0f} ms"
+                + f", {younger} younger ones >= {GC_MS:.0f} ms; the tracer's own writes held it"
+                + f" {1000 * sum(r['d'] for r in _events(flushes[name], began, ended)):.0f} ms in all"
             )
             found = [r for r in sums[name] if began <= r["t"] <= ended + FLUSH_EVERY]
             if len(found) >= 2:
