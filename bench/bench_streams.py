@@ -1214,6 +1214,8 @@ def latency_only(bootstrap: str, repeat: int, trace: Path | None = None) -> int:
     per second) and its account; 1 on a problem. No peer and no target: for comparing two codes run back to back
     on the same machine. With ``trace`` (``--trace DIR``) the workers run traced and each run's breakdown of its
     slowest verdicts follows it (bench/latency_trace.py; the traces stay in ``DIR/run<k>``)."""
+    from latency_trace import breakdown
+
     failed = 0
     with tempfile.TemporaryDirectory(prefix="fedrca-bench-latency-") as tmp:
         for k in range(repeat):
@@ -1249,11 +1251,13 @@ def latency_only(bootstrap: str, repeat: int, trace: Path | None = None) -> int:
                     flush=True,
                 )
             if where is not None:
-                from latency_trace import breakdown
-
                 print(f"  where the time went (traced; {where}):", flush=True)
                 for text in breakdown(where):
                     print(f"  {text}", flush=True)
+    if trace is not None and repeat > 1:
+        print(f"where the time went, the {repeat} runs' verdicts pooled (traced; {trace}):", flush=True)
+        for text in breakdown(*(trace / f"run{k + 1}" for k in range(repeat))):
+            print(f"  {text}", flush=True)
     return 1 if failed else 0
 
 

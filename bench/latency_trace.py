@@ -16,7 +16,7 @@ flags' offsets in the flags topic, the verdict received) per verdict: the stages
 slowest :data:`SLOWEST` of each offered rate against all verdicts of that rate, and what both
 workers' event loops and collectors did while each of the slowest was on its way.
 
-    python bench/latency_trace.py --analyse DIR     # the breakdown of a traced run again
+    python bench/latency_trace.py --analyse DIR [DIR ...]   # the breakdown again, the runs' verdicts pooled
 
 The wrappers cost a few microseconds per batch and the monitor wakes the loop every
 :data:`LAG_PERIOD` s: a traced run is a little slower than an untraced one; read its shares and
@@ -36,7 +36,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -338,11 +337,6 @@ def _events(events: list[dict[str, Any]], since: float, until: float, least: flo
     return [r for r in events if r["t"] <= until and r["t"] + r["d"] >= since and r["d"] >= least]
 
 
-def _share(rows: list[tuple[Any, ...]], has: Callable[[tuple[Any, ...]], bool]) -> float:
-    """Percent of ``rows`` that ``has``."""
-    return 100.0 * sum(1 for r in rows if has(r)) / len(rows) if rows else math.nan
-
-
 def _quantiles(values: list[float]) -> str:
     """``p50 / p99 ms (n)`` of durations in seconds."""
     if not values:
@@ -355,17 +349,19 @@ def _quantiles(values: list[float]) -> str:
     return f"{at(0.5):.1f} / {at(0.99):.1f} ms ({len(ordered)})"
 
 
-def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list[str]:
-    """The breakdown of a traced latency run (``trace``: its directory), as lines of text."""
+def _run(trace: Path) -> tuple[dict[str, Any], list[list[tuple[Any, ...]]], list[list[str]]]:
+    """One traced run: what the benchmark saw, per offered rate its verdicts' rows and the lines about it.
+
+    A row is (total ms, seq, plant, stage ms, sent, received, plant txn, RCA txn, marks, notes): whether each
+    mechanism of :func:`_slowest`'s shares was on the verdict's way, and what the workers' loops and collectors did
+    while it was on it.
+    """
     bench = json.loads((trace / "bench.json").read_text(encoding="utf-8"))
     workers = {"plant": _load(trace / "plants.trace.jsonl"), "RCA": _load(trace / "rca.trace.jsonl")}
-    txns = {name: [r for r in t if r["k"] == "txn" and "c" in r] for name, t in workers.items()}
-    lags = {name: [r for r in t if r["k"] == "lag"] for name, t in workers.items()}
-    gcs = {name: [r for r in t if r["k"] == "gc"] for name, t in workers.items()}
-    sums = {name: [r for r in t if r["k"] == "gcsum"] for name, t in workers.items()}
-    requests = {name: [r for r in t if r["k"] == "requests"] for name, t in workers.items()}
-    retries = {name: [r for r in t if r["k"] == "retry"] for name, t in workers.items()}
-    flushes = {name: [r for r in t if r["k"] == "flush"] for name, t in workers.items()}
+    kinds = ("txn", "lag", "gc", "gcsum", "requests", "retry", "flush")
+    found = {kind: {name: [r for r in t if r["k"] == kind] for name, t in workers.items()} for kind in kinds}
+    txns = {name: [r for r in t if "c" in r] for name, t in found["txn"].items()}
+    lags, gcs, retries = found["lag"], found["gc"], found["retry"]
     plants: list[str] = bench["plants"]
     topics: dict[str, str] = bench["topics"]
     offsets: list[list[int]] = bench["offsets"]  # per row, per plant (plants' order): the sensor record's offset
@@ -373,9 +369,9 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
     for r in txns["plant"]:
         if r["n"]:
             batches.setdefault(r["tp"], []).append((r["lo"], r["hi"], r))
-    for found in batches.values():
-        found.sort(key=lambda b: b[0])
-    starts = {tp: [b[0] for b in found] for tp, found in batches.items()}
+    for held in batches.values():
+        held.sort(key=lambda b: b[0])
+    starts = {tp: [b[0] for b in held] for tp, held in batches.items()}
     by_vid = {vid: r for r in txns["RCA"] for vid in r["vids"]}
     flag_at = {(p, int(s)): int(off) for p, s, off in bench["flags"]}
 
@@ -388,27 +384,43 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
         lo, hi, r = batches[tp][i]
         return r if lo <= offset <= hi else None
 
-    def stalled(name: str, seconds: float) -> Callable[[tuple[Any, ...]], bool]:
-        return lambda r: bool(_events(lags[name], r[4], r[5], seconds))
+    def marks(send: float, recv: float, r_plant: dict[str, Any], r_rca: dict[str, Any]) -> dict[str, bool]:
+        def retried(name: str, r: dict[str, Any]) -> bool:
+            return bool(_events(retries[name], r.get("p") or r["q"], r["c"]))
 
-    def collected(r: tuple[Any, ...]) -> bool:
-        return any(g["g"] == 2 for found in gcs.values() for g in _events(found, r[4], r[5]))
+        return {
+            "plant txn with the group offset": bool(r_plant.get("off")),
+            "RCA txn with the group offset": bool(r_rca.get("off")),
+            "plant txn behind 1+ in flight": r_plant["prev"] > 0,
+            "RCA txn behind 1+ in flight": r_rca["prev"] > 0,
+            "a plant loop stall >= 20 ms": bool(_events(lags["plant"], send, recv, 0.02)),
+            "an RCA loop stall >= 20 ms": bool(_events(lags["RCA"], send, recv, 0.02)),
+            "a gen-2 collection in a worker": any(g["g"] == 2 for t in gcs.values() for g in _events(t, send, recv)),
+            "a plant producer request retried during the plant txn": retried("plant", r_plant),
+            "an RCA producer request retried during the RCA txn": retried("RCA", r_rca),
+        }
 
-    def retried_in(name: str, at: int) -> Callable[[tuple[Any, ...]], bool]:
-        return lambda r: bool(_events(retries[name], r[at]["p"] or r[at]["q"], r[at]["c"]))
+    def notes(send: float, recv: float) -> list[str]:
+        out = []
+        for name in workers:
+            found_gc = _events(gcs[name], send, recv)
+            found_lag = _events(lags[name], send, recv)
+            if not (found_gc or found_lag):
+                continue
+            worst = max(found_lag, key=lambda r: r["d"], default=None)
+            what = (
+                f"{len(found_lag)} loop stalls >= {LAG_MS:.0f} ms, {1000 * sum(r['d'] for r in found_lag):.0f} ms"
+                f" (longest {1000 * worst['d']:.0f} ms, {1000 * worst['cpu']:.0f} ms of it on the CPU)"
+                if worst is not None
+                else "no loop stall"
+            )
+            if found_gc:
+                what += "; collections " + ", ".join(f"gen{r['g']} {1000 * r['d']:.1f} ms" for r in found_gc)
+            out.append(f"{name} worker meanwhile: {what}")
+        return out
 
-    mechanisms: list[tuple[str, Callable[[tuple[Any, ...]], bool]]] = [
-        ("plant txn with the group offset", lambda r: bool(r[6].get("off"))),
-        ("RCA txn with the group offset", lambda r: bool(r[7].get("off"))),
-        ("plant txn behind 1+ in flight", lambda r: r[6]["prev"] > 0),
-        ("RCA txn behind 1+ in flight", lambda r: r[7]["prev"] > 0),
-        ("a plant loop stall >= 20 ms", stalled("plant", 0.02)),
-        ("an RCA loop stall >= 20 ms", stalled("RCA", 0.02)),
-        ("a gen-2 collection in a worker", collected),
-        ("a producer request of the plant worker retried during the plant txn", retried_in("plant", 6)),
-        ("a producer request of the RCA worker retried during the RCA txn", retried_in("RCA", 7)),
-    ]
-    lines: list[str] = [f"what-ifs of this run: {bench.get('what_if') or 'none'}"]
+    per_rate: list[list[tuple[Any, ...]]] = []
+    said: list[list[str]] = []
     for (start, stop), (began, ended), offered in zip(bench["segments"], bench["spans"], bench["offered"], strict=True):
         rows = []
         unmatched = outside = 0
@@ -427,69 +439,88 @@ def breakdown(trace: Path, slowest: float = SLOWEST, least: int = LEAST) -> list
             send, recv = bench["sent_ns"][seq] / 1e9, now_ns / 1e9
             points = _points(send, recv, r_plant, r_rca)
             stages = [1000.0 * (b - a) for a, b in zip(points, points[1:], strict=False)]
-            rows.append((1000.0 * (recv - send), seq, p, stages, send, recv, r_plant, r_rca))
-        lines.append(
-            f"{offered:,.0f} msgs/s: {len(rows)} verdicts traced ({unmatched} not matched to both workers' batches; "
-            f"{outside} whose row's last flag was in an earlier RCA batch than the verdict's)"
-        )
-        if rows:
-            lines += _slowest(rows, slowest, least, mechanisms, lags, gcs)
+            rows.append(
+                (1000.0 * (recv - send), seq, p, stages, send, recv, r_plant, r_rca,
+                 marks(send, recv, r_plant, r_rca), notes(send, recv))
+            )  # fmt: skip
+        lines = [
+            f"{trace.name}, {offered:,.0f} msgs/s: {len(rows)} verdicts traced ({unmatched} not matched to both"
+            f" workers' batches; {outside} whose row's last flag was in an earlier RCA batch than the verdict's)"
+        ]
         for name in workers:
-            mine = [r for r in txns[name] if r["n"] and r.get("p") and began <= r["q"] <= ended]
-            lines.append(
-                f"  {name} worker, every batch transaction of the segment, processed -> committed p50 / p99:"
-                f" with the group offset {_quantiles([r['c'] - r['p'] for r in mine if r['off']])},"
-                f" without {_quantiles([r['c'] - r['p'] for r in mine if not r['off']])};"
-                f" processed -> records in the logs {_quantiles([r['sent'] - r['p'] for r in mine if 'sent' in r])}"
+            lines += _worker_lines(name, txns[name], found, began, ended)
+        per_rate.append(rows)
+        said.append(lines)
+    return bench, per_rate, said
+
+
+def _worker_lines(
+    name: str, txns: list[dict[str, Any]], found: dict[str, dict[str, list[dict[str, Any]]]], began: float, ended: float
+) -> list[str]:
+    """What one worker did over a segment of a run: its transactions, producer requests, loop stalls, collections."""
+    mine = [r for r in txns if r["n"] and r.get("p") and began <= r["q"] <= ended]
+    lines = [
+        f"  {name} worker, its batch transactions, processed -> committed p50 / p99:"
+        f" with the group offset {_quantiles([r['c'] - r['p'] for r in mine if r['off']])},"
+        f" without {_quantiles([r['c'] - r['p'] for r in mine if not r['off']])};"
+        f" processed -> records in the logs {_quantiles([r['sent'] - r['p'] for r in mine if 'sent' in r])};"
+        f" handler CPU {_quantiles([r['cpu'] for r in mine if r.get('cpu') is not None])}"
+    ]
+    sent: dict[str, list[float]] = {}
+    for r in found["requests"][name]:
+        if began <= r["t"] <= ended + FLUSH_EVERY:
+            for kind, values in r["h"].items():
+                sent.setdefault(kind, []).extend(v / 1000 for v in values)
+    retried = Counter(r["h"] for r in found["retry"][name] if began <= r["t"] <= ended)
+    if sent:
+        lines.append(
+            f"  {name} worker's producer requests, sent -> answered (back-offs in) p50 / p99: "
+            + "; ".join(
+                f"{kind} {_quantiles(values)}" + (f" {retried[kind]} retried" if retried[kind] else "")
+                for kind, values in sorted(sent.items())
             )
-            sent: dict[str, list[float]] = {}
-            for r in requests[name]:
-                if began <= r["t"] <= ended + FLUSH_EVERY:
-                    for kind, values in r["h"].items():
-                        sent.setdefault(kind, []).extend(v / 1000 for v in values)
-            retried = Counter(r["h"] for r in retries[name] if began <= r["t"] <= ended)
-            if sent:
-                lines.append(
-                    f"  {name} worker's producer requests, sent -> answered (back-offs in) p50 / p99: "
-                    + "; ".join(
-                        f"{kind} {_quantiles(values)}" + (f" {retried[kind]} retried" if retried[kind] else "")
-                        for kind, values in sorted(sent.items())
-                    )
-                )
-            held = _events(lags[name], began, ended)
-            gen2 = [r for r in _events(gcs[name], began, ended) if r["g"] == 2]
-            younger = len(_events(gcs[name], began, ended)) - len(gen2)
-            stalled_s = sum(r["d"] for r in held)
-            on_cpu = sum(r["cpu"] for r in held)
-            lines.append(
-                f"  {name} worker over the segment ({ended - began:.1f} s): {len(held)} loop stalls >= {LAG_MS:.0f} ms"
-                f" ({sum(1 for r in held if r['d'] >= 0.02)} >= 20 ms, {sum(1 for r in held if r['d'] >= 0.05)} >= 50;"
-                f" {1000 * stalled_s:.0f} ms in all, {100 * on_cpu / stalled_s if stalled_s else 0:.0f} % of it on the"
-                f" loop's CPU); {len(gen2)} gen-2 collections"
-                + (f" (longest {1000 * max(r['d'] for r in gen2):.1f} ms)" if gen2 else "")
-                + f", {younger} younger ones >= {GC_MS:.0f} ms; the tracer's own writes held it"
-                + f" {1000 * sum(r['d'] for r in _events(flushes[name], began, ended)):.0f} ms in all"
-            )
-            found = [r for r in sums[name] if began <= r["t"] <= ended + FLUSH_EVERY]
-            if len(found) >= 2:
-                first, last_sum = found[0], found[-1]
-                gens = [b - a for a, b in zip(first["count"], last_sum["count"], strict=True)]
-                secs = [1000 * (b - a) for a, b in zip(first["seconds"], last_sum["seconds"], strict=True)]
-                lines.append(
-                    f"  {name} worker collections over it: gen0/1/2 {gens[0]}/{gens[1]}/{gens[2]},"
-                    f" {secs[0]:.0f}/{secs[1]:.0f}/{secs[2]:.0f} ms in all"
-                )
+        )
+    held = _events(found["lag"][name], began, ended)
+    collections = _events(found["gc"][name], began, ended)
+    gen2 = [r for r in collections if r["g"] == 2]
+    stalled = sum(r["d"] for r in held)
+    on_cpu = sum(r["cpu"] for r in held)
+    lines.append(
+        f"  {name} worker over the segment ({ended - began:.1f} s): {len(held)} loop stalls >= {LAG_MS:.0f} ms"
+        f" ({sum(1 for r in held if r['d'] >= 0.02)} >= 20 ms, {sum(1 for r in held if r['d'] >= 0.05)} >= 50;"
+        f" {1000 * stalled:.0f} ms in all, {100 * on_cpu / stalled if stalled else 0:.0f} % of it on the"
+        f" loop's CPU); {len(gen2)} gen-2 collections"
+        + (f" (longest {1000 * max(r['d'] for r in gen2):.1f} ms)" if gen2 else "")
+        + f", {len(collections) - len(gen2)} younger ones >= {GC_MS:.0f} ms; the tracer's own writes held it"
+        + f" {1000 * sum(r['d'] for r in _events(found['flush'][name], began, ended)):.0f} ms in all"
+    )
+    sums = [r for r in found["gcsum"][name] if began <= r["t"] <= ended + FLUSH_EVERY]
+    if len(sums) >= 2:
+        gens = [b - a for a, b in zip(sums[0]["count"], sums[-1]["count"], strict=True)]
+        secs = [1000 * (b - a) for a, b in zip(sums[0]["seconds"], sums[-1]["seconds"], strict=True)]
+        lines.append(
+            f"  {name} worker collections over it: gen0/1/2 {gens[0]}/{gens[1]}/{gens[2]},"
+            f" {secs[0]:.0f}/{secs[1]:.0f}/{secs[2]:.0f} ms in all"
+        )
     return lines
 
 
-def _slowest(
-    rows: list[tuple[Any, ...]],
-    slowest: float,
-    least: int,
-    mechanisms: list[tuple[str, Callable[[tuple[Any, ...]], bool]]],
-    lags: dict[str, list[dict[str, Any]]],
-    gcs: dict[str, list[dict[str, Any]]],
-) -> list[str]:
+def breakdown(*traces: Path, slowest: float = SLOWEST, least: int = LEAST) -> list[str]:
+    """The breakdown of traced latency runs (each a directory), their verdicts pooled per offered rate."""
+    runs = [_run(trace) for trace in traces]
+    what_ifs = sorted({bench.get("what_if") or "none" for bench, _, _ in runs})
+    lines = [f"what-ifs of these runs: {', '.join(what_ifs)}"]
+    for k, offered in enumerate(runs[0][0]["offered"]):
+        rows = [row for _, per_rate, _ in runs for row in per_rate[k]]
+        lines.append(f"{offered:,.0f} msgs/s, {len(runs)} run(s):")
+        for _, _, said in runs:
+            lines += [f"  {text}" for text in said[k]]
+        if rows:
+            lines += _slowest(rows, slowest, least)
+    return lines
+
+
+def _slowest(rows: list[tuple[Any, ...]], slowest: float, least: int) -> list[str]:
     """The stages of the slowest verdicts of a rate against all of its verdicts, and each of the slowest."""
     rows = sorted(rows, key=lambda r: r[0])
     n = max(least, math.ceil(slowest * len(rows)))
@@ -497,19 +528,21 @@ def _slowest(
     med = [statistics.median(r[3][i] for r in rows) for i in range(len(STAGES))]
     mean_slow = [statistics.fmean(r[3][i] for r in slow) for i in range(len(STAGES))]
     lines = [
-        f"  produce -> verdict: median {statistics.median(r[0] for r in rows):.1f} ms; the slowest {n} "
-        f"({100 * n / len(rows):.1f} %): mean {statistics.fmean(r[0] for r in slow):.1f} ms "
-        f"({', '.join(f'{r[0]:.0f}' for r in slow)})",
+        f"  produce -> verdict: median {statistics.median(r[0] for r in rows):.1f} ms of {len(rows)} verdicts; the"
+        f" slowest {len(slow)} ({100 * len(slow) / len(rows):.1f} %): mean {statistics.fmean(r[0] for r in slow):.1f}"
+        f" ms ({', '.join(f'{r[0]:.0f}' for r in slow)})",
         f"  {'stage':<16}{'median':>9}{'slow mean':>11}{'excess':>9}  what",
     ]
     for (name, what), m, s in zip(STAGES, med, mean_slow, strict=True):
         lines.append(f"  {name:<16}{m:>9.1f}{s:>11.1f}{s - m:>9.1f}  {what}")
-    lines.append(
-        "  on the way of the slowest / of all: "
-        + "; ".join(f"{label} {_share(slow, has):.0f} / {_share(rows, has):.0f} %" for label, has in mechanisms)
-    )
+    shares = []
+    for label in rows[0][8]:
+        in_slow = 100.0 * sum(r[8][label] for r in slow) / len(slow)
+        in_all = 100.0 * sum(r[8][label] for r in rows) / len(rows)
+        shares.append(f"{label} {in_slow:.0f} / {in_all:.0f} %")
+    lines.append("  on the way of the slowest / of all: " + "; ".join(shares))
     lines.append("  the slowest, one by one (ms per stage in the order above; plant = the row's last flag's):")
-    for total, seq, p, stages, send, recv, r_plant, r_rca in reversed(slow):
+    for total, seq, p, stages, _, _, r_plant, r_rca, _, said in reversed(slow):
         plant_offset = " (+ group offset)" if r_plant.get("off") else ""
         rca_offset = " (+ group offset)" if r_rca.get("off") else ""
         lines.append(
@@ -518,27 +551,13 @@ def _slowest(
             f" {1000 * (r_plant.get('cpu') or 0):.1f}; RCA batch {r_rca['n']} flags, {r_rca['prev']} before it"
             f"{rca_offset}, handler cpu {1000 * (r_rca.get('cpu') or 0):.1f}"
         )
-        for name in lags:
-            found_gc = _events(gcs[name], send, recv)
-            found_lag = _events(lags[name], send, recv)
-            if not (found_gc or found_lag):
-                continue
-            worst = max(found_lag, key=lambda r: r["d"], default=None)
-            what = (
-                f"{len(found_lag)} loop stalls >= {LAG_MS:.0f} ms, {1000 * sum(r['d'] for r in found_lag):.0f} ms"
-                f" (longest {1000 * worst['d']:.0f} ms, {1000 * worst['cpu']:.0f} ms of it on the CPU)"
-                if worst is not None
-                else "no loop stall"
-            )
-            if found_gc:
-                what += "; collections " + ", ".join(f"gen{r['g']} {1000 * r['d']:.1f} ms" for r in found_gc)
-            lines.append(f"      {name} worker meanwhile: {what}")
+        lines += [f"      {text}" for text in said]
     return lines
 
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--analyse":
-        print("\n".join(breakdown(Path(argv[1]))))
+        print("\n".join(breakdown(*(Path(a) for a in argv[1:]))))
         return 0
     if len(argv) < 2:
         print(__doc__)

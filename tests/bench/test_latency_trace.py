@@ -66,7 +66,7 @@ def test_each_verdict_is_cut_at_its_own_batches(lt: ModuleType, tmp_path: Path) 
     _write(tmp_path / "rca.trace.jsonl", rca)
     lines = lt.breakdown(tmp_path)
     text = "\n".join(lines)
-    assert lines[0] == "what-ifs of this run: refreeze=1"
+    assert lines[0] == "what-ifs of these runs: refreeze=1"
     assert "1,000 msgs/s: 1 verdicts traced (0 not matched" in text
     names = {name for name, _ in lt.STAGES}
     stages = {line[2:18].strip(): float(line[18:27]) for line in lines if line[2:18].strip() in names}
