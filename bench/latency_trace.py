@@ -29,6 +29,7 @@ import asyncio
 import atexit
 import bisect
 import gc
+import itertools
 import json
 import math
 import statistics
@@ -59,6 +60,7 @@ STAGES = (
     ("plant wait", "-> its handler started (other partitions' handlers, a partition whose producers are busy)"),
     ("plant handler", "the plant handler of its batch"),
     ("plant txn", "-> the batch's transaction committed (the one before it, round trips)"),
+    ("LSO wait", "-> every plant txn holding an earlier flag committed too (read_committed: none past an open txn)"),
     ("RCA loop busy", "-> the RCA worker's next fetch called (0: a fetch was waiting)"),
     ("RCA fetch", "-> that fetch returned, holding the row's last flag (markers, fetch)"),
     ("RCA wait", "-> the RCA handler started"),
@@ -321,10 +323,13 @@ def _load(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _points(send: float, recv: float, plant: dict[str, Any], rca: dict[str, Any]) -> list[float]:
+def _points(
+    send: float, recv: float, plant: dict[str, Any], rca: dict[str, Any], lso: float | None = None
+) -> list[float]:
     """The times of a verdict's way, in order (a point its trace lacks takes the one before; a fetch called
-    before the record was there counts from the record)."""
-    raw = [send, plant.get("fc"), plant.get("f"), plant.get("s"), plant.get("p"), plant.get("c")]
+    before the record was there counts from the record; ``lso``: when every plant transaction holding a flag
+    before the row's last one was over)."""
+    raw = [send, plant.get("fc"), plant.get("f"), plant.get("s"), plant.get("p"), plant.get("c"), lso]
     raw += [rca.get("fc"), rca.get("f"), rca.get("s"), rca.get("p"), rca.get("c"), recv]
     out: list[float] = []
     for t in raw:
@@ -374,6 +379,25 @@ def _run(trace: Path) -> tuple[dict[str, Any], list[list[tuple[Any, ...]]], list
     starts = {tp: [b[0] for b in held] for tp, held in batches.items()}
     by_vid = {vid: r for r in txns["RCA"] for vid in r["vids"]}
     flag_at = {(p, int(s)): int(off) for p, s, off in bench["flags"]}
+    # each plant transaction's first flag in the flags topic and when it was over: a read_committed reader sees
+    # a flag once every transaction holding an earlier one is over (the last stable offset)
+    seq_of = {(plants[j], offset): seq for seq, row in enumerate(offsets) for j, offset in enumerate(row)}
+    plant_of = {topic: p for p, topic in topics.items()}
+    opened = []
+    for tp, held in batches.items():
+        p = plant_of[tp]
+        for lo, hi, r in held:
+            mine = [f for o in range(lo, hi + 1) if (f := flag_at.get((p, seq_of.get((p, o), -1)))) is not None]
+            if mine:
+                opened.append((min(mine), r["c"]))
+    opened.sort()
+    firsts = [first for first, _ in opened]
+    over = list(itertools.accumulate((c for _, c in opened), max))
+
+    def lso_at(flag: int) -> float | None:
+        """When every plant transaction whose first flag is at or before ``flag`` was over."""
+        i = bisect.bisect_right(firsts, flag)
+        return over[i - 1] if i else None
 
     def plant_batch(p: str, seq: int) -> dict[str, Any] | None:
         tp = topics[p]
@@ -437,7 +461,7 @@ def _run(trace: Path) -> tuple[dict[str, Any], list[list[tuple[Any, ...]]], list
             if not (r_rca["lo"] is not None and r_rca["lo"] <= last <= r_rca["hi"]):
                 outside += 1  # the row's last flag came in an earlier (quiet) batch than the verdict's
             send, recv = bench["sent_ns"][seq] / 1e9, now_ns / 1e9
-            points = _points(send, recv, r_plant, r_rca)
+            points = _points(send, recv, r_plant, r_rca, lso_at(last))
             stages = [1000.0 * (b - a) for a, b in zip(points, points[1:], strict=False)]
             rows.append(
                 (1000.0 * (recv - send), seq, p, stages, send, recv, r_plant, r_rca,

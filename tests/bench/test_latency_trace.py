@@ -51,13 +51,15 @@ def test_each_verdict_is_cut_at_its_own_batches(lt: ModuleType, tmp_path: Path) 
     }
     (tmp_path / "bench.json").write_text(json.dumps(bench), encoding="utf-8")
     plant = [
+        # a's row 0 (its flag first in the flags topic) committed 2 ms after b's row 1: the RCA sees neither before
+        _txn("s.sensors.a", 10, 10, t0 - 0.1, [0.001, 0.003, 0.004, 0.005, 0.162]),
         _txn("s.sensors.a", 11, 11, t0, [0.001, 0.003, 0.004, 0.005, 0.020]),
         # b: the fetch was called 2 ms before the record was sent; it committed 60 ms after
         _txn("s.sensors.b", 20, 21, t0, [-0.002, 0.010, 0.012, 0.014, 0.060], off=True, prev=1),
         {"k": "lag", "t": t0 + 0.030, "d": 0.025, "cpu": 0.004},
     ]
     rca = [
-        # the RCA batch of flags 2..3 issued v1: its fetch called 5 ms before b's commit, returned 3 ms after it
+        # the RCA batch of flags 2..3 issued v1: its fetch, called before b's commit, returned 3 ms after it
         _txn("s.flags", 2, 3, t0, [0.055, 0.063, 0.070, 0.075, 0.150], vids=["v1"]),
         {"k": "gc", "t": t0 + 0.100, "g": 2, "d": 0.030, "n": 5},
         {"k": "gc", "t": t0 + 0.900, "g": 2, "d": 0.030, "n": 5},  # after the verdict arrived: not on its way
@@ -71,15 +73,17 @@ def test_each_verdict_is_cut_at_its_own_batches(lt: ModuleType, tmp_path: Path) 
     names = {name for name, _ in lt.STAGES}
     stages = {line[2:18].strip(): float(line[18:27]) for line in lines if line[2:18].strip() in names}
     # plant b: loop busy 0 (its fetch was waiting), fetch 10 ms, wait 2, handler 2, txn 46 ms; RCA: the loop
-    # was waiting (0), fetch 3 ms from b's commit, wait 7, handler 5, txn 75; the consumer 50 ms
+    # waited 2 ms more for a's row 0 (LSO), its fetch was waiting (0) and returned 1 ms after, wait 7, handler 5,
+    # txn 75; the consumer 50 ms
     assert stages["plant loop busy"] == pytest.approx(0.0, abs=1e-6)
     assert stages["plant fetch"] == pytest.approx(10.0, abs=1e-6)
     assert stages["plant txn"] == pytest.approx(46.0, abs=1e-6)
-    assert stages["RCA fetch"] == pytest.approx(3.0, abs=1e-6)
+    assert stages["LSO wait"] == pytest.approx(2.0, abs=1e-6)
+    assert stages["RCA fetch"] == pytest.approx(1.0, abs=1e-6)
     assert stages["RCA txn"] == pytest.approx(75.0, abs=1e-6)
     slowest = next(line for line in lines if line.strip().startswith("seq 1 b: 200 = "))
     assert slowest.split("=")[1].split(";")[0].split(" + ") == [
-        " 0", "10", "2", "2", "46", "0", "3", "7", "5", "75", "50"
+        " 0", "10", "2", "2", "46", "2", "0", "1", "7", "5", "75", "50"
     ]  # fmt: skip
     assert "1 txn before it in flight (+ group offset)" in slowest
     assert "plant worker meanwhile: 1 loop stalls >= 5 ms, 25 ms (longest 25 ms, 4 ms of it on the CPU)" in text
