@@ -461,6 +461,7 @@ async def drive(
     transaction_timeout: float = 60.0,
     handler_thread: bool = False,
     defer_quiet: float = 0.0,
+    serial_records: bool = False,
 ) -> int:
     """Run worker generations until every input is committed; returns how many workers were started
     (with ``defer_quiet``: :class:`QuietSummer`, its quiet batches deferred)."""
@@ -472,7 +473,8 @@ async def drive(
     def loop_for(generation: int) -> TransactionalLoop:
         return model_loop(QuietSummer if defer_quiet else Summer, max_records=max_records,
                           offset_interval=offset_interval, producers=producers, defer_quiet=defer_quiet,
-                          transaction_timeout=transaction_timeout, handler_thread=handler_thread)  # fmt: skip
+                          transaction_timeout=transaction_timeout, handler_thread=handler_thread,
+                          serial_records=serial_records)  # fmt: skip
 
     workers = 0
     quiet = defer_quiet > 0
@@ -517,9 +519,12 @@ def check(
     transaction_timeout: float = 60.0,
     handler_thread: bool = False,
     defer_quiet: float = 0.0,
+    serial_records: bool = False,
 ) -> Model:
     model = Model(inputs, commits, fetches, starts, delays)
-    asyncio.run(drive(model, batch, offset_interval, producers, transaction_timeout, handler_thread, defer_quiet))
+    asyncio.run(
+        drive(model, batch, offset_interval, producers, transaction_timeout, handler_thread, defer_quiet, serial_records)
+    )
     for partition, values in inputs.items():
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
         assert got == expected_outputs(values, defer_quiet > 0), f"partition {partition}"
@@ -541,11 +546,13 @@ def check(
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=16),
     handler_thread=st.booleans(),
+    serial_records=st.booleans(),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread, serial_records
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread,
+          serial_records=serial_records)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -561,11 +568,13 @@ def test_every_input_record_is_output_exactly_once_whatever_fails(
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=40),
     handler_thread=st.booleans(),
+    serial_records=st.booleans(),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails_many_examples(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread, serial_records
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread)
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread,
+          serial_records=serial_records)  # fmt: skip
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
