@@ -624,6 +624,42 @@ def test_a_batch_commits_only_after_the_batch_before_it(commits):
     check({0: [1, 2, 3, 4, 5]}, commits, [], [], batch=1, delays=[1, 1, 6, 0, 0, 0])
 
 
+class Overlapping(FakeProducer):
+    """The scripted producer, counting its appends made while another producer of its partition has records in a
+    transaction still open."""
+
+    appends = 0
+
+    async def send_batch(self, batch: FakeBatch, topic: str, partition: int) -> asyncio.Future[None]:
+        mine = self.tid.split(".")[0]  # t-<partition>, t-<partition>.1, ...
+        if any(t != self.tid and t.split(".")[0] == mine and txn.entries for t, txn in self.model.open.items()):
+            Overlapping.appends += 1
+        return await super().send_batch(batch, topic, partition)
+
+
+@pytest.mark.parametrize("serial", [False, True])
+def test_serial_records_wait_for_the_transaction_before_them_to_commit(serial):
+    # LoopSettings.serial_records: a transaction appends its records once the partition's transaction before it
+    # committed, so a partition never has records in two open transactions (a read_committed reader sees nothing
+    # past the first record of an open one, whichever partition wrote it). Pipelined (the default) the next
+    # batch's records go while the one before waits for its EndTxn (4 turns here). Exactly once either way.
+    values = list(range(1, 21))
+    model = Model({0: values}, [], [], [], delays=[1, 4] * len(values))
+    Overlapping.appends = 0
+
+    async def run() -> None:
+        loop = model_loop(max_records=1, producers=2, serial_records=serial)
+        task = asyncio.ensure_future(loop.run())
+        await Turns(task, 50_000, lambda: f"no progress: {model.logs}").until(lambda: done(model))
+        loop.stop()
+        await task
+
+    with patched(model, producer=Overlapping):
+        asyncio.run(run())
+    assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs(values)
+    assert (Overlapping.appends == 0) if serial else (Overlapping.appends > 0), Overlapping.appends
+
+
 def test_records_that_are_not_the_state_are_dead_lettered_and_the_state_before_them_used():
     # state records written by anyone who can write the state topic: not of the form, nested too deep,
     # a state the handler cannot continue from; the valid one before them is used
