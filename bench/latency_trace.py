@@ -59,13 +59,15 @@ STAGES = (
     ("plant fetch", "-> that fetch returned, holding the message"),
     ("plant wait", "-> its handler started (other partitions' handlers, a partition whose producers are busy)"),
     ("plant handler", "the plant handler of its batch"),
-    ("plant txn", "-> the batch's transaction committed (the one before it, round trips)"),
+    ("plant send", "-> its records in the logs (the transaction before it sent, AddPartitionsToTxn, Produce)"),
+    ("plant commit", "-> the transaction committed (the one before it committed, the group offset, EndTxn)"),
     ("LSO wait", "-> every plant txn holding an earlier flag committed too (read_committed: none past an open txn)"),
     ("RCA loop busy", "-> the RCA worker's next fetch called (0: a fetch was waiting)"),
     ("RCA fetch", "-> that fetch returned, holding the row's last flag (markers, fetch)"),
     ("RCA wait", "-> the RCA handler started"),
     ("RCA handler", "the RCA handler of its batch"),
-    ("RCA txn", "-> the batch's transaction committed"),
+    ("RCA send", "-> its records in the logs"),
+    ("RCA commit", "-> the transaction committed"),
     ("to consumer", "-> received by the benchmark's read_committed consumer (markers, fetch, its process)"),
 )
 
@@ -329,8 +331,8 @@ def _points(
     """The times of a verdict's way, in order (a point its trace lacks takes the one before; a fetch called
     before the record was there counts from the record; ``lso``: when every plant transaction holding a flag
     before the row's last one was over)."""
-    raw = [send, plant.get("fc"), plant.get("f"), plant.get("s"), plant.get("p"), plant.get("c"), lso]
-    raw += [rca.get("fc"), rca.get("f"), rca.get("s"), rca.get("p"), rca.get("c"), recv]
+    raw = [send, plant.get("fc"), plant.get("f"), plant.get("s"), plant.get("p"), plant.get("sent"), plant.get("c")]
+    raw += [lso, rca.get("fc"), rca.get("f"), rca.get("s"), rca.get("p"), rca.get("sent"), rca.get("c"), recv]
     out: list[float] = []
     for t in raw:
         out.append(out[-1] if t is None else max(out[-1], float(t)) if out else float(t))

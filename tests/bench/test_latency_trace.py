@@ -72,18 +72,19 @@ def test_each_verdict_is_cut_at_its_own_batches(lt: ModuleType, tmp_path: Path) 
     assert "1,000 msgs/s: 1 verdicts traced (0 not matched" in text
     names = {name for name, _ in lt.STAGES}
     stages = {line[2:18].strip(): float(line[18:27]) for line in lines if line[2:18].strip() in names}
-    # plant b: loop busy 0 (its fetch was waiting), fetch 10 ms, wait 2, handler 2, txn 46 ms; RCA: the loop
-    # waited 2 ms more for a's row 0 (LSO), its fetch was waiting (0) and returned 1 ms after, wait 7, handler 5,
-    # txn 75; the consumer 50 ms
+    # plant b: loop busy 0 (its fetch was waiting), fetch 10 ms, wait 2, handler 2, its records in the logs 1 ms
+    # after, committed 45 ms after that; then 2 ms for a's row 0 (the LSO); RCA: its fetch was waiting (0) and
+    # returned 1 ms after, wait 7, handler 5, records 1 ms after, committed 74 ms after; the consumer 50 ms
     assert stages["plant loop busy"] == pytest.approx(0.0, abs=1e-6)
     assert stages["plant fetch"] == pytest.approx(10.0, abs=1e-6)
-    assert stages["plant txn"] == pytest.approx(46.0, abs=1e-6)
+    assert stages["plant send"] == pytest.approx(1.0, abs=1e-6)
+    assert stages["plant commit"] == pytest.approx(45.0, abs=1e-6)
     assert stages["LSO wait"] == pytest.approx(2.0, abs=1e-6)
     assert stages["RCA fetch"] == pytest.approx(1.0, abs=1e-6)
-    assert stages["RCA txn"] == pytest.approx(75.0, abs=1e-6)
+    assert stages["RCA commit"] == pytest.approx(74.0, abs=1e-6)
     slowest = next(line for line in lines if line.strip().startswith("seq 1 b: 200 = "))
     assert slowest.split("=")[1].split(";")[0].split(" + ") == [
-        " 0", "10", "2", "2", "46", "2", "0", "1", "7", "5", "75", "50"
+        " 0", "10", "2", "2", "1", "45", "2", "0", "1", "7", "5", "1", "74", "50"
     ]  # fmt: skip
     assert "1 txn before it in flight (+ group offset)" in slowest
     assert "plant worker meanwhile: 1 loop stalls >= 5 ms, 25 ms (longest 25 ms, 4 ms of it on the CPU)" in text
