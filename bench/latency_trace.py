@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import bisect
+import contextlib
 import gc
 import itertools
 import json
@@ -178,10 +179,8 @@ def install(path: Path) -> _Tracer:
         vids = []
         for out in outputs:
             if out.topic.endswith(".verdicts") and out.value:
-                try:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
                     vids.append(json.loads(out.value)["id"])
-                except (ValueError, KeyError, TypeError):
-                    pass
         record: dict[str, Any] = {
             "k": "txn",
             "tp": task.tp.topic,
@@ -464,7 +463,7 @@ def _run(trace: Path) -> tuple[dict[str, Any], list[list[tuple[Any, ...]]], list
                 outside += 1  # the row's last flag came in an earlier (quiet) batch than the verdict's
             send, recv = bench["sent_ns"][seq] / 1e9, now_ns / 1e9
             points = _points(send, recv, r_plant, r_rca, lso_at(last))
-            stages = [1000.0 * (b - a) for a, b in zip(points, points[1:], strict=False)]
+            stages = [1000.0 * (b - a) for a, b in itertools.pairwise(points)]
             rows.append(
                 (1000.0 * (recv - send), seq, p, stages, send, recv, r_plant, r_rca,
                  marks(send, recv, r_plant, r_rca), notes(send, recv))

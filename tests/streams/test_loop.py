@@ -523,7 +523,9 @@ def check(
 ) -> Model:
     model = Model(inputs, commits, fetches, starts, delays)
     asyncio.run(
-        drive(model, batch, offset_interval, producers, transaction_timeout, handler_thread, defer_quiet, serial_records)
+        drive(
+            model, batch, offset_interval, producers, transaction_timeout, handler_thread, defer_quiet, serial_records
+        )
     )
     for partition, values in inputs.items():
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]

@@ -15,6 +15,7 @@ leaves the member in its group, with one assignment, and every record handled ex
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections import Counter
@@ -241,7 +242,7 @@ def test_a_slow_restore_leaves_the_event_loop_turning():
         asyncio.run(run())
     assert SlowToRestore.restores == 1
     assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
-    longest = max(b - a for a, b in zip(beats, beats[1:], strict=False))
+    longest = max(b - a for a, b in itertools.pairwise(beats))
     assert longest < RESTORE / 2, f"the event loop stood still {longest:.2f} s while the handler was restored"
 
 
