@@ -461,7 +461,6 @@ async def drive(
     transaction_timeout: float = 60.0,
     handler_thread: bool = False,
     defer_quiet: float = 0.0,
-    serial_records: bool = False,
 ) -> int:
     """Run worker generations until every input is committed; returns how many workers were started
     (with ``defer_quiet``: :class:`QuietSummer`, its quiet batches deferred)."""
@@ -473,8 +472,7 @@ async def drive(
     def loop_for(generation: int) -> TransactionalLoop:
         return model_loop(QuietSummer if defer_quiet else Summer, max_records=max_records,
                           offset_interval=offset_interval, producers=producers, defer_quiet=defer_quiet,
-                          transaction_timeout=transaction_timeout, handler_thread=handler_thread,
-                          serial_records=serial_records)  # fmt: skip
+                          transaction_timeout=transaction_timeout, handler_thread=handler_thread)  # fmt: skip
 
     workers = 0
     quiet = defer_quiet > 0
@@ -519,14 +517,9 @@ def check(
     transaction_timeout: float = 60.0,
     handler_thread: bool = False,
     defer_quiet: float = 0.0,
-    serial_records: bool = False,
 ) -> Model:
     model = Model(inputs, commits, fetches, starts, delays)
-    asyncio.run(
-        drive(
-            model, batch, offset_interval, producers, transaction_timeout, handler_thread, defer_quiet, serial_records
-        )
-    )
+    asyncio.run(drive(model, batch, offset_interval, producers, transaction_timeout, handler_thread, defer_quiet))
     for partition, values in inputs.items():
         got = [json.loads(v) for _, v in model.committed_log(OUTPUT, partition)]
         assert got == expected_outputs(values, defer_quiet > 0), f"partition {partition}"
@@ -548,13 +541,11 @@ def check(
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=16),
     handler_thread=st.booleans(),
-    serial_records=st.booleans(),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread, serial_records
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread,
-          serial_records=serial_records)  # fmt: skip
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread)
 
 
 @pytest.mark.slow
@@ -570,13 +561,11 @@ def test_every_input_record_is_output_exactly_once_whatever_fails(
     producers=st.integers(1, 2),
     delays=st.lists(st.integers(0, 6), max_size=40),
     handler_thread=st.booleans(),
-    serial_records=st.booleans(),
 )
 def test_every_input_record_is_output_exactly_once_whatever_fails_many_examples(
-    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread, serial_records
+    inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread
 ):
-    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread,
-          serial_records=serial_records)  # fmt: skip
+    check(inputs, commits, fetches, starts, batch, offset_interval, producers, delays, handler_thread=handler_thread)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -624,42 +613,6 @@ def test_a_batch_commits_only_after_the_batch_before_it(commits):
     # Batch n + 1's transaction is sent while batch n's commit is slow (6 turns); n's fails or its
     # answer is lost: n + 1 must not commit on its own (its state would skip or repeat n's outputs).
     check({0: [1, 2, 3, 4, 5]}, commits, [], [], batch=1, delays=[1, 1, 6, 0, 0, 0])
-
-
-class Overlapping(FakeProducer):
-    """The scripted producer, counting its appends made while another producer of its partition has records in a
-    transaction still open."""
-
-    appends = 0
-
-    async def send_batch(self, batch: FakeBatch, topic: str, partition: int) -> asyncio.Future[None]:
-        mine = self.tid.split(".")[0]  # t-<partition>, t-<partition>.1, ...
-        if any(t != self.tid and t.split(".")[0] == mine and txn.entries for t, txn in self.model.open.items()):
-            Overlapping.appends += 1
-        return await super().send_batch(batch, topic, partition)
-
-
-@pytest.mark.parametrize("serial", [False, True])
-def test_serial_records_wait_for_the_transaction_before_them_to_commit(serial):
-    # LoopSettings.serial_records: a transaction appends its records once the partition's transaction before it
-    # committed, so a partition never has records in two open transactions (a read_committed reader sees nothing
-    # past the first record of an open one, whichever partition wrote it). Pipelined (the default) the next
-    # batch's records go while the one before waits for its EndTxn (4 turns here). Exactly once either way.
-    values = list(range(1, 21))
-    model = Model({0: values}, [], [], [], delays=[1, 4] * len(values))
-    Overlapping.appends = 0
-
-    async def run() -> None:
-        loop = model_loop(max_records=1, producers=2, serial_records=serial)
-        task = asyncio.ensure_future(loop.run())
-        await Turns(task, 50_000, lambda: f"no progress: {model.logs}").until(lambda: done(model))
-        loop.stop()
-        await task
-
-    with patched(model, producer=Overlapping):
-        asyncio.run(run())
-    assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs(values)
-    assert (Overlapping.appends == 0) if serial else (Overlapping.appends > 0), Overlapping.appends
 
 
 def test_records_that_are_not_the_state_are_dead_lettered_and_the_state_before_them_used():

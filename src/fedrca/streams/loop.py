@@ -290,11 +290,6 @@ class LoopSettings:
         event loop. Off by default: alone on 2 cores the thread gave the same produce -> verdict p99 and
         cost the plant worker about 19 % more CPU per message (docs/streams.md, the A/B of
         ``python bench/run.py --repeat 3 streams``); on a CPU-starved host it halved a transaction's time
-    serial_records : a transaction appends its records once the partition's transaction before it committed, not
-        once that one's records are in the logs (the default, False). A reader with ``read_committed`` (the RCA)
-        sees no record past the first one of a transaction still open, whichever partition wrote it: the
-        records of a transaction waiting for the one before it to commit hold back the other partitions'
-        records appended after them; serial, they wait in the worker instead, and commit one round trip later
     security : extra client keyword arguments (SASL / TLS), the same for every client
     """
 
@@ -315,7 +310,6 @@ class LoopSettings:
     producers: int = 2
     defer_quiet: float = 0.0
     handler_thread: bool = False
-    serial_records: bool = False
     in_step: int | None = None
     in_step_idle: float = 30.0
     security: Mapping[str, Any] = field(default_factory=dict)
@@ -1480,13 +1474,13 @@ class TransactionalLoop:
         would otherwise wait for the broker to finish writing the markers of its last one (the
         coordinator answers ``CONCURRENT_TRANSACTIONS`` until then, and the client backs off:
         KAFKA-5477); the other producer's starts at once. They are pipelined, never reordered:
-        a transaction sends its records once the previous one's are in the logs (``serial_records``: once
-        it committed), so the outputs and the state records keep the input order, and commits once the
-        previous one committed (so the committed outputs, state and offset always describe a prefix of the
-        input); when the previous one did not commit, this one gives up uncommitted (the partition is being
-        taken over again from what is committed, which fences this producer and aborts its transaction).
-        False when it did not commit: the partition was let go (fenced) or is taken over again (a
-        transaction whose outcome is unknown).
+        a transaction sends its records once the previous one's are in the logs (so the outputs
+        and the state records keep the input order), and commits once the previous one committed
+        (so the committed outputs, state and offset always describe a prefix of the input); when
+        the previous one did not commit, this one gives up uncommitted (the partition is being
+        taken over again from what is committed, which fences this producer and aborts its
+        transaction). False when it did not commit: the partition was let go (fenced) or is taken
+        over again (a transaction whose outcome is unknown).
         """
         tp = task.tp
         # Every step with the broker is bounded by the transaction timeout: the broker aborts a
@@ -1500,9 +1494,7 @@ class TransactionalLoop:
         began = False
         try:
             try:
-                # the records go once the previous transaction's are in the logs (serial_records: once it committed)
-                ahead = None if previous is None else previous.done if self.settings.serial_records else previous.sent
-                if ahead is not None and not await ahead:
+                if previous is not None and not await previous.sent:
                     return False
                 await _bounded(producer.begin_transaction(), bound, "BeginTxn")
                 began = True
