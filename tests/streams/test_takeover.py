@@ -6,8 +6,7 @@ timeout had the broker expire the member in its own take-over, again and again (
 fetches on, and each partition is resumed once its handler is restored. These check, on the scripted
 broker of ``tests/streams/test_loop.py``: the loop fetches while a take-over is in progress and handles no
 record of that partition before it is over, while another partition is served; a revoke cancels a
-take-over in progress and leaves nothing of it; in step, a group waits for its partition being taken over; a
-handler whose restore is slow is restored on a thread, the event loop turning meanwhile.
+take-over in progress and leaves nothing of it; in step, a group waits for its partition being taken over.
 On the repository's broker: a take-over of twice the session timeout (at the broker's shortest session)
 leaves the member in its group, with one assignment, and every record handled exactly once.
 """
@@ -15,7 +14,6 @@ leaves the member in its group, with one assignment, and every record handled ex
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
 from collections import Counter
@@ -195,55 +193,6 @@ def test_a_revoke_during_a_take_over_cancels_it_and_leaves_nothing_of_it():
         asyncio.run(run())
     assert len(handlers) == 2 and not handlers[0].restored and handlers[1].restored
     assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
-
-
-#: seconds a :class:`SlowToRestore` handler's restore takes (time.sleep: the thread it runs on waits)
-RESTORE = 0.5
-
-
-class SlowToRestore(Summer):
-    """:class:`Summer` whose restore takes :data:`RESTORE` s (a large state decoded), counting the restores."""
-
-    restores = 0
-
-    def restore(self, state: bytes | None) -> None:
-        time.sleep(RESTORE)
-        SlowToRestore.restores += 1
-        super().restore(state)
-
-
-def test_a_slow_restore_leaves_the_event_loop_turning():
-    # A handler's restore is synchronous and takes as long as its state is large. It runs on a thread: the
-    # event loop turns meanwhile (aiokafka's heartbeats, the transactions in flight, the fetches), and no
-    # record is handled before it is over. On the event loop, the loop stood still for the whole restore.
-    model = Model({0: [1, 2, 3]}, [], [], [])
-    SlowToRestore.restores = 0
-    beats: list[float] = []
-
-    async def beat() -> None:
-        while True:
-            beats.append(time.monotonic())
-            await _REAL_SLEEP(0.01)
-
-    async def run() -> None:
-        loop = model_loop(handler=SlowToRestore, max_records=2)
-        task = asyncio.ensure_future(loop.run())
-        beating = asyncio.ensure_future(beat())
-        deadline = time.monotonic() + 30 * RESTORE
-        while not done(model):
-            assert not task.done(), task.exception()
-            assert time.monotonic() < deadline, f"no progress: {model.logs}"
-            await _REAL_SLEEP(0.001)
-        beating.cancel()
-        loop.stop()
-        await task
-
-    with patched(model):
-        asyncio.run(run())
-    assert SlowToRestore.restores == 1
-    assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs([1, 2, 3])
-    longest = max(b - a for a, b in itertools.pairwise(beats))
-    assert longest < RESTORE / 2, f"the event loop stood still {longest:.2f} s while the handler was restored"
 
 
 class StepConsumer(FakeConsumer):

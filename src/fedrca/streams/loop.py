@@ -33,7 +33,6 @@ and ``tools/faults.py`` check them against the real one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import json
 import logging
@@ -757,8 +756,7 @@ class TransactionalLoop:
     (docs/streams.md, "Compacted topics"). So the callback (:meth:`on_assigned`) only pauses the assigned
     partitions (``AIOKafkaConsumer.pause``), starts a task per partition that takes it over
     (:meth:`_own`: its producers fenced, its state and history read back; then, holding ``lock``, its
-    handler restored (on a thread: a restore takes as long as the state is large, and the event loop turns
-    meanwhile), the consumer sought to the offset its state names, its task made and the partition
+    handler restored, the consumer sought to the offset its state names, its task made and the partition
     resumed) and returns. The loop fetches on meanwhile (the heartbeats and the fetches that
     ``max.poll.interval`` counts go on); a paused partition hands over no record, and a record of a
     partition without a task is never handled, so no record is processed before its partition's
@@ -1136,13 +1134,7 @@ class TransactionalLoop:
         assert self._consumer is not None
         if tp not in self._consumer.assignment():
             return False
-        # the handler's restore is synchronous and takes as long as its state is large (a plant's detectors
-        # and history, the RCA's aligner memory): on a thread, so that the event loop goes on meanwhile (the
-        # group's heartbeats, the other partitions' transactions in flight, the fetches)
-        # (tests/streams/test_takeover.py::test_a_slow_restore_leaves_the_event_loop_turning)
-        saved, failed = await _off_loop(self._executor, _restore, handler, found)
-        if tp not in self._consumer.assignment():
-            return False
+        saved, failed = _restore(handler, found)
         refused = [
             (raw, exc, DeadLetterStage.STATE)
             for raw, exc in [*found.refused_after(-1 if saved is None else saved[0]), *failed]
@@ -1572,30 +1564,6 @@ async def _until_either(*steps: Awaitable[Any]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _off_loop(executor: ThreadPoolExecutor | None, call: Callable[..., _T], *args: Any) -> _T:
-    """``call(*args)`` on a thread of ``executor`` (None: the event loop's default executor), awaited.
-
-    A cancel (a revoke cancelling a take-over) is raised once the call is over, not before: what the call
-    works on (a handler being restored) is never used by two threads at once, and whoever takes it next
-    finds it settled.
-    """
-    context = contextvars.copy_context()
-
-    def in_context() -> _T:
-        return context.run(call, *args)
-
-    future = asyncio.get_running_loop().run_in_executor(executor, in_context)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        while not future.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([future])
-        if not future.cancelled():
-            future.exception()  # looked at: the cancel is what is raised
-        raise
 
 
 async def _nothing() -> None:
