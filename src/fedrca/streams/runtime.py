@@ -54,7 +54,7 @@ from fedrca.exceptions import ArtifactError, ConfigError, DataError, MessageErro
 from fedrca.observability import Metrics
 from fedrca.privacy.accounting import gaussian_mu
 from fedrca.privacy.ledger import FlagWindow
-from fedrca.rca.engine import RCAEngine, build_engine
+from fedrca.rca.engine import BLOCK_ROWS, RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.streams.aligner import AlignedRow
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
@@ -440,6 +440,8 @@ class RCARuntime:
         #: align a batch of plain flags at once when the aligner can (False: always flag by flag, the reference
         #: the batch path is checked against)
         self.batch_align = True
+        #: most flags of a batch taken at once (:meth:`process_flags`): a block of the engine's rows of every plant
+        self.chunk_flags = BLOCK_ROWS * max(1, len(config.plant_names))
         self._export_versions()
 
     @property
@@ -486,12 +488,36 @@ class RCARuntime:
         """Validate flags, align, judge; returns (verdicts, rejected flags).
 
         The flags are aligned one by one, in order; the rows they complete are judged at
-        once (one engine block per batch: :meth:`RCAStage.judge`). A process verdict reached at a
+        once (engine blocks: :meth:`RCAStage.judge`). A process verdict reached at a
         row released while a plant withheld its flags is marked ``privacy_withheld``, as if
         the rows were judged one by one.
+
+        A batch is taken in slices of :attr:`chunk_flags` flags (a few hundred rows of the site's
+        plants), one after the other: what a slice decodes, aligns and judges is let go before the
+        next, so the batch's working memory is that of one slice however many flags it holds (a
+        catch-up burst; ``tests/streams/test_rca_memory.py``). The verdicts, dead letters and state
+        are those of the batch taken whole
+        (``tests/streams/test_rca_memory.py::test_a_batch_in_slices_gives_what_it_gives_whole``); the metrics
+        count the batch once.
         """
         started = time.perf_counter()
         now = time.time()
+        step = self.chunk_flags
+        if len(raws) <= step:
+            verdicts, rejected = self._process_slice(raws, now)
+        else:
+            verdicts, rejected = [], []
+            for lo in range(0, len(raws), step):
+                issued, refused = self._process_slice(raws[lo : lo + step], now)
+                verdicts += issued
+                rejected += refused
+        self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
+        self._record(verdicts)
+        self.metrics.record_latency("rca", time.perf_counter() - started)
+        return verdicts, rejected
+
+    def _process_slice(self, raws: list[bytes], now: float) -> tuple[list[Verdict], list[tuple[bytes, MessageError]]]:
+        """:meth:`process_flags` of one slice of a batch, without its metrics (dead letters are counted)."""
         rejected: list[tuple[bytes, MessageError]] = []
         rows: list[AlignedRow] = []
         marked: set[int] = set()  # seqs of the rows released while a plant withheld
@@ -503,11 +529,7 @@ class RCARuntime:
         # dead letters either way)
         released = self._align_columns(raws, now, levels) if self.batch_align else None
         if released is not None:
-            verdicts = stage.judge(released)
-            self.metrics.record_messages_in("rca", "all", len(raws))
-            self._record(verdicts)
-            self.metrics.record_latency("rca", time.perf_counter() - started)
-            return verdicts, rejected
+            return stage.judge(released), rejected
         for raw, flag in zip(raws, decode_flags(raws, self.config.site, self._plants, now), strict=True):
             if isinstance(flag, MessageError):
                 rejected.append((raw, flag))
@@ -540,9 +562,6 @@ class RCARuntime:
             dataclasses.replace(v, outcome=PRIVACY_WITHHELD) if v.seq in marked and not v.is_sensor_event else v
             for v in stage.judge(rows)
         ]
-        self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
-        self._record(verdicts)
-        self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
     def _align_columns(self, raws: list[bytes], now: float, levels: int | None) -> list[AlignedRow] | None:
