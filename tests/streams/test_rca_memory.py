@@ -21,6 +21,7 @@ import dataclasses
 import gc
 import json
 import math
+import platform
 import sys
 import tracemalloc
 import types
@@ -38,6 +39,7 @@ from fedrca.rca import engine as engine_module
 from fedrca.rca.engine import BLOCK_ROWS
 from fedrca.rca.table import ROOT_CAUSE
 from fedrca.streams import rca_stage
+from fedrca.streams import runtime as runtime_module
 from fedrca.streams.agents import _json
 from fedrca.streams.aligner import FlagAligner
 from fedrca.streams.rca_stage import RCAStage, VerdictIds
@@ -393,3 +395,23 @@ def test_a_batch_in_slices_gives_what_it_gives_whole() -> None:
         outs.append(out)
     assert outs[1] == outs[0] and outs[2] == outs[0]
     assert any(outs[0][0::3]) and any(outs[0][1::3])  # verdicts and dead letters were compared
+
+
+def test_the_heap_is_trimmed_after_a_batch_of_more_than_one_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a batch larger than one slice (a catch-up burst) the runtime hands the C heap's free pages back
+    (``release_free_heap``: glibc keeps them otherwise, and RSS stays at the burst's high-water mark); a
+    steady batch is not trimmed."""
+    if platform.libc_ver()[0] == "glibc":  # the C library of the workers' images and of CI
+        assert runtime_module.release_free_heap()
+    calls: list[int] = []
+    monkeypatch.setattr(runtime_module, "release_free_heap", lambda: calls.append(1) or True)
+    runtime, plants, stage = _short_memory_stage()
+    site = stage.site
+    for start in range(0, _WARM, 6):
+        runtime.process_flags(encode_flags(_burst_flags(site, plants, start, start + 6)))
+    assert calls == []
+    rows = runtime.chunk_flags // len(plants)
+    runtime.process_flags(encode_flags(_burst_flags(site, plants, _WARM, _WARM + rows)))  # one slice
+    assert calls == []
+    runtime.process_flags(encode_flags(_burst_flags(site, plants, _WARM + rows, _WARM + 2 * rows + 1)))
+    assert calls == [1]

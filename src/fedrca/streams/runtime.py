@@ -20,6 +20,7 @@ reaches without that plant ``privacy_withheld``.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import time
@@ -70,6 +71,32 @@ refresh_log = logging.getLogger("fedrca.drift")
 STREAMING_BLAS_THREADS = 1
 #: Rows of one batch whose new sensor faults a plant worker logs (the metrics count every one).
 MAX_LOGGED_FAULTS = 5
+
+
+def _c_malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (None where the C library has none: musl, macOS)."""
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _c_malloc_trim()
+
+
+def release_free_heap() -> bool:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``); False where there is none.
+
+    Called after a batch larger than one slice (:meth:`RCARuntime.process_flags`), in this one place: what
+    such a batch decoded, aligned and judged is freed by then, but glibc keeps the freed pages, so the
+    worker's RSS would stay at the batch's high-water mark, a step at every catch-up burst (the hour's soak,
+    docs/streams.md, "Soak"). A steady batch is never that large and is not trimmed; a call walks the heap's
+    free chunks once (a fraction of a millisecond for a worker's heap).
+    """
+    if _MALLOC_TRIM is None:
+        return False
+    _MALLOC_TRIM(0)
+    return True
 
 
 def streaming_threads() -> threadpool_limits:
@@ -498,7 +525,8 @@ class RCARuntime:
         catch-up burst; ``tests/streams/test_rca_memory.py``). The verdicts, dead letters and state
         are those of the batch taken whole
         (``tests/streams/test_rca_memory.py::test_a_batch_in_slices_gives_what_it_gives_whole``); the metrics
-        count the batch once.
+        count the batch once. After a batch of more than one slice the C heap's free pages are given back
+        (:func:`release_free_heap`).
         """
         started = time.perf_counter()
         now = time.time()
@@ -511,6 +539,8 @@ class RCARuntime:
                 issued, refused = self._process_slice(raws[lo : lo + step], now)
                 verdicts += issued
                 rejected += refused
+            # the slices' memory is free again: hand it back, or RSS keeps the burst's high-water mark
+            release_free_heap()
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
         self._record(verdicts)
         self.metrics.record_latency("rca", time.perf_counter() - started)
