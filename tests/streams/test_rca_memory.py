@@ -8,13 +8,22 @@ stream and after a second, longer one are the same to a few hundred bytes, howev
 the second stretch issued (a set of the verdict ids, the stage's earlier memory, grew by about
 100 bytes a verdict until 13,797 of them). The state record it writes after every batch is as long
 too: the last row judged stands for the ids, and a restored stage still emits no verdict twice.
+
+What a batch holds while it is digested does not grow with the batch either: a catch-up burst of
+thousands of rows is taken in slices of ``BLOCK_ROWS`` rows of every plant and judged in engine
+blocks and passes of ``BLOCK_ROWS`` rows at most (tracemalloc's peak the same for 5,000 rows as for
+500), with the verdicts and state of the batch taken whole and of the rows one by one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import json
 import math
+import platform
 import sys
+import tracemalloc
 import types
 from typing import Any
 
@@ -26,10 +35,17 @@ from fedrca.config import load_config
 from fedrca.config.limits import MAX_REMEMBERED_VERDICTS
 from fedrca.contracts import FlagMessage, Verdict, encode_flags
 from fedrca.exceptions import DataError
+from fedrca.rca import engine as engine_module
+from fedrca.rca.engine import BLOCK_ROWS
 from fedrca.rca.table import ROOT_CAUSE
+from fedrca.streams import rca_stage
+from fedrca.streams import runtime as runtime_module
 from fedrca.streams.agents import _json
 from fedrca.streams.aligner import FlagAligner
 from fedrca.streams.rca_stage import RCAStage, VerdictIds
+from fedrca.streams.runtime import RuntimeSettings
+from tests.streams.test_rca_batch import CONFIG as BATCH_CONFIG
+from tests.streams.test_rca_batch import stream
 
 #: rows of one incident cycle: half quiet, half one plant alarming alone (the root named changes every cycle)
 _CYCLE = 24
@@ -243,3 +259,159 @@ def test_a_restored_stage_emits_no_verdict_twice_whatever_its_engine_issues_agai
     second.set_state(state)
     rest = run(second, 30, 60)  # rows 30-34 redelivered (duplicates), then the rows after the state
     assert [v.id for v in part + rest] == [v.id for v in expected]
+
+
+# -- a burst's working memory -------------------------------------------------------------------------------
+#: rows streamed in small batches before a burst: the aligner's memory (1,000 rows) full, whole incident cycles
+_WARM = 1200
+
+
+def _burst_flags(site: str, plants: list[str], lo: int, hi: int) -> list[FlagMessage]:
+    """:func:`_flags` with each plant's severity level and, in the last third of every 300 rows, a sensor fault of
+    the second plant (its events come among the process verdicts, across the blocks a burst is judged in)."""
+    return [
+        dataclasses.replace(f, level=2 * f.zc, sensor_fault=f.plant == plants[1] and f.seq % 300 >= 200)
+        for f in _flags(site, plants, lo, hi)
+    ]
+
+
+def _digest(rows: int, bounded: bool = True, traced: bool = True) -> tuple[int, list[bytes], bytes]:
+    """A burst of ``rows`` rows of every plant in one batch of the RCA runtime, after a steady stream: the bytes
+    it held at most beyond what is kept after it (tracemalloc's peak over its end: numpy reports its arrays'
+    data to tracemalloc too; 0 untraced), its verdicts and the state after it. ``bounded=False``: the batch
+    taken whole and judged in one engine block, as before the bound (``RCARuntime.chunk_flags``,
+    ``BLOCK_ROWS``)."""
+    runtime, plants, stage = _short_memory_stage()
+    site = stage.site
+    for start in range(0, _WARM, 6):
+        runtime.process_flags(encode_flags(_burst_flags(site, plants, start, start + 6)))
+    raws = encode_flags(_burst_flags(site, plants, _WARM, _WARM + rows))
+    with pytest.MonkeyPatch.context() as patch:
+        if not bounded:
+            patch.setattr(runtime, "chunk_flags", len(raws))
+            patch.setattr(rca_stage, "BLOCK_ROWS", rows)
+            patch.setattr(engine_module, "BLOCK_ROWS", rows)
+        gc.collect()
+        if traced:
+            tracemalloc.start()
+        try:
+            verdicts, rejected = runtime.process_flags(raws)
+            kept, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert not rejected
+    return peak - kept, [v.encode() for v in verdicts], _json(stage.get_state())
+
+
+def test_a_burst_is_digested_in_the_working_memory_of_a_few_hundred_rows() -> None:
+    """A plant worker that catches up after a restart publishes its backlog at once, and the RCA worker takes
+    it in batches of up to ``--batch-size`` flags (more rows than its steady batches hold by a hundredfold).
+    The RCA runtime takes a batch in slices of ``BLOCK_ROWS`` rows of every plant and the engine judges at most
+    as many rows in a pass, so what a batch holds while it is digested is the same for a burst of 5,000 rows as
+    for one of 500: ten times the rows need no more memory at once, so they cannot lift the allocator's
+    high-water mark further (docs/streams.md, "Soak").
+    The batch taken whole holds several times as much already at 2,000 rows, and gives the same verdicts and
+    state."""
+    small, _, _ = _digest(500)
+    large, verdicts, state = _digest(5000)
+    assert large < 1.25 * small, (small, large)
+    whole = _digest(2000, bounded=False)[0]
+    assert whole > 4 * small, (small, whole)  # what the bound saves (and the measure sees)
+    _, whole_verdicts, whole_state = _digest(5000, bounded=False, traced=False)
+    assert verdicts == whole_verdicts and state == whole_state
+    assert len(verdicts) >= 100 and any(b'"outcome":"sensor_fault"' in v for v in verdicts)
+
+
+def test_the_stage_judges_many_rows_released_at_once_in_blocks() -> None:
+    """Rows released at once beyond ``BLOCK_ROWS`` (the rows of a plant whose flags never came, released at the
+    end of a stream or when the lateness runs out) go to the engine in blocks of ``BLOCK_ROWS`` rows at most,
+    with the verdicts (sensor events in their place) and state of the rows judged one by one."""
+    stages = []
+    for _ in range(2):
+        runtime, plants, stage = _short_memory_stage()
+        flags = [f for f in _burst_flags(stage.site, plants, 0, 2 * BLOCK_ROWS + 88) if f.plant != plants[3]]
+        for start in range(0, len(flags), 500):
+            assert runtime.process_flags(encode_flags(flags[start : start + 500])) == ([], [])  # rows wait
+        stages.append(stage)
+    blocks, one_by_one = stages
+    rows = blocks.aligner.flush()
+    assert len(rows) == 2 * BLOCK_ROWS + 88
+    passes: list[int] = []
+    update_block = blocks.engine.update_block
+
+    def counted(seqs: Any, *args: Any) -> list[Verdict]:
+        passes.append(len(seqs))
+        return update_block(seqs, *args)
+
+    blocks.engine.update_block = counted  # type: ignore[method-assign]
+    got = blocks.judge(rows)
+    want = [v for row in one_by_one.aligner.flush() for v in one_by_one.judge([row])]
+    assert passes == [BLOCK_ROWS, BLOCK_ROWS, 88]
+    assert [v.encode() for v in got] == [v.encode() for v in want]
+    assert len(want) >= 20 and any(v.is_sensor_event for v in want)
+    assert _json(blocks.get_state()) == _json(one_by_one.get_state())
+
+
+def test_a_long_block_takes_passes_of_block_rows() -> None:
+    """The engine takes a block longer than ``BLOCK_ROWS`` rows in passes of ``BLOCK_ROWS`` rows at most (its
+    intermediates those of one pass), with the verdicts, decision and state of the rows one by one."""
+    config = load_config("config/tep.yaml")
+    blocks, rows = rca_runtime(config).engine, rca_runtime(config).engine
+    plants = list(blocks.plants)
+    T = 2 * BLOCK_ROWS + 37
+    flags = {(f.seq, f.plant): f for f in _burst_flags(config.site, plants, 0, T)}
+    codes = np.array([[2 * flags[t, p].zc + flags[t, p].za for p in plants] for t in range(T)])
+    levels = np.array([[flags[t, p].level for p in plants] for t in range(T)])
+    seqs, ts = np.arange(T), 180.0 * np.arange(T)
+    passes: list[int] = []
+    block = blocks._block
+
+    def counted(seqs: Any, *args: Any) -> list[Verdict]:
+        passes.append(len(seqs))
+        return block(seqs, *args)
+
+    blocks._block = counted  # type: ignore[method-assign]
+    got = blocks.update_block(seqs, codes, ts, levels)
+    want = rows.update_rows(seqs, codes, ts, levels)
+    assert passes == [BLOCK_ROWS, BLOCK_ROWS, 37]
+    assert got == want and len(want) >= 20
+    assert blocks.get_state() == rows.get_state() and blocks.decision == rows.decision
+
+
+def test_a_batch_in_slices_gives_what_it_gives_whole() -> None:
+    """A batch taken in slices of ``RCARuntime.chunk_flags`` flags gives the verdicts, dead letters and state of
+    the batch taken whole, whatever the stream: late, duplicate, withheld, conflicting and malformed flags among
+    the plain ones (a slice goes through the batch path or flag by flag on its own), plants drifting apart."""
+    raws = stream(11, 300, 0.03, pace=3)
+    outs = []
+    for chunk in (len(raws), 7, 101):
+        runtime = rca_runtime(BATCH_CONFIG, settings=RuntimeSettings(allowed_lateness=8))
+        runtime.chunk_flags = chunk
+        out: list[Any] = []
+        for lo in range(0, len(raws), 400):
+            verdicts, rejected = runtime.process_flags(raws[lo : lo + 400])
+            out += [[v.encode() for v in verdicts], [(raw, e.reason, e.detail) for raw, e in rejected]]
+            out.append(_json(runtime.stage.get_state()))
+        outs.append(out)
+    assert outs[1] == outs[0] and outs[2] == outs[0]
+    assert any(outs[0][0::3]) and any(outs[0][1::3])  # verdicts and dead letters were compared
+
+
+def test_the_heap_is_trimmed_after_a_batch_of_more_than_one_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a batch larger than one slice (a catch-up burst) the runtime hands the C heap's free pages back
+    (``release_free_heap``: glibc keeps them otherwise, and RSS stays at the burst's high-water mark); a
+    steady batch is not trimmed."""
+    if platform.libc_ver()[0] == "glibc":  # the C library of the workers' images and of CI
+        assert runtime_module.release_free_heap()
+    calls: list[int] = []
+    monkeypatch.setattr(runtime_module, "release_free_heap", lambda: calls.append(1) or True)
+    runtime, plants, stage = _short_memory_stage()
+    site = stage.site
+    for start in range(0, _WARM, 6):
+        runtime.process_flags(encode_flags(_burst_flags(site, plants, start, start + 6)))
+    assert calls == []
+    rows = runtime.chunk_flags // len(plants)
+    runtime.process_flags(encode_flags(_burst_flags(site, plants, _WARM, _WARM + rows)))  # one slice
+    assert calls == []
+    runtime.process_flags(encode_flags(_burst_flags(site, plants, _WARM + rows, _WARM + 2 * rows + 1)))
+    assert calls == [1]

@@ -109,6 +109,13 @@ IntArray = NDArray[np.int64]
 
 #: Most elements of an intermediate array of one pass of :meth:`RCAEngine.update_block` (rows x M x max(M, K))
 _BLOCK_ELEMENTS = 1 << 17
+#: Most rows of one pass of :meth:`RCAEngine.update_block` (and of one block the RCA stage judges at once,
+#: :meth:`fedrca.streams.rca_stage.RCAStage.judge`): a block's working memory (its intermediates, the
+#: per-row lists around them) is that of this many rows at most, however many rows a block holds, so a
+#: catch-up burst of thousands of rows holds no more at once than a batch of this many rows
+#: (``tests/streams/test_rca_memory.py::test_a_burst_is_digested_in_the_working_memory_of_a_few_hundred_rows``);
+#: a few hundred rows keep the passes vectorised (their fixed cost spread over the rows)
+BLOCK_ROWS = 256
 
 
 def _logsumexp(a: FloatArray, axis: int) -> FloatArray:
@@ -698,7 +705,8 @@ class RCAEngine:
         The verdicts and the state after the block equal those of :meth:`update` called row by
         row (``tests/rca/test_block.py::test_blocks_equal_rows``): the CUSUMs and episodes
         are stepped in plain floats (:mod:`fedrca.rca.block`), and the windows' evidence and
-        the decisions of all rows are computed in one vectorised pass, O(M^2) per row whatever
+        the decisions of the rows are computed in vectorised passes of at most :data:`BLOCK_ROWS` rows
+        (a long block takes several: its working memory is that of one pass), O(M^2) per row whatever
         the window's length.
 
         Raises
@@ -721,8 +729,10 @@ class RCAEngine:
             stop = int(wrong[0]) + 1 if len(wrong) else len(seq_arr)
         M = len(self.plants)
         K = self.model.n_components
-        # rows per pass: the (rows, M, M) and (rows, M, K) intermediates stay small
-        step = max(1, _BLOCK_ELEMENTS // max(M * M, M * K, 1))
+        # rows per pass: the (rows, M, M) and (rows, M, K) intermediates stay small, and as large for a
+        # block of a thousand rows as for one of BLOCK_ROWS (the same verdicts and state whatever the passes:
+        # tests/streams/test_rca_memory.py::test_a_long_block_takes_passes_of_block_rows)
+        step = max(1, min(BLOCK_ROWS, _BLOCK_ELEMENTS // max(M * M, M * K, 1)))
         out: list[Verdict] = []
         for lo in range(0, stop, step):
             hi = min(stop, lo + step)

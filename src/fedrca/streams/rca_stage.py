@@ -1,9 +1,10 @@
 """Pure core of the central RCA stream: flags in, verdicts out.
 
 Aligns the published flags of all plants by seq (:class:`FlagAligner`) and hands
-the rows a batch of flags completes to the RCA engine at once
-(:meth:`fedrca.rca.RCAEngine.update_block`: the same verdicts as row by row, at a
-fraction of the cost), whose verdicts are the verdicts-topic contract
+the rows a batch of flags completes to the RCA engine in blocks of at most
+:data:`~fedrca.rca.engine.BLOCK_ROWS` rows (:meth:`fedrca.rca.RCAEngine.update_block`: the same verdicts
+as row by row, at a fraction of the cost; a burst holds no more at once than one block), whose
+verdicts are the verdicts-topic contract
 (:class:`fedrca.contracts.Verdict`). Verdict ids are deterministic (site, root
 cause, evidence window), so a replayed or re-processed window never produces a second
 verdict: the stage keeps the seq of the last row it judged (``judged``, in its state) and
@@ -36,6 +37,7 @@ from numpy.typing import ArrayLike
 from fedrca.config.limits import MAX_REMEMBERED_VERDICTS
 from fedrca.contracts import FlagColumns, FlagMessage, Verdict
 from fedrca.exceptions import DataError
+from fedrca.rca.engine import BLOCK_ROWS
 from fedrca.rca.sensors import SensorEvents
 from fedrca.streams.aligner import AlignedRow, FlagAligner
 
@@ -244,10 +246,24 @@ class RCAStage:
         return self.judge(self.aligner.flush())
 
     def judge(self, rows: list[AlignedRow]) -> list[Verdict]:
-        """Judge released rows, in order, in one engine block; the verdicts not emitted before.
+        """Judge released rows, in order, in engine blocks of at most :data:`~fedrca.rca.engine.BLOCK_ROWS`
+        rows; the verdicts not emitted before.
 
         Each row's sensor events come before its process verdict, as row by row: the engine's
-        verdicts of the block are placed after the sensor events of the row they were issued at."""
+        verdicts of a block are placed after the sensor events of the row they were issued at. The
+        blocks give the verdicts of one block (and of the rows one by one: the engine's
+        ``update_block``), and bound what judging holds at once (the rows' codes, levels and events,
+        the engine's intermediates) to one block's, however many rows a catch-up burst releases
+        (``tests/streams/test_rca_memory.py``)."""
+        if len(rows) <= BLOCK_ROWS:
+            return self._judge_block(rows)
+        out: list[Verdict] = []
+        for lo in range(0, len(rows), BLOCK_ROWS):
+            out += self._judge_block(rows[lo : lo + BLOCK_ROWS])
+        return out
+
+    def _judge_block(self, rows: list[AlignedRow]) -> list[Verdict]:
+        """:meth:`judge` of one engine block."""
         if not rows:
             return []
         plants, M = self.plants, len(self.plants)

@@ -20,6 +20,7 @@ reaches without that plant ``privacy_withheld``.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import time
@@ -54,7 +55,7 @@ from fedrca.exceptions import ArtifactError, ConfigError, DataError, MessageErro
 from fedrca.observability import Metrics
 from fedrca.privacy.accounting import gaussian_mu
 from fedrca.privacy.ledger import FlagWindow
-from fedrca.rca.engine import RCAEngine, build_engine
+from fedrca.rca.engine import BLOCK_ROWS, RCAEngine, build_engine
 from fedrca.rca.graph import InterdependencyGraph
 from fedrca.streams.aligner import AlignedRow
 from fedrca.streams.processor import PlantProcessor, ProcessorOutput
@@ -70,6 +71,32 @@ refresh_log = logging.getLogger("fedrca.drift")
 STREAMING_BLAS_THREADS = 1
 #: Rows of one batch whose new sensor faults a plant worker logs (the metrics count every one).
 MAX_LOGGED_FAULTS = 5
+
+
+def _c_malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (None where the C library has none: musl, macOS)."""
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _c_malloc_trim()
+
+
+def release_free_heap() -> bool:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``); False where there is none.
+
+    Called after a batch larger than one slice (:meth:`RCARuntime.process_flags`), in this one place: what
+    such a batch decoded, aligned and judged is freed by then, but glibc keeps the freed pages, so the
+    worker's RSS would stay at the batch's high-water mark, a step at every catch-up burst (the hour's soak,
+    docs/streams.md, "Soak"). A steady batch is never that large and is not trimmed; a call walks the heap's
+    free chunks once (a fraction of a millisecond for a worker's heap).
+    """
+    if _MALLOC_TRIM is None:
+        return False
+    _MALLOC_TRIM(0)
+    return True
 
 
 def streaming_threads() -> threadpool_limits:
@@ -440,6 +467,8 @@ class RCARuntime:
         #: align a batch of plain flags at once when the aligner can (False: always flag by flag, the reference
         #: the batch path is checked against)
         self.batch_align = True
+        #: most flags of a batch taken at once (:meth:`process_flags`): a block of the engine's rows of every plant
+        self.chunk_flags = BLOCK_ROWS * max(1, len(config.plant_names))
         self._export_versions()
 
     @property
@@ -486,12 +515,39 @@ class RCARuntime:
         """Validate flags, align, judge; returns (verdicts, rejected flags).
 
         The flags are aligned one by one, in order; the rows they complete are judged at
-        once (one engine block per batch: :meth:`RCAStage.judge`). A process verdict reached at a
+        once (engine blocks: :meth:`RCAStage.judge`). A process verdict reached at a
         row released while a plant withheld its flags is marked ``privacy_withheld``, as if
         the rows were judged one by one.
+
+        A batch is taken in slices of :attr:`chunk_flags` flags (a few hundred rows of the site's
+        plants), one after the other: what a slice decodes, aligns and judges is let go before the
+        next, so the batch's working memory is that of one slice however many flags it holds (a
+        catch-up burst; ``tests/streams/test_rca_memory.py``). The verdicts, dead letters and state
+        are those of the batch taken whole
+        (``tests/streams/test_rca_memory.py::test_a_batch_in_slices_gives_what_it_gives_whole``); the metrics
+        count the batch once. After a batch of more than one slice the C heap's free pages are given back
+        (:func:`release_free_heap`).
         """
         started = time.perf_counter()
         now = time.time()
+        step = self.chunk_flags
+        if len(raws) <= step:
+            verdicts, rejected = self._process_slice(raws, now)
+        else:
+            verdicts, rejected = [], []
+            for lo in range(0, len(raws), step):
+                issued, refused = self._process_slice(raws[lo : lo + step], now)
+                verdicts += issued
+                rejected += refused
+            # the slices' memory is free again: hand it back, or RSS keeps the burst's high-water mark
+            release_free_heap()
+        self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
+        self._record(verdicts)
+        self.metrics.record_latency("rca", time.perf_counter() - started)
+        return verdicts, rejected
+
+    def _process_slice(self, raws: list[bytes], now: float) -> tuple[list[Verdict], list[tuple[bytes, MessageError]]]:
+        """:meth:`process_flags` of one slice of a batch, without its metrics (dead letters are counted)."""
         rejected: list[tuple[bytes, MessageError]] = []
         rows: list[AlignedRow] = []
         marked: set[int] = set()  # seqs of the rows released while a plant withheld
@@ -503,11 +559,7 @@ class RCARuntime:
         # dead letters either way)
         released = self._align_columns(raws, now, levels) if self.batch_align else None
         if released is not None:
-            verdicts = stage.judge(released)
-            self.metrics.record_messages_in("rca", "all", len(raws))
-            self._record(verdicts)
-            self.metrics.record_latency("rca", time.perf_counter() - started)
-            return verdicts, rejected
+            return stage.judge(released), rejected
         for raw, flag in zip(raws, decode_flags(raws, self.config.site, self._plants, now), strict=True):
             if isinstance(flag, MessageError):
                 rejected.append((raw, flag))
@@ -540,9 +592,6 @@ class RCARuntime:
             dataclasses.replace(v, outcome=PRIVACY_WITHHELD) if v.seq in marked and not v.is_sensor_event else v
             for v in stage.judge(rows)
         ]
-        self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
-        self._record(verdicts)
-        self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
     def _align_columns(self, raws: list[bytes], now: float, levels: int | None) -> list[AlignedRow] | None:
