@@ -38,3 +38,12 @@ def test_without_the_severity_evidence_the_same_rows_name_no_root():
     """severity_violation 1: a plant severe before its root costs nothing, the two roots tie."""
     for strong in PLANTS:
         assert all(v.root_cause is None for v in together(strong, severity_violation=1.0))
+
+
+def test_the_reason_names_the_severity_order_when_both_began_together():
+    """Two plants began alarming in the same row: the reason names the severity order, not the onset order."""
+    for strong in PLANTS:
+        weak = next(p for p in PLANTS if p != strong)
+        change = together(strong)[-1].reason.change
+        assert change.startswith(f"the severity order decides: {strong} and {weak} began alarming in the same row")
+        assert "alarmed before" not in change

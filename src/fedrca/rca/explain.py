@@ -141,8 +141,16 @@ def _change(evidence: Evidence, named: int, runner: int, margin: float) -> str:
     k, r = named - 1, runner - 1
     flags = float(evidence.unordered[named] - evidence.unordered[runner])
     share = evidence.share
-    if flags <= 0.0:
-        first = evidence.first
+    first = evidence.first
+    if flags <= 0.0 and first[k] >= 0 and first[k] == first[r]:
+        # both began in the same row: the onset order says nothing, the severity order decides
+        # (tests/rca/test_severity.py::test_the_reason_names_the_severity_order_when_both_began_together)
+        text = (
+            f"the severity order decides: {name} and {other} began alarming in the same row, {name} reached "
+            f"the higher alarm levels first; on the window's flags alone {other} would lead by {-flags:.1f} "
+            f"nats: {other} would be named had it reached them first"
+        )
+    elif flags <= 0.0:
         when = ""
         if first[k] >= 0 and first[r] >= 0:
             when = f" ({int(first[r] - first[k])} rows after {name})"
