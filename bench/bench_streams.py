@@ -60,6 +60,8 @@ flags/s; p99 produce->verdict < 100 ms at 1,000 messages/s and < 150 ms at 5,000
 
     python bench/bench_streams.py --repeat 3      # what ``make bench`` runs
     python bench/bench_streams.py --order-only    # phase 3's account alone: the flags' order, exactly once
+    python bench/bench_streams.py --latency-only  # phase 3 alone, per run: latency, stages, CPU, transactions
+    python bench/bench_streams.py --latency-only --trace DIR  # and where the slowest verdicts spent their time
 
 ``FEDRCA_BENCH_PROFILE=<dir>`` runs the workers under cProfile (``<dir>/<worker>.prof``;
 the figures are then slower than normal).
@@ -130,18 +132,22 @@ FITTED: dict[Any, Any] = {}
 class Worker:
     """One ``fedrca run`` process of the benchmark (log in the work directory, metrics on a free port)."""
 
-    def __init__(self, name: str, config: Path, bootstrap: str, roles: str, workdir: Path) -> None:
+    def __init__(
+        self, name: str, config: Path, bootstrap: str, roles: str, workdir: Path, trace: Path | None = None
+    ) -> None:
         self.name = name
         self.log = workdir / f"{name}.log"
         prefix = [sys.executable]
         profile_dir = os.environ.get(PROFILE_ENV)
-        if profile_dir:
+        if trace is not None:  # fedrca run through bench/latency_trace.py, its trace written to ``trace``
+            prefix += [str(HERE / "latency_trace.py"), str(trace)]
+        elif profile_dir:
             Path(profile_dir).mkdir(parents=True, exist_ok=True)
-            prefix += ["-m", "cProfile", "-o", str(Path(profile_dir) / f"{name}.prof")]
+            prefix += ["-m", "cProfile", "-o", str(Path(profile_dir) / f"{name}.prof"), "-m", "fedrca.cli"]
+        else:
+            prefix += ["-m", "fedrca.cli"]
         command = [
             *prefix,
-            "-m",
-            "fedrca.cli",
             "run",
             "--config",
             str(config),
@@ -927,7 +933,9 @@ def _pace(prod: Any, topics: dict[str, str], keys: dict[str, bytes], rows: list[
     return sent_ns, (futures, achieved)
 
 
-def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
+def latency(bootstrap: str, workdir: Path, trace: Path | None = None) -> dict[str, Any]:
+    """Phase 3 (module docstring); with ``trace`` (a directory) the workers run traced (bench/latency_trace.py)
+    and what the benchmark saw is saved beside their traces, for :func:`latency_trace.breakdown`."""
     import pandas as pd
 
     from fedrca.application.site import plant_runtime, rca_runtime
@@ -951,9 +959,15 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
     frame = pd.concat([synthetic_frame(columns, WARMUP_ROWS), *([faults] * len(RATES))], ignore_index=True)
     rows = encode_rows(site, plants, frame)
     total = len(rows)
+    if trace is not None:
+        trace.mkdir(parents=True, exist_ok=True)
+
+    def traced(name: str) -> Path | None:
+        return None if trace is None else trace / f"{name}.trace.jsonl"
+
     workers = [
-        Worker("plants", config_path, bootstrap, "plants,params", workdir),
-        Worker("rca", config_path, bootstrap, "rca", workdir),
+        Worker("plants", config_path, bootstrap, "plants,params", workdir, traced("plants")),
+        Worker("rca", config_path, bootstrap, "rca", workdir, traced("rca")),
     ]
     flags_reader: CommittedReader | None = None
     try:
@@ -1053,6 +1067,8 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
         rca_done.close()
         if any(f.failed() for f in futures):
             raise RuntimeError("some sensor messages were not acknowledged")
+        # the sensor record of (row, plant): the futures are row by row, plant by plant, warm-up first
+        offsets = np.array([f.value.offset for f in futures], dtype=np.int64).reshape(total, len(plants))
         try:
             got = results.get(timeout=60)
         except Exception:
@@ -1115,6 +1131,22 @@ def latency(bootstrap: str, workdir: Path) -> dict[str, Any]:
                 },
             }
         )
+    if trace is not None:
+        from latency_trace import save_inputs
+
+        save_inputs(
+            trace,
+            plants=list(plants),
+            topics=topics,
+            offsets=offsets.tolist(),
+            segments=segments[1:],
+            spans=spans,
+            offered=[RATES[k] * len(plants) for k in range(len(RATES))],
+            sent_ns=sent_ns.tolist(),
+            got=got,
+            flags=[(f["plant"], int(f["seq"]), offset) for f, _, offset in flags],
+            what_if=os.environ.get("FEDRCA_TRACE_WHAT_IF", ""),
+        )
     return {
         "rows": total,
         "messages": total * len(plants),
@@ -1174,6 +1206,58 @@ def order_only(bootstrap: str, repeat: int) -> int:
                 f"{lat['lost']} verdicts lost, {lat['duplicated']} duplicated; problem: {lat['problem'] or 'none'}",
                 flush=True,
             )
+    return 1 if failed else 0
+
+
+def latency_only(bootstrap: str, repeat: int, trace: Path | None = None) -> int:
+    """``--latency-only``: the latency phase per run (produce -> verdict, the stages, CPU per batch, transactions
+    per second) and its account; 1 on a problem. No peer and no target: for comparing two codes run back to back
+    on the same machine. With ``trace`` (``--trace DIR``) the workers run traced and each run's breakdown of its
+    slowest verdicts follows it (bench/latency_trace.py; the traces stay in ``DIR/run<k>``)."""
+    from latency_trace import breakdown
+
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="fedrca-bench-latency-") as tmp:
+        for k in range(repeat):
+            where = None if trace is None else trace / f"run{k + 1}"
+            lat = latency(bootstrap, Path(tmp) / f"latency{k}", where)
+            failed += lat["problem"] is not None
+            print(f"run {k + 1}/{repeat}: {lat['verdicts']} verdicts; problem: {lat['problem'] or 'none'}", flush=True)
+            for rate in lat["rates"]:
+                verdict, flag = rate["verdict"], rate["flag"]
+                print(
+                    f"  {rate['offered']:,.0f} msgs/s ({rate['achieved']:,.0f} achieved): "
+                    f"produce -> verdict p50 / p99 / p99.9 {verdict[0]:.1f} / {verdict[1]:.1f} / {verdict[2]:.1f} ms "
+                    f"({rate['verdicts']} verdicts); "
+                    f"-> flag committed p50 / p99 {flag[0]:.1f} / {flag[1]:.1f} ms",
+                    flush=True,
+                )
+                stages = rate["stages"]
+                print(
+                    "    stages p50 / p99 ms: "
+                    + ", ".join(f"{s} {stages[s][0]:.1f} / {stages[s][1]:.1f}" for s in STAGES if s in stages),
+                    flush=True,
+                )
+                cpu, txn = rate["cpu"], rate.get("txn_per_s", {})
+                batches = cpu.get("plants_batches") or float("nan")
+                rca_batches = cpu.get("rca_batches") or float("nan")
+                print(
+                    f"    plant worker {1e6 * cpu['plants_cpu'] / cpu['messages']:.0f} us per message, "
+                    f"{1e3 * cpu['plants_cpu'] / batches:.2f} ms per partition batch "
+                    f"({cpu['messages'] / batches:.1f} messages); "
+                    f"RCA worker {1e3 * cpu['rca_cpu'] / rca_batches:.2f} ms per batch; "
+                    f"transactions per second: RCA {txn.get('rca', float('nan')):.0f}, "
+                    f"each plant partition {txn.get('plant', float('nan')):.0f}",
+                    flush=True,
+                )
+            if where is not None:
+                print(f"  where the time went (traced; {where}):", flush=True)
+                for text in breakdown(where):
+                    print(f"  {text}", flush=True)
+    if trace is not None and repeat > 1:
+        print(f"where the time went, the {repeat} runs' verdicts pooled (traced; {trace}):", flush=True)
+        for text in breakdown(*(trace / f"run{k + 1}" for k in range(repeat))):
+            print(f"  {text}", flush=True)
     return 1 if failed else 0
 
 
@@ -1373,7 +1457,23 @@ def main(argv: list[str] | None = None, repeat: int | None = None) -> int:
         help="only the latency phase, for its account: per run the largest lead of a flag over a newer one "
         "on the flags topic, the RCA's late dead letters, verdicts lost and duplicated (counts, no timing)",
     )
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only the latency phase, per run: produce -> verdict and the stages at 1,000 and 5,000 msgs/s, the "
+        "workers' CPU per batch and transactions per second, and its account (no peer, no target: an A/B of two "
+        "codes back to back on one machine)",
+    )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        metavar="DIR",
+        help="with --latency-only: run the workers traced (bench/latency_trace.py) and print where the slowest "
+        "verdicts spent their time; the traces are kept in DIR/run<k>",
+    )
     args = parser.parse_args([] if argv is None else argv)
+    if args.trace is not None and not args.latency_only:
+        parser.error("--trace goes with --latency-only")
     repeat = repeat or args.repeat
     sys.path.insert(0, str(HERE))
     import logging
@@ -1387,9 +1487,11 @@ def main(argv: list[str] | None = None, repeat: int | None = None) -> int:
         logging.getLogger(name).setLevel(logging.ERROR)
     bootstrap, state, took = start_broker()
     how = "reused" if state["reused"] else f"started in {took:.1f} s"
-    if args.order_only:
+    if args.order_only or args.latency_only:
         try:
-            return order_only(bootstrap, repeat)
+            if args.order_only:
+                return order_only(bootstrap, repeat)
+            return latency_only(bootstrap, repeat, args.trace)
         finally:
             release_broker()
     runs = []

@@ -108,7 +108,10 @@ FIGURES: dict[str, Figure] = {
     ),
     "bench-sites": Figure((PYTHON, "bench/run.py", "sites"), bench_section("sites"), ("docs/sizing.md",), fenced=False),
     "soak": Figure(
-        (PYTHON, "tools/soak.py", "--minutes", "60", "--rate", "1000"), soak_table, ("docs/streams.md",), fenced=False
+        (PYTHON, "tools/soak.py", "--minutes", "60", "--rate", "1000", "--standby"),
+        soak_table,
+        ("docs/streams.md",),
+        fenced=False,
     ),
     "faults": Figure((PYTHON, "bench/bench_faults.py"), _whole, ("docs/faults.md",), writes_file=True),
     "imperfect": Figure(
