@@ -772,6 +772,7 @@ FITTED_FOR = {
     "rows": ("one map per training size (both flag epsilons pooled)", "one per training size"),
     "rows-shrunk": ("one map per training size, shrunk toward a shared one", "one per training size"),
     "setting": ("one map per setting", "one per setting"),
+    "setting-shrunk": ("one map per setting, shrunk toward its training size's", "one per setting"),
 }
 
 
@@ -1109,11 +1110,11 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         "config/tep.calibration.json ships; with --calibration, no finer than --maps: each map has one table)",
     )  # fmt: skip
     parser.add_argument(
-        "--maps", default=None, choices=("pooled", "rows", "setting", "rows-shrunk"),
+        "--maps", default=None, choices=("pooled", "rows", "setting", "rows-shrunk", "setting-shrunk"),
         help="what one calibration map is fitted for in the cross-validation, and how the maps --calibration writes "
         "are keyed: every setting (pooled: one map), each training size, each setting (training size and flag "
-        "epsilon), or each training size shrunk toward a shared map (default: rca_calibration.SHIPPED_MAPS, what "
-        "config/tep.calibration.json ships)",
+        "epsilon), each training size shrunk toward a shared map, or each setting shrunk toward its training size's "
+        "map (default: rca_calibration.SHIPPED_MAPS, what config/tep.calibration.json ships)",
     )  # fmt: skip
     parser.add_argument(
         "--set-rule", default=None, choices=("mass", "plant"),

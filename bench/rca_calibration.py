@@ -92,14 +92,15 @@ LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 SET_RULE = "plant"
 #: what one set threshold or one map is fitted for in the cross-validation (:func:`threshold_key`)
 THRESHOLDS_BY = ("pooled", "rows", "setting")
-#: what one map is fitted for: as THRESHOLDS_BY, or one per training size shrunk toward a shared one (_fit_keyed)
-MAPS_BY = (*THRESHOLDS_BY, "rows-shrunk")
+#: what one map is fitted for: as THRESHOLDS_BY, or one per training size shrunk toward a shared one, or one per setting
+#: shrunk toward its training size's (_fit_keyed)
+MAPS_BY = (*THRESHOLDS_BY, "rows-shrunk", "setting-shrunk")
 #: what config/tep.calibration.json ships: one map per training size (the RCA side learns its plants' training rows
 #: from what they publish: fedrca.rca.engine.training_rows), one set threshold for every setting (a threshold per
 #: training size collapses at 2,880 rows: docs/rca.md, "A threshold or a map per setting")
 SHIPPED_MAPS, SHIPPED_THRESHOLDS = "rows", "pooled"
 #: how finely each part of the library is cut (a set threshold's part must hold a whole map's)
-_GRAIN = {"pooled": 0, "rows": 1, "rows-shrunk": 1, "setting": 2}
+_GRAIN = {"pooled": 0, "rows": 1, "rows-shrunk": 1, "setting": 2, "setting-shrunk": 2}
 
 
 def shippable(maps_by: str, thresholds_by: str) -> bool:
@@ -203,11 +204,26 @@ def _fit_keyed(samples: Samples, plants: Sequence[str], by: str) -> dict[str, Ca
     """One map per part of the library (:func:`threshold_key`: ``pooled`` one for every setting); ``rows-shrunk``:
     one per training size, all fitted at once as a shared map plus one difference per training size (the features
     and their products with "this verdict's training size is k", every weight under the same L2 penalty), so a
-    size's map leaves the shared one only as far as its own runs show."""
+    size's map leaves the shared one only as far as its own runs show; ``setting-shrunk``: one per setting, those of
+    each training size fitted at once in the same way (a map of the size plus one difference per flag epsilon)."""
     keys = np.array([threshold_key(s, by) for s in samples.setting])
     parts = [str(k) for k in np.unique(keys)]
-    if by != "rows-shrunk":
+    if by not in ("rows-shrunk", "setting-shrunk"):
         return {k: _fit(samples.where(keys == k), plants) for k in parts}
+    if by == "rows-shrunk":
+        return _fit_shrunk(samples, plants, keys, parts)
+    sizes = np.array([threshold_key(s, "rows") for s in samples.setting])
+    out: dict[str, CalibrationMap] = {}
+    for size in np.unique(sizes):
+        mine = sizes == size
+        out.update(_fit_shrunk(samples.where(mine), plants, keys[mine], [k for k in parts if k in set(keys[mine])]))
+    return out
+
+
+def _fit_shrunk(samples: Samples, plants: Sequence[str], keys: np.ndarray, parts: Sequence[str]) -> dict[
+        str, CalibrationMap]:  # fmt: skip
+    """One map per part (``keys`` (N,) the part of each verdict) fitted at once: a shared map plus one difference per
+    part, every weight under the same L2 penalty."""
     F = len(FEATURES)
     # x_joint = [x, x 1[part 1], ..., x 1[part K]]; the map of part k: w_shared + w_k
     joint = np.concatenate([samples.x] + [samples.x * (keys == k)[:, None, None] for k in parts], axis=2)
@@ -267,13 +283,13 @@ def _out_of_fold(
 
 def threshold_key(setting: str, by: str) -> str:
     """The part of the library a set threshold or a map is fitted for (``by`` one of :data:`MAPS_BY`): ``pooled``
-    one for every setting, ``rows`` (and ``rows-shrunk``) one per training size, ``setting`` one per setting (a site
-    knows its training size and flag epsilon)."""
+    one for every setting, ``rows`` (and ``rows-shrunk``) one per training size, ``setting`` (and
+    ``setting-shrunk``) one per setting (a site knows its training size and flag epsilon)."""
     if by == "pooled":
         return "all"
     if by in ("rows", "rows-shrunk"):  # settings are named fedrca-<rows>-<eps>
         return setting.split("-")[1]
-    if by == "setting":
+    if by in ("setting", "setting-shrunk"):
         return setting
     raise ValueError(f"a map or a set threshold by {by!r}: one of {', '.join(MAPS_BY)}")
 
@@ -396,7 +412,7 @@ def final_maps(
         if maps_by != "pooled":
             r["training rows"] = row_range[n_rows]
             name += f"-rows{n_rows}"
-        if maps_by == "setting":
+        if maps_by in ("setting", "setting-shrunk"):
             r["flag epsilon"] = eps_range[eps]
             name += f"-eps{eps:g}"
         mine = np.isin(samples.setting, members)
@@ -404,7 +420,7 @@ def final_maps(
                                    "verdicts": int(mine.sum())}  # fmt: skip
         if maps_by != "pooled":
             part_on["training rows"] = n_rows
-        if maps_by == "setting":
+        if maps_by in ("setting", "setting-shrunk"):
             part_on["flag epsilon"] = "inf" if math.isinf(eps) else eps
         cv = scores.get("cross-validated", {})
         part_scores: dict[str, Any] = {"cross-validated": {s: v for s, v in cv.items() if s in members}}

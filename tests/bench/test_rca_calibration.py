@@ -29,7 +29,8 @@ def test_threshold_key_names_the_part_of_the_library(rc: ModuleType) -> None:
     assert rc.threshold_key("fedrca-2880-inf", "rows") == rc.threshold_key("fedrca-2880-2", "rows") == "2880"
     assert rc.threshold_key("fedrca-500-2", "rows") == "500"
     assert rc.threshold_key("fedrca-500-2", "setting") != rc.threshold_key("fedrca-500-inf", "setting")
-    with pytest.raises(ValueError, match="one of pooled, rows, setting, rows-shrunk"):
+    assert rc.threshold_key("fedrca-500-2", "setting-shrunk") == rc.threshold_key("fedrca-500-2", "setting")
+    with pytest.raises(ValueError, match="one of pooled, rows, setting, rows-shrunk, setting-shrunk"):
         rc.threshold_key("fedrca-500-2", "epsilon")
 
 
@@ -63,7 +64,13 @@ def test_maps_and_thresholds_per_part_of_the_library(rc: ModuleType) -> None:
     samples = _library(rc)
     plants = ("a", "b", "c")
     at_500 = samples.setting == "fedrca-500-inf"
-    ablations = (("pooled", "pooled"), ("rows", "pooled"), ("rows-shrunk", "pooled"), ("pooled", "rows"))
+    ablations = (
+        ("pooled", "pooled"),
+        ("rows", "pooled"),
+        ("rows-shrunk", "pooled"),
+        ("setting-shrunk", "pooled"),
+        ("pooled", "rows"),
+    )
     for maps_by, thresholds_by in ablations:
         probs, maps = rc.cross_validate(samples, plants, thresholds_by, maps_by)
         # every verdict's probabilities are its map's
@@ -145,3 +152,33 @@ def test_shared_inner_fits_are_the_fits_of_each_fold(rc: ModuleType, monkeypatch
         table = rc._thresholds(inside, inner, "setting", rc.SET_RULE)
         for i in np.flatnonzero(test):
             assert maps[i].thresholds == table[samples.setting[i]]
+
+
+def test_maps_per_setting_shrunk_toward_their_training_size(rc: ModuleType) -> None:
+    """``setting-shrunk``: one map per setting, those of one training size fitted together (a map of the size plus one
+    difference per flag epsilon), those of another size apart; the file keys them by both."""
+    library = _library(rc)
+    # the runs once more at the other training size and flag epsilon 2: at 500 rows, eps 2 the favourite is always
+    # the root, at 2,880 rows, eps 2 only in two runs of three
+    other = {"fedrca-2880-inf": "fedrca-500-2", "fedrca-500-inf": "fedrca-2880-2"}
+    copy = np.array([other[str(s)] for s in library.setting])
+    samples = rc.Samples(*(np.concatenate([getattr(library, f), copy if f == "setting" else getattr(library, f)])
+                           for f in library.__dataclass_fields__))  # fmt: skip
+    plants = ("a", "b", "c")
+    fitted = rc._fit_keyed(samples, plants, "setting-shrunk")
+    assert sorted(fitted) == ["fedrca-2880-2", "fedrca-2880-inf", "fedrca-500-2", "fedrca-500-inf"]
+    # the two flag epsilons of one size have their own maps (one names a wrong root in a run of three, one never)
+    assert fitted["fedrca-500-2"].weights != fitted["fedrca-500-inf"].weights
+    # a training size's maps are fitted on its own runs alone
+    for size in ("500", "2880"):
+        mine = np.array([rc.threshold_key(str(s), "rows") == size for s in samples.setting])
+        alone = rc._fit_keyed(samples.where(mine), plants, "setting-shrunk")
+        assert sorted(alone) == [f"fedrca-{size}-2", f"fedrca-{size}-inf"]
+        assert all(alone[k].weights == fitted[k].weights for k in alone)
+    probs, _ = rc.cross_validate(samples, plants, "pooled", "setting-shrunk")
+    maps = rc.final_maps(samples, plants, {"cross-validated": {}}, {"library": "test"}, probs, rc.SET_RULE,
+                         "setting-shrunk", "pooled")  # fmt: skip
+    assert [m.name for m in maps.maps] == ["tep-library-rows500-eps2", "tep-library-rows500-epsinf",
+                                           "tep-library-rows2880-eps2", "tep-library-rows2880-epsinf"]  # fmt: skip
+    for i, (rows, eps) in enumerate(((500, 2.0), (500, float("inf")), (2880, 2.0), (2880, float("inf")))):
+        assert maps.select(rows, eps) is maps.maps[i]
