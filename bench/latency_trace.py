@@ -33,6 +33,7 @@ import gc
 import itertools
 import json
 import math
+import runpy
 import statistics
 import sys
 import threading
@@ -301,9 +302,15 @@ def _what_if(cls: Any, worker: str) -> None:
 def run_worker(argv: list[str]) -> int:
     """``latency_trace.py TRACE_FILE run ...``: ``fedrca run ...`` traced into TRACE_FILE."""
     install(Path(argv[0]))
-    from fedrca.cli import main as fedrca
-
-    return fedrca(argv[1:])
+    # the worker is the ``fedrca`` command run as a program (``python -m fedrca.cli``, as bench_streams starts
+    # it untraced and under cProfile), not the shell imported: bench/ imports no fedrca.cli
+    # (tests/test_layout.py::test_bench_and_tools_never_import_the_tests_or_the_shell)
+    sys.argv = ["fedrca", *argv[1:]]
+    try:
+        runpy.run_module("fedrca.cli", run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    return 0
 
 
 # -- in the benchmark -------------------------------------------------------------------------------
