@@ -28,33 +28,42 @@ flag older than that row that arrives after it is *late*. Past its start, the re
 sequence depends only on the flags and the lateness, not on timing: the same input
 always yields the same rows and hence the same verdicts
 (tests/streams/test_aligner.py::test_any_arrival_order_within_lateness_gives_the_same_rows).
+
+The rows waiting for their plants live in preallocated numpy arrays, a ring of ``allowed_lateness + 2``
+slots (a row's slot: its seq modulo the ring's size), one byte a plant for its flag, its times, level and
+sensor-fault bit: however many rows a plant runs ahead of the others (a plant worker catching up after a
+take-over), waiting allocates no Python object per row or flag, so a catch-up's rows leave no small
+objects behind in the interpreter's allocator (``tests/streams/test_rca_catchup.py``). The state writes
+them as a few strings (:meth:`FlagAligner.get_state`) and reads the dictionaries of earlier states.
 """
 
 from __future__ import annotations
 
 import base64
-import itertools
 import math
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fedrca.contracts import FlagColumns, FlagMessage, FlagState
-from fedrca.exceptions import ConfigError
+from fedrca.exceptions import ConfigError, DataError
 
 __all__ = ["AlignedRow", "FlagAligner"]
 
-#: How the buffer stores a flag without evidence (present for completeness).
+#: How a released row's flags (and earlier states' rows waiting) hold a flag without evidence, and no flag
 _WITHHELD = (-1, -1)
 _DEGRADED = (-2, -2)
-#: The memory's character of each stored pair (a row's code: one per plant, "-" when absent)
 _ABSENT = (-3, -3)
-_CHARS = {(zc, za): str(int(FlagState.of(zc, za))) for zc in (0, 1) for za in (0, 1)} | {
-    _WITHHELD: "w",
-    _DEGRADED: "d",
-    _ABSENT: "-",
-}
+#: A waiting row's cell (one byte a plant): 0 no flag yet, 1 degraded, 2 withheld, 3 + 2 zc + za a pair; its
+#: character in the memory's codes and the state (``_CELL_CHARS[cell]``: "-", "d", "w", else the pair's
+#: FlagState) and its pair (``_CELL_PAIRS[cell]``)
+_NONE, _DEG, _WH, _PAIR = 0, 1, 2, 3
+_CELL_PAIRS: tuple[tuple[int, int], ...] = (_ABSENT, _DEGRADED, _WITHHELD, (0, 0), (0, 1), (1, 0), (1, 1))
+_CELL_CHARS = "-dw" + "".join(str(int(FlagState.of(*pair))) for pair in _CELL_PAIRS[_PAIR:])
+_CELL_TABLE = np.frombuffer(_CELL_CHARS.encode("ascii"), dtype=np.uint8)
 #: Released rows per compressed block of the memory's codes in the state (:meth:`FlagAligner.get_state`)
 _BLOCK_ROWS = 500
 
@@ -66,6 +75,34 @@ def _pack(codes: bytes | bytearray) -> str:
 
 def _unpack(text: str) -> bytes:
     return zlib.decompress(base64.b64decode(text))
+
+
+def _b64(values: np.ndarray, dtype: str) -> str:
+    """An array as ``dtype`` (little-endian: ``"<f8"``, ``"<i8"``), its bytes in base64: exact (floats round-trip
+    bit for bit, NaN and inf too) and one string, not a list of numbers."""
+    return base64.b64encode(np.asarray(values).astype(dtype).tobytes()).decode("ascii")
+
+
+def _unb64(text: str, dtype: str) -> np.ndarray:
+    """:func:`_b64`'s array back (native byte order, writable)."""
+    return np.frombuffer(base64.b64decode(text), dtype=dtype).astype(dtype.lstrip("<"))
+
+
+def _bits(mask: np.ndarray) -> str:
+    """A boolean array as ``0``/``1`` characters."""
+    return (mask.astype(np.uint8) + np.uint8(ord("0"))).tobytes().decode("ascii")
+
+
+def _cell(flag: FlagMessage) -> int:
+    """A flag's cell (``_NONE`` never): withheld, degraded, or its pair of 0/1 bits."""
+    if flag.withheld:
+        return _WH
+    if flag.degraded:
+        return _DEG
+    zc, za = flag.zc, flag.za
+    if zc in (0, 1) and za in (0, 1):
+        return _PAIR + 2 * int(zc) + int(za)
+    raise DataError(f"flag of plant '{flag.plant}' seq {flag.seq}: bits ({zc}, {za}) are not two 0/1 bits")
 
 
 @dataclass(frozen=True)
@@ -98,7 +135,7 @@ class FlagAligner:
 
     Parameters
     ----------
-    plants : every plant that publishes flags
+    plants : every plant that publishes flags (a flag of another plant is refused: DataError)
     allowed_lateness : how many samples a row may wait for missing plants
     memory : how many released rows are remembered to recognise duplicates
     max_clock_skew : seconds a plant's time may differ from its row's before the row is judged
@@ -126,14 +163,12 @@ class FlagAligner:
         self.allowed_lateness = allowed_lateness
         self.memory = memory
         self.max_clock_skew = float(max_clock_skew)
-        self._buffer: dict[int, dict[str, tuple[int, int]]] = {}
-        self._ts: dict[int, float] = {}
-        self._plant_ts: dict[int, dict[str, float]] = {}  # a plant's time when it differs from _ts
-        self._sensor: dict[int, list[str]] = {}  # plants whose sensor-fault bit is 1
-        self._levels: dict[int, dict[str, int]] = {}
         self._next_seq: int | None = None
         self._max_seq = -1
         self._index = {p: i for i, p in enumerate(self.plants)}
+        # The rows waiting (seqs next_seq .. at most next_seq + ring - 1: a row further ahead makes the rows
+        # it makes overdue go first, `_make_room`), each in the slot seq % ring of arrays allocated here.
+        self._alloc(allowed_lateness + 2)
         # Released rows as (seq, one character per plant: "-" absent, else its FlagState). The
         # memory is written with every batch of a worker, so its serialised form is kept up to
         # date as rows come and go: runs of consecutive seqs and the codes as one ASCII buffer, compressed
@@ -146,6 +181,54 @@ class FlagAligner:
         self._skip = 0
         self._tail = 0
 
+    def _alloc(self, ring: int) -> None:
+        """The arrays of ``ring`` waiting rows, empty."""
+        M = len(self.plants)
+        self._ring = ring
+        self._cells = np.zeros((ring, M), dtype=np.int8)  # each plant's cell (_NONE: no flag yet)
+        self._count = np.zeros(ring, dtype=np.int64)  # plants present (0: no row in the slot)
+        self._first_ts = np.zeros(ring)  # the time of the row's first flag
+        self._plant_ts = np.zeros((ring, M))  # each present plant's time
+        self._level = np.zeros((ring, M), dtype=np.int64)
+        self._leveled = np.zeros((ring, M), dtype=bool)  # the flag published a level (and carries evidence)
+        self._faulty = np.zeros((ring, M), dtype=bool)  # the flag's sensor-fault bit (not withheld)
+        self._pending = 0  # rows waiting
+
+    # -- the rows waiting ----------------------------------------------------------------------------------
+    def _waiting(self) -> np.ndarray:
+        """Seqs of the rows waiting, in increasing order (all within a ring from ``_next_seq``)."""
+        if not self._pending or self._next_seq is None:
+            return np.zeros(0, dtype=np.int64)
+        base = self._next_seq
+        start = base % self._ring
+        held = np.concatenate((self._count[start:], self._count[:start]))
+        return base + np.flatnonzero(held)
+
+    def _first_waiting(self, seq: int) -> int:
+        """The smallest seq of a waiting row at or after ``seq`` (one exists; every one within a ring from it)."""
+        start = seq % self._ring
+        after = np.flatnonzero(self._count[start:])
+        if after.size:
+            return seq + int(after[0])
+        return seq + self._ring - start + int(np.flatnonzero(self._count[:start])[0])
+
+    def _make_room(self, seq: int) -> list[AlignedRow]:
+        """Release what a flag of ``seq``, a ring or more past the next row, makes overdue, before it is held.
+
+        The release after the flag would release them (its seq the newest): rows up to ``seq`` less
+        the lateness, then complete ones up to ``seq``'s row, which is not waiting (it is further
+        than any waiting row) and not overdue; so releasing first gives the same rows, and leaves every
+        waiting row within the lateness of ``seq``. With no row waiting the release after it would skip
+        the rows between (overdue, none came) to ``seq``.
+        """
+        if seq < self._next_seq + self._ring:  # type: ignore[operator]
+            return []
+        self._max_seq = max(self._max_seq, seq)
+        out = self._release()
+        if seq >= self._next_seq + self._ring:  # type: ignore[operator]
+            self._next_seq = seq  # nothing waits
+        return out
+
     def add(self, flag: FlagMessage) -> tuple[list[AlignedRow], str]:
         """Add one flag; returns the rows now released and the flag's status.
 
@@ -155,42 +238,71 @@ class FlagAligner:
         seq = flag.seq
         if self._next_seq is None or (not self._released and seq < self._next_seq):
             # Until the first row is released, the stream starts at the smallest seq seen.
+            if self._next_seq is not None and self._max_seq - seq >= self._ring:
+                return self._lone(flag), "buffered"
             self._next_seq = seq
         next_seq = self._next_seq
-        # a withheld sample is stored as (-1, -1), a degraded one as (-2, -2): present for completeness, no evidence
-        bits = _WITHHELD if flag.withheld else _DEGRADED if flag.degraded else (flag.zc, flag.za)
+        cell = _cell(flag)
         if seq < next_seq:
             for released, code in reversed(self._released):
                 if released == seq:
                     index = self._index.get(flag.plant)
-                    same = index is not None and code[index] == self._char(bits)
+                    same = index is not None and code[index] == _CELL_CHARS[cell]
                     return [], "duplicate" if same else "late"
                 if released < seq:
                     break
             return [], "late"
-        buffer = self._buffer
-        row = buffer.get(seq)
-        if row is None:
-            row = buffer[seq] = {}
+        m = self._index.get(flag.plant)
+        if m is None:
+            raise DataError(f"flag of plant '{flag.plant}', which is not one of {', '.join(self.plants)}")
+        out = self._make_room(seq)
+        slot = seq % self._ring
+        held = int(self._cells[slot, m])
         status = "buffered"
-        plant = flag.plant
-        if plant in row:
-            status = "duplicate" if row[plant] == bits else "conflict"
+        if held:
+            status = "duplicate" if held == cell else "conflict"
         else:
-            row[plant] = bits
-            first_ts = self._ts.setdefault(seq, flag.ts)
-            if flag.ts != first_ts:
-                self._plant_ts.setdefault(seq, {})[plant] = flag.ts
+            if not self._count[slot]:
+                self._first_ts[slot] = flag.ts
+                self._pending += 1
+            self._count[slot] += 1
+            self._cells[slot, m] = cell
+            self._plant_ts[slot, m] = flag.ts
             if flag.sensor_fault and not flag.withheld:
-                self._sensor.setdefault(seq, []).append(plant)
+                self._faulty[slot, m] = True
             if flag.level is not None and flag.evidence:
-                self._levels.setdefault(seq, {})[plant] = flag.level
+                self._level[slot, m] = flag.level
+                self._leveled[slot, m] = True
         if seq > self._max_seq:
             self._max_seq = seq
-        head = buffer.get(next_seq)
-        if head is not None and len(head) < len(self.plants) and self._max_seq - next_seq <= self.allowed_lateness:
-            return [], status  # the next row waits for its plants (what _release finds first)
-        return self._release(), status
+        next_seq = self._next_seq
+        head = int(self._count[next_seq % self._ring])
+        if head and head < len(self.plants) and self._max_seq - next_seq <= self.allowed_lateness:
+            return out, status  # the next row waits for its plants (what _release finds first)
+        return out + self._release(), status
+
+    def _lone(self, flag: FlagMessage) -> list[AlignedRow]:
+        """A flag more than a ring older than the newest seq, before the stream started: the stream now starts at
+        its row, which is overdue at once and goes alone (the rows waiting stay, the next one first)."""
+        cell = _cell(flag)
+        m = self._index.get(flag.plant)
+        if m is None:
+            raise DataError(f"flag of plant '{flag.plant}', which is not one of {', '.join(self.plants)}")
+        M = len(self.plants)
+        cells = [_NONE] * M
+        cells[m] = cell
+        times = [0.0] * M
+        times[m] = flag.ts
+        levels: list[int | None] = [None] * M
+        if flag.level is not None and flag.evidence:
+            levels[m] = flag.level
+        faulty = [False] * M
+        faulty[m] = bool(flag.sensor_fault and not flag.withheld)
+        first = self._first_waiting(self._next_seq) if self._pending else flag.seq + 1  # type: ignore[arg-type]
+        row, code = self._row(flag.seq, cells, flag.ts, times, levels, faulty)
+        self._remember(flag.seq, code)
+        self._next_seq = first
+        return [row, *self._release()]
 
     def add_columns(self, flags: FlagColumns) -> list[AlignedRow] | None:
         """Add a batch of plain flags (none withheld or degraded) at once when none of them can be late, a
@@ -204,124 +316,219 @@ class FlagAligner:
         overdue before it came). Then every flag is ``buffered`` and the rows released, their
         contents and the aligner's state equal those of :meth:`add` flag by flag: completeness and
         the newest seq only grow, so one release after the batch releases what releases after each
-        flag would (``tests/streams/test_aligner.py::test_columns_equal_flag_by_flag``).
+        flag would (``tests/streams/test_aligner.py::test_columns_equal_flag_by_flag``); a batch whose
+        rows reach a ring past the next row is held in parts, each after the release its first flag
+        makes due (:meth:`_make_room`).
         """
-        seqs, plants = flags.seq, flags.plant
-        next_seq, buffer = self._next_seq, self._buffer
-        if not seqs:
+        next_seq = self._next_seq
+        if not flags.seq:
             return []
-        if next_seq is None or not self._released or min(seqs) < next_seq:
+        if next_seq is None or not self._released or min(flags.seq) < next_seq:
             return None
-        if len(set(zip(plants, seqs, strict=True))) != len(seqs):
+        index = self._index
+        try:
+            cols = np.array([index[p] for p in flags.plant], dtype=np.intp)
+            seqs = np.array(flags.seq, dtype=np.int64)
+            zc = np.array(flags.zc, dtype=np.int64)
+            za = np.array(flags.za, dtype=np.int64)
+        except (KeyError, OverflowError, TypeError, ValueError):
+            return None  # another plant, or numbers no flag has: flag by flag names the problem
+        if ((zc | za) & ~1).any():
             return None
-        if buffer and any(s in buffer and p in buffer[s] for p, s in zip(plants, seqs, strict=True)):
+        M, ring = len(self.plants), self._ring
+        if np.unique((seqs - next_seq) * M + cols).size != seqs.size:
+            return None  # a (plant, seq) twice
+        near = seqs < next_seq + ring
+        if self._pending and (self._cells[seqs[near] % ring, cols[near]] != _NONE).any():
+            return None  # a flag held already for its plant
+        held = np.union1d(seqs, self._waiting())
+        if held.size != held[-1] - next_seq + 1:  # a row missing: it would be skipped
             return None
-        held = set(seqs).union(buffer)
-        if len(held) != max(held) - next_seq + 1:  # a row missing: it would be skipped
+        newest = np.maximum.accumulate(np.concatenate(([self._max_seq], seqs)))[:-1]
+        if (seqs < newest - self.allowed_lateness).any():
             return None
-        lateness = self.allowed_lateness
-        newest = itertools.accumulate(seqs, max, initial=self._max_seq)
-        if any(s < before - lateness for s, before in zip(seqs, newest, strict=False)):
-            return None
-        ts_of, plant_ts, levels = self._ts, self._plant_ts, self._levels
-        for plant, seq, ts, zc, za, level in zip(plants, seqs, flags.ts, flags.zc, flags.za, flags.level, strict=True):
-            row = buffer.get(seq)
-            if row is None:
-                row = buffer[seq] = {}
-            row[plant] = (zc, za)
-            first_ts = ts_of.setdefault(seq, ts)
-            if ts != first_ts:
-                plant_ts.setdefault(seq, {})[plant] = ts
-            if level is not None:
-                levels.setdefault(seq, {})[plant] = level
-        if flags.sensor_fault is not None:  # as add: a plain flag's sensor-fault bit, in arrival order
-            sensor = self._sensor
-            for plant, seq, fault in zip(plants, seqs, flags.sensor_fault, strict=True):
-                if fault:
-                    sensor.setdefault(seq, []).append(plant)
-        self._max_seq = max(self._max_seq, max(seqs))
-        return self._release()
+        ts = np.array(flags.ts, dtype=np.float64)
+        cells = (_PAIR + 2 * zc + za).astype(np.int8)
+        leveled = None
+        levels = np.zeros(seqs.size, dtype=np.int64)
+        if any(x is not None for x in flags.level):
+            leveled = np.array([x is not None for x in flags.level])
+            levels[:] = [0 if x is None else x for x in flags.level]
+        faulty = None if flags.sensor_fault is None else np.array(flags.sensor_fault, dtype=bool)
+        out: list[AlignedRow] = []
+        lo = 0
+        if held[-1] >= next_seq + ring:  # rows beyond the ring: held in parts (a long catch-up in one batch)
+            for k, seq in enumerate(flags.seq):
+                if seq >= self._next_seq + ring:  # type: ignore[operator]
+                    self._hold(seqs, cols, ts, cells, levels, leveled, faulty, lo, k)
+                    lo = k
+                    out += self._make_room(seq)
+        self._hold(seqs, cols, ts, cells, levels, leveled, faulty, lo, seqs.size)
+        self._max_seq = max(self._max_seq, int(seqs.max()))
+        return out + self._release()
+
+    def _hold(
+        self,
+        seqs: np.ndarray,
+        cols: np.ndarray,
+        ts: np.ndarray,
+        cells: np.ndarray,
+        levels: np.ndarray,
+        leveled: np.ndarray | None,
+        faulty: np.ndarray | None,
+        lo: int,
+        hi: int,
+    ) -> None:
+        """Hold flags ``lo:hi`` of a batch :meth:`add_columns` takes (none held already, all within a ring)."""
+        if hi <= lo:
+            return
+        seq, col = seqs[lo:hi], cols[lo:hi]
+        slot = seq % self._ring
+        rows, first, counts = np.unique(seq, return_index=True, return_counts=True)
+        at = rows % self._ring
+        new = self._count[at] == 0
+        # a new row's time is its first flag's (add's setdefault)
+        self._first_ts[at[new]] = ts[lo:hi][first[new]]
+        self._pending += int(new.sum())
+        self._count[at] += counts
+        self._cells[slot, col] = cells[lo:hi]
+        self._plant_ts[slot, col] = ts[lo:hi]
+        if leveled is not None:
+            pick = leveled[lo:hi]
+            self._level[slot[pick], col[pick]] = levels[lo:hi][pick]
+            self._leveled[slot[pick], col[pick]] = True
+        if faulty is not None:
+            pick = faulty[lo:hi]
+            self._faulty[slot[pick], col[pick]] = True
 
     def flush(self) -> list[AlignedRow]:
         """Release everything buffered (end of a finite stream)."""
         return self._release(force_all=True)
 
     def _release(self, force_all: bool = False) -> list[AlignedRow]:
-        out: list[AlignedRow] = []
-        n_plants = len(self.plants)
-        new, setattr_ = object.__new__, object.__setattr__
-        while self._buffer and self._next_seq is not None:
-            seq = self._next_seq
-            row = self._buffer.get(seq)
-            overdue = force_all or self._max_seq - seq > self.allowed_lateness
-            if row is None:
+        if not self._pending or self._next_seq is None:
+            return []
+        count, ring, n_plants = self._count, self._ring, len(self.plants)
+        lateness, newest = self.allowed_lateness, self._max_seq
+        seq = self._next_seq
+        left = self._pending
+        seqs: list[int] = []
+        while left:
+            present = int(count[seq % ring])
+            overdue = force_all or newest - seq > lateness
+            if not present:
                 if not overdue:
                     break
                 # Nothing reported for this sample: skip it.
-                self._next_seq = min(self._buffer) if self._buffer else seq + 1
+                seq = self._first_waiting(seq)
                 continue
-            if len(row) < n_plants and not overdue:
+            if present < n_plants and not overdue:
                 break
-            del self._buffer[seq]
-            first_ts = self._ts.pop(seq)
-            plant_ts = self._plant_ts.pop(seq, None)
-            faulty = self._sensor.pop(seq, ())
-            levels = self._levels.pop(seq, {})
-            if plant_ts is None and min(row.values()) >= (0, 0):
-                # the common row: every plant's flag carries evidence, all at the same time (the median is
-                # that time, every offset 0.0, no plant off): what the general path below finds, in fewer
-                # steps (tests/streams/test_aligner.py::test_clock_fast_path_equals_the_median)
-                sensor = dict.fromkeys(row, 0)
-                for plant in faulty:
-                    sensor[plant] = 1
-                # the frozen row built without its per-field __init__ (half its cost), every field set in the
-                # class's order (tests/streams/test_aligner.py::test_a_common_row_is_an_ordinary_row)
-                aligned = new(AlignedRow)
-                setattr_(aligned, "__dict__", {
-                    "seq": seq,
-                    "ts": first_ts,
-                    "flags": row,  # out of the buffer: the row's own dict (no one else holds it)
-                    "complete": len(row) == n_plants,
-                    "withheld": (),
-                    "degraded": (),
-                    "levels": levels,
-                    "sensor": sensor,
-                    "clock": (),
-                    "offsets": dict.fromkeys(row, 0.0),
-                })  # fmt: skip
+            seqs.append(seq)
+            left -= 1
+            seq += 1
+        self._next_seq = seq
+        return self._emit(seqs) if seqs else []
+
+    def _emit(self, seqs: list[int]) -> list[AlignedRow]:
+        """The rows of ``seqs`` (waiting, in order), out of the ring and into the memory."""
+        slots = np.array(seqs, dtype=np.int64) % self._ring
+        cells = self._cells[slots]
+        first = self._first_ts[slots]
+        times = self._plant_ts[slots]
+        leveled = self._leveled[slots]
+        faulty = self._faulty[slots]
+        # a row whose plants' times all equal its first flag's, every flag with evidence: the common row
+        present = cells != _NONE
+        odd = ((times != first[:, None]) & present).any(axis=1) | ((cells == _WH) | (cells == _DEG)).any(axis=1)
+        codes = _CELL_TABLE[cells].tobytes().decode("ascii")
+        levels = self._level[slots].tolist() if leveled.any() else None
+        has_level = leveled.tolist() if levels is not None else None
+        faults = faulty.tolist() if faulty.any() else None
+        self._cells[slots] = _NONE
+        self._count[slots] = 0
+        self._leveled[slots] = False
+        self._faulty[slots] = False
+        self._pending -= len(seqs)
+        M, plants, pairs = len(self.plants), self.plants, _CELL_PAIRS
+        new, setattr_ = object.__new__, object.__setattr__
+        out: list[AlignedRow] = []
+        rows = zip(seqs, cells.tolist(), first.tolist(), odd.tolist(), strict=True)
+        for k, (seq, row, ts, unusual) in enumerate(rows):
+            code = codes[k * M : (k + 1) * M]
+            if unusual:
+                published: list[int | None] = [None] * M
+                if levels is not None and has_level is not None:
+                    published = [v if has else None for v, has in zip(levels[k], has_level[k], strict=True)]
+                bits = faults[k] if faults is not None else [False] * M
+                aligned, _ = self._row(seq, row, ts, times[k].tolist(), published, bits)
                 out.append(aligned)
-                self._remember(seq, self._code(row))
-                self._next_seq = seq + 1
+                self._remember(seq, code)
                 continue
-            off: set[str]
-            if plant_ts is None:
-                ts, offsets, off = first_ts, dict.fromkeys(row, 0.0), set()
-            else:
-                times = dict.fromkeys(row, first_ts)
-                times.update(plant_ts)
-                ts, offsets, off = self._clock(times)
-            evidence = {p: b for p, b in row.items() if b[0] >= 0 and p not in off}
-            withheld = tuple(p for p in self.plants if p in row and row[p] == _WITHHELD)
-            degraded = tuple(p for p in self.plants if p in row and row[p] == _DEGRADED and p not in off)
-            levels = {p: v for p, v in levels.items() if p not in off}
-            sensor = {p: int(p in faulty) for p in row if row[p] != _WITHHELD and p not in off}
-            out.append(
-                AlignedRow(
-                    seq,
-                    ts,
-                    evidence,
-                    complete=len(row) == n_plants,
-                    withheld=withheld,
-                    degraded=degraded,
-                    levels=levels,
-                    sensor=sensor,
-                    clock=tuple(p for p in self.plants if p in off),
-                    offsets=offsets,
-                )
-            )
-            self._remember(seq, self._code(row))
-            self._next_seq = seq + 1
+            # the common row: every plant's flag carries evidence, all at the same time (the median is
+            # that time, every offset 0.0, no plant off): what the general path finds, in fewer
+            # steps (tests/streams/test_aligner.py::test_clock_fast_path_equals_the_median)
+            flags = {p: pairs[c] for p, c in zip(plants, row, strict=True) if c}
+            sensor = dict.fromkeys(flags, 0)
+            if faults is not None:
+                for p, c, bit in zip(plants, row, faults[k], strict=True):
+                    if bit and c:
+                        sensor[p] = 1
+            row_levels: dict[str, int] = {}
+            if levels is not None and has_level is not None:
+                row_levels = {p: v for p, v, has in zip(plants, levels[k], has_level[k], strict=True) if has}
+            # the frozen row built without its per-field __init__ (half its cost), every field set in the
+            # class's order (tests/streams/test_aligner.py::test_a_common_row_is_an_ordinary_row)
+            aligned = new(AlignedRow)
+            setattr_(aligned, "__dict__", {
+                "seq": seq,
+                "ts": ts,
+                "flags": flags,
+                "complete": len(flags) == M,
+                "withheld": (),
+                "degraded": (),
+                "levels": row_levels,
+                "sensor": sensor,
+                "clock": (),
+                "offsets": dict.fromkeys(flags, 0.0),
+            })  # fmt: skip
+            out.append(aligned)
+            self._remember(seq, code)
         return out
+
+    def _row(
+        self,
+        seq: int,
+        cells: list[int],
+        first_ts: float,
+        times: list[float],
+        levels: list[int | None],
+        faulty: list[bool],
+    ) -> tuple[AlignedRow, str]:
+        """A released row from its cells (plants' order), its first flag's time, each plant's time, level
+        (None: none published) and sensor-fault bit; and its memory code."""
+        plants = self.plants
+        present = [(p, c, t) for p, c, t in zip(plants, cells, times, strict=True) if c != _NONE]
+        if any(t != first_ts for _, _, t in present):
+            # a plant's own time where it differs from the row's first flag's (NaN differs from itself)
+            ts, offsets, off = self._clock({p: (t if t != first_ts else first_ts) for p, _, t in present})
+        else:
+            ts, offsets, off = first_ts, {p: 0.0 for p, _, _ in present}, set()
+        status = dict(zip(plants, cells, strict=True))
+        row = AlignedRow(
+            seq,
+            ts,
+            {p: _CELL_PAIRS[c] for p, c, _ in present if c >= _PAIR and p not in off},
+            complete=len(present) == len(plants),
+            withheld=tuple(p for p in plants if status[p] == _WH),
+            degraded=tuple(p for p in plants if status[p] == _DEG and p not in off),
+            levels={p: v for p, v in zip(plants, levels, strict=True) if v is not None and p not in off},
+            sensor={p: int(bit) for p, bit in zip(plants, faulty, strict=True) if status[p] not in (_NONE, _WH)
+                    and p not in off},
+            clock=tuple(p for p in plants if p in off),
+            offsets=offsets,
+        )  # fmt: skip
+        return row, "".join(_CELL_CHARS[c] for c in cells)
 
     def _clock(self, times: dict[str, float]) -> tuple[float, dict[str, float], set[str]]:
         """The row's time (median of its plants' times), each plant's offset from it, and the plants whose
@@ -368,21 +575,17 @@ class FlagAligner:
             self._blocks.append(_pack(self._codes[len(self._codes) - _BLOCK_ROWS * len(code) :]))
             self._tail = 0
 
-    @staticmethod
-    def _char(bits: tuple[int, int]) -> str:
-        char = _CHARS.get(bits)
-        return char if char is not None else str(int(FlagState.of(*bits)))
-
-    def _code(self, row: dict[str, tuple[int, int]]) -> str:
-        chars = _CHARS
-        get = row.get
-        try:
-            return "".join([chars[get(p, _ABSENT)] for p in self.plants])
-        except KeyError:  # a pair outside the table (FlagState.of names the problem)
-            return "".join([self._char(bits) if (bits := get(p)) is not None else "-" for p in self.plants])
-
     def get_state(self) -> dict[str, Any]:
         """JSON-friendly state.
+
+        The rows waiting are written as a few strings, not an object per row: ``buffer`` their
+        seqs, ``cells`` one character per row and plant (plants' order; ``-`` no flag yet, ``d``
+        degraded, ``w`` withheld, else the pair's :class:`~fedrca.contracts.FlagState`),
+        ``first_ts`` each row's first flag's time (float64, base64), and only when any is set
+        ``plant_ts`` each plant's time (0 where absent), ``leveled`` (``1`` where the plant published a
+        level) with ``levels`` (those levels, int64, base64) and ``faulty`` (``1`` where its sensor-fault
+        bit is set). Earlier states (a dictionary per row) still restore
+        (``tests/streams/test_rca_catchup.py::test_an_earlier_states_waiting_rows_restore``).
 
         The memory of released rows is written with every batch of a worker, so it is
         compact: the seqs as runs of consecutive seqs (``[first, count]``; released seqs are
@@ -394,12 +597,28 @@ class FlagAligner:
         whole memory (``released_skip``: the first block's rows forgotten since).
         """
         tail = self._codes[len(self._codes) - self._tail * len(self.plants) :]
+        seqs = self._waiting()
+        slots = seqs % self._ring
+        cells = self._cells[slots]
+        present = cells != _NONE
+        first = self._first_ts[slots]
+        waiting: dict[str, Any] = {
+            "buffer": seqs.tolist(),
+            "cells": _CELL_TABLE[cells].tobytes().decode("ascii"),
+            "first_ts": _b64(first, "<f8"),
+        }
+        times = self._plant_ts[slots]
+        if ((times != first[:, None]) & present).any():
+            waiting["plant_ts"] = _b64(np.where(present, times, 0.0), "<f8")
+        leveled = self._leveled[slots]
+        if leveled.any():
+            waiting["leveled"] = _bits(leveled)
+            waiting["levels"] = _b64(self._level[slots][leveled], "<i8")  # the published ones, row by row
+        faulty = self._faulty[slots]
+        if faulty.any():
+            waiting["faulty"] = _bits(faulty)
         return {
-            "buffer": {str(s): {p: list(b) for p, b in row.items()} for s, row in self._buffer.items()},
-            "ts": {str(s): t for s, t in self._ts.items()},
-            "plant_ts": {str(s): dict(row) for s, row in self._plant_ts.items()},
-            "sensor": {str(s): list(plants) for s, plants in self._sensor.items()},
-            "levels": {str(s): dict(row) for s, row in self._levels.items()},
+            **waiting,
             "next_seq": self._next_seq,
             "max_seq": self._max_seq,
             "released_runs": [list(run) for run in self._runs],
@@ -408,16 +627,10 @@ class FlagAligner:
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state` output."""
-        self._buffer = {
-            int(s): {p: (int(b[0]), int(b[1])) for p, b in row.items()} for s, row in state["buffer"].items()
-        }
-        self._ts = {int(s): float(t) for s, t in state["ts"].items()}
-        self._plant_ts = {int(s): {p: float(t) for p, t in row.items()} for s, row in state.get("plant_ts", {}).items()}
-        self._sensor = {int(s): [str(p) for p in plants] for s, plants in state.get("sensor", {}).items()}
-        self._levels = {int(s): {p: int(v) for p, v in row.items()} for s, row in state.get("levels", {}).items()}
+        """Restore :meth:`get_state` output (or an earlier state's: the rows waiting as dictionaries)."""
         self._next_seq = state["next_seq"]
         self._max_seq = int(state["max_seq"])
+        self._restore_waiting(state)
         width = len(self.plants)
         blocks: list[bytes] | None = None
         if "released_blocks_z" in state:
@@ -449,3 +662,81 @@ class FlagAligner:
             # another size keep the ones just rebuilt
             self._blocks = deque(state["released_blocks_z"][:-1])
             self._skip, self._tail = skip, len(blocks[-1]) // width
+
+    def _restore_waiting(self, state: dict[str, Any]) -> None:
+        """The rows waiting of a state, into a ring large enough for them (one of a worker that allowed more
+        lateness may span more than this one's ring: the ring grows to hold them)."""
+        M = len(self.plants)
+        buffer = state["buffer"]
+        if isinstance(buffer, dict):  # earlier states: {seq: {plant: [zc, za]}} and a dictionary per field
+            seqs = sorted(int(s) for s in buffer)
+            rows = [buffer[str(s)] if str(s) in buffer else buffer[s] for s in seqs]
+            cells = np.zeros((len(seqs), M), dtype=np.int8)
+            for k, row in enumerate(rows):
+                for plant, bits in row.items():
+                    pair = (int(bits[0]), int(bits[1]))
+                    cells[k, self._column(plant)] = (
+                        _WH if pair == _WITHHELD else _DEG if pair == _DEGRADED else _CELL_PAIRS.index(pair)
+                    )
+            ts, plant_ts = state["ts"], state.get("plant_ts", {})
+            first = np.array([float(ts[str(s)]) for s in seqs], dtype=np.float64)
+            times = np.repeat(first[:, None], M, axis=1)
+            levels = np.zeros((len(seqs), M), dtype=np.int64)
+            leveled = np.zeros((len(seqs), M), dtype=bool)
+            faulty = np.zeros((len(seqs), M), dtype=bool)
+            for k, s in enumerate(seqs):
+                for plant, t in plant_ts.get(str(s), {}).items():
+                    times[k, self._column(plant)] = float(t)
+                for plant, v in state.get("levels", {}).get(str(s), {}).items():
+                    levels[k, self._column(plant)] = int(v)
+                    leveled[k, self._column(plant)] = True
+                for plant in state.get("sensor", {}).get(str(s), []):
+                    faulty[k, self._column(plant)] = True
+        else:
+            seqs = [int(s) for s in buffer]
+            shape = (len(seqs), M)
+            table = np.full(256, -1, dtype=np.int16)
+            table[_CELL_TABLE] = np.arange(len(_CELL_CHARS))
+            read = table[np.frombuffer(state["cells"].encode("ascii"), dtype=np.uint8)].reshape(shape)
+            if (read < 0).any():
+                raise DataError("the aligner's state has a cell character other than " + _CELL_CHARS)
+            cells = read.astype(np.int8)
+            first = _unb64(state["first_ts"], "<f8").reshape(len(seqs))
+            times = (
+                _unb64(state["plant_ts"], "<f8").reshape(shape)
+                if "plant_ts" in state
+                else np.repeat(first[:, None], M, axis=1)
+            )
+            leveled = (
+                np.frombuffer(state["leveled"].encode("ascii"), dtype=np.uint8).reshape(shape) == ord("1")
+                if "leveled" in state
+                else np.zeros(shape, dtype=bool)
+            )
+            levels = np.zeros(shape, dtype=np.int64)
+            if "leveled" in state:
+                levels[leveled] = _unb64(state["levels"], "<i8")
+            faulty = (
+                np.frombuffer(state["faulty"].encode("ascii"), dtype=np.uint8).reshape(shape) == ord("1")
+                if "faulty" in state
+                else np.zeros(shape, dtype=bool)
+            )
+        present = cells != _NONE
+        if seqs and (self._next_seq is None or seqs[0] < self._next_seq or not present.any(axis=1).all()):
+            raise DataError("the aligner's state has a waiting row before its next row, or one without a flag")
+        span = seqs[-1] - self._next_seq + 1 if seqs else 0  # type: ignore[operator]
+        self._alloc(max(self.allowed_lateness + 2, span))
+        slots = np.array(seqs, dtype=np.int64) % self._ring
+        self._cells[slots] = cells
+        self._count[slots] = present.sum(axis=1)
+        self._first_ts[slots] = first
+        self._plant_ts[slots] = np.where(present, times, first[:, None])
+        self._level[slots] = np.where(leveled, levels, 0)
+        self._leveled[slots] = leveled & present
+        self._faulty[slots] = faulty & present
+        self._pending = len(seqs)
+
+    def _column(self, plant: str) -> int:
+        m = self._index.get(plant)
+        if m is None:
+            raise DataError(f"the aligner's state has a flag of plant '{plant}', not one of {', '.join(self.plants)}")
+        return m

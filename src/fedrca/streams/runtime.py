@@ -467,8 +467,10 @@ class RCARuntime:
         #: align a batch of plain flags at once when the aligner can (False: always flag by flag, the reference
         #: the batch path is checked against)
         self.batch_align = True
-        #: most flags of a batch taken at once (:meth:`process_flags`): a block of the engine's rows of every plant
-        self.chunk_flags = BLOCK_ROWS * max(1, len(config.plant_names))
+        #: most flags of a batch decoded and aligned at once (:meth:`process_flags`): as many as an engine block
+        #: has rows (each decoded message is a few hundred bytes of the interpreter's small objects until the slice
+        #: is aligned: a slice of every plant's rows of a block held 1,280 of them at the TEP site)
+        self.chunk_flags = BLOCK_ROWS
         self._export_versions()
 
     @property
@@ -519,26 +521,32 @@ class RCARuntime:
         row released while a plant withheld its flags is marked ``privacy_withheld``, as if
         the rows were judged one by one.
 
-        A batch is taken in slices of :attr:`chunk_flags` flags (a few hundred rows of the site's
-        plants), one after the other: what a slice decodes, aligns and judges is let go before the
-        next, so the batch's working memory is that of one slice however many flags it holds (a
-        catch-up burst; ``tests/streams/test_rca_memory.py``). The verdicts, dead letters and state
-        are those of the batch taken whole
-        (``tests/streams/test_rca_memory.py::test_a_batch_in_slices_gives_what_it_gives_whole``); the metrics
-        count the batch once. After a batch of more than one slice the C heap's free pages are given back
-        (:func:`release_free_heap`).
+        A batch is decoded and aligned in slices of :attr:`chunk_flags` flags, one after the other,
+        and the rows they release are judged as soon as they fill an engine block
+        (:data:`~fedrca.rca.engine.BLOCK_ROWS` rows), the rest at the end: what the batch holds at
+        once is one slice's decoded messages and less than two blocks of rows, however many flags
+        it holds (a catch-up burst; ``tests/streams/test_rca_memory.py``,
+        ``tests/streams/test_rca_catchup.py``), while a large batch of plants in step is still
+        judged in whole blocks. The verdicts, dead letters and state are those of the batch taken
+        whole (``tests/streams/test_rca_memory.py::test_a_batch_in_slices_gives_what_it_gives_whole``);
+        the metrics count the batch once. After a batch of more than one slice the C heap's free pages
+        are given back (:func:`release_free_heap`).
         """
         started = time.perf_counter()
         now = time.time()
         step = self.chunk_flags
-        if len(raws) <= step:
-            verdicts, rejected = self._process_slice(raws, now)
-        else:
-            verdicts, rejected = [], []
-            for lo in range(0, len(raws), step):
-                issued, refused = self._process_slice(raws[lo : lo + step], now)
-                verdicts += issued
-                rejected += refused
+        verdicts: list[Verdict] = []
+        rejected: list[tuple[bytes, MessageError]] = []
+        rows: list[AlignedRow] = []  # released, not judged yet
+        marked: set[int] = set()  # seqs of the rows released while a plant withheld
+        for lo in range(0, len(raws), step):
+            rejected += self._align_slice(raws[lo : lo + step], now, rows, marked)
+            if len(rows) >= BLOCK_ROWS:  # whole blocks judged now; the rest waits for the next slices' rows
+                whole = len(rows) - len(rows) % BLOCK_ROWS
+                verdicts += self._judge(rows[:whole], marked)
+                del rows[:whole]
+        verdicts += self._judge(rows, marked)
+        if len(raws) > step:
             # the slices' memory is free again: hand it back, or RSS keeps the burst's high-water mark
             release_free_heap()
         self.metrics.record_messages_in("rca", "all", len(raws) - len(rejected))
@@ -546,11 +554,25 @@ class RCARuntime:
         self.metrics.record_latency("rca", time.perf_counter() - started)
         return verdicts, rejected
 
-    def _process_slice(self, raws: list[bytes], now: float) -> tuple[list[Verdict], list[tuple[bytes, MessageError]]]:
-        """:meth:`process_flags` of one slice of a batch, without its metrics (dead letters are counted)."""
+    def _judge(self, rows: list[AlignedRow], marked: set[int]) -> list[Verdict]:
+        """Judge released rows (:meth:`RCAStage.judge`); a process verdict at a row of ``marked`` says
+        ``privacy_withheld``."""
+        if not rows:
+            return []
+        issued = self.stage.judge(rows)
+        if not marked:
+            return issued
+        return [
+            dataclasses.replace(v, outcome=PRIVACY_WITHHELD) if v.seq in marked and not v.is_sensor_event else v
+            for v in issued
+        ]
+
+    def _align_slice(
+        self, raws: list[bytes], now: float, rows: list[AlignedRow], marked: set[int]
+    ) -> list[tuple[bytes, MessageError]]:
+        """Align one slice of a batch: the rows it releases appended to ``rows`` (those released while a plant
+        withheld its flags: their seqs into ``marked``); returns its dead letters (counted in the metrics)."""
         rejected: list[tuple[bytes, MessageError]] = []
-        rows: list[AlignedRow] = []
-        marked: set[int] = set()  # seqs of the rows released while a plant withheld
         severity = self.engine.severity
         levels = None if severity is None else severity.n_levels
         stage = self.stage
@@ -559,7 +581,8 @@ class RCARuntime:
         # dead letters either way)
         released = self._align_columns(raws, now, levels) if self.batch_align else None
         if released is not None:
-            return stage.judge(released), rejected
+            rows += released
+            return rejected
         for raw, flag in zip(raws, decode_flags(raws, self.config.site, self._plants, now), strict=True):
             if isinstance(flag, MessageError):
                 rejected.append((raw, flag))
@@ -588,11 +611,7 @@ class RCARuntime:
                 rows += released
                 if self.withheld:
                     marked.update(row.seq for row in released)
-        verdicts = [
-            dataclasses.replace(v, outcome=PRIVACY_WITHHELD) if v.seq in marked and not v.is_sensor_event else v
-            for v in stage.judge(rows)
-        ]
-        return verdicts, rejected
+        return rejected
 
     def _align_columns(self, raws: list[bytes], now: float, levels: int | None) -> list[AlignedRow] | None:
         """The rows a batch of plain flags releases, aligned at once; None when the batch must go flag by
