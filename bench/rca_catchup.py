@@ -16,7 +16,11 @@ arenas (``sys._debugmallocstats``) and, with ``--trace``, tracemalloc's current 
 version, ``git show REV:src/fedrca/streams/aligner.py > FILE``): the same stream, the same process
 set-up, the two aligners compared.
 
-    python bench/rca_catchup.py [--episodes 6] [--silent 600] [--trace] [--aligner FILE]
+``--behind`` sends the last plant's backlog last instead of the first plant's first, ``--own-clock`` gives each
+plant its own time (the aligner keeps each plant's), ``--slice`` the flags the runtime takes at once.
+
+    python bench/rca_catchup.py                                                # docs/streams.md, first run
+    python bench/rca_catchup.py --silent 900 --behind --own-clock --burst 2000  # docs/streams.md, second run
 """
 
 from __future__ import annotations
