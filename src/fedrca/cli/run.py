@@ -53,7 +53,7 @@ from fedrca.datasets.text import check_file
 from fedrca.drift import baseline_record_bytes, history_bytes
 from fedrca.exceptions import ArtifactError, ConfigError
 from fedrca.streams.runtime import RuntimeSettings
-from fedrca.streams.startup import StartupTimeline
+from fedrca.streams.startup import STANDBY, StartupTimeline
 
 __all__ = ["register"]
 
@@ -214,6 +214,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.standby:
         assert lock is not None
         _stand_by(lock, args)
+        timeline.mark(STANDBY)
     if args.metrics_port is not None:
         port = metrics.serve(args.metrics_port, addr=args.metrics_addr)
         print(
