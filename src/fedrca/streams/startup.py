@@ -69,7 +69,15 @@ class StartupTimeline:
         return any(name == step for name, _ in self.marks)
 
     def at(self, step: str) -> float | None:
-        """Wall-clock time ``step`` was over (None: not marked)."""
+        """Wall-clock time ``step`` was over (None: not marked).
+
+        Examples
+        --------
+        >>> t = StartupTimeline(origin=100.0)
+        >>> t.mark(STANDBY, at=160.0)
+        >>> t.at(STANDBY), t.at("imports")
+        (160.0, None)
+        """
         return next((when for name, when in self.marks if name == step), None)
 
     def steps(self) -> list[tuple[str, float, float]]:
