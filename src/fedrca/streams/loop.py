@@ -649,9 +649,11 @@ async def _scan_committed(
     await consumer.start()
     try:
         tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
+        # the offsets before the partition is assigned: once it is, the fetcher fetches from its beginning (up to
+        # SCAN_FETCH_BYTES, before the seek below) and the offsets requests wait behind that fetch
         end = (await consumer.end_offsets([tp]))[tp]
         beginning = (await consumer.beginning_offsets([tp]))[tp]
+        consumer.assign([tp])
         start = beginning if last is None else max(beginning, end - last)
         if since is not None and since <= end:
             start = max(start, since)
