@@ -70,16 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     import faust
 
     from fedrca.observability import SiteMetrics
-    from fedrca.streams.app import (
-        SiteRoles,
-        StandbyReads,
-        StreamSettings,
-        Worker,
-        create_app,
-        parse_roles,
-        use_uvloop,
-        warm_up,
-    )
+    from fedrca.streams.app import SiteRoles, StreamSettings, Worker, create_app, parse_roles, use_uvloop, warm_up
 
     timeline.mark("imports")
     use_uvloop()
@@ -226,14 +217,7 @@ def _run(args: argparse.Namespace) -> int:
         # take-over (the one below then finds little more to look at)
         gc.collect()
         gc.freeze()
-        # while it waits, the standby reads ahead what its take-over would read whole (the plants' histories)
-        reads = StandbyReads(worker.read_ahead(), settings.bootstrap, dict(settings.security))
-        reads.start()
-        try:
-            _stand_by(lock, args)
-        finally:
-            if not reads.stop():
-                worker.read_ahead(on=False)
+        _stand_by(lock, args)
         timeline.mark(STANDBY)
     if args.metrics_port is not None:
         port = metrics.serve(args.metrics_port, addr=args.metrics_addr)

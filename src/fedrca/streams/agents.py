@@ -46,7 +46,7 @@ from fedrca.contracts import (
 from fedrca.contracts.bounds import short
 from fedrca.contracts.deadletter import deadletter_record
 from fedrca.exceptions import FedrcaError, MessageError
-from fedrca.streams.loop import CompactedCopy, InputRecord, Outgoing, Processed, read_compacted_checked
+from fedrca.streams.loop import InputRecord, Outgoing, Processed, read_compacted_checked
 from fedrca.streams.runtime import PlantRuntime, RCARuntime
 
 __all__ = ["ParamsFollower", "PlantAgent", "RCAAgent"]
@@ -118,9 +118,6 @@ class PlantAgent:
         self.history_topic = names.history(plant)
         self._history: dict[bytes, bytes] = {}
         self._repairs: list[Outgoing] = []  # a refused history record's dead letter and re-write (load)
-        # the history topic as a hot standby read it ahead while it waited (fedrca.streams.app.StandbyReads):
-        # the next load reads only what was committed since, and lets it go
-        self.history_copy: CompactedCopy | None = None
 
     @property
     def keeper(self) -> Any:
@@ -140,15 +137,9 @@ class PlantAgent:
         if keeper is None:
             self._history = {}
             return
-        copy = self.history_copy
-        since, ahead = (0, 0) if copy is None else (copy.position, copy.read)
         self._history, repairs = await read_compacted_checked(
-            bootstrap, self.history_topic, timeout, keeper.check_record, security, copy=copy
+            bootstrap, self.history_topic, timeout, keeper.check_record, security
         )
-        if copy is not None:  # read once: a later take-over (a failed transaction) reads the topic whole
-            self.history_copy = None
-            log.info("%s: read back from offset %d on (%d records); the %d before it were read ahead on standby",
-                     self.history_topic, since, copy.read - ahead, ahead)  # fmt: skip
         for repair in repairs:
             for _, error in repair.refused:
                 self.runtime.metrics.record_deadletter(DeadLetterStage.STATE, error.reason)

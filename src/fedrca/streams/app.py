@@ -30,16 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import importlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from fedrca.connectors.names import SiteNames
 from fedrca.contracts import DeadLetterStage
@@ -47,14 +46,7 @@ from fedrca.exceptions import ConfigError
 from fedrca.observability import Metrics
 from fedrca.streams.agents import Heartbeat, ParamsFollower, PlantAgent, RCAAgent
 from fedrca.streams.compat import FedrcaApp
-from fedrca.streams.loop import (
-    SCAN_FETCH_BYTES,
-    BatchTimes,
-    CompactedCopy,
-    InputRecord,
-    LoopSettings,
-    TransactionalLoop,
-)
+from fedrca.streams.loop import BatchTimes, InputRecord, LoopSettings, TransactionalLoop
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, streaming_threads
 from fedrca.streams.startup import STANDBY, StartupTimeline
 
@@ -62,7 +54,6 @@ __all__ = [
     "ROLES",
     "WARM_UP",
     "SiteRoles",
-    "StandbyReads",
     "StreamSettings",
     "Worker",
     "create_app",
@@ -250,7 +241,6 @@ class Worker:
         ]
         self._metrics: dict[str, Metrics] = {}  # input topic -> the metrics of its site
         self.loops: list[TransactionalLoop] = []
-        self._plant_agents: list[PlantAgent] = []
         first = self.sites[0]
         if first.plants is not None:
             agents: dict[str, PlantAgent] = {}
@@ -260,7 +250,6 @@ class Worker:
                 for plant in site.plants.processors:
                     topic = site.names.sensors(plant)
                     agents[topic] = PlantAgent(site.plants, plant, site.names)
-                    self._plant_agents.append(agents[topic])
                     sites_of[topic] = site.names
                     self._metrics[topic] = site.plants.metrics
             plants_group = (
@@ -339,17 +328,6 @@ class Worker:
     def rca(self) -> RCARuntime | None:
         """The RCA runtime of the worker's (first) site."""
         return self.sites[0].rca
-
-    def read_ahead(self, on: bool = True) -> list[CompactedCopy]:
-        """Give every plant the worker serves that keeps a history topic (``drift.enabled``) a copy of it to read
-        ahead (:class:`StandbyReads`): its next take-over reads only what was committed after the copy's position.
-        ``on`` False lets the copies go (the take-overs read the topics whole)."""
-        copies = []
-        for agent in self._plant_agents:
-            agent.history_copy = CompactedCopy(agent.history_topic) if on and agent.keeper is not None else None
-            if agent.history_copy is not None:
-                copies.append(agent.history_copy)
-        return copies
 
     def _loop_settings(
         self, group: str, security: dict[str, Any], in_step: int | None = None, defer_quiet: float = 0.0
@@ -472,105 +450,6 @@ class Worker:
             times.committed - self.timeline.origin, since, times.committed - times.fetched,
             times.committed - times.processed,
         )  # fmt: skip
-
-
-class StandbyReads:
-    """What a hot standby reads ahead while it waits for its worker's lock (``fedrca run --standby``).
-
-    A plant's take-over reads its history topic whole (its rows and baselines, ``drift.enabled``),
-    and that topic holds every chunk its worker rewrote since the cleaner's last pass: megabytes per
-    plant at the soak's 1,000 messages/s, read once the dead process's producers are fenced, after
-    the kill. The standby follows those topics (committed records, one consumer of no group, on a
-    thread and an event loop of its own) into the plants' copies (:meth:`Worker.read_ahead`,
-    :class:`~fedrca.streams.loop.CompactedCopy`) from its start until it takes over; the take-over
-    then reads what was committed since the copy's position, with the result of a read of the whole
-    topic (docs/streams.md, "A hot standby"). Nothing is read of the partitions' state topics (each
-    read from its end at the take-over) and nothing is written.
-
-    Parameters
-    ----------
-    copies : the copies to read ahead (:meth:`Worker.read_ahead`), each at its topic's beginning
-    bootstrap : ``host:port`` of a broker
-    security : aiokafka keyword arguments (SASL / TLS)
-    """
-
-    def __init__(self, copies: Sequence[CompactedCopy], bootstrap: str, security: Mapping[str, Any]) -> None:
-        self.copies = list(copies)
-        self.bootstrap = bootstrap
-        self.security = dict(security)
-        self.error: BaseException | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()
-        self._still = threading.Event()  # set once no copy changes any more
-
-    def start(self) -> None:
-        """Follow the copies' topics on a thread of their own until :meth:`stop`."""
-        if not self.copies:
-            return
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            try:
-                self._loop = loop
-                self._task = loop.create_task(self._follow())
-                self._started.set()
-                loop.run_until_complete(self._task)
-            except BaseException as exc:  # a cancel (stop) or what the reads raised
-                if not isinstance(exc, asyncio.CancelledError):
-                    self.error = exc
-            finally:
-                self._still.set()
-                self._started.set()
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="fedrca-standby-reads", daemon=True)
-        self._thread.start()
-
-    async def _follow(self) -> None:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            # a log whose start moves past the position read (records deleted) stops the reads: the take-over
-            # then finds the copy behind the log's start and reads the topic whole (CompactedCopy.advance)
-            auto_offset_reset="none",
-            max_partition_fetch_bytes=SCAN_FETCH_BYTES,
-            **self.security,
-        )
-        of = {TopicPartition(copy.topic, 0): copy for copy in self.copies}
-        try:
-            await consumer.start()
-            consumer.assign(list(of))
-            await consumer.seek_to_beginning(*of)
-            while True:
-                for tp, records in (await consumer.getmany(*of, timeout_ms=500)).items():
-                    copy = of[tp]
-                    for record in records:
-                        copy.visit(record)
-        finally:
-            self._still.set()  # a cancel comes at an await: no record is half taken
-            await consumer.stop()
-
-    def stop(self, timeout: float = 10.0) -> bool:
-        """Stop following (the standby takes over); whether the copies are at rest, the take-over's from here on.
-        False when the reads did not stop within ``timeout`` seconds: let the copies go (:meth:`Worker.read_ahead`
-        with none), the take-over reads those topics whole."""
-        if self._thread is None:
-            return True
-        self._started.wait(timeout)
-        loop, task = self._loop, self._task
-        if loop is not None and task is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the reads are over
-                loop.call_soon_threadsafe(task.cancel)
-        if not self._still.wait(timeout):
-            log.warning("the reads ahead of the standby did not stop within %.0f s; reading the topics whole", timeout)
-            return False
-        if self.error is not None:  # what was read up to the error stands (a copy is whole up to its position)
-            log.warning("the reads ahead of the standby stopped early (%s)", self.error)
-        return True
 
 
 def create_app(name: str, settings: StreamSettings, worker: Worker) -> FedrcaApp:

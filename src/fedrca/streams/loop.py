@@ -55,7 +55,6 @@ from fedrca.exceptions import MessageError
 
 __all__ = [
     "BatchTimes",
-    "CompactedCopy",
     "InputRecord",
     "LoopSettings",
     "Outgoing",
@@ -465,62 +464,12 @@ async def read_state(
             if record.key == key:
                 scan.add(record.value)
 
-        whole, _ = await _scan_committed(
+        whole = await _scan_committed(
             bootstrap, topic, max(0.0, deadline - time.monotonic()), security, visit, f"the state of {topic}", window
         )
         if whole or scan.full:
             return scan.result()
         window *= 4
-
-
-class CompactedCopy:
-    """The newest committed record of every key of partition 0 of a compacted topic, as far as it was read.
-
-    A hot standby follows the compacted topics its take-over would read whole (a plant's history
-    topic: :class:`fedrca.streams.app.StandbyReads`) while it waits for its worker's lock; once the
-    take-over has fenced the dead process's producers it reads only what was committed since
-    (:meth:`advance`, :func:`read_compacted_checked`). The copy then holds what a read of the whole
-    topic gives: a ``read_committed`` reader stops at the last stable offset, so every record below
-    ``position`` belongs to a transaction decided before it was read (the dead process's open one lies
-    above it and is read after the fence: its records if it was committed, none if it was aborted); the
-    cleaner removes only records that a later record of their key replaces, which the copy reads too;
-    and a log whose start moved past ``position`` (or that ends before it) is read whole again
-    (``tests/streams/test_standby_reads.py``). Only the reader that holds the copy changes it.
-    """
-
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-        #: key -> (offset, value; None: a tombstone) of its newest record read
-        self.newest: dict[bytes, tuple[int, bytes | None]] = {}
-        self.position = 0  # the next offset to read
-        self.read = 0  # records read into the copy (every key's)
-
-    def visit(self, record: ConsumerRecord) -> None:
-        """Take one committed record, in offset order."""
-        self.read += 1
-        if record.key is not None:
-            self.newest[record.key] = (record.offset, record.value)
-        self.position = max(self.position, record.offset + 1)
-
-    async def advance(self, bootstrap: str, timeout: float, security: Mapping[str, Any] | None = None) -> int:
-        """Read what was committed from ``position`` up to the last stable offset; returns the records read.
-
-        Raises
-        ------
-        KafkaError
-            When the topic cannot be read within ``timeout`` seconds (the copy is unchanged).
-        """
-        since = self.position
-        fresh = CompactedCopy(self.topic)
-        whole, end = await _scan_committed(
-            bootstrap, self.topic, timeout, security, fresh.visit, self.topic, since=since
-        )
-        if whole and since > 0:
-            self.newest = {}  # the log starts at or after the copy's position: what the copy held is gone
-        self.newest.update(fresh.newest)
-        self.position = max(since if not whole else 0, end, fresh.position)
-        self.read += fresh.read
-        return fresh.read
 
 
 @dataclass(frozen=True)
@@ -543,7 +492,6 @@ async def read_compacted_checked(
     timeout: float,
     check: Callable[[bytes, bytes], None],
     security: Mapping[str, Any] | None = None,
-    copy: CompactedCopy | None = None,
 ) -> tuple[dict[bytes, bytes], list[Repair]]:
     """The newest committed value of every key of a compacted ``topic`` that ``check(key, value)`` accepts.
 
@@ -554,9 +502,6 @@ async def read_compacted_checked(
     keys only (memory: one value per key, not every version). Returns the values and one
     :class:`Repair` per key with refused values, oldest first
     (``tests/streams/test_drift_kafka.py``: a history topic's poison).
-
-    With ``copy`` (:class:`CompactedCopy`: the topic as far as a hot standby read it while it waited),
-    only what was committed since the copy's position is read, into the copy; the result is the same.
 
     Raises
     ------
@@ -579,11 +524,7 @@ async def read_compacted_checked(
         if record.key is not None:
             newest[record.key] = (record.offset, record.value)
 
-    if copy is None:
-        await _scan_committed(bootstrap, topic, timeout, security, first, topic)
-    else:
-        await copy.advance(bootstrap, timeout, security)
-        newest = dict(copy.newest)
+    await _scan_committed(bootstrap, topic, timeout, security, first, topic)
     values: dict[bytes, bytes] = {}
     bad: dict[bytes, int] = {}
     for key, (offset, value) in newest.items():
@@ -630,13 +571,10 @@ async def _scan_committed(
     visit: Callable[[ConsumerRecord], None],
     what: str,
     last: int | None = None,
-    since: int | None = None,
-) -> tuple[bool, int]:
+) -> bool:
     """Hand every committed record of partition 0 of ``topic``, oldest first up to the last stable
-    offset, to ``visit`` (with ``last``, those of the ``last`` offsets before it only; with ``since``,
-    those from offset ``since`` on, unless the log ends before it); whether the topic was read from its
-    beginning, and the last stable offset it was read to. :class:`KafkaError` naming ``what`` after
-    ``timeout`` seconds."""
+    offset, to ``visit`` (with ``last``, those of the ``last`` offsets before it only); whether the
+    topic was read from its beginning. :class:`KafkaError` naming ``what`` after ``timeout`` seconds."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -655,8 +593,6 @@ async def _scan_committed(
         beginning = (await consumer.beginning_offsets([tp]))[tp]
         consumer.assign([tp])
         start = beginning if last is None else max(beginning, end - last)
-        if since is not None and since <= end:
-            start = max(start, since)
         consumer.seek(tp, start)
         deadline = time.monotonic() + timeout
         while await consumer.position(tp) < end:
@@ -666,7 +602,7 @@ async def _scan_committed(
                 visit(record)
     finally:
         await consumer.stop()
-    return start <= beginning, end
+    return start <= beginning
 
 
 @dataclass
