@@ -300,8 +300,8 @@ class ParamsFollower:
                 control = TopicPartition(self.names.control, 0)
             partitions = [tp] if control is None else [tp, control]
             # where to read from and to, asked before the partitions are assigned: once they are, the fetcher keeps
-            # a fetch in flight (0.5 s, fetch.max.wait, on a topic with nothing new), and an offsets request or a
-            # seek_to_beginning waited for it, one each: a plant worker's two topics held its join 1 s back
+            # a fetch in flight (up to fetch.max.wait, 0.5 s, on a topic with nothing new), and an offsets request or
+            # a seek_to_beginning waited for it, one wait per topic (a plant worker follows two) before the loops join
             # (docs/streams.md, "A hot standby"; tests/streams/test_startup.py)
             beginnings = await consumer.beginning_offsets(partitions)
             ends = await consumer.end_offsets(partitions)
