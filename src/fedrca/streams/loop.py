@@ -1124,8 +1124,8 @@ class TransactionalLoop:
             # what the handler keeps beside its state (a plant's history topic) is read with the
             # state, before the state is restored
             (found, read), (_, loaded) = await _together(
-                _ended(read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security)),
-                _ended(load(s.bootstrap, s.restore_timeout, s.security) if load is not None else _nothing()),
+                _ended(lambda: read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security)),
+                _ended(lambda: load(s.bootstrap, s.restore_timeout, s.security) if load is not None else _nothing()),
             )
             first = None if found.candidates else await self._first_offset(tp)
         except BaseException:
@@ -1583,9 +1583,10 @@ async def _nothing() -> None:
     """A step with nothing to do."""
 
 
-async def _ended(step: Awaitable[_T]) -> tuple[_T, float]:
-    """``step``'s result and the wall-clock time (s since the epoch) it was over."""
-    return await step, time.time()
+async def _ended(step: Callable[[], Awaitable[_T]]) -> tuple[_T, float]:
+    """The result of the step ``step()`` starts and the wall-clock time (s since the epoch) it was over (the step
+    is made when this is awaited: one cancelled before it starts leaves no coroutine never awaited)."""
+    return await step(), time.time()
 
 
 def _restore(
