@@ -42,7 +42,12 @@ read).
    then the same files again (seq continuing) at 5,000 messages/s. Latency of a verdict
    = time a separate consumer process (``read_committed``, ``time.time_ns``, one host
    clock) receives it minus the send time of the last sensor message of the row (seq)
-   it was issued at. Every verdict the same cores issue in-process on the same data
+   it was issued at. The load generator and that consumer are librdkafka's clients
+   (confluent-kafka, :class:`Generator`): on a site the sensors come from the plants' edge
+   machines, so the generator should leave the two cores to the broker and the workers it
+   measures (with kafka-python's clients the two took 0.38 of a core at 1,000 msgs/s);
+   each segment prints the cores every process kept busy (:func:`cores_line`). Every
+   verdict the same cores issue in-process on the same data
    (:func:`fedrca.streams.embedded.replay_frame`) must arrive, exactly once, and every
    (plant, seq) flag exactly once. Per stage, the workers' own
    ``fedrca_stage_latency_seconds{stage}`` histograms (scraped from ``/metrics`` before
@@ -177,11 +182,7 @@ class Worker:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the worker process so far."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return float("nan")
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu(self.proc.pid)
 
     def rss_mib(self) -> float:
         """Resident memory of the worker process (MiB)."""
@@ -206,6 +207,21 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=30)
+
+
+#: The broker's process id once the benchmark started or reused it (its CPU over the latency segments)
+BROKER_PID: int | None = None
+
+
+def process_cpu(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all its threads (nan where it is gone or unknown)."""
+    if pid is None:
+        return float("nan")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_for(
@@ -553,6 +569,61 @@ def synthetic_frame(columns: list[str], rows: int) -> Any:
     return pd.DataFrame(synthesize(nominal, rows, seed=5), columns=columns)
 
 
+class Delivery:
+    """The broker's answer to one message of :class:`Generator` (set by librdkafka's delivery callback)."""
+
+    __slots__ = ("error", "offset")
+
+    def __init__(self) -> None:
+        self.error: Any = None
+        self.offset: int | None = None
+
+    def __call__(self, error: Any, message: Any) -> None:
+        self.error, self.offset = error, (message.offset() if error is None else None)
+
+    def failed(self) -> bool:
+        return self.error is not None or self.offset is None
+
+
+class Generator:
+    """The latency phase's load generator: librdkafka's producer (confluent-kafka), kafka-python's settings.
+
+    Its C client takes a small share of a core where kafka-python's took a quarter at 1,000 msgs/s
+    (module docstring, phase 3), so the cores go to the processes measured. ``send`` returns a
+    :class:`Delivery` that holds the message's offset once the broker acknowledged it.
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer
+
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 64 * 1024}
+        )
+
+    def send(self, topic: str, *, key: bytes, value: bytes) -> Delivery:
+        answer = Delivery()
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, on_delivery=answer)
+                break
+            except BufferError:  # librdkafka's local queue is full: let it send, then again
+                self._producer.poll(0.01)
+        return answer
+
+    def serve(self) -> None:
+        """Run the delivery callbacks of the messages answered meanwhile (once a row: a call per message
+        would cost the generator's core a call per message)."""
+        self._producer.poll(0)
+
+    def flush(self, timeout: float = 120.0) -> None:
+        left = self._producer.flush(timeout)
+        if left:
+            raise RuntimeError(f"{left} sensor messages were not acknowledged within {timeout:.0f} s")
+
+    def close(self) -> None:
+        self.flush()
+
+
 def producer(bootstrap: str) -> Any:
     from kafka import KafkaProducer
 
@@ -890,35 +961,48 @@ def _state_progress(bootstrap: str, topic: str) -> list[tuple[int, float]]:
 
 # -- phase 2: latency ---------------------------------------------------------------------------
 def _consume_verdicts(bootstrap: str, topic: str, wanted: list[str], ready: Any, stop: Any, results: Any) -> None:
-    """Consumer process: receive time of every committed verdict (until all ``wanted`` ids are in, or ``stop``)."""
-    from kafka import KafkaConsumer, TopicPartition
+    """Consumer process: receive time of every committed verdict (until all ``wanted`` ids are in, or ``stop``).
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=10,
-        isolation_level="read_committed",
+    librdkafka's consumer (:class:`Generator` says why), ``read_committed``, from the topic's end when it
+    started; the receive time is taken when a poll hands the records to Python (with the first record:
+    ``tests/bench/test_smoke_broker.py`` checks the verdicts arrive)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-verdicts-{uuid.uuid4().hex[:8]}",  # librdkafka wants one; nothing is committed
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 10,
+        }
     )
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_end(tp)
-    consumer.position(tp)
+    _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30, cached=False)
+    consumer.assign([TopicPartition(topic, 0, end)])
     ready.set()
     missing = set(wanted)
     got = []
     while missing and not stop.is_set():
-        for records in consumer.poll(timeout_ms=50).values():
-            now = time.time_ns()
-            for record in records:
-                verdict = json.loads(record.value)
-                got.append((verdict["id"], int(verdict["seq"]), now, record.timestamp))
-                missing.discard(verdict["id"])
+        # poll returns on the first record; consume then takes the ones already fetched without waiting
+        # (consume with a timeout waits for its whole count or the timeout: tens of ms added to every verdict)
+        first = consumer.poll(0.05)
+        if first is None:
+            continue
+        records = [first, *consumer.consume(num_messages=1000, timeout=0)]
+        now = time.time_ns()
+        for record in records:
+            if record.error() is not None:
+                continue
+            verdict = json.loads(record.value())
+            got.append((verdict["id"], int(verdict["seq"]), now, record.timestamp()[1]))
+            missing.discard(verdict["id"])
     consumer.close()
     results.put(got)
 
 
-def _pace(prod: Any, topics: dict[str, str], keys: dict[str, bytes], rows: list[Any], rate: float) -> tuple[Any, Any]:
+def _pace(
+    prod: Generator, topics: dict[str, str], keys: dict[str, bytes], rows: list[Any], rate: float
+) -> tuple[Any, Any]:
     """Send ``rows`` at ``rate`` rows/s on an absolute schedule; (send time of each row's last message, futures)."""
     sent_ns = np.zeros(len(rows), dtype=np.int64)
     futures = []
@@ -932,6 +1016,7 @@ def _pace(prod: Any, topics: dict[str, str], keys: dict[str, bytes], rows: list[
             if i == len(row) - 1:
                 sent_ns[k] = time.time_ns()  # the row's last message
             futures.append(prod.send(topics[p], key=keys[p], value=raw))
+        prod.serve()
     prod.flush()
     achieved = len(rows) * len(topics) / (time.monotonic() - t0)
     return sent_ns, (futures, achieved)
@@ -1016,7 +1101,7 @@ def latency(bootstrap: str, workdir: Path, trace: Path | None = None) -> dict[st
 
         topics = {p: config.topic("sensors", plant=p) for p in plants}
         keys = {p: p.encode() for p in plants}
-        prod = producer(bootstrap)
+        prod = Generator(bootstrap)
         flags_reader = CommittedReader(bootstrap, config.topic("flags"))
         rca_done = GroupDone(bootstrap, f"fedrca-{site}-rca")
 
@@ -1045,6 +1130,9 @@ def latency(bootstrap: str, workdir: Path, trace: Path | None = None) -> dict[st
             began = time.time()
             before = {name: scrape_stages(url) for name, url in urls.items() if url}
             cpu_before = {w.name: w.cpu_seconds() for w in workers}
+            # what else shares the cores: the broker, this process (the load generator) and the verdict reader
+            others = {"broker": BROKER_PID, "generator": os.getpid(), "reader": reader.pid}
+            others_before = {name: process_cpu(pid) for name, pid in others.items()}
             sent, (fut, rate_achieved) = _pace(prod, topics, keys, rows[start:stop_row], rate)
             sent_ns[start:stop_row] = sent
             futures += fut
@@ -1061,6 +1149,8 @@ def latency(bootstrap: str, workdir: Path, trace: Path | None = None) -> dict[st
                         if key in after[name]
                     },
                     "messages": float((stop_row - start) * len(plants)),
+                    **{f"{name}_cpu": process_cpu(pid) - others_before[name] for name, pid in others.items()},
+                    "seconds": spans[-1][1] - spans[-1][0],
                 }
             )
             stages.append(
@@ -1072,7 +1162,7 @@ def latency(bootstrap: str, workdir: Path, trace: Path | None = None) -> dict[st
         if any(f.failed() for f in futures):
             raise RuntimeError("some sensor messages were not acknowledged")
         # the sensor record of (row, plant): the futures are row by row, plant by plant, warm-up first
-        offsets = np.array([f.value.offset for f in futures], dtype=np.int64).reshape(total, len(plants))
+        offsets = np.array([f.offset for f in futures], dtype=np.int64).reshape(total, len(plants))
         try:
             got = results.get(timeout=60)
         except Exception:
@@ -1167,6 +1257,24 @@ def latency(bootstrap: str, workdir: Path, trace: Path | None = None) -> dict[st
     }
 
 
+#: The processes a latency segment's cores are shared by, as :func:`cores_line` names them
+CORE_USERS = (("plants", "plant worker"), ("rca", "RCA worker"), ("broker", "broker"),
+              ("generator", "load generator"), ("reader", "verdict reader"))  # fmt: skip
+
+
+def cores_line(cpu: dict[str, float]) -> str:
+    """The cores each process of a latency segment kept busy on average (CPU seconds / the segment's seconds)."""
+    if not cpu.get("seconds"):
+        return "cores busy: not measured"
+    shares = [(label, cpu[f"{key}_cpu"] / cpu["seconds"]) for key, label in CORE_USERS if f"{key}_cpu" in cpu]
+    total = sum(v for _, v in shares if not math.isnan(v))
+    return (
+        "cores busy over the segment: "
+        + ", ".join(f"{label} {v:.2f}" for label, v in shares)
+        + f"; {total:.2f} of {os.cpu_count()} in all"
+    )
+
+
 def percentiles(ms: np.ndarray) -> tuple[float, float, float]:
     """(p50, p99, p99.9) in milliseconds."""
     return tuple(float(np.percentile(ms, q)) for q in (50, 99, 99.9))  # type: ignore[return-value]
@@ -1254,6 +1362,7 @@ def latency_only(bootstrap: str, repeat: int, trace: Path | None = None) -> int:
                     f"each plant partition {txn.get('plant', float('nan')):.0f}",
                     flush=True,
                 )
+                print(f"    {cores_line(cpu)}", flush=True)
             if where is not None:
                 print(f"  where the time went (traced; {where}):", flush=True)
                 for text in breakdown(where):
@@ -1431,6 +1540,8 @@ def report(runs: list[dict[str, Any]], bootstrap: str, how: str) -> bool:
             per_batch = med([1e3 * c["rca_cpu"] / c["rca_batches"] for c in load])
             per_msg = med([1e6 * c["rca_cpu"] / c["messages"] for c in load])
             print(f"        RCA worker CPU: {per_msg:.0f} us per flag, {per_batch:.2f} ms per batch")
+        if all("seconds" in c for c in load):
+            print(f"        {cores_line({key: med([c[key] for c in load]) for key in load[0]})} (median of runs)")
         if all("txn_per_s" in r["lat"]["rates"][k] for r in runs):
             rca = med([r["lat"]["rates"][k]["txn_per_s"]["rca"] for r in runs])
             plant = med([r["lat"]["rates"][k]["txn_per_s"]["plant"] for r in runs])
@@ -1489,7 +1600,9 @@ def main(argv: list[str] | None = None, repeat: int | None = None) -> int:
     # and sensor-fault notices are the plants' business, not the benchmark's table
     for name in ("fedrca.drift", "fedrca.streams"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    global BROKER_PID
     bootstrap, state, took = start_broker()
+    BROKER_PID = int(state["pid"]) if state.get("pid") else None
     how = "reused" if state["reused"] else f"started in {took:.1f} s"
     if args.order_only or args.latency_only:
         try:

@@ -52,6 +52,10 @@ LAG_MS = 5.0
 GC_MS = 1.0
 #: Seconds between two writes of the trace file
 FLUSH_EVERY = 0.5
+#: Seconds the stall sampler's thread sleeps between two looks at the event loop's thread
+SAMPLE_PERIOD = 0.003
+#: The loop held this long (ms) or longer: the sampler records what its thread is doing until it is free
+STALL_MS = 10.0
 #: Share of the verdicts of a rate, the slowest, shown one by one (at least LEAST of them)
 SLOWEST = 0.02
 LEAST = 3
@@ -92,6 +96,10 @@ class _Tracer:
         # the producers' requests since the last flush: handler class -> durations (ms, retries and back-offs in)
         self.requests: dict[str, list[float]] = {}
         self._monitor: asyncio.Task[None] | None = None
+        # the monitor's last look at the loop (perf_counter): the stall sampler's clock (_sample)
+        self.tick = time.perf_counter()
+        # the stall the sampler is recording (its thread's; read by tests/bench/test_latency_trace.py)
+        self.stall: dict[str, Any] | None = None
         atexit.register(self.flush)
 
     def emit(self, record: dict[str, Any]) -> None:
@@ -121,13 +129,67 @@ class _Tracer:
     def start_monitor(self) -> None:
         if self._monitor is None:
             self._monitor = asyncio.ensure_future(self._watch())
+            loop_thread = threading.current_thread()
+            sampler = threading.Thread(
+                target=self._sample, args=(loop_thread.ident, threading.get_native_id()),
+                name="fedrca-trace-sampler", daemon=True,
+            )  # fmt: skip
+            sampler.start()
+
+    def _sample(self, ident: int | None, native_id: int) -> None:
+        """While the loop is held :data:`STALL_MS` or longer: what its thread is doing, every
+        :data:`SAMPLE_PERIOD` s (a ``stall`` record once the loop is free again).
+
+        Per sample: the thread's scheduler state (``/proc/self/task/TID/stat``: R running or waiting for a
+        core, S asleep in a call, D in uninterruptible I/O), the kernel function it sleeps in
+        (``wchan``) and its innermost Python frames (``sys._current_frames``). Over the stall: the whole
+        process's CPU and the machine's CPU time by kind (``/proc/stat``: idle, steal, iowait ...), and how
+        late this thread itself woke (a sampler starved too says the process waited for a core, or for the
+        interpreter lock the loop's thread held).
+        """
+        task = Path(f"/proc/self/task/{native_id}")
+        while True:
+            before = time.perf_counter()
+            time.sleep(SAMPLE_PERIOD)
+            now = time.perf_counter()
+            held = now - self.tick
+            stall = self.stall
+            if held * 1000 >= STALL_MS:
+                if stall is None:
+                    stall = self.stall = {
+                        "k": "stall", "t": time.time() - held, "tick": self.tick, "pcpu": time.process_time(),
+                        "sys": _machine_cpu(), "sched": _schedstat(task), "n": 0, "late": 0.0,
+                        "states": Counter(), "wchan": Counter(), "frames": Counter(),
+                    }  # fmt: skip
+                stall["late"] = max(stall["late"], now - before - SAMPLE_PERIOD)
+                stall["n"] += 1
+                # "TID (comm) STATE ...": the state is the first field after the command's closing bracket
+                stall["states"][(_read(task / "stat").rpartition(")")[2].split() or ["?"])[0]] += 1
+                stall["wchan"][_read(task / "wchan") or "-"] += 1
+                frame = sys._current_frames().get(ident) if ident is not None else None
+                where = []
+                while frame is not None and len(where) < 4:
+                    where.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno} {frame.f_code.co_name}")
+                    frame = frame.f_back
+                stall["frames"][" < ".join(where)] += 1
+            elif stall is not None and self.tick > stall["tick"]:
+                began = stall.pop("tick")
+                stall["d"] = self.tick - began
+                stall["pcpu"] = time.process_time() - stall["pcpu"]
+                # the loop thread's own time on a core and time runnable on a run queue, waiting for one (ns)
+                stall["sched"] = [b - a for a, b in zip(stall["sched"], _schedstat(task), strict=True)]
+                after = _machine_cpu()
+                stall["sys"] = {k: after[k] - v for k, v in stall["sys"].items()}
+                self.emit({k: (dict(v) if isinstance(v, Counter) else v) for k, v in stall.items()})
+                self.stall = None
 
     async def _watch(self) -> None:
         flushed = time.monotonic()
         while True:
             began, wall, cpu = time.perf_counter(), time.time(), time.thread_time()
             await asyncio.sleep(LAG_PERIOD)
-            held = time.perf_counter() - began - LAG_PERIOD
+            self.tick = time.perf_counter()
+            held = self.tick - began - LAG_PERIOD
             if held * 1000 >= LAG_MS:
                 self.emit({"k": "lag", "t": wall, "d": held + LAG_PERIOD, "cpu": time.thread_time() - cpu})
             if time.monotonic() - flushed >= FLUSH_EVERY:
@@ -135,6 +197,30 @@ class _Tracer:
                 self.flush()
                 # the tracer's own stall of the loop (written with the next flush)
                 self.emit({"k": "flush", "t": wall, "d": time.monotonic() - flushed})
+
+
+#: /proc/stat's columns of the machine's CPU time (centiseconds)
+CPU_KINDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def _read(path: Path) -> str:
+    """A /proc file's text ("" where the system has none or refuses it)."""
+    try:
+        return path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _schedstat(task: Path) -> list[int]:
+    """A thread's time on a core and time waiting on a run queue so far (ns; ``/proc/.../schedstat``; 0s without)."""
+    fields = _read(task / "schedstat").split()
+    return [int(v) for v in fields[:2]] if len(fields) >= 2 else [0, 0]
+
+
+def _machine_cpu() -> dict[str, int]:
+    """The machine's CPU time so far by kind (/proc/stat's first line, in 1/100 s; empty without /proc)."""
+    first = _read(Path("/proc/stat")).split("\n", 1)[0].split()
+    return {kind: int(v) for kind, v in zip(CPU_KINDS, first[1:], strict=False)} if first[:1] == ["cpu"] else {}
 
 
 def install(path: Path) -> _Tracer:
@@ -371,7 +457,7 @@ def _run(trace: Path) -> tuple[dict[str, Any], list[list[tuple[Any, ...]]], list
     """
     bench = json.loads((trace / "bench.json").read_text(encoding="utf-8"))
     workers = {"plant": _load(trace / "plants.trace.jsonl"), "RCA": _load(trace / "rca.trace.jsonl")}
-    kinds = ("txn", "lag", "gc", "gcsum", "requests", "retry", "flush")
+    kinds = ("txn", "lag", "gc", "gcsum", "requests", "retry", "flush", "stall")
     found = {kind: {name: [r for r in t if r["k"] == kind] for name, t in workers.items()} for kind in kinds}
     txns = {name: [r for r in t if "c" in r] for name, t in found["txn"].items()}
     lags, gcs, retries = found["lag"], found["gc"], found["retry"]
@@ -449,6 +535,10 @@ def _run(trace: Path) -> tuple[dict[str, Any], list[list[tuple[Any, ...]]], list
             if found_gc:
                 what += "; collections " + ", ".join(f"gen{r['g']} {1000 * r['d']:.1f} ms" for r in found_gc)
             out.append(f"{name} worker meanwhile: {what}")
+            if worst is not None and worst["d"] >= 0.02:
+                sampled = _events(found["stall"][name], worst["t"], worst["t"] + worst["d"])
+                if sampled:
+                    out.append(f"  its longest stall, sampled: {_stall_text(max(sampled, key=lambda r: r['d']))}")
         return out
 
     per_rate: list[list[tuple[Any, ...]]] = []
@@ -526,6 +616,8 @@ def _worker_lines(
         + f", {len(collections) - len(gen2)} younger ones >= {GC_MS:.0f} ms; the tracer's own writes held it"
         + f" {1000 * sum(r['d'] for r in _events(found['flush'][name], began, ended)):.0f} ms in all"
     )
+    for r in sorted(_events(found["stall"][name], began, ended, 0.05), key=lambda r: -r["d"])[:5]:
+        lines.append(f"  {name} worker's loop held {1000 * r['d']:.0f} ms at +{r['t'] - began:.2f} s: {_stall_text(r)}")
     sums = [r for r in found["gcsum"][name] if began <= r["t"] <= ended + FLUSH_EVERY]
     if len(sums) >= 2:
         gens = [b - a for a, b in zip(sums[0]["count"], sums[-1]["count"], strict=True)]
@@ -535,6 +627,23 @@ def _worker_lines(
             f" {secs[0]:.0f}/{secs[1]:.0f}/{secs[2]:.0f} ms in all"
         )
     return lines
+
+
+def _stall_text(r: dict[str, Any]) -> str:
+    """What the stall sampler saw in one stall (:meth:`_Tracer._sample`), in words."""
+
+    def top(counts: dict[str, int], k: int = 3) -> str:
+        return ", ".join(f"{key} {n}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1])[:k])
+
+    on_core, queued = r.get("sched", [0, 0])
+    machine = ", ".join(f"{k} {10 * v} ms" for k, v in r.get("sys", {}).items() if v)
+    return (
+        f"{r['n']} samples; thread state {top(r['states'])}; kernel wait {top(r['wchan'])}; the loop thread on a"
+        f" core {on_core / 1e6:.0f} ms, runnable waiting for one {queued / 1e6:.0f}"
+        f" ms (from the sampler's first look); process CPU"
+        f" {1000 * r['pcpu']:.0f} ms; the machine's CPU meanwhile: {machine or 'none'}; sampler woke up to"
+        f" {1000 * r['late']:.0f} ms late; Python frames: {top(r['frames'], 2)}"
+    )
 
 
 def breakdown(*traces: Path, slowest: float = SLOWEST, least: int = LEAST) -> list[str]:

@@ -20,7 +20,8 @@ seconds it samples:
   group's committed offsets (records);
 * **latency**: produce -> verdict (a ``read_committed`` consumer's receive time minus the
   send time of the last sensor message of the row the verdict was issued at) and produce ->
-  flag committed (the flag's create time).
+  flag committed (the flag's create time). The sensor messages' producer and the two
+  readers are librdkafka's clients (:class:`Sender`), which leave the cores to the processes measured.
 
 Every ``--window`` minutes it prints a row; at the end, the table of docs/streams.md in
 markdown: per window the messages sent, verdicts, verdict p50 / p99, flag p99, each worker's
@@ -222,36 +223,79 @@ class Lag:
         self.consumer.close()
 
 
+class Sender:
+    """The sensor messages' producer: librdkafka's (confluent-kafka), kafka-python's settings (acks all, 5 ms
+    linger, 64 kB batches). On a site the messages come from the plants' edge machines; a C client leaves
+    the two cores to the broker and the workers this run measures (docs/streams.md, "The cores the
+    benchmark took from what it measures")."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer
+
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 64 * 1024}
+        )
+        self.failed = 0
+
+    def _answered(self, error: Any, _message: Any) -> None:
+        if error is not None:
+            self.failed += 1
+
+    def send(self, topic: str, *, key: bytes, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, on_delivery=self._answered)
+                return
+            except BufferError:  # librdkafka's local queue is full: let it send, then again
+                self._producer.poll(0.01)
+
+    def serve(self) -> None:
+        """Run the delivery callbacks of the messages answered meanwhile (once a row)."""
+        self._producer.poll(0)
+
+    def flush(self, timeout: float = 120.0) -> None:
+        left = self._producer.flush(timeout)
+        if left or self.failed:
+            raise RuntimeError(f"soak: {left + self.failed} sensor messages were not acknowledged")
+
+
 class Reader(threading.Thread):
-    """Reads a topic's committed records as they come; keeps (receive ns, decoded) of the unclaimed ones."""
+    """Reads a topic's committed records as they come; keeps (receive ns, decoded) of the unclaimed ones.
+
+    librdkafka's consumer (confluent-kafka), as :class:`Sender` says why; the receive time is taken when a
+    poll hands the first record to Python."""
 
     def __init__(self, bootstrap: str, topic: str, from_end: bool) -> None:
         super().__init__(daemon=True)
-        from kafka import KafkaConsumer, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        self.consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=10,
-            isolation_level="read_committed",
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"fedrca-soak-{uuid.uuid4().hex[:8]}",  # librdkafka wants one; nothing is committed
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+            }
         )
-        self.tp = TopicPartition(topic, 0)
-        self.consumer.assign([self.tp])
+        start = OFFSET_BEGINNING
         if from_end:
-            self.consumer.seek_to_end(self.tp)
-        else:
-            self.consumer.seek_to_beginning(self.tp)
-        self.consumer.position(self.tp)
+            _, start = self.consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30, cached=False)
+        self.consumer.assign([TopicPartition(topic, 0, start)])
         self.items: deque[tuple[int, int, dict[str, Any]]] = deque()  # (receive ns, create ms, record)
         self.stopping = threading.Event()
 
     def run(self) -> None:
         while not self.stopping.is_set():
-            for records in self.consumer.poll(timeout_ms=50).values():
-                now = time.time_ns()
-                for r in records:
-                    self.items.append((now, r.timestamp, json.loads(r.value)))
+            first = self.consumer.poll(0.05)
+            if first is None:
+                continue
+            # the records fetched already, without waiting (consume with a timeout waits for its whole count)
+            records = [first, *self.consumer.consume(num_messages=1000, timeout=0)]
+            now = time.time_ns()
+            for r in records:
+                if r.error() is None:
+                    self.items.append((now, r.timestamp()[1], json.loads(r.value())))
         self.consumer.close()
 
     def take(self) -> list[tuple[int, int, dict[str, Any]]]:
@@ -329,8 +373,6 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "src"))
     import logging
 
-    from kafka import KafkaProducer
-
     from fedrca.config import load_config
     from fedrca.connectors.kafka import ensure_site_topics
 
@@ -369,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                 Lag(bootstrap, f"fedrca-{site}-plants", sorted(topics.values())),
                 Lag(bootstrap, f"fedrca-{site}-rca", [config.topic("flags")]),
             ]
-            producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=64 * 1024)
+            producer = Sender(bootstrap)
             print(
                 f"soak: broker {bootstrap}, site {site}, {args.rate:,.0f} sensor messages/s for {args.minutes:g} min, "
                 f"a row every {args.window:g} min, a kill -9 every {args.kill_every:g} min; waiting for the workers",
@@ -458,10 +500,11 @@ def main(argv: list[str] | None = None) -> int:
                     if i == len(row) - 1:
                         sent_ns[seq] = time.time_ns()
                     producer.send(topics[p], key=keys[p], value=json.dumps(raw, separators=(",", ":")).encode())
+                producer.serve()
                 sent_in += len(row)
                 seq += 1
             producer.flush()
-            producer.close()
+            del producer  # librdkafka's client ends with it, before the broker stops (else it logs its reconnects)
             if args.keep is not None:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 for w in workers:

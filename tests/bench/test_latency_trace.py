@@ -4,7 +4,9 @@ carried the verdict), and what the workers' loops and collectors did meanwhile i
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -57,6 +59,20 @@ def test_each_verdict_is_cut_at_its_own_batches(lt: ModuleType, tmp_path: Path) 
         # b: the fetch was called 2 ms before the record was sent; it committed 60 ms after
         _txn("s.sensors.b", 20, 21, t0, [-0.002, 0.010, 0.012, 0.014, 0.060], off=True, prev=1),
         {"k": "lag", "t": t0 + 0.030, "d": 0.025, "cpu": 0.004},
+        # what the stall sampler saw in that stall: the loop's thread runnable, waiting for a core
+        {
+            "k": "stall",
+            "t": t0 + 0.031,
+            "d": 0.024,
+            "n": 6,
+            "late": 0.002,
+            "pcpu": 0.003,
+            "sched": [3_000_000, 20_000_000],
+            "sys": {"user": 4, "idle": 1},
+            "states": {"R": 5, "S": 1},
+            "wchan": {"0": 6},
+            "frames": {"loop.py:1 _run": 6},
+        },
     ]
     rca = [
         # the RCA batch of flags 2..3 issued v1: its fetch, called before b's commit, returned 3 ms after it
@@ -88,6 +104,46 @@ def test_each_verdict_is_cut_at_its_own_batches(lt: ModuleType, tmp_path: Path) 
     ]  # fmt: skip
     assert "1 txn before it in flight (+ group offset)" in slowest
     assert "plant worker meanwhile: 1 loop stalls >= 5 ms, 25 ms (longest 25 ms, 4 ms of it on the CPU)" in text
+    assert (
+        "its longest stall, sampled: 6 samples; thread state R 5, S 1; kernel wait 0 6; the loop thread on a core 3"
+        " ms, runnable waiting for one 20 ms (from the sampler's first look); process CPU 3 ms; the machine's CPU"
+        " meanwhile: user 40 ms, idle 10 ms; sampler woke up to 2 ms late; Python frames: loop.py:1 _run 6"
+    ) in text
     assert "RCA worker meanwhile: no loop stall; collections gen2 30.0 ms" in text
     assert "plant txn with the group offset 100 / 100 %" in text
     assert "a gen-2 collection in a worker 100 / 100 %" in text
+
+
+def _hold_the_loop(tracer: object, samples: int, limit: float) -> None:
+    """Keep the event loop's thread busy until the stall sampler has looked at it ``samples`` times."""
+    deadline = time.monotonic() + limit
+    while (tracer.stall is None or tracer.stall["n"] < samples) and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        pass
+
+
+def test_the_stall_sampler_names_what_holds_the_loop(lt: ModuleType, tmp_path: Path) -> None:
+    """A loop held by a function: the sampler's ``stall`` record, once the loop is free, has its samples, the
+    function among the loop thread's frames and the thread's time on a core (on Linux, from /proc)."""
+    tracer = lt._Tracer(tmp_path / "t.trace.jsonl")
+
+    async def main() -> list[dict[str, object]]:
+        tracer.start_monitor()
+        first = tracer.tick
+        while tracer.tick == first:  # the monitor looked at the loop once
+            await asyncio.sleep(0.001)
+        _hold_the_loop(tracer, samples=3, limit=60.0)
+        for _ in range(60_000):  # the record comes once the loop is free: at most a minute
+            found = [r for r in tracer._pending if r["k"] == "stall"]
+            if found:
+                return found
+            await asyncio.sleep(0.001)
+        return []
+
+    found = asyncio.run(main())
+    assert found, "the sampler wrote no stall record"
+    stall = found[0]
+    assert stall["n"] >= 3 and sum(stall["states"].values()) == stall["n"]
+    assert stall["d"] * 1000 >= lt.STALL_MS
+    assert any(where.startswith("test_latency_trace.py:") and "_hold_the_loop" in where for where in stall["frames"])
+    if Path("/proc/self/task").exists():
+        assert stall["sched"][0] > 0, "the loop thread spun, yet /proc says it was on no core"

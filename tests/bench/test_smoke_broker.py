@@ -76,6 +76,24 @@ def test_streams_reports_the_plant_handlers_with_and_without_drift(smoke_output:
 @pytest.mark.kafka
 @pytest.mark.slow
 @pytest.mark.timeout(2500)
+def test_streams_reports_the_cores_each_process_kept_busy(smoke_output: str) -> None:
+    """The latency phase says what shared the cores: each worker, the broker, the load generator and the verdict
+    reader, each read off /proc while the segment ran (a worker or broker gone or unknown would read nan)."""
+    section = check_section(smoke_output, "bench_streams")
+    found = re.search(
+        r"cores busy over the segment: plant worker (\S+), RCA worker (\S+), broker (\S+), load generator (\S+),"
+        r" verdict reader (\S+); (\S+) of \d+ in all",
+        section,
+    )
+    assert found, f"bench_streams printed no cores line:\n{section[-3000:]}"
+    plant, rca, broker, generator, reader, total = map(float, found.groups())
+    assert min(plant, rca, broker, generator) > 0 and reader >= 0, found.group(0)
+    assert total == pytest.approx(plant + rca + broker + generator + reader, abs=0.011), found.group(0)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(2500)
 def test_sites_accounts_every_flag_and_verdict_against_the_replay(smoke_output: str) -> None:
     """The many-sites scenario compares every site's flags and verdicts with its in-process replay, field for
     field (the flags' ``degraded`` too: a comparison that left it out counted every flag as different)."""
