@@ -752,6 +752,14 @@ def acceptance(results: dict[str, Measured], rows: Sequence[int]) -> list[str]:
     return lines
 
 
+#: what the written file's set threshold is fitted on, in words (rca_calibration.THRESHOLDS_FROM)
+FILE_THRESHOLDS = {
+    "inner": "fitted on the inner folds of the nested cross-validation pooled: maps that saw neither of two seeds and "
+    "two IDV groups, as those the thresholds above come from",
+    "outer": "fitted on these out-of-fold probabilities of every run",
+}
+
+
 @dataclass
 class CalibrationSection:
     """The candidate sets and calibration figures of every setting (issue 35), and the maps fitted on them all."""
@@ -764,6 +772,8 @@ class CalibrationSection:
     counts: str
     maps_text: str = "the four settings pooled"
     thresholds_text: str = "one for every setting"
+    file_thresholds_text: str = FILE_THRESHOLDS["inner"]
+    folds_text: str = ""
 
 
 #: what one map (one set threshold) is fitted for, in words (rca_calibration.MAPS_BY)
@@ -778,21 +788,28 @@ FITTED_FOR = {
 
 def calibration_section(
     results: dict[str, Measured], vs: Sequence[Variant], level: float, thresholds_by: str = "pooled",
-    maps_by: str = "pooled", rule: str | None = None,
+    maps_by: str = "pooled", rule: str | None = None, thresholds_from: str | None = None,
 ) -> CalibrationSection:  # fmt: skip
     """Cross-validated calibrated sets of fedrca (:mod:`rca_calibration`) next to its uncalibrated posterior, the
     first-alarm peer made into sets and the centralised reference ranked by contribution, per setting (one map
     per ``maps_by`` and one set threshold per ``thresholds_by``: :func:`rca_calibration.threshold_key`; the sets by
-    ``rule``, None: :data:`rca_calibration.SET_RULE`)."""
+    ``rule``, None: :data:`rca_calibration.SET_RULE`), and the sets of the same out-of-fold probabilities at the
+    threshold of the written file (fitted on ``thresholds_from``, None:
+    :data:`rca_calibration.SHIPPED_THRESHOLDS_FROM`): what the file's threshold gives on runs of a seed and an IDV
+    group its probabilities' map did not see."""
     import rca_calibration as rc
 
     rule = rule or rc.SET_RULE
+    thresholds_from = thresholds_from or rc.SHIPPED_THRESHOLDS_FROM
 
     fed = [v for v in vs if v.kind == "fedrca"]
     samples = rc.collect({v.key: results[v.key].faults for v in fed}, TRUTH, ONSET_SAMPLE)
     plants = next(o.plants for v in fed for o in results[v.key].faults.values())
-    probs, maps = rc.cross_validate(samples, plants, thresholds_by, maps_by, rule)
-    rows, reliabilities, panels, bars, scores = [], {}, [], [], {}
+    inner: list[Any] = []
+    probs, maps = rc.cross_validate(samples, plants, thresholds_by, maps_by, rule, inner=inner)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    bars: dict[str, str] = {}
+    reliabilities, panels, scores = {}, [], {}
     for v in fed:
         sel = samples.setting == v.key
         part = samples.where(sel)
@@ -808,36 +825,28 @@ def calibration_section(
         central = rc.ranking_sets(results[f"central-{v.rows}"].faults, TRUTH, ONSET_SAMPLE)
         setting = f"{v.rows} rows, eps {e}"
 
-        def row(monitor: str, r: Mapping[str, Any], ece: str, setting: str = setting) -> dict[str, Any]:
-            return {
-                "setting": setting,
-                "monitor": monitor,
-                "runs": r.get("runs"),
-                "holds a true root": r["coverage"],
-                "mean size": r["size"],
-                "stream-4 (IDV 2, 8)": r.get("stream-4", float("nan")),
-                "kinetics (IDV 13)": r.get("kinetics", float("nan")),
-                "ECE": ece,
-            }
-
         ece_cell = f"{mine['ece']:.3f} ({rc.fmt_interval(low, high)}; exactly calibrated: {floor[0]:.3f})"
         low_t, high_t = mine["thresholds"]
         reached = f"{mine['threshold']:.2f}" + (f", {low_t:.2f}-{high_t:.2f} over the folds" if high_t > low_t else "")
         how = "sets reach" if rule == "mass" else "a plant joins the named root at"
-        rows.append(row(f"fedrca, calibrated at {level:g} (cross-validated; {how} {reached})", mine, ece_cell))
-        rows.append(row(f"fedrca, the engine's posterior at {level:g} (uncalibrated)", engine, f"{engine['ece']:.3f}"))
+        rows[v.key] = [_set_row(setting, f"fedrca, calibrated at {level:g} (cross-validated; {how} {reached})",
+                                mine, ece_cell)]  # fmt: skip
+        rows[v.key].append(_set_row(setting, f"fedrca, the engine's posterior at {level:g} (uncalibrated)", engine,
+                                    f"{engine['ece']:.3f}"))  # fmt: skip
         for name, sets, ece in (
             ("first alarm", first, f"{1.0 - first[1]['coverage']:.3f}" if first else "-"),
             ("centralised RBC-PCA", central, f"{central[1]['ece']:.3f}" if central else "-"),
         ):
             if not sets:
                 continue
-            rows.append(row(f"{name}, first plant", sets[1], ece))
+            rows[v.key].append(_set_row(setting, f"{name}, first plant", sets[1], ece))
             reach = rc.smallest_reaching(sets, mine["coverage"])
             if reach is None:
-                rows.append(row(f"{name}: no k holds a true root as often as fedrca", sets[max(sets)], "-"))
+                rows[v.key].append(_set_row(setting, f"{name}: no k holds a true root as often as fedrca",
+                                            sets[max(sets)], "-"))  # fmt: skip
             elif reach[0] > 1:
-                rows.append(row(f"{name}, first {reach[0]} plants (as often as fedrca)", reach[1], "-"))
+                rows[v.key].append(_set_row(setting, f"{name}, first {reach[0]} plants (as often as fedrca)",
+                                            reach[1], "-"))  # fmt: skip
         reliabilities[setting] = pd.DataFrame(
             [{"bin": f"{b['low']:.1f}-{b['high']:.1f}", "mean probability": b["confidence"],
               "share right": b["accuracy"], "weight (runs)": b["weight"]} for b in mine["reliability"]]
@@ -850,14 +859,11 @@ def calibration_section(
             peers.append(f"{name} {'needs' if reach else 'never reaches'} "
                          + (f"k = {reach[0]} (mean size {reach[1]['size']:.2f})" if reach else "it")
                          + (" -> larger" if larger else " -> NOT larger"))  # fmt: skip
-        ok1 = mine["coverage"] >= 0.9 and mine["size"] <= 1.5
-        kinds = [x for x in (mine["stream-4"], mine["kinetics"]) if not math.isnan(x)]
-        ok_kinds = all(x >= 2 / 3 - 1e-12 for x in kinds)
-        bars.append(
+        bars[v.key] = (
             f"{setting}: 0.9 sets hold a true root on {mine['coverage']:.2f} of {mine['runs']} detected runs "
-            f"(bar 0.90), mean size {mine['size']:.2f} (bar 1.5) -> {'met' if ok1 else 'MISSED'}; stream-4 "
-            f"{mine['stream-4']:.2f} of {mine['stream-4 runs']} runs, kinetics {mine['kinetics']:.2f} of "
-            f"{mine['kinetics runs']} (bar 2/3) -> {'met' if ok_kinds else 'MISSED'}; same coverage: "
+            f"(bar 0.90), mean size {mine['size']:.2f} (bar 1.5) -> {_met(_size_bar(mine))}; stream-4 "
+            f"{_of(mine, 'stream-4')}, kinetics {_of(mine, 'kinetics')} (bar 2/3) -> {_met(_kinds_bar(mine))}; "
+            "same coverage: "
             + "; ".join(peers)
             + f"; ECE {mine['ece']:.3f} (90 % over runs {rc.fmt_interval(low, high)}; were these probabilities "
             + f"exactly calibrated: {floor[0]:.3f}, 90 % {rc.fmt_interval(floor[1], floor[2])}; bar 0.05) -> "
@@ -873,18 +879,89 @@ def calibration_section(
         "penalty": rc.PENALTY,
         "threshold levels": list(rc.LEVELS),
         "set rule": rule,
+        "thresholds from": thresholds_from,
     }
     # an ablation that makes no file (set thresholds finer than the maps) gets the maps with one threshold, for the
     # recorded files' table; main() refuses to write it
     final_thresholds = thresholds_by if rc.shippable(maps_by, thresholds_by) else "pooled"
     calibration = rc.final_maps(samples, plants, {"cross-validated": scores}, fitted_on, probs, rule, maps_by,
-                                final_thresholds)  # fmt: skip
+                                final_thresholds, inner if thresholds_from == "inner" else None)  # fmt: skip
+    # the written file's threshold on the same out-of-fold probabilities: what it gives on runs of a seed and an IDV
+    # group their map did not see (the threshold itself fitted on every run: not held out)
+    for v in fed:
+        sel = samples.setting == v.key
+        part = samples.where(sel)
+        file_map = calibration.select(*rc.setting_key(v.key))
+        shipped = rc.score(part, probs[sel], level, [file_map] * len(part))
+        t = file_map.threshold(level)
+        what = "sets reach" if rule == "mass" else "a plant joins the named root at"
+        label = (f"fedrca, calibrated at {level:g}, the file's threshold on the same probabilities ({what} {t:.2f}; "
+                 "fitted on every run)")  # fmt: skip
+        rows[v.key].insert(1, _set_row(rows[v.key][0]["setting"], label, shipped, "as above"))
+        bars[v.key] += (
+            f"; with the file's threshold ({t:.2f}, fitted on every run) on the same probabilities: "
+            f"{shipped['coverage']:.2f}, mean size {shipped['size']:.2f} -> {_met(_size_bar(shipped))}, stream-4 "
+            f"{_of(shipped, 'stream-4')}, kinetics {_of(shipped, 'kinetics')} -> {_met(_kinds_bar(shipped))}"
+        )
     counts = (
         f"{len(samples)} verdicts of {len(np.unique(samples.run))} detected runs with a unit truth over "
         f"{len(fed)} settings, fault seeds {fitted_on['fault seeds']}"
     )
-    return CalibrationSection(pd.DataFrame(rows), reliabilities, panels, bars, calibration, counts,
-                              FITTED_FOR[maps_by][0], FITTED_FOR[thresholds_by][1])  # fmt: skip
+    # each fold's threshold at the level, by the IDV group it holds out: the kinds of fault each group's runs hold
+    # are scored at its folds' thresholds only (docs/rca.md, "Which threshold ships")
+    reach = np.array([m.threshold(level) for m in maps])
+    group = samples.idv % rc.IDV_GROUPS
+    fold_t: dict[int, list[float]] = {}
+    for s, g in sorted(set(zip(samples.seed.tolist(), group.tolist(), strict=True))):
+        fold_t.setdefault(int(g), []).append(float(reach[(samples.seed == s) & (group == g)].mean()))
+    kinds = {g: [f"{name} IDV {i}" for name, kind in (("stream-4", rc.STREAM_4), ("kinetics", rc.KINETICS))
+                 for i in kind if i % rc.IDV_GROUPS == g] for g in fold_t}  # fmt: skip
+    per_group = [
+        f"IDV mod {rc.IDV_GROUPS} = {g}{' (' + ', '.join(kinds[g]) + ')' if kinds[g] else ''}: "
+        f"{np.mean(ts):.2f} ({min(ts):.2f}-{max(ts):.2f})"
+        for g, ts in sorted(fold_t.items())
+    ]
+    folds_text = (
+        "The folds' thresholds by the IDV group they hold out (mean over the fault seeds, range): "
+        + "; ".join(per_group)
+        + "."
+    )
+    table = pd.DataFrame([r for v in fed for r in rows[v.key]])
+    return CalibrationSection(table, reliabilities, panels, [bars[v.key] for v in fed], calibration, counts,
+                              FITTED_FOR[maps_by][0], FITTED_FOR[thresholds_by][1],
+                              FILE_THRESHOLDS[thresholds_from], folds_text)  # fmt: skip
+
+
+def _set_row(setting: str, monitor: str, r: Mapping[str, Any], ece: str) -> dict[str, Any]:
+    """One row of the candidate sets' table."""
+    return {
+        "setting": setting,
+        "monitor": monitor,
+        "runs": r.get("runs"),
+        "holds a true root": r["coverage"],
+        "mean size": r["size"],
+        "stream-4 (IDV 2, 8)": r.get("stream-4", float("nan")),
+        "kinetics (IDV 13)": r.get("kinetics", float("nan")),
+        "ECE": ece,
+    }
+
+
+def _of(r: Mapping[str, Any], kind: str) -> str:
+    """``k/n`` runs of a kind (``stream-4``, ``kinetics``) whose set holds a true root."""
+    n = int(r[f"{kind} runs"])
+    return f"{round(r[kind] * n)}/{n}" if n else "-"
+
+
+def _size_bar(r: Mapping[str, Any]) -> bool:
+    return bool(r["coverage"] >= 0.9 and r["size"] <= 1.5)
+
+
+def _kinds_bar(r: Mapping[str, Any]) -> bool:
+    return all(x >= 2 / 3 - 1e-12 for x in (r["stream-4"], r["kinetics"]) if not math.isnan(x))
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "MISSED"
 
 
 def recorded_sets(results: dict[str, Measured], vs: Sequence[Variant], maps: Any, level: float) -> pd.DataFrame:
@@ -935,7 +1012,9 @@ CALIBRATION_TEXT = (
     "probabilities below are **calibrated** by a map fitted on the library (`bench/rca_calibration.py`) and "
     "**cross-validated**: every run's probabilities come from a map fitted on the runs of the other fault seeds and "
     "the other IDV groups (IDV mod 4), {maps}, and its threshold ({thresholds}; `a plant joins the named root "
-    "at`: the mean over the runs) from a cross-validation inside those runs. "
+    "at`: the mean over the runs) from a cross-validation inside those runs. `the file's threshold`: the same "
+    "out-of-fold probabilities with the set threshold the written map carries ({file_thresholds}; fitted on every run, "
+    "so not held out): what the file gives on runs of a seed and an IDV group its map did not see. "
     "`holds a true root` = share of the detected runs with a unit truth whose set (the plants in at least half of "
     "the run's verdicts' sets) holds a true unit; `ECE` = expected calibration error of the named root's "
     "probability over the verdicts from the onset on (10 bins, every run weighing one; in brackets a 90 % bootstrap "
@@ -1117,6 +1196,14 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         "map (default: rca_calibration.SHIPPED_MAPS, what config/tep.calibration.json ships)",
     )  # fmt: skip
     parser.add_argument(
+        "--thresholds-from", default=None, choices=("inner", "outer"),
+        help="what the written file's set thresholds are fitted on: inner, the inner folds of the nested "
+        "cross-validation pooled (maps that saw neither of two seeds and two IDV groups, as those of the figures' "
+        "thresholds); outer, the cross-validation's out-of-fold probabilities (maps that saw all but one seed and one "
+        "IDV group) (default: rca_calibration.SHIPPED_THRESHOLDS_FROM, what config/tep.calibration.json ships; the "
+        "table shows the file's threshold on the out-of-fold probabilities next to the cross-validated sets)",
+    )  # fmt: skip
+    parser.add_argument(
         "--set-rule", default=None, choices=("mass", "plant"),
         help="how a candidate set is built from the calibrated probabilities (default: rca_calibration.SET_RULE, "
         "what config/tep.calibration.json ships; the other is an ablation: not with --calibration): mass, the most "
@@ -1189,8 +1276,11 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     )
     print("\nFAR per nominal seed\n" + far_table.to_string(index=False))
     bars = [] if args.smoke else acceptance(results, rows)
-    section = calibration_section(results, vs, config.rca.coverage, args.set_thresholds, args.maps, args.set_rule)
+    section = calibration_section(
+        results, vs, config.rca.coverage, args.set_thresholds, args.maps, args.set_rule, args.thresholds_from
+    )
     print(f"\nCandidate sets and calibration ({section.counts})\n" + section.table.to_string(index=False))
+    print(section.folds_text)
     if has_recorded:
         rec_sets = recorded_sets(results, vs, section.calibration, config.rca.coverage)
         print("\nRecorded files with the library's map\n" + rec_sets.to_string(index=False))
@@ -1239,10 +1329,14 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
             "",
             "## Candidate sets and calibrated probabilities",
             "",
-            CALIBRATION_TEXT.format(maps=section.maps_text, thresholds=section.thresholds_text)
+            CALIBRATION_TEXT.format(
+                maps=section.maps_text, thresholds=section.thresholds_text, file_thresholds=section.file_thresholds_text
+            )
             + f" Figures from {section.counts}.",
             "",
             _md(section.table),
+            "",
+            section.folds_text,
             "",
             "### Reliability diagrams",
             "",

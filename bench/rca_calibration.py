@@ -25,7 +25,10 @@ evidence when it issued it (:func:`fedrca.rca.calibration.features`). This modul
    probabilities); both at the smallest k that holds a true root as often as fedrca's sets;
 5. **fits** the maps shipped for TEP (:func:`final_maps`: one per training size, each on every run of its
    settings, keyed by the training rows the RCA side learns from its plants; their thresholds on the
-   cross-validated probabilities of every run).
+   out-of-fold probabilities of every inner fold of the nested cross-validation together: the maps each
+   fold's own thresholds come from, so that the threshold the file carries is fitted as the thresholds the
+   figures are scored with, on maps of as many runs, :data:`SHIPPED_THRESHOLDS_FROM`), and scores the same
+   out-of-fold probabilities at the file's threshold too (``bench_faults.calibration_section``).
 
 ``python bench/bench_faults.py --calibration config/tep.calibration.json`` writes the shipped map.
 """
@@ -48,12 +51,14 @@ from fedrca.rca.calibration import (
     KEY_FLOOR,
     CalibrationMap,
     CalibrationMaps,
+    add_coverage,
     candidate_set,
+    coverage_by_threshold,
     expected_calibration_error,
     fit,
-    fit_thresholds,
     fit_weights,
     reliability,
+    thresholds_of_coverage,
 )
 from fedrca.rca.evidence import softmax
 
@@ -99,6 +104,13 @@ MAPS_BY = (*THRESHOLDS_BY, "rows-shrunk", "setting-shrunk")
 #: from what they publish: fedrca.rca.engine.training_rows), one set threshold for every setting (a threshold per
 #: training size collapses at 2,880 rows: docs/rca.md, "A threshold or a map per setting")
 SHIPPED_MAPS, SHIPPED_THRESHOLDS = "rows", "pooled"
+#: what the shipped set thresholds are fitted on (:func:`final_maps`): ``inner``, the inner folds of the nested
+#: cross-validation pooled (every (outer, inner) fold's out-of-fold probabilities, from maps that saw neither of two
+#: seeds and two IDV groups: the maps whose thresholds each fold's figures are scored with); ``outer``, the
+#: cross-validation's out-of-fold probabilities (maps that saw all but one seed and one IDV group): a threshold of
+#: maps one IDV group richer than those the figures' thresholds come from (docs/rca.md, "Which threshold ships")
+THRESHOLDS_FROM = ("inner", "outer")
+SHIPPED_THRESHOLDS_FROM = "inner"
 #: how finely each part of the library is cut (a set threshold's part must hold a whole map's)
 _GRAIN = {"pooled": 0, "rows": 1, "rows-shrunk": 1, "setting": 2, "setting-shrunk": 2}
 
@@ -294,34 +306,48 @@ def threshold_key(setting: str, by: str) -> str:
     raise ValueError(f"a map or a set threshold by {by!r}: one of {', '.join(MAPS_BY)}")
 
 
+Coverage = dict[Any, tuple[np.ndarray, float]]
+
+
+def _coverage(samples: Samples, probs: np.ndarray, rule: str = "mass") -> Coverage:
+    """The :func:`fedrca.rca.calibration.coverage_by_threshold` table of the verdicts with probabilities, one group per
+    setting."""
+    known = ~np.isnan(probs).any(axis=1)
+    if not known.any():
+        return {}
+    part = samples.where(known)
+    return coverage_by_threshold(probs[known], part.truth, part.root, part.weight, groups=part.setting, rule=rule)
+
+
+def _tables(coverage: Coverage, by: str = "pooled", rule: str = "mass") -> dict[str, tuple[tuple[float, float], ...]]:
+    """The set thresholds of a coverage table (:func:`_coverage`, or several added up), per part of the library
+    (:func:`threshold_key`): the coverage must hold in every setting of the part."""
+    parts: dict[str, Coverage] = {}
+    for setting, entry in coverage.items():
+        parts.setdefault(threshold_key(str(setting), by), {})[setting] = entry
+    return {key: thresholds_of_coverage(parts[key], LEVELS, rule=rule) for key in sorted(parts)}
+
+
 def _thresholds(
     samples: Samples, probs: np.ndarray, by: str = "pooled", rule: str = "mass"
 ) -> dict[str, tuple[tuple[float, float], ...]]:
     """The set thresholds (:func:`fedrca.rca.calibration.fit_thresholds`) of out-of-fold probabilities, per part of
     the library (:func:`threshold_key`): the coverage must hold in every setting of the part."""
-    known = ~np.isnan(probs).any(axis=1)
-    if not known.any():
-        return {}
-    part = samples.where(known)
-    keys = np.array([threshold_key(s, by) for s in part.setting])
-    out = {}
-    for key in np.unique(keys):
-        sel = keys == key
-        out[str(key)] = fit_thresholds(probs[known][sel], part.truth[sel], part.root[sel], part.weight[sel],
-                                       groups=part.setting[sel], levels=LEVELS, rule=rule)  # fmt: skip
-    return out
+    return _tables(_coverage(samples, probs, rule), by, rule)
 
 
 def cross_validate(
     samples: Samples, plants: Sequence[str], thresholds_by: str = "pooled", maps_by: str = "pooled",
-    rule: str = SET_RULE,
+    rule: str = SET_RULE, inner: list[Coverage] | None = None,
 ) -> tuple[np.ndarray, list[CalibrationMap]]:  # fmt: skip
     """(N, M) the calibrated probabilities of every verdict from a map that saw neither its seed nor its IDV
     group (with one fault seed, as in the smoke run, the IDV groups alone), and the map of each verdict's fold
     (its set thresholds fitted by the same cross-validation inside the fold's runs: no threshold has seen the
     runs it is scored on). ``maps_by`` and ``thresholds_by`` (:func:`threshold_key`) say what one map and one
-    threshold are fitted for: ``pooled`` (the four settings pooled, what ships), ``rows``, ``setting`` or (maps only)
-    ``rows-shrunk``; ``rule`` how a set is built (:data:`fedrca.rca.calibration.RULES`)."""
+    threshold are fitted for: ``pooled`` (the four settings pooled), ``rows``, ``setting`` or (maps only)
+    ``rows-shrunk``; ``rule`` how a set is built (:data:`fedrca.rca.calibration.RULES`). ``inner``: a list each
+    fold's coverage table (:func:`_coverage` of its inner out-of-fold probabilities) is appended to, for the
+    shipped thresholds (:func:`final_maps`, :data:`SHIPPED_THRESHOLDS_FROM`)."""
     probs = np.full(samples.truth.shape, np.nan)
     maps: list[CalibrationMap | None] = [None] * len(samples)
     fits = _Fits(samples, plants, maps_by)
@@ -330,8 +356,10 @@ def cross_validate(
             raise SystemExit("bench_faults: calibration needs runs of two IDV groups to cross-validate")
         inside, outside = samples.where(train), samples.where(test)
         fitted = fits(train)
-        inner = _out_of_fold(inside, plants, maps_by, fits, np.flatnonzero(train))
-        table = _thresholds(inside, inner, thresholds_by, rule)
+        coverage = _coverage(inside, _out_of_fold(inside, plants, maps_by, fits, np.flatnonzero(train)), rule)
+        if inner is not None:
+            inner.append(coverage)
+        table = _tables(coverage, thresholds_by, rule)
         probs[test] = _apply_keyed(fitted, outside, maps_by)
         keyed: dict[tuple[str, str], CalibrationMap] = {}
         for i, setting in zip(np.flatnonzero(test), outside.setting, strict=True):
@@ -385,14 +413,20 @@ def bounds(values: Sequence[float], key: str) -> list[tuple[float, float]]:
 def final_maps(
     samples: Samples, plants: Sequence[str], scores: Mapping[str, Any], fitted_on: Mapping[str, Any],
     probs: np.ndarray, rule: str = SET_RULE, maps_by: str = "pooled", thresholds_by: str = "pooled",
+    inner: Sequence[Coverage] | None = None,
 ) -> CalibrationMaps:  # fmt: skip
     """The maps shipped for TEP: one per part of the library (``maps_by``, :func:`threshold_key`; ``pooled``: one
     map, fitted on every verdict of every setting), each fitted on every verdict of its part, its set thresholds (of
     the set ``rule``, one table per ``thresholds_by`` part, which must not be finer than ``maps_by``) fitted on the
-    cross-validated probabilities ``probs`` of every verdict of that part; the maps keyed by the training rows (and,
-    per setting, the flag epsilon) they were fitted at, in the ranges :func:`bounds` gives."""
+    coverage tables ``inner`` of :func:`cross_validate` added up (every inner fold of the nested cross-validation:
+    the maps the cross-validated figures' thresholds come from) or, without them, on the cross-validated
+    probabilities ``probs`` of every verdict of that part; the maps keyed by the training rows (and, per setting, the
+    flag epsilon) they were fitted at, in the ranges :func:`bounds` gives."""
     fitted = _fit_keyed(samples, plants, maps_by)
-    tables = _thresholds(samples, probs, thresholds_by, rule)
+    if inner is None:
+        tables = _thresholds(samples, probs, thresholds_by, rule)
+    else:
+        tables = _tables(add_coverage(inner), thresholds_by, rule)
     settings = sorted({str(s) for s in samples.setting}, key=setting_key)
     rows = sorted({setting_key(s)[0] for s in settings})
     epsilons = sorted({setting_key(s)[1] for s in settings})
@@ -427,7 +461,7 @@ def final_maps(
         if maps_by == "pooled":  # one map for every site: its file is the map itself, with what the fit saw
             part_on, part_scores = dict(fitted_on), dict(scores)
         maps.append(dataclasses.replace(m, name=name, fitted_on=part_on, scores=part_scores, rule=rule,
-                                        thresholds=tables[next(iter(table_keys))]))  # fmt: skip
+                                        thresholds=tables.get(next(iter(table_keys)), ())))  # fmt: skip
         ranges.append(r)
     if maps_by == "pooled":
         return CalibrationMaps.single(maps[0])

@@ -509,6 +509,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 for w in workers:
                     (args.keep / w.log.name).write_bytes(w.log.read_bytes())
+            # the workers stop before their state directory goes: one still writing there (a standby started
+            # again, a Faust data directory) made the directory's removal fail and lost the run's table
+            for w in workers:
+                w.stop()
     finally:
         for reader in readers:
             reader.stopping.set()

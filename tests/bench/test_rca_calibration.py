@@ -182,3 +182,34 @@ def test_maps_per_setting_shrunk_toward_their_training_size(rc: ModuleType) -> N
                                            "tep-library-rows2880-eps2", "tep-library-rows2880-epsinf"]  # fmt: skip
     for i, (rows, eps) in enumerate(((500, 2.0), (500, float("inf")), (2880, 2.0), (2880, float("inf")))):
         assert maps.select(rows, eps) is maps.maps[i]
+
+
+def test_the_shipped_thresholds_are_fitted_on_every_inner_fold_of_the_nested_cross_validation(rc: ModuleType) -> None:
+    """The file's set thresholds come from the maps the cross-validated figures' thresholds come from (each fitted
+    without two seeds and two IDV groups): every (outer, inner) fold's out-of-fold probabilities searched at once,
+    as fit_thresholds on all of them together; each fold's own thresholds are the search of its part alone."""
+    from fedrca.rca.calibration import fit_thresholds, thresholds_of_coverage
+
+    samples = _library(rc)
+    plants = ("a", "b", "c")
+    inner: list = []
+    probs, maps = rc.cross_validate(samples, plants, "pooled", "rows", inner=inner)
+    folds = list(rc._folds(samples))
+    assert len(inner) == len(folds)
+    together: dict[str, list[np.ndarray]] = {k: [] for k in ("probs", "truth", "root", "weight", "setting")}
+    for (train, test), table in zip(folds, inner, strict=True):
+        inside = samples.where(train)
+        for tr2, te2 in rc._folds(inside):
+            part = inside.where(te2)
+            together["probs"].append(rc._apply_keyed(rc._fit_keyed(inside.where(tr2), plants, "rows"), part, "rows"))
+            for k in ("truth", "root", "weight", "setting"):
+                together[k].append(getattr(part, k))
+        assert maps[np.flatnonzero(test)[0]].thresholds == thresholds_of_coverage(table, rc.LEVELS, rule=rc.SET_RULE)
+    P, T, R, W, G = (np.concatenate(together[k]) for k in ("probs", "truth", "root", "weight", "setting"))
+    expected = fit_thresholds(P, T, R, W, groups=G, levels=rc.LEVELS, rule=rc.SET_RULE)
+    shipped = rc.final_maps(samples, plants, {}, {}, probs, rc.SET_RULE, "rows", "pooled", inner)
+    assert [m.thresholds for m in shipped.maps] == [expected, expected]
+    # without the inner folds' tables: the out-of-fold probabilities' thresholds (what shipped before)
+    outer = rc.final_maps(samples, plants, {}, {}, probs, rc.SET_RULE, "rows", "pooled")
+    assert [m.thresholds for m in outer.maps] == [rc._thresholds(samples, probs, "pooled", rc.SET_RULE)["all"]] * 2
+    assert [m.weights for m in outer.maps] == [m.weights for m in shipped.maps]

@@ -17,6 +17,8 @@ from fedrca.rca import InterdependencyGraph, engine_for
 from fedrca.rca.calibration import (
     FEATURES,
     CalibrationMap,
+    add_coverage,
+    coverage_by_threshold,
     expected_calibration_error,
     features,
     fit,
@@ -24,6 +26,8 @@ from fedrca.rca.calibration import (
     plant_set,
     reliability,
     share_of_others,
+    threshold_steps,
+    thresholds_of_coverage,
 )
 from fedrca.rca.explain import _TABLE, candidate_set, describe, link, shortest_path
 from fedrca.rca.table import lookup
@@ -181,6 +185,36 @@ def test_fitted_thresholds_give_the_smallest_sets_that_hold_the_coverage_in_ever
         # one grid step towards smaller sets loses the level (mass: a smaller sum; plant: a higher floor)
         if (rule == "mass" and 1 / 50 < t < 1.0) or (rule == "plant" and t < 1.0):
             assert not all(covered(t + step, level))
+
+
+@pytest.mark.parametrize("rule", ["mass", "plant"])
+@pytest.mark.parametrize("seed", range(4))
+def test_coverage_tables_of_parts_add_up_to_the_thresholds_of_the_whole(seed, rule):
+    """The shipped set thresholds are searched on the coverage tables of many sets of verdicts added up (the inner folds
+    of bench/rca_calibration.py's nested cross-validation, every verdict in several): they are fit_thresholds' on all
+    those verdicts at once, and one table's search is fit_thresholds' on its verdicts."""
+    rng = np.random.default_rng(seed)
+    M, levels = 4, (0.3, 0.5, 0.7, 0.9)
+    parts = []
+    for n in (40, 25, 60):
+        parts.append((rng.dirichlet(np.full(M, 0.7), size=n), rng.random((n, M)) < 0.35, rng.integers(0, M, n),
+                      rng.random(n) + 0.1, rng.choice(np.array(["a", "b", "c"]), n)))  # fmt: skip
+    tables = [coverage_by_threshold(*part, grid=50, rule=rule) for part in parts]
+    whole = fit_thresholds(*(np.concatenate(x) for x in zip(*parts, strict=True)), levels=levels, grid=50, rule=rule)
+    assert thresholds_of_coverage(add_coverage(tables), levels, grid=50, rule=rule) == whole
+    for part, table in zip(parts, tables, strict=True):
+        assert thresholds_of_coverage(table, levels, grid=50, rule=rule) == fit_thresholds(
+            *part, levels=levels, grid=50, rule=rule)  # fmt: skip
+        # per group: the covered weight at each step (never more than the group's weight, growing toward larger sets)
+        # and the group's weight
+        for label, (held, total) in table.items():
+            assert total == pytest.approx(part[3][part[4] == label].sum())
+            assert np.all(np.diff(held) >= -1e-12) and held[-1] <= total + 1e-12
+    # a label the other tables lack is kept; the totals add up
+    added = add_coverage([tables[0], {"d": (np.ones(len(threshold_steps(50, rule))), 2.0)}])
+    assert added["d"][1] == 2.0 and set(added) == set(tables[0]) | {"d"}
+    with pytest.raises(ValueError, match="one of mass, plant"):
+        threshold_steps(50, "sum")
 
 
 def test_a_plant_rule_map_adds_every_plant_of_probability_at_least_its_threshold():

@@ -28,6 +28,7 @@ SESSION = 60.0
 #: longer than the file (960 rows): rows wait for the killed worker's plants (docs/limits.md: 1,483 at most)
 LATENESS = 1400
 SERVED = "resuming at offset"  # fedrca.streams.loop: a partition taken (its state read back, its offset sought)
+TOOK_OVER = "s after it took over on standby"  # fedrca.streams.app.Worker: the standby's first batch committed
 
 pytestmark = pytest.mark.kafka
 
@@ -68,6 +69,8 @@ def test_a_standby_takes_over_a_killed_worker_at_once_and_every_flag_and_verdict
         assert standby.alive and standby.proc.pid == pid, cluster.diagnostics()
         assert int(lock.read_text()) == pid  # the standby holds the worker's lock now
         assert took < SESSION / 2, f"served {took:.1f} s after the kill (session timeout {SESSION:g} s)"
+        # its start-up timeline has the take-over (fedrca.streams.startup.STANDBY) and its first batch after it
+        wait_until(lambda: TOOK_OVER in standby.log_tail(100_000), 120, "the standby's first batch", interval=0.2)
         members = group_assignment(bootstrap, plants_group)
         assert members is not None and len(members) == 1, members
         feeder.join(timeout=300)

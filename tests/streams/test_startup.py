@@ -256,3 +256,47 @@ def test_an_empty_params_topic_is_read_without_a_fetch(kafka_broker, tmp_path):
 
     with mock.patch.object(agents_module, "AIOKafkaConsumer", NoFetch):
         assert asyncio.run(run()), "the empty params topic was read only by a fetch"
+
+
+@pytest.mark.kafka
+def test_the_params_follower_asks_its_offsets_before_it_assigns_its_topics(kafka_broker, tmp_path):
+    # Once a consumer's partitions are assigned its fetcher keeps a fetch in flight (fetch.max.wait, 0.5 s, on a
+    # topic with nothing new), and a seek_to_beginning or an offsets request waits for it: a plant worker's two
+    # topics (params, control) held its join about 1 s back. The follower asks where they begin and end first,
+    # then assigns and seeks them (no seek_to_beginning), and is positioned and caught up.
+    config = load_config(site_config(tmp_path, unique_name("params")))
+    names = SiteNames(config)
+    ensure_site_topics(kafka_broker.bootstrap, config, only=[config.topic("params"), names.control])
+    asked: list[tuple[str, int]] = []
+
+    class Recording(agents_module.AIOKafkaConsumer):  # type: ignore[misc]
+        async def beginning_offsets(self, partitions: Any) -> Any:
+            asked.append(("beginning", len(self.assignment())))
+            return await super().beginning_offsets(partitions)
+
+        async def end_offsets(self, partitions: Any) -> Any:
+            asked.append(("end", len(self.assignment())))
+            return await super().end_offsets(partitions)
+
+        async def seek_to_beginning(self, *partitions: Any) -> Any:
+            asked.append(("seek_to_beginning", len(self.assignment())))
+            return await super().seek_to_beginning(*partitions)
+
+    # a plant runtime whose plant keeps a history: the follower reads the control topic too
+    keeping = mock.Mock(processors={"reactor": mock.Mock(keeper=object())})
+
+    async def run() -> bool:
+        follower = ParamsFollower(kafka_broker.bootstrap, names, keeping, None, asyncio.Lock())
+        task = asyncio.ensure_future(follower.run())
+        try:
+            await asyncio.wait_for(follower.caught_up.wait(), 30)
+        except TimeoutError:
+            return False
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return follower.positioned.is_set()
+
+    with mock.patch.object(agents_module, "AIOKafkaConsumer", Recording):
+        assert asyncio.run(run()), "the follower did not catch up"
+    assert sorted(asked) == [("beginning", 0), ("end", 0)], asked

@@ -10,12 +10,15 @@ hour as after a minute, whatever the broker's compaction has done yet.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+from unittest import mock
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from fedrca.connectors.kafka import read_topic
+from fedrca.streams import loop as loop_module
 from fedrca.streams.loop import STATE_CANDIDATES, StateScan, read_state, state_record
 from tests.kafka_broker import unique_name
 
@@ -98,3 +101,31 @@ def test_a_state_topic_with_fewer_records_than_the_window_is_read_whole(kafka_br
     asyncio.run(write_three())
     found = asyncio.run(read_state(bootstrap, topic, KEY, 60.0))
     assert [c[1] for c in found.candidates] == [3, 2, 1] and found.read == 3
+
+
+def test_a_compacted_topic_s_offsets_are_asked_before_its_partition_is_assigned(kafka_broker) -> None:
+    # Once the partition is assigned the fetcher fetches from its beginning (up to SCAN_FETCH_BYTES, before the
+    # seek to the window's start) and the offsets requests wait behind that fetch: a take-over's reads ask first.
+    bootstrap = kafka_broker.bootstrap
+    topic = unique_name("state")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"cleanup.policy": "compact"})])
+    finally:
+        admin.close()
+    asked: list[tuple[str, int]] = []
+
+    class Recording(loop_module.AIOKafkaConsumer):  # type: ignore[misc]
+        async def beginning_offsets(self, partitions: Any) -> Any:
+            asked.append(("beginning", len(self.assignment())))
+            return await super().beginning_offsets(partitions)
+
+        async def end_offsets(self, partitions: Any) -> Any:
+            asked.append(("end", len(self.assignment())))
+            return await super().end_offsets(partitions)
+
+    asyncio.run(_write(bootstrap, topic))
+    with mock.patch.object(loop_module, "AIOKafkaConsumer", Recording):
+        found = asyncio.run(read_state(bootstrap, topic, KEY, 60.0))
+    assert found.candidates[0][1] == RECORDS
+    assert asked and all(assigned == 0 for _, assigned in asked), asked

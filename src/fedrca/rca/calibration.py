@@ -69,7 +69,9 @@ __all__ = [
     "RULES",
     "CalibrationMap",
     "CalibrationMaps",
+    "add_coverage",
     "candidate_set",
+    "coverage_by_threshold",
     "expected_calibration_error",
     "features",
     "fit",
@@ -77,6 +79,8 @@ __all__ = [
     "fit_weights",
     "plant_set",
     "reliability",
+    "threshold_steps",
+    "thresholds_of_coverage",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -804,13 +808,45 @@ def fit_thresholds(
     >>> fit_thresholds(p, truth, np.zeros(10, int), np.ones(10), levels=(0.5, 0.9), rule="plant")
     ((0.5, 1.0), (0.9, 0.3))
     """
+    # the search of coverage_by_threshold's table of these verdicts: the pooled tables of several sets of verdicts
+    # (bench/rca_calibration.py, the inner folds of the nested cross-validation) are searched the same way
+    table = coverage_by_threshold(probabilities, truth, named, weight, groups, grid, rule)
+    return thresholds_of_coverage(table, levels, grid, rule)
+
+
+def threshold_steps(grid: int = 100, rule: str = "mass") -> FloatArray:
+    """The candidate thresholds of :func:`fit_thresholds`, in the order it tries them (from the smallest sets up):
+    ``mass`` 1/grid .. 1 increasing, ``plant`` 1 .. 0 decreasing.
+
+    >>> threshold_steps(4, "mass").tolist(), threshold_steps(4, "plant").tolist()
+    ([0.25, 0.5, 0.75, 1.0], [1.0, 0.75, 0.5, 0.25, 0.0])
+    """
     if rule not in RULES:
         raise ValueError(f"set rule {rule!r}: one of {', '.join(RULES)}")
+    return np.arange(1, grid + 1) / grid if rule == "mass" else np.arange(grid, -1, -1) / grid
+
+
+def coverage_by_threshold(
+    probabilities: ArrayLike,
+    truth: ArrayLike,
+    named: ArrayLike,
+    weight: ArrayLike,
+    groups: ArrayLike | None = None,
+    grid: int = 100,
+    rule: str = "mass",
+) -> dict[Any, tuple[FloatArray, float]]:
+    """Per group: the weight of the verdicts whose set of the ``rule`` at each of the :func:`threshold_steps` holds a
+    true root (S,), and the group's total weight. Tables of several sets of verdicts add up (the covered weights and
+    the totals of a label) into the table of all of them: :func:`thresholds_of_coverage` fits on either.
+
+    Parameters are :func:`fit_thresholds`'; ``groups`` None: one group, labelled None.
+    """
+    steps = threshold_steps(grid, rule)
     P = np.asarray(probabilities, dtype=np.float64)
     T = np.asarray(truth, dtype=bool)
     root = np.asarray(named, dtype=np.int64)
     w = np.asarray(weight, dtype=np.float64)
-    g = np.zeros(len(P), dtype=np.int64) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
+    labels = np.full(len(P), None, dtype=object) if groups is None else np.asarray(groups)
     n = np.arange(len(P))
     # the set reaching t holds a true root iff the mass taken before the first true plant is below t: order the
     # plants as the set does (named first, then by probability) and find the mass before the first true one
@@ -819,22 +855,56 @@ def fit_thresholds(
     ranked = P[n[:, None], order]
     # a set never holds more than MAX_CANDIDATES plants (fedrca.rca.explain.candidate_set)
     true_ranked = T[n[:, None], order] & (np.arange(P.shape[1]) < MAX_CANDIDATES)[None, :]
-    before = np.cumsum(ranked, axis=1) - ranked
-    # mass before the first true plant (inf when no plant of positive probability is true: never held)
-    held_from = np.where(true_ranked & (ranked > 0), before, np.inf).min(axis=1)
-    # plant: the set holds a true root iff the named root is one, or a true plant among the first MAX_CANDIDATES - 1
-    # others has a probability of at least t (the most probable true one decides)
-    named_true = T[n, root] & (P[n, root] > 0)
-    others_true = true_ranked[:, 1:] & (ranked[:, 1:] > 0)
-    best = np.where(named_true, np.inf, np.where(others_true, ranked[:, 1:], -np.inf).max(axis=1, initial=-np.inf))
+    if rule == "mass":
+        before = np.cumsum(ranked, axis=1) - ranked
+        # mass before the first true plant (inf when no plant of positive probability is true: never held)
+        score = np.where(true_ranked & (ranked > 0), before, np.inf).min(axis=1)
+    else:
+        # plant: the set holds a true root iff the named root is one, or a true plant among the first
+        # MAX_CANDIDATES - 1 others has a probability of at least t (the most probable true one decides)
+        named_true = T[n, root] & (P[n, root] > 0)
+        others_true = true_ranked[:, 1:] & (ranked[:, 1:] > 0)
+        score = np.where(named_true, np.inf, np.where(others_true, ranked[:, 1:], -np.inf).max(
+            axis=1, initial=-np.inf))  # fmt: skip
+    out: dict[Any, tuple[FloatArray, float]] = {}
+    for label in dict.fromkeys(labels.tolist()):
+        mine = labels == label if groups is not None else np.ones(len(P), dtype=bool)
+        s, v = score[mine], w[mine]
+        # the same sums, step by step, as the search of one table always made (the same floats: the same thresholds)
+        held = [np.sum(v[s < t - 1e-9]) if rule == "mass" else np.sum(v[s >= t - 1e-12]) for t in steps]
+        out[label] = (np.asarray(held, dtype=np.float64), float(np.sum(v)))
+    return out
+
+
+def add_coverage(
+    tables: Sequence[Mapping[Any, tuple[FloatArray, float]]],
+) -> dict[Any, tuple[FloatArray, float]]:
+    """The :func:`coverage_by_threshold` table of the verdicts of several tables together (per label, the sums)."""
+    out: dict[Any, tuple[FloatArray, float]] = {}
+    for table in tables:
+        for label, (held, total) in table.items():
+            if label in out:
+                out[label] = (out[label][0] + held, out[label][1] + total)
+            else:
+                out[label] = (np.array(held, dtype=np.float64), float(total))
+    return out
+
+
+def thresholds_of_coverage(
+    table: Mapping[Any, tuple[FloatArray, float]],
+    levels: Sequence[float] = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
+    grid: int = 100,
+    rule: str = "mass",
+) -> tuple[tuple[float, float], ...]:
+    """For each coverage level c, the first of the :func:`threshold_steps` (the smallest sets) whose sets hold a true
+    root on at least c of the weight in every group of ``table`` (:func:`coverage_by_threshold`); none: 1 (``mass``)
+    or 0 (``plant``)."""
+    steps = threshold_steps(grid, rule)
     out = []
     for level in levels:
         chosen = 1.0 if rule == "mass" else 0.0
-        # mass: from the smallest sum up; plant: from the largest floor down (both: from the smallest sets up)
-        steps = np.arange(1, grid + 1) / grid if rule == "mass" else np.arange(grid, -1, -1) / grid
-        for t in steps:
-            ok = held_from < t - 1e-9 if rule == "mass" else best >= t - 1e-12
-            if all(np.sum(w[(g == k) & ok]) >= level * np.sum(w[g == k]) - 1e-12 for k in np.unique(g)):
+        for j, t in enumerate(steps):
+            if all(held[j] >= level * total - 1e-12 for held, total in table.values()):
                 chosen = float(t)
                 break
         out.append((float(level), round(chosen, 6)))

@@ -299,10 +299,15 @@ class ParamsFollower:
             if self.plants is not None and any(p.keeper is not None for p in self.plants.processors.values()):
                 control = TopicPartition(self.names.control, 0)
             partitions = [tp] if control is None else [tp, control]
+            # where to read from and to, asked before the partitions are assigned: once they are, the fetcher keeps
+            # a fetch in flight (up to fetch.max.wait, 0.5 s, on a topic with nothing new), and an offsets request or
+            # a seek_to_beginning waited for it, one wait per topic (a plant worker follows two) before the loops join
+            # (docs/streams.md, "A hot standby"; tests/streams/test_startup.py)
+            beginnings = await consumer.beginning_offsets(partitions)
+            ends = await consumer.end_offsets(partitions)
             consumer.assign(partitions)
             for part in partitions:
-                await consumer.seek_to_beginning(part)
-            ends = await consumer.end_offsets(partitions)
+                consumer.seek(part, beginnings[part])
             end = ends[tp]
             # from here on a refused record is dead-lettered when it is read: the loops join their groups now
             self.positioned.set()

@@ -48,7 +48,7 @@ from fedrca.streams.agents import Heartbeat, ParamsFollower, PlantAgent, RCAAgen
 from fedrca.streams.compat import FedrcaApp
 from fedrca.streams.loop import BatchTimes, InputRecord, LoopSettings, TransactionalLoop
 from fedrca.streams.runtime import PlantRuntime, RCARuntime, streaming_threads
-from fedrca.streams.startup import StartupTimeline
+from fedrca.streams.startup import STANDBY, StartupTimeline
 
 __all__ = [
     "ROLES",
@@ -443,7 +443,13 @@ class Worker:
         """The worker's first committed batch: on its start-up timeline, and logged (INFO)."""
         self._served = True
         self.timeline.mark("first batch committed", at=times.committed)
-        log.info("first batch committed %.2f s after the process started", times.committed - self.timeline.origin)
+        took_over = self.timeline.at(STANDBY)
+        since = "" if took_over is None else f", {times.committed - took_over:.2f} s after it took over on standby"
+        log.info(
+            "first batch committed %.2f s after the process started%s (fetched %.2f s, processed %.2f s before)",
+            times.committed - self.timeline.origin, since, times.committed - times.fetched,
+            times.committed - times.processed,
+        )  # fmt: skip
 
 
 def create_app(name: str, settings: StreamSettings, worker: Worker) -> FedrcaApp:

@@ -587,9 +587,11 @@ async def _scan_committed(
     await consumer.start()
     try:
         tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
+        # the offsets before the partition is assigned: once it is, the fetcher fetches from its beginning (up to
+        # SCAN_FETCH_BYTES, before the seek below) and the offsets requests wait behind that fetch
         end = (await consumer.end_offsets([tp]))[tp]
         beginning = (await consumer.beginning_offsets([tp]))[tp]
+        consumer.assign([tp])
         start = beginning if last is None else max(beginning, end - last)
         consumer.seek(tp, start)
         deadline = time.monotonic() + timeout
@@ -624,6 +626,9 @@ class _Claim:
     key: bytes
     found: StateRecords
     first: int | None  # where it starts without a state record (its group's offset, else its beginning)
+    # wall-clock times (s since the epoch) the take-over began, its producers were fenced, its state and the
+    # handler's other records were read: logged when it resumes (docs/streams.md, "A hot standby")
+    times: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass
@@ -1106,26 +1111,28 @@ class TransactionalLoop:
             )
             for k in range(max(1, s.producers))
         ]
+        began = time.time()
         try:
             # InitProducerId: every earlier producer of each id is fenced, its open transaction aborted (a
             # decided one completed), before anything is read back; the partition's producers fence at once
             await _together(*(producer.start() for producer in producers))
+            fenced = time.time()
             state_topic = self._state_topic_for(tp)
             key = _state_key(tp)
             handler = self._handler_for(tp)
             load = getattr(handler, "load", None)
             # what the handler keeps beside its state (a plant's history topic) is read with the
             # state, before the state is restored
-            found, _ = await _together(
-                read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security),
-                load(s.bootstrap, s.restore_timeout, s.security) if load is not None else _nothing(),
+            (found, read), (_, loaded) = await _together(
+                _ended(lambda: read_state(s.bootstrap, state_topic, key, s.restore_timeout, s.security)),
+                _ended(lambda: load(s.bootstrap, s.restore_timeout, s.security) if load is not None else _nothing()),
             )
             first = None if found.candidates else await self._first_offset(tp)
         except BaseException:
             # a failure or a cancel (a revoke): every producer is closed, one that started halfway as well
             await self._close(tp, producers)
             raise
-        return _Claim(tp, handler, producers, state_topic, key, found, first)
+        return _Claim(tp, handler, producers, state_topic, key, found, first, (began, fenced, read, loaded))
 
     async def _install(self, claim: _Claim) -> bool:
         """Restore a claimed partition's handler, seek to the offset its state names, make it a task and
@@ -1154,7 +1161,13 @@ class TransactionalLoop:
         task.committed = progress if isinstance(progress, int) else None  # what the committed state reached
         self._tasks[tp] = task
         self._consumer.resume(tp)
-        log.info("%s: resuming at offset %d (%s)", _name(tp), offset, "state restored" if saved else "no state yet")
+        began, fenced, read, loaded = claim.times
+        log.info(
+            "%s: resuming at offset %d (%s; taken over in %.2f s: producers fenced after %.2f s, state read after "
+            "%.2f s, the handler's other records after %.2f s)",
+            _name(tp), offset, "state restored" if saved else "no state yet", time.time() - began, fenced - began,
+            read - began, loaded - began,
+        )  # fmt: skip
         if refused:
             log.error("%s: %d record(s) of %s are not its state; skipped", _name(tp), len(refused), claim.state_topic)
             # the partition's first transaction (nothing is in flight yet): later ones follow it
@@ -1568,6 +1581,12 @@ async def _until_either(*steps: Awaitable[Any]) -> None:
 
 async def _nothing() -> None:
     """A step with nothing to do."""
+
+
+async def _ended(step: Callable[[], Awaitable[_T]]) -> tuple[_T, float]:
+    """The result of the step ``step()`` starts and the wall-clock time (s since the epoch) it was over (the step
+    is made when this is awaited: one cancelled before it starts leaves no coroutine never awaited)."""
+    return await step(), time.time()
 
 
 def _restore(

@@ -20,7 +20,10 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["StartupTimeline", "process_started"]
+__all__ = ["STANDBY", "StartupTimeline", "process_started"]
+
+#: The step of a hot standby (``fedrca run --standby``): over when it holds its worker's lock, i.e. takes over.
+STANDBY = "standby"
 
 
 def process_started() -> float | None:
@@ -64,6 +67,18 @@ class StartupTimeline:
     def has(self, step: str) -> bool:
         """Whether ``step`` was marked."""
         return any(name == step for name, _ in self.marks)
+
+    def at(self, step: str) -> float | None:
+        """Wall-clock time ``step`` was over (None: not marked).
+
+        Examples
+        --------
+        >>> t = StartupTimeline(origin=100.0)
+        >>> t.mark(STANDBY, at=160.0)
+        >>> t.at(STANDBY), t.at("imports")
+        (160.0, None)
+        """
+        return next((when for name, when in self.marks if name == step), None)
 
     def steps(self) -> list[tuple[str, float, float]]:
         """``(step, seconds it added, seconds since the origin when it was over)``, in the order they ended."""
