@@ -259,43 +259,57 @@ def test_plan_reads_covers_every_tag_once_within_the_protocol_bounds(
 
 
 def test_runtime_rows_are_the_served_samples_over_modbus() -> None:
-    """The simulated plant's registers polled on the sample clock: row k holds sample k, exactly
-    (float32 on the wire: the values are float32 numbers)."""
+    """The simulated plant's registers polled on the sample clock: each sample served shows up, exactly (float32
+    on the wire: the values are float32 numbers), in the rows of every plant, in the order served, and every
+    full row holds the sample served last before it was polled, never a mix of two.
+
+    Each sample is served once the one before it is in a row of every plant (a condition, not a sleep: a loaded
+    machine that polls late makes a sample span more rows, not a different row)."""
     plants = {"boiler": ["a", "b", "c"], "turbine": ["d", "e"]}
     columns = [c for cols in plants.values() for c in cols]
     period = 0.25
     samples = np.random.default_rng(3).normal(size=(6, 5)).astype(np.float32).astype(np.float64)
+    parts = {}
+    offset = 0
+    for plant, cols in plants.items():
+        parts[plant] = [tuple(row[offset : offset + len(cols)].tolist()) for row in samples]
+        offset += len(cols)
 
-    async def scenario() -> tuple[int, dict[str, list[Any]]]:
+    async def scenario() -> dict[str, list[Any]]:
         server = ModbusTagServer(plants)
         await server.start()
         config = parse_config({
             "site": "s",
             "dataset": {"format": "csv", "columns": columns, "sample_seconds": period},
             "plants": [{"name": p, "sensors": cols} for p, cols in plants.items()],
-            "edge": modbus_edge_section(plants, server.url, staleness_seconds=2 * period),
+            "edge": modbus_edge_section(plants, server.url, staleness_seconds=60.0),
         })  # fmt: skip
         runtime = EdgeRuntime(config, list(plants), keep_rows=True)
         done = asyncio.Event()
         run = asyncio.create_task(runtime.run(until=done.is_set))
+
+        def shown(k: int) -> bool:
+            return all(any(tuple(r.values.tolist()) == parts[p][k] for r in runtime.rows[p]) for p in plants)
+
         try:
-            start = math.ceil(time.time() / period) + 1
             for k, row in enumerate(samples):
-                await asyncio.sleep(max(0.0, (start + k + 0.5) * period - time.time()))
-                await server.write(dict(zip(columns, row.tolist())), time.time())
-            await asyncio.sleep(2 * period)
+                await server.write(dict(zip(columns, row.tolist(), strict=True)), time.time())
+                await wait_for(lambda k=k: shown(k), timeout=30.0, what=f"sample {k} in a row of every plant")
         finally:
             done.set()
             await run
             await server.stop()
-        return start, runtime.rows
+        return runtime.rows
 
-    start, got = asyncio.run(scenario())
-    offset = 0
+    got = asyncio.run(scenario())
     for plant, cols in plants.items():
-        rows = {r.seq: r for r in got[plant]}
-        for k in range(len(samples)):
-            row = rows[start + k + 1]
-            assert row.quality.tolist() == [GOOD] * len(cols), (plant, k)
-            assert row.values.tolist() == samples[k, offset : offset + len(cols)].tolist(), (plant, k)
-        offset += len(cols)
+        rows = got[plant]
+        seqs = [r.seq for r in rows]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), plant  # the clock: consecutive
+        full = [r for r in rows if r.quality.tolist() == [GOOD] * len(cols)]
+        # from the first sample on, every full row is one of the samples, in the order served, each of them
+        index = [parts[plant].index(v) if (v := tuple(r.values.tolist())) in parts[plant] else None for r in full]
+        first = next(n for n, k in enumerate(index) if k is not None)
+        served = index[first:]
+        assert None not in served, (plant, [r.values.tolist() for r in full[first:]])
+        assert served == sorted(served) and sorted(set(served)) == list(range(len(samples))), (plant, served)
