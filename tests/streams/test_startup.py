@@ -37,6 +37,7 @@ from fedrca.streams.loop import (
 )
 from fedrca.streams.startup import StartupTimeline, process_started
 from tests.kafka_broker import unique_name
+from tests.streams.offsets import recording_offsets
 from tests.streams.test_loop import (
     _REAL_SLEEP,
     DEAD,
@@ -230,6 +231,19 @@ def test_a_worker_starts_without_the_heavy_parts_of_scipy():
     assert WARM_UP["plants"] == ("scipy.signal",)
 
 
+async def _caught_up(follower: ParamsFollower, timeout: float = 30.0) -> bool:
+    """Run ``follower`` until it has caught up with its topics (True) or ``timeout`` s passed (False); then stop it."""
+    task = asyncio.ensure_future(follower.run())
+    try:
+        await asyncio.wait_for(follower.caught_up.wait(), timeout)
+    except TimeoutError:
+        return False
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return True
+
+
 @pytest.mark.kafka
 def test_an_empty_params_topic_is_read_without_a_fetch(kafka_broker, tmp_path):
     # A worker's loops process nothing before its params topic is read to its end; a topic with nothing to read
@@ -243,16 +257,7 @@ def test_an_empty_params_topic_is_read_without_a_fetch(kafka_broker, tmp_path):
             await asyncio.Event().wait()
 
     async def run() -> bool:
-        follower = ParamsFollower(kafka_broker.bootstrap, names, None, None, asyncio.Lock())
-        task = asyncio.ensure_future(follower.run())
-        try:
-            await asyncio.wait_for(follower.caught_up.wait(), 30)
-        except TimeoutError:
-            return False
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        return True
+        return await _caught_up(ParamsFollower(kafka_broker.bootstrap, names, None, None, asyncio.Lock()))
 
     with mock.patch.object(agents_module, "AIOKafkaConsumer", NoFetch):
         assert asyncio.run(run()), "the empty params topic was read only by a fetch"
@@ -269,15 +274,7 @@ def test_the_params_follower_asks_its_offsets_before_it_assigns_its_topics(kafka
     ensure_site_topics(kafka_broker.bootstrap, config, only=[config.topic("params"), names.control])
     asked: list[tuple[str, int]] = []
 
-    class Recording(agents_module.AIOKafkaConsumer):  # type: ignore[misc]
-        async def beginning_offsets(self, partitions: Any) -> Any:
-            asked.append(("beginning", len(self.assignment())))
-            return await super().beginning_offsets(partitions)
-
-        async def end_offsets(self, partitions: Any) -> Any:
-            asked.append(("end", len(self.assignment())))
-            return await super().end_offsets(partitions)
-
+    class Recording(recording_offsets(agents_module.AIOKafkaConsumer, asked)):  # type: ignore[misc]
         async def seek_to_beginning(self, *partitions: Any) -> Any:
             asked.append(("seek_to_beginning", len(self.assignment())))
             return await super().seek_to_beginning(*partitions)
@@ -287,15 +284,7 @@ def test_the_params_follower_asks_its_offsets_before_it_assigns_its_topics(kafka
 
     async def run() -> bool:
         follower = ParamsFollower(kafka_broker.bootstrap, names, keeping, None, asyncio.Lock())
-        task = asyncio.ensure_future(follower.run())
-        try:
-            await asyncio.wait_for(follower.caught_up.wait(), 30)
-        except TimeoutError:
-            return False
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        return follower.positioned.is_set()
+        return await _caught_up(follower) and follower.positioned.is_set()
 
     with mock.patch.object(agents_module, "AIOKafkaConsumer", Recording):
         assert asyncio.run(run()), "the follower did not catch up"

@@ -10,7 +10,6 @@ hour as after a minute, whatever the broker's compaction has done yet.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 from unittest import mock
 
 import pytest
@@ -21,6 +20,7 @@ from fedrca.connectors.kafka import read_topic
 from fedrca.streams import loop as loop_module
 from fedrca.streams.loop import STATE_CANDIDATES, StateScan, read_state, state_record
 from tests.kafka_broker import unique_name
+from tests.streams.offsets import recording_offsets
 
 pytestmark = pytest.mark.kafka
 
@@ -115,15 +115,7 @@ def test_a_compacted_topic_s_offsets_are_asked_before_its_partition_is_assigned(
         admin.close()
     asked: list[tuple[str, int]] = []
 
-    class Recording(loop_module.AIOKafkaConsumer):  # type: ignore[misc]
-        async def beginning_offsets(self, partitions: Any) -> Any:
-            asked.append(("beginning", len(self.assignment())))
-            return await super().beginning_offsets(partitions)
-
-        async def end_offsets(self, partitions: Any) -> Any:
-            asked.append(("end", len(self.assignment())))
-            return await super().end_offsets(partitions)
-
+    Recording = recording_offsets(loop_module.AIOKafkaConsumer, asked)
     asyncio.run(_write(bootstrap, topic))
     with mock.patch.object(loop_module, "AIOKafkaConsumer", Recording):
         found = asyncio.run(read_state(bootstrap, topic, KEY, 60.0))
