@@ -1338,6 +1338,8 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     )  # fmt: skip
     print(f"\nCandidate sets and calibration ({section.counts})\n" + section.table.to_string(index=False))
     print(section.folds_text)
+    for setting, table in section.reliability.items():
+        print(f"\nReliability, {setting} (cross-validated)\n" + table.to_string(index=False))
     if has_recorded:
         rec_sets = recorded_sets(results, vs, section.calibration, config.rca.coverage)
         print("\nRecorded files with the library's map\n" + rec_sets.to_string(index=False))
