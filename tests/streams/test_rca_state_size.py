@@ -217,11 +217,11 @@ def test_the_rows_waiting_take_at_most_what_stream_bytes_counts_a_row(M: int) ->
     """Per row of allowed lateness, the aligner's ring and the state written from it (resident at the write's peak,
     the previous batch's state and record kept) plus the producer's copy of the record take at most what
     :func:`waiting_rows_bytes` (a term of :func:`stream_bytes`) counts a row, and at least ``_MEMORY_FACTOR`` of it
-    (the difference of 10,000 and 50,000 rows, each in a child process)."""
-    (few, few_record), (many, many_record) = _resident(M, 9999), _resident(M, 49999)
-    held = (many - few) / 40_000
-    producer = (many_record - few_record) / 40_000  # a copy of the record in the producer's buffers (not here)
-    bound = (waiting_rows_bytes(M, 49999) - waiting_rows_bytes(M, 9999)) / 40_000
+    (the difference of 5,000 and 25,000 rows, each in a child process)."""
+    (few, few_record), (many, many_record) = _resident(M, 4999), _resident(M, 24999)
+    held = (many - few) / 20_000
+    producer = (many_record - few_record) / 20_000  # a copy of the record in the producer's buffers (not here)
+    bound = (waiting_rows_bytes(M, 24999) - waiting_rows_bytes(M, 4999)) / 20_000
     print(f"{M} plants: {held:.1f} B a row resident + {producer:.1f} B the producer's copy, bound {bound:.0f}")
     assert _MEMORY_FACTOR * bound <= held + producer <= bound
 

@@ -337,8 +337,8 @@ def waiting_rows_bytes(plants: int, lateness: int) -> int:
     -------
     int
         Bytes, an upper bound: ``tests/streams/test_rca_state_size.py`` measures the ring and the writes
-        resident in a child process (rows at their worst; 10,000 against 50,000 rows), 520-530 bytes a
-        row for 2 plants and 975 for 5, plus the producer's copy (76, 149): 0.86 of the bound. Resident,
+        resident in a child process (rows at their worst; 5,000 against 25,000 rows), 500-530 bytes a
+        row for 2 plants and 975-985 for 5, plus the producer's copy (76, 149): 0.82-0.87 of the bound. Resident,
         not allocated: orjson allocates several times the JSON it writes and leaves the rest untouched.
 
     Examples
