@@ -131,6 +131,9 @@ _METRICS_LINE = re.compile(rb"metrics on (http://[0-9.:]+)/metrics")
 #: under its own name: :func:`fedrca.application.site.plant_runtime` copies a detector fitted before, as fitting
 #: again would give it)
 FITTED: dict[Any, Any] = {}
+#: More arguments of every worker's ``fedrca run`` (``--worker-option``, e.g. ``--batch-every=0.02``): a lever
+#: tried on the same code (the report names them)
+WORKER_OPTIONS: list[str] = []
 
 
 # -- workers ----------------------------------------------------------------------------------
@@ -168,6 +171,7 @@ class Worker:
             str(workdir / "state"),
             "--metrics-port",
             "0",
+            *WORKER_OPTIONS,
         ]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
@@ -1586,7 +1590,17 @@ def main(argv: list[str] | None = None, repeat: int | None = None) -> int:
         help="with --latency-only: run the workers traced (bench/latency_trace.py) and print where the slowest "
         "verdicts spent their time; the traces are kept in DIR/run<k>",
     )
+    parser.add_argument(
+        "--worker-option",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument of every worker's fedrca run (repeat it; e.g. --worker-option=--batch-every=0.02)",
+    )
     args = parser.parse_args([] if argv is None else argv)
+    WORKER_OPTIONS[:] = args.worker_option
+    if WORKER_OPTIONS:
+        print(f"bench_streams: every worker runs with {' '.join(WORKER_OPTIONS)}", flush=True)
     if args.trace is not None and not args.latency_only:
         parser.error("--trace goes with --latency-only")
     repeat = repeat or args.repeat

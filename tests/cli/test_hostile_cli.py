@@ -1531,6 +1531,8 @@ RUN_CASES = [
     Case("run-batch-within-nan", RUN + " --batch-within nan", r"--batch-within: must be in 0\.001\.\.15 .* got nan"),
     Case("run-batch-within-negative", RUN + " --batch-within -1", r"--batch-within: must be in 0\.001\.\.15"),
     Case("run-batch-within-inf", RUN + " --batch-within inf", r"--batch-within: .* got inf"),
+    Case("run-batch-every-negative", RUN + " --batch-every -0.01", r"--batch-every: must be in 0\.\.1 .* got -0\.01"),
+    Case("run-batch-every-nan", RUN + " --batch-every nan", r"--batch-every: .* got nan"),
     Case("run-session-timeout-huge", RUN + " --session-timeout 1e12", r"--session-timeout: must be in 6\.\.1800"),
     Case("run-session-timeout-below-broker", RUN + " --session-timeout 1", r"group\.min/max\.session\.timeout\.ms"),
     Case("run-metrics-port-too-large", RUN + " --metrics-port 70000", r"--metrics-port: must be in 0\.\.65535"),

@@ -33,6 +33,8 @@ KUSTOMIZATIONS = {
     "example-site": K8S / "overlays" / "example-site",
     # the example site with its worker groups scaled on consumer lag by KEDA (k8s/components/keda)
     "example-site-keda": K8S / "overlays" / "example-site-keda",
+    # the example site with a hot standby of every worker in its pod (k8s/components/standby)
+    "example-site-standby": K8S / "overlays" / "example-site-standby",
 }
 
 #: Oldest Kubernetes the manifests support (autoscaling/v2, policy/v1, CronJob timeZone are GA).

@@ -38,6 +38,11 @@ def expand(arg: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
 
 
+def pod_of(owner: support.Doc) -> support.Doc:
+    """The pod spec of a Deployment or CronJob."""
+    return next(pod for o, pod in pod_specs([owner]))
+
+
 def command_lines(docs: list[support.Doc]):
     """(owner, container, argv after ``fedrca``) of every container."""
     for owner, container in containers(docs):
@@ -63,7 +68,8 @@ def test_every_container_runs_a_real_fedrca_command(rendered, site_config, kusto
         for config in args.config if isinstance(args.config, list) else [args.config]:  # run: once per site
             assert str(Path(config).parent) in mounts, f"{name}: --config {config} is not on a mounted volume"
         if args.command == "run":
-            ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+            # the pod's containers share its network: the port may be declared by another of them (a standby's)
+            ports = {p["name"]: p["containerPort"] for c in pod_of(owner)["containers"] for p in c.get("ports", [])}
             assert args.metrics_addr == "0.0.0.0", f"{name}: a pod's metrics must be reachable"
             assert args.metrics_port == ports["metrics"], f"{name}: --metrics-port is not the port named metrics"
             assert args.data_dir in mounts and not mounts[args.data_dir].get("readOnly"), f"{name}: --data-dir"
@@ -203,9 +209,13 @@ def test_workloads_have_resources_probes_and_run_unprivileged(rendered, kustomiz
             assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
             assert security["capabilities"]["drop"] == ["ALL"]
             if owner["kind"] == "Deployment":
-                ports = {p["name"] for p in container["ports"]}
+                # a probe names a port of its container, or gives the number of one its pod declares (the pod's
+                # containers share its network: k8s/components/standby)
+                names = {p["name"] for p in container.get("ports", [])}
+                numbers = {p["containerPort"] for c in pod["containers"] for p in c.get("ports", [])}
                 for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-                    assert container[probe]["httpGet"]["port"] in ports, f"{name}: {probe} on a declared port"
+                    port = container[probe]["httpGet"]["port"]
+                    assert port in (names if isinstance(port, str) else numbers), f"{name}: {probe} on a declared port"
 
 
 @pytest.mark.parametrize("kustomization", list(support.KUSTOMIZATIONS))

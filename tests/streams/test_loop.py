@@ -803,6 +803,43 @@ def test_a_batch_processed_while_an_earlier_transaction_fails_is_dropped():
     assert not [v for v in sent if v[1] >= 1000], f"the dropped batch's outputs were sent: {sent}"
 
 
+@pytest.mark.parametrize("interval", [0.0, 30.0])
+def test_fetch_interval_spaces_the_batches(interval):
+    # settings.fetch_interval: after a fetch that returned records the loop waits out the rest of the
+    # interval (asyncio.sleep, recorded here and one event-loop turn long) before it fetches again, so
+    # records that come one at a time within it would make one batch; 0 (the default) never waits.
+    model = Model({0: [1]}, [], [], [])
+    tp = TopicPartition(INPUT, 0)
+    asked: list[float] = []
+
+    def recorded(delay: float, result: Any = None) -> Any:
+        asked.append(delay)
+        return _REAL_SLEEP(0, result)
+
+    async def run() -> None:
+        loop = model_loop(max_records=10, fetch_interval=interval)
+        task = asyncio.ensure_future(loop.run())
+        until = Turns(task, 20_000, lambda: f"the batches were not committed: {model.committed_log(OUTPUT, 0)}").until
+        for n, value in enumerate([2, 3], start=1):
+            await until(lambda n=n: len(model.committed_log(OUTPUT, 0)) == n)
+            model.inputs[tp].append(value)
+        await until(lambda: done(model))
+        loop.stop()
+        await task
+
+    with patched(model, sleep=recorded):
+        asyncio.run(run())
+    assert [json.loads(v) for _, v in model.committed_log(OUTPUT, 0)] == expected_outputs(model.inputs[tp])
+    waits = [d for d in asked if d > 0]
+    if interval == 0:
+        assert waits == [], f"the loop waited between batches without a fetch interval: {waits}"
+    else:
+        # before each of the two later batches at least once, each time the interval less the few
+        # milliseconds since its last batch's fetch began (well under 10 s even on a starved machine)
+        assert len(waits) >= 2, f"the loop fetched again without waiting out the interval: {asked}"
+        assert all(interval - 10 < d <= interval for d in waits), waits
+
+
 @pytest.mark.parametrize("handler_thread", [False, True])
 def test_a_busy_partition_holds_no_other_back(handler_thread):
     # One producer per partition: partition 0's first EndTxn gets no answer until the test releases

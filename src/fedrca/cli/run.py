@@ -203,6 +203,7 @@ def _run(args: argparse.Namespace) -> int:
         session_timeout=args.session_timeout,
         batch_size=args.batch_size,
         batch_within=args.batch_within,
+        batch_every=args.batch_every,
         security=security,
         static_member=static_member,
     )
@@ -312,6 +313,8 @@ def check_run_options(args: argparse.Namespace, config: SiteConfig, roles: tuple
                 f"{MAX_BATCH_SIZE:,} of fedrca's smallest records")  # fmt: skip
     check_range("--batch-within", args.batch_within, 0.001, KAFKA_REQUEST_TIMEOUT / 2,
                 "seconds a fetch waits, 1 ms resolution, well below the clients' 30 s request timeout")  # fmt: skip
+    check_range("--batch-every", args.batch_every, 0.0, 1.0,
+                "seconds between two batches; every record may wait this long more")  # fmt: skip
     check_range("--session-timeout", args.session_timeout, MIN_SESSION_TIMEOUT, MAX_SESSION_TIMEOUT,
                 "seconds; the broker's group.min/max.session.timeout.ms")  # fmt: skip
     if args.metrics_port is not None:
@@ -599,6 +602,14 @@ def register(sub: Any) -> None:
     run.add_argument("--batch-size", type=int, default=2000, help="most records taken per fetch (default 2000)")
     run.add_argument(
         "--batch-within", type=float, default=0.02, help="seconds a fetch waits for records (default 0.02)"
+    )
+    run.add_argument(
+        "--batch-every",
+        type=float,
+        default=0.0,
+        help="least seconds between two batches of a worker: records arriving sooner wait for the next batch, "
+        "so a trickle makes fewer, larger transactions (less CPU for the worker and the broker) at up to this "
+        "much more latency (default 0: a batch as soon as records are there; docs/streams.md)",
     )
     run.add_argument(
         "--session-timeout", type=float, default=10.0, help="seconds before a silent worker's partitions move"

@@ -62,9 +62,11 @@ __all__ = [
     "rca_bytes",
     "rca_record_room",
     "rca_state_bytes",
+    "released_rows_bytes",
     "render_topic",
     "replay_to_kafka_bytes",
     "stream_bytes",
+    "waiting_rows_bytes",
     "whatif_bytes",
 ]
 
@@ -314,44 +316,156 @@ def batch_bytes(batch_size: int) -> int:
     return 1000 * batch_size + MAX_FETCH_BYTES
 
 
+def waiting_rows_bytes(plants: int, lateness: int) -> int:
+    """Bytes of the RCA aligner's rows waiting for their plants, with the state records written from them:
+    ``(L + 2)(300 + 200 M)`` for L samples of allowed lateness over M plants.
+
+    The rows wait in a ring of L + 2 rows of numpy arrays (:class:`fedrca.streams.aligner.FlagAligner`),
+    ``16 + 19 M`` bytes a row: each plant's cell (1), time (8), level (8), level and sensor-fault bits
+    (1 + 1); the row's plant count and first time (8 + 8). After every batch the worker writes the
+    L + 1 rows it may hold into its state record (:func:`rca_state_bytes`, about ``28 + 25 M`` bytes
+    a row): at the peak the state's strings (its seqs a list of Python ints), its JSON and the
+    record, while the previous batch's state and record are kept until that batch commits, and the
+    producer holds a copy of the record.
+
+    Parameters
+    ----------
+    plants : M, the site's plants
+    lateness : L, samples a row waits for its plants (``--allowed-lateness``)
+
+    Returns
+    -------
+    int
+        Bytes, an upper bound: ``tests/streams/test_rca_state_size.py`` measures the ring and the writes
+        resident in a child process (rows at their worst; 5,000 against 25,000 rows), 500-530 bytes a
+        row for 2 plants and 975-985 for 5, plus the producer's copy (76, 149): 0.82-0.87 of the bound. Resident,
+        not allocated: orjson allocates several times the JSON it writes and leaves the rest untouched.
+
+    Examples
+    --------
+    >>> waiting_rows_bytes(2, 1000), waiting_rows_bytes(5, 1000)
+    (701400, 1302600)
+    """
+    return (lateness + 2) * (300 + 200 * plants)
+
+
+def released_rows_bytes(plants: int) -> int:
+    """Bytes of the RCA aligner's memory of the 10,000 rows it released last: ``10^4 (250 + 4 M)`` over M plants.
+
+    The memory tells a redelivered flag from a late one (:class:`fedrca.streams.aligner.FlagAligner`):
+    per row its seq (a Python int) and codes (a string of M characters) in a tuple in a deque, the codes
+    again in a buffer and compressed by blocks of 500 rows (at worst 4/3 of a byte a plant in base64),
+    and at worst a run of seqs (a list in a deque) when each row skipped samples.
+
+    Parameters
+    ----------
+    plants : M, the site's plants
+
+    Returns
+    -------
+    int
+        Bytes, an upper bound: ``tests/streams/test_rca_state_size.py`` measures the memory of 10,000 rows
+        each its own run with tracemalloc, 2.0 MB for 2 plants and 2.1 MB for 5 (0.77 of the bound; the
+        interpreter's rounding of small objects is not in tracemalloc's bytes).
+
+    Examples
+    --------
+    >>> released_rows_bytes(5)
+    2700000
+    """
+    return 10_000 * (250 + 4 * plants)
+
+
 def stream_bytes(plants: int, served: int, batch_size: int, lateness: int, window: int) -> int:
     """Bytes a ``fedrca run`` worker's streaming state takes beyond its plants' detectors and the RCA's evidence
     window (:func:`plant_bytes`, :func:`rca_bytes`; docs/limits.md).
 
-    ``batch_bytes(B) + (L + 1)(400 + 250 M) + 400 P W + 10^4 (120 + M) + 1.2 10^7`` for a batch of B
-    records, L samples of allowed lateness over M plants (the aligner's pending rows), P served
-    plants' privacy windows of W samples (a seq and its array per published sample), the aligner's
-    memory of 10,000 released rows and the verdict ids the RCA remembers
-    (:data:`MAX_REMEMBERED_VERDICTS`, counted as 100,000).
+    ``batch_bytes(B) + (L + 2)(300 + 200 M) + 400 P W + 10^4 (250 + 4 M) + 1.2 10^7``: a batch of B
+    records (:func:`batch_bytes`), the RCA aligner's rows waiting over M plants for L samples of
+    allowed lateness with the state records written from them (:func:`waiting_rows_bytes`), P
+    served plants' privacy windows of W samples (a seq and its array per published sample), the
+    aligner's memory of 10,000 released rows (:func:`released_rows_bytes`) and the verdict ids the
+    RCA remembers (:data:`MAX_REMEMBERED_VERDICTS`, counted as 100,000).
+
+    Parameters
+    ----------
+    plants : M, the site's plants
+    served : P, the plants whose detectors the worker runs
+    batch_size : B, records a batch holds (``--batch-size``)
+    lateness : L, samples a row waits for its plants (``--allowed-lateness``)
+    window : W, samples of a plant's privacy window (``privacy.window``)
+
+    Returns
+    -------
+    int
+        Bytes, an upper bound.
 
     Examples
     --------
     >>> gib(stream_bytes(5, 5, 2000, 1000, 3600))
-    '77 MB'
+    '78 MB'
     """
-    M, P, L, W = plants, served, lateness, window
-    return batch_bytes(batch_size) + (L + 1) * (400 + 250 * M) + 400 * P * W + 10_000 * (120 + M) + 12_000_000
+    P, W = served, window
+    return (
+        batch_bytes(batch_size)
+        + waiting_rows_bytes(plants, lateness)
+        + 400 * P * W
+        + released_rows_bytes(plants)
+        + 12_000_000
+    )
 
 
 def rca_state_bytes(plants: Sequence[str], lateness: int, horizon: int) -> int:
-    """JSON bytes of an RCA worker's state record (written to Kafka with every batch) but its verdict ids.
+    """JSON bytes of an RCA worker's state record, written to Kafka with every batch (at worst).
 
-    ``L (104 + sum(4 len(p) + 45)) + H (24 + 2 M) + 14,200 M + 1,000``: the aligner's pending rows
-    (at most L + 1: a seq key, each plant's bits and level, the row's time, each plant's own time when
-    its clock differs, the plants whose sensor-fault bit is set), the engine's H rows
-    of flag codes, the aligner's memory of 10,000 released rows (zlib and base64, at worst 4/3 of
-    a byte per plant and row) and the engine's per-plant statistics. At most
-    ``MAX_KAFKA_RECORD - 256 KiB`` (the rest for the verdict ids): ``fedrca run`` refuses a longer
+    ``(L + 1)(28 + 25 M) + H (21 + 3 M) + sum(7 len(p) + 18,010) + 212,000``: at most
+    ``MAX_KAFKA_RECORD - 256 KiB`` (:func:`rca_record_room`), so ``fedrca run`` refuses a longer
     ``--allowed-lateness`` or ``rca.horizon``.
+
+    Parameters
+    ----------
+    plants : the site's M plant names (p)
+    lateness : L, samples a row waits for its plants (``--allowed-lateness``)
+    horizon : H, rows of the engine's evidence window (``rca.horizon``; 0: no RCA role)
+
+    Returns
+    -------
+    int
+        Bytes of the record (:func:`fedrca.streams.loop.state_record` of the
+        :class:`~fedrca.streams.rca_stage.RCAStage`'s state), an upper bound.
+
+    Notes
+    -----
+    The terms, each at its worst (a seq at most 16 digits, :data:`fedrca.contracts.messages.MAX_SEQ`;
+    a float 24 characters):
+
+    * the aligner's rows waiting (at most L + 1, :meth:`fedrca.streams.aligner.FlagAligner.get_state`),
+      written as a few strings, no plant name in them: a row's seq and a comma (17), its time (8 bytes
+      in base64: 32/3) and per plant a cell character, its own time (32/3), a level (32/3) and two
+      ``0``/``1`` characters (level published, sensor-fault bit): ``27.7 + 24.3 M``;
+    * the engine's H rows of flag codes (:meth:`fedrca.rca.RCAEngine.get_state`),
+      ``[seq,[-1,...]],``: ``21 + 3 M``;
+    * per plant p: the aligner's memory of its 10,000 released rows, a code character a row,
+      compressed by blocks of 500 rows (up to 21 strings: 10,499 rows), at worst zlib's stored bound
+      in base64 (14,003); the engine's statistics with 62 tracked severity levels
+      (:data:`MAX_SEVERITY_LEVELS` less 2: 3,932) and the sensor events' (71); the name, written 3
+      times by the engine and 4 by the sensor events: ``7 len(p) + 18,010``;
+    * the memory's seqs as runs of consecutive seqs, at worst one run a row when every row skipped
+      samples (10,000 x ``[seq,1],``: 210,000), the keys, counters and the record's head: 212,000.
+
+    ``tests/streams/test_rca_state_size.py`` builds the worst state through the real code and finds
+    its record within this bound and above 0.9 of it.
 
     Examples
     --------
     >>> rca_state_bytes(["reactor", "separator"], 1000, 30)
-    288240
+    327020
+    >>> rca_state_bytes(["reactor", "separator"], 1001, 30) - rca_state_bytes(["reactor", "separator"], 1000, 30)
+    78
     """
     M = len(plants)
-    row = 104 + sum(4 * len(p) + 45 for p in plants)
-    return lateness * row + horizon * (24 + 2 * M) + 14_200 * M + 1_000
+    row = 28 + 25 * M
+    return (lateness + 1) * row + horizon * (21 + 3 * M) + sum(7 * len(p) + 18_010 for p in plants) + 212_000
 
 
 def rca_record_room() -> int:

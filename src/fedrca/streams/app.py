@@ -99,6 +99,8 @@ class StreamSettings:
         hands its partitions to the others
     batch_size : most records taken per fetch
     batch_within : seconds a fetch waits for records: the batching latency
+    batch_every : least seconds between two batches of a worker's loop (``LoopSettings.fetch_interval``;
+        0: a batch as soon as records are there)
     security : aiokafka keyword arguments (SASL / TLS; :class:`fedrca.connectors.kafka.KafkaOptions`)
     data_dir : the worker's local directory (Faust's, and the RCA's copy of the published artifacts)
     static_member : join every group as a static member named ``worker_name`` (``LoopSettings.group_instance_id``):
@@ -112,6 +114,7 @@ class StreamSettings:
     session_timeout: float = 10.0
     batch_size: int = 2000
     batch_within: float = 0.02
+    batch_every: float = 0.0
     security: tuple[tuple[str, Any], ...] = ()
     static_member: bool = False
 
@@ -341,6 +344,7 @@ class Worker:
             client_id=f"fedrca-{self.group or self.names.site}-{s.worker_name}",
             max_records=s.batch_size,
             fetch_wait=s.batch_within,
+            fetch_interval=s.batch_every,
             session_timeout=s.session_timeout,
             group_instance_id=s.worker_name if s.static_member else None,
             security=security,

@@ -262,6 +262,12 @@ class LoopSettings:
         ``fetch.max.wait.ms``); it bounds the idle polling, not the latency of a record that is there
     linger : seconds a producer waits to fill a record batch (``linger.ms``; 0: the batch is sent
         when the transaction commits)
+    fetch_interval : least seconds between the starts of two fetches that returned records: records that
+        arrive sooner wait in the fetcher for the next batch (0: a fetch as soon as the batch before it is
+        handed to its transactions). Records that trickle in then make fewer, larger batches, and each
+        batch is a transaction per partition: fewer transactions cost the worker and the broker less CPU,
+        and each record waits up to this long more (docs/streams.md, "Batch size, transaction rate and
+        latency"; ``tests/streams/test_loop.py::test_fetch_interval_spaces_the_batches``)
     retry_backoff : seconds a client waits before retrying a request the broker could not serve
         yet (``retry.backoff.ms``; the library's 0.1 s would land in the latency's tail)
     session_timeout : seconds after which the broker declares a silent worker dead
@@ -299,6 +305,7 @@ class LoopSettings:
     max_partition_bytes: int = 1 << 20
     fetch_wait: float = 0.02
     linger: float = 0.0
+    fetch_interval: float = 0.0
     retry_backoff: float = 0.02
     session_timeout: float = 10.0
     group_instance_id: str | None = None
@@ -810,6 +817,7 @@ class TransactionalLoop:
         self._commits: list[asyncio.Future[bool]] = []  # the transactions started and not yet looked at
         self._lock = lock or asyncio.Lock()
         self._stopping = asyncio.Event()
+        self._batch_fetched = -math.inf  # time.monotonic() when the last fetch that returned records began
         self._consumer: AIOKafkaConsumer | None = None
         self._executor: ThreadPoolExecutor | None = None  # the handlers' thread (settings.handler_thread)
         self.committed_batches = 0
@@ -863,6 +871,12 @@ class TransactionalLoop:
             while not self._stopping.is_set():
                 self._raise_failed_commits()
                 self._raise_failed_takeovers()
+                began = time.monotonic()
+                if (rest := self._batch_fetched + self.settings.fetch_interval - began) > 0:
+                    # settings.fetch_interval: what arrives meanwhile goes in the next batch (the event loop
+                    # keeps the transactions in flight moving with the broker)
+                    await asyncio.sleep(rest)
+                    began = time.monotonic()
                 batch, drawn = await self._fetch()
                 # the tasks the records were fetched for (a task taken over again seeks: its records come anew)
                 owners = {tp: drawn[tp] if tp in drawn else self._tasks.get(tp) for tp in batch}
@@ -874,6 +888,7 @@ class TransactionalLoop:
                         self._commit_pending_offsets()
                     continue
                 fetched = time.time()
+                self._batch_fetched = began
                 waiting = self._behind_first(batch)
                 while waiting:
                     # a partition whose producers all hold a transaction in flight takes its next batch
