@@ -47,6 +47,9 @@ equals 2 %.
     python bench/bench_faults.py --save-outputs out.pkl                 # also keep every monitor's outputs
     python bench/bench_faults.py --load-outputs out.pkl --calibration config/tep.calibration.json
                                                     # fit, score and write again from them (no monitor run)
+    python bench/bench_faults.py --load-outputs out.pkl --compare-families plants --out -
+                                                    # the per-plant maps (family plants) by the same nested
+                                                    # cross-validation, next to the shipped family
 
 Runs missing from the cache are generated first (one process, about 15 s of CPU per
 48-h run). The bench reports; the acceptance bars of issue 22 are printed next to the
@@ -776,6 +779,13 @@ class CalibrationSection:
     folds_text: str = ""
 
 
+#: what a map weighs, in words (rca_calibration.FAMILIES): a plant-agnostic map as before families existed
+FAMILY_TEXT = {
+    "features": "",
+    "plants": ", each with per-plant terms (the family `plants`: a bias, `named` and `share` per unit, so a map of "
+    "this site's plants alone, fitted per site, that does not carry to another process)",
+}
+
 #: what one map (one set threshold) is fitted for, in words (rca_calibration.MAPS_BY)
 FITTED_FOR = {
     "pooled": ("the four settings pooled", "one for every setting"),
@@ -788,49 +798,67 @@ FITTED_FOR = {
 
 def calibration_section(
     results: dict[str, Measured], vs: Sequence[Variant], level: float, thresholds_by: str = "pooled",
-    maps_by: str = "pooled", rule: str | None = None, thresholds_from: str | None = None,
+    maps_by: str = "pooled", rule: str | None = None, thresholds_from: str | None = None, family: str | None = None,
+    compare: Sequence[str] = (),
 ) -> CalibrationSection:  # fmt: skip
     """Cross-validated calibrated sets of fedrca (:mod:`rca_calibration`) next to its uncalibrated posterior, the
     first-alarm peer made into sets and the centralised reference ranked by contribution, per setting (one map
     per ``maps_by`` and one set threshold per ``thresholds_by``: :func:`rca_calibration.threshold_key`; the sets by
-    ``rule``, None: :data:`rca_calibration.SET_RULE`), and the sets of the same out-of-fold probabilities at the
+    ``rule``, None: :data:`rca_calibration.SET_RULE`; the maps of ``family``, None:
+    :data:`rca_calibration.SHIPPED_FAMILY`), and the sets of the same out-of-fold probabilities at the
     threshold of the written file (fitted on ``thresholds_from``, None:
     :data:`rca_calibration.SHIPPED_THRESHOLDS_FROM`): what the file's threshold gives on runs of a seed and an IDV
-    group its probabilities' map did not see."""
+    group its probabilities' map did not see. ``compare``: other families whose maps go through the same nested
+    cross-validation, their rows and bars next to those of ``family`` (the file is ``family``'s)."""
     import rca_calibration as rc
 
     rule = rule or rc.SET_RULE
     thresholds_from = thresholds_from or rc.SHIPPED_THRESHOLDS_FROM
+    family = family or rc.SHIPPED_FAMILY
 
     fed = [v for v in vs if v.kind == "fedrca"]
     samples = rc.collect({v.key: results[v.key].faults for v in fed}, TRUTH, ONSET_SAMPLE)
     plants = next(o.plants for v in fed for o in results[v.key].faults.values())
-    inner: list[Any] = []
-    probs, maps = rc.cross_validate(samples, plants, thresholds_by, maps_by, rule, inner=inner)
+    fitted_on = {
+        "library": "bench/tep_library.py",
+        "settings": [v.key for v in fed],
+        "fault seeds": sorted(int(x) for x in np.unique(samples.seed)),
+        "runs": len(np.unique(samples.run)),
+        "verdicts": len(samples),
+        "penalty": rc.PENALTY,
+        "threshold levels": list(rc.LEVELS),
+        "set rule": rule,
+        "thresholds from": thresholds_from,
+    }
+    order = [v.key for v in fed]
+
+    def figures_of(fam: str) -> Any:
+        return rc.family_figures(samples, plants, level, fam, thresholds_by, maps_by, rule, thresholds_from,
+                                 fitted_on, order)  # fmt: skip
+
+    figures = figures_of(family)
+    maps = figures.maps
+    # a plant-agnostic map's rows are labelled as before families existed
+    family_label = "" if family == "features" else f", maps of family {family}"
     rows: dict[str, list[dict[str, Any]]] = {}
     bars: dict[str, str] = {}
-    reliabilities, panels, scores = {}, [], {}
+    reliabilities, panels = {}, []
+    how = "sets reach" if rule == "mass" else "a plant joins the named root at"
     for v in fed:
         sel = samples.setting == v.key
         part = samples.where(sel)
-        mine = rc.score(part, probs[sel], level, [m for m, k in zip(maps, sel, strict=True) if k])
+        mine = figures.fold[v.key]
         engine = rc.score(part, part.engine, level)
-        low, high = rc.ece_interval(part, probs[sel])
-        floor = rc.ece_floor(part, probs[sel])
-        scores[v.key] = {"ece": round(mine["ece"], 4), "ece if calibrated": round(floor[0], 4),
-                         "coverage": round(mine["coverage"], 4), "size": round(mine["size"], 4),
-                         "runs": mine["runs"]}  # fmt: skip
+        low, high = figures.interval[v.key]
+        floor = figures.floor[v.key]
         e = "inf" if math.isinf(v.epsilon or math.inf) else f"{v.epsilon:g}"
         first = rc.first_alarm_sets(results[v.key].faults, TRUTH, ONSET_SAMPLE, alarm_order)
         central = rc.ranking_sets(results[f"central-{v.rows}"].faults, TRUTH, ONSET_SAMPLE)
         setting = f"{v.rows} rows, eps {e}"
 
         ece_cell = f"{mine['ece']:.3f} ({rc.fmt_interval(low, high)}; exactly calibrated: {floor[0]:.3f})"
-        low_t, high_t = mine["thresholds"]
-        reached = f"{mine['threshold']:.2f}" + (f", {low_t:.2f}-{high_t:.2f} over the folds" if high_t > low_t else "")
-        how = "sets reach" if rule == "mass" else "a plant joins the named root at"
-        rows[v.key] = [_set_row(setting, f"fedrca, calibrated at {level:g} (cross-validated; {how} {reached})",
-                                mine, ece_cell)]  # fmt: skip
+        rows[v.key] = [_set_row(setting, f"fedrca{family_label}, calibrated at {level:g} (cross-validated; {how} "
+                                f"{_reached(mine)})", mine, ece_cell)]  # fmt: skip
         rows[v.key].append(_set_row(setting, f"fedrca, the engine's posterior at {level:g} (uncalibrated)", engine,
                                     f"{engine['ece']:.3f}"))  # fmt: skip
         for name, sets, ece in (
@@ -847,10 +875,7 @@ def calibration_section(
             elif reach[0] > 1:
                 rows[v.key].append(_set_row(setting, f"{name}, first {reach[0]} plants (as often as fedrca)",
                                             reach[1], "-"))  # fmt: skip
-        reliabilities[setting] = pd.DataFrame(
-            [{"bin": f"{b['low']:.1f}-{b['high']:.1f}", "mean probability": b["confidence"],
-              "share right": b["accuracy"], "weight (runs)": b["weight"]} for b in mine["reliability"]]
-        )  # fmt: skip
+        reliabilities[setting] = _reliability_table(mine)
         panels.append((setting, mine["reliability"], engine["reliability"]))
         peers = []
         for name, sets in (("first alarm", first), ("centralised RBC-PCA", central)):
@@ -870,39 +895,39 @@ def calibration_section(
             + ("met" if mine["ece"] <= 0.05 else "MISSED")
             + f" (uncalibrated {engine['ece']:.3f}); top-1 {mine['top1']:.2f}"
         )
-    fitted_on = {
-        "library": "bench/tep_library.py",
-        "settings": [v.key for v in fed],
-        "fault seeds": sorted(int(x) for x in np.unique(samples.seed)),
-        "runs": len(np.unique(samples.run)),
-        "verdicts": len(samples),
-        "penalty": rc.PENALTY,
-        "threshold levels": list(rc.LEVELS),
-        "set rule": rule,
-        "thresholds from": thresholds_from,
-    }
-    # an ablation that makes no file (set thresholds finer than the maps) gets the maps with one threshold, for the
-    # recorded files' table; main() refuses to write it
-    final_thresholds = thresholds_by if rc.shippable(maps_by, thresholds_by) else "pooled"
-    calibration = rc.final_maps(samples, plants, {"cross-validated": scores}, fitted_on, probs, rule, maps_by,
-                                final_thresholds, inner if thresholds_from == "inner" else None)  # fmt: skip
+    calibration = figures.calibration
     # the written file's threshold on the same out-of-fold probabilities: what it gives on runs of a seed and an IDV
     # group their map did not see (the threshold itself fitted on every run: not held out)
     for v in fed:
-        sel = samples.setting == v.key
-        part = samples.where(sel)
-        file_map = calibration.select(*rc.setting_key(v.key))
-        shipped = rc.score(part, probs[sel], level, [file_map] * len(part))
-        t = file_map.threshold(level)
-        what = "sets reach" if rule == "mass" else "a plant joins the named root at"
-        label = (f"fedrca, calibrated at {level:g}, the file's threshold on the same probabilities ({what} {t:.2f}; "
-                 "fitted on every run)")  # fmt: skip
+        shipped, t = figures.file[v.key], figures.file_threshold[v.key]
+        label = (f"fedrca{family_label}, calibrated at {level:g}, the file's threshold on the same probabilities "
+                 f"({how} {t:.2f}; fitted on every run)")  # fmt: skip
         rows[v.key].insert(1, _set_row(rows[v.key][0]["setting"], label, shipped, "as above"))
         bars[v.key] += (
             f"; with the file's threshold ({t:.2f}, fitted on every run) on the same probabilities: "
             f"{shipped['coverage']:.2f}, mean size {shipped['size']:.2f} -> {_met(_size_bar(shipped))}, stream-4 "
             f"{_of(shipped, 'stream-4')}, kinetics {_of(shipped, 'kinetics')} -> {_met(_kinds_bar(shipped))}"
         )
+    # the other families, by the same nested cross-validation on the same runs: their fold and file rows after the
+    # file's family's two, their bars after its bars
+    compared = []
+    for other in (f for f in dict.fromkeys(compare) if f != family):
+        theirs = figures_of(other)
+        for v in fed:
+            setting = rows[v.key][0]["setting"]
+            mine = theirs.fold[v.key]
+            low, high = theirs.interval[v.key]
+            floor = theirs.floor[v.key]
+            ece_cell = f"{mine['ece']:.3f} ({rc.fmt_interval(low, high)}; exactly calibrated: {floor[0]:.3f})"
+            label = f"fedrca, maps of family {other}, calibrated at {level:g}"
+            at = 2 + 2 * len(compared)
+            rows[v.key].insert(at, _set_row(setting, f"{label} (cross-validated; {how} {_reached(mine)})", mine,
+                                            ece_cell))  # fmt: skip
+            rows[v.key].insert(at + 1, _set_row(setting, f"{label}, the file's threshold on the same probabilities "
+                                                f"({how} {theirs.file_threshold[v.key]:.2f}; fitted on every run)",
+                                                theirs.file[v.key], "as above"))  # fmt: skip
+            reliabilities[f"{setting}, maps of family {other}"] = _reliability_table(mine)
+        compared.append([rc.family_bar(v.key, theirs) for v in fed])
     counts = (
         f"{len(samples)} verdicts of {len(np.unique(samples.run))} detected runs with a unit truth over "
         f"{len(fed)} settings, fault seeds {fitted_on['fault seeds']}"
@@ -927,9 +952,24 @@ def calibration_section(
         + "."
     )
     table = pd.DataFrame([r for v in fed for r in rows[v.key]])
-    return CalibrationSection(table, reliabilities, panels, [bars[v.key] for v in fed], calibration, counts,
-                              FITTED_FOR[maps_by][0], FITTED_FOR[thresholds_by][1],
+    return CalibrationSection(table, reliabilities, panels, [bars[v.key] for v in fed]
+                              + [b for lines in compared for b in lines], calibration, counts,
+                              FITTED_FOR[maps_by][0] + FAMILY_TEXT[family], FITTED_FOR[thresholds_by][1],
                               FILE_THRESHOLDS[thresholds_from], folds_text)  # fmt: skip
+
+
+def _reached(r: Mapping[str, Any]) -> str:
+    """The mean of the folds' set thresholds a setting's sets were built at, and their range when they differ."""
+    low, high = r["thresholds"]
+    return f"{r['threshold']:.2f}" + (f", {low:.2f}-{high:.2f} over the folds" if high > low else "")
+
+
+def _reliability_table(r: Mapping[str, Any]) -> pd.DataFrame:
+    """The reliability bins of a setting's scored probabilities (:func:`rca_calibration.score`)."""
+    return pd.DataFrame(
+        [{"bin": f"{b['low']:.1f}-{b['high']:.1f}", "mean probability": b["confidence"],
+          "share right": b["accuracy"], "weight (runs)": b["weight"]} for b in r["reliability"]]
+    )  # fmt: skip
 
 
 def _set_row(setting: str, monitor: str, r: Mapping[str, Any], ece: str) -> dict[str, Any]:
@@ -1210,6 +1250,18 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         "probable plants until their sum reaches the threshold; plant, every plant of probability at least it",
     )  # fmt: skip
     parser.add_argument(
+        "--family", default=None, choices=("features", "plants"),
+        help="what the calibration maps weigh, in the cross-validation and in the file --calibration writes "
+        "(default: rca_calibration.SHIPPED_FAMILY, what config/tep.calibration.json ships): features, the "
+        "plant-agnostic features alone; plants, also a bias, the named and the share feature per plant: a map of "
+        "this site's plants alone, fitted per site (a site of other plants refuses it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compare-families", default="", metavar="FAMILIES",
+        help="other families (comma-separated: features, plants) scored by the same nested cross-validation on the "
+        "same runs, their rows and bars next to --family's (the file is --family's)",
+    )  # fmt: skip
+    parser.add_argument(
         "--smoke", action="store_true", help="tiny run (IDV 4 and 6, one seed of each kind, 16-h runs, eps inf): "
         "the same code path, no figure to keep (bench/run.py --smoke)"
     )  # fmt: skip
@@ -1221,6 +1273,10 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         parser.error(f"--set-thresholds {args.set_thresholds} is finer than --maps {args.maps}: a map of the file "
                      "would need several threshold tables; leave out --calibration (an ablation of the "
                      "cross-validated figures) or fit the maps as finely")  # fmt: skip
+    compare = [f for f in args.compare_families.split(",") if f.strip()]
+    unknown = sorted(set(compare) - {"features", "plants"})
+    if unknown:
+        parser.error(f"--compare-families: unknown {', '.join(unknown)}; one or more of features, plants")
     if args.calibration and args.set_rule not in (None, _set_rule()):
         parser.error(f"--set-rule {args.set_rule} is an ablation; the shipped map's rule is {_set_rule()}: leave out "
                      "--calibration")  # fmt: skip
@@ -1277,10 +1333,13 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
     print("\nFAR per nominal seed\n" + far_table.to_string(index=False))
     bars = [] if args.smoke else acceptance(results, rows)
     section = calibration_section(
-        results, vs, config.rca.coverage, args.set_thresholds, args.maps, args.set_rule, args.thresholds_from
-    )
+        results, vs, config.rca.coverage, args.set_thresholds, args.maps, args.set_rule, args.thresholds_from,
+        args.family, compare,
+    )  # fmt: skip
     print(f"\nCandidate sets and calibration ({section.counts})\n" + section.table.to_string(index=False))
     print(section.folds_text)
+    for setting, table in section.reliability.items():
+        print(f"\nReliability, {setting} (cross-validated)\n" + table.to_string(index=False))
     if has_recorded:
         rec_sets = recorded_sets(results, vs, section.calibration, config.rca.coverage)
         print("\nRecorded files with the library's map\n" + rec_sets.to_string(index=False))

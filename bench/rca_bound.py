@@ -8,7 +8,8 @@ hindsight. The family:
 
 * a conditional logit over the features of a verdict's plants (:data:`fedrca.rca.calibration.FEATURES`; the
   ``plants`` family adds terms naming each plant: a bias per plant, and per plant its ``named`` and ``share``
-  features, which no shipped map has: a map carries to another site of the process only without them);
+  features (:func:`fedrca.rca.calibration.design`): a map of that family is fitted per site and does not carry to
+  another site of the process, a map without them does);
 * the ``plant`` set rule: the named root, then every plant of probability at least t
   (:func:`fedrca.rca.calibration.plant_set`);
 * a run's set: the plants in at least half of its verdicts' sets (docs/faults.md).
@@ -23,6 +24,8 @@ it even on the runs they are fitted on: evidence, not a proof (the search does n
 the bar is out of reach of that family of maps over the verdicts' evidence, whatever the calibration's fitting.
 ``--held-out`` fits each run's map without its fault seed and IDV group (as ``rca_calibration`` holds them out),
 the threshold still swept on the judged runs: what a family could give were only its threshold chosen with hindsight.
+The method itself, map *and* threshold held out, for either family: ``python bench/bench_faults.py --load-outputs
+OUT.pkl --compare-families plants --out -`` (``rca_calibration.family_figures``).
 
     python bench/rca_bound.py --load-outputs OUT.pkl     # OUT.pkl: written by bench/bench_faults.py --save-outputs
 """
@@ -40,12 +43,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedrca.rca.calibration import FEATURES, fit_weights
+from fedrca.rca.calibration import FAMILIES, design, fit_weights
 from fedrca.rca.evidence import softmax
 from rca_calibration import KINETICS, PENALTY, STREAM_4, Samples, _folds, collect, setting_key
 
-#: the families of maps searched: the calibration features, and the same with terms naming each plant
-FAMILIES = ("features", "plants")
 #: how much more the stream-4 and kinetics runs weigh in the in-sample fit
 UPWEIGHTS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 #: the bars of issue 35, point 1
@@ -125,20 +126,6 @@ def most_held(points: Sequence[Mapping[str, Any]], coverage: float = COVERAGE, s
     (then the most stream-4 runs, then the smallest sets); None: no point meets both."""
     ok = [p for p in points if p["coverage"] >= coverage - 1e-12 and p["size"] <= size + 1e-12]
     return max(ok, key=lambda p: (p["kinetics"][0], p["stream-4"][0], -p["size"])) if ok else None
-
-
-def design(x: np.ndarray, family: str) -> np.ndarray:
-    """(N, M, F') the features of a family: ``features`` (:data:`FEATURES`), ``plants`` (also, per plant k, 1[plant
-    is k], 1[plant is k] x named, 1[plant is k] x share)."""
-    if family == "features":
-        return x
-    if family != "plants":
-        raise ValueError(f"family {family!r}: one of {', '.join(FAMILIES)}")
-    N, M, _ = x.shape
-    eye = np.broadcast_to(np.eye(M), (N, M, M))
-    named = x[:, :, FEATURES.index("named")][:, :, None]
-    share = x[:, :, FEATURES.index("share")][:, :, None]
-    return np.concatenate([x, eye, eye * named, eye * share], axis=2)
 
 
 def bound(

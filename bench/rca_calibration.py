@@ -30,6 +30,12 @@ evidence when it issued it (:func:`fedrca.rca.calibration.features`). This modul
    figures are scored with, on maps of as many runs, :data:`SHIPPED_THRESHOLDS_FROM`), and scores the same
    out-of-fold probabilities at the file's threshold too (``bench_faults.calibration_section``).
 
+Every map weighs the plant-agnostic features (the family ``features``, what ships) or, the family ``plants``
+(:data:`fedrca.rca.calibration.FAMILIES`), also a bias and the ``named`` and ``share`` features of each plant: a map
+of one site's plants, fitted per site. Both go through the same nested cross-validation (:func:`family_figures`:
+the map *and* the set threshold of every run fitted on the runs of the other seeds and IDV groups alone);
+``bench/bench_faults.py --compare-families plants`` scores the second next to the first.
+
 ``python bench/bench_faults.py --calibration config/tep.calibration.json`` writes the shipped map.
 """
 
@@ -47,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from fedrca.rca.calibration import (
+    FAMILIES,
     FEATURES,
     KEY_FLOOR,
     CalibrationMap,
@@ -54,6 +61,7 @@ from fedrca.rca.calibration import (
     add_coverage,
     candidate_set,
     coverage_by_threshold,
+    design,
     expected_calibration_error,
     fit,
     fit_weights,
@@ -63,16 +71,20 @@ from fedrca.rca.calibration import (
 from fedrca.rca.evidence import softmax
 
 __all__ = [
+    "FAMILIES",
     "IDV_GROUPS",
     "KINETICS",
     "MAPS_BY",
     "SET_RULE",
     "STREAM_4",
     "THRESHOLDS_BY",
+    "FamilyFigures",
     "Samples",
     "bounds",
     "collect",
     "cross_validate",
+    "family_bar",
+    "family_figures",
     "final_map",
     "final_maps",
     "first_alarm_sets",
@@ -111,6 +123,12 @@ SHIPPED_MAPS, SHIPPED_THRESHOLDS = "rows", "pooled"
 #: maps one IDV group richer than those the figures' thresholds come from (docs/rca.md, "Which threshold ships")
 THRESHOLDS_FROM = ("inner", "outer")
 SHIPPED_THRESHOLDS_FROM = "inner"
+#: the family of the shipped maps (fedrca.rca.calibration.FAMILIES): ``features``, plant-agnostic maps. The family
+#: ``plants`` (per-plant terms: a map of TEP's five units alone, fitted per site) is scored by the same nested
+#: cross-validation (``bench/bench_faults.py --family plants``, or next to the shipped family with
+#: ``--compare-families plants``) and written with ``--family plants --calibration PATH``; it ships only if its
+#: held-out figures meet the bars of issue 35 (docs/rca.md, "A map per plant")
+SHIPPED_FAMILY = "features"
 #: how finely each part of the library is cut (a set threshold's part must hold a whole map's)
 _GRAIN = {"pooled": 0, "rows": 1, "rows-shrunk": 1, "setting": 2, "setting-shrunk": 2}
 
@@ -193,9 +211,10 @@ def collect(
 
 
 def _fit(
-    samples: Samples, plants: Sequence[str], thresholds: tuple[tuple[float, float], ...] = (), **metadata: Any
-) -> CalibrationMap:
-    m = fit(samples.x, samples.truth, samples.weight, plants, penalty=PENALTY, **metadata)
+    samples: Samples, plants: Sequence[str], thresholds: tuple[tuple[float, float], ...] = (),
+    family: str = "features", **metadata: Any,
+) -> CalibrationMap:  # fmt: skip
+    m = fit(samples.x, samples.truth, samples.weight, plants, penalty=PENALTY, family=family, **metadata)
     return dataclasses.replace(m, thresholds=thresholds) if thresholds else m
 
 
@@ -212,35 +231,41 @@ def _folds(samples: Samples) -> Iterable[tuple[np.ndarray, np.ndarray]]:
                 yield train, test
 
 
-def _fit_keyed(samples: Samples, plants: Sequence[str], by: str) -> dict[str, CalibrationMap]:
+def _fit_keyed(
+    samples: Samples, plants: Sequence[str], by: str, family: str = "features"
+) -> dict[str, CalibrationMap]:
     """One map per part of the library (:func:`threshold_key`: ``pooled`` one for every setting); ``rows-shrunk``:
     one per training size, all fitted at once as a shared map plus one difference per training size (the features
     and their products with "this verdict's training size is k", every weight under the same L2 penalty), so a
     size's map leaves the shared one only as far as its own runs show; ``setting-shrunk``: one per setting, those of
-    each training size fitted at once in the same way (a map of the size plus one difference per flag epsilon)."""
+    each training size fitted at once in the same way (a map of the size plus one difference per flag epsilon).
+    ``family``: what each map weighs (:data:`FAMILIES`; :func:`fedrca.rca.calibration.design`)."""
     keys = np.array([threshold_key(s, by) for s in samples.setting])
     parts = [str(k) for k in np.unique(keys)]
     if by not in ("rows-shrunk", "setting-shrunk"):
-        return {k: _fit(samples.where(keys == k), plants) for k in parts}
+        return {k: _fit(samples.where(keys == k), plants, family=family) for k in parts}
     if by == "rows-shrunk":
-        return _fit_shrunk(samples, plants, keys, parts)
+        return _fit_shrunk(samples, plants, keys, parts, family)
     sizes = np.array([threshold_key(s, "rows") for s in samples.setting])
     out: dict[str, CalibrationMap] = {}
     for size in np.unique(sizes):
         mine = sizes == size
-        out.update(_fit_shrunk(samples.where(mine), plants, keys[mine], [k for k in parts if k in set(keys[mine])]))
+        out.update(_fit_shrunk(samples.where(mine), plants, keys[mine], [k for k in parts if k in set(keys[mine])],
+                               family))  # fmt: skip
     return out
 
 
-def _fit_shrunk(samples: Samples, plants: Sequence[str], keys: np.ndarray, parts: Sequence[str]) -> dict[
-        str, CalibrationMap]:  # fmt: skip
+def _fit_shrunk(
+    samples: Samples, plants: Sequence[str], keys: np.ndarray, parts: Sequence[str], family: str = "features"
+) -> dict[str, CalibrationMap]:
     """One map per part (``keys`` (N,) the part of each verdict) fitted at once: a shared map plus one difference per
-    part, every weight under the same L2 penalty."""
-    F = len(FEATURES)
+    part, every weight under the same L2 penalty (each over the columns of ``family``)."""
+    x = design(samples.x, family)
+    F = x.shape[2]
     # x_joint = [x, x 1[part 1], ..., x 1[part K]]; the map of part k: w_shared + w_k
-    joint = np.concatenate([samples.x] + [samples.x * (keys == k)[:, None, None] for k in parts], axis=2)
+    joint = np.concatenate([x] + [x * (keys == k)[:, None, None] for k in parts], axis=2)
     w = fit_weights(joint, samples.truth, samples.weight, PENALTY)
-    return {k: CalibrationMap(tuple((w[:F] + w[F * (1 + i) : F * (2 + i)]).tolist()), tuple(plants))
+    return {k: CalibrationMap(tuple((w[:F] + w[F * (1 + i) : F * (2 + i)]).tolist()), tuple(plants), family=family)
             for i, k in enumerate(parts)}  # fmt: skip
 
 
@@ -260,31 +285,32 @@ class _Fits:
     rows in the same order, hence the same weights:
     ``tests/bench/test_rca_calibration.py::test_shared_inner_fits_are_the_fits_of_each_fold``)."""
 
-    def __init__(self, samples: Samples, plants: Sequence[str], maps_by: str) -> None:
-        self.samples, self.plants, self.maps_by = samples, plants, maps_by
+    def __init__(self, samples: Samples, plants: Sequence[str], maps_by: str, family: str = "features") -> None:
+        self.samples, self.plants, self.maps_by, self.family = samples, plants, maps_by, family
         self._done: dict[bytes, dict[str, CalibrationMap]] = {}
 
     def __call__(self, mask: np.ndarray) -> dict[str, CalibrationMap]:
         """The maps fitted on the rows ``mask`` (N,) of the library."""
         key = np.packbits(mask).tobytes()
         if key not in self._done:
-            self._done[key] = _fit_keyed(self.samples.where(mask), self.plants, self.maps_by)
+            self._done[key] = _fit_keyed(self.samples.where(mask), self.plants, self.maps_by, self.family)
         return self._done[key]
 
 
 def _out_of_fold(
     samples: Samples, plants: Sequence[str], maps_by: str = "pooled", fits: _Fits | None = None,
-    rows: np.ndarray | None = None,
+    rows: np.ndarray | None = None, family: str = "features",
 ) -> np.ndarray:  # fmt: skip
     """(N, M) every verdict's probabilities from the logit of a map that saw neither its seed nor its IDV group
     (NaN where no such map exists). ``fits``: the maps of a library ``samples`` is the part ``rows`` of (each
-    fitted once over the whole nested cross-validation)."""
+    fitted once over the whole nested cross-validation, of the family it was made for); without them, maps of
+    ``family``."""
     probs = np.full(samples.truth.shape, np.nan)
     for train, test in _folds(samples):
         if not train.any():
             continue
         if fits is None or rows is None:
-            fitted = _fit_keyed(samples.where(train), plants, maps_by)
+            fitted = _fit_keyed(samples.where(train), plants, maps_by, family)
         else:
             mask = np.zeros(len(fits.samples), dtype=bool)
             mask[rows[train]] = True
@@ -338,7 +364,7 @@ def _thresholds(
 
 def cross_validate(
     samples: Samples, plants: Sequence[str], thresholds_by: str = "pooled", maps_by: str = "pooled",
-    rule: str = SET_RULE, inner: list[Coverage] | None = None,
+    rule: str = SET_RULE, inner: list[Coverage] | None = None, family: str = "features",
 ) -> tuple[np.ndarray, list[CalibrationMap]]:  # fmt: skip
     """(N, M) the calibrated probabilities of every verdict from a map that saw neither its seed nor its IDV
     group (with one fault seed, as in the smoke run, the IDV groups alone), and the map of each verdict's fold
@@ -347,10 +373,12 @@ def cross_validate(
     threshold are fitted for: ``pooled`` (the four settings pooled), ``rows``, ``setting`` or (maps only)
     ``rows-shrunk``; ``rule`` how a set is built (:data:`fedrca.rca.calibration.RULES`). ``inner``: a list each
     fold's coverage table (:func:`_coverage` of its inner out-of-fold probabilities) is appended to, for the
-    shipped thresholds (:func:`final_maps`, :data:`SHIPPED_THRESHOLDS_FROM`)."""
+    shipped thresholds (:func:`final_maps`, :data:`SHIPPED_THRESHOLDS_FROM`). ``family``: what every map weighs
+    (:data:`FAMILIES`). Nothing of a held-out run reaches its fold's map or threshold: its truth, changed, changes none
+    of its probabilities or thresholds (``tests/bench/test_rca_nested.py``)."""
     probs = np.full(samples.truth.shape, np.nan)
     maps: list[CalibrationMap | None] = [None] * len(samples)
-    fits = _Fits(samples, plants, maps_by)
+    fits = _Fits(samples, plants, maps_by, family)
     for train, test in _folds(samples):
         if not train.any():
             raise SystemExit("bench_faults: calibration needs runs of two IDV groups to cross-validate")
@@ -413,7 +441,7 @@ def bounds(values: Sequence[float], key: str) -> list[tuple[float, float]]:
 def final_maps(
     samples: Samples, plants: Sequence[str], scores: Mapping[str, Any], fitted_on: Mapping[str, Any],
     probs: np.ndarray, rule: str = SET_RULE, maps_by: str = "pooled", thresholds_by: str = "pooled",
-    inner: Sequence[Coverage] | None = None,
+    inner: Sequence[Coverage] | None = None, family: str = "features",
 ) -> CalibrationMaps:  # fmt: skip
     """The maps shipped for TEP: one per part of the library (``maps_by``, :func:`threshold_key`; ``pooled``: one
     map, fitted on every verdict of every setting), each fitted on every verdict of its part, its set thresholds (of
@@ -421,8 +449,12 @@ def final_maps(
     coverage tables ``inner`` of :func:`cross_validate` added up (every inner fold of the nested cross-validation:
     the maps the cross-validated figures' thresholds come from) or, without them, on the cross-validated
     probabilities ``probs`` of every verdict of that part; the maps keyed by the training rows (and, per setting, the
-    flag epsilon) they were fitted at, in the ranges :func:`bounds` gives."""
-    fitted = _fit_keyed(samples, plants, maps_by)
+    flag epsilon) they were fitted at, in the ranges :func:`bounds` gives; ``family``: what every map weighs
+    (:data:`FAMILIES`; ``plants``: maps of these plants alone, named ``...-plants``)."""
+    fitted = _fit_keyed(samples, plants, maps_by, family)
+    # a plant-agnostic file is written as before families existed
+    library = "tep-library" if family == "features" else f"tep-library-{family}"
+    fitted_on = dict(fitted_on) if family == "features" else {**fitted_on, "family": family}
     if inner is None:
         tables = _thresholds(samples, probs, thresholds_by, rule)
     else:
@@ -442,7 +474,7 @@ def final_maps(
             raise SystemExit(f"bench_faults: set thresholds by {thresholds_by} are finer than maps by {maps_by}")
         n_rows, eps = setting_key(members[0])
         r: dict[str, tuple[float, float]] = {}
-        name = "tep-library"
+        name = library
         if maps_by != "pooled":
             r["training rows"] = row_range[n_rows]
             name += f"-rows{n_rows}"
@@ -465,7 +497,7 @@ def final_maps(
         ranges.append(r)
     if maps_by == "pooled":
         return CalibrationMaps.single(maps[0])
-    return CalibrationMaps(tuple(maps), tuple(ranges), "tep-library", dict(fitted_on, maps=maps_by,
+    return CalibrationMaps(tuple(maps), tuple(ranges), library, dict(fitted_on, maps=maps_by,
                            thresholds=thresholds_by), dict(scores))  # fmt: skip
 
 
@@ -574,6 +606,110 @@ def ece_floor(samples: Samples, probs: np.ndarray, draws: int = 400, seed: int =
         for _ in range(draws)
     ]
     return float(np.mean(values)), float(np.quantile(values, 0.05)), float(np.quantile(values, 0.95))
+
+
+@dataclass
+class FamilyFigures:
+    """The nested cross-validation of one family of maps on every setting of a library (:func:`family_figures`), and
+    the file fitted on every run.
+
+    Attributes
+    ----------
+    family : what every map weighs (:data:`FAMILIES`)
+    probs : (N, M) every verdict's probabilities from a map that saw neither its fault seed nor its IDV group
+    maps : (N,) each verdict's fold map, its set thresholds from the cross-validation inside the fold's runs
+    calibration : the file (:func:`final_maps`: maps fitted on every run, thresholds per ``thresholds_from``)
+    fold : per setting, :func:`score` with each verdict's fold map (map and threshold both held out: the nested
+        cross-validation)
+    file : per setting, :func:`score` of the same probabilities at the file's threshold (the threshold fitted on every
+        run, these included: not held out)
+    interval : per setting, :func:`ece_interval` of the probabilities
+    floor : per setting, :func:`ece_floor` of the probabilities
+    file_threshold : per setting, the file's threshold at the level
+    """
+
+    family: str
+    probs: np.ndarray
+    maps: list[CalibrationMap]
+    calibration: CalibrationMaps
+    fold: dict[str, dict[str, Any]]
+    file: dict[str, dict[str, Any]]
+    interval: dict[str, tuple[float, float]]
+    floor: dict[str, tuple[float, float, float]]
+    file_threshold: dict[str, float]
+
+
+def family_figures(
+    samples: Samples, plants: Sequence[str], level: float, family: str = SHIPPED_FAMILY,
+    thresholds_by: str = SHIPPED_THRESHOLDS, maps_by: str = SHIPPED_MAPS, rule: str = SET_RULE,
+    thresholds_from: str = SHIPPED_THRESHOLDS_FROM, fitted_on: Mapping[str, Any] | None = None,
+    settings: Sequence[str] | None = None,
+) -> FamilyFigures:  # fmt: skip
+    """The figures of one family of maps (``family``, :data:`FAMILIES`) on ``samples``: the nested cross-validation
+    (:func:`cross_validate`: each run's map fitted without its fault seed and IDV group, its set threshold from the
+    cross-validation inside the fold's runs), scored per setting (``settings``, in that order; None: every setting of
+    ``samples``) at the coverage ``level``, and the file fitted on every run (:func:`final_maps`; its thresholds from
+    the inner folds pooled when ``thresholds_from`` is ``inner``), scored on the same probabilities."""
+    if family not in FAMILIES:
+        raise ValueError(f"family {family!r}: one of {', '.join(FAMILIES)}")
+    order = list(settings) if settings is not None else sorted({str(s) for s in samples.setting}, key=setting_key)
+    inner: list[Coverage] = []
+    probs, maps = cross_validate(samples, plants, thresholds_by, maps_by, rule, inner=inner, family=family)
+    fold, interval, floor, scores = {}, {}, {}, {}
+    for setting in order:
+        sel = samples.setting == setting
+        part = samples.where(sel)
+        fold[setting] = score(part, probs[sel], level, [m for m, k in zip(maps, sel, strict=True) if k])
+        interval[setting] = ece_interval(part, probs[sel])
+        floor[setting] = ece_floor(part, probs[sel])
+        mine = fold[setting]
+        scores[setting] = {"ece": round(mine["ece"], 4), "ece if calibrated": round(floor[setting][0], 4),
+                           "coverage": round(mine["coverage"], 4), "size": round(mine["size"], 4),
+                           "runs": mine["runs"]}  # fmt: skip
+    # an ablation that makes no file (set thresholds finer than the maps) gets the maps with one threshold
+    final_thresholds = thresholds_by if shippable(maps_by, thresholds_by) else "pooled"
+    calibration = final_maps(samples, plants, {"cross-validated": scores}, dict(fitted_on or {}), probs, rule,
+                             maps_by, final_thresholds, inner if thresholds_from == "inner" else None,
+                             family)  # fmt: skip
+    file, file_threshold = {}, {}
+    for setting in order:
+        sel = samples.setting == setting
+        part = samples.where(sel)
+        file_map = calibration.select(*setting_key(setting))
+        if file_map is None:  # maps keyed by training rows: a setting always names its rows
+            raise SystemExit(f"bench_faults: no map of the file for {setting}")
+        file[setting] = score(part, probs[sel], level, [file_map] * len(part))
+        file_threshold[setting] = file_map.threshold(level)
+    return FamilyFigures(family, probs, maps, calibration, fold, file, interval, floor, file_threshold)
+
+
+def family_bar(setting: str, figures: FamilyFigures) -> str:
+    """Issue 35's bars (point 1: holds >= 0.9, mean size <= 1.5, stream-4 and kinetics >= 2/3; point 2: ECE <= 0.05)
+    for one family in one setting (``setting`` a key of ``figures.fold``): the fold sets (map and threshold held
+    out) and the file's threshold on the same probabilities."""
+
+    def of(r: Mapping[str, Any], kind: str) -> str:
+        n = int(r[f"{kind} runs"])
+        return f"{round(r[kind] * n)}/{n}" if n else "-"
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    def sets(r: Mapping[str, Any]) -> str:
+        kinds = all(x >= 2 / 3 - 1e-12 for x in (r["stream-4"], r["kinetics"]) if not math.isnan(x))
+        return (f"holds {r['coverage']:.3f} of {r['runs']} runs, mean size {r['size']:.2f} -> "
+                f"{met(r['coverage'] >= 0.9 and r['size'] <= 1.5)}; stream-4 {of(r, 'stream-4')}, kinetics "
+                f"{of(r, 'kinetics')} -> {met(kinds)}")  # fmt: skip
+
+    fold, file = figures.fold[setting], figures.file[setting]
+    low, high = figures.interval[setting]
+    floor = figures.floor[setting]
+    return (
+        f"{setting}, maps of family {figures.family}: nested (map and threshold held out): {sets(fold)}; ECE "
+        f"{fold['ece']:.3f} (90 % over runs {fmt_interval(low, high)}; exactly calibrated {floor[0]:.3f}, 90 % "
+        f"{fmt_interval(floor[1], floor[2])}; bar 0.05) -> {met(fold['ece'] <= 0.05)}; the file's threshold "
+        f"({figures.file_threshold[setting]:.2f}, fitted on every run) on the same probabilities: {sets(file)}"
+    )
 
 
 def first_alarm_sets(

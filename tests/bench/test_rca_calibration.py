@@ -137,7 +137,8 @@ def test_shared_inner_fits_are_the_fits_of_each_fold(rc: ModuleType, monkeypatch
     plants = ("a", "b", "c")
     fitted = []
     real = rc._fit_keyed
-    monkeypatch.setattr(rc, "_fit_keyed", lambda s, p, by: fitted.append(len(s)) or real(s, p, by))
+    monkeypatch.setattr(rc, "_fit_keyed", lambda s, p, by, family="features": fitted.append(len(s)) or real(
+        s, p, by, family))  # fmt: skip
     probs, maps = rc.cross_validate(samples, plants, "setting", "pooled")
     # 3 seeds x 4 IDV groups held out in turn; inside each, 2 seeds x 3 groups: 12 + 12 x 6 fits on their own, and
     # 12 + 3 x 6 distinct sets of runs (the outer folds, then each pair of seeds x pair of groups left out)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 
 import numpy as np
 import pytest
 
+from fedrca.application.site import load_calibration_map
 from fedrca.config import load_config, parameters_hash, parse_config
 from fedrca.contracts import NOMINAL_STATE_COUNTS, make_artifact
 from fedrca.exceptions import ArtifactError, ConfigError
@@ -145,3 +147,73 @@ def test_a_newly_published_artifact_of_another_training_size_switches_the_map(re
     for plant, artifact in _artifacts(config, {"plant1": 2880, "plant2": 2880}, version=2).items():
         assert rca.offer_artifact(plant, artifact)
     assert rca.engine.calibration is MANY and rca.engine.training_rows == 2880
+
+
+def _per_plant(plants: tuple[str, ...] = PLANTS, name: str = "site") -> CalibrationMap:
+    """A map of the family plants: the features' weights, then per plant a bias, a ``named`` and a ``share`` term."""
+    M = len(plants)
+    per_plant = [0.4 * (j + 1) for j in range(M)] + [0.3] * M + [-0.2 * (j + 1) for j in range(M)]
+    return CalibrationMap((0.8,) + (0.1,) * (len(FEATURES) - 1) + tuple(per_plant), plants, name=name,
+                          thresholds=((0.9, 0.2),), rule="plant", family="plants")  # fmt: skip
+
+
+def test_a_per_plant_map_round_trips_through_the_file_and_weighs_each_plant(tmp_path):
+    site = _per_plant()
+    data = json.loads(site.to_json())
+    assert data["format"] == "fedrca-calibration/4" and data["family"] == "plants" and data["plants"] == list(PLANTS)
+    again = CalibrationMap.from_json(site.to_json())
+    assert again == site and again.id == site.id and again.family == "plants"
+    # keyed by training rows, as the shipped file is
+    maps = CalibrationMaps((site, _per_plant(name="site-many")), BY_ROWS.ranges, "site")
+    assert CalibrationMaps.from_json(maps.to_json()) == maps
+    (tmp_path / "site.calibration.json").write_text(maps.to_json(), encoding="utf-8")
+    assert load_calibration_map(tmp_path / "site.calibration.json", PLANTS) == maps
+    # its probabilities: the softmax of the features' logit plus each plant's terms (plant2 named, both sharing 0.5)
+    x = np.zeros((2, len(FEATURES)))
+    x[:, 0] = np.log([0.3, 0.7])
+    x[1, FEATURES.index("named")] = 1.0
+    x[:, FEATURES.index("share")] = 0.5
+    w = np.asarray(site.weights)
+    F = len(FEATURES)
+    z = x @ w[:F] + w[F : F + 2] + x[:, FEATURES.index("named")] * w[F + 2 : F + 4] + 0.5 * w[F + 4 :]
+    np.testing.assert_allclose(site.apply(x), np.exp(z) / np.exp(z).sum())
+    agnostic = CalibrationMap(site.weights[:F], PLANTS)
+    assert not np.allclose(site.apply(x), agnostic.apply(x))
+    # many verdicts at once: each verdict's own
+    block = np.stack([x, x[::-1]])
+    np.testing.assert_allclose(site.apply(block), [site.apply(x), site.apply(x[::-1])])
+    # the plant-agnostic maps are written as before families existed (the shipped file's id is checked on load)
+    assert "family" not in json.loads(FEW.to_json()) and json.loads(FEW.to_json())["format"] == "fedrca-calibration/3"
+
+
+def test_a_per_plant_map_is_refused_by_a_site_of_other_plants_naming_the_key_and_the_fix(repo, tmp_path):
+    tep = _per_plant(("feed", "reactor", "separator", "stripper", "compressor"), name="tep")
+    path = tmp_path / "tep.calibration.json"
+    path.write_text(tep.to_json(), encoding="utf-8")
+    for other in (PLANTS, ("reactor", "feed", "separator", "stripper", "compressor")):
+        with pytest.raises(ArtifactError, match=r"per-plant map \(family plants\) .* do not carry to other plants"
+                           r".*--family plants --calibration PATH.*rca\.calibration\.path"):  # fmt: skip
+            tep.check(other)
+        named = re.escape(f"{path}: calibration map tep-") + r"\w+ is a per-plant map"
+        with pytest.raises(ArtifactError, match=named):
+            load_calibration_map(path, other)
+    load_calibration_map(path, tep.plants)  # its own site
+    config = load_config(repo / "config" / "synthetic.yaml")
+    with pytest.raises(ArtifactError, match=r"per-plant map"):
+        build_engine(config, calibration=tep)
+    assert build_engine(config, calibration=_per_plant()).calibration == _per_plant()
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        ({"weights": [0.1] * len(FEATURES)}, rf"weights must be {len(FEATURES) + 6} finite numbers \(.* per plant"),
+        ({"format": "fedrca-calibration/3"}, r"family 'plants' in format fedrca-calibration/3; .* format .*/4"),
+        ({"family": "sites"}, r"family 'sites': one of features, plants"),
+    ],
+)
+def test_a_broken_per_plant_map_is_refused(edit, fragment):
+    data = {**json.loads(_per_plant().to_json()), **edit}
+    del data["id"]
+    with pytest.raises(ArtifactError, match=fragment):
+        CalibrationMap.from_dict(data)

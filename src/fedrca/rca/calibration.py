@@ -17,6 +17,12 @@ is the engine's own log posterior, so ``w[0]`` is an inverse temperature; the ot
 probability to what the flags cannot see, e.g. to a declared unmeasured entry
 (``rca.unobserved_entry``) when the unit the engine names is one its disturbance enters.
 
+**Families.** A map of the family ``features`` (the default) weighs :data:`FEATURES` alone. A map of the family
+``plants`` (:data:`FAMILIES`, :func:`design`) also weighs, per plant j, a bias and the plant's ``named`` and ``share``
+features: it learns which of *its site's* units a kind of evidence usually points to, so it is fitted on one site's
+faults and does not carry to another process; it is written as a ``fedrca-calibration/4`` map naming its family and
+its plants, and refused (:meth:`CalibrationMap.check`) by a site whose plants differ.
+
 **Candidate sets.** Summing calibrated probabilities to the configured coverage overshoots it: the
 probabilities are calibrated on average over kinds of evidence the flags cannot tell apart (a reactor named
 right on a reactor fault looks like a reactor named wrong on a stream-4 fault), and a true root *set* (TEP's
@@ -62,8 +68,10 @@ from fedrca.rca.evidence import Evidence, softmax
 from fedrca.rca.graph import InterdependencyGraph
 
 __all__ = [
+    "FAMILIES",
     "FEATURES",
     "FORMAT",
+    "FORMAT_PLANTS",
     "KEYS",
     "MAPS_FORMAT",
     "RULES",
@@ -72,11 +80,13 @@ __all__ = [
     "add_coverage",
     "candidate_set",
     "coverage_by_threshold",
+    "design",
     "expected_calibration_error",
     "features",
     "fit",
     "fit_thresholds",
     "fit_weights",
+    "n_weights",
     "plant_set",
     "reliability",
     "threshold_steps",
@@ -89,7 +99,16 @@ BoolArray = NDArray[np.bool_]
 #: The artifact's format tag (a ``fedrca-calibration/1`` map, without set thresholds, and a ``/2`` map, without a set
 #: rule, are still read: their sets follow the ``mass`` rule).
 FORMAT = "fedrca-calibration/3"
-FORMATS = ("fedrca-calibration/1", "fedrca-calibration/2", FORMAT)
+#: The format tag of a map of the family ``plants`` (per-plant terms: :data:`FAMILIES`): a fedrca that reads only the
+#: plant-agnostic maps refuses it by its format instead of misreading its weights.
+FORMAT_PLANTS = "fedrca-calibration/4"
+FORMATS = ("fedrca-calibration/1", "fedrca-calibration/2", FORMAT, FORMAT_PLANTS)
+#: What a map's weights weigh (:func:`design`): ``features``, :data:`FEATURES` alone, none of which names a plant (a map
+#: says how far to trust a *kind* of evidence); ``plants``, also per plant j of the site a bias, its ``named`` and its
+#: ``share`` feature (3 M more weights): a **site-specific** map that learns which of its site's units a kind of
+#: evidence usually points to, fitted on that site's faults; it does not carry to another process, and a site whose
+#: plants differ refuses it (:meth:`CalibrationMap.check`).
+FAMILIES = ("features", "plants")
 #: How a candidate set is built from a verdict's probabilities p and the map's threshold t for the coverage (the named
 #: root first in both): ``mass``, the most probable plants until their probabilities sum to t (:func:`candidate_set`);
 #: ``plant``, every other plant of probability at least t (:func:`plant_set`: the least ambiguous set-valued
@@ -163,6 +182,45 @@ def features(evidence: Evidence, graph: InterdependencyGraph, settings: RCASetti
             (entry & evidence.alarming).astype(np.float64),
         ]
     )
+
+
+def design(x: ArrayLike, family: str = "features") -> FloatArray:
+    """The columns a map of ``family`` (:data:`FAMILIES`) weighs, from the features ``x`` (..., M, F) of M plants.
+
+    ``features``: ``x`` itself (F columns). ``plants``: ``x``, then per plant j 1[the row is plant j], then that times
+    the row's ``named`` feature, then that times its ``share`` (F + 3 M columns, in that order): a weight per plant
+    for each, so the map can move probability toward one unit of the site, which a plant-agnostic map cannot.
+
+    Examples
+    --------
+    >>> x = np.zeros((2, len(FEATURES))); x[1, FEATURES.index("named")] = 1.0; x[:, FEATURES.index("share")] = 0.5
+    >>> design(x, "plants")[:, len(FEATURES):].tolist()
+    [[1.0, 0.0, 0.0, 0.0, 0.5, 0.0], [0.0, 1.0, 0.0, 1.0, 0.0, 0.5]]
+    >>> design(x, "features") is x
+    True
+    """
+    X = np.asarray(x, dtype=np.float64)
+    if family == "features":
+        return X
+    if family != "plants":
+        raise ValueError(f"family {family!r}: one of {', '.join(FAMILIES)}")
+    M = X.shape[-2]
+    # eye[..., k, j] = 1[plant k is plant j]
+    eye = np.broadcast_to(np.eye(M), (*X.shape[:-1], M))
+    named = X[..., FEATURES.index("named")][..., None]
+    share = X[..., FEATURES.index("share")][..., None]
+    return np.concatenate([X, eye, eye * named, eye * share], axis=-1)
+
+
+def n_weights(family: str, n_plants: int) -> int:
+    """The number of weights of a map of ``family`` for a site of ``n_plants`` plants (:func:`design`'s columns).
+
+    >>> n_weights("features", 5) == len(FEATURES), n_weights("plants", 5) - len(FEATURES)
+    (True, 15)
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"family {family!r}: one of {', '.join(FAMILIES)}")
+    return len(FEATURES) + (3 * n_plants if family == "plants" else 0)
 
 
 def candidate_set(probabilities: ArrayLike, level: float, first: int | None = None) -> list[int]:
@@ -275,11 +333,13 @@ def features_block(evidences: Sequence[Evidence], graph: InterdependencyGraph, s
 
 @dataclass(frozen=True)
 class CalibrationMap:
-    """The fitted weights of the conditional logit over :data:`FEATURES`, and where they come from.
+    """The fitted weights of the conditional logit over :data:`FEATURES` (and, family ``plants``, per-plant terms), and
+    where they come from.
 
     Attributes
     ----------
-    weights : (F,) one weight per feature
+    weights : (F,) one weight per column of :func:`design` (:func:`n_weights`: one per feature, family ``plants`` 3 M
+        more)
     plants : the plants of the site it was fitted for (a site with other plants is refused)
     fitted_on : what the fit saw (library, settings, runs, verdicts), for the record
     scores : the cross-validated figures of the fit (e.g. the expected calibration error per setting)
@@ -289,7 +349,10 @@ class CalibrationMap:
         ``plant`` the probability a plant needs to join the named root (decreasing; empty: 1 - the coverage)
     features : the feature names, in order (must be :data:`FEATURES`)
     rule : how a candidate set is built (:data:`RULES`)
-    id : ``<name>-<digest>``: the digest of the weights, plants, thresholds and a ``plant`` rule; verdicts name it
+    family : what the weights weigh (:data:`FAMILIES`): ``features``, a map that names no plant; ``plants``, a map of
+        per-plant terms fitted for the site of :attr:`plants` alone
+    id : ``<name>-<digest>``: the digest of the weights, plants, thresholds, a ``plant`` rule and a ``plants`` family;
+        verdicts name it
     """
 
     weights: tuple[float, ...]
@@ -300,6 +363,7 @@ class CalibrationMap:
     name: str = "calibration"
     thresholds: tuple[tuple[float, float], ...] = ()
     rule: str = "mass"
+    family: str = "features"
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -308,9 +372,15 @@ class CalibrationMap:
                 f"calibration map of features {list(self.features)}; this fedrca computes {list(FEATURES)}: "
                 "fit it again (python bench/bench_faults.py --calibration PATH)"
             )
+        if self.family not in FAMILIES:
+            raise ArtifactError(f"calibration map family {self.family!r}: one of {', '.join(FAMILIES)}")
         w = tuple(float(x) for x in self.weights)
-        if len(w) != len(FEATURES) or not all(math.isfinite(x) for x in w):
-            raise ArtifactError(f"calibration weights must be {len(FEATURES)} finite numbers, got {list(self.weights)}")
+        expected = n_weights(self.family, len(self.plants))
+        if len(w) != expected or not all(math.isfinite(x) for x in w):
+            per_plant = f" ({len(FEATURES)} + 3 per plant: family plants)" if self.family == "plants" else ""
+            raise ArtifactError(
+                f"calibration weights must be {expected} finite numbers{per_plant}, got {list(self.weights)}"
+            )
         object.__setattr__(self, "weights", w)
         object.__setattr__(self, "plants", tuple(self.plants))
         if self.rule not in RULES:
@@ -329,11 +399,22 @@ class CalibrationMap:
         # a map without thresholds keeps the id it had before thresholds existed, a mass map the one it had before rules
         key: list[Any] = [w, list(self.plants)] + ([[list(x) for x in table]] if table else [])
         key += [] if mass else [self.rule]
+        key += [] if self.family == "features" else [["family", self.family]]
         digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:12]
         object.__setattr__(self, "id", f"{self.name}-{digest}")
 
     def check(self, plants: Sequence[str]) -> None:
-        """Refuse a site whose plants differ from the ones the map was fitted for."""
+        """Refuse a site whose plants differ from the ones the map was fitted for (a map of the family ``plants`` says
+        that its per-plant terms do not carry to other plants, and how to fit one or use a plant-agnostic one)."""
+        if tuple(plants) != self.plants and self.family == "plants":
+            raise ArtifactError(
+                f"calibration map {self.id} is a per-plant map (family plants) fitted on the faults of a site of "
+                f"plants {list(self.plants)}, the site has {list(plants)}: its per-plant terms do not carry to other "
+                "plants. "
+                "Fit one on this site's own faults (python bench/bench_faults.py --family plants --calibration PATH), "
+                "point rca.calibration.path at a map of family features fitted for these plants, or remove "
+                "rca.calibration.path (verdicts are then uncalibrated)"
+            )
         if tuple(plants) != self.plants:
             raise ArtifactError(
                 f"calibration map {self.id} was fitted for plants {list(self.plants)}, the site has {list(plants)}: "
@@ -365,8 +446,9 @@ class CalibrationMap:
         return candidate_set(probabilities, t, first) if self.rule == "mass" else plant_set(probabilities, t, first)
 
     def apply(self, x: ArrayLike) -> FloatArray:
-        """Probabilities (..., M) from features (..., M, F): softmax over the plants of ``x @ w``."""
-        return softmax(np.asarray(x, dtype=np.float64) @ np.asarray(self.weights))
+        """Probabilities (..., M) from features (..., M, F): softmax over the plants of ``design(x) @ w``
+        (:func:`design` of the map's family)."""
+        return softmax(design(x, self.family) @ np.asarray(self.weights))
 
     def probabilities(self, evidence: Evidence, graph: InterdependencyGraph, settings: RCASettings) -> FloatArray:
         """Calibrated P(root = k) (M,) at a verdict."""
@@ -384,8 +466,8 @@ class CalibrationMap:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON artifact."""
-        return {
-            "format": FORMAT,
+        out: dict[str, Any] = {
+            "format": FORMAT if self.family == "features" else FORMAT_PLANTS,
             "name": self.name,
             "id": self.id,
             "features": list(self.features),
@@ -396,6 +478,8 @@ class CalibrationMap:
             "thresholds": [list(x) for x in self.thresholds],
             "rule": self.rule,
         }
+        # a plant-agnostic map is written as it was before families existed
+        return out if self.family == "features" else {**out, "family": self.family}
 
     def to_json(self) -> str:
         """The artifact as indented JSON text."""
@@ -421,6 +505,10 @@ class CalibrationMap:
                     isinstance(x, int | float) and not isinstance(x, bool) for x in row) for row in table
             ):  # fmt: skip
                 raise ArtifactError("calibration thresholds must be a list of [coverage, threshold] pairs")
+            family = data.get("family", "features")
+            if family != "features" and data["format"] != FORMAT_PLANTS:
+                raise ArtifactError(f"calibration map of family {family!r} in format {data['format']}; a map of "
+                                    f"per-plant terms is format {FORMAT_PLANTS}: fit it again")  # fmt: skip
             made = cls(
                 tuple(weights),
                 tuple(plants),
@@ -430,6 +518,7 @@ class CalibrationMap:
                 str(data.get("name", "calibration")),
                 tuple((row[0], row[1]) for row in table),
                 str(data.get("rule", "mass")),
+                str(family),
             )
         except KeyError as exc:
             raise ArtifactError(f"calibration map without {exc}") from None
@@ -660,9 +749,11 @@ def fit(
     weight: ArrayLike,
     plants: Sequence[str],
     penalty: float = 1e-2,
+    family: str = "features",
     **metadata: Any,
 ) -> CalibrationMap:
-    """Fit the map on verdicts with known roots (:func:`fit_weights` over :data:`FEATURES`).
+    """Fit the map on verdicts with known roots (:func:`fit_weights` over the columns :func:`design` makes of the
+    :data:`FEATURES` for ``family``).
 
     Parameters
     ----------
@@ -671,18 +762,23 @@ def fit(
     weight : (N,) weight of each verdict (e.g. 1 / verdicts of its run, so every run counts once)
     plants : the site's plants (M)
     penalty : L2 penalty on the weights, relative to the total weight
+    family : :data:`FAMILIES`: ``features`` (a map that names no plant) or ``plants`` (per-plant terms too: a map of
+        this site's plants alone)
     metadata : ``fitted_on``, ``scores``, ``name`` of the map
     """
     X = np.asarray(x, dtype=np.float64)
     if X.ndim != 3 or X.shape[2] != len(FEATURES):
         raise ValueError(f"features (N, M, {len(FEATURES)}), truth (N, M) and weight (N,) expected")
-    w = fit_weights(X, truth, weight, penalty)
+    if len(plants) != X.shape[1]:
+        raise ValueError(f"{len(plants)} plants for features of {X.shape[1]}")
+    w = fit_weights(design(X, family), truth, weight, penalty)
     return CalibrationMap(
         tuple(w.tolist()),
         tuple(plants),
         metadata.get("fitted_on", {}),
         metadata.get("scores", {}),
         name=metadata.get("name", "calibration"),
+        family=family,
     )
 
 
