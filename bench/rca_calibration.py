@@ -231,9 +231,7 @@ def _folds(samples: Samples) -> Iterable[tuple[np.ndarray, np.ndarray]]:
                 yield train, test
 
 
-def _fit_keyed(
-    samples: Samples, plants: Sequence[str], by: str, family: str = "features"
-) -> dict[str, CalibrationMap]:
+def _fit_keyed(samples: Samples, plants: Sequence[str], by: str, family: str = "features") -> dict[str, CalibrationMap]:
     """One map per part of the library (:func:`threshold_key`: ``pooled`` one for every setting); ``rows-shrunk``:
     one per training size, all fitted at once as a shared map plus one difference per training size (the features
     and their products with "this verdict's training size is k", every weight under the same L2 penalty), so a
