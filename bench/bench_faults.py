@@ -79,6 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedrca.config import SiteConfig, load_config
 from fedrca.connectors.simulator import SimulatedRun, SimulationSpec, cached_run
 from fedrca.datasets.tep import TEP_COLUMNS, TEP_FLOWSHEET, load_tep
+from fedrca.rca.calibration import FAMILIES
 from tep_library import FAR_SEEDS, IDVS, ONSET_SAMPLE, RCA_FAULT_SEEDS, TRAIN_SEEDS, Library
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1250,7 +1251,7 @@ def main(argv: list[str] | None = None, smoke: bool = False) -> int:
         "probable plants until their sum reaches the threshold; plant, every plant of probability at least it",
     )  # fmt: skip
     parser.add_argument(
-        "--family", default=None, choices=("features", "plants"),
+        "--family", default=None, choices=FAMILIES,
         help="what the calibration maps weigh, in the cross-validation and in the file --calibration writes "
         "(default: rca_calibration.SHIPPED_FAMILY, what config/tep.calibration.json ships): features, the "
         "plant-agnostic features alone; plants, also a bias, the named and the share feature per plant: a map of "

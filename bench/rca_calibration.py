@@ -160,6 +160,15 @@ class Samples:
     idv: np.ndarray
     seed: np.ndarray
 
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[Any, ...]]) -> Samples:
+        """The samples of per-verdict rows ``(x, truth, root, weight, run, setting, idv, seed)`` (the fields in order;
+        none: empty samples of no plant)."""
+        if not rows:
+            empty = np.zeros((0, 0, len(FEATURES)))
+            return cls(empty, np.zeros((0, 0), bool), *(np.zeros(0, int) for _ in range(6)))  # type: ignore[arg-type]
+        return cls(*(np.asarray(column) for column in zip(*rows, strict=True)))
+
     def __len__(self) -> int:
         return len(self.root)
 
@@ -180,7 +189,7 @@ def collect(
 ) -> Samples:
     """The verdicts naming a root from ``onset`` on, in the detected runs with a unit truth, of every setting
     (``outputs[setting][(idv, seed)]`` a monitor output with ``features``)."""
-    rows: dict[str, list[Any]] = {k: [] for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")}
+    rows: list[tuple[Any, ...]] = []
     run_id = 0
     for setting, runs in outputs.items():
         for (idv, seed), out in sorted(runs.items()):
@@ -195,19 +204,10 @@ def collect(
                 continue
             mask = np.array([p in units for p in plants])
             for i in picked:
-                rows["x"].append(out.features[i])
-                rows["truth"].append(mask)
-                rows["root"].append(plants.index(out.verdicts[i].root))
-                rows["weight"].append(1.0 / len(picked))
-                rows["run"].append(run_id)
-                rows["setting"].append(setting)
-                rows["idv"].append(idv)
-                rows["seed"].append(seed)
+                root = plants.index(out.verdicts[i].root)
+                rows.append((out.features[i], mask, root, 1.0 / len(picked), run_id, setting, idv, seed))
             run_id += 1
-    if not rows["x"]:
-        empty = np.zeros((0, 0, len(FEATURES)))
-        return Samples(empty, np.zeros((0, 0), bool), *(np.zeros(0, int) for _ in range(6)))  # type: ignore[arg-type]
-    return Samples(*(np.asarray(rows[k]) for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")))
+    return Samples.from_rows(rows)
 
 
 def _fit(

@@ -26,7 +26,7 @@ def _verdicts(rc: ModuleType, seed: int) -> tuple[object, np.ndarray]:
     with some exact zeros, a truth of one or two plants per run."""
     rng = np.random.default_rng(seed)
     M = 4
-    rows: dict[str, list[object]] = {k: [] for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")}
+    rows: list[tuple[object, ...]] = []
     probs = []
     for run in range(40):
         idv = int(rng.choice([1, 2, 5, 8, 13, 13, 20]))
@@ -39,17 +39,9 @@ def _verdicts(rc: ModuleType, seed: int) -> tuple[object, np.ndarray]:
             if p.sum() == 0.0:
                 p[0] = 1.0
             probs.append(p / p.sum())
-            rows["x"].append(np.zeros((M, len(FEATURES))))
-            rows["truth"].append(truth)
-            rows["root"].append(int(np.argmax(probs[-1])) if rng.random() < 0.7 else int(rng.integers(0, M)))
-            rows["weight"].append(1.0 / n)
-            rows["run"].append(run)
-            rows["setting"].append("fedrca-500-inf")
-            rows["idv"].append(idv)
-            rows["seed"].append(100)
-    samples = rc.Samples(*(np.asarray(rows[k]) for k in ("x", "truth", "root", "weight", "run", "setting", "idv",
-                                                          "seed")))  # fmt: skip
-    return samples, np.asarray(probs)
+            root = int(np.argmax(probs[-1])) if rng.random() < 0.7 else int(rng.integers(0, M))
+            rows.append((np.zeros((M, len(FEATURES))), truth, root, 1.0 / n, run, "fedrca-500-inf", idv, 100))
+    return rc.Samples.from_rows(rows), np.asarray(probs)
 
 
 @pytest.mark.parametrize("seed", range(4))

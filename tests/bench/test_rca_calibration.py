@@ -38,7 +38,7 @@ def _library(rc: ModuleType) -> object:
     """Two settings, 3 fault seeds x 8 IDVs x 3 verdicts each, 3 plants: at 2,880 rows the engine's favourite is
     always the root, at 500 rows only in two runs of three (then the second plant is)."""
     rng = np.random.default_rng(7)
-    rows: dict[str, list[object]] = {k: [] for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")}
+    rows: list[tuple[object, ...]] = []
     run = 0
     for setting in ("fedrca-2880-inf", "fedrca-500-inf"):
         for seed in (100, 101, 102):
@@ -48,16 +48,9 @@ def _library(rc: ModuleType) -> object:
                     x = np.zeros((3, len(FEATURES)))
                     x[:, 0] = np.log(np.array([0.7, 0.2, 0.1]) + rng.uniform(0, 0.05, 3))
                     x[0, FEATURES.index("named")] = 1.0
-                    rows["x"].append(x)
-                    rows["truth"].append(np.array([not wrong, wrong, False]))
-                    rows["root"].append(0)
-                    rows["weight"].append(1 / 3)
-                    rows["run"].append(run)
-                    rows["setting"].append(setting)
-                    rows["idv"].append(idv)
-                    rows["seed"].append(seed)
+                    rows.append((x, np.array([not wrong, wrong, False]), 0, 1 / 3, run, setting, idv, seed))
                 run += 1
-    return rc.Samples(*(np.asarray(rows[k]) for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")))
+    return rc.Samples.from_rows(rows)
 
 
 def test_maps_and_thresholds_per_part_of_the_library(rc: ModuleType) -> None:

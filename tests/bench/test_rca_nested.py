@@ -30,7 +30,7 @@ def _library(rc: ModuleType, seed: int = 3) -> object:
     posterior random, its favourite named, the true root the named plant in about two runs of three, else one of the
     others (plant c more often than b, which only per-plant terms can learn)."""
     rng = np.random.default_rng(seed)
-    rows: dict[str, list[object]] = {k: [] for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")}
+    rows: list[tuple[object, ...]] = []
     run = 0
     for setting in ("fedrca-2880-inf", "fedrca-500-inf"):
         for fault_seed in (100, 101, 102):
@@ -46,16 +46,9 @@ def _library(rc: ModuleType, seed: int = 3) -> object:
                     x[:, 1] = x[:, 0]
                     x[named, FEATURES.index("named")] = 1.0
                     x[:, FEATURES.index("share")] = rng.uniform(0, 1, 3)
-                    rows["x"].append(x)
-                    rows["truth"].append(np.arange(3) == root)
-                    rows["root"].append(named)
-                    rows["weight"].append(0.5)
-                    rows["run"].append(run)
-                    rows["setting"].append(setting)
-                    rows["idv"].append(idv)
-                    rows["seed"].append(fault_seed)
+                    rows.append((x, np.arange(3) == root, named, 0.5, run, setting, idv, fault_seed))
                 run += 1
-    return rc.Samples(*(np.asarray(rows[k]) for k in ("x", "truth", "root", "weight", "run", "setting", "idv", "seed")))
+    return rc.Samples.from_rows(rows)
 
 
 @pytest.mark.parametrize("family", ["features", "plants"])
